@@ -1,0 +1,30 @@
+"""specviz: see speculative decoding happen, on real models, with real timings.
+
+Public API (other code depends on these names):
+    load_pair(name=None)                 -> Pair with .draft, .target, .tokenizer
+    speculative_decode(target, draft, input_ids, *, k, temperature, ...) -> Run
+    speculative_stream(...)              -> iterable of Rounds, then .run
+    autoregressive_decode(model, input_ids, *, temperature, ...) -> Run
+    Run, Round                           -> plain-data records (JSON round-trip)
+
+This package never imports streamlit: the app and pages are thin layers on top.
+"""
+
+from .errors import (  # noqa: F401
+    ChecksumMismatch,
+    ConfigError,
+    InvalidSetting,
+    NotEnoughMemory,
+    PairUnavailable,
+    SpecvizError,
+    TokenizerMismatch,
+)
+from .records import Round, Run, TopK  # noqa: F401
+from .drafters import Drafter, ModelDrafter, PromptLookupDrafter  # noqa: F401
+from .engine import (  # noqa: F401
+    autoregressive_decode,
+    autoregressive_stream,
+    speculative_decode,
+    speculative_stream,
+)
+from .models import Pair, load_pair  # noqa: F401
