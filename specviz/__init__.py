@@ -27,4 +27,12 @@ from .engine import (  # noqa: F401
     speculative_decode,
     speculative_stream,
 )
-from .models import Pair, load_pair  # noqa: F401
+
+
+def __getattr__(name):
+    # model loading (transformers' GGUF path, yaml) is imported on first use
+    if name in ("Pair", "load_pair"):
+        from . import models
+
+        return getattr(models, name)
+    raise AttributeError(f"module 'specviz' has no attribute {name!r}")

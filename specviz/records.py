@@ -52,7 +52,7 @@ class Round:
     n_accepted: int
     emitted: list[int]  # tokens this round appends (after EOS / length cut)
     extra_id: int | None  # the correction or bonus token, if emitted
-    extra_kind: str | None  # "correction", "bonus" or None (cut by EOS / length)
+    extra_kind: str | None  # "correction", "bonus", "target" (baseline) or None (cut)
     p_top: list[TopK]  # target distribution, top-N, per position (k+1)
     q_top: list[TopK]  # draft distribution, top-N, per drafted position (k)
     target_argmax: list[int]  # target's argmax per position (k+1)
@@ -74,8 +74,8 @@ class Run:
     """A whole generation: settings, new token ids, rounds and timings.
 
     `mode` is "speculative" or "autoregressive". An autoregressive run has one
-    Round per token with k=0 (nothing drafted): the emitted token is the
-    "bonus" of a pass that verified no draft.
+    Round per token with k=0 (nothing drafted) and extra_kind "target": the
+    token the target chose in its one-token pass.
     """
 
     mode: str

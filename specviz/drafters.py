@@ -1,0 +1,114 @@
+"""Drafters: whatever proposes the k tokens that the target then verifies.
+
+One small interface, like transformers' CandidateGenerator:
+
+  start(prompt_ids)         prepare for a new sequence (prefill a cache)
+  propose(ids, k, sampler)  k candidate ids, and q: the distribution each was
+                            drawn from (None = proposed with certainty)
+  update(ids, n_accepted)   learn how many were kept (roll a cache back)
+
+ModelDrafter runs a small LM with its own KV cache. PromptLookupDrafter needs
+no model: it copies the tokens that followed the last matching n-gram of the
+context (Saxena 2023, "prompt lookup decoding").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .lm import CachedLM
+from .sampling import Sampler
+
+
+@dataclass
+class Proposal:
+    """What a drafter proposes for one round."""
+
+    tokens: list[int]
+    q: torch.Tensor | None  # (k, V) decision distributions; None = one-hot on tokens
+    q_display: torch.Tensor | None  # (k, V) distributions to draw (greedy: softmax at T=1)
+    step_s: list[float] = field(default_factory=list)  # wall time of each draft forward
+
+
+class Drafter:
+    """Base class: propose candidates, optionally learn from what was accepted."""
+
+    name = "drafter"
+    uses_model = False
+
+    def start(self, prompt_ids: list[int]) -> float:
+        """Prepare for a new sequence; return seconds spent (prefill)."""
+        return 0.0
+
+    def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
+        raise NotImplementedError
+
+    def update(self, ids: list[int], n_accepted: int) -> None:
+        """ids is the committed sequence after the round (accepted + correction/bonus)."""
+
+
+class ModelDrafter(Drafter):
+    """A small causal LM that drafts autoregressively with its own KV cache."""
+
+    name = "model"
+    uses_model = True
+
+    def __init__(self, model, vocab: int | None = None):
+        self.lm = CachedLM(model)
+        self.vocab = vocab  # compare only the ids both models share
+
+    def start(self, prompt_ids: list[int]) -> float:
+        self.lm.reset()
+        if len(prompt_ids) > 1:
+            _, dt = self.lm.timed_feed(prompt_ids[:-1], keep=1)  # cache all but the last token
+            return dt
+        return 0.0
+
+    def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
+        tokens, q, q_disp, step_s = [], [], [], []
+        pending = ids[self.lm.n:]  # tokens the cache has not seen (1 or 2)
+        for _ in range(k):
+            logits, dt = self.lm.timed_feed(pending, keep=1)
+            logits = logits[-1, : self.vocab].float().cpu()  # (V,)
+            probs = sampler.probs(logits)  # q for this position
+            tok = sampler.pick(logits, probs)
+            tokens.append(tok)
+            q.append(probs)
+            step_s.append(dt)
+            pending = [tok]
+        qs = torch.stack(q)  # (k, V)
+        # greedy proposals are certain; q (at T=1) is only recorded for drawing
+        return Proposal(tokens, None if sampler.greedy else qs, qs, step_s)
+
+    def update(self, ids: list[int], n_accepted: int) -> None:
+        # the cache may hold rejected drafts: keep only what is still in ids
+        # (ids[-1], the correction/bonus, is fed with the next proposal)
+        self.lm.rollback(min(self.lm.n, len(ids) - 1))
+
+
+class PromptLookupDrafter(Drafter):
+    """Draft by copying what followed the most recent earlier match of the last n-gram."""
+
+    name = "prompt-lookup"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
+        tokens = self.lookup(ids, k)
+        return Proposal(tokens, None, None, [])
+
+    def lookup(self, ids: list[int], k: int) -> list[int]:
+        n_ids = len(ids)
+        for n in range(min(self.max_ngram, n_ids - 1), self.min_ngram - 1, -1):
+            tail = ids[-n:]
+            # latest earlier occurrence of the tail n-gram
+            for start in range(n_ids - n - 1, -1, -1):
+                if ids[start:start + n] == tail:
+                    cont = ids[start + n:start + n + k]
+                    if cont:
+                        return cont
+        return []

@@ -1,0 +1,390 @@
+"""The speculative decoding engine, and a plain autoregressive baseline.
+
+One round (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023):
+  1. draft    the drafter proposes k tokens d_1..d_k, each from q
+  2. verify   the target scores all k+1 positions in one forward pass: p
+  3. accept   left to right; greedy: d_i == argmax p_i; sampling: u < p/q
+  4. emit     the accepted prefix, then one more token from the target:
+              a correction from norm(max(0, p - q)) at the first rejection,
+              or a bonus token from p_{k+1} when all k were accepted
+  5. rollback crop both KV caches to the tokens that were kept
+
+Every round is recorded as a plain-data Round (records.py) as it happens, so
+the app can animate it live; the baseline uses the same cache machinery so
+timings compare like with like.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterator
+
+import torch
+
+from .drafters import Drafter, ModelDrafter, Proposal
+from .errors import InvalidSetting
+from .lm import CachedLM, max_positions, vocab_size
+from .records import Round, Run, TopK
+from .sampling import Sampler, accept_token, residual, uniform
+
+K_MAX = 32
+TOP_N = 10  # how many of the most likely tokens are recorded per position
+
+
+# --------------------------------------------------------------------------
+# input checks: bad input is a clear InvalidSetting, never a traceback
+
+
+def as_id_list(input_ids) -> list[int]:
+    """A list of ints from a list, a (T,) or a (1, T) tensor."""
+    if isinstance(input_ids, torch.Tensor):
+        if input_ids.dim() == 2:
+            if input_ids.shape[0] != 1:
+                raise InvalidSetting(f"input_ids must be one sequence (1×T), got shape {tuple(input_ids.shape)}.")
+            input_ids = input_ids[0]
+        elif input_ids.dim() != 1:
+            raise InvalidSetting(f"input_ids must be 1×T, got shape {tuple(input_ids.shape)}.")
+        return [int(t) for t in input_ids.tolist()]
+    try:
+        return [int(t) for t in input_ids]
+    except (TypeError, ValueError):
+        raise InvalidSetting("input_ids must be a list of token ids or a 1×T tensor.") from None
+
+
+def check_settings(ids: list[int], models: list, *, k: int | None, temperature: float, top_p: float,
+                   top_k: int, max_new_tokens: int, vocab: int) -> None:
+    if len(ids) == 0:
+        raise InvalidSetting("The prompt is empty: type something for the model to continue.")
+    if k is not None and not (isinstance(k, int) and 1 <= k <= K_MAX):
+        raise InvalidSetting(f"k (tokens drafted per round) must be an integer from 1 to {K_MAX}, got {k!r}.")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+        raise InvalidSetting(f"temperature must be 0 (greedy) or positive, got {temperature!r}.")
+    if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise InvalidSetting(f"top_p must be in (0, 1], got {top_p!r}.")
+    if not (isinstance(top_k, int) and top_k >= 0):
+        raise InvalidSetting(f"top_k must be 0 (off) or a positive integer, got {top_k!r}.")
+    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+        raise InvalidSetting(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise InvalidSetting(f"token id {bad[0]} is outside the shared vocabulary (0..{vocab - 1}).")
+    need = len(ids) + max_new_tokens + (k or 0) + 1
+    for m in models:
+        limit = max_positions(m)
+        if limit is not None and need > limit:
+            raise InvalidSetting(
+                f"The prompt ({len(ids)} tokens) plus max_new_tokens ({max_new_tokens}) and a round of "
+                f"drafts does not fit the model's context of {limit} tokens: shorten the prompt or "
+                f"lower max_new_tokens to at most {max(0, limit - len(ids) - (k or 0) - 1)}."
+            )
+
+
+def _eos_set(eos_token_id, *models) -> set[int]:
+    """EOS ids: given explicitly, else from the models' generation configs (may be empty)."""
+    if eos_token_id is None:
+        found: set[int] = set()
+        for m in models:
+            gc = getattr(m, "generation_config", None)
+            e = getattr(gc, "eos_token_id", None) if gc is not None else None
+            if e is None:
+                e = getattr(m.config, "eos_token_id", None)
+            if e is not None:
+                found.update([e] if isinstance(e, int) else list(e))
+        return found
+    return {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
+
+
+def _cut(emitted: list[int], eos: set[int], room: int) -> tuple[list[int], bool]:
+    """Never emit past EOS or past max_new_tokens; return (tokens, hit_eos)."""
+    out = []
+    for t in emitted[:room]:
+        out.append(t)
+        if t in eos:
+            return out, True
+    return out, False
+
+
+def _topk(probs: torch.Tensor, n: int = TOP_N) -> TopK:
+    v, i = torch.topk(probs, min(n, probs.shape[-1]))
+    return TopK(ids=i.tolist(), probs=[float(x) for x in v])
+
+
+def _entropy(probs: torch.Tensor) -> list[float]:
+    # (n, V) -> (n,) entropy in nats
+    p = probs.double()
+    return (-(p * torch.log(p.clamp_min(1e-30))).sum(-1)).tolist()
+
+
+# --------------------------------------------------------------------------
+# k policies: fixed, or adaptive (grow after a fully accepted round, shrink after a rejection)
+
+
+class FixedK:
+    def __init__(self, k: int):
+        self.k = k
+
+    def next_k(self) -> int:
+        return self.k
+
+    def observe(self, rnd: Round) -> None:
+        pass
+
+
+class AdaptiveK(FixedK):
+    """Like transformers' heuristic: +1 after a full acceptance, -1 after a rejection."""
+
+    def __init__(self, k: int, k_min: int = 1, k_max: int = 16):
+        super().__init__(k)
+        self.k_min, self.k_max = k_min, max(k_max, k)
+
+    def observe(self, rnd: Round) -> None:
+        if rnd.rejected:
+            self.k = max(self.k_min, self.k - 1)
+        elif rnd.k > 0:
+            self.k = min(self.k_max, self.k + 1)
+
+
+def make_k_policy(k: int, k_policy: str):
+    if k_policy == "fixed":
+        return FixedK(k)
+    if k_policy == "adaptive":
+        return AdaptiveK(k)
+    raise InvalidSetting(f"k_policy must be 'fixed' or 'adaptive', got {k_policy!r}.")
+
+
+# --------------------------------------------------------------------------
+# the round, in small steps
+
+
+def draft(drafter: Drafter, ids: list[int], k: int, sampler: Sampler) -> Proposal:
+    """Step 1: the drafter proposes up to k tokens (prompt lookup may find fewer)."""
+    return drafter.propose(ids, k, sampler)
+
+
+def verify(target: CachedLM, ids: list[int], tokens: list[int], vocab: int) -> tuple[torch.Tensor, float]:
+    """Step 2: one target pass over the unseen context tokens plus the k drafts.
+
+    Returns logits for the k+1 positions that predict d_1..d_k and the bonus: (k+1, V).
+    """
+    pending = ids[target.n:]  # the last committed token (the cache holds the rest)
+    logits, dt = target.timed_feed(pending + tokens, keep=len(tokens) + 1)
+    return logits[:, :vocab].float().cpu(), dt  # (k+1, V)
+
+
+def decide(logits: torch.Tensor, prop: Proposal, sampler: Sampler):
+    """Steps 3-4: accept left to right, then pick the correction or the bonus.
+
+    Returns (n_accepted, extra_id, extra_kind, us, ratios, decisions, p, residual_probs).
+    """
+    k = len(prop.tokens)
+    p = sampler.probs(logits)  # (k+1, V)
+    us, ratios, decisions = [], [], []
+    for i, d in enumerate(prop.tokens):
+        p_d = float(p[i, d])
+        q_d = 1.0 if prop.q is None else float(prop.q[i, d])
+        ratios.append(p_d / q_d if q_d > 0 else math.inf)
+        if sampler.greedy:
+            ok = d == int(torch.argmax(logits[i]))  # greedy: keep iff the target would pick it too
+        else:
+            u = uniform(sampler.generator)
+            us.append(u)
+            ok = accept_token(u, p_d, q_d)  # keep with probability min(1, p/q)
+        decisions.append(ok)
+        if not ok:
+            # correction: the target's argmax (greedy) or a draw from norm(max(0, p - q))
+            if sampler.greedy:
+                return i, int(torch.argmax(logits[i])), "correction", us, ratios, decisions, p, None
+            r = residual(p[i], None if prop.q is None else prop.q[i], d)  # (V,)
+            return i, sampler.pick(logits[i], r), "correction", us, ratios, decisions, p, r
+    # all k accepted: a bonus token from the target's next distribution
+    return k, sampler.pick(logits[k], p[k]), "bonus", us, ratios, decisions, p, None
+
+
+def step(target: CachedLM, drafter: Drafter, ids: list[int], k: int, sampler: Sampler,
+         vocab: int, eos: set[int], room: int, index: int) -> tuple[Round, bool]:
+    """One whole round. Appends to `ids` in place; returns (Round, hit_eos)."""
+    t0 = time.perf_counter()
+    prop = draft(drafter, ids, k, sampler)
+    tokens = prop.tokens
+    logits, verify_s = verify(target, ids, tokens, vocab)
+    n_acc, extra, kind, us, ratios, decisions, p, res = decide(logits, prop, sampler)
+
+    # emit, cut at EOS / max_new_tokens, then roll both caches back
+    emitted, hit_eos = _cut(tokens[:n_acc] + [extra], eos, room)
+    if len(emitted) <= n_acc:
+        extra, kind = None, None  # cut before the extra token
+    ids.extend(emitted)
+    target.rollback(len(ids) - 1)  # keep ids[:-1]: the newest token is fed next round
+    drafter.update(ids, n_acc)
+
+    # record (plain data only)
+    q_disp = prop.q_display
+    p_top = [_topk(p[i]) for i in range(len(tokens) + 1)]
+    if q_disp is not None:
+        q_top = [_topk(q_disp[i]) for i in range(len(tokens))]
+        q_d = [float(q_disp[i, d]) for i, d in enumerate(tokens)]
+        overlap = [float(torch.minimum(p[i], q_disp[i]).sum()) for i in range(len(tokens))]
+    else:  # one-hot proposals
+        q_top = [TopK(ids=[d], probs=[1.0]) for d in tokens]
+        q_d = [1.0] * len(tokens)
+        overlap = [float(p[i, d]) for i, d in enumerate(tokens)]
+    rnd = Round(
+        index=index, k=len(tokens), drafted=list(tokens), q_drafted=q_d,
+        p_drafted=[float(p[i, d]) for i, d in enumerate(tokens)],
+        u=us, ratio=ratios, accepted=decisions, n_accepted=n_acc, emitted=emitted,
+        extra_id=extra, extra_kind=kind, p_top=p_top, q_top=q_top,
+        target_argmax=torch.argmax(logits, dim=-1).tolist(), overlap=overlap,
+        entropy=_entropy(p), residual_top=_topk(res) if res is not None else None,
+        greedy=sampler.greedy, draft_s=sum(prop.step_s), verify_s=verify_s,
+        round_s=time.perf_counter() - t0,
+    )
+    return rnd, hit_eos
+
+
+# --------------------------------------------------------------------------
+# entry points
+
+
+class DecodeStream:
+    """Iterate to get each Round as it happens; afterwards `.run` holds the Run."""
+
+    def __init__(self, gen: Iterator[Round]):
+        self._gen = gen
+        self.run: Run | None = None
+
+    def __iter__(self) -> Iterator[Round]:
+        self.run = yield from self._gen
+
+
+def _settings(**kw) -> dict:
+    return {k: v for k, v in kw.items()}
+
+
+def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: float = 0.0, top_p: float = 1.0,
+                       top_k: int = 0, max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
+                       k_policy: str = "fixed", vocab: int | None = None) -> DecodeStream:
+    """Speculative decoding, one Round at a time. `draft` is a model or a Drafter.
+
+    Checks every setting before any work starts (InvalidSetting on bad input).
+    """
+    drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
+    models = [target] + ([drafter.lm.model] if isinstance(drafter, ModelDrafter) else [])
+    vocab = vocab or min(vocab_size(m) for m in models)
+    if isinstance(drafter, ModelDrafter):
+        drafter.vocab = vocab
+    ids = as_id_list(input_ids)
+    check_settings(ids, models, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
+                   max_new_tokens=max_new_tokens, vocab=vocab)
+    policy = make_k_policy(k, k_policy)
+    eos = _eos_set(eos_token_id, *models)
+    settings = _settings(k=k, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
+                         seed=seed, k_policy=k_policy, drafter=drafter.name, eos_token_id=sorted(eos))
+    return DecodeStream(_speculative(target, drafter, ids, policy, Sampler.create(temperature, top_k, top_p, seed),
+                                     vocab, eos, max_new_tokens, settings))
+
+
+def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max_new_tokens, settings):
+    target = CachedLM(target_model)
+    ids = list(prompt)
+    # prefill: both caches take the prompt but its last token
+    t0 = time.perf_counter()
+    if len(ids) > 1:
+        target.timed_feed(ids[:-1], keep=1)
+    drafter.start(ids)
+    prefill_s = time.perf_counter() - t0
+
+    rounds, ks, stop = [], [], "max_new_tokens"
+    t_dec = time.perf_counter()
+    while len(ids) - len(prompt) < max_new_tokens:
+        room = max_new_tokens - (len(ids) - len(prompt))
+        k = min(policy.next_k(), room)  # no point drafting past the length limit
+        rnd, hit_eos = step(target, drafter, ids, k, sampler, vocab, eos, room, len(rounds))
+        policy.observe(rnd)
+        rounds.append(rnd)
+        ks.append(rnd.k)
+        yield rnd
+        if hit_eos:
+            stop = "eos"
+            break
+    decode_s = time.perf_counter() - t_dec
+    return Run(
+        mode="speculative", prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
+        settings=settings, stop_reason=stop, prefill_s=prefill_s, decode_s=decode_s,
+        target_passes=len(rounds), draft_passes=sum(len(r.drafted) for r in rounds) if drafter.uses_model else 0,
+        ks=ks, device=str(target.device), dtype=str(next(target_model.parameters()).dtype).replace("torch.", ""),
+    )
+
+
+def speculative_decode(target, draft, input_ids, *, k: int = 4, temperature: float = 0.0, top_p: float = 1.0,
+                       top_k: int = 0, max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
+                       k_policy: str = "fixed", vocab: int | None = None) -> Run:
+    """Speculative decoding to completion; returns the Run."""
+    stream = speculative_stream(target, draft, input_ids, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
+                                max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id,
+                                k_policy=k_policy, vocab=vocab)
+    for _ in stream:
+        pass
+    return stream.run
+
+
+def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                          max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
+                          vocab: int | None = None) -> DecodeStream:
+    """Plain decoding, one token per target pass, with the same cache machinery."""
+    vocab = vocab or vocab_size(model)
+    ids = as_id_list(input_ids)
+    check_settings(ids, [model], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
+                   max_new_tokens=max_new_tokens, vocab=vocab)
+    eos = _eos_set(eos_token_id, model)
+    settings = _settings(k=0, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
+                         seed=seed, k_policy="none", drafter="none", eos_token_id=sorted(eos))
+    return DecodeStream(_autoregressive(model, ids, Sampler.create(temperature, top_k, top_p, seed), vocab, eos,
+                                        max_new_tokens, settings))
+
+
+def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings):
+    lm = CachedLM(model)
+    ids = list(prompt)
+    t0 = time.perf_counter()
+    if len(ids) > 1:
+        lm.timed_feed(ids[:-1], keep=1)
+    prefill_s = time.perf_counter() - t0
+    rounds, stop = [], "max_new_tokens"
+    t_dec = time.perf_counter()
+    while len(ids) - len(prompt) < max_new_tokens:
+        t_round = time.perf_counter()
+        logits, dt = lm.timed_feed(ids[lm.n:], keep=1)
+        logits = logits[:, :vocab].float().cpu()  # (1, V)
+        p = sampler.probs(logits)  # (1, V)
+        tok = sampler.pick(logits[0], p[0])
+        ids.append(tok)
+        rnd = Round(
+            index=len(rounds), k=0, drafted=[], q_drafted=[], p_drafted=[], u=[], ratio=[], accepted=[],
+            n_accepted=0, emitted=[tok], extra_id=tok, extra_kind="target", p_top=[_topk(p[0])], q_top=[],
+            target_argmax=[int(torch.argmax(logits[0]))], overlap=[], entropy=_entropy(p), residual_top=None,
+            greedy=sampler.greedy, draft_s=0.0, verify_s=dt, round_s=time.perf_counter() - t_round,
+        )
+        rounds.append(rnd)
+        yield rnd
+        if tok in eos:
+            stop = "eos"
+            break
+    decode_s = time.perf_counter() - t_dec
+    return Run(
+        mode="autoregressive", prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
+        settings=settings, stop_reason=stop, prefill_s=prefill_s, decode_s=decode_s, target_passes=len(rounds),
+        draft_passes=0, ks=[0] * len(rounds), device=str(lm.device),
+        dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
+    )
+
+
+def autoregressive_decode(model, input_ids, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                          max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
+                          vocab: int | None = None) -> Run:
+    """Plain decoding to completion; returns the Run (same shape as speculative)."""
+    stream = autoregressive_stream(model, input_ids, temperature=temperature, top_p=top_p, top_k=top_k,
+                                   max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id, vocab=vocab)
+    for _ in stream:
+        pass
+    return stream.run

@@ -1,0 +1,77 @@
+"""A causal LM paired with its KV cache, fed incrementally and rolled back.
+
+Both the target and the model drafter use this: `feed(ids)` runs the model on
+the ids the cache has not seen yet and returns their logits; `rollback(n)`
+crops the cache to its first n tokens after a rejection. transformers 5.x's
+DynamicCache.crop takes a negative count (tokens to remove).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import torch
+from transformers import DynamicCache
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work so wall-clock timings are real."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def max_positions(model) -> int | None:
+    """The longest context a model accepts, if its config says."""
+    cfg = model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        v = getattr(cfg, name, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def vocab_size(model) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+class CachedLM:
+    """model + DynamicCache; `n` is how many tokens the cache holds."""
+
+    def __init__(self, model):
+        self.model = model
+        self.device = next(model.parameters()).device
+        params = inspect.signature(model.forward).parameters
+        self._can_trim_logits = "logits_to_keep" in params
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.n = 0
+
+    @torch.inference_mode()
+    def feed(self, ids: list[int], keep: int | None = None) -> torch.Tensor:
+        """Run the model on `ids` (new to the cache); return logits (keep or len(ids), V)."""
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+        kw = {}
+        if keep is not None and self._can_trim_logits:
+            kw["logits_to_keep"] = keep  # prefill needs no logits for the whole prompt
+        out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, **kw)
+        self.cache = out.past_key_values
+        self.n += len(ids)
+        logits = out.logits[0]  # (T, V)
+        return logits if keep is None else logits[-keep:]
+
+    def rollback(self, n: int) -> None:
+        """Keep only the first n cached tokens (drop rejected drafts)."""
+        if n < self.n:
+            self.cache.crop(n - self.n)  # negative: tokens to remove
+            self.n = n
+
+    def timed_feed(self, ids: list[int], keep: int | None = None) -> tuple[torch.Tensor, float]:
+        """feed(), returning (logits, wall seconds) with GPU work synchronized."""
+        sync(self.device)
+        t0 = time.perf_counter()
+        logits = self.feed(ids, keep)
+        sync(self.device)
+        return logits, time.perf_counter() - t0

@@ -1,0 +1,314 @@
+"""The engine on tiny random models: exactness, distribution, records, bad input.
+
+Greedy: speculative output must equal transformers' own greedy generate, for
+many seeds and k, with drafts that always agree, never agree, and anything in
+between. Sampling: the distribution of the first two new tokens, estimated
+from thousands of seeded runs, must match the target's exact distribution
+(enumerated); a deliberately broken engine must fail the same check.
+"""
+
+import collections
+import itertools
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import specviz.engine as engine
+from specviz import InvalidSetting, PromptLookupDrafter, Run, autoregressive_decode, speculative_decode
+from specviz.drafters import Drafter, Proposal
+from specviz.sampling import logits_to_probs
+from stats import passes, total_variation
+from tiny import hf_greedy, tiny_gpt2, tiny_qwen
+
+
+@pytest.fixture(scope="module")
+def qwen_pair():
+    return tiny_qwen(0), tiny_qwen(1)
+
+
+class NeverAgrees(Drafter):
+    """Proposes, at every position, a token the target would not pick (test-only)."""
+
+    name = "never"
+
+    def __init__(self, target):
+        self.target = target
+
+    def propose(self, ids, k, sampler):
+        with torch.no_grad():
+            logits = self.target(torch.tensor([ids])).logits[0, -1]
+        wrong = (int(torch.argmax(logits)) + 1) % logits.shape[-1]
+        return Proposal([wrong] * k, None, None, [])
+
+
+# --------------------------------------------------------------------------
+# greedy exactness
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8])
+def test_greedy_matches_hf_generate(seed, k):
+    target, drafter = tiny_qwen(100 + seed), tiny_qwen(200 + seed)
+    prompt = [(seed * 7 + i) % 64 for i in range(3 + seed)]
+    ref = hf_greedy(target, prompt, 24)
+    run = speculative_decode(target, drafter, prompt, k=k, temperature=0, max_new_tokens=24, seed=seed)
+    assert run.token_ids == ref
+
+
+def test_greedy_matches_on_gpt2_too():
+    target, drafter = tiny_gpt2(0), tiny_gpt2(1)
+    prompt = [5, 9, 2]
+    assert speculative_decode(target, drafter, prompt, k=4, max_new_tokens=30).token_ids == hf_greedy(target, prompt, 30)
+
+
+def test_draft_that_always_agrees(qwen_pair):
+    target, _ = qwen_pair
+    prompt = [3, 1, 4, 1, 5]
+    run = speculative_decode(target, target, prompt, k=4, max_new_tokens=25)
+    assert run.token_ids == hf_greedy(target, prompt, 25)
+    assert run.alpha == 1.0
+    # every full round emits k accepted + 1 bonus
+    assert all(r.extra_kind == "bonus" for r in run.rounds[:-1])
+    assert run.rounds[0].n_accepted == 4 and len(run.rounds[0].emitted) == 5
+    assert run.tokens_per_pass == pytest.approx(25 / 5)
+
+
+def test_draft_that_never_agrees_still_progresses(qwen_pair):
+    target, _ = qwen_pair
+    prompt = [2, 7, 1, 8]
+    run = speculative_decode(target, NeverAgrees(target), prompt, k=3, max_new_tokens=12)
+    assert run.token_ids == hf_greedy(target, prompt, 12)
+    # claim 5: zero accepted, yet each round emits exactly one token (the correction)
+    assert run.alpha == 0.0
+    assert all(r.n_accepted == 0 and r.emitted == [r.extra_id] and r.extra_kind == "correction" for r in run.rounds)
+    assert len(run.rounds) == 12
+
+
+def test_autoregressive_baseline_matches_hf(qwen_pair):
+    target, _ = qwen_pair
+    prompt = [1, 2, 3]
+    run = autoregressive_decode(target, prompt, temperature=0, max_new_tokens=20)
+    assert run.token_ids == hf_greedy(target, prompt, 20)
+    assert run.target_passes == 20 and run.mode == "autoregressive"
+
+
+def test_eos_stops_and_is_never_passed(qwen_pair):
+    target, drafter = qwen_pair
+    prompt = [4, 4, 2]
+    free = hf_greedy(target, prompt, 30)
+    eos = free[7]  # a token the target emits at step 8
+    first = free.index(eos)
+    run = speculative_decode(target, drafter, prompt, k=5, max_new_tokens=30, eos_token_id=eos)
+    assert run.token_ids == free[: first + 1]
+    assert run.stop_reason == "eos"
+    assert run.token_ids == hf_greedy(target, prompt, 30, eos=eos)
+
+
+def test_max_new_tokens_is_exact(qwen_pair):
+    target, _ = qwen_pair
+    for n in [1, 2, 5, 9]:
+        run = speculative_decode(target, target, [1, 2], k=4, max_new_tokens=n)
+        assert len(run.token_ids) == n
+        assert sum(len(r.emitted) for r in run.rounds) == n
+
+
+def test_adaptive_k_changes_k_and_keeps_output(qwen_pair):
+    target, drafter = qwen_pair
+    prompt = [9, 8, 7]
+    run = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=30, k_policy="adaptive")
+    assert run.token_ids == hf_greedy(target, prompt, 30)
+    run_always = speculative_decode(target, target, prompt, k=2, max_new_tokens=30, k_policy="adaptive")
+    assert run_always.ks[:4] == [2, 3, 4, 5]  # grows after each fully accepted round
+
+
+def test_prompt_lookup_drafter_is_exact_and_accepts_repetition():
+    target = tiny_qwen(3)
+    prompt = [5, 6, 7, 8, 9, 10]
+    ref = hf_greedy(target, prompt, 40)
+    # a context that repeats the target's own continuation: lookup should find it
+    ctx = prompt + ref[:20] + prompt
+    ref2 = hf_greedy(target, ctx, 20)
+    run = speculative_decode(target, PromptLookupDrafter(), ctx, k=4, max_new_tokens=20)
+    assert run.token_ids == ref2
+    assert run.draft_passes == 0
+    assert run.n_accepted > 0
+
+
+def test_prompt_lookup_finds_latest_match():
+    d = PromptLookupDrafter(max_ngram=2)
+    assert d.lookup([1, 2, 3, 9, 1, 2, 4, 5, 1, 2], 3) == [4, 5, 1]
+    assert d.lookup([7, 8], 3) == []
+
+
+# --------------------------------------------------------------------------
+# sampling preserves the target's distribution
+
+
+VOCAB = 6
+PROMPT = [1, 3]
+
+
+def exact_two_token_distribution(target, temperature, top_k=0, top_p=1.0):
+    """P(x1, x2 | prompt) under the target, by enumeration over the vocabulary."""
+    dist = {}
+    with torch.no_grad():
+        p1 = logits_to_probs(target(torch.tensor([PROMPT])).logits[0, -1], temperature, top_k, top_p)
+        for x1 in range(VOCAB):
+            p2 = logits_to_probs(target(torch.tensor([PROMPT + [x1]])).logits[0, -1], temperature, top_k, top_p)
+            for x2 in range(VOCAB):
+                dist[(x1, x2)] = float(p1[x1] * p2[x2])
+    return dist
+
+
+def sampled_two_token_counts(target, draft, n, temperature, k, top_k=0, top_p=1.0):
+    counts = collections.Counter()
+    for seed in range(n):
+        run = speculative_decode(target, draft, PROMPT, k=k, temperature=temperature, top_k=top_k, top_p=top_p,
+                                 max_new_tokens=2, seed=seed)
+        counts[tuple(run.token_ids)] += 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def small_vocab_pair():
+    # the draft differs from the target a lot (different weights, flatter init)
+    return tiny_qwen(11, vocab=VOCAB, init=1.0), tiny_qwen(12, vocab=VOCAB, init=0.3)
+
+
+N_RUNS = 3000
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.8, 4, 0.9)])
+def test_sampling_matches_target_distribution(small_vocab_pair, temperature, top_k, top_p):
+    target, draft = small_vocab_pair
+    exact = exact_two_token_distribution(target, temperature, top_k, top_p)
+    counts = sampled_two_token_counts(target, draft, N_RUNS, temperature, 2, top_k, top_p)
+    assert passes(counts, exact, N_RUNS), total_variation(counts, exact, N_RUNS)
+    # and it is not trivially the draft: the draft's own distribution must differ clearly
+    q_exact = exact_two_token_distribution(draft, temperature, top_k, top_p)
+    assert sum(abs(exact[x] - q_exact[x]) for x in exact) / 2 > 0.15
+
+
+def test_broken_engine_fails_the_distribution_check(small_vocab_pair, monkeypatch):
+    """Resample corrections from p instead of the residual: the same check must fail."""
+    target, draft = small_vocab_pair
+    exact = exact_two_token_distribution(target, 1.0)
+    monkeypatch.setattr(engine, "residual", lambda p, q, d: p)
+    counts = sampled_two_token_counts(target, draft, N_RUNS, 1.0, 2)
+    assert not passes(counts, exact, N_RUNS)
+
+
+def test_accept_everything_engine_fails_the_distribution_check(small_vocab_pair, monkeypatch):
+    target, draft = small_vocab_pair
+    exact = exact_two_token_distribution(target, 1.0)
+    monkeypatch.setattr(engine, "accept_token", lambda u, p, q: True)
+    counts = sampled_two_token_counts(target, draft, N_RUNS, 1.0, 2)
+    assert not passes(counts, exact, N_RUNS)
+
+
+# --------------------------------------------------------------------------
+# records, determinism
+
+
+def test_same_seed_same_run_and_json_round_trip(qwen_pair):
+    target, drafter = qwen_pair
+    a = speculative_decode(target, drafter, [1, 2, 3], k=3, temperature=1.0, max_new_tokens=20, seed=42)
+    b = speculative_decode(target, drafter, [1, 2, 3], k=3, temperature=1.0, max_new_tokens=20, seed=42)
+    c = speculative_decode(target, drafter, [1, 2, 3], k=3, temperature=1.0, max_new_tokens=20, seed=43)
+    assert a.token_ids == b.token_ids and a.token_ids != c.token_ids
+    back = Run.from_json(a.to_json())
+    assert back == a
+    assert json.loads(a.to_json())["format"] == "specviz.run/1"
+
+
+def test_round_records_are_consistent(qwen_pair):
+    target, drafter = qwen_pair
+    run = speculative_decode(target, drafter, [1, 2, 3], k=4, temperature=0.9, max_new_tokens=40, seed=1)
+    assert [t for r in run.rounds for t in r.emitted] == run.token_ids
+    for r in run.rounds:
+        assert len(r.drafted) == r.k == len(r.q_top) == len(r.overlap)
+        assert len(r.p_top) == len(r.entropy) == len(r.target_argmax) == r.k + 1
+        assert r.emitted[: r.n_accepted] == r.drafted[: r.n_accepted]
+        assert len(r.u) == len(r.accepted) == len(r.ratio)
+        for u, ratio, ok in zip(r.u, r.ratio, r.accepted):
+            assert ok == (u < ratio)  # the recorded decision is the rule applied to the recorded numbers
+        if r.rejected:
+            assert r.extra_kind == "correction" and r.residual_top is not None
+            # the correction can never be a token where p <= q
+            assert r.extra_id in r.residual_top.ids or r.residual_top.probs[-1] > 0
+        for ov, pd, qd in zip(r.overlap, r.p_drafted, r.q_drafted):
+            assert 0.0 <= ov <= 1.0 + 1e-9 and 0 <= pd <= 1 and 0 < qd <= 1
+    assert run.alpha >= run.acceptance_rate
+    assert run.tokens_per_pass == pytest.approx(len(run.token_ids) / len(run.rounds))
+
+
+def test_stream_yields_rounds_live_then_run(qwen_pair):
+    target, drafter = qwen_pair
+    stream = engine.speculative_stream(target, drafter, [1, 2, 3], k=2, max_new_tokens=10)
+    seen = []
+    for rnd in stream:
+        seen.append(rnd)
+        assert stream.run is None  # the Run exists only once the stream is done
+    assert stream.run.rounds == seen
+
+
+def test_padded_vocab_draft_is_handled():
+    # a target whose embedding is padded to more rows than the draft's
+    target, drafter = tiny_qwen(5, vocab=72), tiny_qwen(6, vocab=64)
+    prompt = [1, 2, 3]
+    run = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15)
+    assert all(t < 64 for t in run.token_ids)
+    run_t = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15, temperature=1.0)
+    assert len(run_t.token_ids) == 15
+
+
+# --------------------------------------------------------------------------
+# bad input: clear errors
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(input_ids=[]), "empty"),
+        (dict(k=0), "k"),
+        (dict(k=33), "k"),
+        (dict(temperature=-0.1), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(max_new_tokens=250), "context"),
+        (dict(input_ids=[1, 2, 999]), "vocabulary"),
+        (dict(input_ids=torch.zeros(2, 3, dtype=torch.long)), "one sequence"),
+    ],
+)
+def test_bad_input_is_a_clear_error(qwen_pair, kw, match):
+    target, drafter = qwen_pair
+    args = dict(input_ids=[1, 2, 3], k=4, temperature=0.0, top_p=1.0, max_new_tokens=10)
+    args.update(kw)
+    ids = args.pop("input_ids")
+    with pytest.raises(InvalidSetting, match=match):
+        speculative_decode(target, drafter, ids, **args)
+
+
+def test_tensor_input_accepted(qwen_pair):
+    target, drafter = qwen_pair
+    a = speculative_decode(target, drafter, torch.tensor([[1, 2, 3]]), k=2, max_new_tokens=8)
+    b = speculative_decode(target, drafter, [1, 2, 3], k=2, max_new_tokens=8)
+    assert a.token_ids == b.token_ids
+
+
+def test_importing_specviz_does_not_import_streamlit():
+    code = "import sys, specviz, specviz.engine, specviz.charts; print('streamlit' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_all_k_values_over_product(qwen_pair):
+    """A compact sweep: seeds x k x temperature 0 all equal to the reference."""
+    target, drafter = qwen_pair
+    for seed, k in itertools.product(range(3), [1, 4, 7]):
+        prompt = [seed + 1, 2 * seed + 3]
+        assert speculative_decode(target, drafter, prompt, k=k, max_new_tokens=15, seed=seed).token_ids == \
+            hf_greedy(target, prompt, 15)
