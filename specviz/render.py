@@ -1,0 +1,236 @@
+"""Token-level rendering of a run: HTML for the app, ANSI for terminals.
+
+Each token has a state, shown by colour (Okabe-Ito, colour-blind safe) AND a
+second cue that survives greyscale or colour blindness:
+  accepted    drafted, kept by the target          green, solid underline
+  rejected    drafted, refused: shown, not kept    vermillion, strikethrough
+  correction  target's replacement after a reject  blue, bold + box
+  bonus       target's extra token after k accepts purple, bold + superscript +
+  pending     drafted, not yet verified            orange, dashed border
+  target      plain target token (no draft, k=0)   no decoration
+Pure: only the standard library (and the plain records).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Iterable, Sequence
+
+from .records import Round, Run
+
+# Okabe-Ito palette (Okabe & Ito 2008): distinguishable with all common CVDs.
+OKABE_ITO = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+}
+
+STATE_COLORS = {
+    "accepted": OKABE_ITO["bluish_green"],
+    "rejected": OKABE_ITO["vermillion"],
+    "correction": OKABE_ITO["blue"],
+    "bonus": OKABE_ITO["reddish_purple"],
+    "pending": OKABE_ITO["orange"],
+    "target": "#555555",
+    "prompt": "#6b6b6b",
+}
+
+STATE_LABELS = {
+    "accepted": "accepted (drafted, kept)",
+    "rejected": "rejected (drafted, not kept)",
+    "correction": "correction (target's replacement)",
+    "bonus": "bonus (all k accepted: one more free)",
+    "pending": "pending (drafted, not yet verified)",
+    "target": "target token (no draft)",
+}
+
+
+def _tint(hex_colour: str, alpha: float) -> str:
+    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+# Inline styles, so the HTML renders the same with or without the CSS block.
+_BASE = "border-radius:3px;padding:0 1px;margin:0 1px;"
+STATE_STYLES = {
+    "accepted": _BASE + f"background:{_tint(STATE_COLORS['accepted'], 0.14)};"
+    f"border-bottom:3px solid {STATE_COLORS['accepted']};",
+    "rejected": _BASE + f"background:{_tint(STATE_COLORS['rejected'], 0.12)};"
+    f"color:#8f3b00;text-decoration:line-through;text-decoration-thickness:2px;"
+    f"text-decoration-color:{STATE_COLORS['rejected']};",
+    "correction": _BASE + f"background:{_tint(STATE_COLORS['correction'], 0.12)};"
+    f"font-weight:700;border:2px solid {STATE_COLORS['correction']};",
+    "bonus": _BASE + f"background:{_tint(STATE_COLORS['bonus'], 0.18)};font-weight:700;"
+    f"border-bottom:3px double {STATE_COLORS['bonus']};",
+    "pending": _BASE + f"background:{_tint(STATE_COLORS['pending'], 0.10)};"
+    f"border:2px dashed {STATE_COLORS['pending']};",
+    "target": _BASE,
+    "prompt": f"color:{STATE_COLORS['prompt']};",
+}
+
+CSS = "\n".join(
+    [".sv-text{white-space:pre-wrap;line-height:2.0;font-size:17px;"
+     "font-family:ui-monospace,Menlo,Consolas,monospace;}"]
+    + [f".sv-{s}{{{st}}}" for s, st in STATE_STYLES.items()]
+    + [".sv-nl{opacity:0.55;}", ".sv-plus{font-size:0.7em;vertical-align:super;}"]
+)
+
+_CONTAINER = ("white-space:pre-wrap;line-height:2.0;font-size:17px;color:#111;"
+              "font-family:ui-monospace,Menlo,Consolas,monospace;")
+
+_VISIBLE = {"\n": "⏎", "\r": "␍", "\t": "⇥"}
+
+
+def visible(s: str, spaces: bool = True) -> str:
+    """Make whitespace visible for labels: ' '->'␣', '\\n'->'⏎', tab->'⇥'.
+
+    With spaces=False only control characters are replaced. '' -> '∅'.
+    """
+    if s == "":
+        return "∅"
+    out = "".join(_VISIBLE.get(ch, ch) for ch in s)
+    return out.replace(" ", "␣") if spaces else out
+
+
+def _tok_html(text: str, state: str, title: str = "") -> str:
+    """One token as a <span>: escaped, newlines shown as '⏎' then <br>.
+
+    The output never contains a literal newline: in st.markdown a blank line
+    would end the raw-HTML block and the rest would be parsed as markdown.
+    """
+    parts = []
+    for i, line in enumerate(text.split("\n")):
+        if i:
+            parts.append('<span class="sv-nl">⏎</span><br>')
+        parts.append(html.escape(line.replace("\t", "⇥").replace("\r", "␍"), quote=False))
+    body = "".join(parts) if text else "∅"
+    if state == "bonus":
+        body += '<sup class="sv-plus">+</sup>'
+    t = f' title="{html.escape(title, quote=True)}"' if title else ""
+    return (f'<span class="sv-tok sv-{state}" data-state="{state}" '
+            f'style="{STATE_STYLES[state]}"{t}>{body}</span>')
+
+
+def _round_tokens(r: Round) -> list[tuple[int, str, str]]:
+    """(token id, state, hover title) in display order for one round."""
+    out: list[tuple[int, str, str]] = []
+    for j, tok in enumerate(r.emitted):
+        if r.k == 0:
+            state = "target"
+        elif j < r.n_accepted:
+            state = "accepted"
+        else:
+            state = r.extra_kind or "target"
+        if state == "correction" and r.rejected:
+            # show the refused draft just before the target's replacement
+            d = r.drafted[r.n_accepted]
+            out.append((d, "rejected", _hover(r, r.n_accepted, "rejected")))
+        out.append((tok, state, _hover(r, j, state)))
+    if r.rejected and r.extra_kind != "correction" and len(r.emitted) == r.n_accepted:
+        # rejected, but the correction was cut (EOS / length): still show the refusal
+        d = r.drafted[r.n_accepted]
+        out.append((d, "rejected", _hover(r, r.n_accepted, "rejected")))
+    return out
+
+
+def _hover(r: Round, j: int, state: str) -> str:
+    s = f"round {r.index + 1} · position {j + 1} · {state}"
+    if state in ("accepted", "rejected") and j < len(r.p_drafted):
+        s += f" · p={r.p_drafted[j]:.3f} q={r.q_drafted[j]:.3f}"
+        if j < len(r.u) and r.u:
+            s += f" · u={r.u[j]:.3f}"
+    return s
+
+
+def tokens_html(prompt_text: str, rounds: Sequence[Round], decode: Callable[[int], str],
+                upto: int | None = None, pending: Round | Iterable[int] | None = None) -> str:
+    """The text so far as HTML, each generated token a <span> styled by state.
+
+    rounds: Rounds in order (a Run's .rounds); upto: show only the first `upto`
+    rounds; pending: drafted ids (or a Round, whose .drafted is used) not yet
+    verified, drawn with a dashed border at the end.
+    """
+    parts = [f'<span class="sv-prompt" style="{STATE_STYLES["prompt"]}">'
+             + html.escape(prompt_text, quote=False).replace("\n", "⏎<br>") + "</span>"]
+    for r in list(rounds)[:upto]:
+        for tok, state, title in _round_tokens(r):
+            parts.append(_tok_html(decode(tok), state, title))
+    if pending is not None:
+        ids = pending.drafted if isinstance(pending, Round) else list(pending)
+        for j, tok in enumerate(ids):
+            parts.append(_tok_html(decode(tok), "pending", f"drafted #{j + 1}, awaiting verification"))
+    return f'<div class="sv-text" style="{_CONTAINER}">{"".join(parts)}</div>'
+
+
+def legend_html(states: Sequence[str] = ("accepted", "rejected", "correction", "bonus", "pending")) -> str:
+    """A one-line legend: a sample token in each state with its meaning."""
+    items = [f'{_tok_html("token", s)}&nbsp;<span style="font-size:14px">{html.escape(STATE_LABELS[s])}</span>'
+             for s in states]
+    return ('<div class="sv-legend" style="display:flex;flex-wrap:wrap;gap:6px 18px;'
+            'align-items:center;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:15px;">'
+            + "".join(f"<span>{i}</span>" for i in items) + "</div>")
+
+
+def round_log_rows(run: Run, decode: Callable[[int], str]) -> list[dict]:
+    """One row per round for a table: what was drafted, kept, added, and timings."""
+    rows = []
+    for r in run.rounds:
+        extra = ""
+        if r.extra_id is not None and r.extra_kind:
+            extra = f"{visible(decode(r.extra_id))} ({r.extra_kind})"
+        rows.append({
+            "round": r.index + 1,
+            "k": r.k,
+            "drafted": " | ".join(visible(decode(t)) for t in r.drafted),
+            "accepted": r.n_accepted,
+            "rejected": visible(decode(r.drafted[r.n_accepted])) if r.rejected else "",
+            "correction/bonus": extra,
+            "emitted": len(r.emitted),
+            "draft ms": round(r.draft_s * 1000, 2),
+            "verify ms": round(r.verify_s * 1000, 2),
+        })
+    return rows
+
+
+# --- terminal ---------------------------------------------------------------
+def _fg(hex_colour: str) -> str:
+    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"38;2;{r};{g};{b}"
+
+
+# SGR codes: colour + a second cue (underline, strike, bold, '+', dotted underline)
+ANSI_STYLES = {
+    "accepted": f"4;{_fg(STATE_COLORS['accepted'])}",
+    "rejected": f"9;2;{_fg(STATE_COLORS['rejected'])}",
+    "correction": f"1;7;{_fg(STATE_COLORS['correction'])}",
+    "bonus": f"1;{_fg(STATE_COLORS['bonus'])}",
+    "pending": f"4:4;{_fg(STATE_COLORS['pending'])}",
+    "target": "0",
+    "prompt": "2",
+}
+
+
+def _ansi(text: str, state: str) -> str:
+    text = text.replace("\n", "⏎\n").replace("\t", "⇥")
+    if state == "bonus":
+        text += "⁺"
+    return f"\x1b[{ANSI_STYLES[state]}m{text}\x1b[0m"
+
+
+def ansi_tokens(run: Run, decode: Callable[[int], str], prompt_text: str | None = None) -> str:
+    """The run's text with ANSI styles per token state, for a terminal."""
+    parts = [_ansi(prompt_text, "prompt")] if prompt_text else []
+    for r in run.rounds:
+        for tok, state, _ in _round_tokens(r):
+            parts.append(_ansi(decode(tok), state))
+    return "".join(parts)
+
+
+def legend_ansi() -> str:
+    """One line explaining the terminal styles."""
+    return "  ".join(_ansi(s, s) for s in ("accepted", "rejected", "correction", "bonus"))

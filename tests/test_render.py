@@ -1,0 +1,136 @@
+"""Tests for specviz.render: token states in HTML/ANSI, escaping, round log rows."""
+
+from __future__ import annotations
+
+import re
+
+from specviz import render
+from specviz.records import Round, Run, TopK
+
+VOCAB = {1: " Paris", 2: ",", 3: " a", 4: " city", 5: " major", 6: "\n", 7: "<script>alert(1)</script>",
+         8: " and", 9: " the", 10: " x"}
+decode = VOCAB.__getitem__
+
+
+def mk_round(index, drafted, accepted, extra_id, extra_kind, emitted=None, k=None):
+    k = len(drafted) if k is None else k
+    n_acc = sum(accepted)
+    emitted = drafted[:n_acc] + ([extra_id] if extra_id is not None else []) if emitted is None else emitted
+    top = TopK([1], [0.5])
+    return Round(
+        index=index, k=k, drafted=drafted, q_drafted=[0.6] * k, p_drafted=[0.4] * k,
+        u=[0.3] * len(accepted), ratio=[0.4 / 0.6] * len(accepted), accepted=accepted, n_accepted=n_acc,
+        emitted=emitted, extra_id=extra_id, extra_kind=extra_kind, p_top=[top] * (k + 1), q_top=[top] * k,
+        target_argmax=[1] * (k + 1), overlap=[0.5] * k, entropy=[1.0] * (k + 1),
+        residual_top=TopK([5], [1.0]) if extra_kind == "correction" else None, greedy=False,
+        draft_s=0.0123, verify_s=0.0456, round_s=0.06)
+
+
+def france():
+    return mk_round(0, [1, 2, 3, 4], [True, True, True, False], 5, "correction")
+
+
+def bonus_round():
+    return mk_round(1, [6, 8], [True, True], 9, "bonus")
+
+
+def mk_run(rounds):
+    toks = [t for r in rounds for t in r.emitted]
+    return Run(mode="speculative", prompt_ids=[0], token_ids=toks, rounds=rounds, settings={},
+               stop_reason="max_new_tokens", prefill_s=0.01, decode_s=0.1, target_passes=len(rounds),
+               draft_passes=sum(r.k for r in rounds), ks=[r.k for r in rounds])
+
+
+def spans(html, state):
+    """Text inside the spans of one state (tags stripped)."""
+    out = re.findall(rf'<span class="sv-tok sv-{state}"[^>]*>(.*?)</span>(?=<span|</div>)', html, re.S)
+    return [re.sub(r"<[^>]+>", "", s) for s in out]
+
+
+def test_states_in_order_with_second_cues():
+    h = render.tokens_html("The capital of France is", [france(), bonus_round()], decode)
+    states = re.findall(r'data-state="(\w+)"', h)
+    assert states == ["accepted"] * 3 + ["rejected", "correction"] + ["accepted"] * 2 + ["bonus"]
+    assert spans(h, "rejected") == [" city"] and spans(h, "correction") == [" major"]
+    # second cues besides colour
+    rej = re.search(r'<span class="sv-tok sv-rejected"[^>]*style="([^"]*)"', h).group(1)
+    assert "line-through" in rej
+    cor = re.search(r'<span class="sv-tok sv-correction"[^>]*style="([^"]*)"', h).group(1)
+    assert "font-weight:700" in cor and "border:2px solid" in cor
+    acc = re.search(r'<span class="sv-tok sv-accepted"[^>]*style="([^"]*)"', h).group(1)
+    assert "border-bottom:3px solid" in acc
+    assert '<sup class="sv-plus">+</sup>' in h  # bonus superscript
+    assert "The capital of France is" in h
+
+
+def test_escapes_html_and_shows_newlines():
+    r = mk_round(0, [7, 6], [True, True], 2, "bonus")
+    h = render.tokens_html("a < b & c", [r], decode)
+    assert "<script>" not in h
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in h
+    assert "a &lt; b &amp; c" in h
+    assert "⏎" in h  # newline token made visible
+    assert "white-space:pre-wrap" in h
+    # one line: a blank line would end the raw-HTML block inside st.markdown
+    h2 = render.tokens_html("x\n\ny", [mk_round(0, [6, 6], [True, True], 6, "bonus")], decode)
+    assert "\n" not in h2 and h2.count("<br>") == 5
+
+
+def test_upto_and_pending():
+    rounds = [france(), bonus_round()]
+    h1 = render.tokens_html("", rounds, decode, upto=1)
+    assert "bonus" not in re.findall(r'data-state="(\w+)"', h1)
+    pend = mk_round(2, [8, 9, 10], [], None, None, emitted=[])
+    h2 = render.tokens_html("", rounds, decode, pending=pend)
+    assert spans(h2, "pending") == [" and", " the", " x"]
+    assert "dashed" in re.search(r'sv-pending"[^>]*style="([^"]*)"', h2).group(1)
+    assert spans(render.tokens_html("", [], decode, pending=[3]), "pending") == [" a"]
+
+
+def test_zero_accepted_round_still_emits_a_token():
+    r = mk_round(0, [4, 3], [False], 5, "correction")
+    states = re.findall(r'data-state="(\w+)"', render.tokens_html("", [r], decode))
+    assert states == ["rejected", "correction"]
+
+
+def test_eos_cut_and_autoregressive_rounds():
+    # correction cut by a length limit: the refusal is still shown, nothing is invented
+    cut = mk_round(0, [1, 4], [True, False], None, None, emitted=[1])
+    assert re.findall(r'data-state="(\w+)"', render.tokens_html("", [cut], decode)) == ["accepted", "rejected"]
+    ar = mk_round(0, [], [], 9, "bonus", emitted=[9])
+    assert re.findall(r'data-state="(\w+)"', render.tokens_html("", [ar], decode)) == ["target"]
+
+
+def test_legend_has_every_state():
+    leg = render.legend_html()
+    for s in ("accepted", "rejected", "correction", "bonus", "pending"):
+        assert f'data-state="{s}"' in leg
+        assert render.STATE_LABELS[s].split(" ")[0] in leg
+    assert set(render.STATE_COLORS) >= {"accepted", "rejected", "correction", "bonus", "pending"}
+    assert len({render.STATE_COLORS[s] for s in ("accepted", "rejected", "correction", "bonus", "pending")}) == 5
+
+
+def test_round_log_rows():
+    rows = render.round_log_rows(mk_run([france(), bonus_round()]), decode)
+    assert len(rows) == 2
+    r0, r1 = rows
+    assert r0["round"] == 1 and r0["k"] == 4 and r0["accepted"] == 3
+    assert r0["drafted"] == "␣Paris | , | ␣a | ␣city"
+    assert r0["rejected"] == "␣city" and r0["correction/bonus"] == "␣major (correction)"
+    assert r0["draft ms"] == 12.3 and r0["verify ms"] == 45.6
+    assert r1["rejected"] == "" and r1["correction/bonus"] == "␣the (bonus)" and r1["drafted"].startswith("⏎")
+
+
+def test_ansi_tokens():
+    s = render.ansi_tokens(mk_run([france(), bonus_round()]), decode, prompt_text="France:")
+    assert "\x1b[9;" in s  # strikethrough for the rejected draft
+    assert "\x1b[4;" in s  # underline for accepted
+    assert " major" in s and "⏎\n" in s and "⁺" in s and "France:" in s
+    plain = re.sub(r"\x1b\[[0-9;:]*m", "", s)
+    assert plain == "France: Paris, a city major⏎\n and the⁺"
+
+
+def test_visible():
+    assert render.visible(" a\n\t") == "␣a⏎⇥"
+    assert render.visible("") == "∅"
+    assert render.visible(" a", spaces=False) == " a"
