@@ -1,0 +1,212 @@
+"""Live measurements behind the claims: forward cost, bandwidth, c, exactness.
+
+Shared by the app's pages and by `python -m specviz bench`. Everything is
+measured on the models and device at hand; nothing is canned.
+
+  forward_cost      target forward time for n new tokens on a cached context
+  batch_cost        the same for a batch of sequences (where the flat part ends)
+  memory_bandwidth  a copy benchmark: bytes/s this device moves
+  weight_bytes      bytes of parameters a forward pass must read
+  draft_cost_ratio  c = one draft step / one target step
+  first_token_trials  many seeded decisions of the real acceptance rule
+  compare_with_baseline  speculative vs a warmed target-only run, same settings
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .drafters import Proposal
+from .engine import autoregressive_decode, decide, speculative_decode
+from .lm import CachedLM, sync, vocab_size
+from .records import Run
+from .sampling import Sampler, logits_to_probs
+
+Progress = Callable[[str, float | None], None] | None
+
+
+def _say(progress: Progress, msg: str, frac: float | None = None) -> None:
+    if progress is not None:
+        progress(msg, frac)
+
+
+def _context(model, n: int, seed: int = 0) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, min(vocab_size(model), 1000), (n,), generator=g).tolist()
+
+
+def forward_cost(model, n_tokens=(1, 2, 4, 8, 16), reps: int = 5, context: int = 64,
+                 progress: Progress = None) -> dict[int, list[float]]:
+    """Seconds per target forward of n new tokens on top of `context` cached tokens."""
+    lm = CachedLM(model)
+    ctx = _context(model, context + max(n_tokens))
+    lm.feed(ctx[:context], keep=1)
+    lm.timed_feed(ctx[context:context + 1], keep=1)  # warm-up
+    lm.rollback(context)
+    out: dict[int, list[float]] = {n: [] for n in n_tokens}
+    total = reps * len(n_tokens)
+    for r in range(reps):
+        for j, n in enumerate(n_tokens):  # interleaved, so drift hits every size alike
+            _, dt = lm.timed_feed(ctx[context:context + n], keep=n)
+            lm.rollback(context)
+            out[n].append(dt)
+            _say(progress, f"forward pass of {n} token(s), repetition {r + 1}/{reps}", (r * len(n_tokens) + j + 1) / total)
+    return out
+
+
+@torch.inference_mode()
+def batch_cost(model, n_tokens=(1, 4, 8), batches=(1, 2, 4, 8, 16), reps: int = 3, context: int = 32,
+               progress: Progress = None) -> dict[tuple[int, int], list[float]]:
+    """Seconds per forward of `b` sequences × `n` new tokens, each on a cached context."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    out: dict[tuple[int, int], list[float]] = {}
+    total = len(n_tokens) * len(batches)
+    for i, b in enumerate(batches):
+        ids = torch.randint(0, min(vocab_size(model), 1000), (b, context + max(n_tokens)),
+                            generator=torch.Generator().manual_seed(b)).to(device)
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        for j, n in enumerate(n_tokens):
+            times = []
+            for r in range(reps + 1):
+                sync(device)
+                t0 = time.perf_counter()
+                model(input_ids=ids[:, context:context + n], past_key_values=cache, use_cache=True, logits_to_keep=n)
+                sync(device)
+                if r > 0:  # the first is a warm-up
+                    times.append(time.perf_counter() - t0)
+                cache.crop(-n)
+            out[(n, b)] = times
+            _say(progress, f"batch {b} × {n} token(s)", (i * len(n_tokens) + j + 1) / total)
+    return out
+
+
+def weight_bytes(model) -> int:
+    """Bytes of parameters one forward pass reads (tied embeddings counted once)."""
+    seen, total = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() in seen:
+            continue
+        seen.add(p.data_ptr())
+        total += p.numel() * p.element_size()
+    return total
+
+
+def memory_bandwidth(device="cpu", megabytes: int = 256, reps: int = 5) -> float:
+    """Bytes/s of a large copy (read + write counted), the best of `reps`."""
+    device = torch.device(device)
+    n = megabytes * 2**20 // 4
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(reps + 1):
+        sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n * 4 / best
+
+
+@dataclass(frozen=True)
+class BandwidthCheck:
+    """Claim 1: time per token ≈ bytes of weights ÷ memory bandwidth."""
+
+    weight_bytes: int
+    bandwidth: float  # bytes/s
+    predicted_s: float  # weight_bytes / bandwidth
+    measured_s: float  # median 1-token forward
+
+
+def bandwidth_check(model, reps: int = 5) -> BandwidthCheck:
+    dev = next(model.parameters()).device
+    wb = weight_bytes(model)
+    bw = memory_bandwidth(dev)
+    measured = statistics.median(forward_cost(model, n_tokens=(1,), reps=reps)[1])
+    return BandwidthCheck(wb, bw, wb / bw, measured)
+
+
+def draft_cost_ratio(target, draft, reps: int = 5, context: int = 64) -> float:
+    """c: the median 1-token draft forward over the median 1-token target forward."""
+    t = statistics.median(forward_cost(target, n_tokens=(1,), reps=reps, context=context)[1])
+    d = statistics.median(forward_cost(draft, n_tokens=(1,), reps=reps, context=context)[1])
+    return d / t
+
+
+@dataclass(frozen=True)
+class FirstTokenTrials:
+    """Many seeded decisions at the first position against the target's p."""
+
+    counts: dict[int, int]  # first emitted token -> how often
+    p: dict[int, float]  # the target's distribution (top tokens), same settings
+    q: dict[int, float]  # the draft's distribution (top tokens)
+    n: int
+    accepted: int  # how many trials kept the drafted token
+
+
+@torch.inference_mode()
+def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, temperature: float = 1.0,
+                       top_k: int = 0, top_p: float = 1.0, seed: int = 0, top: int = 50) -> FirstTokenTrials:
+    """Run the engine's own acceptance step `n` times with seeds seed..seed+n-1.
+
+    The forward passes are deterministic, so q (draft) and p (target) for the
+    first position are computed once; each trial then draws d ~ q, and the
+    engine's `decide` keeps it with probability min(1, p/q) or draws a
+    correction from norm(max(0, p - q)), exactly as in a full run.
+    """
+    vocab = min(vocab_size(target), vocab_size(draft))
+    ids = list(input_ids)
+    q_logits = CachedLM(draft).feed(ids, keep=1)[-1, :vocab].float().cpu()  # (V,)
+    p_logits = CachedLM(target).feed(ids, keep=1)[-1, :vocab].float().cpu()  # (V,)
+    both = torch.stack([p_logits, p_logits])  # (2, V): position 1 and an unused bonus row
+    counts: dict[int, int] = {}
+    accepted = 0
+    for s in range(seed, seed + n):
+        sampler = Sampler.create(temperature, top_k, top_p, s)
+        q = sampler.probs(q_logits)
+        d = sampler.pick(q_logits, q)  # the draft's proposal
+        n_acc, extra, *_ = decide(both, Proposal([d], q[None], q[None]), sampler)
+        tok = d if n_acc >= 1 else extra
+        accepted += n_acc >= 1
+        counts[tok] = counts.get(tok, 0) + 1
+    p = logits_to_probs(p_logits, temperature or 1.0, top_k, top_p)
+    q = logits_to_probs(q_logits, temperature or 1.0, top_k, top_p)
+    keep = set(torch.topk(p, min(top, vocab)).indices.tolist()) | set(counts)
+    return FirstTokenTrials(counts, {i: float(p[i]) for i in keep}, {i: float(q[i]) for i in keep}, n, accepted)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    spec: Run
+    base: Run
+    speedup: float  # base decode time / spec decode time, per token
+    identical: bool | None  # greedy only: same text as the target alone
+
+
+def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: float, top_p: float = 1.0,
+                          top_k: int = 0, max_new_tokens: int, seed: int, eos_token_id=None,
+                          spec: Run | None = None, warm: bool = True, **kw) -> Comparison:
+    """A speculative run and a plain target-only run with the same settings.
+
+    `warm` runs a few tokens of each first so one-time costs (allocations,
+    kernel selection) land in neither measurement.
+    """
+    common = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, eos_token_id=eos_token_id)
+    if warm:
+        autoregressive_decode(target, input_ids, max_new_tokens=2, **common)
+    base = autoregressive_decode(target, input_ids, max_new_tokens=max_new_tokens, **common)
+    if spec is None:
+        if warm:
+            speculative_decode(target, draft, input_ids, k=k, max_new_tokens=2, **common, **kw)
+        spec = speculative_decode(target, draft, input_ids, k=k, max_new_tokens=max_new_tokens, **common, **kw)
+    speedup = (base.decode_s / max(len(base.token_ids), 1)) / (spec.decode_s / max(len(spec.token_ids), 1))
+    identical = spec.token_ids == base.token_ids if temperature == 0 else None
+    return Comparison(spec, base, speedup, identical)
+

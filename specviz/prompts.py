@@ -1,0 +1,68 @@
+"""Preset prompts by domain, and turning text into input ids.
+
+Acceptance depends on how predictable the text is, not on its quality: code,
+lists and repetition accept well; open-ended creative text accepts poorly.
+The presets cover those domains so a learner can compare them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import InvalidSetting
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    domain: str
+    text: str
+    chat: bool = True  # wrap in the model's chat template (instruct models)
+
+
+PRESETS: list[Preset] = [
+    Preset("Python function", "code",
+           "Write a Python function `is_prime(n)` that returns True if n is prime. Only the code."),
+    Preset("List of planets", "list",
+           "List the eight planets of the solar system in order from the Sun, one per line, numbered."),
+    Preset("Factual answer", "factual",
+           "In two sentences, what does the mitochondrion do in a cell?"),
+    Preset("Creative story", "creative",
+           "Write a surreal four-line poem about a clock that eats clouds."),
+    Preset("Repetition", "repetition",
+           "Write the same paragraph three times: 'The quick brown fox jumps over the lazy dog. "
+           "It does so every morning before breakfast.'"),
+    # the textbook example: a raw continuation, no chat template
+    Preset("The capital of France", "factual", "The capital of France is", chat=False),
+]
+
+DOMAINS = ["code", "list", "factual", "creative", "repetition"]
+
+
+def preset(name: str) -> Preset:
+    for p in PRESETS:
+        if p.name == name:
+            return p
+    raise InvalidSetting(f"Unknown preset {name!r}. Presets: {', '.join(p.name for p in PRESETS)}.")
+
+
+def domain_prompts() -> dict[str, Preset]:
+    """One chat preset per domain (for sweeps and the benchmark)."""
+    out: dict[str, Preset] = {}
+    for p in PRESETS:
+        if p.chat and p.domain not in out:
+            out[p.domain] = p
+    return out
+
+
+def encode(tokenizer, text: str, chat: bool = True) -> list[int]:
+    """Token ids for `text`; with chat=True, wrapped in the tokenizer's chat template."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidSetting("The prompt is empty: type something for the model to continue.")
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+    return [int(t) for t in tokenizer(text, add_special_tokens=False)["input_ids"]]
