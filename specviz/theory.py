@@ -82,8 +82,9 @@ def verify_ratio(n_tokens, verify_cost: VerifyCost = None):
     elif isinstance(verify_cost, Mapping):
         if not verify_cost:
             raise InvalidSetting("verify_cost is an empty dict: measure at least one size")
-        xs = np.array(sorted(verify_cost), dtype=float)
-        ys = np.array([float(verify_cost[x]) for x in sorted(verify_cost)])
+        pts = sorted((float(x), float(y)) for x, y in verify_cost.items())  # keys may be str (JSON)
+        xs = np.array([x for x, _ in pts])
+        ys = np.array([y for _, y in pts])
         out = np.interp(n, xs, ys)
         if len(xs) >= 2:
             slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))

@@ -167,3 +167,7 @@ def test_modules_never_import_streamlit():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_verify_cost_dict_with_str_keys():
+    assert theory.verify_ratio(5, {"1": 1.0, "2": 1.1, "16": 2.5}) == pytest.approx(1.1 + 0.1 * 3)
