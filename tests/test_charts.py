@@ -1,0 +1,414 @@
+"""Tests for specviz.charts: the figures carry the right traces and numbers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from specviz import charts
+from specviz.records import Round, Run, TopK
+from specviz.theory import expected_speedup, expected_tokens
+
+VOCAB = ["The", " Paris", ",", " a", " city", " major", "\n", " of", "<s>"]
+decode = VOCAB.__getitem__
+
+
+# --- a tiny exact simulator: plausible, internally consistent Rounds -----------
+def _dist(rng, v=len(VOCAB), conc=0.6):
+    return rng.dirichlet([conc] * v)
+
+
+def _top(p, n=6):
+    ids = [int(i) for i in np.argsort(-p)[:n]]
+    return TopK(ids=ids, probs=[float(p[i]) for i in ids])
+
+
+def sim_round(rng, index, k, greedy=False, agree=0.0):
+    """One speculative round on random p/q (q pulled toward p by `agree`)."""
+    ps = [_dist(rng) for _ in range(k + 1)]
+    qs = [(1 - agree) * _dist(rng) + agree * ps[i] for i in range(k)]
+    drafted, u, ratio, acc = [], [], [], []
+    for i in range(k):
+        d = int(np.argmax(qs[i])) if greedy else int(rng.choice(len(VOCAB), p=qs[i]))
+        drafted.append(d)
+    extra, kind, residual = None, None, None
+    for i, d in enumerate(drafted):
+        r = ps[i][d] / qs[i][d]
+        ratio.append(float(r))
+        if greedy:
+            ok = d == int(np.argmax(ps[i]))
+        else:
+            u.append(float(rng.random()))
+            ok = u[-1] <= min(1.0, r)
+        acc.append(bool(ok))
+        if not ok:
+            res = np.maximum(ps[i] - qs[i], 0)
+            res /= res.sum()
+            residual = _top(res)
+            extra = int(np.argmax(ps[i])) if greedy else int(rng.choice(len(VOCAB), p=res))
+            kind = "correction"
+            break
+    n_acc = sum(acc)
+    if extra is None:
+        extra = int(np.argmax(ps[k])) if greedy else int(rng.choice(len(VOCAB), p=ps[k]))
+        kind = "bonus"
+    return Round(
+        index=index, k=k, drafted=drafted,
+        q_drafted=[float(qs[i][d]) for i, d in enumerate(drafted)],
+        p_drafted=[float(ps[i][d]) for i, d in enumerate(drafted)],
+        u=u, ratio=ratio, accepted=acc, n_accepted=n_acc,
+        emitted=drafted[:n_acc] + [extra], extra_id=extra, extra_kind=kind,
+        p_top=[_top(p) for p in ps], q_top=[_top(q) for q in qs],
+        target_argmax=[int(np.argmax(p)) for p in ps],
+        overlap=[float(np.minimum(ps[i], qs[i]).sum()) for i in range(k)],
+        entropy=[float(-(p * np.log(p)).sum()) for p in ps],
+        residual_top=residual, greedy=greedy,
+        draft_s=0.002 * k, verify_s=0.02, round_s=0.021 + 0.002 * k,
+    )
+
+
+def sim_run(seed=0, n_rounds=30, k=4, ks=None, greedy=False, agree=0.6, label=None):
+    rng = np.random.default_rng(seed)
+    ks = ks or [k] * n_rounds
+    rounds = [sim_round(rng, i, kk, greedy, agree) for i, kk in enumerate(ks)]
+    toks = [t for r in rounds for t in r.emitted]
+    return Run(mode="speculative", prompt_ids=[0], token_ids=toks, rounds=rounds,
+               settings={"k": k, **({"label": label} if label else {})}, stop_reason="max_new_tokens",
+               prefill_s=0.05, decode_s=sum(r.round_s for r in rounds),
+               target_passes=len(rounds), draft_passes=sum(ks), ks=list(ks))
+
+
+def france_round(greedy=False):
+    """The classic example: ' Paris' ',' ' a' accepted, ' city' -> ' major'."""
+    p = [TopK([1, 7, 5], [0.7, 0.2, 0.1]), TopK([2, 7], [0.8, 0.2]), TopK([3, 5], [0.6, 0.4]),
+         TopK([5, 4, 3], [0.55, 0.3, 0.15]), TopK([7], [1.0])]
+    q = [TopK([1, 5], [0.9, 0.1]), TopK([2], [1.0]), TopK([3, 4], [0.5, 0.5]),
+         TopK([4, 5], [0.8, 0.2])]
+    return Round(
+        index=0, k=4, drafted=[1, 2, 3, 4], q_drafted=[0.9, 1.0, 0.5, 0.8],
+        p_drafted=[0.7, 0.8, 0.6, 0.3], u=[] if greedy else [0.5, 0.3, 0.9, 0.6],
+        ratio=[0.7 / 0.9, 0.8, 1.2, 0.375], accepted=[True, True, True, False], n_accepted=3,
+        emitted=[1, 2, 3, 5], extra_id=5, extra_kind="correction", p_top=p, q_top=q,
+        target_argmax=[1, 2, 3, 5, 7], overlap=[0.8, 0.8, 0.6, 0.5],
+        entropy=[0.8, 0.5, 0.67, 0.95, 0.0],
+        residual_top=TopK([5, 3], [0.35 / 0.5, 0.15 / 0.5]), greedy=greedy,
+        draft_s=0.01, verify_s=0.03, round_s=0.041,
+    )
+
+
+def trace(fig, name):
+    hits = [t for t in fig.data if t.name == name]
+    assert hits, f"no trace named {name!r}: {[t.name for t in fig.data]}"
+    return hits[0]
+
+
+def title(fig):
+    return fig.layout.title.text + " " + (fig.layout.title.subtitle.text or "")
+
+
+# --- theme and config -------------------------------------------------------
+def test_theme_and_config():
+    f = charts.fig_expected_tokens(4)
+    assert f.layout.template.layout.paper_bgcolor == "white"
+    assert f.layout.template.layout.font.size >= 14
+    assert charts.PLOTLY_CONFIG["toImageButtonOptions"]["format"] == "png"
+    assert charts.PLOTLY_CONFIG["toImageButtonOptions"]["scale"] == 2
+    assert charts.plotly_config("pq")["toImageButtonOptions"]["filename"] == "pq"
+    # legend sits above the plot area, not over the data
+    assert f.layout.template.layout.legend.y >= 1
+
+
+# --- fig_pq ---------------------------------------------------------------
+def test_fig_pq_bar_heights_match_round():
+    r = france_round()
+    f = charts.fig_pq(r, 3, decode)
+    p, q = trace(f, "target p"), trace(f, "draft q")
+    lab = {x: i for x, i in zip(p.x, p.customdata)}
+    pm = dict(zip(r.p_top[3].ids, r.p_top[3].probs))
+    qm = dict(zip(r.q_top[3].ids, r.q_top[3].probs))
+    for x, y in zip(p.x, p.y):
+        assert y == pytest.approx(pm.get(lab[x], 0.0))
+    for x, y in zip(q.x, q.y):
+        assert y == pytest.approx(qm.get(lab[x], 0.0))
+    assert set(p.customdata) == set(pm) | set(qm)
+    assert "0.50" in f.layout.title.text  # overlap of position 4
+    assert "rejected" in f.layout.title.subtitle.text
+    assert "u ≤ min(1, p/q)" in f.layout.title.subtitle.text
+
+
+def test_fig_pq_marks_drafted_token():
+    r = france_round()
+    f = charts.fig_pq(r, 3, decode)
+    p = trace(f, "target p")
+    drafted_label = p.x[list(p.customdata).index(4)]
+    assert drafted_label == "␣city"
+    notes = [a for a in f.layout.annotations if "drafted" in a.text]
+    assert len(notes) == 1 and notes[0].x == drafted_label
+    shapes = dict(zip(p.x, p.marker.pattern.shape))
+    assert shapes[drafted_label] == "/" and all(s == "" for x, s in shapes.items() if x != drafted_label)
+
+
+def test_fig_pq_greedy_and_unjudged():
+    g = charts.fig_pq(france_round(greedy=True), 0, decode)
+    assert "target argmax" in g.layout.title.subtitle.text and "accepted" in g.layout.title.subtitle.text
+    r = sim_run(seed=3, n_rounds=20).rounds
+    late = next(x for x in r if x.n_accepted == 0)
+    f = charts.fig_pq(late, late.k - 1, decode)
+    assert "not judged" in f.layout.title.subtitle.text
+    with pytest.raises(ValueError):
+        charts.fig_pq(france_round(), 4, decode)
+
+
+# --- fig_residual -----------------------------------------------------------
+def test_fig_residual_marks_correction():
+    r = france_round()
+    f = charts.fig_residual(r, decode)
+    res = trace(f, "residual norm(max(0, p − q))")
+    got = dict(zip(res.customdata, res.y))
+    assert got[5] == pytest.approx(0.7) and got[3] == pytest.approx(0.3)
+    notes = {a.text: a.x for a in f.layout.annotations}
+    assert notes["◆ correction"] == "␣major"
+    assert notes["✗ rejected draft"] == "␣city"
+
+
+def test_fig_residual_without_rejection_is_informative():
+    r = next(x for x in sim_run(seed=1, agree=0.9).rounds if not x.rejected)
+    f = charts.fig_residual(r, decode)
+    assert f.layout.meta["empty"] and "No rejection" in f.layout.annotations[0].text
+    assert len(f.data) == 0
+
+
+# --- fig_expected_tokens --------------------------------------------------
+def test_expected_tokens_curve_and_measured_point():
+    f = charts.fig_expected_tokens(4, measured={"alpha": 0.74, "tpp": 2.9, "tpp_err": 0.15})
+    c = trace(f, "k = 4 (formula)")
+    assert np.interp(0.8, c.x, c.y) == pytest.approx(3.36, abs=1e-2)
+    assert np.interp(0.5, c.x, c.y) == pytest.approx(1.94, abs=1e-2)
+    assert max(c.x) < 1.0 and min(c.x) == 0.0
+    m = trace(f, "measured (this run)")
+    assert m.x[0] == 0.74 and m.y[0] == 2.9 and m.error_y.array[0] == 0.15
+    seeds = trace(f, "k = 4 at α = 0.5, 0.7, 0.8, 0.9")
+    assert list(seeds.text) == ["1.94", "2.77", "3.36", "4.10"]
+    assert {"k = 1", "k = 2", "k = 8"} <= {t.name for t in f.data}
+    # tuple form
+    f2 = charts.fig_expected_tokens(3, measured=(0.6, 2.0, 0.1))
+    assert trace(f2, "measured (this run)").y[0] == 2.0
+
+
+def test_measured_point_from_run():
+    run = sim_run(seed=2)
+    m = charts.measured_point(run)
+    assert m["alpha"] == pytest.approx(run.alpha)
+    assert m["tpp"] == pytest.approx(len(run.token_ids) / len(run.rounds))
+    assert m["k"] == 4
+
+
+# --- traces over a run --------------------------------------------------------
+def test_alpha_trace_running_values():
+    run = sim_run(seed=4)
+    f = charts.fig_alpha_trace(run)
+    a = trace(f, "running α (accepted / judged)")
+    rate = trace(f, "running accepted / drafted")
+    tpp = trace(f, "running tokens per pass")
+    assert a.y[-1] == pytest.approx(run.alpha)
+    assert rate.y[-1] == pytest.approx(run.acceptance_rate)
+    assert tpp.y[-1] == pytest.approx(run.tokens_per_pass)
+    r0 = run.rounds[0]
+    assert a.y[0] == pytest.approx(r0.n_accepted / len(r0.accepted))
+    assert all(x <= y + 1e-12 for x, y in zip(rate.y, a.y))  # accepted/drafted <= alpha
+
+
+def test_k_trace():
+    ks = [2, 3, 4, 5, 4, 3, 4, 5, 6, 6]
+    run = sim_run(seed=5, ks=ks)
+    f = charts.fig_k_trace(run)
+    assert list(trace(f, "k (drafted this round)").y) == ks
+    assert list(trace(f, "accepted this round").y) == [r.n_accepted for r in run.rounds]
+
+
+# --- speedup model ---------------------------------------------------------------
+def test_speedup_model_best_k_and_measured():
+    f = charts.fig_speedup_model(0.8, 0.1, k_max=12, measured={3: 1.9, 5: (2.1, 0.1)})
+    pred = trace(f, "predicted speedup")
+    assert list(pred.x) == list(range(1, 13))
+    assert pred.y[3] == pytest.approx(expected_speedup(0.8, 4, 0.1))
+    best = [t for t in f.data if t.name.startswith("best k")][0]
+    assert best.y[0] == pytest.approx(max(pred.y)) and best.x[0] == list(pred.x)[int(np.argmax(pred.y))]
+    m = trace(f, "measured speedup")
+    assert list(m.x) == [3, 5] and list(m.y) == [1.9, 2.1]
+
+
+def test_bench_speedup_averages_repeats():
+    rows = [{"k": 2, "measured": 1.5, "predicted": 1.6}, {"k": 2, "measured": 1.7, "predicted": 1.6},
+            {"k": 4, "measured": 2.0, "predicted": 2.2}]
+    f = charts.fig_bench_speedup(rows)
+    assert list(trace(f, "measured").y) == pytest.approx([1.6, 2.0])
+    assert list(trace(f, "predicted").y) == pytest.approx([1.6, 2.2])
+    assert "best measured k = 4" in f.layout.title.subtitle.text
+
+
+# --- forward cost ------------------------------------------------------------------
+def test_forward_cost_ratios_and_references():
+    t = {1: [0.010, 0.011, 0.009], 2: [0.0105], 4: [0.011], 8: [0.013], 16: [0.020]}
+    f = charts.fig_forward_cost(t)
+    m = trace(f, "measured (median, IQR bars)")
+    assert list(m.y) == pytest.approx([10.0, 10.5, 11.0, 13.0, 20.0])
+    flat = trace(f, "flat = memory-bound")
+    assert list(flat.y) == pytest.approx([10.0] * 5)
+    prop = trace(f, "∝ tokens (compute-bound)")
+    assert prop.y[-1] == pytest.approx(160.0)
+    assert "16→2.00×" in f.layout.title.subtitle.text
+    assert f.layout.meta["ratios"][16] == pytest.approx(2.0)
+
+
+def test_batch_cost_finds_flat_end():
+    t = {}
+    for b in (1, 4, 16):
+        for n in (1, 4, 16):
+            tot = n * b
+            t[(n, b)] = 0.01 * max(1.0, tot / 32)  # flat until 32 tokens, then linear
+    f = charts.fig_batch_cost(t)
+    assert f.layout.meta["flat_until"] == 16  # 64 tokens costs 2x: not flat
+    assert {d.name for d in f.data} == {"batch 1", "batch 4", "batch 16"}
+    b4 = trace(f, "batch 4")
+    assert list(b4.x) == [4, 16, 64]
+
+
+# --- acceptance ---------------------------------------------------------------------
+def test_accept_by_position_counts():
+    run = sim_run(seed=6, n_rounds=40)
+    f = charts.fig_accept_by_position({"sim": run})
+    t = trace(f, "sim")
+    for i, y in zip(t.x, t.y):
+        judged = [r for r in run.rounds if len(r.accepted) >= i]
+        assert y == pytest.approx(sum(r.accepted[i - 1] for r in judged) / len(judged))
+    f2 = charts.fig_accept_by_position([sim_run(seed=1, label="list"), sim_run(seed=2)])
+    assert [d.name for d in f2.data] == ["list", "run 2"]
+
+
+def test_accept_lengths_vs_geometric():
+    run = sim_run(seed=7, n_rounds=50, ks=[4] * 45 + [2] * 5)
+    f = charts.fig_accept_lengths(run)
+    assert f.layout.meta["k"] == 4
+    obs = [t for t in f.data if t.name.startswith("observed")][0]
+    used = [r for r in run.rounds if r.k == 4]
+    want = np.bincount([r.n_accepted for r in used], minlength=5) / len(used)
+    assert list(obs.y) == pytest.approx(list(want))
+    pred = [t for t in f.data if t.name.startswith("predicted")][0]
+    a = f.layout.meta["alpha"]
+    assert pred.y[0] == pytest.approx(1 - a) and pred.y[4] == pytest.approx(a**4)
+    assert sum(pred.y) == pytest.approx(1.0)
+
+
+def test_entropy_acceptance_markers():
+    r = france_round()
+    run = Run(mode="speculative", prompt_ids=[0], token_ids=r.emitted, rounds=[r], settings={},
+              stop_reason="max_new_tokens", prefill_s=0.0, decode_s=0.04, target_passes=1,
+              draft_passes=4, ks=[4])
+    f = charts.fig_entropy_acceptance(run, decode)
+    assert list(trace(f, "accepted draft").y) == [0.8, 0.5, 0.67]
+    rej, cor = trace(f, "rejected draft"), trace(f, "correction")
+    assert list(rej.x) == list(cor.x) == [3] and rej.y[0] == 0.95
+    assert "␣city" in rej.hovertext[0] and "␣major" in cor.hovertext[0]
+    assert f.layout.meta["mean_entropy_rejected"] == pytest.approx(0.95)
+
+
+def test_alpha_vs_temperature_lines():
+    data = {"list": {0.0: 0.96, 1.0: 0.8}, "poem": {1.0: 0.5, 0.0: 0.62}}
+    f = charts.fig_alpha_vs_temperature(data)
+    poem = trace(f, "poem")
+    assert list(poem.x) == [0.0, 1.0] and list(poem.y) == [0.62, 0.5]
+    assert trace(f, "list").marker.symbol != poem.marker.symbol  # second cue
+
+
+# --- exactness ---------------------------------------------------------------------
+def test_total_variation_hand_computed():
+    p = {0: 0.5, 1: 0.3, 2: 0.2}
+    counts = {0: 40, 1: 40, 2: 10, 3: 10}  # f = .4 .4 .1 .1
+    # 1/2 (|.5-.4| + |.3-.4| + |.2-.1| + |0-.1|) = 0.2
+    assert charts.total_variation(p, counts) == pytest.approx(0.2)
+    assert charts.total_variation(p, {0: 5, 1: 3, 2: 2}) == pytest.approx(0.0)
+
+
+def test_fig_exactness():
+    p = {0: 0.5, 1: 0.3, 2: 0.2}
+    counts = {0: 40, 1: 40, 2: 10, 3: 10}
+    f = charts.fig_exactness(counts, p, decode)
+    assert "0.200" in f.layout.title.text
+    tp, ob = trace(f, "target p"), trace(f, "observed (100 samples)")
+    assert dict(zip(tp.x, tp.y))["The"] == 0.5
+    assert dict(zip(ob.x, ob.y))["␣a"] == pytest.approx(0.1)
+    assert f.layout.meta["n"] == 100 and 0 < f.layout.meta["noise_tv"] < 0.2
+
+
+# --- race ----------------------------------------------------------------------
+def test_race_speedup_in_title():
+    spec = [(0.1, 4), (0.2, 8), (0.3, 12)]
+    base = [(0.1 * i, i) for i in range(1, 13)]
+    f = charts.fig_race(spec, base)
+    assert "4.00×" in f.layout.title.text  # 12 tokens: 1.2 s vs 0.3 s
+    s = [t for t in f.data if t.name and t.name.startswith("speculative")][0]
+    assert s.x[0] == 0 and s.y[-1] == 12 and s.line.shape == "hv"
+
+
+# --- every figure: a Figure in the theme; empty inputs don't crash ---------------
+def test_all_figures_use_theme_and_handle_empty():
+    run = sim_run(seed=8)
+    empty = Run(mode="speculative", prompt_ids=[0], token_ids=[], rounds=[], settings={},
+                stop_reason="eos", prefill_s=0, decode_s=0, target_passes=0, draft_passes=0)
+    figs = [
+        charts.fig_pq(run.rounds[0], 0, decode), charts.fig_residual(run.rounds[0], decode),
+        charts.fig_expected_tokens(4), charts.fig_alpha_trace(run), charts.fig_speedup_model(0.7, 0.2),
+        charts.fig_forward_cost({1: [0.01], 2: [0.02]}), charts.fig_batch_cost({(1, 1): 0.01}),
+        charts.fig_accept_by_position(run), charts.fig_accept_lengths([run, run]),
+        charts.fig_entropy_acceptance(run, decode), charts.fig_alpha_vs_temperature({"a": {0.0: 0.5}}),
+        charts.fig_k_trace(run), charts.fig_exactness({1: 3}, {1: 1.0}, decode),
+        charts.fig_race([(1, 2)], [(1, 1)]), charts.fig_bench_speedup([{"k": 1, "measured": 1, "predicted": 1}]),
+        charts.fig_alpha_trace(empty), charts.fig_k_trace(empty), charts.fig_accept_lengths(empty),
+        charts.fig_entropy_acceptance(empty), charts.fig_forward_cost({}), charts.fig_batch_cost({}),
+        charts.fig_race([], []), charts.fig_bench_speedup([]), charts.fig_alpha_vs_temperature({}),
+        charts.fig_exactness({}, {1: 1.0}), charts.fig_accept_by_position(empty),
+    ]
+    for f in figs:
+        assert isinstance(f, go.Figure)
+        assert f.layout.template.layout.font.family.startswith("Arial")
+        assert f.layout.title.text
+        f.to_json()  # serialisable: valid property values throughout
+
+
+def test_labels_make_whitespace_visible_and_unique():
+    dec = {1: " a", 2: "\n", 3: " a"}.__getitem__
+    assert charts._labels([1, 2, 3], dec) == ["␣a #1", "⏎", "␣a #3"]
+    assert not math.isnan(expected_tokens(0.3, 2))
+
+
+def test_json_style_keys_and_nan_measurements():
+    # timings / measured speedups reloaded from JSON have str keys
+    f = charts.fig_forward_cost({"1": [0.01], "2": [0.02]})
+    assert list(trace(f, "measured (median, IQR bars)").x) == [1, 2]
+    g = charts.fig_speedup_model(0.7, 0.1, measured={"4": 1.8, "10": 1.5})
+    assert list(trace(g, "measured speedup").x) == [4, 10]
+    # an autoregressive-only run has no α: no crash, no fake point
+    h = charts.fig_expected_tokens(4, measured={"alpha": float("nan"), "tpp": 1.0, "tpp_err": 0.0})
+    assert "no measured point" in h.layout.title.subtitle.text
+    assert all(t.name != "measured (this run)" for t in h.data)
+
+
+def test_autoregressive_run_figures():
+    rng = np.random.default_rng(9)
+    rounds = [sim_round(rng, i, 0) for i in range(6)]  # k=0: one target token per pass
+    run = Run(mode="autoregressive", prompt_ids=[0], token_ids=[r.emitted[0] for r in rounds], rounds=rounds,
+              settings={}, stop_reason="max_new_tokens", prefill_s=0, decode_s=0.1, target_passes=6,
+              draft_passes=0, ks=[0] * 6)
+    assert all(r.extra_kind == "bonus" and len(r.emitted) == 1 for r in rounds)
+    f = charts.fig_alpha_trace(run)
+    assert "α = –" in f.layout.title.text
+    assert list(trace(f, "running tokens per pass").y) == [1.0] * 6
+    assert charts.fig_accept_by_position(run).layout.meta["empty"]
+    assert charts.fig_accept_lengths(run).layout.meta["empty"]
+    e = charts.fig_entropy_acceptance(run, decode)
+    assert len(trace(e, "target token (no draft)").x) == 6
+    charts.fig_expected_tokens(4, measured=charts.measured_point(run)).to_json()
