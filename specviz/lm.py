@@ -32,7 +32,9 @@ def max_positions(model) -> int | None:
 
 
 def vocab_size(model) -> int:
-    return int(model.get_output_embeddings().weight.shape[0])
+    """Rows of the output head: how many logits the model produces."""
+    head = model.get_output_embeddings()
+    return int(getattr(head, "out_features", None) or head.weight.shape[0])
 
 
 class CachedLM:
