@@ -133,39 +133,63 @@ def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -
 
 
 # --- loading (the one st.cache_resource) ------------------------------------------------------
-@st.cache_resource(show_spinner=False, max_entries=2)
-def _load(name: str, dtype: str, _progress: Callable[[str, float | None], None] | None = None):
-    """The only cached resource: a loaded pair, shared by every session."""
-    global LOAD_CALLS
-    from specviz import models
+class _Slot:
+    """Holds one loaded pair; the lock makes concurrent sessions wait for a single load."""
 
-    with _load_lock:
-        LOAD_CALLS += 1
-    return models.load_pair(name, dtype=dtype, progress=_progress)
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pair = None
+
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def _slot(name: str, dtype: str) -> _Slot:
+    # the cached object is the slot, filled outside: Streamlit elements drawn while loading
+    # (the progress box) must not be recorded and replayed by the cache
+    return _Slot()
+
+
+def _warm_up(pair, progress) -> None:
+    """A 2-token run, so one-time costs (allocations, kernel choice) land in no measured run."""
+    from specviz.engine import speculative_decode
+
+    progress("warming up", 1.0)
+    ids = list(range(1, 9))
+    speculative_decode(pair.target, pair.draft, ids, k=2, max_new_tokens=2, eos_token_id=[],
+                       vocab=pair.shared_vocab)
 
 
 def load_pair_cached(name: str, dtype: str):
-    """The pair, loaded once per server; a status box with progress while it loads.
+    """The pair, loaded once per server and shared by every session.
 
-    Raises SpecvizError (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
+    The first load shows a status box with a progress bar (stage and seconds);
+    sessions asking at the same time wait for that one load. Raises
+    SpecvizError (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
     """
+    global LOAD_CALLS
+    from specviz import models
+
+    slot = _slot(name, dtype)
+    if slot.pair is not None:
+        return slot.pair
     box = st.empty()
     t0 = time.perf_counter()
-    state = {"status": None, "bar": None}
+    with box.status(f"Loading {name} ({dtype})…", expanded=True) as status:
+        bar = st.progress(0.0, text="waiting for the models")
 
-    def progress(stage: str, frac: float | None) -> None:
-        # the status box appears only when the loader really runs (the first load)
-        if state["status"] is None:
-            state["status"] = box.status(f"Loading {name} ({dtype})…", expanded=True)
-            state["bar"] = state["status"].progress(0.0, text="starting")
-        f = 0.0 if frac is None else max(0.0, min(1.0, float(frac)))
-        state["bar"].progress(f, text=f"{stage} ({time.perf_counter() - t0:.0f} s)")
+        def progress(stage: str, frac: float | None) -> None:
+            f = 0.0 if frac is None else max(0.0, min(1.0, float(frac)))
+            bar.progress(f, text=f"{stage} ({time.perf_counter() - t0:.0f} s)")
 
-    try:
-        pair = _load(name, dtype, progress)
-    finally:
-        box.empty()
-    return pair
+        with slot.lock:  # another session may be loading the same pair: wait for it
+            if slot.pair is None:
+                with _load_lock:
+                    LOAD_CALLS += 1
+                pair = models.load_pair(name, dtype=dtype, progress=progress)
+                _warm_up(pair, progress)
+                slot.pair = pair
+        status.update(label=f"Loaded {name} in {time.perf_counter() - t0:.1f} s", state="complete")
+    box.empty()
+    return slot.pair
 
 
 # --- text -----------------------------------------------------------------------------------
