@@ -1,0 +1,55 @@
+"""Theory (claims 8, 9): tokens per pass and the speedup model, with sliders. Loads no model."""
+
+import streamlit as st
+
+from pages.common import ui
+from specviz import charts, lab, theory
+
+ui.page_setup("Theory: tokens per pass and speedup")
+
+st.markdown(
+    """
+Each round the draft proposes **k** tokens and the target checks them in **one** pass. If each drafted
+token is accepted with probability **α** (independently), the round yields on average
+
+$$E[\\text{tokens per target pass}] = \\frac{1 - \\alpha^{k+1}}{1 - \\alpha}$$
+
+(the accepted prefix, plus the correction or bonus token the target always adds). But **tokens per pass
+is not speedup**: drafting costs time too. If one draft step costs **c** target steps, a round costs about
+1 + k·c target passes, so
+
+$$\\text{speedup} \\approx \\frac{E[\\text{tokens}]}{1 + k\\,c}.$$
+
+Move the sliders: a larger k helps only while the draft keeps being right. This page loads no model;
+the other pages measure α and c on real models.
+"""
+)
+
+# sliders
+c1, c2, c3 = st.columns(3)
+alpha = c1.slider("α: chance the target accepts a drafted token", 0.0, 0.99, 0.8, 0.01, key="theory.alpha")
+k = c2.slider("k: tokens drafted per round", 1, 16, 4, key="theory.k")
+c = c3.slider("c: draft step cost ÷ target step cost", 0.0, 1.0, 0.1, 0.01, key="theory.c")
+
+best = theory.best_k(alpha, c, k_max=16)
+m1, m2, m3 = st.columns(3)
+m1.metric("E[tokens per target pass]", f"{theory.expected_tokens(alpha, k):.2f}")
+m2.metric("predicted speedup", f"{theory.expected_speedup(alpha, k, c):.2f}×")
+m3.metric("best k", f"{best[0]}", f"{best[1]:.2f}×", delta_color="off")
+st.markdown(lab.theory_summary(alpha, k, c, best))
+
+# charts
+left, right = st.columns(2)
+with left:
+    ui.show_chart(charts.fig_expected_tokens(k), "expected_tokens", key="theory.fig_tokens")
+with right:
+    ui.show_chart(charts.fig_speedup_model(alpha, c, k_max=16), "speedup_model", key="theory.fig_speedup")
+
+# the worked numbers of claim 8
+st.subheader("The numbers people quote (claim 8)")
+st.markdown("At k = 4 introductions quote about 1.9, 2.8, 3.4 and 4.1 tokens per pass for α = 0.5, 0.7, "
+            "0.8 and 0.9. Here they are, computed by the formula:")
+st.dataframe(lab.seed_table(4), hide_index=True)
+st.caption("A draft about a tenth the size (c ≈ 0.1) with k = 4–5 and α ≈ 0.8 gives "
+           f"{theory.expected_speedup(0.8, 4, 0.1):.1f}–{theory.expected_speedup(0.8, 5, 0.1):.1f}× by this model; "
+           "the Speedup page measures c and the real speedup on your device.")

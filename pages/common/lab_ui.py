@@ -1,0 +1,104 @@
+"""Streamlit helpers for the learning pages (pages 1-6), on top of pages/common/ui.py.
+
+  pair_for_page(prefix)        sidebar pair + dtype pickers, the loaded Pair or None (error shown)
+  prompt_input(prefix, pair)   preset or own prompt -> (input ids or None, text)
+  ProgressBar(text)            a progress bar usable as a specviz progress callback
+  decoder(pair)                id -> text
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from pages.common import ui
+from specviz import prompts
+from specviz.errors import SpecvizError
+
+
+def pair_for_page(prefix: str, *, dtype: bool = True):
+    """Pick and load the pair (cached per server); None after showing why it can't be used."""
+    name = ui.sidebar_pair_picker(prefix)
+    dt = ui.dtype_picker(prefix) if dtype else ui.default_dtype_name()
+    if name is None:
+        ui.show_device(None, dt)
+        return None
+    status = ui.pair_status(name)
+    if not status.available:
+        ui.show_device(None, dt)
+        st.error(f"The pair **{name}** is not installed here: {status.reason}. "
+                 f"How to get it: {status.how_to_get}", icon="⚠️")
+        return None
+    try:
+        pair = ui.load_pair_cached(name, dt)
+    except (SpecvizError, MemoryError) as e:
+        ui.show_device(None, dt)
+        ui.show_error(e)
+        return None
+    ui.show_device(pair, dt)
+    return pair
+
+
+def dtype_name(pair) -> str:
+    return str(pair.dtype).replace("torch.", "")
+
+
+def decoder(pair):
+    return ui.decoder(pair.tokenizer)
+
+
+def prompt_input(prefix: str, pair, default: str = "The capital of France", where=None):
+    """A preset selectbox and an editable prompt; returns (ids or None, shown text).
+
+    Choosing a preset fills the text box; "chat template" wraps the text as a
+    user message for instruct models. An empty prompt shows an error and gives None.
+    """
+    where = where or st
+    names = [p.name for p in prompts.PRESETS]
+    key_p, key_t, key_c = f"{prefix}.preset", f"{prefix}.text", f"{prefix}.chat"
+    if key_t not in st.session_state:
+        p = prompts.preset(default)
+        st.session_state[key_t] = p.text
+        st.session_state[key_c] = p.chat
+
+    def fill():
+        p = prompts.preset(st.session_state[key_p])
+        st.session_state[key_t] = p.text
+        st.session_state[key_c] = p.chat
+
+    where.selectbox("Preset prompt", names, index=names.index(default), key=key_p, on_change=fill,
+                    help="Each preset is a domain: code, list, factual, creative, repetition. "
+                         "Pick one, then edit the text if you like.")
+    text = where.text_area("Prompt", key=key_t, height=90)
+    chat = where.checkbox("Wrap in the chat template (instruct models)", key=key_c)
+    try:
+        ids = prompts.encode(pair.tokenizer, text, chat)
+    except SpecvizError as e:
+        ui.show_error(e)
+        return None, text
+    where.caption(f"{len(ids)} prompt tokens")
+    return ids, text
+
+
+class ProgressBar:
+    """st.progress driven by specviz progress callbacks (message, fraction or None)."""
+
+    def __init__(self, text: str = "starting…", where=None):
+        self.bar = (where or st).progress(0.0, text=text)
+        self.frac = 0.0
+
+    def __call__(self, msg: str, frac: float | None = None) -> None:
+        if frac is not None:
+            self.frac = max(0.0, min(1.0, float(frac)))
+        self.bar.progress(self.frac, text=msg)
+
+    def done(self) -> None:
+        self.bar.empty()
+
+
+def run_guarded(fn, *args, **kw):
+    """Call fn; on a specviz or memory error show it in the page and return None."""
+    try:
+        return fn(*args, **kw)
+    except (SpecvizError, MemoryError) as e:
+        ui.show_error(e)
+        return None
