@@ -1,0 +1,149 @@
+"""Slow motion (claims 3, 4, 5, 7): one speculative round at a time, with the arithmetic written out."""
+
+import streamlit as st
+
+from pages.common import lab_ui, ui
+from specviz import charts, lab, render
+from specviz.drafters import PromptLookupDrafter
+from specviz.engine import K_MAX, speculative_stream
+
+ui.page_setup("Slow motion: one round at a time")
+
+st.markdown(
+    """
+A **round** of speculative decoding has four steps: (1) the small **draft** model proposes k tokens,
+one after another; (2) the large **target** model scores all k positions, plus one more, in a **single**
+forward pass; (3) the drafted tokens are checked left to right and the first refused one ends the checking;
+(4) the target adds one token of its own: a **correction** where it refused, or a **bonus** if it accepted
+all k.
+
+The check depends on the mode. **Greedy** (temperature 0): keep a drafted token if it is the target's own
+top choice. **Sampling**: with q(d) the draft's and p(d) the target's probability of the drafted token d,
+draw u uniform in [0, 1) and keep d if **u < min(1, p/q)**. A refused token is replaced by a sample of
+**norm(max(0, p − q))**: the probability the target wanted more than the draft gave. This makes the output
+follow the target's distribution exactly.
+
+Press **First round**, then **Next round** to step through a real run on real models.
+"""
+)
+
+pair = lab_ui.pair_for_page("slow")
+if pair is None:
+    st.stop()
+decode = lab_ui.decoder(pair)
+ident = (pair.name, lab_ui.dtype_name(pair))
+
+# --- settings -------------------------------------------------------------------------------
+left, right = st.columns([3, 2])
+with left:
+    ids, text = lab_ui.prompt_input("slow", pair, default="The capital of France")
+with right:
+    k = st.slider("k: tokens drafted per round", 1, min(K_MAX, 12), 4, key="slow.k")
+    temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="slow.temperature",
+                                  help="0 shows the greedy test; above 0 shows u, p/q and the residual.")
+    seed = st.number_input("seed", 0, 2**31 - 1, 0, 1, key="slow.seed")
+    max_new = st.number_input("max new tokens (whole run)", 1, 512, 48, 1, key="slow.max_new")
+    drafter_name = st.radio("drafter", ["draft model", "prompt lookup (no model)"], horizontal=True,
+                            key="slow.drafter",
+                            help="Prompt lookup copies what followed an earlier match of the last tokens.")
+
+state = st.session_state.get("slow.state")
+if state is not None and state["ident"] != ident:
+    st.session_state.pop("slow.state")  # the pair or dtype changed: the old stream belongs to other models
+    state = None
+
+
+def start():
+    """A new stream with the current settings; None (error shown) on bad input."""
+    if ids is None:
+        return None
+    draft = pair.draft if drafter_name == "draft model" else PromptLookupDrafter()
+    stream = lab_ui.run_guarded(speculative_stream, pair.target, draft, ids, k=int(k),
+                                temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
+                                eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    if stream is None:
+        return None
+    return {"ident": ident, "stream": stream, "iter": iter(stream), "rounds": [], "done": False,
+            "prompt_text": text, "settings": dict(k=int(k), temperature=float(temperature), seed=int(seed),
+                                                  max_new=int(max_new), drafter=drafter_name)}
+
+
+def take(st_state, n: int = 1, until_zero: bool = False, bar=None) -> None:
+    """Advance the stream by up to n rounds (stopping early at a zero-accept round if asked)."""
+    for j in range(n):
+        try:
+            rnd = next(st_state["iter"])
+        except StopIteration:
+            st_state["done"] = True
+            break
+        st_state["rounds"].append(rnd)
+        produced = sum(len(r.emitted) for r in st_state["rounds"])
+        if produced >= st_state["settings"]["max_new"] or any(t in pair.eos_token_ids for t in rnd.emitted):
+            st_state["done"] = True
+        if bar is not None:
+            bar(f"round {len(st_state['rounds'])}", (j + 1) / n)
+        if st_state["done"] or (until_zero and rnd.k > 0 and rnd.n_accepted == 0):
+            break
+
+
+b1, b2, b3, b4 = st.columns(4)
+if b1.button("▶ First round", type="primary", key="slow.start", help="Start a new run and take its first round"):
+    state = start()
+    if state is not None:
+        take(state)
+        st.session_state["slow.state"] = state
+next_ok = state is not None and not state["done"]
+if b2.button("⏭ Next round", key="slow.next", disabled=not next_ok):
+    take(state)
+if b3.button("Run until a round accepts nothing", key="slow.until_zero", disabled=not next_ok,
+             help="Claim 5: step until the target refuses the very first draft, then stop there."):
+    bar = lab_ui.ProgressBar("stepping…")
+    take(state, n=10_000, until_zero=True, bar=bar)
+    bar.done()
+if b4.button("Reset", key="slow.reset"):
+    st.session_state.pop("slow.state", None)
+    state = None
+
+if state is None or not state["rounds"]:
+    st.info("No round yet: press **▶ First round**.")
+    st.stop()
+
+# --- the text so far ---------------------------------------------------------------------
+rounds = state["rounds"]
+s = state["settings"]
+st.subheader("The text so far")
+st.caption(f"{len(rounds)} round(s) = {len(rounds)} target pass(es) · "
+           f"{sum(len(r.emitted) for r in rounds)} new tokens · k = {s['k']}, T = {s['temperature']:g}, "
+           f"seed {s['seed']}, {s['drafter']}" + (" · run finished" if state["done"] else ""))
+st.markdown(render.legend_html(), unsafe_allow_html=True)
+st.markdown(render.tokens_html(state["prompt_text"], rounds, decode), unsafe_allow_html=True)
+zeros = [r.index + 1 for r in rounds if r.k > 0 and r.n_accepted == 0]
+if zeros:
+    st.caption(f"Rounds that accepted no draft but still emitted a token (claim 5): "
+               f"{', '.join(map(str, zeros))}.")
+
+# --- one round in detail --------------------------------------------------------------------
+st.subheader("One round, decision by decision")
+n = len(rounds)
+pick = st.selectbox("Round to inspect", list(range(1, n + 1)), index=n - 1,
+                    help="The newest round is shown after each step.")
+r = rounds[pick - 1]
+for line in lab.round_story(r, decode):
+    st.markdown(line)
+note = lab.zero_accept_note(r, decode)
+if note:
+    st.success(note, icon="✅")
+st.dataframe(lab.round_rows(r, decode), hide_index=True)
+
+if r.k > 0:
+    c1, c2 = st.columns(2)
+    with c1:
+        pos = st.selectbox("Drafted position to draw", list(range(1, r.k + 1)),
+                           index=min(r.n_accepted, r.k - 1),
+                           format_func=lambda i: f"#{i} {lab.tok(r.drafted[i - 1], decode)}")
+        ui.show_chart(charts.fig_pq(r, pos - 1, decode), f"round{r.index + 1}_pq{pos}", key="slow.fig_pq")
+    with c2:
+        ui.show_chart(charts.fig_residual(r, decode), f"round{r.index + 1}_residual", key="slow.fig_residual")
+else:
+    st.info("The drafter proposed nothing this round (prompt lookup found no earlier match), so the target "
+            "produced one token on its own.")

@@ -1,0 +1,195 @@
+"""Speedup (claims 9, 13): the cost model with c measured here, a measured k sweep, a race, adaptive k."""
+
+import math
+import time
+
+import streamlit as st
+
+from pages.common import lab_ui, ui
+from specviz import charts, experiments, lab, render, theory
+from specviz.engine import autoregressive_decode, autoregressive_stream, speculative_decode, speculative_stream
+
+ui.page_setup("Speedup: tokens per pass is not speedup")
+
+st.markdown(
+    """
+Tokens per target pass only counts the target. But the draft runs k times per round, and if one draft step
+costs **c** target steps, a round costs about 1 + k·c target passes (more if checking k+1 tokens is not
+free on this device). So
+
+> speedup ≈ E[tokens per pass] / (k·c + cost of verifying k+1 tokens)
+
+A bigger k gives more tokens per pass only while the draft stays right, and every drafted token costs c.
+There is a **best k**. Below: measure c and the verify cost here, see the model's best k, then check it
+against real runs for several k, race the two methods, and let k adapt as acceptance changes.
+"""
+)
+
+pair = lab_ui.pair_for_page("speed")
+if pair is None:
+    st.stop()
+decode = lab_ui.decoder(pair)
+ident = (pair.name, lab_ui.dtype_name(pair))
+ids, text = lab_ui.prompt_input("speed", pair, default="Python function")
+c1, c2, c3 = st.columns(3)
+temperature = c1.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="speed.temperature")
+max_new = c2.number_input("new tokens per run", 4, 512, 24, 4, key="speed.max_new")
+seed = c3.number_input("seed", 0, 2**31 - 1, 0, 1, key="speed.seed")
+run_kw = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
+              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+
+
+def current(name: str):
+    """A stored result, if it was measured on this pair and dtype."""
+    v = st.session_state.get(name)
+    return v if v is not None and v.get("ident") == ident else None
+
+
+# --- 1. c and the verify cost -----------------------------------------------------------------
+st.subheader("1 · Measure c and the cost of verifying k tokens")
+if st.button("Measure c and the verify cost", type="primary", key="speed.run_cost"):
+    bar = lab_ui.ProgressBar("timing one draft step and one target step…")
+    c = lab_ui.run_guarded(experiments.draft_cost_ratio, pair.target, pair.draft, reps=5)
+    bar("timing target passes of 1–16 tokens…", 0.3)
+    t = lab_ui.run_guarded(experiments.forward_cost, pair.target, n_tokens=(1, 2, 4, 8, 16), reps=3,
+                           progress=lambda m, f: bar(m, 0.3 + 0.7 * (f or 0)))
+    bar.done()
+    if c is not None and t is not None:
+        st.session_state["speed.cost"] = {"ident": ident, "c": c, "timings": t,
+                                          "verify": lab.verify_cost_from(t)}
+cost = current("speed.cost")
+if cost is None:
+    st.info("Press **Measure c and the verify cost** (a few seconds) to fit the model to this device.")
+else:
+    vr = cost["verify"]
+    m1, m2, m3 = st.columns(3)
+    m1.metric("c = draft step ÷ target step", f"{cost['c']:.3f}")
+    m2.metric("verify 5 tokens ÷ 1 token", f"{theory.verify_ratio(5, vr):.2f}×")
+    m3.metric("verify 9 tokens ÷ 1 token", f"{theory.verify_ratio(9, vr):.2f}×")
+    st.caption("cost(n)/cost(1) measured: " + ", ".join(f"{n} → {r:.2f}×" for n, r in vr.items())
+               + ". If these are near 1, checking extra tokens is free; if they grow like n, it is not.")
+
+# --- 2. the model, with the best k ------------------------------------------------------------
+sweep_state = current("speed.sweep")
+measured_alpha = lab.pooled_alpha([cmp.spec for cmp in sweep_state["sweep"].values()]) if sweep_state else None
+
+
+def use_measured_alpha():
+    st.session_state["speed.alpha"] = round(float(measured_alpha), 2)
+
+
+st.subheader("2 · The model: predicted speedup against k")
+if cost is not None:
+    a1, a2, a3 = st.columns([2, 1, 1])
+    st.session_state.setdefault("speed.alpha", 0.8)  # set here, so the "use measured α" button can change it
+    alpha = a1.slider("α for the model", 0.0, 0.99, step=0.01, key="speed.alpha")
+    if measured_alpha is not None and math.isfinite(measured_alpha):
+        a2.button(f"use measured α = {measured_alpha:.2f}", key="speed.use_alpha", on_click=use_measured_alpha)
+    use_vr = a3.checkbox("use the measured verify cost", value=True, key="speed.use_vr",
+                         help="Off: assume checking k+1 tokens costs one 1-token pass (the textbook 1 + k·c).")
+    vc = cost["verify"] if use_vr else None
+    measured = {k: cmp.speedup for k, cmp in sweep_state["sweep"].items()} if sweep_state else None
+    ui.show_chart(charts.fig_speedup_model(alpha, cost["c"], k_max=12, verify_cost=vc, measured=measured),
+                  "speedup_model", key="speed.fig_model")
+    kb, sb = theory.best_k(alpha, cost["c"], vc, k_max=12)
+    st.markdown(f"At α = {alpha:.2f} and the measured c = {cost['c']:.3f}, the model's best k is **{kb}** "
+                f"({sb:.2f}×)." + (" Below 1×: speculation does not pay on this device at these settings."
+                                   if sb < 1 else ""))
+
+# --- 3. a measured k sweep --------------------------------------------------------------------
+st.subheader("3 · Measured: one prompt, several k, each against a warmed target-only run")
+ks = st.multiselect("k values", [1, 2, 3, 4, 5, 6, 8, 10, 12], default=[1, 2, 4, 6, 8], key="speed.ks")
+if st.button("Run the k sweep", key="speed.run_sweep") and ids is not None:
+    if not ks:
+        st.error("Pick at least one k.", icon="⚠️")
+    else:
+        bar = lab_ui.ProgressBar("starting…")
+        sw = lab_ui.run_guarded(lab.k_sweep, pair.target, pair.draft, ids, ks, progress=bar, **run_kw)
+        bar.done()
+        if sw is not None:
+            st.session_state["speed.sweep"] = {"ident": ident, "sweep": sw}
+            st.rerun()  # so the model above shows the new measured points
+if sweep_state is not None:
+    sw = sweep_state["sweep"]
+    rows = lab.k_sweep_rows(sw, cost["c"] if cost else None, cost["verify"] if cost else None)
+    st.dataframe(rows, hide_index=True)
+    bench = [{"k": r["k"], "measured": r["measured speedup"], "predicted": r["predicted speedup"]} for r in rows]
+    ui.show_chart(charts.fig_bench_speedup(bench), "k_sweep_measured_vs_predicted", key="speed.fig_bench")
+    best = max(rows, key=lambda r: r["measured speedup"])
+    st.markdown(lab.speedup_verdict(best["measured speedup"], best["predicted speedup"],
+                                    cost["c"] if cost else float("nan"), best["α"])
+                if cost else f"Best measured: k = {best['k']} at {best['measured speedup']:.2f}×. "
+                             "Measure c above to compare with the model.")
+
+# --- 4. the race -----------------------------------------------------------------------------
+st.subheader("4 · A race: target alone against speculative")
+r1, r2 = st.columns([1, 3])
+race_k = r1.slider("k for the race", 1, 12, 4, key="speed.race_k")
+left, right = st.columns(2)
+left.markdown("**Target alone**")
+right.markdown(f"**Speculative** (k = {race_k})")
+ph_base, ph_spec = left.empty(), right.empty()
+
+
+def show_text(ph, rounds) -> None:
+    """The generated text so far; speculative tokens show their state (accepted, correction, bonus)."""
+    ph.markdown(render.tokens_html("", rounds, decode), unsafe_allow_html=True)
+
+
+if r1.button("Start the race", type="primary", key="speed.run_race") and ids is not None:
+    try:
+        # warm both paths first so one-time costs land in neither
+        autoregressive_decode(pair.target, ids, **{**run_kw, "max_new_tokens": 2})
+        speculative_decode(pair.target, pair.draft, ids, k=int(race_k), **{**run_kw, "max_new_tokens": 2})
+        runs = {}
+        for name, stream, ph in (("base", autoregressive_stream(pair.target, ids, **run_kw), ph_base),
+                                 ("spec", speculative_stream(pair.target, pair.draft, ids, k=int(race_k), **run_kw),
+                                  ph_spec)):
+            done = []
+            for rnd in stream:  # live: each round appears as it is computed
+                done.append(rnd)
+                show_text(ph, done)
+            runs[name] = stream.run
+        st.session_state["speed.race"] = {"ident": ident, **runs, "k": int(race_k)}
+    except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+        ui.show_error(e)
+race = current("speed.race")
+if race is not None:
+    show_text(ph_base, race["base"].rounds)
+    show_text(ph_spec, race["spec"].rounds)
+    ui.show_chart(charts.fig_race(lab.race_points(race["spec"]), lab.race_points(race["base"])), "race",
+                  key="speed.fig_race")
+    if st.button("Replay side by side at the measured speed", key="speed.replay"):
+        events = sorted([(t, "base", i) for i, (t, _) in enumerate(lab.race_points(race["base"]))]
+                        + [(t, "spec", i) for i, (t, _) in enumerate(lab.race_points(race["spec"]))])
+        t0 = time.perf_counter()
+        for t, who, i in events:
+            time.sleep(max(0.0, t - (time.perf_counter() - t0)))
+            show_text(ph_base if who == "base" else ph_spec, race[who].rounds[:i + 1])
+
+# --- 5. adaptive k ---------------------------------------------------------------------------
+st.subheader("5 · Adaptive k: grow after a full acceptance, shrink after a rejection (claim 13)")
+k0 = st.slider("starting k", 1, 12, 4, key="speed.k0")
+if st.button("Run fixed k and adaptive k", key="speed.run_adaptive") and ids is not None:
+    try:
+        bar = lab_ui.ProgressBar("fixed k…")
+        speculative_decode(pair.target, pair.draft, ids, k=int(k0), **{**run_kw, "max_new_tokens": 2})  # warm-up
+        fixed = lab.stream_run(speculative_stream(pair.target, pair.draft, ids, k=int(k0), **run_kw),
+                               int(max_new), lambda m, f: bar(f"fixed k: {m}", 0.5 * (f or 0)))
+        adaptive = lab.stream_run(speculative_stream(pair.target, pair.draft, ids, k=int(k0), k_policy="adaptive",
+                                                     **run_kw),
+                                  int(max_new), lambda m, f: bar(f"adaptive k: {m}", 0.5 + 0.5 * (f or 0)))
+        bar.done()
+        st.session_state["speed.adaptive"] = {"ident": ident, "fixed": fixed, "adaptive": adaptive}
+    except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+        ui.show_error(e)
+ad = current("speed.adaptive")
+if ad is not None:
+    fx, av = ad["fixed"], ad["adaptive"]
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("fixed k: tokens/s", f"{fx.tokens_per_s:.1f}")
+    m2.metric("adaptive k: tokens/s", f"{av.tokens_per_s:.1f}",
+              f"{(av.tokens_per_s / fx.tokens_per_s - 1) * 100:+.0f}%" if fx.tokens_per_s > 0 else None)
+    m3.metric("adaptive: mean k", f"{sum(av.ks) / max(len(av.ks), 1):.1f}")
+    m4.metric("α fixed / adaptive", f"{fx.alpha:.2f} / {av.alpha:.2f}")
+    ui.show_chart(charts.fig_k_trace(av), "adaptive_k_trace", key="speed.fig_k")

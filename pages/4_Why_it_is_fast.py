@@ -1,0 +1,100 @@
+"""Why it is fast (claims 1, 2, 12): forward cost vs tokens, weight bytes vs bandwidth, and batch size."""
+
+import streamlit as st
+
+from pages.common import lab_ui, ui
+from specviz import charts, experiments, lab
+
+ui.page_setup("Why it is fast: one pass, many tokens")
+
+st.markdown(
+    """
+Generating one token means one forward pass of the whole model, and every pass reads **all the weights**
+from memory. For a small batch the arithmetic is quick; moving the bytes is slow. Roughly:
+
+> time per token ≈ bytes of weights ÷ memory bandwidth
+
+So a pass over **5 tokens** should cost about the same as a pass over **1**: the weights are read once
+either way. That is the trick speculative decoding uses: the target checks k drafted tokens in **one** pass.
+
+Measure it here, on **your** device, and see where it holds and where it does not. Pick the dtype in
+the sidebar (float32 or bfloat16) and measure again to compare: results for each dtype are kept.
+"""
+)
+
+pair = lab_ui.pair_for_page("fast")
+if pair is None:
+    st.stop()
+dt = lab_ui.dtype_name(pair)
+results = st.session_state.setdefault("fast.results", {})  # {(pair, dtype): {"forward": ..., "bw": ..., "batch": ...}}
+mine = results.setdefault((pair.name, dt), {})
+
+# --- 1. forward cost vs tokens per pass ------------------------------------------------------
+st.subheader("1 · Target forward time for 1, 2, 4, 8 and 16 tokens")
+c1, c2 = st.columns([3, 1])
+sizes = c1.multiselect("Tokens per pass", [1, 2, 3, 4, 5, 6, 8, 12, 16, 32], default=[1, 2, 4, 8, 16],
+                       key="fast.sizes")
+reps = c2.number_input("repetitions", 1, 50, 5, 1, key="fast.reps")
+if st.button("Measure forward cost", type="primary", key="fast.run_forward"):
+    if 1 not in sizes or len(sizes) < 2:
+        st.error("Pick 1 and at least one larger size.", icon="⚠️")
+    else:
+        bar = lab_ui.ProgressBar("warming up…")
+        t = lab_ui.run_guarded(experiments.forward_cost, pair.target, n_tokens=tuple(sorted(sizes)),
+                               reps=int(reps), progress=bar)
+        bar.done()
+        if t is not None:
+            mine["forward"] = t
+if "forward" in mine:
+    ui.show_chart(charts.fig_forward_cost(mine["forward"]), f"forward_cost_{dt}", key="fast.fig_forward")
+    v = lab.forward_cost_verdict(mine["forward"], pair.device, dt)
+    m1, m2 = st.columns(2)
+    m1.metric("cost(2 tokens) ÷ cost(1 token)", f"{v.value:.2f}×")
+    m2.metric("this device here is", v.kind)
+    (st.warning if v.kind == "compute-bound" else st.success if v.kind == "memory-bound" else st.info)(v.text)
+    other = {d: r["forward"] for (p, d), r in results.items() if p == pair.name and "forward" in r}
+    cmp = lab.dtype_comparison(other)
+    if cmp:
+        st.markdown("**float32 vs bfloat16 on this device.** " + cmp)
+    else:
+        st.caption("Switch the dtype in the sidebar and measure again to compare.")
+
+# --- 2. bytes of weights vs bandwidth --------------------------------------------------------
+st.subheader("2 · Time per token ≈ bytes of weights ÷ memory bandwidth?")
+if st.button("Check against memory bandwidth", key="fast.run_bw"):
+    with st.spinner("Copying 256 MiB a few times to measure bandwidth, then timing 1-token passes…"):
+        chk = lab_ui.run_guarded(experiments.bandwidth_check, pair.target)
+    if chk is not None:
+        mine["bw"] = chk
+if "bw" in mine:
+    chk = mine["bw"]
+    v = lab.bandwidth_verdict(chk, dt)
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("weights", lab.format_bytes(chk.weight_bytes))
+    m2.metric("bandwidth", f"{chk.bandwidth / 1e9:.1f} GB/s")
+    m3.metric("predicted 1-token pass", f"{chk.predicted_s * 1000:.1f} ms")
+    m4.metric("measured 1-token pass", f"{chk.measured_s * 1000:.1f} ms", f"{v.value:.2f}× predicted",
+              delta_color="off")
+    (st.success if v.kind == "close" else st.info)(v.text)
+
+# --- 3. tokens × batch ------------------------------------------------------------------------
+st.subheader("3 · The larger the batch, the smaller the gain")
+st.markdown("A server answering many users already puts many sequences in one pass. Once tokens × batch is "
+            "large, the pass becomes **compute-bound**: extra drafted tokens are no longer free.")
+b1, b2, b3 = st.columns(3)
+b_tokens = b1.multiselect("Tokens per sequence", [1, 2, 4, 8, 16], default=[1, 4, 8], key="fast.b_tokens")
+b_batches = b2.multiselect("Batch sizes", [1, 2, 4, 8, 16, 32], default=[1, 2, 4, 8], key="fast.b_batches")
+b_reps = b3.number_input("repetitions", 1, 20, 2, 1, key="fast.b_reps")
+if st.button("Measure batch cost", key="fast.run_batch"):
+    if not b_tokens or not b_batches:
+        st.error("Pick at least one size of each.", icon="⚠️")
+    else:
+        bar = lab_ui.ProgressBar("starting…")
+        t = lab_ui.run_guarded(experiments.batch_cost, pair.target, n_tokens=tuple(sorted(b_tokens)),
+                               batches=tuple(sorted(b_batches)), reps=int(b_reps), progress=bar)
+        bar.done()
+        if t is not None:
+            mine["batch"] = t
+if "batch" in mine:
+    ui.show_chart(charts.fig_batch_cost(mine["batch"]), f"batch_cost_{dt}", key="fast.fig_batch")
+    st.info(lab.batch_verdict(mine["batch"]).text)

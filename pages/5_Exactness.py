@@ -1,0 +1,97 @@
+"""Exactness (claims 6, 7, 15): the same text in greedy mode, the same distribution when sampling."""
+
+import streamlit as st
+
+from pages.common import lab_ui, ui
+from specviz import charts, experiments, lab, theory
+
+ui.page_setup("Exactness: faster, not different")
+
+st.markdown(
+    """
+Speculative decoding changes **only the speed**, never what the model writes or knows.
+
+* **Greedy** (temperature 0): a drafted token is kept only if it is the target's own top choice, and a
+  refused one is replaced by that top choice. So the text must be **identical** to the target decoding
+  alone. Check it below, token for token.
+* **Sampling**: a drafted token d is kept with probability min(1, p(d)/q(d)); if refused, the replacement is
+  drawn from norm(max(0, p − q)). Together these give exactly the target's distribution p, whatever the draft
+  proposes. Check it below by repeating the first step thousands of times with different seeds.
+"""
+)
+
+pair = lab_ui.pair_for_page("exact")
+if pair is None:
+    st.stop()
+decode = lab_ui.decoder(pair)
+dt = lab_ui.dtype_name(pair)
+ids, text = lab_ui.prompt_input("exact", pair, default="The capital of France")
+
+# --- greedy: identical text -------------------------------------------------------------------
+st.subheader("Greedy: the same text as the target alone (claim 6)")
+c1, c2, c3 = st.columns(3)
+k = c1.slider("k", 1, 12, 4, key="exact.k")
+max_new = c2.number_input("new tokens", 1, 512, 32, 1, key="exact.max_new")
+c3.caption(f"dtype **{dt}** (change it in the sidebar: in bfloat16 a near-tie can flip the argmax)")
+if st.button("Compare with the target alone", type="primary", key="exact.run_greedy") and ids is not None:
+    bar = lab_ui.ProgressBar("target alone, then speculative…")
+    cmp = lab_ui.run_guarded(experiments.compare_with_baseline, pair.target, pair.draft, ids, k=int(k),
+                             temperature=0.0, max_new_tokens=int(max_new), seed=0,
+                             eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    bar.done()
+    if cmp is not None:
+        st.session_state["exact.greedy"] = {"cmp": cmp, "dtype": dt, "k": int(k)}
+g = st.session_state.get("exact.greedy")
+if g is not None:
+    cmp = g["cmp"]
+    v = lab.exactness_verdict(cmp.spec.token_ids, cmp.base, g["dtype"], decode)
+    (st.success if v.kind == "identical" else st.warning)(v.text)
+    m1, m2, m3 = st.columns(3)
+    m1.metric("identical", "yes" if cmp.identical else "no")
+    m2.metric("tokens compared", f"{len(cmp.base.token_ids)}")
+    m3.metric("speedup (this run)", f"{cmp.speedup:.2f}×")
+    left, right = st.columns(2)
+    with left:
+        st.markdown(f"**Speculative** (k = {g['k']}, {g['dtype']})")
+        st.markdown(lab.diff_html(cmp.spec.token_ids, cmp.base.token_ids, decode), unsafe_allow_html=True)
+    with right:
+        st.markdown(f"**Target alone** ({g['dtype']})")
+        st.markdown(lab.diff_html(cmp.base.token_ids, cmp.spec.token_ids, decode), unsafe_allow_html=True)
+
+# --- sampling: the same distribution ------------------------------------------------------------
+st.subheader("Sampling: the same distribution as the target (claim 7)")
+s1, s2, s3 = st.columns(3)
+temperature = s1.number_input("temperature", 0.05, 2.0, 1.0, 0.05, key="exact.temperature")
+n = s2.number_input("trials", 100, 100_000, 2000, 100, key="exact.n")
+seed = s3.number_input("first seed", 0, 2**31 - 1, 0, 1, key="exact.seed")
+st.caption("Each trial is one seeded speculative first step with the engine's own acceptance rule: the draft "
+           "samples d from q, the rule keeps it or draws a correction. It is fast because both models' forward "
+           "passes for this prompt are computed **once**; only the random draws change between trials.")
+if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials") and ids is not None:
+    with st.spinner(f"{int(n)} seeded trials…"):
+        trials = lab_ui.run_guarded(experiments.first_token_trials, pair.target, pair.draft, ids, n=int(n),
+                                    temperature=float(temperature), seed=int(seed))
+        fp = lab_ui.run_guarded(lab.first_position, pair.target, pair.draft, ids, temperature=float(temperature),
+                                vocab=pair.shared_vocab) if trials is not None else None
+    if trials is not None and fp is not None:
+        st.session_state["exact.trials"] = {"trials": trials, "fp": fp}
+res = st.session_state.get("exact.trials")
+if res is not None:
+    trials, fp = res["trials"], res["fp"]
+    tv = theory.total_variation(trials.p, trials.counts)
+    noise = theory.expected_tv_noise(trials.p, trials.n)
+    m1, m2, m3 = st.columns(3)
+    m1.metric("total variation distance", f"{tv:.3f}")
+    m2.metric("expected from noise alone", f"{noise:.3f}")
+    m3.metric("draft token kept", f"{trials.accepted / trials.n:.3f}", f"theory {fp.overlap:.3f}", delta_color="off")
+    verdict = lab.tv_verdict(tv, noise, trials.n, trials.accepted, fp.overlap)
+    (st.success if tv <= 2 * noise + 0.01 else st.warning)(verdict)
+    left, right = st.columns(2)
+    with left:
+        ui.show_chart(charts.fig_exactness(trials.counts, trials.p, decode), "exactness_histogram",
+                      key="exact.fig_hist")
+    with right:
+        ui.show_chart(lab.fig_first_position(fp, decode), "first_token_p_q_residual", key="exact.fig_pq")
+    st.caption("Left: how often each token came out of the speculative step, next to the target's p. "
+               "Right: where that comes from: the draft's q, the target's p, and the residual the corrections "
+               "are drawn from. Tokens where q > p are partly refused; the residual fills exactly what is missing.")
