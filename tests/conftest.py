@@ -1,0 +1,88 @@
+"""Shared fixtures: a tiny random Qwen2 pair (fast, float64) and the real default pair.
+
+tiny_pair      two tiny random Qwen2 models + a 64-word tokenizer, as a Pair
+make_tokenizer factory: words -> PreTrainedTokenizerFast (WordLevel, no hub)
+default_pair   the real embedded pair via load_pair(), once per session; skipped
+               only when its chunk packages are not installed
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+TINY_VOCAB = 64
+
+
+def _tokenizer(words: list[str], specials=("<|endoftext|>", "<|im_end|>")):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(list(specials) + [w for w in words if w not in specials])}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token=specials[0]))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tk.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=specials[-1], unk_token=specials[0])
+
+
+@pytest.fixture
+def make_tokenizer():
+    """make_tokenizer(words, specials=...) -> a real fast tokenizer built offline."""
+    return _tokenizer
+
+
+def tiny_qwen2(seed: int, vocab_size: int = TINY_VOCAB, dtype=torch.float64):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        eos_token_id=1, bos_token_id=0, pad_token_id=0,
+    )  # fmt: skip
+    return Qwen2ForCausalLM(cfg).to(dtype).eval().requires_grad_(False)
+
+
+@pytest.fixture
+def tiny_models():
+    """tiny_models(vocab_draft=64, vocab_target=64) -> (draft, target), float64, seeded."""
+    return lambda vd=TINY_VOCAB, vt=TINY_VOCAB, dtype=torch.float64: (tiny_qwen2(0, vd, dtype), tiny_qwen2(1, vt, dtype))
+
+
+@pytest.fixture
+def tiny_pair():
+    """A Pair of two tiny random Qwen2 models (float64, CPU) sharing a 64-word tokenizer."""
+    from specviz.config import ModelSpec, PairSpec, PathSource
+    from specviz.models import Pair
+
+    tok = _tokenizer([f"w{i}" for i in range(TINY_VOCAB - 2)])
+    assert len(tok) == TINY_VOCAB
+    draft, target = tiny_qwen2(0), tiny_qwen2(1)
+    spec_of = lambda n: ModelSpec(name=n, label=n, family="tiny", tokenizer="tiny", params=0,  # noqa: E731
+                                  source=PathSource(path=__import__("pathlib").Path("/nonexistent") / n))
+    spec = PairSpec(name="tiny", draft=spec_of("tiny-draft"), target=spec_of("tiny-target"), description="tiny")
+    return Pair(name="tiny", draft=draft, target=target, tokenizer=tok, dtype=torch.float64, device="cpu",
+                spec=spec, eos_token_ids=[1], shared_vocab=TINY_VOCAB)
+
+
+@pytest.fixture(scope="session")
+def default_pair_load():
+    """(pair, progress stages) of the real default pair, loaded once per session.
+
+    prepare() runs first (it converts and caches on a first run, ~2 min), so the
+    load itself is always the warm load from the cache.
+    """
+    from specviz import models
+
+    status = models.pair_status(None)
+    if not status.available:
+        pytest.skip(f"default pair not installed: {status.reason} (get it: {status.how_to_get})")
+    models.prepare(None)
+    stages: list[str] = []
+    pair = models.load_pair(progress=lambda s, f=None: stages.append(s) if s not in stages else None)
+    return pair, stages
+
+
+@pytest.fixture(scope="session")
+def default_pair(default_pair_load):
+    return default_pair_load[0]

