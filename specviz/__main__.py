@@ -1,0 +1,7 @@
+"""`python -m specviz`: the command line (see specviz/cli.py)."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

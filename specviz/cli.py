@@ -1,0 +1,285 @@
+"""Command line: `python -m specviz models | prepare | run | bench`.
+
+    python -m specviz models                      # pairs, available or not, how to get each
+    python -m specviz prepare                     # assemble + convert + cache the default pair
+    python -m specviz run --prompt "def fib(n):"  # one speculative run, coloured by round
+    python -m specviz bench ...                   # specviz.bench, when it exists
+
+Every SpecvizError is printed as `error: <message>` with exit code 2, never a
+traceback. Progress of long work goes to stderr; results go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import time
+from typing import TextIO
+
+from .errors import InvalidSetting, SpecvizError
+
+# Okabe-Ito colours (colour-blind safe) as 256-colour codes, each with a second cue
+STYLE = {
+    "accepted": "\x1b[38;5;74m",  # sky blue
+    "correction": "\x1b[4;38;5;166m",  # vermillion, underlined
+    "bonus": "\x1b[1;38;5;175m",  # reddish purple, bold
+}
+RESET = "\x1b[0m"
+DIM = "\x1b[2m"
+
+
+# -----------------------------------------------------------------------------
+# progress on stderr
+
+
+class ProgressPrinter:
+    """progress(stage, fraction) -> one line per stage; live percentages on a terminal."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.stage = None
+        self.t0 = time.perf_counter()
+        self.last_draw = 0.0
+
+    def __call__(self, stage: str, fraction: float | None = None) -> None:
+        now = time.perf_counter()
+        if stage != self.stage:
+            if self.tty and self.stage is not None:
+                self.stream.write("\n")
+            self.stage = stage
+            self.last_draw = 0.0
+            if not self.tty:
+                self.stream.write(f"[{now - self.t0:5.1f}s] {stage}\n")
+                self.stream.flush()
+        if self.tty and (now - self.last_draw > 0.1 or fraction == 1.0):
+            pct = f" {fraction * 100:3.0f}%" if fraction is not None else ""
+            self.stream.write(f"\r\x1b[K[{now - self.t0:5.1f}s] {stage}{pct}")
+            self.stream.flush()
+            self.last_draw = now
+
+    def done(self) -> None:
+        if self.tty and self.stage is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+        self.stage = None
+
+
+# -----------------------------------------------------------------------------
+# rendering a Run
+
+
+def token_kinds(run) -> list[str]:
+    """The kind of each new token: 'accepted', 'correction' or 'bonus'."""
+    kinds: list[str] = []
+    for r in run.rounds:
+        for j in range(len(r.emitted)):
+            if j < r.n_accepted:
+                kinds.append("accepted")
+            else:
+                kinds.append(r.extra_kind or "bonus")
+    return kinds[: len(run.token_ids)]
+
+
+def token_pieces(tokenizer, ids: list[int]) -> list[str]:
+    """Text of each token such that "".join(pieces) == decode(ids), multi-byte chars kept whole."""
+    pieces, shown = [], ""
+    for i in range(len(ids)):
+        text = tokenizer.decode(ids[: i + 1])
+        if text.endswith("\ufffd") and i + 1 < len(ids):
+            pieces.append("")  # half a UTF-8 character: its last token carries it
+            continue
+        pieces.append(text[len(shown):])
+        shown = text
+    return pieces
+
+
+def render_text(run, tokenizer, color: bool) -> str:
+    pieces = token_pieces(tokenizer, run.token_ids)
+    if not color:
+        return "".join(pieces)
+    kinds = token_kinds(run) + ["accepted"] * len(pieces)
+    return "".join(f"{STYLE[k]}{p}{RESET}" if p else "" for p, k in zip(pieces, kinds))
+
+
+def legend(color: bool) -> str:
+    if not color:
+        return ""
+    return "  ".join(f"{STYLE[k]}{label}{RESET}" for k, label in
+                     (("accepted", "accepted draft"), ("correction", "target correction"), ("bonus", "bonus")))
+
+
+def stats_lines(run) -> list[str]:
+    n = len(run.token_ids)
+    corrections = sum(1 for r in run.rounds if r.extra_kind == "correction")
+    bonuses = sum(1 for r in run.rounds if r.extra_kind == "bonus")
+    return [
+        f"tokens          {n} ({run.stop_reason})",
+        f"rounds          {len(run.rounds)}  ({corrections} corrections, {bonuses} bonus tokens)",
+        f"alpha           {run.alpha:.3f} ± {run.alpha_stderr:.3f}  (accepted / judged drafts)",
+        f"accepted/drafted {run.n_accepted}/{run.n_drafted} = {run.acceptance_rate:.3f}",
+        f"tokens per pass {run.tokens_per_pass:.2f}  ({run.target_passes} target passes)",
+        f"speed           {run.tokens_per_s:.2f} tokens/s  (prefill {run.prefill_s:.2f} s, "
+        f"decode {run.decode_s:.2f} s: draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)",
+    ]
+
+
+# -----------------------------------------------------------------------------
+# commands
+
+
+def cmd_models(args) -> int:
+    from .config import default_registry, load_registry
+    from .models import list_pairs
+
+    reg = load_registry(args.models) if args.models else default_registry()
+    for st in list_pairs(reg):
+        spec = reg.pairs[st.name]
+        mark = " (default)" if st.is_default else ""
+        state = "available" if st.available else "unavailable"
+        print(f"{st.name}{mark}: {state}")
+        print(f"    {spec.draft.label} -> {spec.target.label}")
+        if args.verbose or not st.available:
+            for part in st.reason.split("; "):
+                print(f"    {part}")
+        if st.how_to_get:
+            print(f"    to get it: {st.how_to_get}")
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from .models import prepare
+
+    progress = ProgressPrinter()
+    try:
+        out = prepare(args.pair, progress=progress, registry=args.models)
+    finally:
+        progress.done()
+    for role, what in out.items():
+        print(f"{role}: {what}")
+    return 0
+
+
+def _read_prompt(args) -> str:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if prompt is None or not prompt.strip():
+        raise InvalidSetting("The prompt is empty: give one with --prompt \"...\" (or --prompt - to read stdin).")
+    return prompt
+
+
+def encode_prompt(tokenizer, prompt: str, raw: bool) -> list[int]:
+    """Token ids of the prompt: through the chat template unless raw (or the model has none)."""
+    if not raw and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(prompt)["input_ids"])
+
+
+def cmd_run(args) -> int:
+    from . import engine
+    from .models import load_pair
+
+    prompt = _read_prompt(args)
+    progress = ProgressPrinter()
+    try:
+        pair = load_pair(args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device,
+                         progress=progress, registry=args.models)
+    finally:
+        progress.done()
+    tok = pair.tokenizer
+    if not args.raw and not getattr(tok, "chat_template", None):
+        print("note: this model has no chat template; the prompt is fed as-is", file=sys.stderr)
+    input_ids = encode_prompt(tok, prompt, args.raw)
+
+    kw = dict(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=0,
+              max_new_tokens=args.max_new_tokens, seed=args.seed, eos_token_id=pair.eos_token_ids)
+    if "vocab" in inspect.signature(engine.speculative_decode).parameters:
+        kw["vocab"] = pair.shared_vocab  # compare only ids both models know (padded embeddings)
+    print(f"generating with {pair.name} (k={args.k}, temperature={args.temperature}) ...", file=sys.stderr)
+    run = engine.speculative_decode(pair.target, pair.draft, input_ids, **kw)
+
+    if args.json:
+        print(run.to_json())
+        return 0
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    print(render_text(run, tok, color))
+    print()
+    if color:
+        print(legend(color))
+    dim = DIM if color else ""
+    end = RESET if color else ""
+    for line in stats_lines(run):
+        print(f"{dim}{line}{end}")
+    return 0
+
+
+def cmd_bench(argv: list[str]) -> int:
+    if importlib.util.find_spec("specviz.bench") is None:
+        print("error: `bench` is not available yet (specviz.bench has not landed)", file=sys.stderr)
+        return 2
+    bench = importlib.import_module("specviz.bench")
+    rc = bench.main(argv)
+    return int(rc or 0)
+
+
+# -----------------------------------------------------------------------------
+# argument parsing
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
+    p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench}")
+
+    m = sub.add_parser("models", help="list model pairs, whether each is available here, how to get it")
+    m.add_argument("-v", "--verbose", action="store_true", help="say where each model comes from")
+    m.set_defaults(func=cmd_models)
+
+    pr = sub.add_parser("prepare", help="assemble, convert and cache a pair (default: the embedded pair)")
+    pr.add_argument("--pair", help="pair name from `models` (default: the default pair)")
+    pr.set_defaults(func=cmd_prepare)
+
+    r = sub.add_parser("run", help="one speculative decoding run, coloured by what each round did")
+    r.add_argument("--pair", help="pair name from `models` (default: the default pair)")
+    r.add_argument("--draft", help="override the draft: a local folder or a hub id (local HF cache only)")
+    r.add_argument("--target", help="override the target: a local folder or a hub id (local HF cache only)")
+    r.add_argument("--prompt", required=True, help='the prompt ("-" reads stdin)')
+    r.add_argument("--k", type=int, default=4, help="tokens drafted per round (default 4)")
+    r.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default 0)")
+    r.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
+    r.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
+    r.add_argument("--seed", type=int, default=0, help="default 0")
+    r.add_argument("--raw", action="store_true", help="feed the prompt as-is, without the chat template")
+    r.add_argument("--json", action="store_true", help="print the Run as JSON instead of text")
+    r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: float32 on CPU")
+    r.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    r.add_argument("--color", choices=["auto", "always", "never"], default="auto", help="colour the text")
+    r.set_defaults(func=cmd_run)
+
+    b = sub.add_parser("bench", help="benchmarks (specviz.bench)", add_help=False)
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(func=lambda a: cmd_bench(a.rest))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "bench":
+            return cmd_bench(argv[1:])  # bench parses its own options
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except SpecvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `| head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
