@@ -1,0 +1,353 @@
+"""AppTest of the learning pages (pages/1..6) on the tiny random pair (tests/models_tiny.yaml).
+
+Each test drives a page like a learner: check the defaults, press its measure
+button, then check the figures' traces and the metrics against specviz called
+directly on the same tiny models. Bad input must show an error element, never
+an exception; the same seed must give the same output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = Path(os.environ.get("SPECVIZ_TEST_MODELS") or ROOT / "tests" / "models_tiny.yaml")
+PAGES = {p.name.split("_", 1)[0]: str(p) for p in sorted((ROOT / "pages").glob("[0-9]_*.py"))}
+
+needs_tiny = pytest.mark.skipif(not TINY.exists(), reason="tests/models_tiny.yaml (the tiny test registry) is missing")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_registry():
+    """Point specviz at the tiny registry for this module, and start with no model loaded."""
+    old = os.environ.get("SPECVIZ_MODELS")
+    os.environ["SPECVIZ_MODELS"] = str(TINY)
+    from pages.common import ui
+
+    ui._slot.clear()
+    yield
+    ui._slot.clear()
+    if old is None:
+        os.environ.pop("SPECVIZ_MODELS", None)
+    else:
+        os.environ["SPECVIZ_MODELS"] = old
+
+
+def page(n: str):
+    """A fresh AppTest of page n, run once, with no exception."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(PAGES[n], default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def press(at, key: str):
+    at.button(key=key).click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def figures(at) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def figure(at, title_start: str) -> dict:
+    found = [f for f in figures(at) if f["layout"]["title"]["text"].startswith(title_start)]
+    assert found, f"no figure titled {title_start!r} in {[f['layout']['title']['text'] for f in figures(at)]}"
+    return found[0]
+
+
+def names(fig: dict) -> list[str]:
+    return [t.get("name") for t in fig["data"]]
+
+
+def metrics(at) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def num(s: str) -> float:
+    return float(re.search(r"-?\d+(\.\d+)?", s).group())
+
+
+def tiny_pair():
+    from specviz import models
+
+    return models.load_pair(None)
+
+
+def errors(at) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def pngs_ok(at) -> None:
+    """Every chart can be saved as PNG (the download button config)."""
+    for el in at.get("plotly_chart"):
+        cfg = json.loads(el.proto.config)
+        assert cfg["toImageButtonOptions"]["format"] == "png"
+
+
+# --- 6 · theory: no model ------------------------------------------------------------------------
+def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
+    from pages.common import ui
+    from specviz import models
+
+    calls = []
+    monkeypatch.setattr(models, "load_pair", lambda *a, **k: calls.append(a) or pytest.fail("theory loaded a model"))
+    before = ui.LOAD_CALLS
+    at = page("6")
+    assert (at.slider(key="theory.alpha").value, at.slider(key="theory.k").value,
+            at.slider(key="theory.c").value) == (0.8, 4, 0.1)
+    m = metrics(at)
+    assert m["E[tokens per target pass]"] == "3.36" and m["predicted speedup"] == "2.40×"
+    assert names(figure(at, "Tokens per target pass"))[-2:] == ["k = 4 (formula)", "k = 4 at α = 0.5, 0.7, 0.8, 0.9"]
+    assert "best k" in " ".join(names(figure(at, "Predicted speedup")))
+    table = at.dataframe[0].value
+    assert list(table["α"]) == [0.5, 0.7, 0.8, 0.9]
+    assert [round(v, 1) for v in table["(1 − α^(k+1)) / (1 − α)"]] == [1.9, 2.8, 3.4, 4.1]
+    pngs_ok(at)
+    at.slider(key="theory.alpha").set_value(0.5).run()
+    at.slider(key="theory.c").set_value(0.0).run()
+    assert metrics(at)["E[tokens per target pass]"] == "1.94" and metrics(at)["predicted speedup"] == "1.94×"
+    assert not calls and ui.LOAD_CALLS == before and not at.exception
+
+
+# --- 1 · slow motion --------------------------------------------------------------------------------
+def round_text(at) -> str:
+    return [m.value for m in at.markdown if 'class="sv-text"' in m.value][0]
+
+
+@needs_tiny
+def test_slow_motion_steps_rounds_with_the_arithmetic():
+    at = page("1")
+    assert at.slider(key="slow.k").value == 4 and at.number_input(key="slow.temperature").value == 0.0
+    assert at.selectbox(key="slow.preset").value == "The capital of France"
+    assert any("No round yet" in i.value for i in at.info)
+    press(at, "slow.start")
+    rows = at.dataframe[0].value
+    story = [m.value for m in at.markdown if m.value.startswith("**Round 1**")]
+    assert story and "one** forward pass" in story[0]
+    assert len(rows) in (4, 5) and list(rows["position"][:4]) == [1, 2, 3, 4]
+    assert all(t.startswith("draft == argmax?") or t in ("not judged", "target argmax") for t in rows["test"])
+    assert names(figure(at, "Round 1, draft #")) == ["target p", "draft q"]
+    press(at, "slow.next")
+    assert any(m.value.startswith("**Round 2**") for m in at.markdown)
+    assert [s.value for s in at.selectbox if s.label == "Round to inspect"] == [2]  # the newest round
+    pngs_ok(at)
+
+
+@needs_tiny
+def test_slow_motion_finds_a_zero_accept_round_like_the_engine():
+    from specviz import prompts, speculative_decode
+
+    at = page("1")
+    press(at, "slow.start")
+    press(at, "slow.until_zero")
+    # the same run straight from the engine: where is the first round after round 1 that accepts nothing?
+    pair = tiny_pair()
+    ids = prompts.encode(pair.tokenizer, "The capital of France is", False)
+    run = speculative_decode(pair.target, pair.draft, ids, k=4, temperature=0.0, max_new_tokens=48, seed=0,
+                             eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    zero = next((r.index + 1 for r in run.rounds[1:] if r.n_accepted == 0), None)
+    if zero is None:
+        pytest.skip("this tiny pair never rejects the first draft after round 1")
+    assert any(m.value.startswith(f"**Round {zero}**") for m in at.markdown)
+    note = [s.value for s in at.success if "claim 5" in s.value]
+    assert note and "still one token" in note[0]
+
+
+@needs_tiny
+def test_slow_motion_sampling_same_seed_same_rounds_and_bad_input():
+    def sampled(seed):
+        at = page("1")
+        at.number_input(key="slow.temperature").set_value(1.0)
+        at.number_input(key="slow.seed").set_value(seed).run()
+        press(at, "slow.start")
+        press(at, "slow.next")
+        return at
+
+    a, b, c = sampled(7), sampled(7), sampled(8)
+    rows = a.dataframe[0].value
+    assert "u" in rows.columns and any("min(1, p/q)" in t for t in rows["test"])
+    assert round_text(a) == round_text(b) and a.dataframe[0].value.equals(b.dataframe[0].value)
+    assert round_text(a) != round_text(c)
+    a.text_area(key="slow.text").set_value("   ").run()
+    assert not a.exception and any("empty" in e for e in errors(a))
+    a.slider(key="slow.k").set_value(3)
+    press(a, "slow.start")  # the empty prompt starts nothing: the old rounds stay
+    assert any("empty" in e for e in errors(a))
+
+
+# --- 2 · acceptance lab -------------------------------------------------------------------------------
+def lab_page(temps=(0.0, 1.2), domains=("code", "creative"), max_new=8):
+    at = page("2")
+    at.multiselect(key="lab.domains").set_value(list(domains))
+    at.multiselect(key="lab.temps").set_value(list(temps))
+    at.number_input(key="lab.max_new").set_value(max_new).run()
+    return press(at, "lab.run")
+
+
+@needs_tiny
+def test_acceptance_lab_defaults_and_measurement():
+    at = page("2")
+    assert at.multiselect(key="lab.domains").value == ["code", "list", "factual", "creative", "repetition"]
+    assert at.multiselect(key="lab.temps").value == [0.0, 0.7, 1.2]
+    assert at.slider(key="lab.k").value == 4 and at.number_input(key="lab.max_new").value == 24
+    at = lab_page()
+    fig = figure(at, "Acceptance α vs temperature")
+    assert names(fig) == ["code", "creative"]
+    for tr in fig["data"]:
+        assert tr["x"] == [0.0, 1.2] and all(0 <= y <= 1 for y in tr["y"])
+    table = at.dataframe[0].value
+    assert len(table) == 4 and table["α"].between(0, 1).all() and (table["new tokens"] <= 8).all()
+    assert names(figure(at, "Acceptance by draft position")) == ["code", "creative"]
+    assert names(figure(at, "Accepted tokens per round"))[1].startswith("predicted")
+    assert "target entropy" in names(figure(at, "Target entropy along the text"))
+    pngs_ok(at)
+    # α on the page is the engine's α for the same run
+    from specviz import prompts, speculative_decode
+
+    pair = tiny_pair()
+    p = prompts.domain_prompts()["code"]
+    run = speculative_decode(pair.target, pair.draft, prompts.encode(pair.tokenizer, p.text, p.chat), k=4,
+                             temperature=0.0, max_new_tokens=8, seed=0, eos_token_id=pair.eos_token_ids,
+                             vocab=pair.shared_vocab)
+    row = table[(table["domain"] == "code") & (table["temperature"] == 0.0)].iloc[0]
+    assert row["α"] == pytest.approx(run.alpha, abs=1e-3)
+    # growing: a new temperature adds rows, measured cells stay the same
+    at.multiselect(key="lab.temps").set_value([0.0, 0.7, 1.2]).run()
+    press(at, "lab.run")
+    grown = at.dataframe[0].value
+    assert len(grown) == 6
+    assert grown.set_index(["domain", "temperature"]).loc[("code", 0.0), "α"] == row["α"]
+
+
+@needs_tiny
+def test_acceptance_lab_same_seed_same_table_and_bad_input():
+    a, b = lab_page(temps=(1.0,)), lab_page(temps=(1.0,))
+    assert a.dataframe[0].value.drop(columns=[]).equals(b.dataframe[0].value)
+    a.multiselect(key="lab.domains").set_value([]).run()
+    press(a, "lab.run")
+    assert any("at least one domain" in e for e in errors(a))
+
+
+# --- 3 · speedup -------------------------------------------------------------------------------------
+@needs_tiny
+def test_speedup_cost_sweep_race_and_adaptive():
+    at = page("3")
+    assert at.multiselect(key="speed.ks").value == [1, 2, 4, 6, 8]
+    assert at.number_input(key="speed.temperature").value == 0.0
+    at.number_input(key="speed.max_new").set_value(8)
+    at.multiselect(key="speed.ks").set_value([1, 2]).run()
+    press(at, "speed.run_cost")
+    c = num(metrics(at)["c = draft step ÷ target step"])
+    assert c > 0
+    model = figure(at, "Predicted speedup vs k")
+    assert "predicted speedup" in names(model) and any(n.startswith("best k") for n in names(model))
+    press(at, "speed.run_sweep")
+    rows = at.dataframe[0].value
+    assert list(rows["k"]) == [1, 2] and (rows["measured speedup"] > 0).all() and rows["α"].between(0, 1).all()
+    assert rows["predicted speedup"].notna().all()
+    assert names(figure(at, "Measured vs predicted speedup")) == ["predicted", "measured"]
+    assert "measured speedup" in names(figure(at, "Predicted speedup vs k"))
+    press(at, "speed.use_alpha")
+    pooled = at.slider(key="speed.alpha").value
+    assert 0 <= pooled <= 0.99
+    press(at, "speed.run_race")
+    race = figure(at, "Race")
+    assert [n for n in names(race) if n][0].startswith("speculative") and any(
+        n and n.startswith("target alone") for n in names(race))
+    assert len([m for m in at.markdown if 'class="sv-text"' in m.value]) >= 2
+    press(at, "speed.run_adaptive")
+    assert names(figure(at, "k over the run")) == ["accepted this round", "k (drafted this round)"]
+    assert num(metrics(at)["adaptive k: tokens/s"]) > 0
+    pngs_ok(at)
+    at.multiselect(key="speed.ks").set_value([]).run()
+    press(at, "speed.run_sweep")
+    assert any("at least one k" in e for e in errors(at))
+
+
+# --- 4 · why it is fast --------------------------------------------------------------------------------
+@needs_tiny
+def test_why_it_is_fast_forward_bandwidth_batch():
+    at = page("4")
+    assert at.multiselect(key="fast.sizes").value == [1, 2, 4, 8, 16]
+    assert at.radio(key="fast.dtype").value in ("float32", "bfloat16")
+    at.number_input(key="fast.reps").set_value(2).run()
+    press(at, "fast.run_forward")
+    fig = figure(at, "Target forward time vs tokens per pass")
+    assert names(fig) == ["flat = memory-bound", "∝ tokens (compute-bound)", "measured (median, IQR bars)"]
+    ratio = num(metrics(at)["cost(2 tokens) ÷ cost(1 token)"])
+    assert ratio > 0 and metrics(at)["this device here is"] in (
+        "memory-bound", "compute-bound", "partly memory-bound", "irregular")
+    verdicts = [e.value for e in [*at.success, *at.warning, *at.info] if "One target pass over 1 token" in e.value]
+    assert verdicts and f"({ratio:.2f}×)" in verdicts[0]
+    press(at, "fast.run_bw")
+    m = metrics(at)
+    assert num(m["bandwidth"]) > 0 and num(m["measured 1-token pass"]) > 0
+    from specviz import lab
+    from specviz.experiments import weight_bytes
+
+    assert m["weights"] == lab.format_bytes(weight_bytes(tiny_pair().target))
+    at.multiselect(key="fast.b_tokens").set_value([1, 4])
+    at.multiselect(key="fast.b_batches").set_value([1, 2])
+    at.number_input(key="fast.b_reps").set_value(1).run()
+    press(at, "fast.run_batch")
+    fig = figure(at, "Verify cost vs tokens × batch")
+    assert names(fig) == ["batch 1", "batch 2"] and fig["layout"]["meta"]["flat_until"] in (1, 2, 4, 8)
+    assert figure(at, "Target forward time vs tokens per pass")  # earlier results are kept
+    pngs_ok(at)
+    at.multiselect(key="fast.sizes").set_value([4]).run()
+    press(at, "fast.run_forward")
+    assert any("Pick 1" in e for e in errors(at))
+
+
+# --- 5 · exactness --------------------------------------------------------------------------------------
+@needs_tiny
+def test_exactness_greedy_matches_the_engine_and_trials_match_p():
+    from specviz import experiments, prompts
+
+    at = page("5")
+    assert at.slider(key="exact.k").value == 4 and at.number_input(key="exact.n").value == 2000
+    at.number_input(key="exact.max_new").set_value(12).run()
+    press(at, "exact.run_greedy")
+    pair = tiny_pair()
+    ids = prompts.encode(pair.tokenizer, "The capital of France is", False)
+    cmp = experiments.compare_with_baseline(pair.target, pair.draft, ids, k=4, temperature=0.0, max_new_tokens=12,
+                                            seed=0, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    assert metrics(at)["identical"] == ("yes" if cmp.identical else "no")
+    verdict = [e.value for e in [*at.success, *at.warning]][0]
+    assert verdict.startswith("Identical") == cmp.identical
+    at.number_input(key="exact.n").set_value(600).run()
+    press(at, "exact.run_trials")
+    m = metrics(at)
+    tv, noise = num(m["total variation distance"]), num(m["expected from noise alone"])
+    assert 0 <= tv <= 1 and 0 < noise < 1 and tv < 3 * noise + 0.03
+    assert names(figure(at, "Sampled tokens vs target p")) == ["target p", "observed (600 samples)"]
+    assert names(figure(at, "First new token")) == ["target p", "draft q", "residual norm(max(0, p − q))"]
+    trials = experiments.first_token_trials(pair.target, pair.draft, ids, n=600, temperature=1.0, seed=0)
+    assert m["draft token kept"] == f"{trials.accepted / 600:.3f}"  # same seeds, same draws
+    pngs_ok(at)
+
+
+@needs_tiny
+def test_exactness_same_seed_same_histogram_and_bad_input():
+    def trials(seed):
+        at = page("5")
+        at.number_input(key="exact.n").set_value(300)
+        at.number_input(key="exact.seed").set_value(seed).run()
+        return press(at, "exact.run_trials")
+
+    a, b = trials(3), trials(3)
+    fa, fb = figure(a, "Sampled tokens"), figure(b, "Sampled tokens")
+    assert fa["data"][1]["y"] == fb["data"][1]["y"] and metrics(a) == metrics(b)
+    a.text_area(key="exact.text").set_value("").run()
+    assert any("empty" in e for e in errors(a))
+    press(a, "exact.run_greedy")
+    assert not a.exception and any("empty" in e for e in errors(a))
