@@ -65,7 +65,18 @@ class PathSource:
     path: Path
 
 
-Source = ChunkSource | HubSource | PathSource
+@dataclass(frozen=True)
+class TinySource:
+    """A tiny random-weight model built from a config (specviz/tiny.py): for tests and demos."""
+
+    seed: int = 0
+    noise: float = 0.0  # > 0: the seed's weights plus noise (a draft that mostly agrees)
+    vocab: int = 128
+    hidden: int = 64
+    layers: int = 2
+
+
+Source = ChunkSource | HubSource | PathSource | TinySource
 
 
 @dataclass(frozen=True)
@@ -175,9 +186,9 @@ def _kind(value: Any) -> str:
 
 
 def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source:
-    src = c.mapping(raw, path, set(), {"chunks", "hub", "path"})
+    src = c.mapping(raw, path, set(), {"chunks", "hub", "path", "tiny"})
     if len(src) != 1:
-        c.fail(path, "give exactly one of: chunks, hub, path")
+        c.fail(path, "give exactly one of: chunks, hub, path, tiny")
     kind, value = next(iter(src.items()))
     p = _join(path, kind)
     if kind == "hub":
@@ -185,6 +196,18 @@ def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source
         if hub.count("/") > 1 or hub.startswith("/") or hub.endswith("/"):
             c.fail(p, f"not a hub id (owner/name): {hub!r}")
         return HubSource(hub=hub)
+    if kind == "tiny":
+        t = c.mapping(value, p, set(), {"seed", "noise", "vocab", "hidden", "layers"})
+        noise = t.get("noise", 0.0)
+        if not isinstance(noise, (int, float)) or isinstance(noise, bool) or noise < 0:
+            c.fail(_join(p, "noise"), f"expected a number >= 0, got {_kind(noise)}")
+        return TinySource(
+            seed=c.integer(t.get("seed", 0), _join(p, "seed")),
+            noise=float(noise),
+            vocab=c.integer(t.get("vocab", 128), _join(p, "vocab"), minimum=100),
+            hidden=c.integer(t.get("hidden", 64), _join(p, "hidden"), minimum=8),
+            layers=c.integer(t.get("layers", 2), _join(p, "layers"), minimum=1),
+        )
     if kind == "path":
         folder = Path(os.path.expanduser(c.string(value, p)))
         if not folder.is_absolute() and base is not None:

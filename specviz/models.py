@@ -31,7 +31,17 @@ from typing import Any, Callable
 
 import torch
 
-from .config import ChunkSource, HubSource, ModelSpec, PairSpec, PathSource, Registry, default_registry, load_registry
+from .config import (
+    ChunkSource,
+    HubSource,
+    ModelSpec,
+    PairSpec,
+    PathSource,
+    Registry,
+    TinySource,
+    default_registry,
+    load_registry,
+)
 from .errors import (
     ChecksumMismatch,
     ConfigError,
@@ -418,6 +428,8 @@ def _ensure_cached(m: ModelSpec, role: str, progress: Progress) -> tuple[Path, b
 
 def _model_status(m: ModelSpec) -> tuple[bool, str, str]:
     src = m.source
+    if isinstance(src, TinySource):
+        return True, "tiny random weights, built on the spot (gibberish text: for tests and demos)", ""
     if isinstance(src, ChunkSource):
         folder = cached_dir(src, m.name)
         if _is_cached(folder, src.sha256):
@@ -594,6 +606,8 @@ def _resolve_spec(name, draft, target, registry) -> PairSpec:
 def _locate(m: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, str]:
     """(what to pass to from_pretrained, extra kwargs, where it comes from) for one model."""
     src = m.source
+    if isinstance(src, TinySource):
+        return "tiny", {}, "tiny random weights"
     if isinstance(src, ChunkSource):
         folder, was_cached = _ensure_cached(m, role, progress)
         progress(f"loading cached {role}" if was_cached else f"loading converted {role}", None)
@@ -617,6 +631,13 @@ def _locate(m: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, str
 
 def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if isinstance(m.source, TinySource):
+        from .tiny import char_tokenizer, tiny_model
+
+        s = m.source
+        model = tiny_model(s.seed, s.noise, s.vocab, s.hidden, s.layers, dtype=dtype).to(device)
+        return char_tokenizer(), model
 
     try:
         with _hf_quiet():
