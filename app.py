@@ -28,7 +28,6 @@ from specviz import charts, prompts, render, replay  # noqa: E402
 from specviz.drafters import PromptLookupDrafter  # noqa: E402
 from specviz.engine import speculative_stream  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
-from specviz.experiments import compare_with_baseline  # noqa: E402
 
 S = st.session_state
 LIVE, RECORDED = "Live models", "Recorded runs (no model needed)"
@@ -297,6 +296,27 @@ def draw_text(job: replay.Playback, pending=None) -> None:
     text_ph.markdown(render.tokens_html(job.prompt_text, rounds, dec, pending=pending), unsafe_allow_html=True)
 
 
+# --- save / load ------------------------------------------------------------------------------
+def save_load_section(job: replay.Playback | None) -> None:
+    st.subheader("Save or load a run")
+    c1, c2 = st.columns(2)
+    with c1:
+        if job is not None and job.done and job.run is not None:
+            data = replay.export_json(job.run, _decoder(job), job.prompt_text, job.meta.get("pair", ""),
+                                      job.meta.get("title", ""), job.meta.get("baseline"))
+            st.download_button("⬇ Download this run (JSON)", data=data, file_name="specviz-run.json",
+                               mime="application/json", key="main.download",
+                               help="Everything needed to replay it exactly, on any machine, with no model.")
+        else:
+            st.caption("The download appears when a run has finished.")
+    with c2:
+        st.file_uploader("Load a run (JSON) and replay it", type=["json"], key="main.upload", on_change=_on_upload,
+                         help="A file saved with the download button (or `python -m specviz run --save`); "
+                              "it replays exactly, with no model loaded.")
+        if S.get("main.upload_error"):
+            st.error(S["main.upload_error"], icon="⚠️")
+
+
 # --- the animation: one round at a time -------------------------------------------------------
 pend_s, after_s = replay.SPEEDS.get(speed, replay.SPEEDS[replay.DEFAULT_SPEED])
 if job is not None and steps != 0:
@@ -329,9 +349,7 @@ if job is not None and job.source == "live" and job.done and job.run is not None
     try:
         with st.spinner("Timing the target alone with the same settings (one token per forward pass)…"):
             pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
-            kw = job.meta["kw"]
-            cmp = compare_with_baseline(pair.target, pair.draft, job.prompt_ids, spec=job.run, **kw)
-            job.meta["baseline"] = replay.baseline_summary(job.run, cmp.base, cmp.speedup, cmp.identical)
+            job.meta["baseline"] = replay.target_alone(pair.target, job.run, pair.shared_vocab)
             job.meta["baseline_note"] = "measured right after the run, warmed up, same settings"
     except (SpecvizError, MemoryError) as e:
         job.meta["baseline"] = None
@@ -341,6 +359,7 @@ if job is not None and job.source == "live" and job.done and job.run is not None
 if job is None:
     text_ph.info("Press **▶ Run** to watch the draft propose and the target verify, round by round"
                  + (" (the first run loads the models)." if live else "."))
+    save_load_section(job)
     st.stop()
 
 dec = _decoder(job)
@@ -356,6 +375,7 @@ if job.error:
 draw_metrics(run)
 
 if not job.rounds:
+    save_load_section(job)
     st.stop()
 
 # --- round log and the chosen round ------------------------------------------------------------
@@ -458,19 +478,4 @@ elif job.meta.get("origin") == "live" and not job.meta.get("baseline_wanted"):
 else:
     st.caption("No timing of the target alone for this run.")
 
-# --- save / load ------------------------------------------------------------------------------
-st.subheader("Save or load a run")
-c1, c2 = st.columns(2)
-with c1:
-    if job.done and job.run is not None:
-        data = replay.export_json(job.run, dec, job.prompt_text, job.meta.get("pair", ""),
-                                  job.meta.get("title", ""), base)
-        st.download_button("⬇ Download this run (JSON)", data=data, file_name="specviz-run.json",
-                           mime="application/json", key="main.download",
-                           help="Everything needed to replay it exactly, on any machine, with no model.")
-    else:
-        st.caption("The download appears when the run has finished.")
-with c2:
-    st.file_uploader("Load a run (JSON) and replay it", type=["json"], key="main.upload", on_change=_on_upload)
-    if S.get("main.upload_error"):
-        st.error(S["main.upload_error"], icon="⚠️")
+save_load_section(job)

@@ -103,6 +103,27 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
     }  # fmt: skip
 
 
+def target_alone(target, spec: Run, vocab: int | None = None, warm: bool = True) -> dict:
+    """Time the target alone with the spec run's prompt and settings; return baseline_summary().
+
+    Like experiments.compare_with_baseline(spec=...), but the baseline is restricted to the
+    same shared vocabulary as the speculative run (`vocab`): otherwise a model whose embedding
+    rows outnumber the tokenizer's tokens could pick an id speculative decoding never can.
+    """
+    from .engine import autoregressive_decode
+
+    s = spec.settings
+    kw = dict(temperature=s.get("temperature", 0.0), top_p=s.get("top_p", 1.0), top_k=s.get("top_k", 0),
+              seed=s.get("seed", 0), eos_token_id=s.get("eos_token_id"), vocab=vocab)
+    if warm:  # one-time costs land in neither measurement
+        autoregressive_decode(target, spec.prompt_ids, max_new_tokens=2, **kw)
+    base = autoregressive_decode(target, spec.prompt_ids, max_new_tokens=s.get("max_new_tokens", 64), **kw)
+    per_tok = lambda r: r.decode_s / max(len(r.token_ids), 1)  # noqa: E731
+    speedup = per_tok(base) / per_tok(spec) if per_tok(spec) > 0 else float("nan")
+    identical = spec.token_ids == base.token_ids if not kw["temperature"] else None
+    return baseline_summary(spec, base, speedup, identical)
+
+
 def _finite(x: Any) -> Any:
     # json has no NaN / inf: store None instead
     if isinstance(x, float) and not math.isfinite(x):
@@ -268,7 +289,6 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
     Regenerate the shipped files with:
       python -c "from specviz import models, replay; replay.record_presets(models.load_pair())"
     """
-    from .experiments import compare_with_baseline
     from .engine import speculative_decode
     from .prompts import encode, preset
 
@@ -285,10 +305,7 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
         # a short warm-up so one-time costs do not land in the recorded timings
         speculative_decode(pair.target, pair.draft, ids, **{**kw, "max_new_tokens": 2}, vocab=pair.shared_vocab)
         run = speculative_decode(pair.target, pair.draft, ids, **kw, vocab=pair.shared_vocab)
-        base = None
-        if baseline:
-            cmp = compare_with_baseline(pair.target, pair.draft, ids, spec=run, **kw)
-            base = baseline_summary(run, cmp.base, cmp.speedup, cmp.identical)
+        base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
         temp = "greedy" if s.temperature == 0 else f"temperature {s.temperature:g}, seed {s.seed}"
         title = f"{p.name} · {temp} · k={s.k} · {pair.name} ({run.device}, {run.dtype})"
         d = _round_floats(export_dict(run, decode, p.text if not p.chat else p.text, pair.name, title, base))

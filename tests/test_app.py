@@ -1,0 +1,325 @@
+"""AppTest of the main page (app.py) on the tiny random pair (tests/models_tiny.yaml).
+
+Each test drives the page like a user (widgets, buttons, uploads) and checks
+what is drawn against specviz called directly on the same tiny models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+TINY = Path(os.environ.get("SPECVIZ_TEST_MODELS") or ROOT / "tests" / "models_tiny.yaml")
+
+pytestmark = pytest.mark.skipif(not TINY.exists(), reason="tests/models_tiny.yaml (the tiny test registry) is missing")
+
+STATES = ("sv-accepted", "sv-rejected", "sv-correction", "sv-bonus")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_registry():
+    """Point specviz at the tiny registry for this module, and start with no model loaded."""
+    old = os.environ.get("SPECVIZ_MODELS")
+    os.environ["SPECVIZ_MODELS"] = str(TINY)
+    from pages.common import ui
+
+    ui._slot.clear()
+    yield
+    ui._slot.clear()
+    if old is None:
+        os.environ.pop("SPECVIZ_MODELS", None)
+    else:
+        os.environ["SPECVIZ_MODELS"] = old
+
+
+def new_app():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def start(at, **settings):
+    """Set sidebar widgets by key suffix (speed instant unless given), press Run."""
+    settings.setdefault("speed", "instant")
+    kinds = {"speed": "select_slider", "k": "slider", "temperature": "slider", "top_p": "slider",
+             "max_new": "number_input", "seed": "number_input", "prompt": "text_area", "chat": "checkbox",
+             "baseline": "checkbox", "adaptive": "toggle", "drafter": "radio", "dtype": "radio"}
+    for name, value in settings.items():
+        getattr(at, kinds[name])(key=f"main.{name}").set_value(value)
+    at.button(key="main.run_btn").click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def tiny_pair():
+    from specviz import models
+
+    return models.load_pair(None)
+
+
+def direct_run(prompt: str, chat: bool, **kw):
+    """The same generation straight from specviz, without the page."""
+    from specviz import prompts, speculative_decode
+
+    pair = tiny_pair()
+    ids = prompts.encode(pair.tokenizer, prompt, chat)
+    return speculative_decode(pair.target, pair.draft, ids, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab,
+                              **kw)
+
+
+def text_html(at) -> str:
+    found = [m.value for m in at.markdown if 'class="sv-text"' in m.value and "sv-prompt" in m.value]
+    assert found, "no token text drawn"
+    return found[0]
+
+
+def figures(at) -> dict[str, dict]:
+    """plotly figures by element key (suffix after the widget-id prefix)."""
+    from streamlit.runtime.state.common import user_key_from_element_id
+
+    out = {}
+    for el in at.get("plotly_chart"):
+        out[user_key_from_element_id(el.proto.id) or el.proto.id] = json.loads(el.proto.spec)
+    return out
+
+
+def metric(at, label_start: str) -> str:
+    for m in at.metric:
+        if m.label.startswith(label_start):
+            return m.value
+    raise AssertionError(f"no metric {label_start!r}: {[m.label for m in at.metric]}")
+
+
+# --------------------------------------------------------------------------------------------
+def test_defaults_and_no_exception():
+    from specviz import models
+    from pages.common import ui
+
+    at = new_app()
+    assert at.slider(key="main.k").value == 4
+    assert at.slider(key="main.temperature").value == 0.0
+    assert at.slider(key="main.top_p").value == 1.0
+    assert at.number_input(key="main.max_new").value == 48
+    assert at.number_input(key="main.seed").value == 0
+    assert at.radio(key="main.dtype").value == ui.default_dtype_name()
+    assert at.radio(key="main.drafter").value == "draft model"
+    assert at.toggle(key="main.adaptive").value is False
+    assert at.checkbox(key="main.baseline").value is True
+    assert at.select_slider(key="main.speed").value == "normal"
+    assert at.text_area(key="main.prompt").value == "The capital of France is"
+    assert at.checkbox(key="main.chat").value is False  # the raw textbook prompt (claim 4)
+    assert at.selectbox(key="main.pair").value == models.list_pairs()[0].name
+    # device and dtype shown; an invitation to run, no tokens yet
+    assert any("device" in c.value and "dtype" in c.value for c in at.sidebar.caption)
+    assert any("Run" in i.value for i in at.info)
+    assert not at.error
+
+
+def test_run_draws_tokens_log_charts_and_metrics():
+    at = start(new_app(), max_new=24, prompt="hello world", chat=False)
+    assert not at.error, [e.value for e in at.error]
+    job = at.session_state["main.job"]
+    assert job.done and job.run is not None
+    run = job.run
+
+    # the page shows exactly what specviz computes directly
+    ref = direct_run("hello world", False, k=4, temperature=0.0, max_new_tokens=24, seed=0)
+    assert run.token_ids == ref.token_ids
+
+    html = text_html(at)
+    assert "sv-accepted" in html and ("sv-correction" in html or "sv-bonus" in html)
+    n_spans = sum(html.count(f'data-state="{s[3:]}"') for s in STATES)
+    assert n_spans >= len(run.token_ids)
+
+    # round log: one row per round
+    log = [d for d in at.dataframe if "drafted" in d.value.columns and "round" in d.value.columns]
+    assert len(log) == 1 and len(log[0].value) == len(run.rounds)
+    assert list(log[0].value["round"]) == list(range(1, len(run.rounds) + 1))
+
+    # the last round is inspected: one p-vs-q chart per drafted position, with p and q bars
+    last = run.rounds[-1]
+    figs = figures(at)
+    pq = [k for k in figs if k.startswith("main.pq.")]
+    assert len(pq) == last.k
+    for key in pq:
+        names = [t.get("name") for t in figs[key]["data"]]
+        assert names == ["target p", "draft q"]
+    assert any("alpha" in k for k in figs) and any("expected" in k for k in figs)
+    exp = figs[[k for k in figs if "expected" in k][0]]
+    assert "measured (this run)" in [t.get("name") for t in exp["data"]]
+
+    # three acceptance measures, each in range and as defined
+    a, rate, tpp = (float(metric(at, s)) for s in ("α", "accepted ÷ drafted", "tokens per target pass"))
+    assert 0 <= rate <= a <= 1
+    assert tpp >= 1
+    assert a == pytest.approx(run.alpha, abs=0.006) and tpp == pytest.approx(run.tokens_per_pass, abs=0.006)
+    assert any("accepted / judged" in c.value for c in at.caption)
+
+    # the target alone ran afterwards: greedy → identical text (float64 tiny models)
+    base = job.meta["baseline"]
+    assert base["identical"] is True and base["base_target_passes"] == len(run.token_ids)
+    assert any("identical text" in s.value for s in at.success)
+
+
+def test_rejected_round_shows_residual():
+    at = start(new_app(), max_new=24, temperature=1.0, seed=2, prompt="abc abc", baseline=False)
+    run = at.session_state["main.job"].run
+    rejected = [r for r in run.rounds if r.rejected and r.extra_kind == "correction"]
+    assert rejected, "expected a rejection with these settings"
+    r = rejected[0]
+    at.number_input(key="main.round_no").set_value(r.index + 1).run()
+    assert not at.exception
+    figs = figures(at)
+    assert "main.residual" in figs
+    names = [t.get("name") for t in figs["main.residual"]["data"]]
+    assert "residual norm(max(0, p − q))" in names
+    # sampling mode: the decision table shows u against min(1, p/q)
+    table = [d.value for d in at.dataframe if "u" in d.value.columns]
+    assert table and len(table[0]) == r.k
+
+
+def test_empty_prompt_shows_error_not_traceback():
+    at = start(new_app(), prompt="   ")
+    assert not at.exception
+    assert any("empty" in e.value for e in at.error)
+    assert not [m for m in at.markdown if 'class="sv-text"' in m.value], "tokens drawn for an empty prompt"
+
+
+def test_same_seed_same_text_and_matches_direct_call():
+    settings = dict(max_new=20, temperature=0.9, seed=7, prompt="the cat", chat=True, baseline=False)
+    a = start(new_app(), **settings).session_state["main.job"].run
+    b = start(new_app(), **settings).session_state["main.job"].run
+    assert a.token_ids == b.token_ids
+    ref = direct_run("the cat", True, k=4, temperature=0.9, max_new_tokens=20, seed=7)
+    assert a.token_ids == ref.token_ids
+
+
+def test_step_then_resume_keeps_rounds():
+    at = new_app()
+    at.select_slider(key="main.speed").set_value("instant")
+    at.number_input(key="main.max_new").set_value(20)
+    at.checkbox(key="main.baseline").set_value(False)
+    at.button(key="main.step_btn").click().run()
+    job = at.session_state["main.job"]
+    assert len(job.rounds) == 1 and not job.done
+    at.button(key="main.step_btn").click().run()
+    assert at.session_state["main.job"] is job and len(job.rounds) == 2
+    first_two = list(job.rounds)
+    # any other rerun (a widget change) must not lose or advance the paused run
+    at.slider(key="main.k").set_value(5).run()
+    assert len(job.rounds) == 2
+    at.button(key="main.pause_btn").click().run()  # resume: plays to the end
+    assert job.done and job.rounds[:2] == first_two
+    ref = direct_run("The capital of France is", False, k=4, temperature=0.0, max_new_tokens=20, seed=0)
+    assert job.run.token_ids == ref.token_ids
+
+
+def test_export_then_load_replays_same_tokens():
+    from specviz import replay
+
+    at = start(new_app(), max_new=16, temperature=0.7, seed=3, baseline=False)
+    job = at.session_state["main.job"]
+    assert at.get("download_button"), "no download button"
+    data = replay.export_json(job.run, job.meta["decode"], job.prompt_text, job.meta["pair"])
+    html_live = text_html(at)
+
+    at2 = new_app()
+    at2.select_slider(key="main.speed").set_value("instant")
+    at2.file_uploader(key="main.upload").set_value(("run.json", data.encode(), "application/json"))
+    at2.run()
+    assert not at2.exception and not at2.error, [e.value for e in at2.error]
+    job2 = at2.session_state["main.job"]
+    assert job2.source == "replay" and job2.done
+    assert job2.run.token_ids == job.run.token_ids
+    assert [r.drafted for r in job2.rounds] == [r.drafted for r in job.rounds]
+    assert text_html(at2) == html_live  # the same coloured tokens, drawn from the file alone
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"{not json", "not valid JSON"),
+    (b'{"format": "something else"}', "not a specviz run file"),
+    (b"\xff\xfe\x00", "not UTF-8"),
+])
+def test_malformed_upload_gives_error(content, message):
+    at = new_app()
+    at.file_uploader(key="main.upload").set_value(("bad.json", content, "application/json"))
+    at.run()
+    assert not at.exception
+    assert any(message in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_inconsistent_run_file_is_refused():
+    from specviz import replay
+
+    at = start(new_app(), max_new=12, baseline=False)
+    job = at.session_state["main.job"]
+    d = json.loads(replay.export_json(job.run, job.meta["decode"], job.prompt_text))
+    d["rounds"][0]["n_accepted"] = 99
+    at2 = new_app()
+    at2.file_uploader(key="main.upload").set_value(("tampered.json", json.dumps(d).encode(), "application/json"))
+    at2.run()
+    assert not at2.exception
+    assert any("malformed" in e.value for e in at2.error)
+
+
+def test_recorded_runs_replay_without_loading_a_model(monkeypatch):
+    from specviz import models, replay
+    from pages.common import ui
+
+    recs = replay.list_recorded()
+    assert len(recs) >= 3, "shipped recordings missing from specviz/recorded/"
+
+    def no_load(*a, **k):
+        raise AssertionError("a model was loaded to replay a recording")
+
+    monkeypatch.setattr(models, "load_pair", no_load)
+    calls = ui.LOAD_CALLS
+    at = new_app()
+    at.radio(key="main.source").set_value("Recorded runs (no model needed)").run()
+    at.selectbox(key="main.recording").set_value(recs[0].name)
+    at.select_slider(key="main.speed").set_value("instant")
+    at.button(key="main.run_btn").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    job = at.session_state["main.job"]
+    assert job.done and job.run.token_ids == recs[0].run.token_ids
+    assert ui.LOAD_CALLS == calls
+    assert any(s in text_html(at) for s in STATES)
+    assert any(k.startswith("main.pq.") for k in figures(at))
+
+
+def test_two_sessions_at_once_are_both_correct_and_share_one_load():
+    from pages.common import ui
+
+    ui._slot.clear()
+    calls = ui.LOAD_CALLS
+    jobs = [dict(prompt="one fish", seed=1, temperature=0.8), dict(prompt="two fish", seed=2, temperature=0.0)]
+    results: dict[int, object] = {}
+    errors: list[BaseException] = []
+
+    def session(i: int) -> None:
+        try:
+            s = jobs[i]
+            at = start(new_app(), max_new=32, baseline=False, chat=False, **s)
+            results[i] = at.session_state["main.job"].run
+        except BaseException as e:  # noqa: BLE001 — reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert ui.LOAD_CALLS == calls + 1  # one load for both sessions
+    for i, s in enumerate(jobs):
+        ref = direct_run(s["prompt"], False, k=4, temperature=s["temperature"], max_new_tokens=32, seed=s["seed"])
+        assert results[i].token_ids == ref.token_ids
