@@ -93,7 +93,7 @@ if b1.button("▶ First round", type="primary", key="slow.start", help="Start a 
         take(state)
         st.session_state["slow.state"] = state
 next_ok = state is not None and not state["done"]
-if b2.button("⏭ Next round", key="slow.next", disabled=not next_ok):
+if b2.button("Next round →", key="slow.next", disabled=not next_ok):
     take(state)
 if b3.button("Run until a round accepts nothing", key="slow.until_zero", disabled=not next_ok,
              help="Claim 5: step until the target refuses the very first draft, then stop there."):
@@ -136,14 +136,10 @@ if note:
 st.dataframe(lab.round_rows(r, decode), hide_index=True)
 
 if r.k > 0:
-    c1, c2 = st.columns(2)
-    with c1:
-        pos = st.selectbox("Drafted position to draw", list(range(1, r.k + 1)),
-                           index=min(r.n_accepted, r.k - 1),
-                           format_func=lambda i: f"#{i} {lab.tok(r.drafted[i - 1], decode)}")
-        ui.show_chart(charts.fig_pq(r, pos - 1, decode), f"round{r.index + 1}_pq{pos}", key="slow.fig_pq")
-    with c2:
-        ui.show_chart(charts.fig_residual(r, decode), f"round{r.index + 1}_residual", key="slow.fig_residual")
+    pos = st.selectbox("Drafted position to draw", list(range(1, r.k + 1)), index=min(r.n_accepted, r.k - 1),
+                       format_func=lambda i: f"#{i} {lab.tok(r.drafted[i - 1], decode)}")
+    ui.show_chart(charts.fig_pq(r, pos - 1, decode), f"round{r.index + 1}_pq{pos}", key="slow.fig_pq")
+    ui.show_chart(charts.fig_residual(r, decode), f"round{r.index + 1}_residual", key="slow.fig_residual")
 else:
     st.info("The drafter proposed nothing this round (prompt lookup found no earlier match), so the target "
             "produced one token on its own.")

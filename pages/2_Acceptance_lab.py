@@ -88,13 +88,9 @@ all_t = sorted({t for by_t in sweep.values() for t in by_t})
 t_pick = st.selectbox("Temperature to look at in detail", all_t, key="lab.t_detail", format_func=lambda t: f"{t:g}")
 runs = {d: by_t[t_pick] for d, by_t in sweep.items() if t_pick in by_t}
 
-left, right = st.columns(2)
-with left:
-    ui.show_chart(charts.fig_accept_by_position(runs), f"accept_by_position_T{t_pick:g}", key="lab.fig_pos")
-with right:
-    dom_len = st.selectbox("Domain for the accepted-length histogram", list(runs), key="lab.dom_len")
-    ui.show_chart(charts.fig_accept_lengths(runs[dom_len]), f"accept_lengths_{dom_len}_T{t_pick:g}",
-                  key="lab.fig_len")
+ui.show_chart(charts.fig_accept_by_position(runs), f"accept_by_position_T{t_pick:g}", key="lab.fig_pos")
+dom_len = st.selectbox("Domain for the accepted-length histogram", list(runs), key="lab.dom_len")
+ui.show_chart(charts.fig_accept_lengths(runs[dom_len]), f"accept_lengths_{dom_len}_T{t_pick:g}", key="lab.fig_len")
 st.caption("If every drafted token were accepted independently with the same α, the number accepted per round "
            "would follow the truncated geometric α^n(1 − α) shown as the dashed line.")
 
@@ -105,9 +101,6 @@ verdict = lab.entropy_verdict(sweep, t_pick)
 if verdict:
     st.markdown(verdict)
 doms = list(runs)
-e1, e2 = st.columns(2)
-for col, default, slot in ((e1, "creative", "a"), (e2, "list", "b")):
-    with col:
-        d = st.selectbox("Domain", doms, index=doms.index(default) if default in doms else 0, key=f"lab.ent_{slot}")
-        ui.show_chart(charts.fig_entropy_acceptance(runs[d], decode), f"entropy_{d}_T{t_pick:g}",
-                      key=f"lab.fig_ent_{slot}")
+for default, slot, label in (("creative", "a", "Domain"), ("list", "b", "Compare with")):
+    d = st.selectbox(label, doms, index=doms.index(default) if default in doms else 0, key=f"lab.ent_{slot}")
+    ui.show_chart(charts.fig_entropy_acceptance(runs[d], decode), f"entropy_{d}_T{t_pick:g}", key=f"lab.fig_ent_{slot}")

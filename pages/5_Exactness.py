@@ -86,12 +86,8 @@ if res is not None:
     m3.metric("draft token kept", f"{trials.accepted / trials.n:.3f}", f"theory {fp.overlap:.3f}", delta_color="off")
     verdict = lab.tv_verdict(tv, noise, trials.n, trials.accepted, fp.overlap)
     (st.success if tv <= 2 * noise + 0.01 else st.warning)(verdict)
-    left, right = st.columns(2)
-    with left:
-        ui.show_chart(charts.fig_exactness(trials.counts, trials.p, decode), "exactness_histogram",
-                      key="exact.fig_hist")
-    with right:
-        ui.show_chart(lab.fig_first_position(fp, decode), "first_token_p_q_residual", key="exact.fig_pq")
-    st.caption("Left: how often each token came out of the speculative step, next to the target's p. "
-               "Right: where that comes from: the draft's q, the target's p, and the residual the corrections "
-               "are drawn from. Tokens where q > p are partly refused; the residual fills exactly what is missing.")
+    ui.show_chart(charts.fig_exactness(trials.counts, trials.p, decode), "exactness_histogram", key="exact.fig_hist")
+    st.caption("How often each token came out of the speculative step, next to the target's p.")
+    ui.show_chart(lab.fig_first_position(fp, decode), "first_token_p_q_residual", key="exact.fig_pq")
+    st.caption("Where that comes from: the draft's q, the target's p, and the residual the corrections are drawn "
+               "from. Tokens where q > p are partly refused; the residual fills exactly what is missing.")

@@ -39,11 +39,8 @@ m3.metric("best k", f"{best[0]}", f"{best[1]:.2f}×", delta_color="off")
 st.markdown(lab.theory_summary(alpha, k, c, best))
 
 # charts
-left, right = st.columns(2)
-with left:
-    ui.show_chart(charts.fig_expected_tokens(k), "expected_tokens", key="theory.fig_tokens")
-with right:
-    ui.show_chart(charts.fig_speedup_model(alpha, c, k_max=16), "speedup_model", key="theory.fig_speedup")
+ui.show_chart(charts.fig_expected_tokens(k), "expected_tokens", key="theory.fig_tokens")
+ui.show_chart(charts.fig_speedup_model(alpha, c, k_max=16), "speedup_model", key="theory.fig_speedup")
 
 # the worked numbers of claim 8
 st.subheader("The numbers people quote (claim 8)")

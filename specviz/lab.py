@@ -331,6 +331,12 @@ def verify_cost_from(timings: Mapping[int, Sequence[float]]) -> dict[int, float]
     return verify_ratios_from_timings({int(n): v for n, v in timings.items()})
 
 
+def decode_rate(run: Run) -> float:
+    """Tokens per second of engine time (sum of round times): excludes pauses while a page draws between rounds."""
+    t = sum(r.round_s for r in run.rounds)
+    return len(run.token_ids) / t if t > 0 else float("nan")
+
+
 def race_points(run: Run) -> list[tuple[float, int]]:
     """Cumulative (seconds since decoding began, tokens so far) after each round (prefill excluded)."""
     t, n, out = 0.0, 0, []

@@ -167,6 +167,7 @@ def test_k_sweep_rows_and_race_points(models):
     pts = lab.race_points(sw[2].spec)
     assert [n for _, n in pts] == sorted(n for _, n in pts) and pts[-1][1] == len(sw[2].spec.token_ids)
     assert pts[-1][0] == pytest.approx(sum(r.round_s for r in sw[2].spec.rounds))
+    assert lab.decode_rate(sw[2].spec) == pytest.approx(pts[-1][1] / pts[-1][0])
     assert lab.pooled_alpha([c.spec for c in sw.values()]) == pytest.approx(
         sum(c.spec.n_accepted for c in sw.values()) / sum(c.spec.n_judged for c in sw.values()))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = Path(os.environ.get("SPECVIZ_TEST_MODELS") or ROOT / "tests" / "models_tiny.yaml")
+TINY = ROOT / "tests" / "models_tiny.yaml"
 PAGES = {p.name.split("_", 1)[0]: str(p) for p in sorted((ROOT / "pages").glob("[0-9]_*.py"))}
 
 needs_tiny = pytest.mark.skipif(not TINY.exists(), reason="tests/models_tiny.yaml (the tiny test registry) is missing")
