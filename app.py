@@ -164,19 +164,7 @@ st.caption("A small **draft** model proposes k tokens; the large **target** chec
            "and adds a **bonus** token when all k were accepted. Everything below is computed live on real "
            "models, or replayed from a recorded real run.")
 
-job: replay.Playback | None = S.get("main.job")
-playing = bool(S.get("main.playing")) and job is not None and not job.done
-b = st.columns([1.2, 1.2, 1.2, 1.2, 4])
-b[0].button("▶ Run" if live else "▶ Play recording", type="primary", key="main.run_btn", on_click=_request,
-            args=("run",), disabled=not live and recording is None,
-            help="Start a new run with the settings in the sidebar." if live else "Replay the chosen recording.")
-b[1].button("⏸ Pause" if playing else "▶ Resume", key="main.pause_btn", on_click=_toggle_pause,
-            disabled=job is None or job.done, help="Pause or resume the animation; nothing computed is lost.")
-b[2].button("⏭ Step", key="main.step_btn", on_click=_request, args=("step",),
-            help="Advance one round. With no run in progress: start one, paused after its first round. "
-                 "After a run: step through its replay.")
-b[3].button("⟲ Replay", key="main.replay_btn", on_click=_request, args=("replay",),
-            disabled=job is None or job.run is None, help="Animate the finished run again (no model needed).")
+ctrl = st.container()
 
 if live and pair_name:
     status = ui.pair_status(pair_name)
@@ -206,6 +194,7 @@ def start_live() -> replay.Playback:
 
 
 # --- handle the button pressed (if any) -------------------------------------------------------
+job: replay.Playback | None = S.get("main.job")
 req = S.pop("main.request", None)
 steps: int | None = 0
 try:
@@ -229,16 +218,28 @@ try:
         elif req == "replay" and job is not None and job.run is not None:
             _start_replay(job.run, job.prompt_text, {kk: v for kk, v in job.meta.items()})
             job, steps = S["main.job"], None
-        elif playing:
+        elif S.get("main.playing") and job is not None and not job.done:
             steps = None
-except SpecvizError as e:
-    with load_box:
-        ui.show_error(e)
-except MemoryError as e:
+except (SpecvizError, MemoryError) as e:
     with load_box:
         ui.show_error(e)
 
 job = S.get("main.job")
+with ctrl:
+    playing = bool(S.get("main.playing")) and job is not None and not job.done
+    b = st.columns([1.2, 1.2, 1.2, 1.2, 4])
+    b[0].button("Run" if live else "Play recording", type="primary", key="main.run_btn", on_click=_request,
+                icon=":material/play_arrow:",
+                args=("run",), disabled=not live and recording is None,
+                help="Start a new run with the settings in the sidebar." if live else "Replay the chosen recording.")
+    b[1].button("Pause" if playing else "Resume", key="main.pause_btn", on_click=_toggle_pause,
+                icon=":material/pause:" if playing else ":material/resume:",
+                disabled=job is None or job.done, help="Pause or resume the animation; nothing computed is lost.")
+    b[2].button("Step", key="main.step_btn", on_click=_request, args=("step",), icon=":material/skip_next:",
+                help="Advance one round. With no run in progress: start one, paused after its first round. "
+                     "After a run: step through its replay.")
+    b[3].button("Replay", key="main.replay_btn", on_click=_request, args=("replay",), icon=":material/replay:",
+                disabled=job is None or job.run is None, help="Animate the finished run again (no model needed).")
 
 # --- placeholders, filled live and then once more at the end ---------------------------------
 st.markdown(render.legend_html(), unsafe_allow_html=True)
@@ -246,6 +247,7 @@ head_ph = st.empty()
 text_ph = st.empty()
 status_ph = st.empty()
 metrics_ph = st.empty()
+log_ph = st.empty()
 
 
 def fmt(v: float, spec: str = ".2f") -> str:
@@ -314,7 +316,7 @@ def save_load_section(job: replay.Playback | None) -> None:
                          help="A file saved with the download button (or `python -m specviz run --save`); "
                               "it replays exactly, with no model loaded.")
         if S.get("main.upload_error"):
-            st.error(S["main.upload_error"], icon="⚠️")
+            st.error(S["main.upload_error"], icon=":material/error:")
 
 
 # --- the animation: one round at a time -------------------------------------------------------
@@ -328,11 +330,16 @@ if job is not None and steps != 0:
                 draw_text(job, pending=rnd)
                 status_ph.info(f"Round {rnd.index + 1}: the drafter proposed {rnd.k} token"
                                f"{'s' * (rnd.k != 1)} ({rnd.draft_s * 1000:.0f} ms) — pending the target's "
-                               f"verdict from one forward pass…", icon="⏳")
+                               f"verdict from one forward pass…", icon=":material/hourglass_top:")
                 replay.sleep(pend_s)
             draw_text(job)
             status_ph.markdown(replay.round_summary(rnd, _decoder(job)))
-            draw_metrics(job.current_run())
+            partial = job.current_run()
+            draw_metrics(partial)
+            with log_ph.container():
+                st.subheader("Round log")
+                st.dataframe(pd.DataFrame(render.round_log_rows(partial, _decoder(job))), hide_index=True,
+                             width="stretch", height=min(38 + 35 * len(partial.rounds), 400))
             replay.sleep(after_s)
     except SpecvizError as e:
         S["main.playing"] = False
@@ -343,21 +350,9 @@ if job is not None and steps != 0:
     if job.done:
         S["main.playing"] = False
 
-# --- after a live run: the target alone, with the same settings ------------------------------
-if job is not None and job.source == "live" and job.done and job.run is not None \
-        and job.meta.get("baseline_wanted") and "baseline" not in job.meta:
-    try:
-        with st.spinner("Timing the target alone with the same settings (one token per forward pass)…"):
-            pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
-            job.meta["baseline"] = replay.target_alone(pair.target, job.run, pair.shared_vocab)
-            job.meta["baseline_note"] = "measured right after the run, warmed up, same settings"
-    except (SpecvizError, MemoryError) as e:
-        job.meta["baseline"] = None
-        ui.show_error(e)
-
 # --- final drawing of the current state -------------------------------------------------------
 if job is None:
-    text_ph.info("Press **▶ Run** to watch the draft propose and the target verify, round by round"
+    text_ph.info("Press **Run** to watch the draft propose and the target verify, round by round"
                  + (" (the first run loads the models)." if live else "."))
     save_load_section(job)
     st.stop()
@@ -369,7 +364,7 @@ draw_text(job)
 if job.rounds:
     status_ph.markdown(replay.round_summary(job.rounds[-1], dec))
 elif job.error is None:
-    status_ph.info("Paused before the first round: press ⏭ Step or ▶ Resume.")
+    status_ph.info("Paused before the first round: press Step or Resume.")
 if job.error:
     st.error(f"The run stopped early: {job.error}")
 draw_metrics(run)
@@ -379,12 +374,13 @@ if not job.rounds:
     st.stop()
 
 # --- round log and the chosen round ------------------------------------------------------------
-st.subheader("Round log")
-st.caption("One row per round: one target forward pass each. Click a row (or type a round number below) to "
-           "see that round's probabilities.")
-rows = render.round_log_rows(run, dec)
-st.dataframe(pd.DataFrame(rows), key="main.log", on_select=_on_log_select, selection_mode="single-row",
-             hide_index=True, width="stretch")
+with log_ph.container():
+    st.subheader("Round log")
+    st.caption("One row per round: one target forward pass each. Click a row (or type a round number below) to "
+               "see that round's probabilities.")
+    rows = render.round_log_rows(run, dec)
+    st.dataframe(pd.DataFrame(rows), key="main.log", on_select=_on_log_select, selection_mode="single-row",
+                 hide_index=True, width="stretch", height=min(38 + 35 * len(rows), 400))
 
 n = len(job.rounds)
 if S.get("main.follow", True) or not isinstance(S.get("main.round_no"), int):
@@ -418,29 +414,39 @@ else:
 
 # --- acceptance over the run, and the tokens-per-pass curve -------------------------------------
 st.subheader("Acceptance")
-c1, c2 = st.columns(2)
+ui.show_chart(charts.fig_alpha_trace(run), "alpha-trace", key="main.alpha_trace")
+run_k = int(run.settings.get("k", k))
+fixed = run.settings.get("k_policy", "fixed") == "fixed"
+same_k = run_k == k and fixed
+varying_k = not fixed or len(set(r_.k for r_ in run.rounds)) > 2
+c1, c2 = st.columns(2) if varying_k else (st.container(), None)
 with c1:
-    ui.show_chart(charts.fig_alpha_trace(run), "alpha-trace", key="main.alpha_trace")
-with c2:
-    run_ks = [rr.k for rr in run.rounds]
-    run_k = max(set(run_ks), key=run_ks.count) if run_ks else k
-    fixed = run.settings.get("k_policy", "fixed") == "fixed" and len(set(run_ks)) <= 2
-    same_k = run_k == k and fixed
     ui.show_chart(charts.fig_expected_tokens(k, charts.measured_point(run) if same_k else None),
                   "expected-tokens", key="main.expected")
     if not same_k:
         st.caption(f"The measured point is hidden: the last run used k = {run_k}"
-                   f"{' (adaptive)' if not fixed else ''}, the curve is for k = {k}. Press ▶ Run to measure at "
-                   f"k = {k}.")
+                   f"{' (adaptive)' if not fixed else ''}, the curve is for k = {k} (sidebar). Press Run to "
+                   f"measure at k = {k}.")
     else:
-        t = run.settings.get("temperature", 0)
-        st.caption(f"Measured at temperature {t}: α depends on the temperature and on the prompt's domain "
-                   f"(code and lists accept well, creative text poorly). Change them and run again.")
-if run.settings.get("k_policy") == "adaptive" or len(set(r_.k for r_ in run.rounds)) > 1:
-    ui.show_chart(charts.fig_k_trace(run), "k-trace", key="main.k_trace")
+        st.caption(f"Measured at temperature {run.settings.get('temperature', 0)}: α depends on the temperature "
+                   "and on the prompt's domain (code and lists accept well, creative text poorly). Change them "
+                   "and run again; the curve follows k in the sidebar.")
+if c2 is not None:
+    with c2:
+        ui.show_chart(charts.fig_k_trace(run), "k-trace", key="main.k_trace")
 
 # --- speed against the target alone -----------------------------------------------------------
 st.subheader("Speed: speculative vs. the target alone")
+if job is not None and job.source == "live" and job.done and job.run is not None \
+        and job.meta.get("baseline_wanted") and "baseline" not in job.meta:
+    try:
+        with st.spinner("Timing the target alone with the same settings (one token per forward pass)…"):
+            pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
+            job.meta["baseline"] = replay.target_alone(pair.target, job.run, pair.shared_vocab)
+            job.meta["baseline_note"] = "measured right after the run, warmed up, same settings"
+    except (SpecvizError, MemoryError) as e:
+        job.meta["baseline"] = None
+        ui.show_error(e)
 base = job.meta.get("baseline")
 if not job.done:
     st.caption("Shown when the run has finished.")

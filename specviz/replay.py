@@ -201,7 +201,8 @@ def validate_run(run: Run) -> None:
             _check_topk(t, f"{w} q_top[{i}]")
         if r.residual_top is not None:
             _check_topk(r.residual_top, f"{w} residual_top")
-        if r.drafted[: r.n_accepted] != r.emitted[: r.n_accepted] and r.k:
+        m = min(r.n_accepted, len(r.emitted))  # EOS / the length limit may cut inside the accepted drafts
+        if r.k and r.drafted[:m] != r.emitted[:m]:
             raise _bad(f"{w}: the emitted tokens do not start with the accepted drafts")
         emitted.extend(r.emitted)
     if emitted != run.token_ids:
@@ -476,7 +477,7 @@ def round_summary(r: Round, decode: Callable[[int], str]) -> str:
         tail = f": {q(r.extra_id)}." if r.extra_id is not None else "."
         return f"**Round {r.index + 1}.** {lead}{tail}"
     parts = [f"**Round {r.index + 1}.** Drafted {r.k} token{'s' * (r.k != 1)} "
-             f"({r.draft_s * 1000:.0f} ms), the target checked them all in **one** pass "
+             f"({r.draft_s * 1000:.0f} ms), the target checked {'them all' if r.k > 1 else 'it'} in **one** pass "
              f"({r.verify_s * 1000:.0f} ms): {r.n_accepted} accepted"]
     if r.rejected:
         parts.append(f", {q(r.drafted[r.n_accepted])} rejected")

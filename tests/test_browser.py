@@ -116,7 +116,7 @@ def test_one_generation_with_the_real_pair(server, browser, shots):
     page.wait_for_timeout(1500)  # let the rerun settle
 
     # the first Run loads the pair; the first animated round must follow the click quickly
-    page.get_by_role("button", name="▶ Run").click()
+    page.get_by_role("button", name="Run", exact=True).click()
     t0 = time.perf_counter()
     page.locator('[data-state="pending"], .sv-text [data-state="accepted"], .sv-text [data-state="correction"]') \
         .first.wait_for(state="attached")
@@ -152,7 +152,7 @@ def test_one_generation_with_the_real_pair(server, browser, shots):
 
     # a second Run in the same session reuses the loaded models: first round well within a few seconds
     page.get_by_text("Watch speculative decoding").first.scroll_into_view_if_needed()
-    page.get_by_role("button", name="▶ Run").click()
+    page.get_by_role("button", name="Run", exact=True).click()
     t0 = time.perf_counter()
     page.locator('.sv-text [data-state="pending"]').first.wait_for(state="attached", timeout=30_000)
     warm_first_round_s = time.perf_counter() - t0
@@ -167,7 +167,7 @@ def test_recorded_run_replays_in_the_browser(server, browser, shots):
     page.set_default_timeout(60_000)
     page.goto(server)
     page.get_by_text("Recorded runs (no model needed)").first.click()
-    page.get_by_role("button", name="▶ Play recording").click()
+    page.get_by_role("button", name="Play recording", exact=True).click()
     page.get_by_text("✔ finished").first.wait_for()
     assert page.locator('.sv-text [data-state="accepted"]').count() >= 1
     assert page.get_by_text("no model loaded").count() >= 1

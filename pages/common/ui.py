@@ -42,11 +42,11 @@ def page_setup(title: str, icon: str = "⚡", layout: str = "wide") -> None:
 def show_error(e: BaseException) -> None:
     """A clear message in the page; specviz errors are already written for people."""
     if isinstance(e, SpecvizError):
-        st.error(str(e), icon="⚠️")
+        st.error(str(e), icon=":material/error:")
     elif isinstance(e, MemoryError):
-        st.error(f"Not enough memory: {e}. Try a smaller pair, bfloat16, or fewer tokens.", icon="⚠️")
+        st.error(f"Not enough memory: {e}. Try a smaller pair, bfloat16, or fewer tokens.", icon=":material/error:")
     else:
-        st.error(f"Something went wrong: {type(e).__name__}: {e}", icon="⚠️")
+        st.error(f"Something went wrong: {type(e).__name__}: {e}", icon=":material/error:")
 
 
 def show_chart(fig, name: str, key: str | None = None, **kw) -> None:
@@ -129,7 +129,7 @@ def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -
         import torch
 
         extra = f" ({torch.cuda.get_device_name(0)})"
-    where.caption(f"🖥️ device **{device}**{extra} · dtype **{dt}**")
+    where.caption(f"device **{device}**{extra} · dtype **{dt}**")
 
 
 # --- loading (the one st.cache_resource) ------------------------------------------------------
