@@ -188,8 +188,12 @@ def test_forward_cost_verdict_reads_the_measurement():
     v = lab.forward_cost_verdict(prop, "cpu", "float32")
     assert v.kind == "compute-bound" and v.value == pytest.approx(2.0)
     assert "honest exception" in v.text and "matrix–matrix" in v.text and "bfloat16" in v.text
+    sub = {1: [0.01], 2: [0.02], 4: [0.025], 8: [0.03], 16: [0.05]}  # CPU GEMM: 2× at once, then sublinear
+    v = lab.forward_cost_verdict(sub, "cpu", "float32")
+    assert v.kind == "compute-bound" and "grew more slowly (5.00× at 16)" in v.text
     odd = {1: [0.01], 2: [0.03], 16: [0.012]}
-    assert lab.forward_cost_verdict(odd).kind == "irregular"
+    v = lab.forward_cost_verdict(odd)
+    assert v.kind == "irregular" and "16 tokens cost only 1.20×" in v.text
     mid = {1: [0.01], 2: [0.015], 4: [0.02]}
     assert lab.forward_cost_verdict(mid).kind == "partly memory-bound"
     with pytest.raises(InvalidSetting):
@@ -253,7 +257,7 @@ def test_exactness_verdict_and_diff_html(models):
 
 def test_first_position_matches_the_models_and_the_trials(models):
     target, draft = models
-    fp = lab.first_position(target, draft, PROMPT, temperature=1.0, top=VOCAB)
+    fp = lab.first_position(target, draft, PROMPT, temperature=1.0, top=VOCAB, noise_n=3000)
     with torch.no_grad():
         p = logits_to_probs(target(torch.tensor([PROMPT])).logits[0, -1].double(), 1.0)
         q = logits_to_probs(draft(torch.tensor([PROMPT])).logits[0, -1].double(), 1.0)
@@ -268,6 +272,9 @@ def test_first_position_matches_the_models_and_the_trials(models):
     trials = first_token_trials(target, draft, PROMPT, n=n, temperature=1.0)
     se = math.sqrt(fp.overlap * (1 - fp.overlap) / n)
     assert abs(trials.accepted / n - fp.overlap) < 4.5 * se
+    from specviz.theory import total_variation
+
+    assert total_variation(trials.p, trials.counts) <= fp.noise_tv[1] * 1.5  # same distribution as p
     fig = lab.fig_first_position(fp, decode)
     assert [t.name for t in fig.data] == ["target p", "draft q", "residual norm(max(0, p − q))"]
     with pytest.raises(InvalidSetting):
@@ -278,6 +285,23 @@ def test_tv_verdict_branches():
     ok = lab.tv_verdict(0.02, 0.02, 2000, 900, 0.45)
     assert "agree within noise" in ok and "900/2000" in ok and "0.450" in ok
     assert "more than noise" in lab.tv_verdict(0.3, 0.02, 2000)
+    # with a simulated yardstick, the verdict follows its 95th percentile, not the formula
+    sim = lab.tv_verdict(0.075, 0.046, 2000, simulated=(0.07, 0.08))
+    assert "agree within noise" in sim and "underestimate" in sim
+    assert "more than noise" in lab.tv_verdict(0.09, 0.046, 2000, simulated=(0.07, 0.08))
+
+
+def test_simulated_tv_noise_matches_the_formula_on_a_small_vocabulary_and_exceeds_it_on_a_long_tail():
+    from specviz.theory import expected_tv_noise
+
+    p = torch.softmax(torch.randn(64, generator=torch.Generator().manual_seed(0)) * 2, 0).double()
+    mean, hi = lab.simulate_tv_noise(p, 2000, reps=300)
+    formula = expected_tv_noise({i: float(v) for i, v in enumerate(p)}, 2000)
+    assert mean == pytest.approx(formula, rel=0.15) and hi > mean
+    tail = torch.full((50_000,), 0.5 / 50_000, dtype=torch.float64)
+    tail[0] = 0.5  # half the mass on one token, half spread thin: every rare draw is a new token
+    mean, _ = lab.simulate_tv_noise(tail, 2000, reps=50)
+    assert mean > 0.4 and mean > 3 * expected_tv_noise({0: 0.5}, 2000)
 
 
 # --- page 6: theory ----------------------------------------------------------------------------------------
