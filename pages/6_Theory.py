@@ -38,8 +38,27 @@ m2.metric("predicted speedup", f"{theory.expected_speedup(alpha, k, c):.2f}×")
 m3.metric("best k", f"{best[0]}", f"{best[1]:.2f}×", delta_color="off")
 st.markdown(lab.theory_summary(alpha, k, c, best))
 
+# runs measured on the other pages of this session can be put on the curve (no model is used here)
+measured = {}
+for dom, by_t in (st.session_state.get("lab.sweep") or {}).items():
+    for t, run in sorted(by_t.items()):
+        measured[f"Acceptance lab: {dom}, T = {t:g}, k = {run.settings.get('k')}"] = run
+for kk, cmp in ((st.session_state.get("speed.sweep") or {}).get("sweep") or {}).items():
+    measured[f"Speedup k sweep: k = {kk}"] = cmp.spec
+point, k_curve = None, k
+if measured:
+    pick = st.selectbox("Put a run measured on another page on the curve", ["none"] + list(measured),
+                        key="theory.measured")
+    if pick != "none":
+        point = charts.measured_point(measured[pick])
+        k_curve = point["k"]
+        st.caption(f"The curve is drawn for that run's k = {k_curve}; its point is α measured and tokens per pass "
+                   "measured, with error bars.")
+else:
+    st.caption("Measure acceptance on the Acceptance lab or Speedup page to put a real run on the curve.")
+
 # charts
-ui.show_chart(charts.fig_expected_tokens(k), "expected_tokens", key="theory.fig_tokens")
+ui.show_chart(charts.fig_expected_tokens(k_curve, measured=point), "expected_tokens", key="theory.fig_tokens")
 ui.show_chart(charts.fig_speedup_model(alpha, c, k_max=16), "speedup_model", key="theory.fig_speedup")
 
 # the worked numbers of claim 8

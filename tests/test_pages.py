@@ -353,3 +353,35 @@ def test_exactness_same_seed_same_histogram_and_bad_input():
     assert any("empty" in e for e in errors(a))
     press(a, "exact.run_greedy")
     assert not a.exception and any("empty" in e for e in errors(a))
+
+
+# --- a pair that is not installed -----------------------------------------------------------------------
+@pytest.mark.parametrize("n", ["1", "2", "3", "4", "5"])
+def test_missing_pair_shows_how_to_get_it(n, tmp_path, monkeypatch):
+    reg = tmp_path / "models.yaml"
+    reg.write_text(
+        "default_pair: gone\n"
+        "models:\n"
+        "  m:\n    label: M\n    family: f\n    tokenizer: t\n    params: 1000\n"
+        f"    source: {{path: {tmp_path / 'nowhere'}}}\n"
+        "pairs:\n  gone:\n    draft: m\n    target: m\n    description: a pair whose folder is missing\n")
+    monkeypatch.setenv("SPECVIZ_MODELS", str(reg))
+    at = page(n)
+    msg = " ".join(errors(at))
+    assert "not installed" in msg and "save_pretrained" in msg  # the reason and how to get it
+    assert not at.get("plotly_chart") and not at.button  # nothing to press without models
+
+
+@needs_tiny
+def test_theory_puts_a_run_from_the_acceptance_lab_on_the_curve():
+    sweep = lab_page(temps=(0.0,), domains=("code",)).session_state["lab.sweep"]
+    run = sweep["code"][0.0]
+    at = page("6")
+    assert not at.get("selectbox")  # nothing measured in this session yet
+    at.session_state["lab.sweep"] = sweep  # what the Acceptance lab leaves in the session
+    at.run()
+    at.selectbox(key="theory.measured").set_value("Acceptance lab: code, T = 0, k = 4").run()
+    fig = figure(at, "Tokens per target pass")
+    point = [t for t in fig["data"] if t.get("name") == "measured (this run)"]
+    assert point and point[0]["x"][0] == pytest.approx(run.alpha) and point[0]["y"][0] == pytest.approx(
+        len(run.token_ids) / len(run.rounds))
