@@ -9,6 +9,7 @@ the only thing cached across sessions (pages/common/ui.load_pair_cached).
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 # `from pages.common import ui` must work under `streamlit run` and AppTest alike
@@ -21,6 +22,7 @@ import streamlit as st  # noqa: E402
 from pages.common import ui  # noqa: E402
 
 ui.page_setup("Watch speculative decoding")
+T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round latency)
 
 import pandas as pd  # noqa: E402
 
@@ -179,7 +181,9 @@ def start_live() -> replay.Playback:
     """Load (cached), encode, and open the stream; no round is computed yet."""
     if not pair_name:
         raise SpecvizError("No model pair is available: fix models.yaml (see the error above).")
+    t0 = time.perf_counter()
     pair = ui.load_pair_cached(pair_name, dtype)
+    load_s = time.perf_counter() - t0
     ids = prompts.encode(pair.tokenizer, prompt_text, chat)
     lookup = drafter_choice == LOOKUP
     kw = dict(k=k, temperature=float(temperature), top_p=float(top_p), max_new_tokens=max_new, seed=seed,
@@ -188,7 +192,8 @@ def start_live() -> replay.Playback:
                                 k_policy="adaptive" if adaptive else "fixed", vocab=pair.shared_vocab)
     meta = {"origin": "live", "pair": pair_name, "dtype": dtype, "device": pair.device, "chat": chat,
             "drafter": "prompt lookup" if lookup else "draft model", "kw": kw, "lookup": lookup,
-            "decode": ui.decoder(pair.tokenizer), "baseline_wanted": baseline_on}
+            "decode": ui.decoder(pair.tokenizer), "baseline_wanted": baseline_on, "t_run": T_SCRIPT,
+            "load_s": load_s}
     settings = {**kw, "k_policy": "adaptive" if adaptive else "fixed"}
     return replay.Playback.live(stream, ids, prompt_text, settings, meta, device=pair.device, dtype=dtype)
 
@@ -321,18 +326,24 @@ def save_load_section(job: replay.Playback | None) -> None:
 
 # --- the animation: one round at a time -------------------------------------------------------
 pend_s, after_s = replay.SPEEDS.get(speed, replay.SPEEDS[replay.DEFAULT_SPEED])
+advanced = False
 if job is not None and steps != 0:
     try:
         for rnd in replay.play(job, steps):
+            advanced = True
             # drafted tokens first, pending; then the target's verdict
             draw_head(job)
             if rnd.k and pend_s > 0:
                 draw_text(job, pending=rnd)
+                if job.source == "live" and "t_first_draw" not in job.meta:
+                    job.meta["t_first_draw"] = replay.now()
                 status_ph.info(f"Round {rnd.index + 1}: the drafter proposed {rnd.k} token"
                                f"{'s' * (rnd.k != 1)} ({rnd.draft_s * 1000:.0f} ms) — pending the target's "
                                f"verdict from one forward pass…", icon=":material/hourglass_top:")
                 replay.sleep(pend_s)
             draw_text(job)
+            if job.source == "live" and "t_first_draw" not in job.meta:
+                job.meta["t_first_draw"] = replay.now()
             status_ph.markdown(replay.round_summary(rnd, _decoder(job)))
             partial = job.current_run()
             draw_metrics(partial)
@@ -349,6 +360,8 @@ if job is not None and steps != 0:
         ui.show_error(e)
     if job.done:
         S["main.playing"] = False
+        if advanced:
+            st.rerun()  # draw the finished page once more, buttons included (no model work)
 
 # --- final drawing of the current state -------------------------------------------------------
 if job is None:
@@ -400,12 +413,10 @@ if r.k:
                + ("Greedy (temperature 0): a draft token is kept iff it is the target's argmax."
                   if r.greedy else "Sampling: a draft token is kept iff u ≤ min(1, p/q), u uniform in [0, 1)."))
     st.dataframe(pd.DataFrame(replay.decision_rows(r, dec)), hide_index=True, width="stretch")
-    cols = st.columns(2)
     for i in range(r.k):
         fig = charts.fig_pq(r, i, dec)
-        fig.update_layout(height=360)
-        with cols[i % 2]:
-            ui.show_chart(fig, f"round{sel}-pq-{i + 1}", key=f"main.pq.{i}")
+        fig.update_layout(height=380)
+        ui.show_chart(fig, f"round{sel}-pq-{i + 1}", key=f"main.pq.{i}")
     if r.rejected:
         ui.show_chart(charts.fig_residual(r, dec), f"round{sel}-residual", key="main.residual")
 else:
@@ -448,6 +459,13 @@ if job is not None and job.source == "live" and job.done and job.run is not None
         job.meta["baseline"] = None
         ui.show_error(e)
 base = job.meta.get("baseline")
+if job.source == "live" and job.rounds and "t_first_draw" in job.meta:
+    first_s = job.meta["t_first_draw"] - job.meta["t_run"]
+    work_s = (job.run.prefill_s if job.run else 0.0) + job.rounds[0].round_s
+    load_s = job.meta.get("load_s", 0.0)
+    st.caption(f"First round on screen {first_s:.1f} s after Run was pressed: {work_s:.1f} s of model work (prompt "
+               f"prefill, drafting, one verification pass)"
+               + (f" and {load_s:.1f} s loading the models" if load_s >= 0.1 else "") + ".")
 if not job.done:
     st.caption("Shown when the run has finished.")
 elif base:
@@ -460,6 +478,17 @@ elif base:
                      "Tokens per pass is not speedup: each round also pays for k draft passes.")
     c[3].metric("target forward passes", f"{base['spec_target_passes']} vs {base['base_target_passes']}",
                 help="Speculative (one per round) vs. the target alone (one per token).")
+    sr = job.run
+    if sr is not None and sr.target_passes and base.get("base_target_passes"):
+        v_ms = 1000 * sr.verify_s / sr.target_passes
+        b_ms = 1000 * (base.get("base_decode_s") or 0.0) / base["base_target_passes"]
+        why = (f"Where the time went: a verification pass (k+1 tokens at once) took {v_ms:.0f} ms on average, a "
+               f"one-token pass of the target alone {b_ms:.0f} ms")
+        if sr.draft_passes:
+            d_ms = 1000 * sr.draft_s / sr.draft_passes
+            why += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
+                    f"(c = {d_ms / b_ms:.2f} of a target pass)" if b_ms > 0 else "")
+        st.caption(why + ". Tokens per pass is not speedup: see the Speedup page for the cost model.")
     if base.get("identical") is True:
         st.success("Greedy: **identical text** to the target alone, token for token (claim 6: speculative "
                    "decoding changes the speed, not the output).")

@@ -513,6 +513,11 @@ def decision_rows(r: Round, decode: Callable[[int], str]) -> list[dict]:
     return rows
 
 
+def now() -> float:
+    """A monotonic clock in seconds (time.perf_counter)."""
+    return time.perf_counter()
+
+
 def sleep(seconds: float) -> None:
     """time.sleep, skipped for 0 (kept here so the page stays free of timing logic)."""
     if seconds > 0:

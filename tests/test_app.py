@@ -164,6 +164,12 @@ def test_run_draws_tokens_log_charts_and_metrics():
     assert a == pytest.approx(run.alpha, abs=0.006) and tpp == pytest.approx(run.tokens_per_pass, abs=0.006)
     assert any("accepted / judged" in c.value for c in at.caption)
 
+    # the first round is drawn promptly: little work besides the model's own before it
+    m = job.meta
+    ui_s = m["t_first_draw"] - m["t_run"] - m["load_s"] - run.prefill_s - run.rounds[0].round_s
+    assert ui_s < 3.0
+    assert any("First round on screen" in c.value for c in at.caption)
+
     # the target alone ran afterwards: greedy → identical text (float64 tiny models)
     base = job.meta["baseline"]
     assert base["identical"] is True and base["base_target_passes"] == len(run.token_ids)
@@ -296,7 +302,31 @@ def test_recorded_runs_replay_without_loading_a_model(monkeypatch):
     assert any(k.startswith("main.pq.") for k in figures(at))
 
 
-def test_two_sessions_at_once_are_both_correct_and_share_one_load():
+@pytest.fixture
+def shared_runtime(monkeypatch):
+    """A fallback Streamlit runtime while AppTests run concurrently.
+
+    Each AppTest.run() installs its own mock Runtime and sets it to None when it
+    ends, even if another AppTest is still running in another thread. Here
+    Runtime.instance()/exists() fall back to a shared mock (test harness only).
+    """
+    from unittest.mock import MagicMock
+
+    from streamlit.runtime import Runtime
+    from streamlit.runtime.caching.storage.dummy_cache_storage import MemoryCacheStorageManager
+    from streamlit.runtime.media_file_manager import MediaFileManager
+    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+    rt = MagicMock(spec=Runtime)
+    rt.media_file_mgr = MediaFileManager(MemoryMediaFileStorage("/mock/media"))
+    rt.cache_storage_manager = MemoryCacheStorageManager()
+    monkeypatch.setattr(Runtime, "instance", classmethod(lambda cls: cls._instance or rt))
+    monkeypatch.setattr(Runtime, "exists", classmethod(lambda cls: True))
+    return rt
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_two_sessions_at_once_are_both_correct_and_share_one_load(shared_runtime):
     from pages.common import ui
 
     ui._slot.clear()
