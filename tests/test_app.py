@@ -353,3 +353,55 @@ def test_two_sessions_at_once_are_both_correct_and_share_one_load(shared_runtime
     for i, s in enumerate(jobs):
         ref = direct_run(s["prompt"], False, k=4, temperature=s["temperature"], max_new_tokens=32, seed=s["seed"])
         assert results[i].token_ids == ref.token_ids
+
+
+def test_prompt_lookup_with_adaptive_k_shows_k_trace():
+    from specviz import prompts, speculative_decode
+    from specviz.drafters import PromptLookupDrafter
+
+    text = "abc abc abc abc"
+    at = start(new_app(), drafter="prompt lookup (no second model)", adaptive=True, max_new=24, prompt=text,
+               chat=False, baseline=False)
+    assert not at.error, [e.value for e in at.error]
+    run = at.session_state["main.job"].run
+    assert run.settings["k_policy"] == "adaptive" and run.settings["drafter"] == "prompt-lookup"
+    pair = tiny_pair()
+    ref = speculative_decode(pair.target, PromptLookupDrafter(), prompts.encode(pair.tokenizer, text, False), k=4,
+                             max_new_tokens=24, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab,
+                             k_policy="adaptive")
+    assert run.token_ids == ref.token_ids and run.ks == ref.ks
+    figs = figures(at)
+    assert "main.k_trace" in figs
+    assert [t.get("name") for t in figs["main.k_trace"]["data"]] == ["accepted this round", "k (drafted this round)"]
+
+
+def test_unavailable_pair_explains_how_to_get_it(tmp_path, monkeypatch):
+    reg = tmp_path / "models.yaml"
+    reg.write_text(TINY.read_text().replace("pairs:\n", """pairs:
+  missing-pair:
+    draft: missing-draft
+    target: missing-target
+    description: a pair whose folders do not exist
+""").replace("models:\n", f"""models:
+  missing-draft:
+    label: Missing draft
+    family: nowhere
+    tokenizer: nowhere
+    params: 1000
+    source: {{path: {tmp_path / 'no-draft'}}}
+  missing-target:
+    label: Missing target
+    family: nowhere
+    tokenizer: nowhere
+    params: 1000
+    source: {{path: {tmp_path / 'no-target'}}}
+""", 1))
+    monkeypatch.setenv("SPECVIZ_MODELS", str(reg))
+    at = new_app()
+    at.selectbox(key="main.pair").set_value("missing-pair").run()
+    assert not at.exception
+    warnings = [w.value for w in at.sidebar.warning] + [w.value for w in at.warning]
+    assert any("How to get it" in w and "missing-pair" in w for w in warnings), warnings
+    at.button(key="main.run_btn").click().run()
+    assert not at.exception
+    assert at.error and "not found" in at.error[0].value
