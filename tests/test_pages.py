@@ -140,6 +140,22 @@ def test_slow_motion_steps_rounds_with_the_arithmetic():
     assert any(m.value.startswith("**Round 2**") for m in at.markdown)
     assert [s.value for s in at.selectbox if s.label == "Round to inspect"] == [2]  # the newest round
     pngs_ok(at)
+    press(at, "slow.reset")
+    assert any("No round yet" in i.value for i in at.info) and not at.get("plotly_chart")
+
+
+@needs_tiny
+def test_slow_motion_with_prompt_lookup_drafts_with_certainty():
+    at = page("1")
+    at.radio(key="slow.drafter").set_value("prompt lookup (no model)").run()
+    press(at, "slow.start")
+    for _ in range(3):
+        press(at, "slow.next")
+    rounds = at.session_state["slow.state"]["rounds"]
+    assert len(rounds) == 4 and any(r.k > 0 for r in rounds)
+    assert all(q == 1.0 for r in rounds for q in r.q_drafted)  # copied tokens are proposed with certainty
+    rows = at.dataframe[0].value
+    assert (rows[rows["drafted"] != "—"]["q(d)"] == 1.0).all()
 
 
 @needs_tiny
