@@ -318,7 +318,7 @@ def save_load_section(job: replay.Playback | None) -> None:
             st.caption("The download appears when a run has finished.")
     with c2:
         st.file_uploader("Load a run (JSON) and replay it", type=["json"], key="main.upload", on_change=_on_upload,
-                         help="A file saved with the download button (or `python -m specviz run --save`); "
+                         help="A file saved with the download button (or a shipped recording); "
                               "it replays exactly, with no model loaded.")
         if S.get("main.upload_error"):
             st.error(S["main.upload_error"], icon=":material/error:")

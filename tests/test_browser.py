@@ -6,6 +6,7 @@ tokens, the round log and the charts. Screenshots go to $SPECVIZ_SCREENSHOTS
 (default: a temporary folder). Needs Debian's chromium (apt-get install
 chromium) and Playwright for Python; skipped with the reason otherwise.
 Run with: pytest -m browser tests/test_browser.py
+(SPECVIZ_BROWSER_MODELS=tests/models_tiny.yaml checks the test itself in seconds.)
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ def server():
     from specviz import models
     from specviz.config import DEFAULT_PATH
 
-    status = models.pair_status(None, DEFAULT_PATH)
+    registry = DEFAULT_PATH
+    if os.environ.get("SPECVIZ_BROWSER_MODELS"):  # a quick check of the test itself, e.g. the tiny pair
+        registry = env["SPECVIZ_MODELS"] = os.environ["SPECVIZ_BROWSER_MODELS"]
+    status = models.pair_status(None, registry)
     if not status.available:
         pytest.skip(f"the default pair is not installed: {status.reason} ({status.how_to_get})")
     port = _free_port()
@@ -175,6 +179,36 @@ def test_one_generation_with_the_real_pair(server, browser, shots):
         page.wait_for_timeout(500)
     print(f"second run: round on screen {first:.1f} s after Run, model work {work:.1f} s, loading {load:.1f} s")
     assert load == 0.0 and first - work < 3.0
+    page.close()
+
+
+def _round_shown(page) -> int:
+    head = page.locator("text=/ · round \\d+/").first.inner_text()
+    return int(re.search(r" · round (\d+)", head).group(1))
+
+
+def test_pause_step_resume_keep_the_run(server, browser):
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.set_default_timeout(WAIT_MS)
+    page.goto(server)
+    page.get_by_text("device").first.wait_for()
+    _set_number(page, "max new tokens", 24)
+    page.wait_for_timeout(1500)
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.locator('.sv-text [data-state="pending"]').first.wait_for(state="attached")
+    page.get_by_role("button", name="Pause", exact=True).click()
+    page.get_by_role("button", name="Resume", exact=True).wait_for()
+    page.wait_for_timeout(3000)  # a round in progress when Pause was pressed is kept, then nothing moves
+    paused = _round_shown(page)
+    page.wait_for_timeout(5000)
+    assert _round_shown(page) == paused
+    page.get_by_role("button", name="Step", exact=True).click()
+    page.wait_for_function(
+        f"() => /· round {paused + 1}\\b/.test(document.body.innerText)", timeout=WAIT_MS)
+    page.get_by_role("button", name="Resume", exact=True).click()
+    page.get_by_text("✔ finished").first.wait_for()
+    assert _round_shown(page) >= paused + 1
+    assert page.locator('[data-testid="stException"]').count() == 0
     page.close()
 
 
