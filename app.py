@@ -232,7 +232,7 @@ except (SpecvizError, MemoryError) as e:
 job = S.get("main.job")
 with ctrl:
     playing = bool(S.get("main.playing")) and job is not None and not job.done
-    b = st.columns([1.2, 1.2, 1.2, 1.2, 4])
+    b = st.columns([1.7, 1.3, 1.2, 1.3, 3.5])
     b[0].button("Run" if live else "Play recording", type="primary", key="main.run_btn", on_click=_request,
                 icon=":material/play_arrow:",
                 args=("run",), disabled=not live and recording is None,

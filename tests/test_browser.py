@@ -219,6 +219,7 @@ def test_recorded_run_replays_in_the_browser(server, browser, shots):
     page.get_by_text("Recorded runs (no model needed)").first.click()
     page.get_by_role("button", name="Play recording", exact=True).click()
     page.get_by_text("✔ finished").first.wait_for()
+    page.get_by_text("Round to inspect").first.wait_for()  # the finished page is drawn
     assert page.locator('.sv-text [data-state="accepted"]').count() >= 1
     assert page.get_by_text("no model loaded").count() >= 1
     _shot(page, shots / "recorded-replay.png")

@@ -10,6 +10,8 @@ Stable API (pages import these):
     show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config
     show_error(e)                       st.error(str(e)), never a traceback
     decoder(tokenizer)                  id -> text, memoised per tokenizer
+    pair_status(name), list_pairs_safe(), default_dtype_name()
+    LOAD_CALLS, _slot.clear()           for tests: loads so far; forget the loaded pairs
 
 Models are the only thing cached with st.cache_resource (one copy per server,
 however many laptops connect); per-user results live in st.session_state.
