@@ -35,7 +35,7 @@ max_new = c2.number_input("new tokens", 1, 512, 32, 1, key="exact.max_new")
 c3.caption(f"dtype **{dt}** (change it in the sidebar: in bfloat16 a near-tie can flip the argmax)")
 if st.button("Compare with the target alone", type="primary", key="exact.run_greedy") and ids is not None:
     bar = lab_ui.ProgressBar("target alone, then speculative…")
-    cmp = lab_ui.run_guarded(experiments.compare_with_baseline, pair.target, pair.draft, ids, k=int(k),
+    cmp = lab_ui.run_guarded(lab.compare_with_baseline, pair.target, pair.draft, ids, k=int(k),
                              temperature=0.0, max_new_tokens=int(max_new), seed=0,
                              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     bar.done()
@@ -71,8 +71,9 @@ if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials") and
     with st.spinner(f"{int(n)} seeded trials…"):
         trials = lab_ui.run_guarded(experiments.first_token_trials, pair.target, pair.draft, ids, n=int(n),
                                     temperature=float(temperature), seed=int(seed))
+        # same vocabulary as first_token_trials, so p, the overlap and the noise yardstick match the trials
         fp = lab_ui.run_guarded(lab.first_position, pair.target, pair.draft, ids, temperature=float(temperature),
-                                vocab=pair.shared_vocab, noise_n=int(n)) if trials is not None else None
+                                noise_n=int(n)) if trials is not None else None
     if trials is not None and fp is not None:
         st.session_state["exact.trials"] = {"trials": trials, "fp": fp}
 res = st.session_state.get("exact.trials")

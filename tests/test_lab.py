@@ -172,6 +172,16 @@ def test_k_sweep_rows_and_race_points(models):
         sum(c.spec.n_accepted for c in sw.values()) / sum(c.spec.n_judged for c in sw.values()))
 
 
+def test_compare_with_baseline_restricts_both_runs_to_the_shared_vocabulary():
+    # a target with more embedding rows than the shared vocabulary: its extra ids must never be emitted
+    target, draft = tiny_qwen(0, vocab=VOCAB + 16), tiny_qwen(1, vocab=VOCAB)
+    with torch.no_grad():
+        target.lm_head.weight[VOCAB:] = target.lm_head.weight[:VOCAB].abs().max() * 50  # padded rows would win
+    cmp = lab.compare_with_baseline(target, draft, PROMPT, k=3, max_new_tokens=8, eos_token_id=[], vocab=VOCAB)
+    assert max(cmp.base.token_ids) < VOCAB and max(cmp.spec.token_ids) < VOCAB
+    assert cmp.identical is True and cmp.speedup > 0
+
+
 def test_speedup_verdict_branches():
     assert "Close" in lab.speedup_verdict(2.0, 2.1, 0.1, 0.8)
     assert "Slower than predicted" in lab.speedup_verdict(1.0, 2.0, 0.1, 0.8)
