@@ -87,13 +87,14 @@ def take(st_state, n: int = 1, until_zero: bool = False, bar=None) -> None:
 
 
 b1, b2, b3, b4 = st.columns(4)
-if b1.button("▶ First round", type="primary", key="slow.start", help="Start a new run and take its first round"):
+if b1.button("First round", icon=":material/play_arrow:", type="primary", key="slow.start",
+             help="Start a new run and take its first round"):
     state = start()
     if state is not None:
         take(state)
         st.session_state["slow.state"] = state
 next_ok = state is not None and not state["done"]
-if b2.button("Next round →", key="slow.next", disabled=not next_ok):
+if b2.button("Next round", icon=":material/skip_next:", key="slow.next", disabled=not next_ok):
     take(state)
 if b3.button("Run until a round accepts nothing", key="slow.until_zero", disabled=not next_ok,
              help="Claim 5: step until the target refuses the very first draft, then stop there."):
@@ -105,7 +106,7 @@ if b4.button("Reset", key="slow.reset"):
     state = None
 
 if state is None or not state["rounds"]:
-    st.info("No round yet: press **▶ First round**.")
+    st.info("No round yet: press **First round**.")
     st.stop()
 
 # --- the text so far ---------------------------------------------------------------------
@@ -132,7 +133,7 @@ for line in lab.round_story(r, decode):
     st.markdown(line)
 note = lab.zero_accept_note(r, decode)
 if note:
-    st.success(note, icon="✅")
+    st.success(note, icon=":material/check_circle:")
 st.dataframe(lab.round_rows(r, decode), hide_index=True)
 
 if r.k > 0:

@@ -47,7 +47,7 @@ else:
 b1, b2 = st.columns([1, 4])
 if b1.button("Measure", type="primary", key="lab.run"):
     if not domains or not temps:
-        st.error("Pick at least one domain and one temperature.", icon="⚠️")
+        st.error("Pick at least one domain and one temperature.", icon=":material/error:")
     else:
         existing = st.session_state.get("lab.sweep") if not stale else None
         try:

@@ -101,7 +101,7 @@ st.subheader("3 · Measured: one prompt, several k, each against a warmed target
 ks = st.multiselect("k values", [1, 2, 3, 4, 5, 6, 8, 10, 12], default=[1, 2, 4, 6, 8], key="speed.ks")
 if st.button("Run the k sweep", key="speed.run_sweep") and ids is not None:
     if not ks:
-        st.error("Pick at least one k.", icon="⚠️")
+        st.error("Pick at least one k.", icon=":material/error:")
     else:
         bar = lab_ui.ProgressBar("starting…")
         sw = lab_ui.run_guarded(lab.k_sweep, pair.target, pair.draft, ids, ks, progress=bar, **run_kw)

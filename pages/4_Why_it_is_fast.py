@@ -37,7 +37,7 @@ sizes = c1.multiselect("Tokens per pass", [1, 2, 3, 4, 5, 6, 8, 12, 16, 32], def
 reps = c2.number_input("repetitions", 1, 50, 5, 1, key="fast.reps")
 if st.button("Measure forward cost", type="primary", key="fast.run_forward"):
     if 1 not in sizes or len(sizes) < 2:
-        st.error("Pick 1 and at least one larger size.", icon="⚠️")
+        st.error("Pick 1 and at least one larger size.", icon=":material/error:")
     else:
         bar = lab_ui.ProgressBar("warming up…")
         t = lab_ui.run_guarded(experiments.forward_cost, pair.target, n_tokens=tuple(sorted(sizes)),
@@ -87,7 +87,7 @@ b_batches = b2.multiselect("Batch sizes", [1, 2, 4, 8, 16, 32], default=[1, 2, 4
 b_reps = b3.number_input("repetitions", 1, 20, 2, 1, key="fast.b_reps")
 if st.button("Measure batch cost", key="fast.run_batch"):
     if not b_tokens or not b_batches:
-        st.error("Pick at least one size of each.", icon="⚠️")
+        st.error("Pick at least one size of each.", icon=":material/error:")
     else:
         bar = lab_ui.ProgressBar("starting…")
         t = lab_ui.run_guarded(experiments.batch_cost, pair.target, n_tokens=tuple(sorted(b_tokens)),

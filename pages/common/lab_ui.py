@@ -26,7 +26,7 @@ def pair_for_page(prefix: str, *, dtype: bool = True):
     if not status.available:
         ui.show_device(None, dt)
         st.error(f"The pair **{name}** is not installed here: {status.reason}. "
-                 f"How to get it: {status.how_to_get}", icon="⚠️")
+                 f"How to get it: {status.how_to_get}", icon=":material/error:")
         return None
     try:
         pair = ui.load_pair_cached(name, dt)
