@@ -153,7 +153,8 @@ class FirstTokenTrials:
 
 @torch.inference_mode()
 def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, temperature: float = 1.0,
-                       top_k: int = 0, top_p: float = 1.0, seed: int = 0, top: int = 50) -> FirstTokenTrials:
+                       top_k: int = 0, top_p: float = 1.0, seed: int = 0, top: int = 50,
+                       vocab: int | None = None) -> FirstTokenTrials:
     """Run the engine's own acceptance step `n` times with seeds seed..seed+n-1.
 
     The forward passes are deterministic, so q (draft) and p (target) for the
@@ -161,7 +162,7 @@ def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, tempe
     engine's `decide` keeps it with probability min(1, p/q) or draws a
     correction from norm(max(0, p - q)), exactly as in a full run.
     """
-    vocab = min(vocab_size(target), vocab_size(draft))
+    vocab = vocab or min(vocab_size(target), vocab_size(draft))  # ids both models (and the tokenizer) share
     ids = list(input_ids)
     q_logits = CachedLM(draft).feed(ids, keep=1)[-1, :vocab].float().cpu()  # (V,)
     p_logits = CachedLM(target).feed(ids, keep=1)[-1, :vocab].float().cpu()  # (V,)
@@ -192,13 +193,18 @@ class Comparison:
 
 def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: float, top_p: float = 1.0,
                           top_k: int = 0, max_new_tokens: int, seed: int, eos_token_id=None,
-                          spec: Run | None = None, warm: bool = True, **kw) -> Comparison:
+                          vocab: int | None = None, spec: Run | None = None, warm: bool = True,
+                          **kw) -> Comparison:
     """A speculative run and a plain target-only run with the same settings.
 
-    `warm` runs a few tokens of each first so one-time costs (allocations,
-    kernel selection) land in neither measurement.
+    Both runs see the same (shared) vocabulary, so a target whose embedding
+    has padded rows cannot pick an id the speculative run could not. `warm`
+    runs a few tokens of each first so one-time costs (allocations, kernel
+    selection) land in neither measurement. `kw` goes to the speculative run
+    only (k_policy, ...).
     """
-    common = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, eos_token_id=eos_token_id)
+    common = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, eos_token_id=eos_token_id,
+                  vocab=vocab)
     if warm:
         autoregressive_decode(target, input_ids, max_new_tokens=2, **common)
     base = autoregressive_decode(target, input_ids, max_new_tokens=max_new_tokens, **common)
