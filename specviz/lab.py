@@ -290,24 +290,11 @@ def entropy_verdict(sweep: Mapping[str, Mapping[float, Run]], temperature: float
 def compare_with_baseline(target, draft, input_ids: Sequence[int], *, k: int, temperature: float = 0.0,
                           max_new_tokens: int, seed: int = 0, eos_token_id=None, vocab: int | None = None,
                           warm: bool = True):
-    """A speculative run and a warmed target-only run with the same settings, both on the shared vocabulary.
+    """A speculative run and a warmed target-only run with the same settings, both on the shared vocabulary."""
+    from .experiments import compare_with_baseline as compare
 
-    Like experiments.compare_with_baseline, except that the baseline too is
-    restricted to `vocab`: a target whose embedding has more rows than the
-    tokenizer could otherwise pick an id the speculative run may not.
-    """
-    from .engine import autoregressive_decode, speculative_decode
-    from .experiments import Comparison
-
-    ids = list(input_ids)
-    common = dict(temperature=temperature, seed=seed, eos_token_id=eos_token_id, vocab=vocab)
-    if warm:  # one-time costs (allocations, kernel choice) land in neither measurement
-        autoregressive_decode(target, ids, max_new_tokens=2, **common)
-        speculative_decode(target, draft, ids, k=k, max_new_tokens=2, **common)
-    base = autoregressive_decode(target, ids, max_new_tokens=max_new_tokens, **common)
-    spec = speculative_decode(target, draft, ids, k=k, max_new_tokens=max_new_tokens, **common)
-    speedup = (base.decode_s / max(len(base.token_ids), 1)) / (spec.decode_s / max(len(spec.token_ids), 1))
-    return Comparison(spec, base, speedup, spec.token_ids == base.token_ids if temperature == 0 else None)
+    return compare(target, draft, list(input_ids), k=k, temperature=temperature, max_new_tokens=max_new_tokens,
+                   seed=seed, eos_token_id=eos_token_id, vocab=vocab, warm=warm)
 
 
 def k_sweep(target, draft, input_ids: Sequence[int], ks: Sequence[int], *, temperature: float = 0.0,
