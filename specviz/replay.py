@@ -106,22 +106,16 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
 def target_alone(target, spec: Run, vocab: int | None = None, warm: bool = True) -> dict:
     """Time the target alone with the spec run's prompt and settings; return baseline_summary().
 
-    Like experiments.compare_with_baseline(spec=...), but the baseline is restricted to the
-    same shared vocabulary as the speculative run (`vocab`): otherwise a model whose embedding
-    rows outnumber the tokenizer's tokens could pick an id speculative decoding never can.
+    experiments.compare_with_baseline(spec=...), with the settings read back from the Run.
     """
-    from .engine import autoregressive_decode
+    from .experiments import compare_with_baseline
 
     s = spec.settings
-    kw = dict(temperature=s.get("temperature", 0.0), top_p=s.get("top_p", 1.0), top_k=s.get("top_k", 0),
-              seed=s.get("seed", 0), eos_token_id=s.get("eos_token_id"), vocab=vocab)
-    if warm:  # one-time costs land in neither measurement
-        autoregressive_decode(target, spec.prompt_ids, max_new_tokens=2, **kw)
-    base = autoregressive_decode(target, spec.prompt_ids, max_new_tokens=s.get("max_new_tokens", 64), **kw)
-    per_tok = lambda r: r.decode_s / max(len(r.token_ids), 1)  # noqa: E731
-    speedup = per_tok(base) / per_tok(spec) if per_tok(spec) > 0 else float("nan")
-    identical = spec.token_ids == base.token_ids if not kw["temperature"] else None
-    return baseline_summary(spec, base, speedup, identical)
+    cmp = compare_with_baseline(target, None, spec.prompt_ids, k=s.get("k", 4), temperature=s.get("temperature", 0.0),
+                                top_p=s.get("top_p", 1.0), top_k=s.get("top_k", 0),
+                                max_new_tokens=s.get("max_new_tokens", 64), seed=s.get("seed", 0),
+                                eos_token_id=s.get("eos_token_id"), vocab=vocab, spec=spec, warm=warm)
+    return baseline_summary(spec, cmp.base, cmp.speedup, cmp.identical)
 
 
 def _finite(x: Any) -> Any:
