@@ -1,0 +1,128 @@
+"""The engine's fast paths: the one-uniform categorical draw, and the opt-in oneDNN linear (fastlinear)."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from specviz import autoregressive_decode, fastlinear, speculative_decode
+from specviz.engine import FastSampler, draw
+from specviz.tiny import tiny_model
+from stats import passes, total_variation
+
+
+def test_draw_is_distributed_as_the_probabilities():
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.0, 0.1, 0.0, 0.35, 0.05, 0.5, 0.0])
+    n = 30000
+    counts = collections.Counter(draw(p, g) for _ in range(n))
+    exact = {i: float(p[i]) for i in range(len(p))}
+    assert passes(counts, exact, n), total_variation(counts, exact, n)
+    assert set(counts) <= {1, 3, 4, 5}  # never a token with probability 0
+    # unnormalised weights (a residual before normalising) give the same distribution
+    counts = collections.Counter(draw(p * 3.7, g) for _ in range(n))
+    assert passes(counts, exact, n)
+
+
+def test_draw_edges():
+    g = torch.Generator().manual_seed(1)
+    assert draw(torch.tensor([0.0, 0.0, 1.0, 0.0]), g) == 2
+    assert draw(torch.tensor([1.0]), g) == 0
+    assert all(draw(torch.tensor([0.0, 0.25, 0.75, 0.0], dtype=torch.float64), g) in (1, 2) for _ in range(200))
+
+
+def test_fast_sampler_is_seeded_and_greedy_is_argmax():
+    logits = torch.tensor([0.1, 2.0, -1.0, 1.5])
+    a = FastSampler.create(0.8, 0, 1.0, seed=5)
+    b = FastSampler.create(0.8, 0, 1.0, seed=5)
+    xs = [a.pick(logits, a.probs(logits)) for _ in range(20)]
+    assert xs == [b.pick(logits, b.probs(logits)) for _ in range(20)]
+    g = FastSampler.create(0.0, 0, 1.0, seed=5)
+    assert g.greedy and g.pick(logits, g.probs(logits)) == 1
+
+
+# --------------------------------------------------------------------------
+# fastlinear
+
+
+@pytest.fixture()
+def fp32_pair():
+    return tiny_model(seed=0), tiny_model(seed=0, noise=0.3)
+
+
+def _linears(model):
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+needs_onednn = pytest.mark.skipif(not fastlinear.available(), reason="this PyTorch has no oneDNN")
+
+
+@needs_onednn
+def test_enable_is_in_place_memory_neutral_and_reversible(fp32_pair):
+    target, _ = fp32_pair
+    ptrs = [m.weight.data_ptr() for m in _linears(target)]
+    x = torch.randint(0, 90, (1, 7))
+    with torch.inference_mode():
+        ref = target(x).logits
+        assert fastlinear.enable(target) is target and fastlinear.is_enabled(target)
+        assert [m.weight.data_ptr() for m in _linears(target)] == ptrs  # the same weights, no copy
+        fast = target(x).logits
+        fastlinear.enable(target)  # twice is harmless
+        assert fastlinear.disable(target) is target and not fastlinear.is_enabled(target)
+        back = target(x).logits
+    torch.testing.assert_close(fast, ref, rtol=1e-4, atol=1e-4)  # float rounding only
+    assert torch.equal(back, ref)
+    assert all("forward" not in vars(m) for m in _linears(target))
+
+
+@needs_onednn
+def test_rows_in_range_go_through_onednn_and_others_do_not(fp32_pair, monkeypatch):
+    target, _ = fp32_pair
+    fastlinear.enable(target, min_rows=2, max_rows=8)
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+
+    class Spy:
+        def __getattr__(self, name):
+            if name == "_linear_pointwise":
+                return lambda *a: calls.append(a[0].shape[0]) or real(*a)
+            return getattr(torch.ops.mkldnn, name)
+
+    monkeypatch.setattr(fastlinear.torch.ops, "mkldnn", Spy())
+    with torch.inference_mode():
+        for t in (1, 3, 8, 20):
+            calls.clear()
+            target(torch.randint(0, 90, (1, t)))
+            n_linear = len(_linears(target))
+            assert len(calls) == (n_linear if 2 <= t <= 8 else 0), t
+    fastlinear.disable(target)
+    fastlinear.enable(target)  # the default: every size
+    with torch.inference_mode():
+        for t in (1, 20):
+            calls.clear()
+            target(torch.randint(0, 90, (1, t)))
+            assert len(calls) == len(_linears(target))
+    fastlinear.disable(target)
+
+
+@needs_onednn
+def test_greedy_speculative_still_equals_greedy_with_fastlinear(fp32_pair):
+    target, draft = fp32_pair
+    prompt = [5, 20, 33, 41, 7, 9]
+    ref = autoregressive_decode(target, prompt, max_new_tokens=24).token_ids
+    fastlinear.enable(target)
+    fastlinear.enable(draft)
+    try:
+        for k in (1, 4, 7):
+            assert speculative_decode(target, draft, prompt, k=k, max_new_tokens=24).token_ids == ref
+    finally:
+        fastlinear.disable(target)
+        fastlinear.disable(draft)
+
+
+def test_other_dtypes_are_left_alone():
+    m = tiny_model(seed=1, dtype=torch.float64)
+    fastlinear.enable(m)
+    assert not fastlinear.is_enabled(m)
