@@ -1,0 +1,575 @@
+"""`python -m specviz bench`: speculative decoding against the target alone and transformers.
+
+All methods run in ONE process on the same weights, dtype and prompts
+(one chat prompt per domain: code, list, factual, creative), interleaved
+within each repetition so that drift in machine load hits every method alike:
+
+  target          plain target decoding (the engine's own baseline)
+  k=1 .. k=8      specviz speculative decoding with a fixed k (--ks)
+  adaptive        +1 after a full acceptance, -1 after a rejection
+  best            the best-k chooser (kpolicy.BestK: live alpha, c, verify cost)
+  prompt-lookup   no draft model: copy what followed an earlier n-gram
+  hf-target       transformers' generate() on the target alone
+  hf-assisted     transformers' generate(assistant_model=draft): the reference
+
+Timings: a warm-up round of every method first, then --reps repetitions,
+medians reported. `speedup` is per token and end to end (prefill included,
+the same for every method): baseline seconds per token / method seconds per
+token. The engine's methods also get `decode_speedup` (prefill excluded),
+which is what the model in theory.py predicts from the measured alpha, c and
+verify cost; efficiency = decode_speedup / predicted. Bookkeeping is what a
+round spends outside the forward passes: round_s - draft_s - verify_s.
+
+Output: a markdown table (default), --json (stdout or --out FILE), and
+--figure FILE.json (plotly JSON of measured vs predicted speedup over k, for
+the app's Speedup page). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from . import theory
+from .drafters import PromptLookupDrafter
+from .engine import autoregressive_decode, speculative_decode
+from .errors import InvalidSetting
+from .experiments import forward_cost
+from .lm import vocab_size
+from .prompts import domain_prompts, encode
+
+FORMAT = "specviz.bench/1"
+DEFAULT_DOMAINS = ("code", "list", "factual", "creative")
+ENGINE_BASELINE = "target"
+HF_ASSISTED = "hf-assisted"
+HF_TARGET = "hf-target"
+
+
+# -----------------------------------------------------------------------------
+# options
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m specviz bench",
+                                description="Benchmark speculative decoding on the real pair (or --tiny).")
+    p.add_argument("--pair", help="pair name from `python -m specviz models` (default: the default pair)")
+    p.add_argument("--models", metavar="YAML", help="registry file")
+    p.add_argument("--tiny", action="store_true", help="the tiny random pair (seconds; for tests)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the pair's default")
+    p.add_argument("--fast-linear", action="store_true",
+                   help="fp32: run every nn.Linear through oneDNN with prepacked weights (specviz.fastlinear)")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
+    p.add_argument("--ks", default="1,2,3,4,5,6,8", help="fixed k values (default 1,2,3,4,5,6,8)")
+    p.add_argument("--methods", help="comma list to run (default: all); names as in the table, "
+                                     "e.g. target,k=4,best,hf-assisted")
+    p.add_argument("--domains", default=",".join(DEFAULT_DOMAINS), help="default code,list,factual,creative")
+    p.add_argument("--modes", default="greedy,sample", help="greedy, sample or both (default)")
+    p.add_argument("--temperature", type=float, default=0.7, help="for sample mode (default 0.7)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported (default 3)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
+    p.add_argument("--seed", type=int, default=0, help="seed of repetition 1 (sample mode); +1 per repetition")
+    p.add_argument("--cost-reps", type=int, default=5, help="repetitions of the forward-cost measurement")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up round (tests)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the markdown table")
+    p.add_argument("--out", metavar="FILE", help="write the JSON here (the table still goes to stdout)")
+    p.add_argument("--figure", metavar="FILE.json", help="write the measured-vs-predicted figure (plotly JSON)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    a = p.parse_args(argv)
+    try:
+        a.ks = sorted({int(x) for x in a.ks.split(",") if x.strip()})
+    except ValueError:
+        raise InvalidSetting(f"--ks must be a comma list of integers, got {a.ks!r}") from None
+    if not a.ks or min(a.ks) < 1:
+        raise InvalidSetting("--ks must list integers >= 1")
+    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    if not a.modes or any(m not in ("greedy", "sample") for m in a.modes):
+        raise InvalidSetting(f"--modes must be greedy, sample or both, got {a.modes!r}")
+    a.domains = [d.strip() for d in a.domains.split(",") if d.strip()]
+    known = domain_prompts()
+    bad = [d for d in a.domains if d not in known]
+    if bad or not a.domains:
+        raise InvalidSetting(f"unknown domain(s) {bad}; choose from {', '.join(known)}")
+    if a.reps < 1 or a.max_new_tokens < 1:
+        raise InvalidSetting("--reps and --max-new-tokens must be >= 1")
+    if not (a.temperature > 0 and math.isfinite(a.temperature)):
+        raise InvalidSetting("--temperature must be > 0 (sample mode); greedy is its own mode")
+    a.method_names = method_names(a.ks)
+    if a.methods:
+        want = [m.strip() for m in a.methods.split(",") if m.strip()]
+        unknown = [m for m in want if m not in a.method_names]
+        if unknown:
+            raise InvalidSetting(f"unknown method(s) {unknown}; choose from {', '.join(a.method_names)}")
+        if ENGINE_BASELINE not in want:
+            want.insert(0, ENGINE_BASELINE)  # every speedup is relative to it
+        a.method_names = [m for m in a.method_names if m in want]
+    return a
+
+
+def method_names(ks: list[int]) -> list[str]:
+    return [ENGINE_BASELINE] + [f"k={k}" for k in ks] + ["adaptive", "best", "prompt-lookup", HF_TARGET, HF_ASSISTED]
+
+
+# -----------------------------------------------------------------------------
+# the pair
+
+
+def tiny_pair():
+    """The tiny random pair of specviz.tiny, shaped like models.Pair."""
+    from .tiny import SPECIALS, char_tokenizer, tiny_model
+
+    tok = char_tokenizer()
+    target = tiny_model(seed=0)
+    draft = tiny_model(seed=0, noise=0.3, hidden=64)
+    eos = [SPECIALS.index("<eos>")]
+    # all of the head's ids, as transformers' generate() picks from (ids past the characters decode to "")
+    return SimpleNamespace(name="tiny", target=target, draft=draft, tokenizer=tok, dtype=torch.float32,
+                           device="cpu", eos_token_ids=eos, shared_vocab=vocab_size(target))
+
+
+def load(args):
+    if args.tiny:
+        pair = tiny_pair()
+        if args.dtype:
+            from .models import parse_dtype
+
+            dt = parse_dtype(args.dtype)
+            pair.target, pair.draft, pair.dtype = pair.target.to(dt), pair.draft.to(dt), dt
+    else:
+        from .models import load_pair
+
+        pair = load_pair(args.pair, dtype=args.dtype, registry=args.models)
+    if args.fast_linear:
+        from . import fastlinear
+
+        fastlinear.enable(pair.target)
+        fastlinear.enable(pair.draft)
+    return pair
+
+
+# -----------------------------------------------------------------------------
+# one measured generation
+
+
+@dataclass
+class Sample:
+    """One generation of one method: what came out and how long it took."""
+
+    tokens: list[int]
+    wall_s: float  # the whole call, prefill included
+    run: Any = None  # the engine's Run (None for transformers)
+
+
+def _hf_generate(target, ids, max_new_tokens, eos, mode, temperature, seed, assistant=None) -> Sample:
+    from transformers import GenerationConfig
+
+    x = torch.tensor([ids], device=target.device)
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=mode == "sample",
+                           repetition_penalty=1.0, eos_token_id=list(eos), pad_token_id=eos[0],
+                           num_beams=1, use_cache=True)
+    if mode == "sample":
+        cfg.temperature, cfg.top_k, cfg.top_p = temperature, 0, 1.0
+    kw = {"assistant_model": assistant} if assistant is not None else {}
+    torch.manual_seed(seed)
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        out = target.generate(x, attention_mask=torch.ones_like(x), generation_config=cfg, **kw)
+        wall = time.perf_counter() - t0
+    new = out[0, len(ids):].tolist()
+    toks = []
+    for t in new:  # up to and including the first EOS
+        toks.append(t)
+        if t in eos:
+            break
+    return Sample(toks, wall)
+
+
+def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> Sample:
+    temperature = 0.0 if mode == "greedy" else args.temperature
+    n = args.max_new_tokens
+    eos = list(pair.eos_token_ids)
+    common = dict(temperature=temperature, max_new_tokens=n, seed=seed, eos_token_id=eos, vocab=pair.shared_vocab)
+    t0 = time.perf_counter()
+    if name == ENGINE_BASELINE:
+        run = autoregressive_decode(pair.target, ids, **common)
+    elif name.startswith("k="):
+        run = speculative_decode(pair.target, pair.draft, ids, k=int(name[2:]), **common)
+    elif name == "adaptive":
+        run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy="adaptive", **common)
+    elif name == "best":
+        run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy="best", **common)
+    elif name == "prompt-lookup":
+        run = speculative_decode(pair.target, PromptLookupDrafter(), ids, k=4, k_policy="best", **common)
+    elif name == HF_TARGET:
+        return _hf_generate(pair.target, ids, n, eos, mode, temperature, seed)
+    elif name == HF_ASSISTED:
+        return _hf_generate(pair.target, ids, n, eos, mode, temperature, seed, assistant=pair.draft)
+    else:
+        raise InvalidSetting(f"unknown method {name!r}")
+    return Sample(list(run.token_ids), time.perf_counter() - t0, run)
+
+
+# -----------------------------------------------------------------------------
+# statistics
+
+
+def _med(xs):
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _finite(x):
+    """JSON-safe: nan/inf become None."""
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def predicted_speedup(runs, alpha: float, c: float, verify_cost) -> float:
+    """The model's speedup for the rounds actually run: sum E[tokens](alpha, k_r) / sum (k_r c + r(k_r + 1)).
+
+    For a fixed k this is theory.expected_speedup(alpha, k, c, verify_cost)
+    (up to the last round, which the length limit may shorten).
+    """
+    if not math.isfinite(alpha):
+        return float("nan")
+    ks = [r.k for run in runs for r in run.rounds]
+    if not ks:
+        return float("nan")
+    tokens = sum(theory.expected_tokens(alpha, k) for k in ks)
+    cost = sum(k * c + theory.verify_ratio(k + 1, verify_cost) for k in ks)
+    return tokens / cost
+
+
+def c_from_runs(samples: dict, base: str = ENGINE_BASELINE) -> float:
+    """c from the runs' own timings: median draft step / median 1-token target step (baseline rounds)."""
+    draft_steps = [r.draft_s / r.k for s in samples.get("draft", []) for r in s.run.rounds if r.k > 0 and r.draft_s > 0]
+    target_steps = [r.verify_s for s in samples.get(base, []) for r in s.run.rounds]
+    if not draft_steps or not target_steps:
+        return float("nan")
+    return statistics.median(draft_steps) / statistics.median(target_steps)
+
+
+def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
+    """One row: medians over repetitions, for one method on one (mode, domain)."""
+    toks = [len(s.tokens) for s in samples]
+    spt = [s.wall_s / max(len(s.tokens), 1) for s in samples]
+    row: dict[str, Any] = {
+        "method": name,
+        "tokens": int(statistics.median(toks)),
+        "wall_s": _med([s.wall_s for s in samples]),
+        "s_per_token": _med(spt),
+        "reps_wall_s": [s.wall_s for s in samples],
+        "reps_tokens": toks,
+    }
+    row["tokens_per_s"] = 1.0 / row["s_per_token"] if row["s_per_token"] > 0 else float("nan")
+    row["speedup"] = base["s_per_token"] / row["s_per_token"] if base else float("nan")
+    runs = [s.run for s in samples if s.run is not None]
+    if runs:
+        dpt = [r.decode_s / max(len(r.token_ids), 1) for r in runs]
+        row["decode_s_per_token"] = _med(dpt)
+        row["decode_speedup"] = (base["decode_s_per_token"] / row["decode_s_per_token"]
+                                 if base and base.get("decode_s_per_token") else float("nan"))
+        rounds = [r for run in runs for r in run.rounds]
+        round_s = sum(r.round_s for r in rounds)
+        inner = sum(r.draft_s + r.verify_s for r in rounds)
+        row["bookkeeping_pct"] = 100.0 * (round_s - inner) / round_s if round_s > 0 else float("nan")
+        row["bookkeeping_ms_per_round"] = 1000.0 * (round_s - inner) / len(rounds) if rounds else float("nan")
+        loop = sum(r.decode_s for r in runs) - round_s
+        row["loop_overhead_pct"] = 100.0 * loop / sum(r.decode_s for r in runs) if runs else float("nan")
+        row["tokens_per_pass"] = sum(len(r.token_ids) for r in runs) / max(sum(r.target_passes for r in runs), 1)
+        ks = [r.k for r in rounds]
+        row["mean_k"] = statistics.fmean(ks) if ks else float("nan")
+        if name != ENGINE_BASELINE:
+            acc = sum(r.n_accepted for r in runs)
+            judged = sum(r.n_judged for r in runs)
+            alpha = acc / judged if judged else float("nan")
+            c, vc = alpha_c_vc
+            if name == "prompt-lookup":
+                c = 0.0  # no draft model: drafting costs nothing
+            row["alpha"] = alpha
+            row["c"] = c
+            row["predicted"] = predicted_speedup(runs, alpha, c, vc)
+            row["efficiency"] = row["decode_speedup"] / row["predicted"] if row["predicted"] > 0 else float("nan")
+            if name.startswith("k="):
+                k = int(name[2:])
+                row["predicted_formula"] = (theory.expected_speedup(alpha, k, c, vc)
+                                            if math.isfinite(alpha) and math.isfinite(c) else float("nan"))
+    return row
+
+
+def aggregate(name: str, rows: list[dict], base_rows: list[dict]) -> dict:
+    """Over the mixed prompt set: total (median) time over total tokens, per method."""
+    tok = sum(r["tokens"] for r in rows)
+    wall = sum(r["s_per_token"] * r["tokens"] for r in rows)
+    btok = sum(r["tokens"] for r in base_rows)
+    bwall = sum(r["s_per_token"] * r["tokens"] for r in base_rows)
+    out = {"method": name, "tokens": tok, "wall_s": wall,
+           "tokens_per_s": tok / wall if wall > 0 else float("nan")}
+    out["speedup"] = (bwall / btok) / (wall / tok) if tok and btok and wall > 0 else float("nan")
+    if all("decode_s_per_token" in r for r in rows):
+        dec = sum(r["decode_s_per_token"] * r["tokens"] for r in rows)
+        bdec = sum(r["decode_s_per_token"] * r["tokens"] for r in base_rows)
+        out["decode_speedup"] = (bdec / btok) / (dec / tok) if dec > 0 else float("nan")
+    for key in ("alpha", "predicted", "efficiency", "bookkeeping_pct", "mean_k"):
+        vals = [r[key] for r in rows if key in r]
+        if vals:
+            w = [r["tokens"] for r in rows if key in r]
+            good = [(v, ww) for v, ww in zip(vals, w) if math.isfinite(v)]
+            out[key] = sum(v * ww for v, ww in good) / sum(ww for _, ww in good) if good else float("nan")
+    return out
+
+
+# -----------------------------------------------------------------------------
+# the benchmark
+
+
+def bench(args, pair=None, progress=None) -> dict:
+    say = progress or (lambda msg: None)
+    t_start = time.perf_counter()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    if pair is None:
+        say("loading the pair")
+        pair = load(args)
+    tok = pair.tokenizer
+    presets = domain_prompts()
+    prompts = {d: encode(tok, presets[d].text, presets[d].chat) for d in args.domains}
+
+    # 1. costs: target forward over n tokens (verify ratio), draft forward, c
+    sizes = sorted({1, 2, 3, 4, 5, 6, 8, 9} | {k + 1 for k in args.ks})
+    say(f"forward cost of the target for {sizes} tokens")
+    tcost = forward_cost(pair.target, n_tokens=tuple(sizes), reps=args.cost_reps)
+    say("forward cost of the draft")
+    dcost = forward_cost(pair.draft, n_tokens=(1, 2), reps=args.cost_reps)
+    ratios = theory.verify_ratios_from_timings(tcost)
+    c_forward = _med(dcost[1]) / _med(tcost[1])
+
+    # 2. warm-up: every method once, a few tokens
+    names = args.method_names
+    if not args.no_warmup:
+        short = SimpleNamespace(**{**vars(args), "max_new_tokens": min(4, args.max_new_tokens)})
+        for name in names:
+            for mode in args.modes:
+                say(f"warm-up {name} ({mode})")
+                run_method(pair, name, prompts[args.domains[0]], mode, short, args.seed)
+
+    # 3. the runs, interleaved: rep > mode > domain > method
+    samples: dict[tuple[str, str, str], list[Sample]] = {}
+    total = args.reps * len(args.modes) * len(args.domains) * len(names)
+    done = 0
+    for rep in range(args.reps):
+        for mode in args.modes:
+            for dom in args.domains:
+                for name in names:
+                    s = run_method(pair, name, prompts[dom], mode, args, args.seed + rep)
+                    samples.setdefault((mode, dom, name), []).append(s)
+                    done += 1
+                    say(f"[{done}/{total}] rep {rep + 1} {mode:6s} {dom:8s} {name:13s} "
+                        f"{len(s.tokens):3d} tokens {len(s.tokens) / s.wall_s:6.2f} tok/s "
+                        f"(load {os.getloadavg()[0]:.1f})")
+
+    # 4. statistics
+    results, summary, checks = [], [], {}
+    for mode in args.modes:
+        pooled = {ENGINE_BASELINE: [s for d in args.domains for s in samples[(mode, d, ENGINE_BASELINE)]],
+                  "draft": [s for d in args.domains for n in names
+                            if n.startswith("k=") or n in ("adaptive", "best")
+                            for s in samples[(mode, d, n)]]}
+        c_runs = c_from_runs(pooled)
+        c_use = c_runs if math.isfinite(c_runs) else c_forward
+        by_method: dict[str, list[dict]] = {}
+        for dom in args.domains:
+            base = summarise(ENGINE_BASELINE, samples[(mode, dom, ENGINE_BASELINE)], {}, (c_use, ratios))
+            base["speedup"] = 1.0
+            base["decode_speedup"] = 1.0
+            for name in names:
+                row = base if name == ENGINE_BASELINE else summarise(name, samples[(mode, dom, name)], base,
+                                                                     (c_use, ratios))
+                row = {"mode": mode, "domain": dom, **row}
+                if mode == "greedy":
+                    row["same_as_baseline"] = (samples[(mode, dom, name)][0].tokens
+                                               == samples[(mode, dom, ENGINE_BASELINE)][0].tokens)
+                results.append(row)
+                by_method.setdefault(name, []).append(row)
+        base_rows = by_method[ENGINE_BASELINE]
+        for name in names:
+            summary.append({"mode": mode, "c_runs": c_runs, **aggregate(name, by_method[name], base_rows)})
+        checks[mode] = _checks(mode, results, summary, names)
+    return {
+        "format": FORMAT,
+        "config": {
+            "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
+            "fast_linear": bool(args.fast_linear), "threads": torch.get_num_threads(), "ks": args.ks,
+            "methods": names, "domains": args.domains, "modes": args.modes, "temperature": args.temperature,
+            "reps": args.reps, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+            "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "load_avg_start": load_start,
+            "load_avg_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
+            "elapsed_s": time.perf_counter() - t_start,
+        },
+        "prompts": {d: {"name": presets[d].name, "text": presets[d].text, "n_tokens": len(prompts[d])}
+                    for d in args.domains},
+        "costs": {
+            "target_forward_s": {n: _med(v) for n, v in tcost.items()},
+            "draft_forward_s": {n: _med(v) for n, v in dcost.items()},
+            "verify_ratio": ratios,
+            "c_forward": c_forward,
+        },
+        "results": results,
+        "summary": summary,
+        "checks": checks,
+        "figure_rows": [{"k": int(r["method"][2:]), "measured": r["decode_speedup"], "predicted": r["predicted"],
+                         "domain": r["domain"], "mode": r["mode"]}
+                        for r in results if r["method"].startswith("k=") and r["mode"] == args.modes[0]],
+    }
+
+
+def _version(pkg: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(pkg)
+    except Exception:  # noqa: BLE001 - informational only
+        return "?"
+
+
+def _checks(mode: str, results: list[dict], summary: list[dict], names: list[str]) -> dict:
+    """The targets: specviz vs transformers on code, measured vs predicted, best vs k=4, bookkeeping."""
+    out: dict[str, Any] = {}
+    rows = {r["method"]: r for r in results if r["mode"] == mode and r["domain"] == "code"}
+    summ = {s["method"]: s for s in summary if s["mode"] == mode}
+    if HF_ASSISTED in rows:
+        hf = rows[HF_ASSISTED]["speedup"]
+        out["hf_assisted_speedup_code"] = hf
+        if HF_TARGET in rows:
+            out["hf_assisted_speedup_over_hf_target_code"] = rows[HF_TARGET]["s_per_token"] / rows[HF_ASSISTED]["s_per_token"]
+        if "best" in rows:
+            out["best_over_hf_code"] = rows["best"]["speedup"] / hf
+        fixed = [n for n in rows if n.startswith("k=")]
+        if fixed:
+            kb = max(fixed, key=lambda n: rows[n]["speedup"])
+            out["best_fixed_k_code"] = kb
+            out["best_fixed_over_hf_code"] = rows[kb]["speedup"] / hf
+    eff = [r["efficiency"] for r in results if r["mode"] == mode and r["method"].startswith("k=")
+           and math.isfinite(r.get("efficiency", float("nan")))]
+    if eff:
+        out["efficiency_fixed_k_min"] = min(eff)
+        out["efficiency_fixed_k_median"] = statistics.median(eff)
+    if "best" in summ and "k=4" in summ:
+        out["best_over_k4_mixed"] = summ["best"]["speedup"] / summ["k=4"]["speedup"]
+    bk = [r["bookkeeping_pct"] for r in results if r["mode"] == mode and "bookkeeping_pct" in r
+          and math.isfinite(r["bookkeeping_pct"])]
+    if bk:
+        out["bookkeeping_pct_max"] = max(bk)
+    return out
+
+
+# -----------------------------------------------------------------------------
+# output
+
+
+def _f(x, fmt="{:.2f}", none="–"):
+    return fmt.format(x) if isinstance(x, (int, float)) and math.isfinite(x) else none
+
+
+def markdown(report: dict) -> str:
+    cfg = report["config"]
+    lines = [f"# specviz bench: {cfg['pair']} ({cfg['dtype']}{', fast-linear' if cfg['fast_linear'] else ''}, "
+             f"{cfg['device']}, {cfg['threads']} threads)", ""]
+    lines.append(f"{cfg['max_new_tokens']} new tokens, median of {cfg['reps']} repetitions, load average "
+                 f"{_f(cfg['load_avg_start'], '{:.1f}')} → {_f(cfg['load_avg_end'], '{:.1f}')}; "
+                 f"speedup = target-alone s/token ÷ method s/token, end to end (prefill included); "
+                 f"decode = prefill excluded; predicted from the measured α, c and verify cost; "
+                 f"efficiency = decode speedup ÷ predicted.")
+    costs = report["costs"]
+    lines.append("")
+    lines.append("target forward: " + ", ".join(f"{n} tok {1000 * s:.0f} ms"
+                                                for n, s in costs["target_forward_s"].items())
+                 + f"; draft 1 tok {1000 * costs['draft_forward_s'][1]:.0f} ms; c = {costs['c_forward']:.3f}")
+    domains = cfg["domains"]
+    for mode in cfg["modes"]:
+        title = "greedy" if mode == "greedy" else f"sampling, temperature {cfg['temperature']}"
+        summ = {s["method"]: s for s in report["summary"] if s["mode"] == mode}
+        c_runs = next(iter(summ.values()))["c_runs"] if summ else float("nan")
+        lines += ["", f"## {title} (c from the runs = {_f(c_runs, '{:.3f}')})", ""]
+        head = (["method"] + [f"{d} ×" for d in domains]
+                + ["all tok/s", "all ×", "decode ×", "α", "mean k", "predicted ×", "efficiency", "bookkeeping %"])
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
+        rows = {(r["domain"], r["method"]): r for r in report["results"] if r["mode"] == mode}
+        for name in cfg["methods"]:
+            s = summ[name]
+            cells = [name] + [_f(rows[(d, name)]["speedup"]) + ("" if rows[(d, name)].get("same_as_baseline", True)
+                                                               else " ≠") for d in domains]
+            cells += [_f(s["tokens_per_s"]), _f(s["speedup"]), _f(s.get("decode_speedup")),
+                      _f(s.get("alpha"), "{:.3f}"), _f(s.get("mean_k"), "{:.1f}"), _f(s.get("predicted")),
+                      _f(s.get("efficiency")), _f(s.get("bookkeeping_pct"), "{:.1f}")]
+            lines.append("| " + " | ".join(cells) + " |")
+        ch = report["checks"].get(mode, {})
+        if ch:
+            lines.append("")
+            lines.append("targets: " + "; ".join(f"{k} = {_f(v, '{:.3f}') if not isinstance(v, str) else v}"
+                                                 for k, v in ch.items()))
+    if any(r.get("same_as_baseline") is False for r in report["results"]):
+        lines += ["", "≠: greedy output differs from the target alone (float rounding between batched and "
+                      "one-token passes can flip a near-tie)"]
+    return "\n".join(lines) + "\n"
+
+
+def figure(report: dict):
+    from .charts import fig_bench_speedup
+
+    return fig_bench_speedup(report["figure_rows"])
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float):
+        return _finite(x)
+    return x
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(_jsonable(report), indent=1, allow_nan=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    report = bench(args, progress=say)
+    text = to_json(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+        say(f"wrote {args.out}")
+    if args.figure:
+        with open(args.figure, "w") as f:
+            f.write(figure(report).to_json())
+        say(f"wrote {args.figure}")
+    if args.json and not args.out:
+        print(text)
+    else:
+        print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

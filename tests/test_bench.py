@@ -1,0 +1,123 @@
+"""`python -m specviz bench` on the tiny random pair: well-formed outputs, no timed assertions."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specviz import bench
+from specviz.errors import InvalidSetting
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--tiny", "--reps", "1", "--max-new-tokens", "6", "--ks", "1,3", "--domains", "code,creative",
+        "--cost-reps", "1", "--no-warmup", "-q"]
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench")
+    out, fig = d / "bench.json", d / "fig.json"
+    proc = subprocess.run([sys.executable, "-m", "specviz", "bench", *FAST, "--out", str(out), "--figure", str(fig)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text()), proc.stdout, json.loads(fig.read_text())
+
+
+def _numbers(x):
+    if isinstance(x, dict):
+        for v in x.values():
+            yield from _numbers(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _numbers(v)
+    elif isinstance(x, (int, float)) and not isinstance(x, bool):
+        yield x
+
+
+def test_json_has_the_expected_keys_and_finite_numbers(outputs):
+    report, _, _ = outputs
+    assert report["format"] == "specviz.bench/1"
+    assert {"config", "prompts", "costs", "results", "summary", "checks", "figure_rows"} <= set(report)
+    cfg = report["config"]
+    assert cfg["modes"] == ["greedy", "sample"] and cfg["domains"] == ["code", "creative"]
+    assert cfg["methods"] == bench.method_names([1, 3])
+    assert all(math.isfinite(v) for v in _numbers(report))  # nan/inf are written as null, never as NaN
+    assert set(report["costs"]["verify_ratio"]) >= {"1", "2", "4"}
+    assert report["costs"]["verify_ratio"]["1"] == 1.0
+    # every (mode, domain, method) has a row
+    keys = {(r["mode"], r["domain"], r["method"]) for r in report["results"]}
+    assert keys == {(m, d, n) for m in cfg["modes"] for d in cfg["domains"] for n in cfg["methods"]}
+
+
+def test_speedup_is_baseline_time_over_method_time(outputs):
+    report, _, _ = outputs
+    base = {(r["mode"], r["domain"]): r for r in report["results"] if r["method"] == "target"}
+    for r in report["results"]:
+        b = base[(r["mode"], r["domain"])]
+        assert r["s_per_token"] > 0 and r["tokens"] >= 1
+        assert r["speedup"] == pytest.approx(b["s_per_token"] / r["s_per_token"], rel=1e-9)
+        assert r["tokens_per_s"] == pytest.approx(1 / r["s_per_token"], rel=1e-9)
+        assert r["s_per_token"] == pytest.approx(r["reps_wall_s"][0] / r["reps_tokens"][0], rel=1e-9)
+        if r["method"].startswith("k="):
+            assert 0 <= r["alpha"] <= 1 and r["c"] >= 0 and r["predicted"] > 0
+            assert r["efficiency"] == pytest.approx(r["decode_speedup"] / r["predicted"], rel=1e-9)
+            assert r["mean_k"] <= int(r["method"][2:])
+            assert 0 <= r["bookkeeping_pct"] < 100
+    for s in report["summary"]:
+        rows = [r for r in report["results"] if r["mode"] == s["mode"] and r["method"] == s["method"]]
+        assert s["tokens"] == sum(r["tokens"] for r in rows)
+        if s["method"] == "target":
+            assert s["speedup"] == pytest.approx(1.0)
+
+
+def test_greedy_specviz_output_equals_the_target_alone(outputs):
+    report, _, _ = outputs
+    for r in report["results"]:
+        if r["mode"] == "greedy" and r["method"] not in ("hf-target", "hf-assisted"):
+            assert r["same_as_baseline"], r["method"]
+
+
+def test_markdown_table_lists_every_method(outputs):
+    report, text, _ = outputs
+    assert "| method |" in text
+    for mode_title in ("## greedy", "## sampling, temperature 0.7"):
+        assert mode_title in text
+    for name in report["config"]["methods"]:
+        assert text.count(f"| {name} |") == 2  # one row per mode
+
+
+def test_figure_has_measured_and_predicted_traces(outputs):
+    _, _, fig = outputs
+    names = {t.get("name") for t in fig["data"]}
+    assert {"measured", "predicted"} <= names
+    for t in fig["data"]:
+        assert list(t["x"]) == [1, 3]
+        assert all(y is None or math.isfinite(y) for y in t["y"])
+
+
+def test_json_to_stdout_and_bad_options(capsys):
+    with pytest.raises(InvalidSetting, match="modes"):
+        bench.parse_args(["--tiny", "--modes", "greedy,fast"])
+    with pytest.raises(InvalidSetting, match="method"):
+        bench.parse_args(["--tiny", "--methods", "k=4,warp"])
+    with pytest.raises(InvalidSetting, match="domain"):
+        bench.parse_args(["--tiny", "--domains", "poetry"])
+    a = bench.parse_args(["--tiny", "--methods", "k=2,best", "--ks", "2,4"])
+    assert a.method_names == ["target", "k=2", "best"]  # the baseline is always there
+    rc = bench.main(["--tiny", "--json", "--reps", "1", "--max-new-tokens", "3", "--ks", "2", "--methods",
+                     "k=2,best,prompt-lookup", "--domains", "list", "--modes", "greedy", "--cost-reps", "1",
+                     "--no-warmup", "-q"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [s["method"] for s in report["summary"]] == ["target", "k=2", "best", "prompt-lookup"]
+
+
+def test_cli_reports_bad_options_as_errors():
+    proc = subprocess.run([sys.executable, "-m", "specviz", "bench", "--tiny", "--ks", "0"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error:")
