@@ -74,7 +74,11 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-# fp32 on CPU (bf16 matmuls are slow there), bf16 on CUDA; $SPECVIZ_DTYPE overrides
+# float32 on CPU, bfloat16 on CUDA; $SPECVIZ_DTYPE overrides. Measured on the 2-core CPU
+# here (target, ms for 1/2/4/8 tokens): bf16 169/153/169/200, fp32 stock 373/793/749/667,
+# fp32 with the oneDNN path 250/287/326/382. bf16 is flatter and faster, but its batched
+# verification rounds differently from one-token steps (reported to break greedy identity on
+# 2 of 4 prompts); float32 + oneDNN kept it on 4 of 4 here and keeps the cost nearly flat.
 DEFAULT_DTYPE: torch.dtype = (
     parse_dtype(os.environ["SPECVIZ_DTYPE"], "SPECVIZ_DTYPE")
     if os.environ.get("SPECVIZ_DTYPE")
@@ -109,6 +113,7 @@ class Pair:
     shared_vocab: int = 0  # ids below this mean the same token to both models
     sources: dict[str, str] = field(default_factory=dict)  # role -> where it loaded from
     load_s: float = 0.0
+    fast_linear: bool = False  # float32 CPU linears run through oneDNN (see load_pair)
 
 
 @dataclass(frozen=True)
@@ -656,8 +661,15 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device):
 
 def load_pair(name: str | None = None, *, draft: str | None = None, target: str | None = None,
               dtype: torch.dtype | str | None = None, device: str | None = None,
-              progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None) -> Pair:
-    """Load a draft/target pair by name (None = default), or with draft=/target= overrides."""
+              progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None,
+              fast_linear: bool | None = None) -> Pair:
+    """Load a draft/target pair by name (None = default), or with draft=/target= overrides.
+
+    fast_linear (default on; env SPECVIZ_FAST_LINEAR=0 turns it off): float32 on a
+    CPU runs every Linear through oneDNN (specviz/fastlinear.py). Stock PyTorch
+    sends multi-row float32 linears to MKL sgemm, which made a 2-token pass cost
+    ~2x a 1-token pass here; oneDNN reads the weights once for any small row count.
+    """
     progress = progress or _quiet
     t0 = time.perf_counter()
     spec = _resolve_spec(name, draft, target, registry)
@@ -673,12 +685,20 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
         where, kw, sources[role] = _locate(m, role, progress)
         loaded[role] = _load_one(where, kw, m, role, dtype, device)
     (d_tok, d_model), (t_tok, t_model) = loaded["draft"], loaded["target"]
+    if fast_linear is None:
+        fast_linear = os.environ.get("SPECVIZ_FAST_LINEAR", "1") != "0"
+    if fast_linear and dtype == torch.float32 and device == "cpu":
+        from . import fastlinear
+
+        for model in (d_model, t_model):
+            fastlinear.enable(model)
 
     progress("checking tokenizers", None)
     shared = check_tokenizers(d_tok, t_tok, d_model, t_model)
     pair = Pair(
         name=spec.name, draft=d_model, target=t_model, tokenizer=t_tok, dtype=dtype, device=device, spec=spec,
         eos_token_ids=_eos_ids(t_tok, [t_model, d_model], shared), shared_vocab=shared, sources=sources,
+        fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"),
     )  # fmt: skip
     pair.load_s = time.perf_counter() - t0
     progress("ready", 1.0)

@@ -86,3 +86,32 @@ def default_pair_load():
 @pytest.fixture(scope="session")
 def default_pair(default_pair_load):
     return default_pair_load[0]
+
+
+@pytest.fixture(scope="module")
+def tiny_app_registry():
+    """use(path): point specviz (and the app's model slot) at a test registry for one module.
+
+    The app's pages read $SPECVIZ_MODELS; the loaded-model slot is emptied before
+    and after, so each module starts with no model loaded. The old value returns.
+    """
+    import os
+
+    old = os.environ.get("SPECVIZ_MODELS")
+    used = []
+
+    def use(path):
+        from pages.common import ui
+
+        os.environ["SPECVIZ_MODELS"] = str(path)
+        ui._slot.clear()
+        used.append(ui)
+        return path
+
+    yield use
+    for ui in used:
+        ui._slot.clear()
+    if old is None:
+        os.environ.pop("SPECVIZ_MODELS", None)
+    else:
+        os.environ["SPECVIZ_MODELS"] = old

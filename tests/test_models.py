@@ -339,3 +339,22 @@ def test_real_pair_second_load_comes_from_the_cache(default_pair_load):
     assert not any("converting" in s or "joining" in s for s in stages)
     assert all(s.startswith("cache ") for s in pair.sources.values())
     print(f"warm load of the default pair: {pair.load_s:.1f} s")
+
+
+def test_float32_cpu_pairs_use_the_onednn_linear_path():
+    from pathlib import Path
+
+    from specviz import fastlinear
+
+    tiny = Path(__file__).parent / "models_tiny.yaml"
+    on = models.load_pair(registry=tiny, dtype="float32", device="cpu")
+    assert on.fast_linear and fastlinear.is_enabled(on.target) and fastlinear.is_enabled(on.draft)
+    off = models.load_pair(registry=tiny, dtype="float32", device="cpu", fast_linear=False)
+    assert not off.fast_linear and not fastlinear.is_enabled(off.target)
+    bf16 = models.load_pair(registry=tiny, dtype="bfloat16", device="cpu")
+    assert not bf16.fast_linear and not fastlinear.is_enabled(bf16.target)
+    # same weights, same greedy text either way (only float rounding differs)
+    ids = [5, 6, 7, 8]
+    a = models.load_pair(registry=tiny).target(torch.tensor([ids])).logits
+    b = off.target(torch.tensor([ids])).logits
+    assert torch.allclose(a, b, atol=1e-4)

@@ -23,19 +23,9 @@ needs_tiny = pytest.mark.skipif(not TINY.exists(), reason="tests/models_tiny.yam
 
 
 @pytest.fixture(scope="module", autouse=True)
-def tiny_registry():
-    """Point specviz at the tiny registry for this module, and start with no model loaded."""
-    old = os.environ.get("SPECVIZ_MODELS")
-    os.environ["SPECVIZ_MODELS"] = str(TINY)
-    from pages.common import ui
-
-    ui._slot.clear()
-    yield
-    ui._slot.clear()
-    if old is None:
-        os.environ.pop("SPECVIZ_MODELS", None)
-    else:
-        os.environ["SPECVIZ_MODELS"] = old
+def tiny_registry(tiny_app_registry):
+    """Every test here runs the pages on the tiny pair (see conftest.tiny_app_registry)."""
+    return tiny_app_registry(TINY)
 
 
 def page(n: str):
