@@ -182,8 +182,8 @@ class AdaptiveK(FixedK):
 
 
 def make_k_policy(k: int, k_policy):
-    """'fixed', 'adaptive', 'best' (kpolicy.BestK: live estimates of alpha, c and verify cost),
-    or a ready policy object with next_k() and observe(round)."""
+    """'fixed', 'adaptive', 'best' (kpolicy.BestK: live estimates of alpha, c and verify cost, and
+    a stop after a doubtful draft), or a ready policy object with next_k() and observe(round)."""
     if k_policy == "fixed":
         return FixedK(k)
     if k_policy == "adaptive":
@@ -191,7 +191,7 @@ def make_k_policy(k: int, k_policy):
     if k_policy == "best":
         from .kpolicy import BestK
 
-        return BestK(k, k_max=16)
+        return BestK(k, k_max=16, stop=True)
     if not isinstance(k_policy, str) and hasattr(k_policy, "next_k") and hasattr(k_policy, "observe"):
         return k_policy
     raise InvalidSetting(f"k_policy must be 'fixed', 'adaptive' or 'best', got {k_policy!r}.")
@@ -329,6 +329,9 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     check_settings(ids, models, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab)
     policy = make_k_policy(k, k_policy)
+    wrap = getattr(policy, "wrap_drafter", None)
+    if wrap is not None:  # e.g. BestK(stop=True): a drafter that can end its round early
+        drafter = wrap(drafter)
     eos = _eos_set(eos_token_id, *models)
     policy_name = k_policy if isinstance(k_policy, str) else getattr(k_policy, "name", type(k_policy).__name__)
     settings = _settings(k=k, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,

@@ -22,7 +22,25 @@ for it; sizes not seen yet are interpolated, and beyond the largest size seen
 the last measured slope is extended (flat when only one size is known: the
 optimistic guess, which makes the chooser try a larger k and measure it).
 
-Plain numbers only (no torch): it can be unit-tested on synthetic Rounds.
+With stop=True (what k_policy="best" uses) the round's k is decided online
+as well, from the draft's own confidence: after each drafted token the
+chooser keeps drafting only while one more token is expected to add more
+tokens per unit of cost than the round so far,
+
+    P_j * alpha / (c + r(j+2) - r(j+1))  >  E_j / (j c + r(j+1))
+
+where P_j is the chance that all j drafts so far are accepted (the product of
+each draft's calibrated acceptance chance a(q), q = the draft's probability of
+the token it proposed; a(q) is learned live from the judged drafts, starting
+from a(q) = q) and E_j = 1 + P_1 + ... + P_j. With every a(q) equal to alpha
+this stops exactly at theory.best_k; with real confidences it drafts long
+through boilerplate and stops right after a doubtful token (transformers'
+assisted generation stops after a draft token with probability < 0.4, a fixed
+threshold). The stopping decision depends only on the draft's side, so the
+output distribution is still exactly the target's.
+
+The estimates are plain numbers (no torch): the chooser can be unit-tested on
+synthetic Rounds.
 """
 
 from __future__ import annotations
@@ -33,7 +51,12 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from . import theory
+from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
+
+# confidence bins for the calibration a(q) of the stop rule
+CALIB_EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 1.0)
+CALIB_PRIOR = 2.0  # pseudo-observations per bin, at a(q) = the bin's middle
 
 
 class BestK:
@@ -48,13 +71,15 @@ class BestK:
                   callable n -> ratio; its shape is used, and the live verify
                   times scale it. None: learn the shape from the rounds.
     window:       how many recent timings per size the medians use
+    stop:         also stop drafting early on a doubtful draft (see the module doc);
+                  for a model drafter (wrap_drafter) next_k() then gives the cap, k_max
     """
 
     name = "best"
 
     def __init__(self, k: int = 4, *, k_min: int = 1, k_max: int = 16, prior: tuple[float, float] = (3.0, 1.5),
                  decay: float = 1.0, verify_cost: Mapping[int, float] | Callable[[float], float] | None = None,
-                 window: int = 12):
+                 window: int = 12, stop: bool = False):
         if not (1 <= k_min <= k_max):
             raise InvalidSetting(f"need 1 <= k_min <= k_max, got {k_min}, {k_max}")
         if not (prior[0] > 0 and prior[1] > 0):
@@ -72,6 +97,12 @@ class BestK:
         self.draft_per_token: deque[float] = deque(maxlen=window)
         self.verify_by_n: dict[int, deque[float]] = {}
         self.history: list[dict] = []  # what was decided each round, for the bench and the app
+        self.stop = bool(stop)
+        self.stopping = False  # set by wrap_drafter: a drafter that asks keep_drafting() is attached
+        self.k0 = self.k
+        nb = len(CALIB_EDGES) - 1
+        self.calib_acc = [CALIB_PRIOR * (CALIB_EDGES[i] + CALIB_EDGES[i + 1]) / 2 for i in range(nb)]
+        self.calib_n = [CALIB_PRIOR] * nb
 
     # --- estimates ---------------------------------------------------------
     @staticmethod
@@ -122,15 +153,53 @@ class BestK:
             return None
         return {n: statistics.median(ts) / t1 for n, ts in sorted(self.verify_by_n.items())}
 
+    @staticmethod
+    def _bin(q: float) -> int:
+        for i in range(len(CALIB_EDGES) - 2, -1, -1):
+            if q >= CALIB_EDGES[i]:
+                return i
+        return 0
+
+    def accept_chance(self, q: float) -> float:
+        """a(q): the calibrated chance that a draft proposed with probability q is accepted."""
+        i = self._bin(q)
+        return self.calib_acc[i] / self.calib_n[i]
+
     # --- the policy interface ------------------------------------------------
     def next_k(self) -> int:
         c = self.c
         if c is None:  # nothing measured yet: the starting k
             return self.k
+        if self.stop and self.stopping:  # the drafter asks keep_drafting() after each token: the cap
+            return self.k_max
         k, s = theory.best_k(self.alpha, c, self.verify_cost, k_max=self.k_max, k_min=self.k_min)
         self.k = k
         self.history.append({"alpha": self.alpha, "c": c, "k": k, "predicted": s})
         return k
+
+    def keep_drafting(self, confidences: list[float]) -> bool:
+        """After drafting len(confidences) tokens (each the draft's probability of its token):
+        is one more draft expected to raise tokens per unit of cost? (See the module doc.)"""
+        j = len(confidences)
+        c = self.c
+        if c is None:  # first round: nothing measured, draft the starting k
+            return j < self.k0
+        if j < self.k_min:
+            return True
+        p, e = 1.0, 1.0
+        for q in confidences:
+            p *= self.accept_chance(q)
+            e += p
+        vc = self.verify_cost
+        cost = j * c + float(theory.verify_ratio(j + 1, vc))
+        d_cost = c + float(theory.verify_ratio(j + 2, vc)) - float(theory.verify_ratio(j + 1, vc))
+        d_tokens = p * self.alpha
+        return d_tokens * cost > e * d_cost if d_cost > 0 else d_tokens > 0
+
+    def wrap_drafter(self, drafter: Drafter) -> Drafter:
+        """With stop=True, a model drafter that asks keep_drafting() after every token."""
+        self.stopping = self.stop and type(drafter) is ModelDrafter
+        return ConfidenceDrafter(drafter, self) if self.stopping else drafter
 
     def observe(self, rnd) -> None:
         """Learn from one Round: acceptance counts, draft time per token, verify time by size."""
@@ -144,3 +213,49 @@ class BestK:
             self.draft_per_token.append(rnd.draft_s / rnd.k)
         if rnd.verify_s > 0 and math.isfinite(rnd.verify_s):
             self.verify_by_n.setdefault(rnd.k + 1, deque(maxlen=self.window)).append(rnd.verify_s)
+        for q, ok in zip(rnd.q_drafted, rnd.accepted):  # the judged drafts: calibrate a(q)
+            i = self._bin(q)
+            self.calib_acc[i] += bool(ok)
+            self.calib_n[i] += 1
+
+
+class ConfidenceDrafter(Drafter):
+    """A ModelDrafter whose round ends early when the policy says one more draft would not pay.
+
+    Same cache, same distributions, same records as the ModelDrafter it wraps;
+    only the number of drafted tokens differs.
+    """
+
+    uses_model = True
+
+    def __init__(self, inner: ModelDrafter, policy: BestK):
+        self.inner, self.policy = inner, policy
+        self.lm = inner.lm
+        self.name = inner.name
+
+    def start(self, prompt_ids: list[int]) -> float:
+        return self.inner.start(prompt_ids)
+
+    def update(self, ids: list[int], n_accepted: int) -> None:
+        self.inner.update(ids, n_accepted)
+
+    def propose(self, ids: list[int], k: int, sampler) -> Proposal:
+        import torch
+
+        tokens, q, step_s, conf = [], [], [], []
+        pending = ids[self.lm.n:]  # tokens the cache has not seen (1 or 2)
+        vocab = self.inner.vocab
+        for j in range(k):
+            logits, dt = self.lm.timed_feed(pending, keep=1)
+            logits = logits[-1, :vocab].float().cpu()  # (V,)
+            probs = sampler.probs(logits)  # q for this position
+            tok = sampler.pick(logits, probs)
+            tokens.append(tok)
+            q.append(probs)
+            step_s.append(dt)
+            conf.append(float(probs[tok]))
+            pending = [tok]
+            if j + 1 < k and not self.policy.keep_drafting(conf):
+                break
+        qs = torch.stack(q)  # (k, V)
+        return Proposal(tokens, None if sampler.greedy else qs, qs, step_s)

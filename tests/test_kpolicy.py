@@ -9,7 +9,7 @@ import pytest
 from specviz import speculative_decode, theory
 from specviz.engine import make_k_policy
 from specviz.errors import InvalidSetting
-from specviz.kpolicy import BestK
+from specviz.kpolicy import CALIB_EDGES, BestK
 from specviz.records import Round, TopK
 from tiny import hf_greedy, tiny_qwen
 
@@ -156,3 +156,103 @@ def test_engine_takes_a_policy_object_and_sampling_still_runs():
     assert all(1 <= k <= 6 for k in run.ks[:-1])
     with pytest.raises(InvalidSetting, match="k_policy"):
         make_k_policy(4, "greedy-ish")
+
+
+# --------------------------------------------------------------------------
+# stop=True: the round ends after a doubtful draft
+
+
+def _seeded(stop=True, alpha_rounds=((4, 3),) * 6, **kw) -> BestK:
+    p = BestK(4, stop=stop, **kw)
+    for k, n in alpha_rounds:
+        p.observe(make_round(k, n, draft_step=0.3, verify=verify_time(k + 1)))
+    return p
+
+
+def drafted_length(p: BestK, confidences: list[float], cap: int = 16) -> int:
+    """How many tokens a round drafts when the drafts come with these confidences."""
+    j = 0
+    while j < cap:
+        j += 1
+        if j < cap and not p.keep_drafting(confidences[:j]):
+            break
+    return j
+
+
+def test_stop_rule_with_flat_confidence_is_best_k(monkeypatch):
+    for alpha in (0.5, 0.7, 0.85, 0.95):
+        p = _seeded()
+        monkeypatch.setattr(p, "accept_chance", lambda q: alpha)
+        monkeypatch.setattr(BestK, "alpha", property(lambda self: alpha))
+        want, _ = theory.best_k(alpha, p.c, p.verify_cost, k_max=16)
+        assert drafted_length(p, [0.5] * 16) == want
+        monkeypatch.undo()
+
+
+def test_stop_after_a_doubtful_draft_and_not_before():
+    p = _seeded(alpha_rounds=((4, 4),) * 8)
+    sure = [0.99] * 16
+    assert drafted_length(p, sure) >= 8
+    doubtful = [0.99, 0.99, 0.15] + [0.99] * 13
+    assert drafted_length(p, doubtful) == 3  # the doubtful draft is still proposed, then the round ends
+    from specviz.drafters import ModelDrafter, PromptLookupDrafter
+
+    assert p.wrap_drafter(PromptLookupDrafter()).__class__ is PromptLookupDrafter  # nothing to ask
+    assert p.next_k() == theory.best_k(p.alpha, p.c, p.verify_cost, k_max=16)[0]
+    p.wrap_drafter(ModelDrafter(tiny_qwen(1)))
+    assert p.next_k() == p.k_max  # a drafter that stops early gets the cap
+
+
+def test_calibration_learns_from_judged_drafts():
+    p = BestK(4, stop=True)
+    assert p.accept_chance(0.97) == pytest.approx(0.965)  # prior: a(q) = q (middle of its bin)
+    for _ in range(20):  # confident drafts that keep being rejected
+        r = make_round(2, 0)
+        p.observe(r.__class__(**{**r.__dict__, "q_drafted": [0.97, 0.97]}))
+    assert p.accept_chance(0.97) < 0.2
+    assert p.accept_chance(0.5) == pytest.approx(0.55)  # other bins untouched
+
+
+def test_first_round_drafts_the_starting_k_with_stop():
+    p = BestK(3, stop=True)
+    assert p.next_k() == 3
+    assert drafted_length(p, [0.01] * 16, cap=3) == 3
+
+
+def test_engine_best_uses_the_confidence_drafter_and_stays_exact():
+    from specviz.kpolicy import ConfidenceDrafter
+
+    target, draft = tiny_qwen(100), tiny_qwen(200)
+    prompt = [2, 7, 1, 8, 2, 8]
+    pol = make_k_policy(4, "best")
+    assert isinstance(pol, BestK) and pol.stop
+    from specviz.drafters import ModelDrafter
+
+    assert isinstance(pol.wrap_drafter(ModelDrafter(draft)), ConfidenceDrafter)
+    run = speculative_decode(target, draft, prompt, k=4, max_new_tokens=40, k_policy="best")
+    assert run.token_ids == hf_greedy(target, prompt, 40)
+    assert run.draft_passes == sum(run.ks) and len(set(run.ks)) > 1  # rounds of different lengths
+
+
+def test_sampling_with_early_stops_keeps_the_target_distribution():
+    """The stop decision uses only the draft's side: the output must still be distributed as p."""
+    import collections
+    import copy
+
+    from stats import passes, total_variation
+    from test_engine import N_RUNS, PROMPT, VOCAB, exact_two_token_distribution
+
+    target, draft = tiny_qwen(11, vocab=VOCAB, init=1.0), tiny_qwen(12, vocab=VOCAB, init=0.3)
+    exact = exact_two_token_distribution(target, 1.0)
+    seeded = _seeded(alpha_rounds=((2, 1),) * 6)
+    # a(q) = 0 below q = 0.3, 1 above: a draft below 0.3 ends the round, one above continues it
+    seeded.calib_acc = [n if lo >= 0.3 else 0.0 for n, lo in zip(seeded.calib_n, CALIB_EDGES)]
+    counts, lengths = collections.Counter(), collections.Counter()
+    for seed in range(N_RUNS):
+        pol = copy.deepcopy(seeded)
+        run = speculative_decode(target, draft, PROMPT, k=2, temperature=1.0, max_new_tokens=2, seed=seed,
+                                 k_policy=pol)
+        counts[tuple(run.token_ids)] += 1
+        lengths[run.ks[0]] += 1
+    assert lengths[1] > 100 and lengths[2] > 100  # both early stops and full rounds happened
+    assert passes(counts, exact, N_RUNS), total_variation(counts, exact, N_RUNS)
