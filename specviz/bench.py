@@ -7,8 +7,10 @@ within each repetition so that drift in machine load hits every method alike:
   target          plain target decoding (the engine's own baseline)
   k=1 .. k=8      specviz speculative decoding with a fixed k (--ks)
   adaptive        +1 after a full acceptance, -1 after a rejection
-  best            the best-k chooser (kpolicy.BestK: live alpha, c, verify cost)
-  prompt-lookup   no draft model: copy what followed an earlier n-gram
+  best            the best-k chooser, k_policy="best" (kpolicy.BestK: live alpha, c,
+                  verify cost, and a stop after a doubtful draft)
+  best-nostop     the same chooser with k fixed for the whole round (theory.best_k)
+  prompt-lookup   no draft model: copy what followed an earlier n-gram (k by BestK)
   hf-target       transformers' generate() on the target alone
   hf-assisted     transformers' generate(assistant_model=draft): the reference
 
@@ -46,6 +48,7 @@ from .drafters import PromptLookupDrafter
 from .engine import autoregressive_decode, speculative_decode
 from .errors import InvalidSetting
 from .experiments import forward_cost
+from .kpolicy import BestK
 from .lm import vocab_size
 from .prompts import domain_prompts, encode
 
@@ -117,7 +120,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def method_names(ks: list[int]) -> list[str]:
-    return [ENGINE_BASELINE] + [f"k={k}" for k in ks] + ["adaptive", "best", "prompt-lookup", HF_TARGET, HF_ASSISTED]
+    return ([ENGINE_BASELINE] + [f"k={k}" for k in ks]
+            + ["adaptive", "best", "best-nostop", "prompt-lookup", HF_TARGET, HF_ASSISTED])
 
 
 # -----------------------------------------------------------------------------
@@ -208,8 +212,11 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
         run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy="adaptive", **common)
     elif name == "best":
         run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy="best", **common)
+    elif name == "best-nostop":
+        run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy=BestK(4, k_max=16), **common)
     elif name == "prompt-lookup":
-        run = speculative_decode(pair.target, PromptLookupDrafter(), ids, k=4, k_policy="best", **common)
+        run = speculative_decode(pair.target, PromptLookupDrafter(), ids, k=4, k_policy=BestK(4, k_max=16),
+                                 **common)
     elif name == HF_TARGET:
         return _hf_generate(pair.target, ids, n, eos, mode, temperature, seed)
     elif name == HF_ASSISTED:
@@ -236,17 +243,29 @@ def _finite(x):
 def predicted_speedup(runs, alpha: float, c: float, verify_cost) -> float:
     """The model's speedup for the rounds actually run: sum E[tokens](alpha, k_r) / sum (k_r c + r(k_r + 1)).
 
-    For a fixed k this is theory.expected_speedup(alpha, k, c, verify_cost)
-    (up to the last round, which the length limit may shorten).
+    For a fixed k this is theory.expected_speedup(alpha, k, c, verify_cost),
+    except for each run's final round: EOS or the length limit cuts it short,
+    which the model does not know about, so it counts with the tokens it
+    actually emitted (on a 60-token answer with k = 8 that one round is ~10%).
     """
-    if not math.isfinite(alpha):
+    if not math.isfinite(alpha) or not math.isfinite(c):
         return float("nan")
-    ks = [r.k for run in runs for r in run.rounds]
-    if not ks:
+    tokens = cost = 0.0
+    for run in runs:
+        for i, r in enumerate(run.rounds):
+            last = i == len(run.rounds) - 1
+            tokens += len(r.emitted) if last else theory.expected_tokens(alpha, r.k)
+            cost += r.k * c + theory.verify_ratio(r.k + 1, verify_cost)
+    return tokens / cost if cost > 0 else float("nan")
+
+
+def predicted_from_tokens_per_pass(runs, c: float, verify_cost) -> float:
+    """The cost model alone: measured tokens per pass / mean (k_r c + r(k_r + 1))."""
+    rounds = [r for run in runs for r in run.rounds]
+    if not rounds or not math.isfinite(c):
         return float("nan")
-    tokens = sum(theory.expected_tokens(alpha, k) for k in ks)
-    cost = sum(k * c + theory.verify_ratio(k + 1, verify_cost) for k in ks)
-    return tokens / cost
+    cost = sum(r.k * c + theory.verify_ratio(r.k + 1, verify_cost) for r in rounds)
+    return sum(len(r.emitted) for r in rounds) / cost
 
 
 def c_from_runs(samples: dict, base: str = ENGINE_BASELINE) -> float:
@@ -298,6 +317,7 @@ def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
             row["alpha"] = alpha
             row["c"] = c
             row["predicted"] = predicted_speedup(runs, alpha, c, vc)
+            row["predicted_from_tokens_per_pass"] = predicted_from_tokens_per_pass(runs, c, vc)
             row["efficiency"] = row["decode_speedup"] / row["predicted"] if row["predicted"] > 0 else float("nan")
             if name.startswith("k="):
                 k = int(name[2:])
@@ -319,7 +339,8 @@ def aggregate(name: str, rows: list[dict], base_rows: list[dict]) -> dict:
         dec = sum(r["decode_s_per_token"] * r["tokens"] for r in rows)
         bdec = sum(r["decode_s_per_token"] * r["tokens"] for r in base_rows)
         out["decode_speedup"] = (bdec / btok) / (dec / tok) if dec > 0 else float("nan")
-    for key in ("alpha", "predicted", "efficiency", "bookkeeping_pct", "mean_k"):
+    for key in ("alpha", "predicted", "predicted_from_tokens_per_pass", "efficiency", "bookkeeping_pct", "mean_k",
+                "tokens_per_pass"):
         vals = [r[key] for r in rows if key in r]
         if vals:
             w = [r["tokens"] for r in rows if key in r]
@@ -383,7 +404,7 @@ def bench(args, pair=None, progress=None) -> dict:
     for mode in args.modes:
         pooled = {ENGINE_BASELINE: [s for d in args.domains for s in samples[(mode, d, ENGINE_BASELINE)]],
                   "draft": [s for d in args.domains for n in names
-                            if n.startswith("k=") or n in ("adaptive", "best")
+                            if n.startswith("k=") or n in ("adaptive", "best", "best-nostop")
                             for s in samples[(mode, d, n)]]}
         c_runs = c_from_runs(pooled)
         c_use = c_runs if math.isfinite(c_runs) else c_forward
@@ -489,7 +510,8 @@ def markdown(report: dict) -> str:
     lines.append(f"{cfg['max_new_tokens']} new tokens, median of {cfg['reps']} repetitions, load average "
                  f"{_f(cfg['load_avg_start'], '{:.1f}')} → {_f(cfg['load_avg_end'], '{:.1f}')}; "
                  f"speedup = target-alone s/token ÷ method s/token, end to end (prefill included); "
-                 f"decode = prefill excluded; predicted from the measured α, c and verify cost; "
+                 f"decode = prefill excluded; predicted from the measured α, c and verify cost "
+                 f"(or, to check the cost model alone, from the measured tokens per pass); "
                  f"efficiency = decode speedup ÷ predicted.")
     costs = report["costs"]
     lines.append("")
@@ -503,7 +525,8 @@ def markdown(report: dict) -> str:
         c_runs = next(iter(summ.values()))["c_runs"] if summ else float("nan")
         lines += ["", f"## {title} (c from the runs = {_f(c_runs, '{:.3f}')})", ""]
         head = (["method"] + [f"{d} ×" for d in domains]
-                + ["all tok/s", "all ×", "decode ×", "α", "mean k", "predicted ×", "efficiency", "bookkeeping %"])
+                + ["all tok/s", "all ×", "decode ×", "α", "mean k", "tokens/pass", "predicted ×",
+                   "predicted from tokens/pass ×", "efficiency", "bookkeeping %"])
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
         rows = {(r["domain"], r["method"]): r for r in report["results"] if r["mode"] == mode}
@@ -512,7 +535,8 @@ def markdown(report: dict) -> str:
             cells = [name] + [_f(rows[(d, name)]["speedup"]) + ("" if rows[(d, name)].get("same_as_baseline", True)
                                                                else " ≠") for d in domains]
             cells += [_f(s["tokens_per_s"]), _f(s["speedup"]), _f(s.get("decode_speedup")),
-                      _f(s.get("alpha"), "{:.3f}"), _f(s.get("mean_k"), "{:.1f}"), _f(s.get("predicted")),
+                      _f(s.get("alpha"), "{:.3f}"), _f(s.get("mean_k"), "{:.1f}"), _f(s.get("tokens_per_pass")),
+                      _f(s.get("predicted")), _f(s.get("predicted_from_tokens_per_pass")),
                       _f(s.get("efficiency")), _f(s.get("bookkeeping_pct"), "{:.1f}")]
             lines.append("| " + " | ".join(cells) + " |")
         ch = report["checks"].get(mode, {})
