@@ -70,8 +70,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--models", metavar="YAML", help="registry file")
     p.add_argument("--tiny", action="store_true", help="the tiny random pair (seconds; for tests)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the pair's default")
-    p.add_argument("--fast-linear", action="store_true",
-                   help="fp32: run every nn.Linear through oneDNN with prepacked weights (specviz.fastlinear)")
+    p.add_argument("--fast-linear", action=argparse.BooleanOptionalAction, default=None,
+                   help="float32 on CPU: every nn.Linear through oneDNN (specviz.fastlinear); "
+                        "default: as load_pair does (on unless SPECVIZ_FAST_LINEAR=0)")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--ks", default="1,2,3,4,5,6,8", help="fixed k values (default 1,2,3,4,5,6,8)")
     p.add_argument("--methods", help="comma list to run (default: all); names as in the table, "
@@ -149,15 +150,15 @@ def load(args):
 
             dt = parse_dtype(args.dtype)
             pair.target, pair.draft, pair.dtype = pair.target.to(dt), pair.draft.to(dt), dt
+        if args.fast_linear:
+            from . import fastlinear
+
+            fastlinear.enable(pair.target)
+            fastlinear.enable(pair.draft)
     else:
         from .models import load_pair
 
-        pair = load_pair(args.pair, dtype=args.dtype, registry=args.models)
-    if args.fast_linear:
-        from . import fastlinear
-
-        fastlinear.enable(pair.target)
-        fastlinear.enable(pair.draft)
+        pair = load_pair(args.pair, dtype=args.dtype, registry=args.models, fast_linear=args.fast_linear)
     return pair
 
 
@@ -430,7 +431,7 @@ def bench(args, pair=None, progress=None) -> dict:
         "format": FORMAT,
         "config": {
             "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
-            "fast_linear": bool(args.fast_linear), "threads": torch.get_num_threads(), "ks": args.ks,
+            "fast_linear": _fast_linear_on(pair), "threads": torch.get_num_threads(), "ks": args.ks,
             "methods": names, "domains": args.domains, "modes": args.modes, "temperature": args.temperature,
             "reps": args.reps, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
             "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
@@ -453,6 +454,12 @@ def bench(args, pair=None, progress=None) -> dict:
                          "domain": r["domain"], "mode": r["mode"]}
                         for r in results if r["method"].startswith("k=") and r["mode"] == args.modes[0]],
     }
+
+
+def _fast_linear_on(pair) -> bool:
+    from . import fastlinear
+
+    return fastlinear.is_enabled(pair.target)
 
 
 def _version(pkg: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import bench
+from specviz import bench, fastlinear
 from specviz.errors import InvalidSetting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,10 +111,12 @@ def test_json_to_stdout_and_bad_options(capsys):
     assert a.method_names == ["target", "k=2", "best"]  # the baseline is always there
     rc = bench.main(["--tiny", "--json", "--reps", "1", "--max-new-tokens", "3", "--ks", "2", "--methods",
                      "k=2,best,prompt-lookup", "--domains", "list", "--modes", "greedy", "--cost-reps", "1",
-                     "--no-warmup", "-q"])
+                     "--no-warmup", "-q", "--fast-linear"])
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     assert [s["method"] for s in report["summary"]] == ["target", "k=2", "best", "prompt-lookup"]
+    assert report["config"]["fast_linear"] is fastlinear.available()
+    assert all(r["same_as_baseline"] for r in report["results"])
 
 
 def test_cli_reports_bad_options_as_errors():
