@@ -299,7 +299,15 @@ def shared_runtime(monkeypatch):
     Each AppTest.run() installs its own mock Runtime and sets it to None when it
     ends, even if another AppTest is still running in another thread. Here
     Runtime.instance()/exists() fall back to a shared mock (test harness only).
+
+    Each AppTest also has its own script cache, so two sessions compile app.py
+    at the same moment, which a real server never does (one cache, one lock).
+    CPython 3.11's ast module keeps its recursion counter per interpreter, not
+    per thread, so concurrent ast.parse calls can fail with "AST constructor
+    recursion depth mismatch" (python/cpython#106905). Parsing is serialised
+    here, as the server's shared ScriptCache lock does.
     """
+    import ast
     from unittest.mock import MagicMock
 
     from streamlit.runtime import Runtime
@@ -312,6 +320,13 @@ def shared_runtime(monkeypatch):
     rt.cache_storage_manager = MemoryCacheStorageManager()
     monkeypatch.setattr(Runtime, "instance", classmethod(lambda cls: cls._instance or rt))
     monkeypatch.setattr(Runtime, "exists", classmethod(lambda cls: True))
+    parse, lock = ast.parse, threading.Lock()
+
+    def serial_parse(*args, **kwargs):
+        with lock:
+            return parse(*args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", serial_parse)
     return rt
 
 
