@@ -13,6 +13,14 @@ within each repetition so that drift in machine load hits every method alike:
   prompt-lookup   no draft model: copy what followed an earlier n-gram (k by BestK)
   hf-target       transformers' generate() on the target alone
   hf-assisted     transformers' generate(assistant_model=draft): the reference
+  hf-target-stock, hf-assisted-stock
+                  the same two on transformers as shipped: with the oneDNN linear
+                  path (specviz.fastlinear) switched off for the call. Only when
+                  the pair has it on (float32 on a CPU); otherwise they equal the above
+
+hf-assisted runs transformers' algorithm on the very kernels specviz uses, so
+it compares scheduling alone; hf-assisted-stock is what a user of transformers
+gets from the same weights and dtype on this machine.
 
 Timings: a warm-up round of every method first, then --reps repetitions,
 medians reported. `speedup` is per token and end to end (prefill included,
@@ -57,6 +65,8 @@ DEFAULT_DOMAINS = ("code", "list", "factual", "creative")
 ENGINE_BASELINE = "target"
 HF_ASSISTED = "hf-assisted"
 HF_TARGET = "hf-target"
+HF_ASSISTED_STOCK = "hf-assisted-stock"
+HF_TARGET_STOCK = "hf-target-stock"
 
 
 # -----------------------------------------------------------------------------
@@ -122,7 +132,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def method_names(ks: list[int]) -> list[str]:
     return ([ENGINE_BASELINE] + [f"k={k}" for k in ks]
-            + ["adaptive", "best", "best-nostop", "prompt-lookup", HF_TARGET, HF_ASSISTED])
+            + ["adaptive", "best", "best-nostop", "prompt-lookup", HF_TARGET, HF_ASSISTED, HF_TARGET_STOCK,
+               HF_ASSISTED_STOCK])
 
 
 # -----------------------------------------------------------------------------
@@ -222,6 +233,12 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
         return _hf_generate(pair.target, ids, n, eos, mode, temperature, seed)
     elif name == HF_ASSISTED:
         return _hf_generate(pair.target, ids, n, eos, mode, temperature, seed, assistant=pair.draft)
+    elif name in (HF_TARGET_STOCK, HF_ASSISTED_STOCK):
+        from . import fastlinear
+
+        with fastlinear.stock(pair.target, pair.draft):
+            return _hf_generate(pair.target, ids, n, eos, mode, temperature, seed,
+                                assistant=pair.draft if name == HF_ASSISTED_STOCK else None)
     else:
         raise InvalidSetting(f"unknown method {name!r}")
     return Sample(list(run.token_ids), time.perf_counter() - t0, run)
@@ -483,11 +500,24 @@ def _checks(mode: str, results: list[dict], summary: list[dict], names: list[str
             out["hf_assisted_speedup_over_hf_target_code"] = rows[HF_TARGET]["s_per_token"] / rows[HF_ASSISTED]["s_per_token"]
         if "best" in rows:
             out["best_over_hf_code"] = rows["best"]["speedup"] / hf
+            if HF_TARGET in rows:  # each implementation's speedup over its own plain decoding
+                out["best_over_hf_own_baseline_code"] = (rows["best"]["speedup"]
+                                                         / out["hf_assisted_speedup_over_hf_target_code"])
         fixed = [n for n in rows if n.startswith("k=")]
         if fixed:
             kb = max(fixed, key=lambda n: rows[n]["speedup"])
             out["best_fixed_k_code"] = kb
             out["best_fixed_over_hf_code"] = rows[kb]["speedup"] / hf
+    if HF_ASSISTED_STOCK in rows:
+        stock = rows[HF_ASSISTED_STOCK]
+        out["hf_assisted_stock_speedup_code"] = stock["speedup"]
+        if HF_TARGET_STOCK in rows:
+            own = rows[HF_TARGET_STOCK]["s_per_token"] / stock["s_per_token"]
+            out["hf_assisted_stock_speedup_over_hf_target_stock_code"] = own
+            if "best" in rows:
+                out["best_over_hf_stock_own_baseline_code"] = rows["best"]["speedup"] / own
+        if "best" in rows:
+            out["best_over_hf_stock_code"] = rows["best"]["speedup"] / stock["speedup"]
     eff = [r["efficiency"] for r in results if r["mode"] == mode and r["method"].startswith("k=")
            and math.isfinite(r.get("efficiency", float("nan")))]
     if eff:

@@ -25,6 +25,7 @@ and greedy speculative output identical to plain greedy on the domain prompts).
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import torch
@@ -86,3 +87,25 @@ def disable(model: nn.Module) -> nn.Module:
 
 def is_enabled(model: nn.Module) -> bool:
     return any(getattr(m, _FLAG, False) for m in model.modules())
+
+
+@contextlib.contextmanager
+def stock(*models: nn.Module):
+    """Within the block, the models' Linears use PyTorch's stock forward; afterwards as before."""
+    was = [_rows(m) for m in models]  # (min_rows, max_rows) where enabled, else None
+    for m, rows in zip(models, was):
+        if rows is not None:
+            disable(m)
+    try:
+        yield
+    finally:
+        for m, rows in zip(models, was):
+            if rows is not None:
+                enable(m, min_rows=rows[0], max_rows=rows[1])
+
+
+def _rows(model: nn.Module) -> tuple[int, int | None] | None:
+    for mod in model.modules():
+        if getattr(mod, _FLAG, False):
+            return mod._specviz_min_rows, mod._specviz_max_rows
+    return None

@@ -78,7 +78,7 @@ def test_speedup_is_baseline_time_over_method_time(outputs):
 def test_greedy_specviz_output_equals_the_target_alone(outputs):
     report, _, _ = outputs
     for r in report["results"]:
-        if r["mode"] == "greedy" and r["method"] not in ("hf-target", "hf-assisted"):
+        if r["mode"] == "greedy" and not r["method"].startswith("hf-"):
             assert r["same_as_baseline"], r["method"]
 
 
@@ -117,6 +117,34 @@ def test_json_to_stdout_and_bad_options(capsys):
     assert [s["method"] for s in report["summary"]] == ["target", "k=2", "best", "prompt-lookup"]
     assert report["config"]["fast_linear"] is fastlinear.available()
     assert all(r["same_as_baseline"] for r in report["results"])
+
+
+def test_transformers_as_shipped_runs_with_the_fast_path_off_and_restores_it(capsys):
+    pair = bench.tiny_pair()
+    fastlinear.enable(pair.target)
+    fastlinear.enable(pair.draft)
+    seen = []
+    real = bench._hf_generate
+
+    def spy(target, *a, **kw):
+        seen.append((fastlinear.is_enabled(target), fastlinear.is_enabled(kw.get("assistant") or target)))
+        return real(target, *a, **kw)
+
+    args = bench.parse_args(["--tiny", "--reps", "1", "--max-new-tokens", "4", "--methods",
+                             "hf-target,hf-assisted,hf-target-stock,hf-assisted-stock", "--domains", "code",
+                             "--modes", "greedy", "--cost-reps", "1", "--no-warmup", "-q"])
+    bench._hf_generate = spy
+    try:
+        report = bench.bench(args, pair=pair)
+    finally:
+        bench._hf_generate = real
+    on = fastlinear.available()
+    assert seen == [(on, on), (on, on), (False, False), (False, False)]
+    assert fastlinear.is_enabled(pair.target) is on and fastlinear.is_enabled(pair.draft) is on
+    checks = report["checks"]["greedy"]
+    assert {"hf_assisted_stock_speedup_code", "hf_assisted_stock_speedup_over_hf_target_stock_code"} <= set(checks)
+    tokens = {r["method"]: r["reps_tokens"] for r in report["results"]}
+    assert tokens["hf-assisted-stock"] == tokens["hf-assisted"] == tokens["target"]  # greedy: as many tokens
 
 
 def test_cli_reports_bad_options_as_errors():

@@ -108,6 +108,27 @@ def test_rows_in_range_go_through_onednn_and_others_do_not(fp32_pair, monkeypatc
 
 
 @needs_onednn
+def test_stock_block_runs_the_stock_forward_and_restores_the_fast_one(fp32_pair):
+    target, draft = fp32_pair
+    x = torch.randint(0, 90, (1, 5))
+    with torch.inference_mode():
+        ref = target(x).logits
+        fastlinear.enable(target, min_rows=2, max_rows=8)
+        try:
+            with fastlinear.stock(target, draft):  # draft was never enabled: left alone
+                assert not fastlinear.is_enabled(target) and not fastlinear.is_enabled(draft)
+                assert torch.equal(target(x).logits, ref)
+            assert fastlinear.is_enabled(target) and not fastlinear.is_enabled(draft)
+            assert {(m._specviz_min_rows, m._specviz_max_rows) for m in _linears(target)} == {(2, 8)}
+            with pytest.raises(RuntimeError, match="inside"):
+                with fastlinear.stock(target):
+                    raise RuntimeError("inside")
+            assert fastlinear.is_enabled(target)  # restored after an error too
+        finally:
+            fastlinear.disable(target)
+
+
+@needs_onednn
 def test_greedy_speculative_still_equals_greedy_with_fastlinear(fp32_pair):
     target, draft = fp32_pair
     prompt = [5, 20, 33, 41, 7, 9]
