@@ -5,7 +5,8 @@ gpt-fast style: small functions that the engine composes.
   logits_to_probs   temperature, top-k and top-p, applied identically to the
                     target's p and the draft's q (the rule is only exact if
                     both sides see the same transformation)
-  sample            draw one token id with a seeded CPU generator
+  sample            draw one token id with a seeded CPU generator (the
+                    distribution may live on a GPU: only ids come back)
   accept_token      the rule of Leviathan et al. 2023, Algorithm 1
   residual          norm(max(0, p - q)), what a correction is drawn from
 """
@@ -42,8 +43,18 @@ def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int =
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One token id from a (V,) distribution, reproducible under `generator` (CPU)."""
-    return int(torch.multinomial(probs.to("cpu"), 1, generator=generator))
+    """One token id from a (V,) distribution (need not be normalised), reproducible under `generator` (CPU).
+
+    Inverts the CDF with one uniform: exact (the CDF is summed in float64) and
+    ~20x cheaper than torch.multinomial, which draws one exponential per
+    vocabulary entry (151,936 of them) for a single sample.
+    """
+    cdf = probs.double().cumsum(-1)  # (V,), on the distribution's device
+    u = torch.rand((), generator=generator, dtype=torch.float64).to(cdf.device) * cdf[-1]
+    i = int(torch.searchsorted(cdf, u, right=True))  # first index whose CDF exceeds u
+    if i >= cdf.shape[-1] or not probs[i] > 0:  # only when u * total rounds up to total
+        i = int(torch.nonzero(probs > 0)[-1])
+    return i
 
 
 def uniform(generator: torch.Generator) -> float:

@@ -1,46 +1,12 @@
-"""The engine's fast paths: the one-uniform categorical draw, and the opt-in oneDNN linear (fastlinear)."""
+"""The opt-in oneDNN linear path for float32 on a CPU (specviz.fastlinear)."""
 
 from __future__ import annotations
-
-import collections
 
 import pytest
 import torch
 
 from specviz import autoregressive_decode, fastlinear, speculative_decode
-from specviz.engine import FastSampler, draw
 from specviz.tiny import tiny_model
-from stats import passes, total_variation
-
-
-def test_draw_is_distributed_as_the_probabilities():
-    g = torch.Generator().manual_seed(0)
-    p = torch.tensor([0.0, 0.1, 0.0, 0.35, 0.05, 0.5, 0.0])
-    n = 30000
-    counts = collections.Counter(draw(p, g) for _ in range(n))
-    exact = {i: float(p[i]) for i in range(len(p))}
-    assert passes(counts, exact, n), total_variation(counts, exact, n)
-    assert set(counts) <= {1, 3, 4, 5}  # never a token with probability 0
-    # unnormalised weights (a residual before normalising) give the same distribution
-    counts = collections.Counter(draw(p * 3.7, g) for _ in range(n))
-    assert passes(counts, exact, n)
-
-
-def test_draw_edges():
-    g = torch.Generator().manual_seed(1)
-    assert draw(torch.tensor([0.0, 0.0, 1.0, 0.0]), g) == 2
-    assert draw(torch.tensor([1.0]), g) == 0
-    assert all(draw(torch.tensor([0.0, 0.25, 0.75, 0.0], dtype=torch.float64), g) in (1, 2) for _ in range(200))
-
-
-def test_fast_sampler_is_seeded_and_greedy_is_argmax():
-    logits = torch.tensor([0.1, 2.0, -1.0, 1.5])
-    a = FastSampler.create(0.8, 0, 1.0, seed=5)
-    b = FastSampler.create(0.8, 0, 1.0, seed=5)
-    xs = [a.pick(logits, a.probs(logits)) for _ in range(20)]
-    assert xs == [b.pick(logits, b.probs(logits)) for _ in range(20)]
-    g = FastSampler.create(0.0, 0, 1.0, seed=5)
-    assert g.greedy and g.pick(logits, g.probs(logits)) == 1
 
 
 # --------------------------------------------------------------------------

@@ -109,3 +109,37 @@ def test_sampler_greedy_is_argmax_and_seeded_sampling_repeats():
     pa = [a.pick(flat, a.probs(flat)) for _ in range(20)]
     pb = [b.pick(flat, b.probs(flat)) for _ in range(20)]
     assert pa == pb and len(set(pa)) > 1
+
+
+def test_sample_is_distributed_as_the_probabilities():
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.0, 0.1, 0.0, 0.35, 0.05, 0.5, 0.0])
+    n = 30000
+    counts = collections.Counter(sample(p, g) for _ in range(n))
+    exact = {i: float(p[i]) for i in range(len(p))}
+    assert passes(counts, exact, n), total_variation(counts, exact, n)
+    assert set(counts) <= {1, 3, 4, 5}  # never a token with probability 0
+    # unnormalised weights (a residual before normalising) give the same distribution
+    counts = collections.Counter(sample(p * 3.7, g) for _ in range(n))
+    assert passes(counts, exact, n)
+
+
+def test_a_sampler_that_forgets_the_total_fails_the_same_check():
+    def broken(p, g):  # u not scaled by the CDF's total: only right for normalised p
+        cdf = p.double().cumsum(-1)
+        return min(int(torch.searchsorted(cdf, torch.rand((), generator=g, dtype=torch.float64), right=True)),
+                   len(p) - 1)
+
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.0, 0.1, 0.0, 0.35, 0.05, 0.5, 0.0])
+    n = 30000
+    exact = {i: float(p[i]) for i in range(len(p))}
+    assert passes(collections.Counter(broken(p, g) for _ in range(n)), exact, n)  # normalised: fine
+    assert not passes(collections.Counter(broken(p * 3.7, g) for _ in range(n)), exact, n)
+
+
+def test_sample_edges():
+    g = torch.Generator().manual_seed(1)
+    assert sample(torch.tensor([0.0, 0.0, 1.0, 0.0]), g) == 2
+    assert sample(torch.tensor([1.0]), g) == 0
+    assert all(sample(torch.tensor([0.0, 0.25, 0.75, 0.0], dtype=torch.float64), g) in (1, 2) for _ in range(200))
