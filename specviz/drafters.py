@@ -15,6 +15,7 @@ context (Saxena 2023, "prompt lookup decoding").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -67,17 +68,29 @@ class ModelDrafter(Drafter):
         return 0.0
 
     def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
-        tokens, q, q_disp, step_s = [], [], [], []
+        return self.draft_tokens(ids, k, sampler)
+
+    def draft_tokens(self, ids: list[int], k: int, sampler: Sampler,
+                     keep_drafting: Callable[[list[float]], bool] | None = None) -> Proposal:
+        """Up to k tokens, one forward each; keep_drafting(confidences so far) may end the round early.
+
+        Distributions stay on the model's device (a GPU round moves only ids and scalars).
+        """
+        tokens, q, step_s, conf = [], [], [], []
         pending = ids[self.lm.n:]  # tokens the cache has not seen (1 or 2)
-        for _ in range(k):
+        for j in range(k):
             logits, dt = self.lm.timed_feed(pending, keep=1)
-            logits = logits[-1, : self.vocab].float().cpu()  # (V,)
+            logits = logits[-1, : self.vocab].float()  # (V,)
             probs = sampler.probs(logits)  # q for this position
             tok = sampler.pick(logits, probs)
             tokens.append(tok)
             q.append(probs)
             step_s.append(dt)
             pending = [tok]
+            if keep_drafting is not None and j + 1 < k:
+                conf.append(float(probs[tok]))
+                if not keep_drafting(conf):
+                    break
         qs = torch.stack(q)  # (k, V)
         # greedy proposals are certain; q (at T=1) is only recorded for drawing
         return Proposal(tokens, None if sampler.greedy else qs, qs, step_s)

@@ -124,34 +124,6 @@ def _entropy(probs: torch.Tensor) -> list[float]:
     return torch.special.entr(probs).sum(-1).tolist()
 
 
-def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One id from a (V,) distribution (need not be normalised), by inverting its CDF with one uniform.
-
-    Exact (the CDF is summed in float64) and ~20x cheaper than torch.multinomial, which
-    draws one exponential per vocabulary entry (151,936 of them) for a single sample.
-    """
-    cdf = probs.double().cumsum(-1)
-    u = torch.rand((), generator=generator, dtype=torch.float64) * cdf[-1]
-    i = int(torch.searchsorted(cdf, u, right=True))  # first index whose CDF exceeds u
-    if i >= cdf.shape[-1] or not probs[i] > 0:  # only when u * total rounds up to total
-        i = int(torch.nonzero(probs > 0)[-1])
-    return i
-
-
-class FastSampler(Sampler):
-    """The run's Sampler, drawing tokens with `draw` instead of torch.multinomial."""
-
-    def pick(self, logits: torch.Tensor, probs: torch.Tensor) -> int:
-        if self.greedy:
-            return int(torch.argmax(logits, dim=-1))
-        return draw(probs, self.generator)
-
-    @staticmethod
-    def create(temperature: float, top_k: int, top_p: float, seed: int) -> "FastSampler":
-        s = Sampler.create(temperature, top_k, top_p, seed)
-        return FastSampler(s.temperature, s.top_k, s.top_p, s.generator)
-
-
 # --------------------------------------------------------------------------
 # k policies: fixed, or adaptive (grow after a fully accepted round, shrink after a rejection)
 
@@ -191,7 +163,7 @@ def make_k_policy(k: int, k_policy):
     if k_policy == "best":
         from .kpolicy import BestK
 
-        return BestK(k, k_max=16, stop=True)
+        return BestK(k, k_max=K_MAX, stop=True)  # the stop rule, not the cap, ends a confident round
     if not isinstance(k_policy, str) and hasattr(k_policy, "next_k") and hasattr(k_policy, "observe"):
         return k_policy
     raise InvalidSetting(f"k_policy must be 'fixed', 'adaptive' or 'best', got {k_policy!r}.")
@@ -213,7 +185,7 @@ def verify(target: CachedLM, ids: list[int], tokens: list[int], vocab: int) -> t
     """
     pending = ids[target.n:]  # the last committed token (the cache holds the rest)
     logits, dt = target.timed_feed(pending + tokens, keep=len(tokens) + 1)
-    return logits[:, :vocab].float().cpu(), dt  # (k+1, V)
+    return logits[:, :vocab].float(), dt  # (k+1, V), on the target's device
 
 
 def decide(logits: torch.Tensor, prop: Proposal, sampler: Sampler, argmax: list[int] | None = None):
@@ -271,8 +243,10 @@ def step(target: CachedLM, drafter: Drafter, ids: list[int], k: int, sampler: Sa
     # record (plain data only), each quantity for all positions in one tensor op
     k = len(tokens)
     q_disp = prop.q_display
-    pos = torch.arange(k)
-    drafted = torch.tensor(tokens, dtype=torch.long)
+    pos = torch.arange(k, device=p.device)
+    drafted = torch.tensor(tokens, dtype=torch.long, device=p.device)
+    if q_disp is not None:
+        q_disp = q_disp.to(p.device)
     p_d = p[pos, drafted].tolist() if k else []
     if q_disp is not None:
         q_top = _topk_rows(q_disp[:k])
@@ -336,7 +310,7 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     policy_name = k_policy if isinstance(k_policy, str) else getattr(k_policy, "name", type(k_policy).__name__)
     settings = _settings(k=k, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                          seed=seed, k_policy=policy_name, drafter=drafter.name, eos_token_id=sorted(eos))
-    return DecodeStream(_speculative(target, drafter, ids, policy, FastSampler.create(temperature, top_k, top_p, seed),
+    return DecodeStream(_speculative(target, drafter, ids, policy, Sampler.create(temperature, top_k, top_p, seed),
                                      vocab, eos, max_new_tokens, settings))
 
 
@@ -395,7 +369,7 @@ def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: 
     eos = _eos_set(eos_token_id, model)
     settings = _settings(k=0, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                          seed=seed, k_policy="none", drafter="none", eos_token_id=sorted(eos))
-    return DecodeStream(_autoregressive(model, ids, FastSampler.create(temperature, top_k, top_p, seed), vocab, eos,
+    return DecodeStream(_autoregressive(model, ids, Sampler.create(temperature, top_k, top_p, seed), vocab, eos,
                                         max_new_tokens, settings))
 
 
@@ -411,7 +385,7 @@ def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings
     while len(ids) - len(prompt) < max_new_tokens:
         t_round = time.perf_counter()
         logits, dt = lm.timed_feed(ids[lm.n:], keep=1)
-        logits = logits[:, :vocab].float().cpu()  # (1, V)
+        logits = logits[:, :vocab].float()  # (1, V)
         p = sampler.probs(logits)  # (1, V)
         am = int(torch.argmax(logits[0]))
         tok = am if sampler.greedy else sampler.pick(logits[0], p[0])
