@@ -358,3 +358,17 @@ def test_float32_cpu_pairs_use_the_onednn_linear_path():
     a = models.load_pair(registry=tiny).target(torch.tensor([ids])).logits
     b = off.target(torch.tensor([ids])).logits
     assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_limit_cpu_threads_caps_torch_threads_unless_omp_num_threads_is_set(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        assert models.limit_cpu_threads(1) == 1 == torch.get_num_threads()
+        assert models.limit_cpu_threads(4) == 1  # never raises the count
+        torch.set_num_threads(2)
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's explicit choice wins
+        assert models.limit_cpu_threads(1) == 2
+    finally:
+        torch.set_num_threads(before)
