@@ -7,7 +7,7 @@ import random
 import pytest
 
 from specviz import speculative_decode, theory
-from specviz.engine import make_k_policy
+from specviz.engine import K_MAX, make_k_policy
 from specviz.errors import InvalidSetting
 from specviz.kpolicy import CALIB_EDGES, BestK
 from specviz.records import Round, TopK
@@ -144,7 +144,7 @@ def test_engine_best_policy_is_exact_and_recorded():
     # a self-draft accepts everything (but costs as much as the target, so k need not grow)
     run = speculative_decode(target, target, prompt, k=2, max_new_tokens=40, k_policy="best")
     assert run.token_ids == hf_greedy(target, prompt, 40)
-    assert run.alpha == 1.0 and all(1 <= k <= 16 for k in run.ks)
+    assert run.alpha == 1.0 and all(1 <= k <= K_MAX for k in run.ks)
 
 
 def test_engine_takes_a_policy_object_and_sampling_still_runs():
@@ -201,6 +201,15 @@ def test_stop_after_a_doubtful_draft_and_not_before():
     assert p.next_k() == theory.best_k(p.alpha, p.c, p.verify_cost, k_max=16)[0]
     p.wrap_drafter(ModelDrafter(tiny_qwen(1)))
     assert p.next_k() == p.k_max  # a drafter that stops early gets the cap
+
+
+def test_a_confident_streak_keeps_drafting_when_the_run_alpha_is_low(monkeypatch):
+    """The next draft's chance is the last draft's a(q), not the run's alpha: a streak of sure drafts
+    in a run that accepts poorly overall (prose, then boilerplate) still drafts long."""
+    p = _seeded(alpha_rounds=((4, 4),) * 8)
+    monkeypatch.setattr(BestK, "alpha", property(lambda self: 0.5))
+    assert drafted_length(p, [0.99] * K_MAX, cap=K_MAX) >= 8
+    assert drafted_length(p, [0.99, 0.99, 0.15] + [0.99] * 29, cap=K_MAX) == 3
 
 
 def test_calibration_learns_from_judged_drafts():
