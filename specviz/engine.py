@@ -325,7 +325,7 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
     prefill_s = time.perf_counter() - t0
 
     rounds, ks, stop = [], [], "max_new_tokens"
-    t_dec = time.perf_counter()
+    t_dec, paused = time.perf_counter(), 0.0
     while len(ids) - len(prompt) < max_new_tokens:
         room = max_new_tokens - (len(ids) - len(prompt))
         k = min(policy.next_k(), room)  # no point drafting past the length limit
@@ -333,11 +333,13 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
         policy.observe(rnd)
         rounds.append(rnd)
         ks.append(rnd.k)
-        yield rnd
+        t_out = time.perf_counter()
+        yield rnd  # the caller may animate here: that time is not decoding
+        paused += time.perf_counter() - t_out
         if hit_eos:
             stop = "eos"
             break
-    decode_s = time.perf_counter() - t_dec
+    decode_s = time.perf_counter() - t_dec - paused
     return Run(
         mode="speculative", prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
         settings=settings, stop_reason=stop, prefill_s=prefill_s, decode_s=decode_s,
@@ -381,7 +383,7 @@ def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings
         lm.timed_feed(ids[:-1], keep=1)
     prefill_s = time.perf_counter() - t0
     rounds, stop = [], "max_new_tokens"
-    t_dec = time.perf_counter()
+    t_dec, paused = time.perf_counter(), 0.0
     while len(ids) - len(prompt) < max_new_tokens:
         t_round = time.perf_counter()
         logits, dt = lm.timed_feed(ids[lm.n:], keep=1)
@@ -397,11 +399,13 @@ def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings
             greedy=sampler.greedy, draft_s=0.0, verify_s=dt, round_s=time.perf_counter() - t_round,
         )
         rounds.append(rnd)
+        t_out = time.perf_counter()
         yield rnd
+        paused += time.perf_counter() - t_out
         if tok in eos:
             stop = "eos"
             break
-    decode_s = time.perf_counter() - t_dec
+    decode_s = time.perf_counter() - t_dec - paused
     return Run(
         mode="autoregressive", prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
         settings=settings, stop_reason=stop, prefill_s=prefill_s, decode_s=decode_s, target_passes=len(rounds),

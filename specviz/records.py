@@ -85,7 +85,7 @@ class Run:
     settings: dict[str, Any]
     stop_reason: str  # "eos" or "max_new_tokens"
     prefill_s: float
-    decode_s: float  # wall time of all rounds (prefill excluded)
+    decode_s: float  # wall time of all rounds (prefill excluded; time a streaming caller held a Round is not counted)
     target_passes: int  # target forward passes after prefill
     draft_passes: int  # draft forward passes (0 for prompt lookup / baseline)
     ks: list[int] = field(default_factory=list)  # k used per round (adaptive k)

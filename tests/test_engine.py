@@ -255,6 +255,25 @@ def test_stream_yields_rounds_live_then_run(qwen_pair):
     assert stream.run.rounds == seen
 
 
+@pytest.mark.parametrize("speculative", [True, False])
+def test_time_a_caller_spends_on_a_round_is_not_decode_time(qwen_pair, speculative):
+    """The app animates between rounds; that must not count as decoding (it would fake a slowdown)."""
+    import time
+
+    target, drafter = qwen_pair
+    stream = (engine.speculative_stream(target, drafter, [1, 2, 3], k=2, max_new_tokens=12) if speculative
+              else engine.autoregressive_stream(target, [1, 2, 3], max_new_tokens=12))
+    t0, held = time.perf_counter(), 0.0
+    for _ in stream:
+        time.sleep(0.05)
+        held += 0.05
+    wall = time.perf_counter() - t0
+    run = stream.run
+    assert held >= 0.3
+    assert run.decode_s < wall - 0.9 * held  # the sleeps are left out ...
+    assert run.decode_s >= sum(r.round_s for r in run.rounds)  # ... and every round's own time is in
+
+
 def test_padded_vocab_draft_is_handled():
     # a target whose embedding is padded to more rows than the draft's
     target, drafter = tiny_qwen(5, vocab=72), tiny_qwen(6, vocab=64)
