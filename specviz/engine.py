@@ -245,10 +245,9 @@ def step(target: CachedLM, drafter: Drafter, ids: list[int], k: int, sampler: Sa
     q_disp = prop.q_display
     pos = torch.arange(k, device=p.device)
     drafted = torch.tensor(tokens, dtype=torch.long, device=p.device)
-    if q_disp is not None:
-        q_disp = q_disp.to(p.device)
     p_d = p[pos, drafted].tolist() if k else []
     if q_disp is not None:
+        q_disp = q_disp.to(p.device)
         q_top = _topk_rows(q_disp[:k])
         q_d = q_disp[pos, drafted].tolist() if k else []
         overlap = torch.minimum(p[:k], q_disp[:k]).sum(-1).tolist() if k else []

@@ -191,8 +191,8 @@ class Comparison:
     identical: bool | None  # greedy only: same text as the target alone
 
 
-def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: float, top_p: float = 1.0,
-                          top_k: int = 0, max_new_tokens: int, seed: int, eos_token_id=None,
+def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: float = 0.0, top_p: float = 1.0,
+                          top_k: int = 0, max_new_tokens: int, seed: int = 0, eos_token_id=None,
                           vocab: int | None = None, spec: Run | None = None, warm: bool = True,
                           **kw) -> Comparison:
     """A speculative run and a plain target-only run with the same settings.

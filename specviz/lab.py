@@ -30,6 +30,7 @@ import plotly.graph_objects as go
 
 from . import charts
 from .errors import InvalidSetting
+from .experiments import compare_with_baseline  # noqa: F401 - pages call it as lab.compare_with_baseline
 from .records import Round, Run
 from .render import visible
 from .theory import alpha_from_counts, expected_speedup, expected_tokens, flat_until, verify_ratios_from_timings
@@ -285,16 +286,6 @@ def entropy_verdict(sweep: Mapping[str, Mapping[float, Run]], temperature: float
 
 # ---------------------------------------------------------------------------
 # page 3: speedup
-
-
-def compare_with_baseline(target, draft, input_ids: Sequence[int], *, k: int, temperature: float = 0.0,
-                          max_new_tokens: int, seed: int = 0, eos_token_id=None, vocab: int | None = None,
-                          warm: bool = True):
-    """A speculative run and a warmed target-only run with the same settings, both on the shared vocabulary."""
-    from .experiments import compare_with_baseline as compare
-
-    return compare(target, draft, list(input_ids), k=k, temperature=temperature, max_new_tokens=max_new_tokens,
-                   seed=seed, eos_token_id=eos_token_id, vocab=vocab, warm=warm)
 
 
 def k_sweep(target, draft, input_ids: Sequence[int], ks: Sequence[int], *, temperature: float = 0.0,
