@@ -318,10 +318,12 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
     ids = list(prompt)
     # prefill: both caches take the prompt but its last token
     t0 = time.perf_counter()
-    if len(ids) > 1:
-        target.timed_feed(ids[:-1], keep=1)
-    drafter.start(ids)
+    target_s = target.timed_feed(ids[:-1], keep=1)[1] if len(ids) > 1 else 0.0
+    draft_s = drafter.start(ids)
     prefill_s = time.perf_counter() - t0
+    prime = getattr(policy, "prime", None)
+    if prime is not None and target_s > 0 and draft_s > 0:
+        prime(draft_s / target_s)  # the same prompt through both models: a first estimate of c
 
     rounds, ks, stop = [], [], "max_new_tokens"
     t_dec, paused = time.perf_counter(), 0.0

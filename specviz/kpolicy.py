@@ -41,7 +41,9 @@ this stops exactly at theory.best_k; with real confidences it drafts long
 through boilerplate and stops right after a doubtful token (transformers'
 assisted generation stops after a draft token with probability < 0.4, a fixed
 threshold). The stopping decision depends only on the draft's side, so the
-output distribution is still exactly the target's.
+output distribution is still exactly the target's. Before the first round
+nothing is measured: the engine primes c with the ratio of the two models'
+prefill times on the prompt (prime()), and the verify cost is taken as flat.
 
 The estimates are plain numbers (no torch): the chooser can be unit-tested on
 synthetic Rounds.
@@ -104,6 +106,7 @@ class BestK:
         self.stop = bool(stop)
         self.stopping = False  # set by wrap_drafter: a drafter that asks keep_drafting() is attached
         self.k0 = self.k
+        self.c_prior: float | None = None  # c before any round is measured (see prime())
         nb = len(CALIB_EDGES) - 1
         self.calib_acc = [CALIB_PRIOR * (CALIB_EDGES[i] + CALIB_EDGES[i + 1]) / 2 for i in range(nb)]
         self.calib_n = [CALIB_PRIOR] * nb
@@ -169,10 +172,26 @@ class BestK:
         i = self._bin(q)
         return self.calib_acc[i] / self.calib_n[i]
 
+    def prime(self, c: float | None) -> None:
+        """A first-round estimate of c, before any round is measured.
+
+        The engine passes draft prefill seconds / target prefill seconds: the two
+        models reading the same prompt scale like their decoding steps (2-core CPU,
+        real pair, a 49-token prompt: 0.35 against c = 0.37 measured in the rounds).
+        With it the stop rule already decides the first round (verify cost still
+        unknown: taken as flat, the optimistic guess) instead of drafting the
+        starting k (real pair, four domain prompts, greedy: 4.5 % less time; the
+        code prompt in 4 rounds instead of 5).
+        """
+        if isinstance(c, (int, float)) and math.isfinite(c) and c > 0:
+            self.c_prior = float(c)
+
     # --- the policy interface ------------------------------------------------
     def next_k(self) -> int:
         c = self.c
-        if c is None:  # nothing measured yet: the starting k
+        if c is None:  # nothing measured yet: the cap if the stop rule can already decide, else the starting k
+            if self.stop and self.stopping and self.c_prior is not None:
+                return self.k_max
             return self.k
         if self.stop and self.stopping:  # the drafter asks keep_drafting() after each token: the cap
             return self.k_max
@@ -185,8 +204,8 @@ class BestK:
         """After drafting len(confidences) tokens (each the draft's probability of its token):
         is one more draft expected to raise tokens per unit of cost? (See the module doc.)"""
         j = len(confidences)
-        c = self.c
-        if c is None:  # first round: nothing measured, draft the starting k
+        c = self.c if self.c is not None else self.c_prior
+        if c is None:  # first round, no estimate of c: draft the starting k
             return j < self.k0
         if j < self.k_min:
             return True

@@ -140,7 +140,8 @@ def test_engine_best_policy_is_exact_and_recorded():
     run = speculative_decode(target, draft, prompt, k=3, max_new_tokens=30, k_policy="best")
     assert run.token_ids == hf_greedy(target, prompt, 30)
     assert run.settings["k_policy"] == "best"
-    assert run.ks[0] == 3
+    # the first round is the stop rule's (primed from the prefills); with no prefill to compare: the starting k
+    assert speculative_decode(target, draft, [3], k=3, max_new_tokens=8, k_policy="best").ks[0] == 3
     # a self-draft accepts everything (but costs as much as the target, so k need not grow)
     run = speculative_decode(target, target, prompt, k=2, max_new_tokens=40, k_policy="best")
     assert run.token_ids == hf_greedy(target, prompt, 40)
@@ -226,6 +227,33 @@ def test_first_round_drafts_the_starting_k_with_stop():
     p = BestK(3, stop=True)
     assert p.next_k() == 3
     assert drafted_length(p, [0.01] * 16, cap=3) == 3
+
+
+def test_a_primed_first_round_is_decided_by_the_stop_rule():
+    """With a first estimate of c (the engine's prefill ratio) round one drafts long through sure
+    tokens and stops after a doubtful one, instead of drafting the starting k."""
+    from specviz.drafters import ModelDrafter
+
+    p = BestK(3, k_max=K_MAX, stop=True)
+    p.wrap_drafter(ModelDrafter(tiny_qwen(1)))
+    p.prime(0.35)
+    assert p.c is None and p.next_k() == K_MAX  # nothing measured, but the rule can decide: the cap
+    assert drafted_length(p, [0.995] * K_MAX, cap=K_MAX) > 8
+    assert drafted_length(p, [0.995, 0.995, 0.995, 0.995, 0.1] + [0.995] * 27, cap=K_MAX) == 5
+    for bad in (None, 0.0, -1.0, float("nan")):  # no estimate: the starting k, as unprimed
+        q = BestK(3, stop=True)
+        q.prime(bad)
+        assert q.c_prior is None and drafted_length(q, [0.995] * 16) == 3
+
+
+def test_the_engine_primes_the_policy_with_the_prefill_ratio():
+    target, draft = tiny_qwen(100), tiny_qwen(200)
+    pol = BestK(2, stop=True)
+    speculative_decode(target, draft, [5, 6, 7, 8, 9, 10], k=2, max_new_tokens=6, k_policy=pol)
+    assert pol.c_prior is not None and 0 < pol.c_prior < 10
+    one = BestK(2, stop=True)  # a one-token prompt has no prefill to compare
+    speculative_decode(target, draft, [5], k=2, max_new_tokens=6, k_policy=one)
+    assert one.c_prior is None
 
 
 def test_engine_best_uses_the_confidence_drafter_and_stays_exact():
