@@ -56,9 +56,10 @@ class ModelDrafter(Drafter):
     name = "model"
     uses_model = True
 
-    def __init__(self, model, vocab: int | None = None):
+    def __init__(self, model, vocab: int | None = None, eos: set[int] | frozenset[int] = frozenset()):
         self.lm = CachedLM(model)
         self.vocab = vocab  # compare only the ids both models share
+        self.eos = eos  # a drafted EOS ends the round: nothing after it can be emitted
 
     def start(self, prompt_ids: list[int]) -> float:
         self.lm.reset()
@@ -72,7 +73,7 @@ class ModelDrafter(Drafter):
 
     def draft_tokens(self, ids: list[int], k: int, sampler: Sampler,
                      keep_drafting: Callable[[list[float]], bool] | None = None) -> Proposal:
-        """Up to k tokens, one forward each; keep_drafting(confidences so far) may end the round early.
+        """Up to k tokens, one forward each; a drafted EOS, or keep_drafting(confidences so far), ends the round early.
 
         Distributions stay on the model's device (a GPU round moves only ids and scalars).
         """
@@ -87,6 +88,8 @@ class ModelDrafter(Drafter):
             q.append(probs)
             step_s.append(dt)
             pending = [tok]
+            if tok in self.eos:
+                break
             if keep_drafting is not None and j + 1 < k:
                 conf.append(float(probs[tok]))
                 if not keep_drafting(conf):

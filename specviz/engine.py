@@ -296,16 +296,16 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
     models = [target] + ([drafter.lm.model] if isinstance(drafter, ModelDrafter) else [])
     vocab = vocab or min(vocab_size(m) for m in models)
-    if isinstance(drafter, ModelDrafter):
-        drafter.vocab = vocab
     ids = as_id_list(input_ids)
     check_settings(ids, models, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab)
+    eos = _eos_set(eos_token_id, *models)
+    if isinstance(drafter, ModelDrafter):
+        drafter.vocab, drafter.eos = vocab, eos
     policy = make_k_policy(k, k_policy)
     wrap = getattr(policy, "wrap_drafter", None)
     if wrap is not None:  # e.g. BestK(stop=True): a drafter that can end its round early
         drafter = wrap(drafter)
-    eos = _eos_set(eos_token_id, *models)
     policy_name = k_policy if isinstance(k_policy, str) else getattr(k_policy, "name", type(k_policy).__name__)
     settings = _settings(k=k, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                          seed=seed, k_policy=policy_name, drafter=drafter.name, eos_token_id=sorted(eos))

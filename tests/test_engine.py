@@ -107,6 +107,18 @@ def test_eos_stops_and_is_never_passed(qwen_pair):
     assert run.token_ids == hf_greedy(target, prompt, 30, eos=eos)
 
 
+def test_a_drafted_eos_ends_the_round(qwen_pair):
+    """Nothing after EOS can be emitted, so the draft stops there instead of drafting on to k."""
+    target, _ = qwen_pair
+    prompt = [4, 4, 2]
+    free = hf_greedy(target, prompt, 12)
+    eos = free[2]
+    first = free.index(eos)
+    run = speculative_decode(target, target, prompt, k=8, max_new_tokens=12, eos_token_id=eos)  # a self-draft
+    assert run.token_ids == free[: first + 1] and run.stop_reason == "eos"
+    assert run.rounds[0].drafted == free[: first + 1] and run.draft_passes == first + 1
+
+
 def test_max_new_tokens_is_exact(qwen_pair):
     target, _ = qwen_pair
     for n in [1, 2, 5, 9]:
