@@ -34,6 +34,8 @@ from specviz.errors import SpecvizError  # noqa: E402
 S = st.session_state
 LIVE, RECORDED = "Live models", "Recorded runs (no model needed)"
 DRAFT_MODEL, LOOKUP = "draft model", "prompt lookup (no second model)"
+K_POLICIES = {"fixed": "fixed", "adaptive": "adaptive", "best": "best k"}  # engine k_policy -> label
+POLICY_NOTE = {"adaptive": " (adaptive)", "best": " (best-k chooser, starting k)"}
 FREE = "free text"
 
 
@@ -137,8 +139,12 @@ drafter_choice = sb.radio("Drafter", [DRAFT_MODEL, LOOKUP], key="main.drafter", 
                                "the last earlier occurrence of the latest n-gram (claim 14).")
 k = sb.slider("k: tokens drafted per round", 1, 16, 4, key="main.k",
               help="How many tokens the drafter proposes before the target checks them in one pass.")
-adaptive = sb.toggle("adaptive k", False, key="main.adaptive", disabled=not live,
-                     help="Grow k by 1 after a fully accepted round, shrink it by 1 after a rejection (claim 13).")
+k_policy = sb.radio("k per round", list(K_POLICIES), key="main.k_policy", format_func=K_POLICIES.get,
+                    disabled=not live, horizontal=True,
+                    help="fixed: k every round. adaptive: k grows by 1 after a fully accepted round and shrinks "
+                         "by 1 after a rejection (claim 13). best k: the chooser sets k from live estimates of "
+                         "α, c and the verify cost, and with the draft model ends each round after a doubtful "
+                         "draft (k above is then only where it starts; a round may draft up to 32).")
 temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.05, key="main.temperature",
                         disabled=not live)
 top_p = sb.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or temperature == 0,
@@ -189,12 +195,12 @@ def start_live() -> replay.Playback:
     kw = dict(k=k, temperature=float(temperature), top_p=float(top_p), max_new_tokens=max_new, seed=seed,
               eos_token_id=pair.eos_token_ids)
     stream = speculative_stream(pair.target, PromptLookupDrafter() if lookup else pair.draft, ids, **kw,
-                                k_policy="adaptive" if adaptive else "fixed", vocab=pair.shared_vocab)
+                                k_policy=k_policy, vocab=pair.shared_vocab)
     meta = {"origin": "live", "pair": pair_name, "dtype": dtype, "device": pair.device, "chat": chat,
             "drafter": "prompt lookup" if lookup else "draft model", "kw": kw, "lookup": lookup,
             "decode": ui.decoder(pair.tokenizer), "baseline_wanted": baseline_on, "t_run": T_SCRIPT,
             "load_s": load_s}
-    settings = {**kw, "k_policy": "adaptive" if adaptive else "fixed"}
+    settings = {**kw, "k_policy": k_policy}
     return replay.Playback.live(stream, ids, prompt_text, settings, meta, device=pair.device, dtype=dtype)
 
 
@@ -267,7 +273,7 @@ def draw_head(job: replay.Playback) -> None:
         where = f"replay of {m.get('title') or m.get('origin')} · no model loaded"
     mode = "greedy" if not s.get("temperature") else f"temperature {s.get('temperature')}, top-p {s.get('top_p')}"
     drafter = m.get("drafter") or s.get("drafter", "")
-    kdesc = f"k={s.get('k')}" + (" (adaptive)" if s.get("k_policy") == "adaptive" else "")
+    kdesc = f"k={s.get('k')}" + POLICY_NOTE.get(s.get("k_policy"), "")
     total = f"/{job.total}" if job.total else ""
     head_ph.caption(f"**{where}** · drafter: {drafter} · {kdesc} · {mode} · seed {s.get('seed')} · "
                     f"round {len(job.rounds)}{total}" + (" · ✔ finished" if job.done else ""))
@@ -436,7 +442,8 @@ with c1:
                   "expected-tokens", key="main.expected")
     if not same_k:
         st.caption(f"The measured point is hidden: the last run used k = {run_k}"
-                   f"{' (adaptive)' if not fixed else ''}, the curve is for k = {k} (sidebar). Press Run to "
+                   f"{POLICY_NOTE.get(run.settings.get('k_policy'), '')}, the curve is for k = {k} (sidebar). "
+                   f"Press Run with a fixed k to "
                    f"measure at k = {k}.")
     else:
         st.caption(f"Measured at temperature {run.settings.get('temperature', 0)}: α depends on the temperature "

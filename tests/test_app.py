@@ -42,7 +42,7 @@ def start(at, **settings):
     settings.setdefault("speed", "instant")
     kinds = {"speed": "select_slider", "k": "slider", "temperature": "slider", "top_p": "slider",
              "max_new": "number_input", "seed": "number_input", "prompt": "text_area", "chat": "checkbox",
-             "baseline": "checkbox", "adaptive": "toggle", "drafter": "radio", "dtype": "radio"}
+             "baseline": "checkbox", "k_policy": "radio", "drafter": "radio", "dtype": "radio"}
     for name, value in settings.items():
         getattr(at, kinds[name])(key=f"main.{name}").set_value(value)
     at.button(key="main.run_btn").click().run()
@@ -102,7 +102,8 @@ def test_defaults_and_no_exception():
     assert at.number_input(key="main.seed").value == 0
     assert at.radio(key="main.dtype").value == ui.default_dtype_name()
     assert at.radio(key="main.drafter").value == "draft model"
-    assert at.toggle(key="main.adaptive").value is False
+    assert at.radio(key="main.k_policy").value == "fixed"
+    assert at.radio(key="main.k_policy").options == ["fixed", "adaptive", "best k"]  # labels of the engine's policies
     assert at.checkbox(key="main.baseline").value is True
     assert at.select_slider(key="main.speed").value == "normal"
     assert at.text_area(key="main.prompt").value == "The capital of France is"
@@ -360,12 +361,23 @@ def test_two_sessions_at_once_are_both_correct_and_share_one_load(shared_runtime
         assert results[i].token_ids == ref.token_ids
 
 
+def test_the_best_k_chooser_runs_in_the_app_and_keeps_the_greedy_text():
+    text = "one two three one two three one two"
+    at = start(new_app(), k_policy="best", max_new=24, prompt=text, chat=False, baseline=False)
+    assert not at.error, [e.value for e in at.error]
+    run = at.session_state["main.job"].run
+    assert run.settings["k_policy"] == "best" and run.settings["drafter"] == "model"
+    assert run.token_ids == direct_run(text, False, k=4, max_new_tokens=24).token_ids  # greedy: the target's text
+    assert any("best-k chooser" in c.value for c in at.caption)
+    assert "main.k_trace" in figures(at)  # k changes from round to round
+
+
 def test_prompt_lookup_with_adaptive_k_shows_k_trace():
     from specviz import prompts, speculative_decode
     from specviz.drafters import PromptLookupDrafter
 
     text = "abc abc abc abc"
-    at = start(new_app(), drafter="prompt lookup (no second model)", adaptive=True, max_new=24, prompt=text,
+    at = start(new_app(), drafter="prompt lookup (no second model)", k_policy="adaptive", max_new=24, prompt=text,
                chat=False, baseline=False)
     assert not at.error, [e.value for e in at.error]
     run = at.session_state["main.job"].run
