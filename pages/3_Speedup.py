@@ -167,29 +167,38 @@ if race is not None:
             time.sleep(max(0.0, t - (time.perf_counter() - t0)))
             show_text(ph_base if who == "base" else ph_spec, race[who].rounds[:i + 1])
 
-# --- 5. adaptive k ---------------------------------------------------------------------------
-st.subheader("5 · Adaptive k: grow after a full acceptance, shrink after a rejection (claim 13)")
+# --- 5. adaptive k and the best-k chooser ---------------------------------------------------
+st.subheader("5 · Adaptive k and the best-k chooser: k changes as acceptance is observed (claim 13)")
+st.caption("Adaptive k grows by 1 after a fully accepted round and shrinks by 1 after a rejection. The best-k "
+           "chooser estimates α, c and the verify cost as it goes, and drafts while one more draft is expected "
+           "to pay: long through sure tokens, stopping right after a doubtful one.")
 k0 = st.slider("starting k", 1, 12, 4, key="speed.k0")
-if st.button("Run fixed k and adaptive k", key="speed.run_adaptive") and ids is not None:
+if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_adaptive") and ids is not None:
     try:
         bar = lab_ui.ProgressBar("fixed k…")
         speculative_decode(pair.target, pair.draft, ids, k=int(k0), **{**run_kw, "max_new_tokens": 2})  # warm-up
-        fixed = lab.stream_run(speculative_stream(pair.target, pair.draft, ids, k=int(k0), **run_kw),
-                               int(max_new), lambda m, f: bar(f"fixed k: {m}", 0.5 * (f or 0)))
-        adaptive = lab.stream_run(speculative_stream(pair.target, pair.draft, ids, k=int(k0), k_policy="adaptive",
-                                                     **run_kw),
-                                  int(max_new), lambda m, f: bar(f"adaptive k: {m}", 0.5 + 0.5 * (f or 0)))
+        out = {}
+        for i, (name, policy) in enumerate((("fixed", "fixed"), ("adaptive", "adaptive"), ("best", "best"))):
+            out[name] = lab.stream_run(
+                speculative_stream(pair.target, pair.draft, ids, k=int(k0), k_policy=policy, **run_kw), int(max_new),
+                lambda m, f, i=i, name=name: bar(f"{name} k: {m}", (i + (f or 0)) / 3))
         bar.done()
-        st.session_state["speed.adaptive"] = {"ident": ident, "fixed": fixed, "adaptive": adaptive}
+        st.session_state["speed.adaptive"] = {"ident": ident, **out}
     except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         ui.show_error(e)
 ad = current("speed.adaptive")
-if ad is not None:
-    fx, av = ad["fixed"], ad["adaptive"]
-    rf, ra = lab.decode_rate(fx), lab.decode_rate(av)  # engine time only: drawing the progress bar is excluded
-    m1, m2, m3, m4 = st.columns(4)
+if ad is not None and "best" in ad:
+    fx, av, bk = ad["fixed"], ad["adaptive"], ad["best"]
+    rf, ra, rb = (lab.decode_rate(r) for r in (fx, av, bk))  # engine time only: the progress bar is excluded
+    m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("fixed k: tokens/s", f"{rf:.1f}")
     m2.metric("adaptive k: tokens/s", f"{ra:.1f}", f"{(ra / rf - 1) * 100:+.0f}%" if rf > 0 else None)
-    m3.metric("adaptive: mean k", f"{sum(av.ks) / max(len(av.ks), 1):.1f}")
-    m4.metric("α fixed / adaptive", f"{fx.alpha:.2f} / {av.alpha:.2f}")
-    ui.show_chart(charts.fig_k_trace(av), "adaptive_k_trace", key="speed.fig_k")
+    m3.metric("best k: tokens/s", f"{rb:.1f}", f"{(rb / rf - 1) * 100:+.0f}%" if rf > 0 else None)
+    mean_k = [sum(r.ks) / max(len(r.ks), 1) for r in (av, bk)]
+    m4.metric("mean k: adaptive / best", f"{mean_k[0]:.1f} / {mean_k[1]:.1f}")
+    m5.metric("α fixed / adaptive / best", f"{fx.alpha:.2f} / {av.alpha:.2f} / {bk.alpha:.2f}")
+    t1, t2 = st.columns(2)
+    with t1:
+        ui.show_chart(charts.fig_k_trace(av), "adaptive_k_trace", key="speed.fig_k")
+    with t2:
+        ui.show_chart(charts.fig_k_trace(bk), "best_k_trace", key="speed.fig_k_best")

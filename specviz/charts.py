@@ -657,6 +657,12 @@ def fig_alpha_vs_temperature(data: Mapping[str, Mapping[float, float]]) -> go.Fi
 
 
 # --- claim 13: adaptive k -----------------------------------------------------
+K_TRACE_NOTES = {  # the k trace's subtitle, by the run's k policy
+    "adaptive": "adaptive k grows after full acceptance and shrinks after early rejections",
+    "best": "the best-k chooser drafts while one more draft is expected to pay, and ends a round after a doubtful one",
+}
+
+
 def fig_k_trace(run: Run) -> go.Figure:
     """k per round (run.ks) as a step line, with accepted tokens per round as bars."""
     if not run.rounds:
@@ -665,8 +671,7 @@ def fig_k_trace(run: Run) -> go.Figure:
     x = np.arange(1, len(run.rounds) + 1)
     acc = [r.n_accepted for r in run.rounds]
     fig = _fig(f"k over the run: {min(ks)} to {max(ks)}, mean {np.mean(ks):.1f}",
-               "adaptive k grows after full acceptance and shrinks after early rejections",
-               x="round", y="tokens")
+               K_TRACE_NOTES.get(run.settings.get("k_policy"), "k drafted in each round"), x="round", y="tokens")
     fig.add_bar(x=x, y=acc, name="accepted this round", marker_color=R_COLOR, opacity=0.75,
                 marker_pattern=dict(shape="/", fillmode="overlay", fgcolor="white"),
                 hovertemplate="round %{x}: %{y} accepted<extra></extra>")

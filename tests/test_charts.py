@@ -227,6 +227,14 @@ def test_k_trace():
     f = charts.fig_k_trace(run)
     assert list(trace(f, "k (drafted this round)").y) == ks
     assert list(trace(f, "accepted this round").y) == [r.n_accepted for r in run.rounds]
+    # the subtitle explains the run's own k policy, not always the adaptive rule
+    sub = {}
+    for policy in ("adaptive", "best", "fixed"):
+        run.settings["k_policy"] = policy
+        sub[policy] = charts.fig_k_trace(run).layout.title.subtitle.text
+    assert "grows after full acceptance" in sub["adaptive"]
+    assert "best-k chooser" in sub["best"] and "doubtful" in sub["best"]
+    assert "grows" not in sub["fixed"] and "chooser" not in sub["fixed"]
 
 
 # --- speedup model ---------------------------------------------------------------

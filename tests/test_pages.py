@@ -271,8 +271,11 @@ def test_speedup_cost_sweep_race_and_adaptive():
         n and n.startswith("target alone") for n in names(race))
     assert len([m for m in at.markdown if 'class="sv-text"' in m.value]) >= 2
     press(at, "speed.run_adaptive")
-    assert names(figure(at, "k over the run")) == ["accepted this round", "k (drafted this round)"]
-    assert num(metrics(at)["adaptive k: tokens/s"]) > 0
+    traces = [f for f in figures(at) if f["layout"]["title"]["text"].startswith("k over the run")]
+    assert [names(f) for f in traces] == [["accepted this round", "k (drafted this round)"]] * 2
+    subtitles = [f["layout"]["title"]["subtitle"]["text"] for f in traces]
+    assert "adaptive k grows" in subtitles[0] and "best-k chooser" in subtitles[1]
+    assert num(metrics(at)["adaptive k: tokens/s"]) > 0 and num(metrics(at)["best k: tokens/s"]) > 0
     pngs_ok(at)
     at.multiselect(key="speed.ks").set_value([]).run()
     press(at, "speed.run_sweep")
