@@ -187,7 +187,7 @@ if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_ad
     except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
         ui.show_error(e)
 ad = current("speed.adaptive")
-if ad is not None and "best" in ad:
+if ad is not None:
     fx, av, bk = ad["fixed"], ad["adaptive"], ad["best"]
     rf, ra, rb = (lab.decode_rate(r) for r in (fx, av, bk))  # engine time only: the progress bar is excluded
     m1, m2, m3, m4, m5 = st.columns(5)
