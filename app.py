@@ -291,15 +291,15 @@ def draw_metrics(run) -> None:
                          "always ≤ α.")
         c[1].caption(f"accepted / drafted = {run.n_accepted} / {run.n_drafted}")
         c[2].metric("tokens per target pass", fmt(run.tokens_per_pass),
-                    help="New tokens ÷ target forward passes (one per round; the prompt's prefill excluded). "
+                    help="New tokens ÷ target forward passes (one per round; the first round's pass also reads the prompt). "
                          "Plain decoding gets exactly 1.")
         c[2].caption(f"new tokens / target passes = {len(run.token_ids)} / {run.target_passes}")
         c[3].metric("new tokens", len(run.token_ids))
         c[3].caption(f"{len(run.rounds)} rounds" + (f", stopped by {run.stop_reason}"
                                                    if run.stop_reason != "running" else ""))
         c[4].metric("tokens / s", fmt(run.tokens_per_s, ".1f"),
-                    help="Wall-clock decoding speed of this run (prefill excluded; replays show the "
-                         "recorded timings).")
+                    help="Wall-clock speed of this run, reading the prompt included (the first round's passes do it; "
+                         "replays show the recorded timings).")
         c[4].caption(f"decode {run.decode_s:.2f} s (draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)")
 
 
@@ -470,8 +470,8 @@ if job.source == "live" and job.rounds and "t_first_draw" in job.meta:
     first_s = job.meta["t_first_draw"] - job.meta["t_run"]
     work_s = (job.run.prefill_s if job.run else 0.0) + job.rounds[0].round_s
     load_s = job.meta.get("load_s", 0.0)
-    st.caption(f"First round on screen {first_s:.1f} s after Run was pressed: {work_s:.1f} s of model work (prompt "
-               f"prefill, drafting, one verification pass)"
+    st.caption(f"First round on screen {first_s:.1f} s after Run was pressed: {work_s:.1f} s of model work (reading "
+               f"the prompt, drafting, one verification pass)"
                + (f" and {load_s:.1f} s loading the models" if load_s >= 0.1 else "") + ".")
 if not job.done:
     st.caption("Shown when the run has finished.")
@@ -486,13 +486,16 @@ elif base:
     c[3].metric("target forward passes", f"{base['spec_target_passes']} vs {base['base_target_passes']}",
                 help="Speculative (one per round) vs. the target alone (one per token).")
     sr = job.run
-    if sr is not None and sr.target_passes and base.get("base_target_passes"):
-        v_ms = 1000 * sr.verify_s / sr.target_passes
-        b_ms = 1000 * (base.get("base_decode_s") or 0.0) / base["base_target_passes"]
-        why = (f"Where the time went: a verification pass (k+1 tokens at once) took {v_ms:.0f} ms on average, a "
-               f"one-token pass of the target alone {b_ms:.0f} ms")
-        if sr.draft_passes:
-            d_ms = 1000 * sr.draft_s / sr.draft_passes
+    steady = sr.steady_rounds if sr is not None else []  # the first round's passes also read the prompt
+    if steady and base.get("base_target_passes"):
+        v_ms = 1000 * sum(r.verify_s for r in steady) / len(steady)
+        b_ms = 1000 * (base.get("base_step_s") or (base.get("base_decode_s") or 0.0) / base["base_target_passes"])
+        why = (f"Where the time went, after the first round (whose passes also read the prompt): a verification "
+               f"pass (k+1 tokens at once) took {v_ms:.0f} ms on average, a one-token pass of the target alone "
+               f"{b_ms:.0f} ms")
+        n_draft = sum(r.k for r in steady) if sr.draft_passes else 0
+        if n_draft:
+            d_ms = 1000 * sum(r.draft_s for r in steady) / n_draft
             why += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
                     f"(c = {d_ms / b_ms:.2f} of a target pass)" if b_ms > 0 else "")
         st.caption(why + ". Tokens per pass is not speedup: see the Speedup page for the cost model.")

@@ -123,8 +123,8 @@ def stats_lines(run) -> list[str]:
         f"alpha           {run.alpha:.3f} ± {run.alpha_stderr:.3f}  (accepted / judged drafts)",
         f"accepted/drafted {run.n_accepted}/{run.n_drafted} = {run.acceptance_rate:.3f}",
         f"tokens per pass {run.tokens_per_pass:.2f}  ({run.target_passes} target passes)",
-        f"speed           {run.tokens_per_s:.2f} tokens/s  (prefill {run.prefill_s:.2f} s, "
-        f"decode {run.decode_s:.2f} s: draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)",
+        f"speed           {run.tokens_per_s:.2f} tokens/s  (decode {run.decode_s:.2f} s, the prompt read in "
+        f"round 1 included: draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)",
     ]
 
 

@@ -2,7 +2,7 @@
 
 One small interface, like transformers' CandidateGenerator:
 
-  start(prompt_ids)         prepare for a new sequence (prefill a cache)
+  start(prompt_ids)         prepare for a new sequence (reset a cache)
   propose(ids, k, sampler)  k candidate ids, and q: the distribution each was
                             drawn from (None = proposed with certainty)
   update(ids, n_accepted)   learn how many were kept (roll a cache back)
@@ -40,7 +40,7 @@ class Drafter:
     uses_model = False
 
     def start(self, prompt_ids: list[int]) -> float:
-        """Prepare for a new sequence; return seconds spent (prefill)."""
+        """Prepare for a new sequence; return seconds spent."""
         return 0.0
 
     def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
@@ -62,10 +62,7 @@ class ModelDrafter(Drafter):
         self.eos = eos  # a drafted EOS ends the round: nothing after it can be emitted
 
     def start(self, prompt_ids: list[int]) -> float:
-        self.lm.reset()
-        if len(prompt_ids) > 1:
-            _, dt = self.lm.timed_feed(prompt_ids[:-1], keep=1)  # cache all but the last token
-            return dt
+        self.lm.reset()  # the first draft step reads the whole prompt (no separate prefill pass)
         return 0.0
 
     def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
@@ -78,7 +75,7 @@ class ModelDrafter(Drafter):
         Distributions stay on the model's device (a GPU round moves only ids and scalars).
         """
         tokens, q, step_s, conf = [], [], [], []
-        pending = ids[self.lm.n:]  # tokens the cache has not seen (1 or 2)
+        pending = ids[self.lm.n:]  # tokens the cache has not seen (1 or 2; the whole prompt in round one)
         for j in range(k):
             logits, dt = self.lm.timed_feed(pending, keep=1)
             logits = logits[-1, : self.vocab].float()  # (V,)

@@ -43,7 +43,10 @@ assisted generation stops after a draft token with probability < 0.4, a fixed
 threshold). The stopping decision depends only on the draft's side, so the
 output distribution is still exactly the target's. Before the first round
 nothing is measured: the engine primes c with the ratio of the two models'
-prefill times on the prompt (prime()), and the verify cost is taken as flat.
+parameter counts (prime()), and the verify cost is taken as flat (the first
+round's target pass also reads the prompt, so a few more drafts add little to
+it). That round's timings include reading the prompt: observe() learns its
+acceptance but not its costs.
 
 The estimates are plain numbers (no torch): the chooser can be unit-tested on
 synthetic Rounds.
@@ -175,13 +178,12 @@ class BestK:
     def prime(self, c: float | None) -> None:
         """A first-round estimate of c, before any round is measured.
 
-        The engine passes draft prefill seconds / target prefill seconds: the two
-        models reading the same prompt scale like their decoding steps (2-core CPU,
-        real pair, the 49-token code prompt: 0.31-0.35 against c = 0.37 from 1-token passes).
-        With it the stop rule already decides the first round (verify cost still
-        unknown: taken as flat, the optimistic guess) instead of drafting the
-        starting k (real pair, four domain prompts, greedy: 4.4 % less time; the
-        code prompt in 4 rounds instead of 5).
+        The engine passes draft parameters / target parameters (engine.param_ratio:
+        decoding a token reads every weight once; real pair 0.32 against c = 0.35-0.37
+        measured on the 2-core CPU). With it the stop rule already decides the first
+        round (verify cost taken as flat) instead of drafting the starting k (with the
+        prefill-time ratio as the estimate, before the prefill was merged into the
+        first round: real pair, four domain prompts, greedy, 4.4 % less time).
         """
         if isinstance(c, (int, float)) and math.isfinite(c) and c > 0:
             self.c_prior = float(c)
@@ -235,9 +237,10 @@ class BestK:
             self.judged *= self.decay
         self.accepted += rnd.n_accepted
         self.judged += judged
-        if rnd.k > 0 and rnd.draft_s > 0:
+        timed = not getattr(rnd, "prefill_tokens", 0)  # the first round's passes also read the prompt
+        if timed and rnd.k > 0 and rnd.draft_s > 0:
             self.draft_per_token.append(rnd.draft_s / rnd.k)
-        if rnd.verify_s > 0 and math.isfinite(rnd.verify_s):
+        if timed and rnd.verify_s > 0 and math.isfinite(rnd.verify_s):
             self.verify_by_n.setdefault(rnd.k + 1, deque(maxlen=self.window)).append(rnd.verify_s)
         for q, ok in zip(rnd.q_drafted, rnd.accepted):  # the judged drafts: calibrate a(q)
             i = self._bin(q)

@@ -125,7 +125,9 @@ def round_story(r: Round, decode: Decode) -> list[str]:
     out.append(f"**Round {r.index + 1}** ({mode}): the draft proposed k = {r.k} token(s) "
                f"{' '.join(tok(d, decode) for d in r.drafted) or '(none)'}; the target scored all "
                f"{r.k + 1} positions in **one** forward pass ({r.verify_s * 1000:.1f} ms; drafting took "
-               f"{r.draft_s * 1000:.1f} ms).")
+               f"{r.draft_s * 1000:.1f} ms)."
+               + (f" This first round's passes also read the prompt ({r.prefill_tokens} earlier tokens): "
+                  f"there is no separate prefill pass, so its times include that." if r.prefill_tokens else ""))
     for i, ok in enumerate(r.accepted):
         d, p, q = r.drafted[i], r.p_drafted[i], r.q_drafted[i]
         head = f"Draft #{i + 1} {tok(d, decode)}: q(d) = {_f(q)}, p(d) = {_f(p)}"
@@ -338,7 +340,7 @@ def decode_rate(run: Run) -> float:
 
 
 def race_points(run: Run) -> list[tuple[float, int]]:
-    """Cumulative (seconds since decoding began, tokens so far) after each round (prefill excluded)."""
+    """Cumulative (seconds since decoding began, tokens so far) after each round (the first also read the prompt)."""
     t, n, out = 0.0, 0, []
     for r in run.rounds:
         t += r.round_s

@@ -12,7 +12,12 @@ Three acceptance measures that people confuse (all defined on a Run):
                    E[tokens per pass] = (1 - alpha^(k+1)) / (1 - alpha).
   acceptance_rate  accepted / drafted, counting the tokens thrown away after
                    a rejection. Always <= alpha.
-  tokens_per_pass  new tokens / target forward passes (prefill excluded).
+  tokens_per_pass  new tokens / target forward passes.
+
+There is no separate prefill pass: the first round's passes also read the
+prompt (Round.prefill_tokens), as in transformers' assisted generation, so a
+Run's decode_s and tokens/s include reading the prompt. Steady-state figures
+(the bench's decode speedup, the verify cost per size) use the rounds after it.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class Round:
     draft_s: float  # wall time of all draft forward passes this round
     verify_s: float  # wall time of the one target forward pass
     round_s: float  # wall time of the whole round, bookkeeping included
+    prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read (the first round: prompt length - 1)
 
     @property
     def rejected(self) -> bool:
@@ -84,9 +90,9 @@ class Run:
     rounds: list[Round]
     settings: dict[str, Any]
     stop_reason: str  # "eos" or "max_new_tokens"
-    prefill_s: float
-    decode_s: float  # wall time of all rounds (prefill excluded; time a streaming caller held a Round is not counted)
-    target_passes: int  # target forward passes after prefill
+    prefill_s: float  # seconds before the first round (0 now: the first round reads the prompt)
+    decode_s: float  # wall time of all rounds, the first one's prompt reading included (time a streaming caller held a Round is not counted)
+    target_passes: int  # target forward passes, the first round's (which also reads the prompt) included
     draft_passes: int  # draft forward passes (0 for prompt lookup / baseline)
     ks: list[int] = field(default_factory=list)  # k used per round (adaptive k)
     device: str = "cpu"
@@ -128,6 +134,19 @@ class Run:
     @property
     def tokens_per_s(self) -> float:
         return len(self.token_ids) / self.decode_s if self.decode_s > 0 else float("nan")
+
+    @property
+    def steady_rounds(self) -> list[Round]:
+        """The rounds after the prompt was read (prefill_tokens == 0): pure draft-and-verify timings."""
+        return [r for r in self.rounds if not r.prefill_tokens]
+
+    @property
+    def steady_s_per_token(self) -> float:
+        """Decoding seconds per token over steady_rounds (loop overhead included)."""
+        first = [r for r in self.rounds if r.prefill_tokens]
+        n = len(self.token_ids) - sum(len(r.emitted) for r in first)
+        s = self.decode_s - sum(r.round_s for r in first)
+        return s / n if n > 0 and s > 0 else float("nan")
 
     @property
     def draft_s(self) -> float:
@@ -175,7 +194,8 @@ def _topk(d: dict | None) -> TopK | None:
 
 
 def _round_from_dict(d: dict[str, Any]) -> Round:
-    kw = {f.name: d[f.name] for f in fields(Round)}
+    kw = {f.name: d[f.name] for f in fields(Round) if f.name != "prefill_tokens"}
+    kw["prefill_tokens"] = int(d.get("prefill_tokens", 0))  # runs saved before the prefill was merged
     kw["p_top"] = [_topk(t) for t in d["p_top"]]
     kw["q_top"] = [_topk(t) for t in d["q_top"]]
     kw["residual_top"] = _topk(d["residual_top"])

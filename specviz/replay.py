@@ -99,6 +99,8 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
         "spec_target_passes": spec.target_passes, "base_target_passes": base.target_passes,
         "spec_tokens": len(spec.token_ids), "base_tokens": len(base.token_ids),
         "base_token_ids": list(base.token_ids), "base_decode_s": base.decode_s, "spec_decode_s": spec.decode_s,
+        # one 1-token target pass, after the prompt was read (None for a one-token answer)
+        "base_step_s": base.steady_s_per_token if math.isfinite(base.steady_s_per_token) else None,
         "first_difference": first_difference(spec.token_ids, base.token_ids),
     }  # fmt: skip
 
@@ -470,9 +472,11 @@ def round_summary(r: Round, decode: Callable[[int], str]) -> str:
         lead = "The drafter found nothing to propose, so the target made one token itself"
         tail = f": {q(r.extra_id)}." if r.extra_id is not None else "."
         return f"**Round {r.index + 1}.** {lead}{tail}"
+    also = (f", a pass that also read the prompt's {r.prefill_tokens} earlier token{'s' * (r.prefill_tokens != 1)}"
+            if r.prefill_tokens else "")
     parts = [f"**Round {r.index + 1}.** Drafted {r.k} token{'s' * (r.k != 1)} "
              f"({r.draft_s * 1000:.0f} ms), the target checked {'them all' if r.k > 1 else 'it'} in **one** pass "
-             f"({r.verify_s * 1000:.0f} ms): {r.n_accepted} accepted"]
+             f"({r.verify_s * 1000:.0f} ms{also}): {r.n_accepted} accepted"]
     if r.rejected:
         parts.append(f", {q(r.drafted[r.n_accepted])} rejected")
     if r.extra_kind == "correction":

@@ -257,6 +257,53 @@ def test_round_records_are_consistent(qwen_pair):
     assert run.tokens_per_pass == pytest.approx(len(run.token_ids) / len(run.rounds))
 
 
+def _count_forwards(model, monkeypatch) -> list[int]:
+    """Record the number of tokens of each forward call of `model`."""
+    calls = []
+    orig = model.forward
+
+    def forward(*a, **kw):
+        calls.append(int(kw["input_ids"].shape[-1]))
+        return orig(*a, **kw)
+
+    monkeypatch.setattr(model, "forward", forward)
+    return calls
+
+
+def test_the_first_round_reads_the_prompt_no_separate_prefill_pass(monkeypatch):
+    """As in transformers' assisted generation: the first draft step and the first target pass read
+    the whole prompt, so a run costs one target pass per round and one draft pass per drafted token."""
+    target, draft = tiny_qwen(1), tiny_qwen(2)
+    prompt = [3, 1, 4, 1, 5, 9]
+    expected = hf_greedy(target, prompt, 20)
+    t_calls, d_calls = _count_forwards(target, monkeypatch), _count_forwards(draft, monkeypatch)
+    run = speculative_decode(target, draft, prompt, k=3, max_new_tokens=20)
+    assert run.token_ids == expected
+    assert len(t_calls) == run.target_passes == len(run.rounds)
+    assert len(d_calls) == run.draft_passes == sum(r.k for r in run.rounds)
+    assert t_calls[0] == len(prompt) + run.rounds[0].k and d_calls[0] == len(prompt)
+    assert [r.prefill_tokens for r in run.rounds] == [len(prompt) - 1] + [0] * (len(run.rounds) - 1)
+    assert run.steady_rounds == run.rounds[1:]
+    t_calls.clear()
+    base = autoregressive_decode(target, prompt, max_new_tokens=7)
+    assert t_calls == [len(prompt)] + [1] * 6 and base.target_passes == 7
+    assert base.rounds[0].prefill_tokens == len(prompt) - 1
+    # the steady rate leaves out the round that read the prompt, and its tokens
+    first = base.rounds[0]
+    assert base.steady_s_per_token == pytest.approx((base.decode_s - first.round_s) / 6)
+
+
+def test_runs_saved_before_the_merged_prefill_still_load(qwen_pair):
+    target, drafter = qwen_pair
+    run = speculative_decode(target, drafter, [1, 2, 3], k=3, max_new_tokens=8)
+    d = run.to_dict()
+    assert d["rounds"][0]["prefill_tokens"] == 2
+    for r in d["rounds"]:
+        del r["prefill_tokens"]  # the field is new
+    old = Run.from_dict(d)
+    assert [r.prefill_tokens for r in old.rounds] == [0] * len(old.rounds) and old.steady_rounds == old.rounds
+
+
 def test_stream_yields_rounds_live_then_run(qwen_pair):
     target, drafter = qwen_pair
     stream = engine.speculative_stream(target, drafter, [1, 2, 3], k=2, max_new_tokens=10)

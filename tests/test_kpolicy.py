@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 
 from specviz import speculative_decode, theory
+from specviz.drafters import PromptLookupDrafter
 from specviz.engine import K_MAX, make_k_policy
 from specviz.errors import InvalidSetting
 from specviz.kpolicy import CALIB_EDGES, BestK
@@ -140,8 +142,9 @@ def test_engine_best_policy_is_exact_and_recorded():
     run = speculative_decode(target, draft, prompt, k=3, max_new_tokens=30, k_policy="best")
     assert run.token_ids == hf_greedy(target, prompt, 30)
     assert run.settings["k_policy"] == "best"
-    # the first round is the stop rule's (primed from the prefills); with no prefill to compare: the starting k
-    assert speculative_decode(target, draft, [3], k=3, max_new_tokens=8, k_policy="best").ks[0] == 3
+    # a one-token prompt: the first round is still the stop rule's (primed from the parameter counts)
+    assert speculative_decode(target, draft, [3], k=3, max_new_tokens=8, k_policy="best").token_ids == \
+        hf_greedy(target, [3], 8)
     # a self-draft accepts everything (but costs as much as the target, so k need not grow)
     run = speculative_decode(target, target, prompt, k=2, max_new_tokens=40, k_policy="best")
     assert run.token_ids == hf_greedy(target, prompt, 40)
@@ -246,14 +249,32 @@ def test_a_primed_first_round_is_decided_by_the_stop_rule():
         assert q.c_prior is None and drafted_length(q, [0.995] * 16) == 3
 
 
-def test_the_engine_primes_the_policy_with_the_prefill_ratio():
-    target, draft = tiny_qwen(100), tiny_qwen(200)
-    pol = BestK(2, stop=True)
-    speculative_decode(target, draft, [5, 6, 7, 8, 9, 10], k=2, max_new_tokens=6, k_policy=pol)
-    assert pol.c_prior is not None and 0 < pol.c_prior < 10
-    one = BestK(2, stop=True)  # a one-token prompt has no prefill to compare
-    speculative_decode(target, draft, [5], k=2, max_new_tokens=6, k_policy=one)
-    assert one.c_prior is None
+def test_the_engine_primes_the_policy_with_the_parameter_ratio():
+    """Before anything is timed (the first round reads the prompt), c is the draft/target weight ratio."""
+    from specviz.engine import param_ratio
+
+    target, draft = tiny_qwen(100, vocab=64), tiny_qwen(200, vocab=80)  # the draft has a larger head
+    ratio = param_ratio(draft, target)
+    assert ratio > 1
+    for prompt in ([5, 6, 7, 8, 9, 10], [5]):
+        pol = BestK(2, stop=True)
+        speculative_decode(target, draft, prompt, k=2, max_new_tokens=6, k_policy=pol)
+        assert pol.c_prior == pytest.approx(ratio)
+    lookup = BestK(2, stop=True)  # no draft model: nothing to compare
+    speculative_decode(target, PromptLookupDrafter(), [5, 6, 5, 6], k=2, max_new_tokens=6, k_policy=lookup)
+    assert lookup.c_prior is None
+
+
+def test_the_round_that_reads_the_prompt_teaches_acceptance_but_not_costs():
+    """Its draft and verify times include the prompt: learning c or the verify cost from them would
+    make the draft look expensive (a 50-token prompt read in the first draft step)."""
+    first = dataclasses.replace(make_round(4, 3, draft_step=0.5, verify=5.0), prefill_tokens=49)
+    later = make_round(4, 4, draft_step=0.1, verify=1.0)
+    p = BestK(4)
+    p.observe(first)
+    assert p.c is None and not p.verify_by_n and p.judged == 4 and p.accepted == 3
+    p.observe(later)
+    assert p.c == pytest.approx(0.1) and list(p.verify_by_n) == [5]
 
 
 def test_engine_best_uses_the_confidence_drafter_and_stays_exact():
