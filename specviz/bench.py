@@ -23,11 +23,12 @@ it compares scheduling alone; hf-assisted-stock is what a user of transformers
 gets from the same weights and dtype on this machine.
 
 Timings: a warm-up round of every method first, then --reps repetitions,
-medians reported. `speedup` is per token and end to end (prefill included,
-the same for every method): baseline seconds per token / method seconds per
-token. The engine's methods also get `decode_speedup` (prefill excluded),
-which is what the model in theory.py predicts from the measured alpha, c and
-verify cost; efficiency = decode_speedup / predicted. Bookkeeping is what a
+medians reported. `speedup` is per token and end to end (reading the prompt
+included): baseline seconds per token / method seconds per token. The engine's
+methods also get `decode_speedup`, over the rounds after the first (whose
+passes also read the prompt: Round.prefill_tokens), which is what the model in
+theory.py predicts from the measured alpha, c and verify cost; efficiency =
+decode_speedup / predicted, over the same rounds. Bookkeeping is what a
 round spends outside the forward passes: round_s - draft_s - verify_s.
 
 Output: a markdown table (default), --json (stdout or --out FILE), and
@@ -258,38 +259,58 @@ def _finite(x):
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def predicted_speedup(runs, alpha: float, c: float, verify_cost) -> float:
-    """The model's speedup for the rounds actually run: sum E[tokens](alpha, k_r) / sum (k_r c + r(k_r + 1)).
+def predicted_speedup(runs, alpha: float, c: float, verify_cost, refeed: float = 0.0) -> float:
+    """The model's speedup for the rounds actually run: sum E[tokens](alpha, k_r) / sum E[cost_r], with
 
-    For a fixed k this is theory.expected_speedup(alpha, k, c, verify_cost),
-    except for each run's final round: EOS or the length limit cuts it short,
-    which the model does not know about, so it counts with the tokens it
-    actually emitted (on a 60-token answer with k = 8 that one round is ~10%).
+        E[cost_r] = k_r c + r(k_r + 1) + alpha^(k_(r-1)) * refeed
+
+    For a fixed k and refeed = 0 this is theory.expected_speedup(alpha, k, c, verify_cost).
+    `refeed`: what the draft's first step of a round costs beyond c when the previous round
+    was wholly accepted (chance alpha^k): the draft then reads two tokens, its own last draft,
+    which it never fed, and the bonus (measured: 2-token minus 1-token draft step, in target
+    steps). Each run's final round counts with the tokens it actually emitted: EOS or the
+    length limit cuts it short, which the model does not know about (on a 60-token answer
+    with k = 8 that one round is ~10%). The round that also read the prompt is left out, as
+    it is from the measured decode speedup.
     """
     if not math.isfinite(alpha) or not math.isfinite(c):
         return float("nan")
     tokens = cost = 0.0
     for run in runs:
         for i, r in enumerate(run.rounds):
+            if r.prefill_tokens:
+                continue  # the round that also read the prompt: not in decode_speedup either
             last = i == len(run.rounds) - 1
             tokens += len(r.emitted) if last else theory.expected_tokens(alpha, r.k)
             cost += r.k * c + theory.verify_ratio(r.k + 1, verify_cost)
+            if i > 0 and r.k > 0:
+                cost += alpha ** run.rounds[i - 1].k * refeed  # the draft re-reads after a full acceptance
     return tokens / cost if cost > 0 else float("nan")
 
 
-def predicted_from_tokens_per_pass(runs, c: float, verify_cost) -> float:
-    """The cost model alone: measured tokens per pass / mean (k_r c + r(k_r + 1))."""
-    rounds = [r for run in runs for r in run.rounds]
-    if not rounds or not math.isfinite(c):
+def predicted_from_tokens_per_pass(runs, c: float, verify_cost, refeed: float = 0.0) -> float:
+    """The cost model alone: measured tokens per pass / mean (k_r c + r(k_r + 1) + refeed after a bonus)."""
+    tokens = cost = 0.0
+    for run in runs:
+        for i, r in enumerate(run.rounds):
+            if r.prefill_tokens:
+                continue
+            tokens += len(r.emitted)
+            cost += r.k * c + theory.verify_ratio(r.k + 1, verify_cost)
+            if i > 0 and r.k > 0 and run.rounds[i - 1].extra_kind == "bonus":
+                cost += refeed
+    if cost <= 0 or not math.isfinite(c):
         return float("nan")
-    cost = sum(r.k * c + theory.verify_ratio(r.k + 1, verify_cost) for r in rounds)
-    return sum(len(r.emitted) for r in rounds) / cost
+    return tokens / cost
 
 
 def c_from_runs(samples: dict, base: str = ENGINE_BASELINE) -> float:
-    """c from the runs' own timings: median draft step / median 1-token target step (baseline rounds)."""
-    draft_steps = [r.draft_s / r.k for s in samples.get("draft", []) for r in s.run.rounds if r.k > 0 and r.draft_s > 0]
-    target_steps = [r.verify_s for s in samples.get(base, []) for r in s.run.rounds]
+    """c from the runs' own timings: median draft step / median 1-token target step (baseline rounds).
+
+    Rounds that also read the prompt (prefill_tokens > 0) are left out."""
+    draft_steps = [r.draft_s / r.k for s in samples.get("draft", []) for r in s.run.rounds
+                   if r.k > 0 and r.draft_s > 0 and not r.prefill_tokens]
+    target_steps = [r.verify_s for s in samples.get(base, []) for r in s.run.rounds if not r.prefill_tokens]
     if not draft_steps or not target_steps:
         return float("nan")
     return statistics.median(draft_steps) / statistics.median(target_steps)
@@ -311,8 +332,7 @@ def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
     row["speedup"] = base["s_per_token"] / row["s_per_token"] if base else float("nan")
     runs = [s.run for s in samples if s.run is not None]
     if runs:
-        dpt = [r.decode_s / max(len(r.token_ids), 1) for r in runs]
-        row["decode_s_per_token"] = _med(dpt)
+        row["decode_s_per_token"] = _med([r.steady_s_per_token for r in runs])  # after the prompt is read
         row["decode_speedup"] = (base["decode_s_per_token"] / row["decode_s_per_token"]
                                  if base and base.get("decode_s_per_token") else float("nan"))
         rounds = [r for run in runs for r in run.rounds]
@@ -329,13 +349,13 @@ def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
             acc = sum(r.n_accepted for r in runs)
             judged = sum(r.n_judged for r in runs)
             alpha = acc / judged if judged else float("nan")
-            c, vc = alpha_c_vc
+            c, vc, refeed = (*alpha_c_vc, 0.0)[:3]
             if name == "prompt-lookup":
-                c = 0.0  # no draft model: drafting costs nothing
+                c = refeed = 0.0  # no draft model: drafting costs nothing
             row["alpha"] = alpha
             row["c"] = c
-            row["predicted"] = predicted_speedup(runs, alpha, c, vc)
-            row["predicted_from_tokens_per_pass"] = predicted_from_tokens_per_pass(runs, c, vc)
+            row["predicted"] = predicted_speedup(runs, alpha, c, vc, refeed)
+            row["predicted_from_tokens_per_pass"] = predicted_from_tokens_per_pass(runs, c, vc, refeed)
             row["efficiency"] = row["decode_speedup"] / row["predicted"] if row["predicted"] > 0 else float("nan")
             if name.startswith("k="):
                 k = int(name[2:])
@@ -392,6 +412,8 @@ def bench(args, pair=None, progress=None) -> dict:
     dcost = forward_cost(pair.draft, n_tokens=(1, 2), reps=args.cost_reps)
     ratios = theory.verify_ratios_from_timings(tcost)
     c_forward = _med(dcost[1]) / _med(tcost[1])
+    # a draft step that reads two tokens (after a wholly accepted round), beyond c, in target steps
+    refeed = max(0.0, (_med(dcost[2]) - _med(dcost[1])) / _med(tcost[1]))
 
     # 2. warm-up: every method once, a few tokens
     names = args.method_names
@@ -428,12 +450,12 @@ def bench(args, pair=None, progress=None) -> dict:
         c_use = c_runs if math.isfinite(c_runs) else c_forward
         by_method: dict[str, list[dict]] = {}
         for dom in args.domains:
-            base = summarise(ENGINE_BASELINE, samples[(mode, dom, ENGINE_BASELINE)], {}, (c_use, ratios))
+            base = summarise(ENGINE_BASELINE, samples[(mode, dom, ENGINE_BASELINE)], {}, (c_use, ratios, refeed))
             base["speedup"] = 1.0
             base["decode_speedup"] = 1.0
             for name in names:
                 row = base if name == ENGINE_BASELINE else summarise(name, samples[(mode, dom, name)], base,
-                                                                     (c_use, ratios))
+                                                                     (c_use, ratios, refeed))
                 row = {"mode": mode, "domain": dom, **row}
                 if mode == "greedy":
                     row["same_as_baseline"] = (samples[(mode, dom, name)][0].tokens
@@ -463,6 +485,7 @@ def bench(args, pair=None, progress=None) -> dict:
             "draft_forward_s": {n: _med(v) for n, v in dcost.items()},
             "verify_ratio": ratios,
             "c_forward": c_forward,
+            "refeed": refeed,
         },
         "results": results,
         "summary": summary,
@@ -546,8 +569,8 @@ def markdown(report: dict) -> str:
              f"{cfg['device']}, {cfg['threads']} threads)", ""]
     lines.append(f"{cfg['max_new_tokens']} new tokens, median of {cfg['reps']} repetitions, load average "
                  f"{_f(cfg['load_avg_start'], '{:.1f}')} → {_f(cfg['load_avg_end'], '{:.1f}')}; "
-                 f"speedup = target-alone s/token ÷ method s/token, end to end (prefill included); "
-                 f"decode = prefill excluded; predicted from the measured α, c and verify cost "
+                 f"speedup = target-alone s/token ÷ method s/token, end to end (reading the prompt included); "
+                 f"decode = the rounds after the first (which also reads the prompt); predicted from the measured α, c and verify cost "
                  f"(or, to check the cost model alone, from the measured tokens per pass); "
                  f"efficiency = decode speedup ÷ predicted.")
     costs = report["costs"]

@@ -151,3 +151,64 @@ def test_cli_reports_bad_options_as_errors():
     proc = subprocess.run([sys.executable, "-m", "specviz", "bench", "--tiny", "--ks", "0"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("error:")
+
+
+def test_steady_figures_leave_out_the_round_that_read_the_prompt():
+    """decode speedup, c and the prediction are steady-state figures: the first round's passes also
+    read the prompt (no separate prefill), so its times would make drafting and verifying look slow."""
+    import statistics
+    from types import SimpleNamespace
+
+    from specviz import autoregressive_decode, speculative_decode
+    from tiny import tiny_qwen
+
+    target, draft = tiny_qwen(1), tiny_qwen(2)
+    prompt = list(range(1, 41))  # a long prompt: the first passes are clearly the slowest
+    base = [autoregressive_decode(target, prompt, max_new_tokens=8) for _ in range(2)]
+    spec = [speculative_decode(target, draft, prompt, k=3, max_new_tokens=12) for _ in range(2)]
+    samples = {bench.ENGINE_BASELINE: [SimpleNamespace(run=r) for r in base],
+               "draft": [SimpleNamespace(run=r) for r in spec]}
+    steady_d = [r.draft_s / r.k for run in spec for r in run.rounds[1:] if r.k]
+    steady_t = [r.verify_s for run in base for r in run.rounds[1:]]
+    assert bench.c_from_runs(samples) == pytest.approx(statistics.median(steady_d) / statistics.median(steady_t))
+    row = bench.summarise("k=3", [SimpleNamespace(run=r, tokens=r.token_ids, wall_s=r.decode_s) for r in spec],
+                          bench.summarise(bench.ENGINE_BASELINE, [SimpleNamespace(run=r, tokens=r.token_ids,
+                                                                                  wall_s=r.decode_s) for r in base],
+                                          {}, (0.5, None)),
+                          (0.5, None))
+    assert row["decode_s_per_token"] == pytest.approx(statistics.median(r.steady_s_per_token for r in spec))
+    # the prediction counts the same rounds as the measured decode speedup
+    alpha = row["alpha"]
+    rounds = [(i == len(run.rounds) - 1, r) for run in spec for i, r in enumerate(run.rounds) if i > 0]
+    tokens = sum(len(r.emitted) if last else theory_tokens(alpha, r.k) for last, r in rounds)
+    cost = sum(r.k * 0.5 + 1.0 for _, r in rounds)
+    assert row["predicted"] == pytest.approx(tokens / cost)
+
+
+def theory_tokens(alpha, k):
+    from specviz import theory
+
+    return theory.expected_tokens(alpha, k)
+
+
+def test_the_prediction_charges_the_draft_re_read_after_a_full_acceptance():
+    """After a wholly accepted round the draft's first step reads two tokens (its own last draft and
+    the bonus): the expected extra cost is alpha^(k of the previous round) * refeed per round."""
+    import dataclasses
+
+    from specviz.records import Run
+    from test_kpolicy import make_round
+
+    rounds = [dataclasses.replace(make_round(4, 4), prefill_tokens=9), make_round(4, 4), make_round(4, 2),
+              make_round(4, 4), make_round(4, 1)]
+    run = Run(mode="speculative", prompt_ids=[1] * 10, token_ids=[1] * 18, rounds=rounds, settings={},
+              stop_reason="max_new_tokens", prefill_s=0.0, decode_s=1.0, target_passes=5, draft_passes=20)
+    alpha, c, refeed = 0.8, 0.3, 0.1
+    plain = bench.predicted_speedup([run], alpha, c, None)
+    charged = bench.predicted_speedup([run], alpha, c, None, refeed)
+    base_cost = 4 * (4 * c + 1.0)  # four steady rounds
+    assert plain * base_cost == pytest.approx(charged * (base_cost + 4 * alpha ** 4 * refeed))
+    # measured tokens per pass: the re-read only after the rounds that really ended with a bonus
+    # (rounds 0, 1 and 3; round 2 ended with a correction, so round 3 does not pay it)
+    assert bench.predicted_from_tokens_per_pass([run], c, None, refeed) == pytest.approx(
+        (5 + 3 + 5 + 2) / (base_cost + 3 * refeed))
