@@ -182,7 +182,9 @@ def zero_accept_note(r: Round, decode: Decode) -> str | None:
             f"was rejected, yet the round emitted {tok(r.emitted[0], decode)}: the pass that judged the drafts "
             "also computed the target's own distribution at that position, so the correction costs nothing "
             "extra. Every round makes progress; the worst case is one token per target pass, like plain "
-            f"decoding, plus the {r.draft_s * 1000:.1f} ms of drafting that was wasted.")
+            + (f"decoding, plus the {r.draft_s * 1000:.1f} ms of drafting that was wasted." if not r.prefill_tokens
+               else "decoding, plus the drafting that was wasted (this first round's draft time, "
+                    f"{r.draft_s * 1000:.1f} ms, also includes reading the prompt)."))
 
 
 # ---------------------------------------------------------------------------

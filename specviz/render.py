@@ -193,6 +193,8 @@ def round_log_rows(run: Run, decode: Callable[[int], str]) -> list[dict]:
             "emitted": len(r.emitted),
             "draft ms": round(r.draft_s * 1000, 2),
             "verify ms": round(r.verify_s * 1000, 2),
+            # the first round's passes also read the prompt: its times are not a plain round's
+            "note": f"passes also read the prompt ({r.prefill_tokens + 1} tokens)" if r.prefill_tokens else "",
         })
     return rows
 

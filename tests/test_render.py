@@ -134,3 +134,19 @@ def test_visible():
     assert render.visible(" a\n\t") == "␣a⏎⇥"
     assert render.visible("") == "∅"
     assert render.visible(" a", spaces=False) == " a"
+
+
+def test_the_round_that_read_the_prompt_says_so():
+    """Round one's passes also read the prompt (no separate prefill): its times are not a plain round's,
+    and the table, the one-line summary and the slow-motion story say why."""
+    import dataclasses
+
+    from specviz import lab, replay
+
+    first = dataclasses.replace(france(), prefill_tokens=5)
+    rows = render.round_log_rows(mk_run([first, bonus_round()]), decode)
+    assert rows[0]["note"] == "passes also read the prompt (6 tokens)" and rows[1]["note"] == ""
+    assert "also read the prompt's 5 earlier tokens" in replay.round_summary(first, decode)
+    assert "also read the prompt" not in replay.round_summary(france(), decode)
+    assert "also read the prompt (5 earlier tokens)" in lab.round_story(first, decode)[0]
+    assert "prompt" not in lab.round_story(france(), decode)[0]
