@@ -291,15 +291,15 @@ def draw_metrics(run) -> None:
                          "always ≤ α.")
         c[1].caption(f"accepted / drafted = {run.n_accepted} / {run.n_drafted}")
         c[2].metric("tokens per target pass", fmt(run.tokens_per_pass),
-                    help="New tokens ÷ target forward passes (one per round; the first round's pass also reads the prompt). "
-                         "Plain decoding gets exactly 1.")
+                    help="New tokens ÷ target forward passes (one per round; the first round's pass also reads "
+                         "the prompt). Plain decoding gets exactly 1.")
         c[2].caption(f"new tokens / target passes = {len(run.token_ids)} / {run.target_passes}")
         c[3].metric("new tokens", len(run.token_ids))
         c[3].caption(f"{len(run.rounds)} rounds" + (f", stopped by {run.stop_reason}"
                                                    if run.stop_reason != "running" else ""))
         c[4].metric("tokens / s", fmt(run.tokens_per_s, ".1f"),
-                    help="Wall-clock speed of this run, reading the prompt included (the first round's passes do it; "
-                         "replays show the recorded timings).")
+                    help="Wall-clock speed of this run, reading the prompt included (the first round's passes "
+                         "do it; replays show the recorded timings).")
         c[4].caption(f"decode {run.decode_s:.2f} s (draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)")
 
 

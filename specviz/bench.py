@@ -27,8 +27,9 @@ medians reported. `speedup` is per token and end to end (reading the prompt
 included): baseline seconds per token / method seconds per token. The engine's
 methods also get `decode_speedup`, over the rounds after the first (whose
 passes also read the prompt: Round.prefill_tokens), which is what the model in
-theory.py predicts from the measured alpha, c and verify cost; efficiency =
-decode_speedup / predicted, over the same rounds. Bookkeeping is what a
+theory.py predicts from the measured alpha, c and verify cost (plus the
+draft's two-token step after a wholly accepted round: see predicted_speedup);
+efficiency = decode_speedup / predicted, over the same rounds. Bookkeeping is what a
 round spends outside the forward passes: round_s - draft_s - verify_s.
 
 Output: a markdown table (default), --json (stdout or --out FILE), and
@@ -563,6 +564,12 @@ def _f(x, fmt="{:.2f}", none="–"):
     return fmt.format(x) if isinstance(x, (int, float)) and math.isfinite(x) else none
 
 
+def _at(d: dict, n: int) -> float:
+    """d[n] for a dict keyed by int (in memory) or by str (read back from JSON); nan if absent."""
+    v = d.get(n, d.get(str(n)))
+    return float("nan") if v is None else v
+
+
 def markdown(report: dict) -> str:
     cfg = report["config"]
     lines = [f"# specviz bench: {cfg['pair']} ({cfg['dtype']}{', fast-linear' if cfg['fast_linear'] else ''}, "
@@ -570,14 +577,17 @@ def markdown(report: dict) -> str:
     lines.append(f"{cfg['max_new_tokens']} new tokens, median of {cfg['reps']} repetitions, load average "
                  f"{_f(cfg['load_avg_start'], '{:.1f}')} → {_f(cfg['load_avg_end'], '{:.1f}')}; "
                  f"speedup = target-alone s/token ÷ method s/token, end to end (reading the prompt included); "
-                 f"decode = the rounds after the first (which also reads the prompt); predicted from the measured α, c and verify cost "
+                 f"decode = the rounds after the first (which also reads the prompt); "
+                 f"predicted from the measured α, c and verify cost "
                  f"(or, to check the cost model alone, from the measured tokens per pass); "
                  f"efficiency = decode speedup ÷ predicted.")
     costs = report["costs"]
     lines.append("")
     lines.append("target forward: " + ", ".join(f"{n} tok {1000 * s:.0f} ms"
                                                 for n, s in costs["target_forward_s"].items())
-                 + f"; draft 1 tok {1000 * costs['draft_forward_s'][1]:.0f} ms; c = {costs['c_forward']:.3f}")
+                 + f"; draft 1 tok {1000 * _at(costs['draft_forward_s'], 1):.0f} ms, 2 tok "
+                 f"{1000 * _at(costs['draft_forward_s'], 2):.0f} ms; c = {costs['c_forward']:.3f}; the draft's "
+                 f"two-token step after a wholly accepted round costs {_f(costs.get('refeed'), '{:.3f}')} more")
     domains = cfg["domains"]
     for mode in cfg["modes"]:
         title = "greedy" if mode == "greedy" else f"sampling, temperature {cfg['temperature']}"

@@ -336,8 +336,9 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
     drafter.start(ids)
     prefill_s = time.perf_counter() - t0
     prime = getattr(policy, "prime", None)
-    if prime is not None and drafter.uses_model:
-        prime(param_ratio(drafter.lm.model, target_model))  # before anything is timed: a first estimate of c
+    draft_model = getattr(getattr(drafter, "lm", None), "model", None)
+    if prime is not None and draft_model is not None:
+        prime(param_ratio(draft_model, target_model))  # before anything is timed: a first estimate of c
 
     rounds, ks, stop = [], [], "max_new_tokens"
     t_dec, paused = time.perf_counter(), 0.0
