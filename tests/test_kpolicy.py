@@ -264,6 +264,13 @@ def test_the_engine_primes_the_policy_with_the_parameter_ratio():
     speculative_decode(target, PromptLookupDrafter(), [5, 6, 5, 6], k=2, max_new_tokens=6, k_policy=lookup)
     assert lookup.c_prior is None
 
+    class OwnDrafter(PromptLookupDrafter):  # says it runs a model, but does not expose one
+        uses_model = True
+
+    own = BestK(2, stop=True)
+    run = speculative_decode(target, OwnDrafter(), [5, 6, 5, 6], k=2, max_new_tokens=6, k_policy=own)
+    assert own.c_prior is None and run.token_ids == hf_greedy(target, [5, 6, 5, 6], 6)
+
 
 def test_the_round_that_reads_the_prompt_teaches_acceptance_but_not_costs():
     """Its draft and verify times include the prompt: learning c or the verify cost from them would
