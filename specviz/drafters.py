@@ -69,8 +69,9 @@ class ModelDrafter(Drafter):
         return self.draft_tokens(ids, k, sampler)
 
     def draft_tokens(self, ids: list[int], k: int, sampler: Sampler,
-                     keep_drafting: Callable[[list[float]], bool] | None = None) -> Proposal:
-        """Up to k tokens, one forward each; a drafted EOS, or keep_drafting(confidences so far), ends the round early.
+                     keep_drafting: Callable[[list[float], list[float]], bool] | None = None) -> Proposal:
+        """Up to k tokens, one forward each; a drafted EOS, or keep_drafting(confidences so far, step
+        times so far), ends the round early.
 
         Distributions stay on the model's device (a GPU round moves only ids and scalars).
         """
@@ -89,7 +90,7 @@ class ModelDrafter(Drafter):
                 break
             if keep_drafting is not None and j + 1 < k:
                 conf.append(float(probs[tok]))
-                if not keep_drafting(conf):
+                if not keep_drafting(conf, step_s):
                     break
         qs = torch.stack(q)  # (k, V)
         # greedy proposals are certain; q (at T=1) is only recorded for drawing

@@ -43,10 +43,12 @@ assisted generation stops after a draft token with probability < 0.4, a fixed
 threshold). The stopping decision depends only on the draft's side, so the
 output distribution is still exactly the target's. Before the first round
 nothing is measured: the engine primes c with the ratio of the two models'
-parameter counts (prime()), and the verify cost is taken as flat (the first
-round's target pass also reads the prompt, so a few more drafts add little to
-it). That round's timings include reading the prompt: observe() learns its
-acceptance but not its costs.
+parameter counts (prime()), and the verify cost is taken as flat. The first
+round's target pass also reads the prompt, so it costs several 1-token passes
+and each draft is cheap next to it: the cost of the round gets that `extra`,
+estimated from the draft's own first step, which read the same prompt
+(prompt_extra), and the first round drafts longer. Its timings include reading
+the prompt: observe() learns its acceptance but not its costs.
 
 The estimates are plain numbers (no torch): the chooser can be unit-tested on
 synthetic Rounds.
@@ -205,9 +207,12 @@ class BestK:
         self.history.append({"alpha": self.alpha, "c": c, "k": k, "predicted": s})
         return k
 
-    def keep_drafting(self, confidences: list[float]) -> bool:
+    def keep_drafting(self, confidences: list[float], extra: float = 0.0) -> bool:
         """After drafting len(confidences) tokens (each the draft's probability of its token):
-        is one more draft expected to raise tokens per unit of cost? (See the module doc.)"""
+        is one more draft expected to raise tokens per unit of cost? (See the module doc.)
+
+        extra: what this round's target pass costs beyond verifying the drafts, in 1-token
+        target passes (the first round's pass also reads the prompt; ConfidenceDrafter)."""
         j = len(confidences)
         c = self._c_estimate()
         if c is None:  # first round, no estimate of c: draft the starting k
@@ -219,7 +224,7 @@ class BestK:
             p *= self.accept_chance(q)
             e += p
         vc = self.verify_cost
-        cost = j * c + float(theory.verify_ratio(j + 1, vc))
+        cost = j * c + float(theory.verify_ratio(j + 1, vc)) + max(0.0, extra)
         d_cost = c + float(theory.verify_ratio(j + 2, vc)) - float(theory.verify_ratio(j + 1, vc))
         d_tokens = p * self.accept_chance(confidences[-1])  # the next draft's chance, from the last one's
         return d_tokens * cost > e * d_cost if d_cost > 0 else d_tokens > 0
@@ -269,4 +274,21 @@ class ConfidenceDrafter(Drafter):
         self.inner.update(ids, n_accepted)
 
     def propose(self, ids: list[int], k: int, sampler) -> Proposal:
-        return self.inner.draft_tokens(ids, k, sampler, self.policy.keep_drafting)
+        reads_prompt = self.inner.lm.n == 0 and len(ids) > 1  # the first round: both models read the prompt
+
+        def keep(confidences: list[float], step_s: list[float]) -> bool:
+            return self.policy.keep_drafting(confidences, prompt_extra(step_s) if reads_prompt else 0.0)
+
+        return self.inner.draft_tokens(ids, k, sampler, keep)
+
+
+def prompt_extra(step_s: list[float]) -> float:
+    """The first round's target pass also reads the prompt: its cost beyond a 1-token pass, in 1-token
+    target passes, estimated from the draft reading the same prompt in its first step (both models'
+    costs grow alike with the tokens read: real pair, 2-core CPU, 50-token code prompt: the draft's
+    prompt read costs 3.8-4.3 of its 1-token steps, the target's first pass 4.6-4.7 of its own, so
+    the estimate errs low). 0 until a later 1-token step has been timed."""
+    if len(step_s) < 2:
+        return 0.0
+    later = statistics.median(step_s[1:])
+    return max(0.0, step_s[0] / later - 1.0) if later > 0 else 0.0

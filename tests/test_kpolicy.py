@@ -173,12 +173,12 @@ def _seeded(stop=True, alpha_rounds=((4, 3),) * 6, **kw) -> BestK:
     return p
 
 
-def drafted_length(p: BestK, confidences: list[float], cap: int = 16) -> int:
+def drafted_length(p: BestK, confidences: list[float], cap: int = 16, extra: float = 0.0) -> int:
     """How many tokens a round drafts when the drafts come with these confidences."""
     j = 0
     while j < cap:
         j += 1
-        if j < cap and not p.keep_drafting(confidences[:j]):
+        if j < cap and not p.keep_drafting(confidences[:j], extra):
             break
     return j
 
@@ -321,3 +321,46 @@ def test_sampling_with_early_stops_keeps_the_target_distribution():
         lengths[run.ks[0]] += 1
     assert lengths[1] > 100 and lengths[2] > 100  # both early stops and full rounds happened
     assert passes(counts, exact, N_RUNS), total_variation(counts, exact, N_RUNS)
+
+
+def test_the_round_that_also_reads_the_prompt_drafts_longer():
+    """Its target pass costs several 1-token passes (it reads the prompt), so a draft is cheap next to
+    it: with that extra cost the stop rule keeps drafting through confidences where it would stop."""
+    from specviz.kpolicy import prompt_extra
+
+    p = BestK(3, k_max=K_MAX, stop=True)
+    p.prime(0.35)
+    mid = [0.995, 0.995, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6] + [0.995] * 24
+    plain = drafted_length(p, mid, cap=K_MAX)
+    longer = drafted_length(p, mid, cap=K_MAX, extra=3.0)
+    assert longer > plain
+    assert prompt_extra([0.4]) == 0.0  # no 1-token step timed yet
+    assert prompt_extra([0.4, 0.1, 0.1, 0.12]) == pytest.approx(3.0)
+    assert prompt_extra([0.1, 0.1]) == 0.0
+
+
+def test_the_confidence_drafter_passes_the_prompt_extra_in_the_first_round_only(monkeypatch):
+    import specviz.kpolicy as kp
+
+    class Spy(BestK):
+        def keep_drafting(self, confidences, extra=0.0):
+            self.extras.append((self.round, extra))
+            return super().keep_drafting(confidences, extra)
+
+        def observe(self, rnd):
+            super().observe(rnd)
+            self.round += 1
+
+    seen = []
+    monkeypatch.setattr(kp, "prompt_extra", lambda step_s: seen.append(list(step_s)) or 7.0)
+    target, draft = tiny_qwen(100), tiny_qwen(200)
+    pol = Spy(3, k_max=8, stop=True)
+    pol.extras, pol.round = [], 0
+    prompt = list(range(1, 30))
+    run = speculative_decode(target, draft, prompt, k=3, max_new_tokens=24, k_policy=pol)
+    assert run.token_ids == hf_greedy(target, prompt, 24)
+    first = [e for r, e in pol.extras if r == 0]
+    later = [e for r, e in pol.extras if r > 0]
+    assert first and all(e == 7.0 for e in first)  # the round whose passes read the prompt
+    assert later and all(e == 0.0 for e in later)
+    assert [len(s) for s in seen] == list(range(1, len(first) + 1))  # the step times so far, each time
