@@ -308,9 +308,13 @@ def predicted_from_tokens_per_pass(runs, c: float, verify_cost, refeed: float = 
 def c_from_runs(samples: dict, base: str = ENGINE_BASELINE) -> float:
     """c from the runs' own timings: median draft step / median 1-token target step (baseline rounds).
 
-    Rounds that also read the prompt (prefill_tokens > 0) are left out."""
-    draft_steps = [r.draft_s / r.k for s in samples.get("draft", []) for r in s.run.rounds
-                   if r.k > 0 and r.draft_s > 0 and not r.prefill_tokens]
+    Draft steps come from rounds whose every step read one token: not the round that also read
+    the prompt (prefill_tokens > 0), nor a round after a wholly accepted one, whose first step
+    reads two (that extra is the prediction's `refeed`, so counting it in c too would charge it
+    twice)."""
+    draft_steps = [r.draft_s / r.k for s in samples.get("draft", []) for i, r in enumerate(s.run.rounds)
+                   if r.k > 0 and r.draft_s > 0 and not r.prefill_tokens
+                   and i > 0 and s.run.rounds[i - 1].extra_kind != "bonus"]
     target_steps = [r.verify_s for s in samples.get(base, []) for r in s.run.rounds if not r.prefill_tokens]
     if not draft_steps or not target_steps:
         return float("nan")

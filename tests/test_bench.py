@@ -168,7 +168,8 @@ def test_steady_figures_leave_out_the_round_that_read_the_prompt():
     spec = [speculative_decode(target, draft, prompt, k=3, max_new_tokens=12) for _ in range(2)]
     samples = {bench.ENGINE_BASELINE: [SimpleNamespace(run=r) for r in base],
                "draft": [SimpleNamespace(run=r) for r in spec]}
-    steady_d = [r.draft_s / r.k for run in spec for r in run.rounds[1:] if r.k]
+    steady_d = [r.draft_s / r.k for run in spec for i, r in enumerate(run.rounds)
+                if i > 0 and r.k and run.rounds[i - 1].extra_kind != "bonus"]  # one-token draft steps only
     steady_t = [r.verify_s for run in base for r in run.rounds[1:]]
     assert bench.c_from_runs(samples) == pytest.approx(statistics.median(steady_d) / statistics.median(steady_t))
     row = bench.summarise("k=3", [SimpleNamespace(run=r, tokens=r.token_ids, wall_s=r.decode_s) for r in spec],
@@ -212,3 +213,28 @@ def test_the_prediction_charges_the_draft_re_read_after_a_full_acceptance():
     # (rounds 0, 1 and 3; round 2 ended with a correction, so round 3 does not pay it)
     assert bench.predicted_from_tokens_per_pass([run], c, None, refeed) == pytest.approx(
         (5 + 3 + 5 + 2) / (base_cost + 3 * refeed))
+
+
+def test_c_from_the_runs_uses_draft_steps_that_read_one_token():
+    """After a wholly accepted round the first draft step reads two tokens; the prediction charges
+    that as `refeed`, so c comes from rounds after a correction only (and never the prompt round)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from specviz.records import Run
+    from test_kpolicy import make_round
+
+    def run_of(rounds):
+        return Run(mode="speculative", prompt_ids=[1] * 10, token_ids=[], rounds=rounds, settings={},
+                   stop_reason="max_new_tokens", prefill_s=0.0, decode_s=1.0, target_passes=len(rounds),
+                   draft_passes=0)
+
+    spec = run_of([dataclasses.replace(make_round(4, 4, draft_step=9.0), prefill_tokens=9),
+                   make_round(4, 4, draft_step=0.2),  # after a bonus: left out
+                   make_round(4, 2, draft_step=0.3),  # after a bonus: left out
+                   make_round(4, 4, draft_step=0.1),  # after a correction: every step read one token
+                   make_round(4, 1, draft_step=0.5)])  # after a bonus: left out
+    base = run_of([dataclasses.replace(make_round(0, 0, verify=5.0), prefill_tokens=9)]
+                  + [make_round(0, 0, verify=1.0) for _ in range(3)])
+    samples = {bench.ENGINE_BASELINE: [SimpleNamespace(run=base)], "draft": [SimpleNamespace(run=spec)]}
+    assert bench.c_from_runs(samples) == pytest.approx(0.1)
