@@ -355,7 +355,9 @@ def decode_rate(run: Run) -> float:
 
 
 def race_points(run: Run) -> list[tuple[float, int]]:
-    """Cumulative (seconds since decoding began, tokens so far) after each round (the first also read the prompt)."""
+    """Cumulative (seconds since decoding began, tokens so far) after each round.
+
+    The first round's time includes reading the prompt, for both runs of a race."""
     t, n, out = 0.0, 0, []
     for r in run.rounds:
         t += r.round_s
