@@ -91,7 +91,7 @@ class Run:
     settings: dict[str, Any]
     stop_reason: str  # "eos" or "max_new_tokens"
     prefill_s: float  # seconds before the first round (0 now: the first round reads the prompt)
-    decode_s: float  # wall time of all rounds, reading the prompt included (not the time a streaming caller held a Round)
+    decode_s: float  # wall time of all rounds, reading the prompt included (not time a caller held a Round)
     target_passes: int  # target forward passes, the first round's (which also reads the prompt) included
     draft_passes: int  # draft forward passes (0 for prompt lookup / baseline)
     ks: list[int] = field(default_factory=list)  # k used per round (adaptive k)
