@@ -315,7 +315,7 @@ def c_from_runs(samples: dict, base: str = ENGINE_BASELINE) -> float:
     draft_steps = [r.draft_s / r.k for s in samples.get("draft", []) for i, r in enumerate(s.run.rounds)
                    if r.k > 0 and r.draft_s > 0 and not r.prefill_tokens
                    and i > 0 and s.run.rounds[i - 1].extra_kind != "bonus"]
-    target_steps = [r.verify_s for s in samples.get(base, []) for r in s.run.rounds if not r.prefill_tokens]
+    target_steps = [r.verify_s for s in samples.get(base, []) for r in s.run.steady_rounds]
     if not draft_steps or not target_steps:
         return float("nan")
     return statistics.median(draft_steps) / statistics.median(target_steps)

@@ -242,7 +242,7 @@ class BestK:
             self.judged *= self.decay
         self.accepted += rnd.n_accepted
         self.judged += judged
-        timed = not getattr(rnd, "prefill_tokens", 0)  # the first round's passes also read the prompt
+        timed = not rnd.prefill_tokens  # the first round's passes also read the prompt
         if timed and rnd.k > 0 and rnd.draft_s > 0:
             self.draft_per_token.append(rnd.draft_s / rnd.k)
         if timed and rnd.verify_s > 0 and math.isfinite(rnd.verify_s):
