@@ -113,10 +113,11 @@ source = sb.radio("Source", [LIVE, RECORDED], key="main.source", horizontal=Fals
                   help="Live: run the real models on this machine. Recorded: replay runs recorded with the "
                        "real default pair, instantly, with no model loaded (for weak laptops).")
 recording = None
-pair_name = dtype = None
+pair_name = dtype = draft_precision = None
 if source == LIVE:
     pair_name = ui.sidebar_pair_picker("main")
     dtype = ui.dtype_picker("main")
+    draft_precision = ui.precision_picker("main")
     ui.show_device(None, dtype)
 else:
     recs = replay.list_recorded()
@@ -188,7 +189,7 @@ def start_live() -> replay.Playback:
     if not pair_name:
         raise SpecvizError("No model pair is available: fix models.yaml (see the error above).")
     t0 = time.perf_counter()
-    pair = ui.load_pair_cached(pair_name, dtype)
+    pair = ui.load_pair_cached(pair_name, dtype, draft_precision)
     load_s = time.perf_counter() - t0
     ids = prompts.encode(pair.tokenizer, prompt_text, chat)
     lookup = drafter_choice == LOOKUP
@@ -197,7 +198,8 @@ def start_live() -> replay.Playback:
     stream = speculative_stream(pair.target, PromptLookupDrafter() if lookup else pair.draft, ids, **kw,
                                 k_policy=k_policy, vocab=pair.shared_vocab)
     meta = {"origin": "live", "pair": pair_name, "dtype": dtype, "device": pair.device, "chat": chat,
-            "drafter": "prompt lookup" if lookup else "draft model", "kw": kw, "lookup": lookup,
+            "drafter": "prompt lookup" if lookup else f"{pair.draft_precision} draft model", "kw": kw,
+            "lookup": lookup, "draft_precision": None if lookup else pair.draft_precision,
             "decode": ui.decoder(pair.tokenizer), "baseline_wanted": baseline_on, "t_run": T_SCRIPT,
             "load_s": load_s}
     settings = {**kw, "k_policy": k_policy}
@@ -496,8 +498,10 @@ elif base:
         n_draft = sum(r.k for r in steady) if sr.draft_passes else 0
         if n_draft:
             d_ms = 1000 * sum(r.draft_s for r in steady) / n_draft
+            prec = job.meta.get("draft_precision")
             why += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
-                    f"(c = {d_ms / b_ms:.2f} of a target pass)" if b_ms > 0 else "")
+                    f"(c = {d_ms / b_ms:.2f} of a target pass{f', {prec} draft' if prec else ''})"
+                    if b_ms > 0 else "")
         st.caption(why + ". Tokens per pass is not speedup: see the Speedup page for the cost model.")
     if base.get("identical") is True:
         st.success("Greedy: **identical text** to the target alone, token for token (claim 6: speculative "

@@ -22,7 +22,7 @@ the sidebar (float32 or bfloat16) and measure again to compare: results for each
 """
 )
 
-pair = lab_ui.pair_for_page("fast")
+pair = lab_ui.pair_for_page("fast", draft=False)
 if pair is None:
     st.stop()
 dt = lab_ui.dtype_name(pair)

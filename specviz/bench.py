@@ -53,7 +53,8 @@ from typing import Any
 
 import torch
 
-from . import theory
+from . import quant, theory
+from .cli import add_draft_precision
 from .drafters import PromptLookupDrafter
 from .engine import autoregressive_decode, speculative_decode
 from .errors import InvalidSetting
@@ -82,6 +83,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--models", metavar="YAML", help="registry file")
     p.add_argument("--tiny", action="store_true", help="the tiny random pair (seconds; for tests)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the pair's default")
+    add_draft_precision(p)
     p.add_argument("--fast-linear", action=argparse.BooleanOptionalAction, default=None,
                    help="float32 on CPU: every nn.Linear through oneDNN (specviz.fastlinear); "
                         "default: as load_pair does (on unless SPECVIZ_FAST_LINEAR=0)")
@@ -152,7 +154,8 @@ def tiny_pair():
     eos = [SPECIALS.index("<eos>")]
     # all of the head's ids, as transformers' generate() picks from (ids past the characters decode to "")
     return SimpleNamespace(name="tiny", target=target, draft=draft, tokenizer=tok, dtype=torch.float32,
-                           device="cpu", eos_token_ids=eos, shared_vocab=vocab_size(target))
+                           device="cpu", eos_token_ids=eos, shared_vocab=vocab_size(target),
+                           draft_precision="float32")
 
 
 def load(args):
@@ -163,6 +166,8 @@ def load(args):
 
             dt = parse_dtype(args.dtype)
             pair.target, pair.draft, pair.dtype = pair.target.to(dt), pair.draft.to(dt), dt
+        pair.draft_precision = quant.check(args.draft_precision, "cpu")
+        quant.apply(pair.draft, pair.draft_precision)
         if args.fast_linear:
             from . import fastlinear
 
@@ -171,7 +176,8 @@ def load(args):
     else:
         from .models import load_pair
 
-        pair = load_pair(args.pair, dtype=args.dtype, registry=args.models, fast_linear=args.fast_linear)
+        pair = load_pair(args.pair, dtype=args.dtype, registry=args.models, fast_linear=args.fast_linear,
+                         draft_precision=args.draft_precision)
     return pair
 
 
@@ -475,7 +481,7 @@ def bench(args, pair=None, progress=None) -> dict:
         "format": FORMAT,
         "config": {
             "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
-            "fast_linear": _fast_linear_on(pair), "threads": torch.get_num_threads(), "ks": args.ks,
+            "draft_precision": pair.draft_precision, "fast_linear": _fast_linear_on(pair), "threads": torch.get_num_threads(), "ks": args.ks,
             "methods": names, "domains": args.domains, "modes": args.modes, "temperature": args.temperature,
             "reps": args.reps, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
             "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
@@ -577,7 +583,7 @@ def _at(d: dict, n: int) -> float:
 def markdown(report: dict) -> str:
     cfg = report["config"]
     lines = [f"# specviz bench: {cfg['pair']} ({cfg['dtype']}{', fast-linear' if cfg['fast_linear'] else ''}, "
-             f"{cfg['device']}, {cfg['threads']} threads)", ""]
+             f"{cfg.get('draft_precision', 'float32')} draft, {cfg['device']}, {cfg['threads']} threads)", ""]
     lines.append(f"{cfg['max_new_tokens']} new tokens, median of {cfg['reps']} repetitions, load average "
                  f"{_f(cfg['load_avg_start'], '{:.1f}')} → {_f(cfg['load_avg_end'], '{:.1f}')}; "
                  f"speedup = target-alone s/token ÷ method s/token, end to end (reading the prompt included); "

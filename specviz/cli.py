@@ -188,7 +188,7 @@ def cmd_run(args) -> int:
     progress = ProgressPrinter()
     try:
         pair = load_pair(args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device,
-                         progress=progress, registry=args.models)
+                         progress=progress, registry=args.models, draft_precision=args.draft_precision)
     finally:
         progress.done()
     tok = pair.tokenizer
@@ -200,7 +200,8 @@ def cmd_run(args) -> int:
               max_new_tokens=args.max_new_tokens, seed=args.seed, eos_token_id=pair.eos_token_ids)
     if "vocab" in inspect.signature(engine.speculative_decode).parameters:
         kw["vocab"] = pair.shared_vocab  # compare only ids both models know (padded embeddings)
-    print(f"generating with {pair.name} (k={args.k}, temperature={args.temperature}) ...", file=sys.stderr)
+    print(f"generating with {pair.name}, {pair.draft_precision} draft (k={args.k}, temperature={args.temperature})"
+          " ...", file=sys.stderr)
     run = engine.speculative_decode(pair.target, pair.draft, input_ids, **kw)
 
     if args.json:
@@ -231,6 +232,14 @@ def cmd_bench(argv: list[str]) -> int:
 # argument parsing
 
 
+def add_draft_precision(p: argparse.ArgumentParser) -> None:
+    from .quant import PRECISIONS
+
+    p.add_argument("--draft-precision", choices=["auto", *PRECISIONS], default="auto",
+                   help="the draft's weights (default auto: int8 on a CPU, the model dtype on a GPU); "
+                        "never changes the output, only the draft's cost and its acceptance")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
     p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
@@ -257,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--raw", action="store_true", help="feed the prompt as-is, without the chat template")
     r.add_argument("--json", action="store_true", help="print the Run as JSON instead of text")
     r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: float32 on CPU")
+    add_draft_precision(r)
     r.add_argument("--device", help="cpu or cuda (default: cuda if available)")
     r.add_argument("--color", choices=["auto", "always", "never"], default="auto", help="colour the text")
     r.set_defaults(func=cmd_run)

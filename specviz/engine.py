@@ -26,6 +26,7 @@ from typing import Iterator
 
 import torch
 
+from . import quant
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 from .lm import CachedLM, max_positions, vocab_size
@@ -84,14 +85,11 @@ def check_settings(ids: list[int], models: list, *, k: int | None, temperature: 
             )
 
 
-def param_ratio(draft_model, target_model) -> float:
-    """Draft parameters / target parameters: c before any pass is timed (decoding one token reads
-    every weight once, so on a memory-bound CPU a step costs about its weight count; real pair:
-    0.32 against c = 0.35-0.37 measured)."""
-    def count(m):
-        return sum(p.numel() for p in m.parameters())
-
-    return count(draft_model) / count(target_model)
+def weight_ratio(draft_model, target_model) -> float:
+    """Draft weight bytes / target weight bytes: c before any pass is timed. Decoding one token
+    streams every weight once, so on a memory-bound device a step costs about its weight bytes;
+    an int8 draft streams a quarter of its float32 bytes (quant.weight_bytes)."""
+    return quant.weight_bytes(draft_model) / quant.weight_bytes(target_model)
 
 
 def _eos_set(eos_token_id, *models) -> set[int]:
@@ -338,7 +336,7 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
     prime = getattr(policy, "prime", None)
     draft_model = getattr(getattr(drafter, "lm", None), "model", None)
     if prime is not None and draft_model is not None:
-        prime(param_ratio(draft_model, target_model))  # before anything is timed: a first estimate of c
+        prime(weight_ratio(draft_model, target_model))  # before anything is timed: a first estimate of c
 
     rounds, ks, stop = [], [], "max_new_tokens"
     t_dec, paused = time.perf_counter(), 0.0

@@ -14,6 +14,8 @@ check_tokenizers, estimate_memory_bytes, DEFAULT_DTYPE.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import gc
 import hashlib
 import importlib
@@ -31,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import quant
 from .config import (
     ChunkSource,
     HubSource,
@@ -130,6 +133,7 @@ class Pair:
     sources: dict[str, str] = field(default_factory=dict)  # role -> where it loaded from
     load_s: float = 0.0
     fast_linear: bool = False  # float32 CPU linears run through oneDNN (see load_pair)
+    draft_precision: str = "float32"  # float32 | bfloat16 | int8 | int4 (specviz/quant.py)
 
 
 @dataclass(frozen=True)
@@ -678,8 +682,12 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device):
 def load_pair(name: str | None = None, *, draft: str | None = None, target: str | None = None,
               dtype: torch.dtype | str | None = None, device: str | None = None,
               progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None,
-              fast_linear: bool | None = None) -> Pair:
+              fast_linear: bool | None = None, draft_precision: str | None = None) -> Pair:
     """Load a draft/target pair by name (None = default), or with draft=/target= overrides.
+
+    draft_precision: float32, bfloat16, int8 or int4 (None or 'auto': quant.default_precision for
+    the device). The draft is loaded in `dtype`, then put into that precision (specviz/quant.py);
+    the target stays in `dtype`.
 
     fast_linear (default on; env SPECVIZ_FAST_LINEAR=0 turns it off): float32 on a
     CPU runs every Linear through oneDNN (specviz/fastlinear.py). Stock PyTorch
@@ -693,6 +701,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
     dtype = DEFAULT_DTYPE if dtype is None else parse_dtype(dtype)
+    precision = quant.check(draft_precision, device)
     check_memory(spec, dtype, device)
 
     roles = [("draft", spec.draft), ("target", spec.target)]
@@ -701,13 +710,15 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
         where, kw, sources[role] = _locate(m, role, progress)
         loaded[role] = _load_one(where, kw, m, role, dtype, device)
     (d_tok, d_model), (t_tok, t_model) = loaded["draft"], loaded["target"]
+    progress(f"draft precision: {precision}", None)
+    quant.apply(d_model, precision)
     if fast_linear is None:
         fast_linear = os.environ.get("SPECVIZ_FAST_LINEAR", "1") != "0"
-    if fast_linear and dtype == torch.float32 and device == "cpu":
+    if fast_linear and device == "cpu":
         from . import fastlinear
 
         for model in (d_model, t_model):
-            fastlinear.enable(model)
+            fastlinear.enable(model)  # only the float32 Linears
 
     if device.startswith("cuda"):
         limit_cpu_threads()
@@ -717,11 +728,32 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     pair = Pair(
         name=spec.name, draft=d_model, target=t_model, tokenizer=t_tok, dtype=dtype, device=device, spec=spec,
         eos_token_ids=_eos_ids(t_tok, [t_model, d_model], shared), shared_vocab=shared, sources=sources,
-        fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"),
+        fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"), draft_precision=precision,
     )  # fmt: skip
     pair.load_s = time.perf_counter() - t0
     progress("ready", 1.0)
     return pair
+
+
+def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
+    """The same pair (same target and tokenizer objects) with a copy of its draft in `precision`.
+
+    The copy is made from `pair.draft`, which should be at least as precise (float32 or bfloat16).
+    """
+    precision = quant.check(precision, pair.device)
+    if precision == pair.draft_precision:
+        return pair
+    if pair.draft_precision not in ("float32", "bfloat16"):
+        raise InvalidSetting(f"a {precision} draft is made from a float32 or bfloat16 one, "
+                             f"not from this pair's {pair.draft_precision} draft.")
+    t0 = time.perf_counter()
+    draft = quant.apply(copy.deepcopy(pair.draft), precision)
+    if pair.fast_linear:
+        from . import fastlinear
+
+        fastlinear.enable(draft)
+    return dataclasses.replace(pair, draft=draft, draft_precision=precision,
+                               load_s=time.perf_counter() - t0)
 
 
 def prepare(name: str | None = None, progress: Progress | None = None,
@@ -745,5 +777,5 @@ def prepare(name: str | None = None, progress: Progress | None = None,
 
 __all__ = [
     "DEFAULT_DTYPE", "Pair", "PairStatus", "cache_root", "check_tokenizers", "estimate_memory_bytes",
-    "list_pairs", "load_pair", "pair_status", "prepare",
+    "list_pairs", "load_pair", "pair_status", "prepare", "with_draft_precision",
 ]  # fmt: skip

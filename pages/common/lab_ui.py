@@ -15,10 +15,14 @@ from specviz import prompts
 from specviz.errors import SpecvizError
 
 
-def pair_for_page(prefix: str, *, dtype: bool = True):
-    """Pick and load the pair (cached per server); None after showing why it can't be used."""
+def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True):
+    """Pick and load the pair (cached per server); None after showing why it can't be used.
+
+    draft=False: the page uses only the target, so no draft-precision control is shown.
+    """
     name = ui.sidebar_pair_picker(prefix)
     dt = ui.dtype_picker(prefix) if dtype else ui.default_dtype_name()
+    precision = ui.precision_picker(prefix) if draft else dt  # the loaded draft as it is
     if name is None:
         ui.show_device(None, dt)
         return None
@@ -29,7 +33,7 @@ def pair_for_page(prefix: str, *, dtype: bool = True):
                  f"How to get it: {status.how_to_get}", icon=":material/error:")
         return None
     try:
-        pair = ui.load_pair_cached(name, dt)
+        pair = ui.load_pair_cached(name, dt, precision)
     except (SpecvizError, MemoryError) as e:
         ui.show_device(None, dt)
         ui.show_error(e)

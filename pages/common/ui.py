@@ -4,7 +4,9 @@ Stable API (pages import these):
     page_setup(title)                   st.set_page_config first, then the title
     sidebar_pair_picker(prefix)         -> chosen pair name (unavailable pairs explained)
     dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.models.DEFAULT_DTYPE)
-    load_pair_cached(name, dtype)       -> Pair, shared by every session (st.cache_resource),
+    precision_picker(prefix)            -> the draft's precision (default specviz.quant.default_precision)
+    load_pair_cached(name, dtype, draft_precision=None)
+                                        -> Pair, shared by every session (st.cache_resource),
                                            with a progress indicator on the first load
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
     show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config
@@ -119,6 +121,21 @@ def dtype_picker(prefix: str, where=None) -> str:
                             "but rounds differently, which can break greedy exactness.")
 
 
+def precision_picker(prefix: str, where=None) -> str:
+    """The draft's precision: float32, bfloat16, int8, int4 (those that run on this device)."""
+    from specviz import models, quant
+
+    where = where or st.sidebar
+    device = models.default_device()
+    choices = list(quant.supported(device))
+    default = quant.default_precision(device)
+    return where.radio("draft precision", choices, index=choices.index(default) if default in choices else 0,
+                       key=f"{prefix}.draft_precision", horizontal=True,
+                       help="The draft model's weights. A cheaper draft (int8, int4) lowers c, the cost of a "
+                            "draft step relative to a target pass, and may lower α a little. It never changes "
+                            "the output: the target decides every token.")
+
+
 def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -> None:
     """One line: the device (cpu/cuda) and the dtype in use."""
     from specviz import models
@@ -140,7 +157,8 @@ class _Slot:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.pair = None
+        self.pair = None  # loaded with a float32 (or bfloat16) draft: the source of every draft precision
+        self.variants: dict[str, Any] = {}  # draft precision -> the same pair with that draft
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
@@ -160,13 +178,30 @@ def _warm_up(pair, progress) -> None:
                        vocab=pair.shared_vocab)
 
 
-def load_pair_cached(name: str, dtype: str):
+def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
     """The pair, loaded once per server and shared by every session.
 
     The first load shows a status box with a progress bar (stage and seconds);
-    sessions asking at the same time wait for that one load. Raises
-    SpecvizError (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
+    sessions asking at the same time wait for that one load. Each draft precision is
+    a copy of the loaded draft, made once, sharing the target. Raises SpecvizError
+    (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
     """
+    from specviz import models
+
+    base = _load_base(name, dtype)
+    precision = models.quant.check(draft_precision, base.device)
+    slot = _slot(name, dtype)
+    with slot.lock:
+        if precision not in slot.variants:
+            with st.spinner(f"Preparing a {precision} copy of the draft…"):
+                pair = models.with_draft_precision(base, precision)
+                if pair is not base:
+                    _warm_up(pair, lambda *_: None)
+                slot.variants[precision] = pair
+        return slot.variants[precision]
+
+
+def _load_base(name: str, dtype: str):
     global LOAD_CALLS
     from specviz import models
 
@@ -186,7 +221,7 @@ def load_pair_cached(name: str, dtype: str):
             if slot.pair is None:
                 with _load_lock:
                     LOAD_CALLS += 1
-                pair = models.load_pair(name, dtype=dtype, progress=progress)
+                pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=dtype)
                 _warm_up(pair, progress)
                 slot.pair = pair
         status.update(label=f"Loaded {name} in {time.perf_counter() - t0:.1f} s", state="complete")
