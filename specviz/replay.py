@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -396,6 +397,8 @@ class Playback:
     `rounds` are the rounds revealed so far; `advance()` reveals one more
     (computing it, when live) and returns it, or None once finished.
     Keep the Playback object between page reruns to pause and resume.
+    Two page reruns may call advance() at once (a click while a round is computed):
+    a lock makes the second wait for the round in flight, then take the next one.
     """
 
     prompt_ids: list[int]
@@ -411,6 +414,7 @@ class Playback:
     _done: bool = False
     device: str = "cpu"
     dtype: str = "float32"
+    _lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def live(cls, stream, prompt_ids: list[int], prompt_text: str, settings: dict, meta: dict | None = None,
@@ -441,7 +445,22 @@ class Playback:
         return len(self.run.rounds) if self.run is not None else None
 
     def advance(self) -> Round | None:
-        """Reveal the next round (live: compute it). None when there is none left."""
+        """Reveal the next round (live: compute it). None when there is none left.
+
+        Safe to call from two threads: the second waits for the first's round.
+        """
+        with self._lock:
+            return self._advance()
+
+    def close(self, reason: str = "the run was stopped") -> None:
+        """Stop a live run now and let its KV caches go (after the round in flight, if any)."""
+        with self._lock:
+            if self._it is not None and not self._done:
+                self._it.close()
+                self._done, self.error = True, self.error or reason
+            self._it = self._stream = None
+
+    def _advance(self) -> Round | None:
         if self.done:
             return None
         if self.source == "replay":

@@ -128,3 +128,57 @@ def test_rounds_out_of_order_are_refused():
     d["rounds"][0], d["rounds"][1] = copy.deepcopy(d["rounds"][1]), copy.deepcopy(d["rounds"][0])
     with pytest.raises(SpecvizError, match=r"rounds\[0\]\.index: expected 0"):
         replay.load_export(json.dumps(d).encode())
+
+
+# --------------------------------------------------------------------------
+# a Playback shared by two page reruns
+
+
+def _slow_playback(n: int = 4, delay: float = 0.3):
+    """A live Playback whose rounds (from the shipped recording) each take `delay` seconds to compute."""
+    from specviz.engine import DecodeStream
+
+    run = replay.load_export(GOOD.read_bytes()).run
+    closed = []
+
+    def rounds():
+        try:
+            for r in run.rounds[:n]:
+                time.sleep(delay)
+                yield r
+        finally:
+            closed.append(True)
+        return run
+
+    return replay.Playback.live(DecodeStream(rounds()), run.prompt_ids, "", {}), closed
+
+
+def test_two_threads_advancing_one_playback_wait_for_each_other():
+    import threading
+
+    pb, _ = _slow_playback()
+    got, errors = [], []
+
+    def rerun():
+        try:
+            got.append(pb.advance())
+        except Exception as e:  # noqa: BLE001 — the failure this test looks for
+            errors.append(e)
+
+    threads = [threading.Thread(target=rerun) for _ in range(2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)  # the second starts while the first round is being computed
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert sorted(r.index for r in got) == [0, 1]
+    assert [r.index for r in pb.rounds] == [0, 1] and pb.error is None
+
+
+def test_closing_a_live_playback_ends_its_generator():
+    pb, closed = _slow_playback(delay=0.0)
+    pb.advance()
+    pb.close("replaced")
+    assert closed == [True] and pb.done and pb.error == "replaced"
+    assert pb.advance() is None and [r.index for r in pb.rounds] == [0]

@@ -1,0 +1,102 @@
+"""AppTest of the main page against hostile or heavy input, on the tiny random pair.
+
+A rejected upload leaves the run on screen; a file's title is plain text; a
+long run renders in linear time; switching the pair mid-run is said.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from test_app import APP, TINY, new_app, start, text_html
+
+pytestmark = pytest.mark.skipif(not TINY.exists(), reason="tests/models_tiny.yaml (the tiny test registry) is missing")
+
+GOOD = Path(__file__).resolve().parents[1] / "specviz" / "recorded" / "capital-of-france-greedy.json"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_registry(tiny_app_registry):
+    return tiny_app_registry(TINY)
+
+
+def upload(at, name: str, data: bytes):
+    at.file_uploader(key="main.upload").set_value((name, data, "application/json"))
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_a_rejected_upload_leaves_the_run_on_screen():
+    at = start(new_app(), max_new=12, baseline=False)
+    job, html = at.session_state["main.job"], text_html(at)
+    d = json.loads(GOOD.read_text(encoding="utf-8"))
+    d["settings"] = 3
+    upload(at, "bad.json", json.dumps(d).encode())
+    assert any("settings: expected an object" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.session_state["main.job"] is job and text_html(at) == html
+    at.run()  # the next rerun: still the message and the run, no traceback
+    assert not at.exception and at.session_state["main.job"] is job
+    assert any("settings" in e.value for e in at.error)
+
+
+def test_an_uploaded_title_is_plain_text():
+    d = json.loads(GOOD.read_text(encoding="utf-8"))
+    d["specviz_export"]["title"] = "[click me](http://evil.example) ![x](http://evil.example/x.png) :red[big]"
+    at = new_app()
+    at.select_slider(key="main.speed").set_value("instant")
+    upload(at, "titled.json", json.dumps(d).encode())
+    assert not at.error, [e.value for e in at.error]
+    head = [c.value for c in at.caption if "replay of" in c.value]
+    assert head, [c.value for c in at.caption]
+    assert "](http" not in head[0] and ":red[" not in head[0]
+    assert r"\[click me\]\(http\:\/\/evil.example\)" in head[0].replace(r"\.", ".")
+
+
+def test_a_live_run_replaced_by_an_upload_is_stopped():
+    at = new_app()
+    at.slider(key="main.k").set_value(2)
+    at.number_input(key="main.max_new").set_value(40)
+    at.checkbox(key="main.baseline").set_value(False)
+    at.select_slider(key="main.speed").set_value("instant")
+    at.button(key="main.step_btn").click().run()  # one round, paused
+    job = at.session_state["main.job"]
+    assert job.source == "live" and not job.done and job._it is not None
+    upload(at, "good.json", GOOD.read_bytes())
+    assert at.session_state["main.job"] is not job
+    assert job.done and job._it is None  # its generator (and KV caches) let go
+
+
+def long_run_file(n: int) -> bytes:
+    """A valid run of n one-token rounds (plain decoding of the tiny target), as a file."""
+    from specviz import autoregressive_decode, models, replay
+
+    pair = models.load_pair(None)
+    run = autoregressive_decode(pair.target, [5, 6, 7], max_new_tokens=n, eos_token_id=[],
+                                vocab=pair.shared_vocab)
+    assert len(run.rounds) == n
+    return replay.export_json(run, lambda t: pair.tokenizer.decode([t]), "abc", title="long").encode()
+
+
+def replay_seconds(data: bytes) -> float:
+    at = new_app()
+    at.select_slider(key="main.speed").set_value("instant")
+    t0 = time.perf_counter()
+    upload(at, "long.json", data)
+    assert not at.error, [e.value for e in at.error]
+    assert at.session_state["main.job"].done
+    return time.perf_counter() - t0
+
+
+def test_a_long_run_replays_at_instant_in_linear_time():
+    short, long = long_run_file(64), long_run_file(512)
+    replay_seconds(short)  # warm-up
+    t_short, t_long = replay_seconds(short), replay_seconds(long)
+    # 8x the rounds: at "instant" drawing is skipped while the last drawing's cost has not passed, so
+    # the time is the fixed page cost plus little more (drawing all 512 rounds took ~20x the short one)
+    print(f"instant replay: 64 rounds {t_short:.2f} s, 512 rounds {t_long:.2f} s")
+    assert t_long < 3 * t_short + 1.0, (t_short, t_long)
