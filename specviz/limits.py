@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import ConfigError
+from .errors import ConfigError, InvalidSetting
 
 
 def _env_int(name: str, default: int, lo: int = 1, hi: int = 10**7) -> int:
@@ -51,3 +51,19 @@ def max_prompt_chars() -> int:
 def max_run_file_bytes() -> int:
     """The largest run file (JSON) that may be loaded."""
     return _env_int("SPECVIZ_MAX_RUN_FILE_MB", 2, hi=1000) * 1024 * 1024
+
+
+def check_prompt_tokens(n: int) -> None:
+    """InvalidSetting when a prompt of n tokens is longer than this server allows."""
+    cap = max_prompt_tokens()
+    if n > cap:
+        raise InvalidSetting(f"The prompt is {n} tokens long, more than the limit of {cap} tokens here: shorten it "
+                             "(the limit is set by SPECVIZ_MAX_PROMPT_TOKENS).")
+
+
+def check_max_new_tokens(n: int) -> None:
+    """InvalidSetting when a run asks for more new tokens than this server allows."""
+    cap = max_new_tokens()
+    if isinstance(n, int) and n > cap:
+        raise InvalidSetting(f"max_new_tokens is {n}, more than the limit of {cap} here "
+                             "(the limit is set by SPECVIZ_MAX_NEW_TOKENS).")
