@@ -100,3 +100,49 @@ def test_a_long_run_replays_at_instant_in_linear_time():
     # the time is the fixed page cost plus little more (drawing all 512 rounds took ~20x the short one)
     print(f"instant replay: 64 rounds {t_short:.2f} s, 512 rounds {t_long:.2f} s")
     assert t_long < 3 * t_short + 1.0, (t_short, t_long)
+
+
+def test_streamlit_config_caps_uploads_and_hides_tracebacks():
+    import tomllib
+
+    from streamlit import config
+
+    from specviz import limits
+
+    cfg = tomllib.loads((Path(APP).parent / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    options = {f"{section}.{key}": v for section, table in cfg.items() for key, v in table.items()}
+    unknown = set(options) - set(config._config_options_template)
+    assert not unknown, unknown  # Streamlit only warns about these: a typo would silently do nothing
+    assert options["server.maxUploadSize"] * 2**20 == limits.max_run_file_bytes()
+    assert options["client.showErrorDetails"] in ("type", "none")  # no traceback in the browser
+
+
+def test_an_unexpected_error_is_a_message_with_details_and_no_paths():
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        from pages.common import ui
+
+        try:
+            int("not a number")
+        except ValueError as e:
+            ui.show_error(e)
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception
+    assert "Something went wrong" in at.error[0].value and "Traceback" not in at.error[0].value
+    details = at.expander[0].code[0].value.splitlines()
+    assert details[0] == "ValueError: invalid literal for int() with base 10: 'not a number'"
+    assert details[1].strip().endswith("in page") and "/" not in "".join(details[1:])  # file names, no paths
+
+
+def test_switching_the_pair_mid_run_is_said():
+    at = new_app()
+    at.number_input(key="main.max_new").set_value(40)
+    at.checkbox(key="main.baseline").set_value(False)
+    at.select_slider(key="main.speed").set_value("instant")
+    at.button(key="main.step_btn").click().run()  # one round, paused
+    assert not any("run in progress uses" in i.value for i in at.info)
+    at.radio(key="main.dtype").set_value("bfloat16" if at.radio(key="main.dtype").value == "float32" else "float32")
+    at.run()
+    assert any("run in progress uses" in i.value for i in at.info), [i.value for i in at.info]
