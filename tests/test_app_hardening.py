@@ -146,3 +146,17 @@ def test_switching_the_pair_mid_run_is_said():
     at.radio(key="main.dtype").set_value("bfloat16" if at.radio(key="main.dtype").value == "float32" else "float32")
     at.run()
     assert any("run in progress uses" in i.value for i in at.info), [i.value for i in at.info]
+
+
+def test_a_prompt_over_the_token_limit_is_refused_and_the_run_stays(monkeypatch):
+    from specviz import limits
+
+    at = start(new_app(), max_new=8, baseline=False)
+    job = at.session_state["main.job"]
+    assert at.text_area(key="main.prompt").proto.max_chars == limits.max_prompt_chars()
+    monkeypatch.setenv("SPECVIZ_MAX_PROMPT_TOKENS", "3")
+    at.text_area(key="main.prompt").set_value("one two three four five")
+    at.button(key="main.run_btn").click().run()
+    assert not at.exception
+    assert any("more than the limit of 3 tokens" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.session_state["main.job"] is job
