@@ -14,6 +14,7 @@ Pure: only the standard library (and the plain records).
 from __future__ import annotations
 
 import html
+import re
 import string
 from collections.abc import Callable, Iterable, Sequence
 
@@ -106,6 +107,14 @@ def md_text(s: str) -> str:
     """
     line = " ".join(str(s).splitlines())
     return "".join("\\" + ch if ch in string.punctuation else ch for ch in line)
+
+
+def md_code(s: str) -> str:
+    """`s` as a markdown code span that no backtick inside it can end (token texts from a file)."""
+    runs = [len(r) for r in re.findall(r"`+", s)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""  # CommonMark strips one space each side
+    return f"{fence}{pad}{s}{pad}{fence}"
 
 
 def _tok_html(text: str, state: str, title: str = "") -> str:

@@ -541,10 +541,10 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 def round_summary(r: Round, decode: Callable[[int], str]) -> str:
     """One sentence on what happened in a round (markdown)."""
-    from .render import visible
+    from .render import md_code, visible
 
     def q(t: int) -> str:
-        return f"`{visible(decode(t))}`"
+        return md_code(visible(decode(t)))
 
     if r.k == 0:
         lead = "The drafter found nothing to propose, so the target made one token itself"

@@ -182,3 +182,15 @@ def test_closing_a_live_playback_ends_its_generator():
     pb.close("replaced")
     assert closed == [True] and pb.done and pb.error == "replaced"
     assert pb.advance() is None and [r.index for r in pb.rounds] == [0]
+
+
+def test_token_texts_from_a_file_cannot_plant_markdown_in_the_round_summary():
+    MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt  # a CommonMark parser (via huggingface_hub's CLI)
+
+    rec = replay.load_export(GOOD.read_bytes())
+    r = rec.run.rounds[0]
+    evil = "a` [x](http://evil.example) `b"
+    tokens = {**rec.tokens, r.extra_id: evil}
+    assert r.extra_kind == "bonus"  # the summary quotes the bonus token
+    html = MarkdownIt().render(replay.round_summary(r, replay.table_decoder(tokens)))
+    assert "href" not in html and "<code>a`␣[x](http://evil.example)␣`b</code>" in html
