@@ -26,7 +26,7 @@ T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round lat
 
 import pandas as pd  # noqa: E402
 
-from specviz import charts, prompts, render, replay  # noqa: E402
+from specviz import charts, limits, prompts, render, replay  # noqa: E402
 from specviz.drafters import PromptLookupDrafter  # noqa: E402
 from specviz.engine import speculative_stream  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
@@ -79,8 +79,11 @@ def _on_upload() -> None:
         return
     try:
         rec = replay.load_export(f.getvalue())
-    except SpecvizError as e:
+    except SpecvizError as e:  # the run on screen stays
         S["main.upload_error"] = f"{f.name}: {e}"
+        return
+    except (ValueError, TypeError, KeyError, RecursionError, MemoryError) as e:  # a case the checks missed
+        S["main.upload_error"] = f"{f.name}: the run file could not be read ({type(e).__name__})."
         return
     _start_replay(rec.run, rec.prompt_text, {
         "origin": f"file {f.name}", "title": rec.title or f.name, "pair": rec.pair, "tokens": rec.tokens,
@@ -88,8 +91,16 @@ def _on_upload() -> None:
     })
 
 
+def _set_job(job: replay.Playback | None) -> None:
+    """Make `job` the session's run; a live run it replaces is stopped, so its KV caches are freed."""
+    old = S.get("main.job")
+    if old is not None and old is not job:
+        old.close("replaced by a new run")
+    S["main.job"] = job
+
+
 def _start_replay(run, prompt_text: str, meta: dict, playing: bool = True) -> None:
-    S["main.job"] = replay.Playback.replay(run, prompt_text, meta)
+    _set_job(replay.Playback.replay(run, prompt_text, meta))
     S["main.playing"], S["main.follow"] = playing, True
 
 
@@ -150,7 +161,8 @@ temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.05, key="ma
                         disabled=not live)
 top_p = sb.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or temperature == 0,
                   help="Nucleus sampling: keep the smallest set of tokens whose probability adds up to top-p.")
-max_new = int(sb.number_input("max new tokens", 1, 512, 48, key="main.max_new", disabled=not live))
+max_new = int(sb.number_input("max new tokens", 1, limits.max_new_tokens(), min(48, limits.max_new_tokens()),
+                             key="main.max_new", disabled=not live))
 seed = int(sb.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
                            help="Same seed and settings → same output."))
 speed = sb.select_slider("animation speed", list(replay.SPEEDS), value=replay.DEFAULT_SPEED, key="main.speed",
@@ -162,7 +174,8 @@ baseline_on = sb.checkbox("after each run, time the target alone", True, key="ma
 sb.subheader("Prompt")
 sb.selectbox("Preset (by domain)", list(PRESETS) + [FREE], key="main.preset", on_change=_apply_preset,
              disabled=not live)
-prompt_text = sb.text_area("Prompt", key="main.prompt", height=120, disabled=not live)
+prompt_text = sb.text_area("Prompt", key="main.prompt", height=120, disabled=not live,
+                           max_chars=limits.max_prompt_chars())
 chat = sb.checkbox("chat template", key="main.chat", disabled=not live,
                    help="Wrap the prompt in the model's chat template (instruct models). "
                         "Off: the model simply continues the raw text.")
@@ -220,7 +233,8 @@ try:
                     "origin": "recording", "title": recording.title, "pair": recording.pair,
                     "tokens": recording.tokens, "baseline": recording.baseline,
                     "baseline_note": "measured when it was recorded"})
-            S["main.job"], S["main.follow"] = job, True
+            _set_job(job)
+            S["main.follow"] = True
             S["main.playing"] = req == "run"
             steps = None if req == "run" else 1
         elif req == "step" and job is not None and job.done:
@@ -253,6 +267,11 @@ with ctrl:
                      "After a run: step through its replay.")
     b[3].button("Replay", key="main.replay_btn", on_click=_request, args=("replay",), icon=":material/replay:",
                 disabled=job is None or job.run is None, help="Animate the finished run again (no model needed).")
+    if live and job is not None and job.source == "live" and not job.done \
+            and (job.meta.get("pair"), job.meta.get("dtype")) != (pair_name, dtype):
+        st.info(f"The run in progress uses the pair **{job.meta.get('pair')}** ({job.meta.get('dtype')}), not the "
+                f"one now chosen in the sidebar ({pair_name}, {dtype}): Resume and Step continue that run, "
+                "Run starts a new one with the sidebar's pair.", icon=":material/info:")
 
 # --- placeholders, filled live and then once more at the end ---------------------------------
 st.markdown(render.legend_html(), unsafe_allow_html=True)
@@ -271,10 +290,10 @@ def draw_head(job: replay.Playback) -> None:
     m, s = job.meta, job.settings
     if m.get("origin") == "live":
         where = f"{'live' if job.source == 'live' else 'replay'} · {m['pair']} · {job.device}, {job.dtype}"
-    else:
-        where = f"replay of {m.get('title') or m.get('origin')} · no model loaded"
+    else:  # the title may come from an uploaded file: shown as plain text, never as markdown
+        where = f"replay of {render.md_text(m.get('title') or m.get('origin'))} · no model loaded"
     mode = "greedy" if not s.get("temperature") else f"temperature {s.get('temperature')}, top-p {s.get('top_p')}"
-    drafter = m.get("drafter") or s.get("drafter", "")
+    drafter = render.md_text(m.get("drafter") or s.get("drafter", ""))
     kdesc = f"k={s.get('k')}" + POLICY_NOTE.get(s.get("k_policy"), "")
     total = f"/{job.total}" if job.total else ""
     head_ph.caption(f"**{where}** · drafter: {drafter} · {kdesc} · {mode} · seed {s.get('seed')} · "
@@ -334,11 +353,18 @@ def save_load_section(job: replay.Playback | None) -> None:
 
 # --- the animation: one round at a time -------------------------------------------------------
 pend_s, after_s = replay.SPEEDS.get(speed, replay.SPEEDS[replay.DEFAULT_SPEED])
+LOG_TAIL = 30  # rounds in the round log while animating (the whole log is drawn at the end)
 advanced = False
 if job is not None and steps != 0:
     try:
+        drawn_at, draw_cost = -1.0, 0.0
         for rnd in replay.play(job, steps):
             advanced = True
+            # with no pause to show ("instant"), skip drawing while the last drawing's cost has not yet
+            # passed: drawing takes at most half the time, so a long run renders in linear time
+            if pend_s == after_s == 0 and not job.done and replay.now() - drawn_at < draw_cost:
+                continue
+            t_draw = replay.now()
             # drafted tokens first, pending; then the target's verdict
             draw_head(job)
             if rnd.k and pend_s > 0:
@@ -357,8 +383,10 @@ if job is not None and steps != 0:
             draw_metrics(partial)
             with log_ph.container():
                 st.subheader("Round log")
-                st.dataframe(pd.DataFrame(render.round_log_rows(partial, _decoder(job))), hide_index=True,
-                             width="stretch", height=min(38 + 35 * len(partial.rounds), 400))
+                rows = render.round_log_rows(partial, _decoder(job), last=LOG_TAIL)
+                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(38 + 35 * len(rows), 400))
+            drawn_at = replay.now()
+            draw_cost = drawn_at - t_draw
             replay.sleep(after_s)
     except SpecvizError as e:
         S["main.playing"] = False

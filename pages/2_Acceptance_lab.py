@@ -3,7 +3,7 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, lab, prompts
+from specviz import charts, lab, limits, prompts
 
 ui.page_setup("Acceptance lab: where drafts are accepted")
 
@@ -33,7 +33,8 @@ domains = c1.multiselect("Domains (one preset prompt each)", list(presets), defa
 temps = c1.multiselect("Temperatures", [0.0, 0.3, 0.7, 1.0, 1.2, 1.5], default=[0.0, 0.7, 1.2],
                        key="lab.temps", help="0 is greedy.")
 k = c2.slider("k: tokens drafted per round", 1, 12, 4, key="lab.k")
-max_new = c2.number_input("new tokens per run", 4, 512, 24, 4, key="lab.max_new",
+cap = limits.max_new_tokens()
+max_new = c2.number_input("new tokens per run", 4, cap, min(24, cap), 4, key="lab.max_new",
                           help="More tokens give tighter estimates and take longer.")
 seed = c2.number_input("seed", 0, 2**31 - 1, 0, 1, key="lab.seed")
 

@@ -6,7 +6,7 @@ import time
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, experiments, lab, render, theory
+from specviz import charts, experiments, lab, limits, render, theory
 from specviz.engine import autoregressive_decode, autoregressive_stream, speculative_decode, speculative_stream
 
 ui.page_setup("Speedup: tokens per pass is not speedup")
@@ -33,7 +33,8 @@ ident = (pair.name, lab_ui.dtype_name(pair))
 ids, text = lab_ui.prompt_input("speed", pair, default="Python function")
 c1, c2, c3 = st.columns(3)
 temperature = c1.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="speed.temperature")
-max_new = c2.number_input("new tokens per run", 4, 512, 24, 4, key="speed.max_new")
+cap = limits.max_new_tokens()
+max_new = c2.number_input("new tokens per run", 4, cap, min(24, cap), 4, key="speed.max_new")
 seed = c3.number_input("seed", 0, 2**31 - 1, 0, 1, key="speed.seed")
 run_kw = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
               eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, experiments, lab, theory
+from specviz import charts, experiments, lab, limits, theory
 
 ui.page_setup("Exactness: faster, not different")
 
@@ -31,7 +31,8 @@ ids, text = lab_ui.prompt_input("exact", pair, default="The capital of France")
 st.subheader("Greedy: the same text as the target alone (claim 6)")
 c1, c2, c3 = st.columns(3)
 k = c1.slider("k", 1, 12, 4, key="exact.k")
-max_new = c2.number_input("new tokens", 1, 512, 32, 1, key="exact.max_new")
+cap = limits.max_new_tokens()
+max_new = c2.number_input("new tokens", 1, cap, min(32, cap), 1, key="exact.max_new")
 c3.caption(f"dtype **{dt}** (change it in the sidebar: in bfloat16 a near-tie can flip the argmax)")
 if st.button("Compare with the target alone", type="primary", key="exact.run_greedy") and ids is not None:
     bar = lab_ui.ProgressBar("target alone, then speculative…")

@@ -20,6 +20,7 @@ import sys
 import time
 from typing import TextIO
 
+from . import limits
 from .errors import InvalidSetting, SpecvizError
 
 # Okabe-Ito colours (colour-blind safe) as 256-colour codes, each with a second cue
@@ -176,8 +177,11 @@ def encode_prompt(tokenizer, prompt: str, raw: bool) -> list[int]:
     if not raw and getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                              add_generation_prompt=True)
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(prompt)["input_ids"])
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    else:
+        ids = list(tokenizer(prompt)["input_ids"])
+    limits.check_prompt_tokens(len(ids))
+    return ids
 
 
 def cmd_run(args) -> int:
@@ -185,6 +189,10 @@ def cmd_run(args) -> int:
     from .models import load_pair
 
     prompt = _read_prompt(args)
+    # settings first: a typo must not cost a model load
+    engine.check_decoding(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=0,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+    limits.check_max_new_tokens(args.max_new_tokens)
     progress = ProgressPrinter()
     try:
         pair = load_pair(args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device,

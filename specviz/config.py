@@ -185,6 +185,19 @@ def _kind(value: Any) -> str:
 # parsing
 
 
+def _hub_id(c: _Checker, value: Any, path: str) -> str:
+    """A Hugging Face repo id (owner/name), checked by the hub library's own rule."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    hub = c.string(value, path)
+    try:
+        validate_repo_id(hub)
+    except HFValidationError as e:
+        c.fail(path, f"not a hub id (owner/name): {hub!r} ({str(e).split('.')[0]})")
+    return hub
+
+
 def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source:
     src = c.mapping(raw, path, set(), {"chunks", "hub", "path", "tiny"})
     if len(src) != 1:
@@ -192,10 +205,7 @@ def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source
     kind, value = next(iter(src.items()))
     p = _join(path, kind)
     if kind == "hub":
-        hub = c.string(value, p)
-        if hub.count("/") > 1 or hub.startswith("/") or hub.endswith("/"):
-            c.fail(p, f"not a hub id (owner/name): {hub!r}")
-        return HubSource(hub=hub)
+        return HubSource(hub=_hub_id(c, value, p))
     if kind == "tiny":
         t = c.mapping(value, p, set(), {"seed", "noise", "vocab", "hidden", "layers"})
         noise = t.get("noise", 0.0)
@@ -228,7 +238,7 @@ def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source
         filename=c.string(ch["filename"], _join(p, "filename"), re.compile(r"^[^/\\]+\.gguf$")),
         size=c.integer(ch["size"], _join(p, "size"), minimum=1),
         sha256=c.string(ch["sha256"], _join(p, "sha256"), _SHA_RE),
-        hub=c.string(ch["hub"], _join(p, "hub")) if "hub" in ch else None,
+        hub=_hub_id(c, ch["hub"], _join(p, "hub")) if "hub" in ch else None,
     )
 
 

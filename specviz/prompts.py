@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import limits
 from .errors import InvalidSetting
 
 
@@ -56,13 +57,21 @@ def domain_prompts() -> dict[str, Preset]:
 
 
 def encode(tokenizer, text: str, chat: bool = True) -> list[int]:
-    """Token ids for `text`; with chat=True, wrapped in the tokenizer's chat template."""
+    """Token ids for `text`; with chat=True, wrapped in the tokenizer's chat template.
+
+    InvalidSetting for an empty prompt, or one longer than specviz.limits allows.
+    """
     if not isinstance(text, str) or not text.strip():
         raise InvalidSetting("The prompt is empty: type something for the model to continue.")
+    if len(text) > limits.max_prompt_chars():
+        raise InvalidSetting(f"The prompt has {len(text)} characters, more than the limit of "
+                             f"{limits.max_prompt_chars()} here: shorten it.")
     if chat and getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                             tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
-        return [int(t) for t in ids]
-    return [int(t) for t in tokenizer(text, add_special_tokens=False)["input_ids"]]
+    else:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    limits.check_prompt_tokens(len(ids))  # prefill time and the KV cache grow with it
+    return [int(t) for t in ids]

@@ -141,7 +141,7 @@ def test_slow_motion_with_prompt_lookup_drafts_with_certainty():
     press(at, "slow.start")
     for _ in range(3):
         press(at, "slow.next")
-    rounds = at.session_state["slow.state"]["rounds"]
+    rounds = at.session_state["slow.state"]["pb"].rounds
     assert len(rounds) == 4 and any(r.k > 0 for r in rounds)
     assert all(q == 1.0 for r in rounds for q in r.q_drafted)  # copied tokens are proposed with certainty
     rows = at.dataframe[0].value

@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from pages.common import ui
-from specviz import prompts
+from specviz import limits, prompts
 from specviz.errors import SpecvizError
 
 
@@ -72,7 +72,7 @@ def prompt_input(prefix: str, pair, default: str = "The capital of France", wher
     where.selectbox("Preset prompt", names, index=names.index(default), key=key_p, on_change=fill,
                     help="Each preset is a domain: code, list, factual, creative, repetition. "
                          "Pick one, then edit the text if you like.")
-    text = where.text_area("Prompt", key=key_t, height=90)
+    text = where.text_area("Prompt", key=key_t, height=90, max_chars=limits.max_prompt_chars())
     chat = where.checkbox("Wrap in the chat template (instruct models)", key=key_c)
     try:
         ids = prompts.encode(pair.tokenizer, text, chat)

@@ -10,7 +10,7 @@ Stable API (pages import these):
                                            with a progress indicator on the first load
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
     show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config
-    show_error(e)                       st.error(str(e)), never a traceback
+    show_error(e)                       a clear message, never a traceback (details in an expander)
     decoder(tokenizer)                  id -> text, memoised per tokenizer
     pair_status(name), list_pairs_safe(), default_dtype_name()
     LOAD_CALLS, _slot.clear()           for tests: loads so far; forget the loaded pairs
@@ -21,8 +21,10 @@ however many laptops connect); per-user results live in st.session_state.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import traceback
 from typing import Any, Callable
 
 import streamlit as st
@@ -43,14 +45,27 @@ def page_setup(title: str, icon: str = "⚡", layout: str = "wide") -> None:
     st.title(title)
 
 
+def error_details(e: BaseException) -> str:
+    """The error and where it happened, by file name and line only (no server paths)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = [f"  {os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in frames]
+    return "\n".join([f"{type(e).__name__}: {e}"] + where)
+
+
 def show_error(e: BaseException) -> None:
-    """A clear message in the page; specviz errors are already written for people."""
+    """A clear message in the page, never a traceback; specviz errors are already written for people.
+
+    Anything else gets a short message and an expander with the details (file names, no paths).
+    """
     if isinstance(e, SpecvizError):
         st.error(str(e), icon=":material/error:")
     elif isinstance(e, MemoryError):
         st.error(f"Not enough memory: {e}. Try a smaller pair, bfloat16, or fewer tokens.", icon=":material/error:")
     else:
-        st.error(f"Something went wrong: {type(e).__name__}: {e}", icon=":material/error:")
+        st.error("Something went wrong, and what you had on the page is kept. Try again, or report the details "
+                 "below.", icon=":material/error:")
+        with st.expander("Details"):
+            st.code(error_details(e), language=None)
 
 
 def show_chart(fig, name: str, key: str | None = None, **kw) -> None:
