@@ -365,6 +365,38 @@ def test_exactness_same_seed_same_histogram_and_bad_input():
     assert not a.exception and any("empty" in e for e in errors(a))
 
 
+@needs_tiny
+def test_exactness_rule_lab_lossless_on_the_left_lossy_away_from_p():
+    from specviz import prompts, rules
+
+    at = page("5")
+    assert at.number_input(key="exact.rules.n").value == 20_000
+    at.number_input(key="exact.rules.n").set_value(4000).run()
+    press(at, "exact.run_rules")
+    fig = figure(at, "Acceptance rules")
+    shown = [t for t in fig["data"] if t.get("showlegend") is not False]
+    assert [t["name"] for t in shown] == ["rejection (lossless)", "exact-match (lossless)", "typical (lossy)",
+                                         "threshold (lossy)"]
+    # the defaults plus the page's own typical (ε 0.05, δ 0.2) and threshold (τ 0.1) settings
+    pair = tiny_pair()
+    ids = prompts.encode(pair.tokenizer, "The capital of France is", False)
+    own = [rules.Rule("typical", epsilon=0.05, delta=0.2), rules.Rule("threshold", tau=0.1)]
+    want = rules.rule_lab(pair.target, pair.draft, ids, list(rules.DEFAULT_RULES) + own, n=4000, seed=0,
+                          vocab=pair.shared_vocab)
+    assert sum(len(t["x"]) for t in shown) == len(want.results) == 10
+    assert [y for t in shown for y in t["y"]] == pytest.approx(
+        [r.acceptance_exact for k in rules.KINDS for r in want.results if r.kind == k])
+    table = at.dataframe[0].value
+    assert list(table["TV to p (exact)"][:2]) == [0.0, 0.0] and all(table["TV to p (exact)"][2:] > 0)
+    assert list(table["kept (sampled)"]) == [round(r.acceptance_sampled, 4) for r in want.results]  # same seeds
+    assert any("Lossless" in i.value for i in at.info)
+    pngs_ok(at)
+    # bad input: an empty prompt is an error in the page, and the last result stays
+    at.text_area(key="exact.text").set_value("").run()
+    press(at, "exact.run_rules")
+    assert any("empty" in e for e in errors(at)) and figure(at, "Acceptance rules")
+
+
 # --- a pair that is not installed -----------------------------------------------------------------------
 @pytest.mark.parametrize("n", ["1", "2", "3", "4", "5"])
 def test_missing_pair_shows_how_to_get_it(n, tmp_path, monkeypatch):
