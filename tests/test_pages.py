@@ -282,6 +282,29 @@ def test_speedup_cost_sweep_race_and_adaptive():
     assert any("at least one k" in e for e in errors(at))
 
 
+@needs_tiny
+def test_speedup_early_exit_alpha_c_against_l():
+    from specviz import engine, prompts, selfdraft
+
+    at = page("3")
+    assert at.multiselect(key="speed.ee_layers").value == [1, 2]  # the tiny target has 2 layers
+    at.number_input(key="speed.max_new").set_value(8).run()
+    press(at, "speed.run_early_exit")
+    fig = figure(at, "Early exit")
+    assert names(fig)[:3] == ["α (drafts accepted)", "c (draft step / target step)", "speedup, measured"]
+    rows = at.dataframe[0].value
+    assert list(rows["L"]) == [1, 2] and rows["α"].iloc[-1] == 1.0  # L = 2: the target drafts for itself
+    pair = tiny_pair()
+    ids = prompts.encode(pair.tokenizer, prompts.preset("Python function").text, prompts.preset("Python function").chat)
+    direct = engine.speculative_decode(pair.target, selfdraft.early_exit(pair.target, 1), ids, k=4, max_new_tokens=8,
+                                       temperature=0.0, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    assert rows["α"].iloc[0] == round(direct.alpha, 3)
+    pngs_ok(at)
+    at.multiselect(key="speed.ee_layers").set_value([]).run()
+    press(at, "speed.run_early_exit")
+    assert any("at least one early-exit depth" in e for e in errors(at)) and figure(at, "Early exit")
+
+
 # --- 4 · why it is fast --------------------------------------------------------------------------------
 @needs_tiny
 def test_why_it_is_fast_forward_bandwidth_batch():

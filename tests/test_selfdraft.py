@@ -152,3 +152,24 @@ def test_the_pair_control_lists_and_loads_the_new_pairs(tiny_app_registry):
         at.button(key="exact.run_greedy").click().run()
         assert not at.exception and not at.error, [e.value for e in at.error]
         assert {m.label: m.value for m in at.metric}["identical"] == "yes", name
+
+
+def test_early_exit_sweep_alpha_c_and_speedup_against_l():
+    t = tiny.tiny_model(0, layers=4)
+    ids = [5, 6, 7, 8, 9]
+    assert selfdraft.default_layers(4, 4) == [1, 2, 3, 4] and selfdraft.default_layers(28) == [6, 11, 17, 22, 28]
+    sweep = selfdraft.early_exit_sweep(t, ids, [3, 1, 4, 3], k=3, max_new_tokens=16, cost_reps=1)
+    assert [pt.layers for pt in sweep.points] == [1, 3, 4] and sweep.n_layers == 4
+    for pt in sweep.points:
+        direct = engine.speculative_decode(t, selfdraft.draft_at(t, pt.layers), ids, k=3, max_new_tokens=16,
+                                           temperature=0.0)
+        assert pt.alpha == direct.alpha and pt.tokens_per_pass == direct.tokens_per_pass
+        assert pt.c > 0 and pt.speedup > 0 and pt.predicted > 0
+    assert sweep.points[-1].alpha == 1.0  # L = 4: the target itself
+    fig = selfdraft.fig_early_exit(sweep).to_dict()
+    assert [d["name"] for d in fig["data"]] == ["α (drafts accepted)", "c (draft step / target step)",
+                                               "speedup, measured", "speedup, predicted from α and c"]
+    assert list(fig["data"][0]["y"]) == [pt.alpha for pt in sweep.points]
+    assert list(fig["data"][2]["y"]) == [pt.speedup for pt in sweep.points]
+    with pytest.raises(InvalidSetting, match="at least one"):
+        selfdraft.early_exit_sweep(t, ids, [])
