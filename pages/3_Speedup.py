@@ -1,4 +1,4 @@
-"""Speedup (claims 9, 13): the cost model with c measured here, a measured k sweep, a race, adaptive k."""
+"""Speedup (claims 9, 13): the cost model with c measured here, a measured k sweep, a race, adaptive k, early exit."""
 
 import math
 import time
@@ -6,8 +6,9 @@ import time
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, experiments, lab, limits, render, theory
+from specviz import charts, experiments, lab, limits, render, selfdraft, theory
 from specviz.engine import autoregressive_decode, autoregressive_stream, speculative_decode, speculative_stream
+from specviz.errors import SpecvizError
 
 ui.page_setup("Speedup: tokens per pass is not speedup")
 
@@ -205,3 +206,32 @@ if ad is not None:
         ui.show_chart(charts.fig_k_trace(av), "adaptive_k_trace", key="speed.fig_k")
     with t2:
         ui.show_chart(charts.fig_k_trace(bk), "best_k_trace", key="speed.fig_k_best")
+
+# --- 6. early exit: quality against cost on one model -------------------------------------------
+st.subheader("6 · Early exit: the target's own first L layers as the draft")
+st.caption("Self-speculation needs no second model: the draft is the target's first L layers, then its own final "
+           "norm and LM head (the same weights). A deeper exit drafts better (α up) but costs more (c up); at full "
+           "depth the target drafts for itself: every greedy draft is kept, and it is still slower than the target "
+           "alone, because c ≈ 1. Models not trained for early exit (like Qwen2.5) draft poorly at small L. "
+           "This uses the target of the pair in the sidebar, whatever its draft.")
+try:
+    n_layers = selfdraft.num_layers(pair.target)
+except SpecvizError as e:
+    n_layers = None
+    ui.show_error(e)
+if n_layers is not None:
+    e1, e2 = st.columns([3, 1])
+    depths = e1.multiselect("depths L (layers the draft runs)", list(range(1, n_layers + 1)),
+                            default=selfdraft.default_layers(n_layers), key="speed.ee_layers")
+    ek = e2.slider("k", 1, 8, 4, key="speed.ee_k")
+    if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit") and ids is not None:
+        bar = lab_ui.ProgressBar("early exit…")
+        sweep = lab_ui.run_guarded(selfdraft.early_exit_sweep, pair.target, ids, depths, k=int(ek), progress=bar,
+                                   **run_kw)
+        bar.done()
+        if sweep is not None:
+            st.session_state["speed.early_exit"] = {"ident": ident, "sweep": sweep}
+    ee = current("speed.early_exit")
+    if ee is not None:
+        ui.show_chart(selfdraft.fig_early_exit(ee["sweep"]), "early_exit_alpha_c", key="speed.fig_early_exit")
+        st.dataframe(selfdraft.early_exit_rows(ee["sweep"]), hide_index=True)

@@ -263,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="one speculative decoding run, coloured by what each round did")
     r.add_argument("--pair", help="pair name from `models` (default: the default pair)")
-    r.add_argument("--draft", help="override the draft: a local folder or a hub id (local HF cache only)")
+    r.add_argument("--draft", help="override the draft: a local folder, a hub id (local HF cache only), "
+                   "`self` (the target drafts for itself) or `early-exit:L` (its first L layers)")
     r.add_argument("--target", help="override the target: a local folder or a hub id (local HF cache only)")
     r.add_argument("--prompt", required=True, help='the prompt ("-" reads stdin)')
     r.add_argument("--k", type=int, default=4, help="tokens drafted per round (default 4)")

@@ -36,13 +36,16 @@ import torch
 from . import quant
 from .config import (
     ChunkSource,
+    DerivedSource,
     HubSource,
     ModelSpec,
     PairSpec,
     PathSource,
     Registry,
+    SELF,
     TinySource,
     default_registry,
+    derived_draft,
     load_registry,
 )
 from .errors import (
@@ -455,6 +458,8 @@ def _model_status(m: ModelSpec) -> tuple[bool, str, str]:
     src = m.source
     if isinstance(src, TinySource):
         return True, "tiny random weights, built on the spot (gibberish text: for tests and demos)", ""
+    if isinstance(src, DerivedSource):
+        return True, "made from the target's own weights when it loads (no second model)", ""
     if isinstance(src, ChunkSource):
         folder = cached_dir(src, m.name)
         if _is_cached(folder, src.sha256):
@@ -618,13 +623,40 @@ def _adhoc_model(ref: str, role: str) -> ModelSpec:
     return ModelSpec(name=ref, label=ref, family="custom", tokenizer="custom", params=0, source=src)
 
 
+def _derived_ref(ref, target: ModelSpec) -> ModelSpec | None:
+    """--draft self or --draft early-exit:L -> a draft made from the target; None for any other ref."""
+    if ref == SELF:
+        return derived_draft(target, SELF)
+    m = re.fullmatch(r"early-exit:(\S+)", ref or "")
+    if m is None:
+        return None
+    if not m.group(1).isdigit() or int(m.group(1)) < 1:
+        raise InvalidSetting(f"draft: early-exit:L needs a layer count L >= 1, got {ref!r}")
+    return derived_draft(target, "early-exit", int(m.group(1)))
+
+
+def _derive_draft(spec: PairSpec, target_model) -> tuple[Any, str]:
+    """(draft model, where it comes from) for a draft made from the loaded target, sharing its weights."""
+    from .selfdraft import derive, num_layers
+
+    src = spec.draft.source
+    try:
+        model = derive(src, target_model)
+    except InvalidSetting as e:
+        raise InvalidSetting(f"pair '{spec.name}': draft: {e}") from None
+    if src.kind == SELF:
+        return model, "the target itself"
+    return model, f"the target's first {src.layers} of {num_layers(target_model)} layers (shared weights)"
+
+
 def _resolve_spec(name, draft, target, registry) -> PairSpec:
     reg = _registry(registry)
     base = reg.pair(name)
     if draft is None and target is None:
         return base
-    d = _adhoc_model(draft, "draft") if draft is not None else base.draft
     t = _adhoc_model(target, "target") if target is not None else base.target
+    derived = _derived_ref(draft, t)
+    d = derived or (_adhoc_model(draft, "draft") if draft is not None else base.draft)
     return PairSpec(name="custom", draft=d, target=t, description=f"{d.label} drafting for {t.label}")
 
 
@@ -704,14 +736,20 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     precision = quant.check(draft_precision, device)
     check_memory(spec, dtype, device)
 
-    roles = [("draft", spec.draft), ("target", spec.target)]
+    derived = isinstance(spec.draft.source, DerivedSource)
+    roles = [("draft", spec.draft), ("target", spec.target)][1 if derived else 0:]
     loaded, sources = {}, {}
     for role, m in roles:
         where, kw, sources[role] = _locate(m, role, progress)
         loaded[role] = _load_one(where, kw, m, role, dtype, device)
+    if derived:  # a draft made from the target: its tokenizer, its weights
+        d_model, sources["draft"] = _derive_draft(spec, loaded["target"][1])
+        loaded["draft"] = (loaded["target"][0], d_model)
+        precision = str(dtype).replace("torch.", "")  # its weights ARE the target's: never quantize them
     (d_tok, d_model), (t_tok, t_model) = loaded["draft"], loaded["target"]
-    progress(f"draft precision: {precision}", None)
-    quant.apply(d_model, precision)
+    if not derived:
+        progress(f"draft precision: {precision}", None)
+        quant.apply(d_model, precision)
     if fast_linear is None:
         fast_linear = os.environ.get("SPECVIZ_FAST_LINEAR", "1") != "0"
     if fast_linear and device == "cpu":
@@ -741,8 +779,8 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
     The copy is made from `pair.draft`, which should be at least as precise (float32 or bfloat16).
     """
     precision = quant.check(precision, pair.device)
-    if precision == pair.draft_precision:
-        return pair
+    if precision == pair.draft_precision or isinstance(pair.spec.draft.source, DerivedSource):
+        return pair  # a draft made of the target's own layers keeps the target's precision
     if pair.draft_precision not in ("float32", "bfloat16"):
         raise InvalidSetting(f"a {precision} draft is made from a float32 or bfloat16 one, "
                              f"not from this pair's {pair.draft_precision} draft.")

@@ -282,6 +282,29 @@ def test_speedup_cost_sweep_race_and_adaptive():
     assert any("at least one k" in e for e in errors(at))
 
 
+@needs_tiny
+def test_speedup_early_exit_alpha_c_against_l():
+    from specviz import engine, prompts, selfdraft
+
+    at = page("3")
+    assert at.multiselect(key="speed.ee_layers").value == [1, 2]  # the tiny target has 2 layers
+    at.number_input(key="speed.max_new").set_value(8).run()
+    press(at, "speed.run_early_exit")
+    fig = figure(at, "Early exit")
+    assert names(fig)[:3] == ["α (drafts accepted)", "c (draft step / target step)", "speedup, measured"]
+    rows = at.dataframe[0].value
+    assert list(rows["L"]) == [1, 2] and rows["α"].iloc[-1] == 1.0  # L = 2: the target drafts for itself
+    pair = tiny_pair()
+    ids = prompts.encode(pair.tokenizer, prompts.preset("Python function").text, prompts.preset("Python function").chat)
+    direct = engine.speculative_decode(pair.target, selfdraft.early_exit(pair.target, 1), ids, k=4, max_new_tokens=8,
+                                       temperature=0.0, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    assert rows["α"].iloc[0] == round(direct.alpha, 3)
+    pngs_ok(at)
+    at.multiselect(key="speed.ee_layers").set_value([]).run()
+    press(at, "speed.run_early_exit")
+    assert any("at least one early-exit depth" in e for e in errors(at)) and figure(at, "Early exit")
+
+
 # --- 4 · why it is fast --------------------------------------------------------------------------------
 @needs_tiny
 def test_why_it_is_fast_forward_bandwidth_batch():
@@ -363,6 +386,38 @@ def test_exactness_same_seed_same_histogram_and_bad_input():
     assert any("empty" in e for e in errors(a))
     press(a, "exact.run_greedy")
     assert not a.exception and any("empty" in e for e in errors(a))
+
+
+@needs_tiny
+def test_exactness_rule_lab_lossless_on_the_left_lossy_away_from_p():
+    from specviz import prompts, rules
+
+    at = page("5")
+    assert at.number_input(key="exact.rules.n").value == 20_000
+    at.number_input(key="exact.rules.n").set_value(4000).run()
+    press(at, "exact.run_rules")
+    fig = figure(at, "Acceptance rules")
+    shown = [t for t in fig["data"] if t.get("showlegend") is not False]
+    assert [t["name"] for t in shown] == ["rejection (lossless)", "exact-match (lossless)", "typical (lossy)",
+                                         "threshold (lossy)"]
+    # the defaults plus the page's own typical (ε 0.05, δ 0.2) and threshold (τ 0.1) settings
+    pair = tiny_pair()
+    ids = prompts.encode(pair.tokenizer, "The capital of France is", False)
+    own = [rules.Rule("typical", epsilon=0.05, delta=0.2), rules.Rule("threshold", tau=0.1)]
+    want = rules.rule_lab(pair.target, pair.draft, ids, list(rules.DEFAULT_RULES) + own, n=4000, seed=0,
+                          vocab=pair.shared_vocab)
+    assert sum(len(t["x"]) for t in shown) == len(want.results) == 10
+    assert [y for t in shown for y in t["y"]] == pytest.approx(
+        [r.acceptance_exact for k in rules.KINDS for r in want.results if r.kind == k])
+    table = at.dataframe[0].value
+    assert list(table["TV to p (exact)"][:2]) == [0.0, 0.0] and all(table["TV to p (exact)"][2:] > 0)
+    assert list(table["kept (sampled)"]) == [round(r.acceptance_sampled, 4) for r in want.results]  # same seeds
+    assert any("Lossless" in i.value for i in at.info)
+    pngs_ok(at)
+    # bad input: an empty prompt is an error in the page, and the last result stays
+    at.text_area(key="exact.text").set_value("").run()
+    press(at, "exact.run_rules")
+    assert any("empty" in e for e in errors(at)) and figure(at, "Acceptance rules")
 
 
 # --- a pair that is not installed -----------------------------------------------------------------------

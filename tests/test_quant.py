@@ -151,3 +151,19 @@ def test_with_draft_precision_copies_the_draft_and_shares_the_target(tiny_pair):
     assert with_draft_precision(tiny_pair, "float32") is tiny_pair
     with pytest.raises(InvalidSetting, match="made from a float32"):
         with_draft_precision(int8, "int4")
+
+
+@pytest.mark.parametrize("name", ["tiny-self", "tiny-early-exit"])
+def test_a_draft_made_of_the_targets_layers_is_never_quantized(name):
+    """Quantizing such a draft would quantize the target it shares its modules with."""
+    from pathlib import Path
+
+    from specviz import models
+
+    reg = Path(__file__).resolve().parent / "models_tiny.yaml"
+    pair = models.load_pair(name, registry=reg, draft_precision="int8")
+    assert not any(isinstance(m, quant.Int8Linear) for m in pair.target.modules())
+    assert pair.draft_precision == "float32"
+    assert with_draft_precision(pair, "int8") is pair
+    run = speculative_decode(pair.target, pair.draft, [5, 6, 7], k=3, max_new_tokens=12)
+    assert run.token_ids == autoregressive_decode(pair.target, [5, 6, 7], max_new_tokens=12).token_ids
