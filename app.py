@@ -44,7 +44,8 @@ def preset_label(p: prompts.Preset) -> str:
 
 
 PRESETS = {preset_label(p): p for p in prompts.PRESETS}
-DEFAULT_PRESET = preset_label(prompts.preset("The capital of France"))
+FIRST = prompts.FIRST_RUN  # what Run does on a fresh page: chosen by measurement (README Performance)
+DEFAULT_PRESET = preset_label(prompts.preset(FIRST.preset))
 
 
 # --- callbacks: they run before the script, so the page draws the new state ------------------
@@ -149,19 +150,21 @@ live = source == LIVE
 drafter_choice = sb.radio("Drafter", [DRAFT_MODEL, LOOKUP], key="main.drafter", disabled=not live,
                           help="The pair's small draft model, or prompt lookup: copy the tokens that followed "
                                "the last earlier occurrence of the latest n-gram (claim 14).")
-k = sb.slider("k: tokens drafted per round", 1, 16, 4, key="main.k",
+k = sb.slider("k: tokens drafted per round", 1, 16, FIRST.k, key="main.k",
               help="How many tokens the drafter proposes before the target checks them in one pass.")
 k_policy = sb.radio("k per round", list(K_POLICIES), key="main.k_policy", format_func=K_POLICIES.get,
+                    index=list(K_POLICIES).index(FIRST.k_policy),
                     disabled=not live, horizontal=True,
                     help="fixed: k every round. adaptive: k grows by 1 after a fully accepted round and shrinks "
                          "by 1 after a rejection (claim 13). best k: the chooser sets k from live estimates of "
                          "α, c and the verify cost, and with the draft model ends each round after a doubtful "
                          "draft (k above is then only where it starts; a round may draft up to 32).")
-temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.05, key="main.temperature",
+temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, FIRST.temperature, 0.05, key="main.temperature",
                         disabled=not live)
 top_p = sb.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or temperature == 0,
                   help="Nucleus sampling: keep the smallest set of tokens whose probability adds up to top-p.")
-max_new = int(sb.number_input("max new tokens", 1, limits.max_new_tokens(), min(48, limits.max_new_tokens()),
+max_new = int(sb.number_input("max new tokens", 1, limits.max_new_tokens(),
+                             min(FIRST.max_new_tokens, limits.max_new_tokens()),
                              key="main.max_new", disabled=not live))
 seed = int(sb.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
                            help="Same seed and settings → same output."))

@@ -6,8 +6,9 @@ import time
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, experiments, lab, limits, render, selfdraft, theory
+from specviz import charts, experiments, lab, limits, models, render, selfdraft, theory
 from specviz.engine import autoregressive_decode, autoregressive_stream, speculative_decode, speculative_stream
+from specviz.config import DerivedSource
 from specviz.errors import SpecvizError
 
 ui.page_setup("Speedup: tokens per pass is not speedup")
@@ -30,7 +31,7 @@ pair = lab_ui.pair_for_page("speed")
 if pair is None:
     st.stop()
 decode = lab_ui.decoder(pair)
-ident = (pair.name, lab_ui.dtype_name(pair))
+ident = (pair.name, lab_ui.dtype_name(pair), pair.draft_precision)
 ids, text = lab_ui.prompt_input("speed", pair, default="Python function")
 c1, c2, c3 = st.columns(3)
 temperature = c1.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="speed.temperature")
@@ -65,11 +66,35 @@ if cost is None:
 else:
     vr = cost["verify"]
     m1, m2, m3 = st.columns(3)
-    m1.metric("c = draft step ÷ target step", f"{cost['c']:.3f}")
+    m1.metric("c = draft step ÷ target step", f"{cost['c']:.3f}", help=f"with the {pair.draft_precision} draft")
     m2.metric("verify 5 tokens ÷ 1 token", f"{theory.verify_ratio(5, vr):.2f}×")
     m3.metric("verify 9 tokens ÷ 1 token", f"{theory.verify_ratio(9, vr):.2f}×")
     st.caption("cost(n)/cost(1) measured: " + ", ".join(f"{n} → {r:.2f}×" for n, r in vr.items())
                + ". If these are near 1, checking extra tokens is free; if they grow like n, it is not.")
+
+# --- 1b. a cheaper draft: c against α ----------------------------------------------------------
+st.subheader("1b · A cheaper draft: the same prompt with the draft in each precision")
+st.caption("The draft's precision never changes the output (the target decides every token); it changes c, "
+           "what a draft step costs, and may change α a little. Each precision runs next to its own run of "
+           "the target alone, with the k of section 5 (fixed).")
+derived = isinstance(pair.spec.draft.source, DerivedSource)  # the target's own layers: one precision
+choices = [pair.draft_precision] if derived else list(models.quant.supported(pair.device))
+precs = st.multiselect("draft precisions", choices, default=[p for p in ("float32", pair.draft_precision)
+                                                             if p in choices], key="speed.precisions")
+if st.button("Compare draft precisions", key="speed.run_precisions") and ids is not None and precs:
+    try:
+        bar = lab_ui.ProgressBar("loading the drafts…")
+        pairs = {p: ui.load_pair_cached(pair.name, lab_ui.dtype_name(pair), p) for p in precs}
+        res = experiments.precision_comparison(pairs, ids, k=int(st.session_state.get("speed.k0", 4)),
+                                               progress=bar, **run_kw)
+        bar.done()
+        st.session_state["speed.precision"] = {"ident": ident[:2], "results": res}
+    except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+        ui.show_error(e)
+prec_state = st.session_state.get("speed.precision")
+if prec_state is not None and prec_state["ident"] == ident[:2]:
+    st.dataframe(lab.precision_rows(prec_state["results"]), hide_index=True, width="stretch")
+    st.markdown(lab.precision_verdict(prec_state["results"]))
 
 # --- 2. the model, with the best k ------------------------------------------------------------
 sweep_state = current("speed.sweep")

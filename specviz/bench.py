@@ -61,7 +61,7 @@ from .errors import InvalidSetting
 from .experiments import forward_cost
 from .kpolicy import BestK
 from .lm import vocab_size
-from .prompts import domain_prompts, encode
+from .prompts import bench_prompts, encode
 
 FORMAT = "specviz.bench/1"
 DEFAULT_DOMAINS = ("code", "list", "factual", "creative")
@@ -91,7 +91,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--ks", default="1,2,3,4,5,6,8", help="fixed k values (default 1,2,3,4,5,6,8)")
     p.add_argument("--methods", help="comma list to run (default: all); names as in the table, "
                                      "e.g. target,k=4,best,hf-assisted")
-    p.add_argument("--domains", default=",".join(DEFAULT_DOMAINS), help="default code,list,factual,creative")
+    p.add_argument("--domains", default=",".join(DEFAULT_DOMAINS),
+                   help="default code,list,factual,creative; 'first-run' is the main page's default prompt")
+    p.add_argument("--prompt-set", choices=["bench", "held-out"], default="bench",
+                   help="bench: the presets; held-out: other prompts of the same domains")
     p.add_argument("--modes", default="greedy,sample", help="greedy, sample or both (default)")
     p.add_argument("--temperature", type=float, default=0.7, help="for sample mode (default 0.7)")
     p.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported (default 3)")
@@ -114,7 +117,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not a.modes or any(m not in ("greedy", "sample") for m in a.modes):
         raise InvalidSetting(f"--modes must be greedy, sample or both, got {a.modes!r}")
     a.domains = [d.strip() for d in a.domains.split(",") if d.strip()]
-    known = domain_prompts()
+    known = bench_prompts(a.prompt_set)
     bad = [d for d in a.domains if d not in known]
     if bad or not a.domains:
         raise InvalidSetting(f"unknown domain(s) {bad}; choose from {', '.join(known)}")
@@ -412,7 +415,7 @@ def bench(args, pair=None, progress=None) -> dict:
         say("loading the pair")
         pair = load(args)
     tok = pair.tokenizer
-    presets = domain_prompts()
+    presets = bench_prompts(args.prompt_set)
     prompts = {d: encode(tok, presets[d].text, presets[d].chat) for d in args.domains}
 
     # 1. costs: target forward over n tokens (verify ratio), draft forward, c
@@ -482,7 +485,8 @@ def bench(args, pair=None, progress=None) -> dict:
         "config": {
             "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
             "draft_precision": pair.draft_precision, "fast_linear": _fast_linear_on(pair), "threads": torch.get_num_threads(), "ks": args.ks,
-            "methods": names, "domains": args.domains, "modes": args.modes, "temperature": args.temperature,
+            "methods": names, "domains": args.domains, "prompt_set": args.prompt_set, "modes": args.modes,
+            "temperature": args.temperature,
             "reps": args.reps, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
             "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
             "cpu_count": os.cpu_count(), "load_avg_start": load_start,

@@ -10,6 +10,7 @@ measured on the models and device at hand; nothing is canned.
   draft_cost_ratio  c = one draft step / one target step
   first_token_trials  many seeded decisions of the real acceptance rule
   compare_with_baseline  speculative vs a warmed target-only run, same settings
+  precision_comparison   the same prompt with the draft in each precision: c, α, speedup
 """
 
 from __future__ import annotations
@@ -216,3 +217,43 @@ def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: floa
     identical = spec.token_ids == base.token_ids if temperature == 0 else None
     return Comparison(spec, base, speedup, identical)
 
+
+
+def steady_c(cmp: Comparison) -> float:
+    """c measured in a Comparison: the mean draft step over the mean one-token target pass of the
+    target-alone run, both over the rounds after the first (whose passes also read the prompt)."""
+    rounds = cmp.spec.steady_rounds
+    drafted = sum(r.k for r in rounds)
+    steps = cmp.base.steady_rounds
+    if not drafted or not steps:
+        return float("nan")
+    target_step = sum(r.verify_s for r in steps) / len(steps)
+    return (sum(r.draft_s for r in rounds) / drafted) / target_step
+
+
+@dataclass(frozen=True)
+class PrecisionResult:
+    """One draft precision on one prompt, against the target alone run next to it."""
+
+    precision: str
+    comparison: Comparison
+    c: float  # steady_c
+
+
+def precision_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", temperature: float = 0.0,
+                         max_new_tokens: int, seed: int = 0, eos_token_id=None, vocab: int | None = None,
+                         progress: Progress = None) -> list[PrecisionResult]:
+    """`pairs`: draft precision -> a pair (same target) with its draft in that precision.
+
+    Each precision runs next to its own warmed target-alone run, so a change of load
+    on the machine affects both sides of each speedup alike.
+    """
+    out = []
+    for i, (precision, pair) in enumerate(pairs.items()):
+        _say(progress, f"{precision} draft", i / max(len(pairs), 1))
+        cmp = compare_with_baseline(pair.target, pair.draft, input_ids, k=k, k_policy=k_policy,
+                                    temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
+                                    eos_token_id=eos_token_id, vocab=vocab)
+        out.append(PrecisionResult(precision, cmp, steady_c(cmp)))
+    _say(progress, "done", 1.0)
+    return out

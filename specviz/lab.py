@@ -759,3 +759,28 @@ def theory_summary(alpha: float, k: int, c: float, best: tuple[int, float]) -> s
     if sb < 1:
         out += " Below 1×: a draft this costly or this inaccurate makes decoding slower."
     return out
+
+
+def precision_rows(results) -> list[dict]:
+    """One row per draft precision (experiments.precision_comparison)."""
+    return [{"draft precision": r.precision, "c": _f(r.c, ".3f"), "α": _f(r.comparison.spec.alpha, ".3f"),
+             "tokens per pass": _f(r.comparison.spec.tokens_per_pass, ".2f"),
+             "measured speedup": f"{_f(measured_speedup(r.comparison), '.2f')}×",
+             "same text as target alone": {True: "yes", False: "no", None: "sampling"}[r.comparison.identical]}
+            for r in results]
+
+
+def precision_verdict(results) -> str:
+    """What the comparison shows, from its own numbers: the cheapest draft against the costliest."""
+    ok = [r for r in results if math.isfinite(r.c)]
+    if len(ok) < 2:
+        return "Run at least two draft precisions to compare them."
+    cheap, dear = min(ok, key=lambda r: r.c), max(ok, key=lambda r: r.c)
+    s_cheap, s_dear = measured_speedup(cheap.comparison), measured_speedup(dear.comparison)
+    a_cheap, a_dear = cheap.comparison.spec.alpha, dear.comparison.spec.alpha
+    alpha = ("the same α" if abs(a_cheap - a_dear) < 0.005 else
+             f"α {'lower' if a_cheap < a_dear else 'higher'} by {abs(a_cheap - a_dear):.2f}")
+    faster = "faster" if s_cheap > s_dear else "not faster"
+    return (f"The {cheap.precision} draft costs c = {cheap.c:.2f} of a target pass against {dear.c:.2f} for "
+            f"{dear.precision}, with {alpha}: it measured {s_cheap:.2f}× against {s_dear:.2f}×, {faster}. "
+            f"Each draft step is paid k times per round, so c weighs as much as α.")

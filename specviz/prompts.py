@@ -56,6 +56,41 @@ def domain_prompts() -> dict[str, Preset]:
     return out
 
 
+# Other prompts of the same domains, never shown as presets: the benchmark checks on them that a
+# result is not tuned to the presets (`bench --prompt-set held-out`).
+HELD_OUT: list[Preset] = [
+    Preset("FizzBuzz function", "code",
+           "Write a Python function `fizzbuzz(n)` that returns the FizzBuzz strings from 1 to n. Only the code."),
+    Preset("Days of the week", "list", "List the seven days of the week, one per line, numbered."),
+    Preset("Autumn leaves", "factual", "In two sentences, why do leaves change colour in autumn?"),
+    Preset("Lighthouse poem", "creative", "Write a short poem about a lighthouse that dreams of the sea."),
+]
+
+
+@dataclass(frozen=True)
+class FirstRun:
+    """What the main page runs when a newcomer presses Run without touching anything."""
+
+    preset: str
+    k: int
+    k_policy: str
+    max_new_tokens: int
+    temperature: float = 0.0
+
+
+FIRST_RUN = FirstRun(preset="The capital of France", k=4, k_policy="fixed", max_new_tokens=48)
+
+
+def bench_prompts(prompt_set: str = "bench") -> dict[str, Preset]:
+    """Prompts by name for the benchmark: 'bench', one preset per domain plus 'first-run' (the
+    main page's default prompt); 'held-out', the HELD_OUT prompts by domain."""
+    if prompt_set == "held-out":
+        return {p.domain: p for p in HELD_OUT}
+    if prompt_set != "bench":
+        raise InvalidSetting(f"prompt set must be 'bench' or 'held-out', got {prompt_set!r}.")
+    return {**domain_prompts(), "first-run": preset(FIRST_RUN.preset)}
+
+
 def encode(tokenizer, text: str, chat: bool = True) -> list[int]:
     """Token ids for `text`; with chat=True, wrapped in the tokenizer's chat template.
 

@@ -283,6 +283,24 @@ def test_speedup_cost_sweep_race_and_adaptive():
 
 
 @needs_tiny
+def test_speedup_compares_draft_precisions_on_one_prompt():
+    from specviz import quant
+
+    at = page("3")
+    assert at.multiselect(key="speed.precisions").value == ["float32", quant.default_precision("cpu")]
+    at.number_input(key="speed.max_new").set_value(8).run()
+    at.multiselect(key="speed.precisions").set_value(["float32", "int8"]).run()
+    press(at, "speed.run_precisions")
+    rows = at.dataframe[0].value
+    assert list(rows["draft precision"]) == ["float32", "int8"]
+    assert (rows["same text as target alone"] == "yes").all()  # greedy: the precision never changes the text
+    c = [float(x) for x in rows["c"]]
+    assert all(x > 0 for x in c)
+    verdict = [m.value for m in at.markdown if "costs c =" in m.value]
+    assert verdict and f"{min(c):.2f}" in verdict[0]  # the verdict quotes the measured c, not a canned one
+
+
+@needs_tiny
 def test_speedup_early_exit_alpha_c_against_l():
     from specviz import engine, prompts, selfdraft
 
