@@ -579,6 +579,10 @@ def _convert(m: ModelSpec, role: str, progress: Progress) -> Path:
 def _rebuild(m: ModelSpec, role: str, progress: Progress, why: str) -> Path:
     """Say the cached copy is damaged, delete it and convert it again."""
     assert isinstance(m.source, ChunkSource)
+    try:
+        chunk_paths(m.source, m.label)  # keep the copy if it cannot be rebuilt here
+    except PairUnavailable as e:
+        raise PairUnavailable(f"the cached copy of {m.label} is damaged ({why}) and cannot be rebuilt: {e}") from None
     progress(f"the cached copy of {m.label} is damaged ({why}): rebuilding", None)
     _discard(cached_dir(m.source, m.name))
     return _convert(m, role, progress)

