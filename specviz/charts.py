@@ -9,6 +9,7 @@ No streamlit here: the app is a thin layer on top.
 
 from __future__ import annotations
 
+import html
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -119,12 +120,22 @@ def _empty(title: str, message: str) -> go.Figure:
     return fig
 
 
+def _plain(text: str) -> str:
+    """Text from a tokenizer or a run file, shown literally by plotly.
+
+    Plotly renders tags such as <a href>, <img>, <b>, <br> in every title, label and
+    hover text, so a token (or a label in an uploaded run) could plant a link.
+    """
+    return html.escape(text, quote=False)
+
+
 def _labels(ids: Sequence[int], decode: Callable[[int], str], maxlen: int = 14) -> list[str]:
-    """Unique, whitespace-visible category labels for token ids."""
+    """Unique, whitespace-visible, HTML-escaped category labels for token ids."""
     base = []
     for i in ids:
         s = visible(decode(i))
-        base.append(s if len(s) <= maxlen else s[: maxlen - 1] + "…")
+        # cut before escaping, so an entity such as &lt; is never cut in half
+        base.append(_plain(s if len(s) <= maxlen else s[: maxlen - 1] + "…"))
     seen = Counter(base)
     return [s if seen[s] == 1 else f"{s} #{i}" for s, i in zip(base, ids)]
 
@@ -135,7 +146,8 @@ def _fmt(v: float, spec: str = ".2f") -> str:
 
 
 def _tok(tid: int, decode: Callable[[int], str]) -> str:
-    return f"‘{visible(decode(tid))}’"
+    """One token, quoted, for a title or hover text."""
+    return f"‘{_plain(visible(decode(tid)))}’"
 
 
 def _topmap(t: TopK | None) -> dict[int, float]:
@@ -499,7 +511,7 @@ def _labelled_runs(runs) -> list[tuple[str, Run]]:
     if isinstance(runs, Run):
         return [(_run_label(runs, 0), runs)]
     if isinstance(runs, Mapping):
-        return [(str(k), v) for k, v in runs.items()]
+        return [(_plain(str(k)), v) for k, v in runs.items()]
     return [(_run_label(r, j), r) for j, r in enumerate(runs)]
 
 
@@ -507,7 +519,7 @@ def _run_label(run: Run, j: int) -> str:
     s = run.settings or {}
     for key in ("label", "name", "domain", "drafter"):
         if s.get(key):
-            return str(s[key])
+            return _plain(str(s[key]))
     return f"run {j + 1}"
 
 

@@ -157,7 +157,7 @@ def cmd_prepare(args) -> int:
 
     progress = ProgressPrinter()
     try:
-        out = prepare(args.pair, progress=progress, registry=args.models)
+        out = prepare(args.pair, progress=progress, registry=args.models, verify=args.verify)
     finally:
         progress.done()
     for role, what in out.items():
@@ -259,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("prepare", help="assemble, convert and cache a pair (default: the embedded pair)")
     pr.add_argument("--pair", help="pair name from `models` (default: the default pair)")
+    pr.add_argument("--verify", action="store_true",
+                    help="also check the sha256 of every cached file (reads them all) and rebuild a damaged copy")
     pr.set_defaults(func=cmd_prepare)
 
     r = sub.add_parser("run", help="one speculative decoding run, coloured by what each round did")

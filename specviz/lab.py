@@ -675,12 +675,7 @@ def fig_first_position(fp: FirstPosition, decode: Decode, top_n: int = 12) -> go
     """Bars of p, q and the residual at the first new position (claim 7), in the charts theme."""
     ids = sorted(set(fp.p) | set(fp.q) | set(fp.residual),
                  key=lambda i: -max(fp.p.get(i, 0), fp.q.get(i, 0), fp.residual.get(i, 0)))[:top_n]
-    labels, seen = [], {}
-    for i in ids:
-        s = visible(decode(i))
-        s = s if len(s) <= 14 else s[:13] + "…"
-        seen[s] = seen.get(s, 0) + 1
-        labels.append(s if seen[s] == 1 else f"{s} #{i}")
+    labels = charts._labels(ids, decode)
     fig = go.Figure()
     fig.update_layout(template=charts.TEMPLATE, barmode="group",
                       title=dict(text=f"First new token: target p, draft q and the residual "

@@ -420,3 +420,35 @@ def test_autoregressive_run_figures():
     e = charts.fig_entropy_acceptance(run, decode)
     assert len(trace(e, "target token (no draft)").x) == 6
     charts.fig_expected_tokens(4, measured=charts.measured_point(run)).to_json()
+
+
+# --- token text is shown literally, never as plotly HTML -------------------------
+EVIL = "<a href='x'>y</a>"
+
+
+def test_token_text_is_html_escaped_in_every_figure():
+    import json
+
+    from specviz import lab
+
+    # every token, and a run's label (both can come from an uploaded file), is a link
+    evil = lambda i: f"{EVIL}{i}"  # noqa: E731 (distinct texts: no '#id' suffixes needed)
+    run = sim_run(seed=3, label=EVIL)
+    fp = lab.FirstPosition(p={1: 0.6, 2: 0.4}, q={1: 0.3, 2: 0.7}, residual={1: 1.0, 2: 0.0}, overlap=0.7,
+                           temperature=1.0)
+    figs = {
+        "pq": charts.fig_pq(france_round(), 3, evil), "pq greedy": charts.fig_pq(france_round(True), 3, evil),
+        "residual": charts.fig_residual(france_round(), evil), "entropy": charts.fig_entropy_acceptance(run, evil),
+        "exactness": charts.fig_exactness({1: 3, 2: 1}, {1: 0.7, 2: 0.3}, evil),
+        "first position": lab.fig_first_position(fp, evil),
+        "by position": charts.fig_accept_by_position([run, sim_run(seed=4)]),
+        "by position (named)": charts.fig_accept_by_position({EVIL: run}),
+    }
+    for name, fig in figs.items():
+        # titles, labels, hover texts, annotations, names: re-dumped so '<' is literal, not \u003c
+        text = json.dumps(json.loads(fig.to_json()), ensure_ascii=False)
+        for tag in ("<a", "</a>"):
+            assert tag not in text, f"{name}: token text reaches plotly as HTML: ...{text[text.index(tag) - 60:][:120]}"
+        assert "&lt;a" in text, f"{name}: the token is not shown at all"
+    # the full escaped text where nothing is cut: the pq title and subtitle
+    assert "‘&lt;a␣href='x'&gt;y&lt;/a&gt;4’" in title(figs["pq"])
