@@ -21,12 +21,12 @@ import streamlit as st  # noqa: E402
 
 from pages.common import ui  # noqa: E402
 
-ui.page_setup("Watch speculative decoding")
+ui.page_setup("Watch speculative decoding", shows=(3, 4, 5, 6, 8, 13, 14))
 T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round latency)
 
 import pandas as pd  # noqa: E402
 
-from specviz import charts, prompts, render, replay  # noqa: E402
+from specviz import charts, claims, prompts, render, replay  # noqa: E402
 from specviz.drafters import PromptLookupDrafter  # noqa: E402
 from specviz.engine import speculative_stream  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
@@ -136,13 +136,13 @@ sb.subheader("Decoding")
 live = source == LIVE
 drafter_choice = sb.radio("Drafter", [DRAFT_MODEL, LOOKUP], key="main.drafter", disabled=not live,
                           help="The pair's small draft model, or prompt lookup: copy the tokens that followed "
-                               "the last earlier occurrence of the latest n-gram (claim 14).")
+                               f"the last earlier occurrence of the latest n-gram ({claims.link(14)}).")
 k = sb.slider("k: tokens drafted per round", 1, 16, 4, key="main.k",
               help="How many tokens the drafter proposes before the target checks them in one pass.")
 k_policy = sb.radio("k per round", list(K_POLICIES), key="main.k_policy", format_func=K_POLICIES.get,
                     disabled=not live, horizontal=True,
                     help="fixed: k every round. adaptive: k grows by 1 after a fully accepted round and shrinks "
-                         "by 1 after a rejection (claim 13). best k: the chooser sets k from live estimates of "
+                         f"by 1 after a rejection ({claims.link(13)}). best k: the chooser sets k from live estimates of "
                          "α, c and the verify cost, and with the draft model ends each round after a doubtful "
                          "draft (k above is then only where it starts; a round may draft up to 32).")
 temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.05, key="main.temperature",
@@ -500,7 +500,8 @@ elif base:
                     f"(c = {d_ms / b_ms:.2f} of a target pass)" if b_ms > 0 else "")
         st.caption(why + ". Tokens per pass is not speedup: see the Speedup page for the cost model.")
     if base.get("identical") is True:
-        st.success("Greedy: **identical text** to the target alone, token for token (claim 6: speculative "
+        st.success("Greedy: **identical text** to the target alone, token for token "
+                   f"({claims.link(6)}: speculative "
                    "decoding changes the speed, not the output).")
     elif base.get("identical") is False:
         i = base.get("first_difference")

@@ -108,6 +108,36 @@ def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
     assert not calls and ui.LOAD_CALLS == before and not at.exception
 
 
+# --- 0 · what this app demonstrates: no model ------------------------------------------------------
+def test_claims_page_shows_every_claim_with_its_anchor_source_and_measurement(monkeypatch):
+    from pages.common import ui
+    from specviz import claims, models
+
+    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("the claims page loaded a model"))
+    before = ui.LOAD_CALLS
+    at = page("0")
+    assert at.title[0].value == "What this app demonstrates"
+    heads = at.subheader
+    assert [h.value for h in heads] == [f"{c.number}. {c.title}" for c in claims.CLAIMS]
+    assert [h.proto.anchor for h in heads] == [f"claim-{c.number}" for c in claims.CLAIMS]
+    text = "\n".join(m.value for m in at.markdown)
+    for c in claims.CLAIMS:
+        assert c.source in text and c.measured in text and f"](#claim-{c.number})" in text
+        for p in c.pages:
+            assert f"[{p}](./{claims.PAGES[p]})" in text
+    assert ui.LOAD_CALLS == before
+
+
+def test_pages_link_the_claims_they_show():
+    from specviz import claims
+
+    at = page("6")
+    caption = at.caption[0].value
+    assert caption.startswith("Shows " + claims.link(8) + ", " + claims.link(9))
+    assert f"]({claims.PAGE_PATH})" in caption
+    assert claims.link(8) in [h.value for h in at.subheader if "quote" in h.value][0]
+
+
 # --- 1 · slow motion --------------------------------------------------------------------------------
 def round_text(at) -> str:
     return [m.value for m in at.markdown if 'class="sv-text"' in m.value][0]

@@ -1,7 +1,7 @@
 """Streamlit-only helpers shared by app.py and every page.
 
 Stable API (pages import these):
-    page_setup(title)                   st.set_page_config first, then the title
+    page_setup(title, shows=())         st.set_page_config first, then the title (and links to the claims shown)
     sidebar_pair_picker(prefix)         -> chosen pair name (unavailable pairs explained)
     dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.models.DEFAULT_DTYPE)
     load_pair_cached(name, dtype)       -> Pair, shared by every session (st.cache_resource),
@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from specviz import charts
+from specviz import charts, claims
 from specviz.errors import SpecvizError
 
 DTYPE_CHOICES = ["float32", "bfloat16"]
@@ -35,10 +35,13 @@ LOAD_CALLS = 0
 _load_lock = threading.Lock()
 
 
-def page_setup(title: str, icon: str = "⚡", layout: str = "wide") -> None:
-    """Page config (must be the first Streamlit call of a page), then the title."""
+def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple[int, ...] = ()) -> None:
+    """Page config (must be the first Streamlit call of a page), the title, then links to the claims it shows."""
     st.set_page_config(page_title=f"{title} · specviz", page_icon=icon, layout=layout)
     st.title(title)
+    if shows:
+        st.caption("Shows " + ", ".join(claims.link(n) for n in shows)
+                   + f" of [{claims.PAGE_TITLE.lower()}]({claims.PAGE_PATH}).")
 
 
 def show_error(e: BaseException) -> None:
