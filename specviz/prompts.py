@@ -34,7 +34,25 @@ PRESETS: list[Preset] = [
            "It does so every morning before breakfast.'"),
     # the textbook example: a raw continuation, no chat template
     Preset("The capital of France", "factual", "The capital of France is", chat=False),
+    # for the acceptance lab (see LAB_PROMPTS): answers that run past 48 tokens and start with content
+    Preset("Mitochondrion, four sentences", "factual",
+           "In four sentences, explain what the mitochondrion does in a cell."),
+    Preset("Surreal story", "creative",
+           "Continue this surreal story in your own words: The lighthouse keeper kept a jar of lost echoes, "
+           "and one night the jar began to hum."),
 ]
+
+# The acceptance lab's prompt per domain (names of PRESETS). Each answer starts with its content, not a
+# preamble both models would share ("Sure! Here is..."), and the creative one does not fall into repeating
+# a line, as the four-line poem does when greedy, so the measured α reflects the domain.
+LAB_PROMPTS: dict[str, str] = {
+    "code": "Python function",
+    "list": "List of planets",
+    "factual": "Mitochondrion, four sentences",
+    "creative": "Surreal story",
+    "repetition": "Repetition",
+}
+LAB_DEFAULT_DOMAINS = ("code", "list", "factual", "creative")  # about a minute at 48 tokens on a laptop CPU
 
 DOMAINS = ["code", "list", "factual", "creative", "repetition"]
 
@@ -53,6 +71,11 @@ def domain_prompts() -> dict[str, Preset]:
         if p.chat and p.domain not in out:
             out[p.domain] = p
     return out
+
+
+def lab_prompts() -> dict[str, Preset]:
+    """The acceptance lab's prompt per domain."""
+    return {d: preset(name) for d, name in LAB_PROMPTS.items()}
 
 
 def encode(tokenizer, text: str, chat: bool = True) -> list[int]:
