@@ -152,7 +152,11 @@ top_p = sb.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not 
 max_new = int(sb.number_input("max new tokens", 1, 512, 48, key="main.max_new", disabled=not live))
 seed = int(sb.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
                            help="Same seed and settings → same output."))
-speed = sb.select_slider("animation speed", list(replay.SPEEDS), value=replay.DEFAULT_SPEED, key="main.speed",
+if S.get("main.speed_for_presenter") != ui.presenter():  # presenter mode switched: back to its default speed
+    S.pop("main.speed", None)
+    S["main.speed_for_presenter"] = ui.presenter()
+speed = sb.select_slider("animation speed", list(replay.SPEEDS), key="main.speed",
+                         value="slow" if ui.presenter() else replay.DEFAULT_SPEED,
                          help="How long drafted tokens stay pending before the verdict is drawn.")
 baseline_on = sb.checkbox("after each run, time the target alone", True, key="main.baseline", disabled=not live,
                           help="A plain one-token-per-pass run with the same settings, for the measured speedup "

@@ -128,6 +128,18 @@ def test_claims_page_shows_every_claim_with_its_anchor_source_and_measurement(mo
     assert ui.LOAD_CALLS == before
 
 
+def test_presenter_mode_carries_to_every_page():
+    from streamlit.testing.v1 import AppTest
+
+    from pages.common import ui
+
+    at = AppTest.from_file(PAGES["0"], default_timeout=120)
+    at.session_state[ui.PRESENTER] = True  # switched on on another page
+    at.run()
+    assert not at.exception and at.toggle(key="ui.presenter").value is True
+    assert ui.PRESENTER_CSS in [m.value for m in at.markdown]
+
+
 def test_pages_link_the_claims_they_show():
     from specviz import claims
 
