@@ -233,20 +233,6 @@ def acceptance_sweep(target, draft, prompts: Mapping[str, Sequence[int]], temper
     return out
 
 
-def alpha_table(sweep: Mapping[str, Mapping[float, Run]]) -> dict[str, dict[float, tuple[float, float]]]:
-    """{domain: {temperature: (alpha, stderr)}} for charts.fig_alpha_vs_temperature."""
-    out = {}
-    for dom, by_t in sweep.items():
-        row = {}
-        for t, run in sorted(by_t.items()):
-            e = alpha_from_counts(run.n_accepted, run.n_judged)
-            if math.isfinite(e.value):
-                row[t] = (e.value, e.stderr)
-        if row:
-            out[dom] = row
-    return out
-
-
 def agreement_sweep(target, draft, prompts: Mapping[str, Sequence[int]], sweep: Mapping[str, Mapping[float, Run]],
                     *, vocab: int | None = None, existing: Mapping[str, Mapping[float, Agreement]] | None = None,
                     progress: Progress = None) -> dict[str, dict[float, Agreement]]:
@@ -273,18 +259,28 @@ def agreement_sweep(target, draft, prompts: Mapping[str, Sequence[int]], sweep: 
     return out
 
 
-def expected_table(agree: Mapping[str, Mapping[float, Agreement]]) -> dict[str, dict[float, tuple[float, float]]]:
-    """{domain: {temperature: (expected α, stderr)}}, the shape of alpha_table."""
+def _estimate_table(cells: Mapping[str, Mapping[float, object]], estimate) -> dict[str, dict[float, tuple]]:
+    """{domain: {temperature: (value, stderr)}} of estimate(cell), for the α charts; empty cells left out."""
     out = {}
-    for dom, by_t in agree.items():
+    for dom, by_t in cells.items():
         row = {}
-        for t, a in sorted(by_t.items()):
-            e = a.estimate()
+        for t, cell in sorted(by_t.items()):
+            e = estimate(cell)
             if math.isfinite(e.value):
                 row[t] = (e.value, e.stderr if math.isfinite(e.stderr) else 0.0)
         if row:
             out[dom] = row
     return out
+
+
+def alpha_table(sweep: Mapping[str, Mapping[float, Run]]) -> dict[str, dict[float, tuple[float, float]]]:
+    """The counted α: accepted ÷ judged drafts of each run, with its stderr."""
+    return _estimate_table(sweep, lambda run: alpha_from_counts(run.n_accepted, run.n_judged))
+
+
+def expected_table(agree: Mapping[str, Mapping[float, Agreement]]) -> dict[str, dict[float, tuple[float, float]]]:
+    """The expected α at every position of each run's text (Agreement.estimate), with its stderr."""
+    return _estimate_table(agree, Agreement.estimate)
 
 
 def mean_entropy(run: Run) -> float:
