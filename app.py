@@ -142,7 +142,8 @@ k = sb.slider("k: tokens drafted per round", 1, 16, 4, key="main.k",
 k_policy = sb.radio("k per round", list(K_POLICIES), key="main.k_policy", format_func=K_POLICIES.get,
                     disabled=not live, horizontal=True,
                     help="fixed: k every round. adaptive: k grows by 1 after a fully accepted round and shrinks "
-                         f"by 1 after a rejection ({claims.link(13)}). best k: the chooser sets k from live estimates of "
+                         f"by 1 after a rejection ({claims.link(13)}). best k: the chooser sets k from live "
+                         "estimates of "
                          "α, c and the verify cost, and with the draft model ends each round after a doubtful "
                          "draft (k above is then only where it starts; a round may draft up to 32).")
 temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.05, key="main.temperature",

@@ -37,7 +37,8 @@ __all__ = [
     "PALETTE", "PLOTLY_CONFIG", "TEMPLATE", "plotly_config", "measured_point", "total_variation",
     "fig_pq", "fig_residual", "fig_expected_tokens", "fig_alpha_trace", "fig_speedup_model",
     "fig_forward_cost", "fig_batch_cost", "fig_accept_by_position", "fig_accept_lengths",
-    "fig_entropy_acceptance", "alpha_summary", "fig_alpha_by_domain", "fig_alpha_vs_temperature", "fig_k_trace", "fig_exactness",
+    "fig_entropy_acceptance", "alpha_summary", "fig_alpha_by_domain", "fig_alpha_vs_temperature",
+    "fig_k_trace", "fig_exactness",
     "fig_race", "fig_bench_speedup",
 ]
 

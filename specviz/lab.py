@@ -180,7 +180,8 @@ def zero_accept_note(r: Round, decode: Decode) -> str | None:
     """Claim 5, when it happens: no draft accepted, yet the round still emits one token."""
     if r.k == 0 or r.n_accepted > 0 or len(r.emitted) == 0:
         return None
-    return (f"**Zero drafts accepted, still one token ({claims.link(5)}).** The first draft {tok(r.drafted[0], decode)} "
+    return (f"**Zero drafts accepted, still one token ({claims.link(5)}).** "
+            f"The first draft {tok(r.drafted[0], decode)} "
             f"was rejected, yet the round emitted {tok(r.emitted[0], decode)}: the pass that judged the drafts "
             "also computed the target's own distribution at that position, so the correction costs nothing "
             "extra. Every round makes progress; the worst case is one token per target pass, like plain "

@@ -35,8 +35,7 @@ PRESETS: list[Preset] = [
     # the textbook example: a raw continuation, no chat template
     Preset("The capital of France", "factual", "The capital of France is", chat=False),
     # for the acceptance lab (see LAB_PROMPTS): answers that run past 48 tokens and start with content
-    Preset("Mitochondrion, four sentences", "factual",
-           "In four sentences, explain what the mitochondrion does in a cell."),
+    Preset("Newton's laws", "factual", "State Newton's three laws of motion, one sentence each."),
     Preset("Surreal story", "creative",
            "Continue this surreal story in your own words: The lighthouse keeper kept a jar of lost echoes, "
            "and one night the jar began to hum."),
@@ -48,7 +47,7 @@ PRESETS: list[Preset] = [
 LAB_PROMPTS: dict[str, str] = {
     "code": "Python function",
     "list": "List of planets",
-    "factual": "Mitochondrion, four sentences",
+    "factual": "Newton's laws",
     "creative": "Surreal story",
     "repetition": "Repetition",
 }
