@@ -21,12 +21,12 @@ import streamlit as st  # noqa: E402
 
 from pages.common import ui  # noqa: E402
 
-ui.page_setup("Watch speculative decoding")
+ui.page_setup("Watch speculative decoding", shows=(3, 4, 5, 6, 8, 13, 14))
 T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round latency)
 
 import pandas as pd  # noqa: E402
 
-from specviz import charts, limits, prompts, render, replay  # noqa: E402
+from specviz import charts, claims, limits, prompts, render, replay  # noqa: E402
 from specviz.drafters import PromptLookupDrafter  # noqa: E402
 from specviz.engine import speculative_stream  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
@@ -149,14 +149,15 @@ sb.subheader("Decoding")
 live = source == LIVE
 drafter_choice = sb.radio("Drafter", [DRAFT_MODEL, LOOKUP], key="main.drafter", disabled=not live,
                           help="The pair's small draft model, or prompt lookup: copy the tokens that followed "
-                               "the last earlier occurrence of the latest n-gram (claim 14).")
+                               f"the last earlier occurrence of the latest n-gram ({claims.link(14)}).")
 k = sb.slider("k: tokens drafted per round", 1, 16, FIRST.k, key="main.k",
               help="How many tokens the drafter proposes before the target checks them in one pass.")
 k_policy = sb.radio("k per round", list(K_POLICIES), key="main.k_policy", format_func=K_POLICIES.get,
                     index=list(K_POLICIES).index(FIRST.k_policy),
                     disabled=not live, horizontal=True,
                     help="fixed: k every round. adaptive: k grows by 1 after a fully accepted round and shrinks "
-                         "by 1 after a rejection (claim 13). best k: the chooser sets k from live estimates of "
+                         f"by 1 after a rejection ({claims.link(13)}). best k: the chooser sets k from live "
+                         "estimates of "
                          "α, c and the verify cost, and with the draft model ends each round after a doubtful "
                          "draft (k above is then only where it starts; a round may draft up to 32).")
 temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, FIRST.temperature, 0.05, key="main.temperature",
@@ -168,7 +169,11 @@ max_new = int(sb.number_input("max new tokens", 1, limits.max_new_tokens(),
                              key="main.max_new", disabled=not live))
 seed = int(sb.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
                            help="Same seed and settings → same output."))
-speed = sb.select_slider("animation speed", list(replay.SPEEDS), value=replay.DEFAULT_SPEED, key="main.speed",
+if S.get("main.speed_for_presenter") != ui.presenter():  # presenter mode switched: back to its default speed
+    S.pop("main.speed", None)
+    S["main.speed_for_presenter"] = ui.presenter()
+speed = sb.select_slider("animation speed", list(replay.SPEEDS), key="main.speed",
+                         value="slow" if ui.presenter() else replay.DEFAULT_SPEED,
                          help="How long drafted tokens stay pending before the verdict is drawn.")
 baseline_on = sb.checkbox("after each run, time the target alone", True, key="main.baseline", disabled=not live,
                           help="A plain one-token-per-pass run with the same settings, for the measured speedup "
@@ -535,7 +540,8 @@ elif base:
                     if b_ms > 0 else "")
         st.caption(why + ". Tokens per pass is not speedup: see the Speedup page for the cost model.")
     if base.get("identical") is True:
-        st.success("Greedy: **identical text** to the target alone, token for token (claim 6: speculative "
+        st.success("Greedy: **identical text** to the target alone, token for token "
+                   f"({claims.link(6)}: speculative "
                    "decoding changes the speed, not the output).")
     elif base.get("identical") is False:
         i = base.get("first_difference")

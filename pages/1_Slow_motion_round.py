@@ -3,11 +3,11 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, lab, limits, render, replay
+from specviz import charts, claims, lab, limits, render, replay
 from specviz.drafters import PromptLookupDrafter
 from specviz.engine import K_MAX, speculative_stream
 
-ui.page_setup("Slow motion: one round at a time")
+ui.page_setup("Slow motion: one round at a time", shows=(3, 4, 5, 7))
 
 st.markdown(
     """
@@ -130,7 +130,7 @@ st.markdown(render.legend_html(), unsafe_allow_html=True)
 st.markdown(render.tokens_html(state["prompt_text"], rounds, decode), unsafe_allow_html=True)
 zeros = [r.index + 1 for r in rounds if r.k > 0 and r.n_accepted == 0]
 if zeros:
-    st.caption(f"Rounds that accepted no draft but still emitted a token (claim 5): "
+    st.caption(f"Rounds that accepted no draft but still emitted a token ({claims.link(5)}): "
                f"{', '.join(map(str, zeros))}.")
 
 # --- one round in detail --------------------------------------------------------------------

@@ -6,12 +6,12 @@ import time
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, experiments, lab, limits, models, render, selfdraft, theory
+from specviz import charts, claims, experiments, lab, limits, models, render, selfdraft, theory
 from specviz.engine import autoregressive_decode, autoregressive_stream, speculative_decode, speculative_stream
 from specviz.config import DerivedSource
 from specviz.errors import SpecvizError
 
-ui.page_setup("Speedup: tokens per pass is not speedup")
+ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13))
 
 st.markdown(
     """
@@ -197,7 +197,7 @@ if race is not None:
             show_text(ph_base if who == "base" else ph_spec, race[who].rounds[:i + 1])
 
 # --- 5. adaptive k and the best-k chooser ---------------------------------------------------
-st.subheader("5 · Adaptive k and the best-k chooser: k changes as acceptance is observed (claim 13)")
+st.subheader(f"5 · Adaptive k and the best-k chooser: k changes as acceptance is observed ({claims.link(13)})")
 st.caption("Adaptive k grows by 1 after a fully accepted round and shrinks by 1 after a rejection. The best-k "
            "chooser estimates α, c and the verify cost as it goes, and drafts while one more draft is expected "
            "to pay: long through sure tokens, stopping right after a doubtful one.")

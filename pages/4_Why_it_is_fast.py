@@ -5,7 +5,7 @@ import streamlit as st
 from pages.common import lab_ui, ui
 from specviz import charts, experiments, lab
 
-ui.page_setup("Why it is fast: one pass, many tokens")
+ui.page_setup("Why it is fast: one pass, many tokens", shows=(1, 2, 12))
 
 st.markdown(
     """

@@ -6,9 +6,9 @@ And the acceptance-rule lab: which ways of keeping a draft keep that distributio
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, experiments, lab, limits, rules, theory
+from specviz import charts, claims, experiments, lab, limits, rules, theory
 
-ui.page_setup("Exactness: faster, not different")
+ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15))
 
 st.markdown(
     """
@@ -31,7 +31,7 @@ dt = lab_ui.dtype_name(pair)
 ids, text = lab_ui.prompt_input("exact", pair, default="The capital of France")
 
 # --- greedy: identical text -------------------------------------------------------------------
-st.subheader("Greedy: the same text as the target alone (claim 6)")
+st.subheader(f"Greedy: the same text as the target alone ({claims.link(6)})")
 c1, c2, c3 = st.columns(3)
 k = c1.slider("k", 1, 12, 4, key="exact.k")
 cap = limits.max_new_tokens()
@@ -63,7 +63,7 @@ if g is not None:
         st.markdown(lab.diff_html(cmp.base.token_ids, cmp.spec.token_ids, decode), unsafe_allow_html=True)
 
 # --- sampling: the same distribution ------------------------------------------------------------
-st.subheader("Sampling: the same distribution as the target (claim 7)")
+st.subheader(f"Sampling: the same distribution as the target ({claims.link(7)})")
 s1, s2, s3 = st.columns(3)
 temperature = s1.number_input("temperature", 0.05, 2.0, 1.0, 0.05, key="exact.temperature")
 n = s2.number_input("trials", 100, 100_000, 2000, 100, key="exact.n")

@@ -9,6 +9,7 @@ measured on the models and device at hand; nothing is canned.
   weight_bytes      bytes of parameters a forward pass must read
   draft_cost_ratio  c = one draft step / one target step
   first_token_trials  many seeded decisions of the real acceptance rule
+  agreement_along   draft/target agreement at every position of the target's own text
   compare_with_baseline  speculative vs a warmed target-only run, same settings
   precision_comparison   the same prompt with the draft in each precision: c, α, speedup
 """
@@ -27,6 +28,7 @@ from .engine import autoregressive_decode, decide, speculative_decode
 from .lm import CachedLM, sync, vocab_size
 from .records import Run
 from .sampling import Sampler, logits_to_probs
+from .theory import Estimate, alpha_from_counts
 
 Progress = Callable[[str, float | None], None] | None
 
@@ -182,6 +184,77 @@ def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, tempe
     q = logits_to_probs(q_logits, temperature or 1.0, top_k, top_p)
     keep = set(torch.topk(p, min(top, vocab)).indices.tolist()) | set(counts)
     return FirstTokenTrials(counts, {i: float(p[i]) for i in keep}, {i: float(q[i]) for i in keep}, n, accepted)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How often the draft would be accepted at each position of a text the target wrote.
+
+    Position i is the token text[i], predicted from prompt + text[:i]. Every drafted
+    token a speculative run judges sits at such a position (accepted drafts become
+    the text), so averaging over all of them estimates α from every position instead
+    of only the judged ones: far less variance for the same text.
+    """
+
+    temperature: float
+    token_ids: list[int]  # the text the distributions were read along
+    match: list[bool]  # the draft's argmax == the target's argmax
+    overlap: list[float]  # Σ min(p, q) at the temperature (at 1 when greedy, as rounds record it)
+    entropy: list[float]  # the target's entropy (nats) at the temperature (1 when greedy)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def accept_chance(self) -> list[float]:
+        """The chance a draft is accepted at each position: argmax match (greedy), else Σ min(p, q)."""
+        return [float(m) for m in self.match] if self.greedy else list(self.overlap)
+
+    @property
+    def expected_alpha(self) -> float:
+        v = self.accept_chance
+        return sum(v) / len(v) if v else float("nan")
+
+    def estimate(self) -> Estimate:
+        """expected_alpha with a 95% interval (Wilson for greedy's 0/1, normal otherwise).
+
+        Neighbouring positions are not independent, so the interval is a guide, not a guarantee.
+        """
+        if self.greedy:
+            return alpha_from_counts(sum(self.match), len(self.match))
+        n = len(self.overlap)
+        if n == 0:
+            nan = float("nan")
+            return Estimate(nan, nan, nan, nan, 0)
+        m = self.expected_alpha
+        se = statistics.stdev(self.overlap) / n ** 0.5 if n > 1 else float("nan")
+        return Estimate(m, se, max(0.0, m - 1.96 * se), min(1.0, m + 1.96 * se), n)
+
+
+@torch.inference_mode()
+def agreement_along(target, draft, input_ids: list[int], text_ids: list[int], temperature: float = 0.0,
+                    vocab: int | None = None) -> Agreement:
+    """One target pass and one draft pass over prompt + text: p and q at every text position.
+
+    `text_ids` should be the target's own text (a plain decode, or a speculative
+    run's output, which has the target's distribution). No decoding happens here.
+    """
+    vocab = vocab or min(vocab_size(target), vocab_size(draft))
+    text = [int(t) for t in text_ids]
+    n = len(text)
+    if n == 0:
+        return Agreement(float(temperature), [], [], [], [])
+    ids = list(input_ids) + text[:-1]  # the last text token predicts nothing we need
+    p_logits = CachedLM(target).feed(ids, keep=n)[:, :vocab]  # (n, V): row i predicts text[i]
+    q_logits = CachedLM(draft).feed(ids, keep=n)[:, :vocab].to(p_logits.device)  # (n, V)
+    t = float(temperature) or 1.0
+    p = logits_to_probs(p_logits, t)  # (n, V)
+    q = logits_to_probs(q_logits, t)  # (n, V)
+    match = (p_logits.argmax(-1) == q_logits.argmax(-1)).tolist()  # (n,)
+    overlap = torch.minimum(p, q).sum(-1).tolist()  # (n,)
+    entropy = torch.special.entr(p).sum(-1).tolist()  # (n,)
+    return Agreement(float(temperature), text, [bool(m) for m in match], overlap, entropy)
 
 
 @dataclass(frozen=True)

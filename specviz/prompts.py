@@ -35,7 +35,24 @@ PRESETS: list[Preset] = [
            "It does so every morning before breakfast.'"),
     # the textbook example: a raw continuation, no chat template
     Preset("The capital of France", "factual", "The capital of France is", chat=False),
+    # for the acceptance lab (see LAB_PROMPTS): answers that run past 48 tokens and start with content
+    Preset("Newton's laws", "factual", "State Newton's three laws of motion, one sentence each."),
+    Preset("Surreal story", "creative",
+           "Continue this surreal story in your own words: The lighthouse keeper kept a jar of lost echoes, "
+           "and one night the jar began to hum."),
 ]
+
+# The acceptance lab's prompt per domain (names of PRESETS). Each answer starts with its content, not a
+# preamble both models would share ("Sure! Here is..."), and the creative one does not fall into repeating
+# a line, as the four-line poem does when greedy, so the measured α reflects the domain.
+LAB_PROMPTS: dict[str, str] = {
+    "code": "Python function",
+    "list": "List of planets",
+    "factual": "Newton's laws",
+    "creative": "Surreal story",
+    "repetition": "Repetition",
+}
+LAB_DEFAULT_DOMAINS = ("code", "list", "factual", "creative")  # about a minute at 48 tokens on a laptop CPU
 
 DOMAINS = ["code", "list", "factual", "creative", "repetition"]
 
@@ -89,6 +106,11 @@ def bench_prompts(prompt_set: str = "bench") -> dict[str, Preset]:
     if prompt_set != "bench":
         raise InvalidSetting(f"prompt set must be 'bench' or 'held-out', got {prompt_set!r}.")
     return {**domain_prompts(), "first-run": preset(FIRST_RUN.preset)}
+
+
+def lab_prompts() -> dict[str, Preset]:
+    """The acceptance lab's prompt per domain."""
+    return {d: preset(name) for d, name in LAB_PROMPTS.items()}
 
 
 def encode(tokenizer, text: str, chat: bool = True) -> list[int]:

@@ -108,6 +108,48 @@ def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
     assert not calls and ui.LOAD_CALLS == before and not at.exception
 
 
+# --- 0 · what this app demonstrates: no model ------------------------------------------------------
+def test_claims_page_shows_every_claim_with_its_anchor_source_and_measurement(monkeypatch):
+    from pages.common import ui
+    from specviz import claims, models
+
+    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("the claims page loaded a model"))
+    before = ui.LOAD_CALLS
+    at = page("0")
+    assert at.title[0].value == "What this app demonstrates"
+    heads = at.subheader
+    assert [h.value for h in heads] == [f"{c.number}. {c.title}" for c in claims.CLAIMS]
+    assert [h.proto.anchor for h in heads] == [f"claim-{c.number}" for c in claims.CLAIMS]
+    text = "\n".join(m.value for m in at.markdown)
+    for c in claims.CLAIMS:
+        assert c.source in text and c.measured in text and f"](#claim-{c.number})" in text
+        for p in c.pages:
+            assert f"[{p}](./{claims.PAGES[p]})" in text
+    assert ui.LOAD_CALLS == before
+
+
+def test_presenter_mode_carries_to_every_page():
+    from streamlit.testing.v1 import AppTest
+
+    from pages.common import ui
+
+    at = AppTest.from_file(PAGES["0"], default_timeout=120)
+    at.session_state[ui.PRESENTER] = True  # switched on on another page
+    at.run()
+    assert not at.exception and at.toggle(key="ui.presenter").value is True
+    assert ui.PRESENTER_CSS in [m.value for m in at.markdown]
+
+
+def test_pages_link_the_claims_they_show():
+    from specviz import claims
+
+    at = page("6")
+    caption = at.caption[0].value
+    assert caption.startswith("Shows " + claims.link(8) + ", " + claims.link(9))
+    assert f"]({claims.PAGE_PATH})" in caption
+    assert claims.link(8) in [h.value for h in at.subheader if "quote" in h.value][0]
+
+
 # --- 1 · slow motion --------------------------------------------------------------------------------
 def round_text(at) -> str:
     return [m.value for m in at.markdown if 'class="sv-text"' in m.value][0]
@@ -200,38 +242,66 @@ def lab_page(temps=(0.0, 1.2), domains=("code", "creative"), max_new=8):
 
 
 @needs_tiny
-def test_acceptance_lab_defaults_and_measurement():
+def test_acceptance_lab_defaults_measure_both_alphas_and_say_what_they_show():
+    from specviz import lab, prompts, speculative_decode
+
     at = page("2")
-    assert at.multiselect(key="lab.domains").value == ["code", "list", "factual", "creative", "repetition"]
-    assert at.multiselect(key="lab.temps").value == [0.0, 0.7, 1.2]
-    assert at.slider(key="lab.k").value == 4 and at.number_input(key="lab.max_new").value == 24
+    assert at.multiselect(key="lab.domains").value == ["code", "list", "factual", "creative"]
+    assert at.multiselect(key="lab.temps").value == [0.0]
+    assert at.slider(key="lab.k").value == 4 and at.number_input(key="lab.max_new").value == 48
+    assert "4 run(s) of up to 48 tokens" in at.info[0].value
+    press(at, "lab.run")  # the defaults, as a new user meets them
+    table = at.dataframe[0].value
+    assert list(table["domain"]) == ["code", "list", "factual", "creative"] and (table["temperature"] == 0.0).all()
+    assert table["expected α (every position)"].between(0, 1).all() and table["counted α"].between(0, 1).all()
+    # each row is the engine's run and agreement_along over its text, on the same tiny models
+    pair = tiny_pair()
+    for dom in ("code", "creative"):
+        p = prompts.lab_prompts()[dom]
+        ids = prompts.encode(pair.tokenizer, p.text, p.chat)
+        run = speculative_decode(pair.target, pair.draft, ids, k=4, temperature=0.0, max_new_tokens=48, seed=0,
+                                 eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+        a = lab.agreement_along(pair.target, pair.draft, ids, run.token_ids, 0.0, pair.shared_vocab)
+        row = table[table["domain"] == dom].iloc[0]
+        assert row["counted α"] == pytest.approx(run.alpha, abs=1e-3)
+        assert row["expected α (every position)"] == pytest.approx(a.expected_alpha, abs=1e-3)
+        assert row["positions"] == len(run.token_ids) == row["new tokens"]
+    # the bar chart's subtitle names the domains the numbers rank highest and lowest
+    fig = figure(at, "Acceptance α by domain at T = 0")
+    bars = fig["data"][0]
+    assert sorted(bars["x"]) == sorted(table["domain"]) and bars["y"] == sorted(bars["y"], reverse=True)
+    assert bars["y"] == pytest.approx([table.set_index("domain").loc[d, "expected α (every position)"]
+                                       for d in bars["x"]], abs=1e-3)
+    sub = fig["layout"]["title"]["subtitle"]["text"]
+    top, low = bars["x"][0], bars["x"][-1]
+    assert sub.startswith(f"At T = 0: highest α on {top} ({bars['y'][0]:.2f}), lowest on {low} ({bars['y'][-1]:.2f})")
+    assert names(fig) == ["expected α", "counted α"]
+    assert not [f for f in figures(at) if f["layout"]["title"]["text"].startswith("Acceptance α vs temperature")]
+    assert names(figure(at, "Acceptance by draft position")) == ["code", "list", "factual", "creative"]
+    assert "target entropy" in names(figure(at, "Target entropy along the text"))
+    verdict = [m.value for m in at.markdown if m.value.startswith("At T = 0, the target was least sure")]
+    assert verdict
+    pngs_ok(at)
+
+
+@needs_tiny
+def test_acceptance_lab_grows_by_temperature_and_keeps_measured_cells():
     at = lab_page()
     fig = figure(at, "Acceptance α vs temperature")
-    assert names(fig) == ["code", "creative"]
+    assert names(fig) == ["code", "code (counted)", "creative", "creative (counted)"]
     for tr in fig["data"]:
         assert tr["x"] == [0.0, 1.2] and all(0 <= y <= 1 for y in tr["y"])
     table = at.dataframe[0].value
-    assert len(table) == 4 and table["α"].between(0, 1).all() and (table["new tokens"] <= 8).all()
-    assert names(figure(at, "Acceptance by draft position")) == ["code", "creative"]
+    assert len(table) == 4 and (table["new tokens"] <= 8).all()
     assert names(figure(at, "Accepted tokens per round"))[1].startswith("predicted")
-    assert "target entropy" in names(figure(at, "Target entropy along the text"))
-    pngs_ok(at)
-    # α on the page is the engine's α for the same run
-    from specviz import prompts, speculative_decode
-
-    pair = tiny_pair()
-    p = prompts.domain_prompts()["code"]
-    run = speculative_decode(pair.target, pair.draft, prompts.encode(pair.tokenizer, p.text, p.chat), k=4,
-                             temperature=0.0, max_new_tokens=8, seed=0, eos_token_id=pair.eos_token_ids,
-                             vocab=pair.shared_vocab)
     row = table[(table["domain"] == "code") & (table["temperature"] == 0.0)].iloc[0]
-    assert row["α"] == pytest.approx(run.alpha, abs=1e-3)
     # growing: a new temperature adds rows, measured cells stay the same
     at.multiselect(key="lab.temps").set_value([0.0, 0.7, 1.2]).run()
     press(at, "lab.run")
-    grown = at.dataframe[0].value
+    grown = at.dataframe[0].value.set_index(["domain", "temperature"])
     assert len(grown) == 6
-    assert grown.set_index(["domain", "temperature"]).loc[("code", 0.0), "α"] == row["α"]
+    assert grown.loc[("code", 0.0), "counted α"] == row["counted α"]
+    assert grown.loc[("code", 0.0), "expected α (every position)"] == row["expected α (every position)"]
 
 
 @needs_tiny

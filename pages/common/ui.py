@@ -1,7 +1,8 @@
 """Streamlit-only helpers shared by app.py and every page.
 
 Stable API (pages import these):
-    page_setup(title)                   st.set_page_config first, then the title
+    page_setup(title, shows=())         st.set_page_config first, then the title (and links to the claims shown)
+    presenter()                         whether presenter mode is on (large type, thick token boxes, slow animation)
     sidebar_pair_picker(prefix)         -> chosen pair name (unavailable pairs explained)
     dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.models.DEFAULT_DTYPE)
     precision_picker(prefix)            -> the draft's precision (default specviz.quant.default_precision)
@@ -29,7 +30,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from specviz import charts
+from specviz import charts, claims
 from specviz.errors import SpecvizError
 
 DTYPE_CHOICES = ["float32", "bfloat16"]
@@ -39,10 +40,44 @@ LOAD_CALLS = 0
 _load_lock = threading.Lock()
 
 
-def page_setup(title: str, icon: str = "⚡", layout: str = "wide") -> None:
-    """Page config (must be the first Streamlit call of a page), then the title."""
-    st.set_page_config(page_title=f"{title} · specviz", page_icon=icon, layout=layout)
+# presenter mode: for projecting to a room. Type and token boxes grow; the sidebar starts collapsed.
+PRESENTER = "presenter"  # session key: a widget's own key does not survive a change of page
+PRESENTER_CSS = """<style>
+html, [data-testid="stAppViewContainer"] { font-size: 21px; }
+[data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li { font-size: 1.2rem; }
+h1 { font-size: 2.9rem !important; }
+.sv-text { font-size: 30px !important; line-height: 2.3 !important; }
+.sv-tok { padding: 2px 5px !important; margin: 0 3px !important; border-width: 4px !important; }
+.sv-accepted, .sv-bonus { border-bottom-width: 6px !important; }
+.sv-legend { font-size: 1.2rem !important; }
+</style>"""
+
+
+def presenter() -> bool:
+    """Whether presenter mode is on in this session (every page shares it)."""
+    return bool(st.session_state.get(PRESENTER, False))
+
+
+def _presenter_toggle() -> None:
+    def keep() -> None:
+        st.session_state[PRESENTER] = st.session_state["ui.presenter"]
+
+    st.sidebar.toggle("Presenter mode", value=presenter(), key="ui.presenter", on_change=keep,
+                      help="For a projector: large type, thick token boxes, the sidebar collapsed on each page, "
+                           "and a slower animation by default.")
+    if presenter():
+        st.markdown(PRESENTER_CSS, unsafe_allow_html=True)
+
+
+def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple[int, ...] = ()) -> None:
+    """Page config (must be the first Streamlit call of a page), the title, then links to the claims it shows."""
+    st.set_page_config(page_title=f"{title} · specviz", page_icon=icon, layout=layout,
+                       initial_sidebar_state="collapsed" if presenter() else "auto")
+    _presenter_toggle()
     st.title(title)
+    if shows:
+        st.caption("Shows " + ", ".join(claims.link(n) for n in shows)
+                   + f" of [{claims.PAGE_TITLE.lower()}]({claims.PAGE_PATH}).")
 
 
 def error_details(e: BaseException) -> str:
