@@ -123,3 +123,22 @@ def test_encode_prompt_uses_the_chat_template(default_pair):
     ids = cli.encode_prompt(tok, "hi", raw=False)
     assert tok.decode(ids).endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     assert cli.encode_prompt(tok, "hi", raw=True) == tok("hi")["input_ids"]
+
+
+@pytest.mark.parametrize("precision", ["int8", "float32"])
+def test_run_puts_the_draft_in_the_asked_precision(precision, capsys):
+    from specviz.cli import main
+
+    tiny = str(ROOT / "tests" / "models_tiny.yaml")
+    rc = main(["--models", tiny, "run", "--pair", "tiny-random", "--prompt", "ab", "--max-new-tokens", "4",
+               "--draft-precision", precision, "--json"])
+    assert rc == 0
+    assert f"{precision} draft" in capsys.readouterr().err
+
+
+def test_run_refuses_an_unknown_draft_precision(capsys):
+    from specviz.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--prompt", "ab", "--draft-precision", "int3"])
+    assert e.value.code == 2 and "int3" in capsys.readouterr().err

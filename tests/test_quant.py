@@ -46,12 +46,12 @@ def test_int8_linear_matches_the_float_layer_to_int8_rounding():
     q = quant.Int8Linear(lin)
     x = torch.randn(5, 64)  # (T, K): a verify pass of 5 tokens
     ref, out = lin(x), q(x)
-    assert q.qweight.dtype == torch.int8 and out.shape == ref.shape
-    # each weight is off by at most half a step (scale / 2): bound the output error by that
-    bound = (x.abs() @ (q.scale[:, None] / 2).expand(48, 64).T).max()
-    assert (out - ref).abs().max() <= bound + 1e-5
-    assert (out - ref).abs().max() > 0  # it really is rounded, not a float copy
+    assert out.shape == ref.shape and out.dtype == torch.float32
+    # weights and activations are rounded to int8 (activations to 7 bits): a few per cent of the range
+    err = (out - ref).abs().max() / ref.abs().max()
+    assert 0 < err < 0.03  # really rounded, not a float copy; and close
     assert q(x[None]).shape == (1, 5, 48)  # (B, T, N) inputs keep their shape
+    assert q.weight_nbytes < 64 * 48 * 4 / 3  # int8 weights, not float32
 
 
 @pytest.mark.parametrize("precision", ["int8", "int4"])
