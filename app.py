@@ -300,7 +300,9 @@ def draw_metrics(run) -> None:
         c[4].metric("tokens / s", fmt(run.tokens_per_s, ".1f"),
                     help="Wall-clock speed of this run, reading the prompt included (the first round's passes "
                          "do it; replays show the recorded timings).")
-        c[4].caption(f"decode {run.decode_s:.2f} s (draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)")
+        c[4].caption(f"decode {run.decode_s:.2f} s (draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)"
+                     + (f" · ⚠ {run.outside_load_rounds} round{'s' * (run.outside_load_rounds != 1)} under outside "
+                        "load" if run.outside_load_rounds else ""))
 
 
 def draw_text(job: replay.Playback, pending=None) -> None:
@@ -477,6 +479,9 @@ if not job.done:
     st.caption("Shown when the run has finished.")
 elif base:
     st.caption(f"Target alone: one token per forward pass, same prompt and settings ({job.meta.get('baseline_note')}).")
+    busy = replay.load_note(job.run, base) if job.run is not None else None
+    if busy:
+        st.warning(busy, icon=":material/warning:")
     c = st.columns(4)
     c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"] or float("nan"), ".1f"))
     c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"] or float("nan"), ".1f"))

@@ -102,6 +102,7 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
         # one 1-token target pass, after the prompt was read (None for a one-token answer)
         "base_step_s": base.steady_s_per_token if math.isfinite(base.steady_s_per_token) else None,
         "first_difference": first_difference(spec.token_ids, base.token_ids),
+        "base_outside_load": base.outside_load_rounds,  # rounds timed while other programs used the CPU
     }  # fmt: skip
 
 
@@ -485,6 +486,21 @@ def round_summary(r: Round, decode: Callable[[int], str]) -> str:
         parts.append(f", all accepted so the target adds a bonus token {q(r.extra_id)}")
     parts.append(f" → **{len(r.emitted)} new token{'s' * (len(r.emitted) != 1)}** for one target pass.")
     return "".join(parts)
+
+
+def load_note(run: Run, baseline: dict | None = None) -> str | None:
+    """A warning when some of these timings were taken while other programs were using the CPU, else None."""
+    parts = []
+    if run.outside_load_rounds:
+        parts.append(f"{run.outside_load_rounds} of the run's {len(run.rounds)} rounds")
+    b = (baseline or {}).get("base_outside_load")
+    if isinstance(b, int) and not isinstance(b, bool) and b > 0:
+        parts.append(f"{b} of the target-alone run's {baseline.get('base_target_passes', '?')} passes")
+    if not parts:
+        return None
+    return (f"Taken under outside load: {' and '.join(parts)} ran while other programs on this machine were "
+            "using the CPU (a pass got well under its share of the cores). These timings, and the speeds and "
+            "speedup made from them, are not this device's speed: run again when the machine is quiet.")
 
 
 def decision_rows(r: Round, decode: Callable[[int], str]) -> list[dict]:

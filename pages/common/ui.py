@@ -1,7 +1,7 @@
 """Streamlit-only helpers shared by app.py and every page.
 
 Stable API (pages import these):
-    page_setup(title)                   st.set_page_config first, then the title
+    page_setup(title)                   st.set_page_config first, then the title; joins the device queue
     sidebar_pair_picker(prefix)         -> chosen pair name (unavailable pairs explained)
     dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.models.DEFAULT_DTYPE)
     load_pair_cached(name, dtype)       -> Pair, shared by every session (st.cache_resource),
@@ -36,9 +36,41 @@ _load_lock = threading.Lock()
 
 
 def page_setup(title: str, icon: str = "⚡", layout: str = "wide") -> None:
-    """Page config (must be the first Streamlit call of a page), then the title."""
+    """Page config (must be the first Streamlit call of a page), then the title and the queue notice."""
     st.set_page_config(page_title=f"{title} · specviz", page_icon=icon, layout=layout)
     st.title(title)
+    join_device_queue()
+
+
+def join_device_queue() -> None:
+    """This session's model work queues for the device under its session id (specviz.devqueue).
+
+    While a round or a measurement waits its turn, a notice under the title says how many sessions
+    are ahead. Each check while waiting is also a point where Streamlit stops the script: a rerun
+    (Run pressed again, any widget) or a closed tab drops the queued work instead of waiting on.
+    """
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    from specviz import devqueue
+
+    ctx = get_script_run_ctx()
+    notice = st.empty()
+    shown: list = [None]
+
+    def on_wait(ahead: int | None) -> None:
+        _ = "devqueue" in st.session_state  # Streamlit raises here when this script must stop or rerun
+        if ahead == shown[0]:
+            return
+        shown[0] = ahead
+        if ahead is None:
+            notice.empty()
+        else:
+            who = f"{ahead} session{'s' * (ahead != 1)} ahead of you" if ahead else "the device is busy"
+            notice.info(f"Waiting for the device: {who}. The device runs one piece of model work at a time, "
+                        "in turn, so every figure here counts only this session's own time on it.",
+                        icon=":material/hourglass_top:")
+
+    devqueue.set_session(ctx.session_id if ctx is not None else "no-session", on_wait)
 
 
 def show_error(e: BaseException) -> None:
