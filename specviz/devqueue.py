@@ -307,6 +307,13 @@ def outside_load(cpu_s: float, wall_s: float, threads: int) -> bool:
     return wall_s >= MIN_PASS_S and cpu_share(cpu_s, wall_s, threads) < BUSY_SHARE
 
 
+def load_text(what: str) -> str:
+    """The warning shown next to figures taken under outside load; `what` says which timings."""
+    return (f"Taken under outside load: {what} ran while other programs on this machine were using the CPU "
+            "(a pass got well under its share of the cores). These timings, and the figures made from them, "
+            "are not this device's speed: measure again when the machine is quiet.")
+
+
 @dataclass
 class LoadWatch:
     """The passes timed inside one watch(): how many, and how many ran under outside load."""
@@ -319,6 +326,10 @@ class LoadWatch:
     @property
     def busy(self) -> bool:
         return self.busy_passes > 0
+
+    def note(self) -> str | None:
+        """load_text() for these passes, or None when none was under outside load."""
+        return load_text(f"{self.busy_passes} of {self.passes} timed passes") if self.busy else None
 
 
 _watches = threading.local()

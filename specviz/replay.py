@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .devqueue import load_text
 from .errors import SpecvizError
 from .records import Round, Run, TopK
 
@@ -496,11 +497,7 @@ def load_note(run: Run, baseline: dict | None = None) -> str | None:
     b = (baseline or {}).get("base_outside_load")
     if isinstance(b, int) and not isinstance(b, bool) and b > 0:
         parts.append(f"{b} of the target-alone run's {baseline.get('base_target_passes', '?')} passes")
-    if not parts:
-        return None
-    return (f"Taken under outside load: {' and '.join(parts)} ran while other programs on this machine were "
-            "using the CPU (a pass got well under its share of the cores). These timings, and the speeds and "
-            "speedup made from them, are not this device's speed: run again when the machine is quiet.")
+    return load_text(" and ".join(parts)) if parts else None
 
 
 def decision_rows(r: Round, decode: Callable[[int], str]) -> list[dict]:

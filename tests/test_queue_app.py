@@ -140,3 +140,22 @@ def test_the_waiting_notice_says_how_many_sessions_are_ahead():
     at = AppTest.from_function(page).run()
     assert not at.exception, at.exception
     assert [i.value for i in at.info if "2 sessions ahead of you" in i.value]
+
+
+def test_the_main_page_says_when_its_timings_were_taken_under_outside_load():
+    """A target whose passes lose the CPU for 20 ms (a sleep: wall time, no CPU time), as under another program."""
+    from pages.common import ui
+
+    at = start(new_app(), prompt="one fish", chat=False, max_new=6, baseline=True)
+    job = at.session_state["main.job"]
+    pair = ui._slot(job.meta["pair"], job.meta["dtype"]).pair
+    handle = pair.target.register_forward_pre_hook(lambda m, a: time.sleep(0.02))
+    try:
+        at.button(key="main.run_btn").click().run()
+    finally:
+        handle.remove()
+    assert not at.exception, at.exception
+    run = at.session_state["main.job"].run
+    assert run.outside_load_rounds == len(run.rounds)
+    assert [w for w in at.warning if w.value.startswith("Taken under outside load")]
+    assert [c for c in at.caption if "under outside load" in c.value and "decode" in c.value]
