@@ -344,14 +344,14 @@ if job is not None and steps != 0:
             if rnd.k and pend_s > 0:
                 draw_text(job, pending=rnd)
                 if job.source == "live" and "t_first_draw" not in job.meta:
-                    job.meta["t_first_draw"] = replay.now()
+                    job.meta["t_first_draw"], job.meta["first_wait_s"] = replay.now(), job.waited_s
                 status_ph.info(f"Round {rnd.index + 1}: the drafter proposed {rnd.k} token"
                                f"{'s' * (rnd.k != 1)} ({rnd.draft_s * 1000:.0f} ms) — pending the target's "
                                f"verdict from one forward pass…", icon=":material/hourglass_top:")
                 replay.sleep(pend_s)
             draw_text(job)
             if job.source == "live" and "t_first_draw" not in job.meta:
-                job.meta["t_first_draw"] = replay.now()
+                job.meta["t_first_draw"], job.meta["first_wait_s"] = replay.now(), job.waited_s
             status_ph.markdown(replay.round_summary(rnd, _decoder(job)))
             partial = job.current_run()
             draw_metrics(partial)
@@ -474,7 +474,9 @@ if job.source == "live" and job.rounds and "t_first_draw" in job.meta:
     load_s = job.meta.get("load_s", 0.0)
     st.caption(f"First round on screen {first_s:.1f} s after Run was pressed: {work_s:.1f} s of model work (reading "
                f"the prompt, drafting, one verification pass)"
-               + (f" and {load_s:.1f} s loading the models" if load_s >= 0.1 else "") + ".")
+               + (f" and {load_s:.1f} s loading the models" if load_s >= 0.1 else "") + "."
+               + (f" It waited {wait_s:.1f} s for the device while other sessions had their turn."
+                  if (wait_s := job.meta.get("first_wait_s", 0.0)) >= 0.1 else ""))
 if not job.done:
     st.caption("Shown when the run has finished.")
 elif base:

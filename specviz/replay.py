@@ -379,6 +379,11 @@ class Playback:
                               and len(self.rounds) >= len(self.run.rounds))
 
     @property
+    def waited_s(self) -> float:
+        """Seconds this live run's rounds have waited for the device so far (engine.DecodeStream; 0 once done)."""
+        return float(getattr(self._stream, "waited_s", 0.0) or 0.0)
+
+    @property
     def total(self) -> int | None:
         """Number of rounds when known (replay, or a finished live run)."""
         return len(self.run.rounds) if self.run is not None else None

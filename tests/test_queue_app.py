@@ -124,6 +124,9 @@ def test_a_session_waiting_for_the_device_knows_its_place_and_then_runs(many_ses
     ref = direct_run("one fish", False, k=4, max_new_tokens=12, seed=3)
     assert [r.emitted for r in job.rounds] == [ref.rounds[0].emitted]  # its first round, as alone
     assert not [i for i in results[0].info if "Waiting for the device" in i.value]  # granted: the notice is gone
+    waited = [c.value for c in results[0].caption if "First round on screen" in c.value]
+    assert waited and "for the device while other sessions had their turn" in waited[0], waited
+    assert job.meta["first_wait_s"] >= 0.3  # the time the other session held the device after the page asked
 
 
 def test_the_waiting_notice_says_how_many_sessions_are_ahead():
