@@ -361,3 +361,35 @@ def test_a_watch_sees_the_passes_of_a_measurement(tiny_pair):
         devqueue.note_pass("cpu", 0.1, 0.01, 1)
         devqueue.note_pass("cuda:0", 0.1, 0.01, 1)  # a GPU pass leaves the CPU idle by design
     assert w.passes == 2 and w.busy_passes == 1
+
+
+def test_a_short_run_finishes_long_before_a_k_sweep_started_ahead_of_it(tiny_pair):
+    """The issue's case, on the engine: a short run is not held up until another session's sweep ends."""
+    from specviz import lab
+    from specviz.engine import speculative_decode
+
+    ids = list(range(2, 12))
+    kw = dict(eos_token_id=[], vocab=tiny_pair.shared_vocab)
+    handle = tiny_pair.target.register_forward_pre_hook(lambda m, a: time.sleep(0.004))  # slower passes
+    done: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    def sweep():
+        lab.k_sweep(tiny_pair.target, tiny_pair.draft, ids, [1, 2, 3, 4], max_new_tokens=48, **kw)
+        done["sweep"] = time.perf_counter() - t0
+
+    def short():
+        speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=3, max_new_tokens=8, **kw)
+        done["short"] = time.perf_counter() - t0
+
+    try:
+        a = threading.Thread(target=sweep)
+        a.start()
+        _wait_until(lambda: devqueue.QUEUE.stats("cpu")["grants"] > 0 and time.perf_counter() - t0 > 0.2)
+        b = threading.Thread(target=short)
+        b.start()
+        b.join(120)
+        a.join(300)
+    finally:
+        handle.remove()
+    assert done["short"] < 0.5 * done["sweep"], done
