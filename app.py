@@ -21,12 +21,12 @@ import streamlit as st  # noqa: E402
 
 from pages.common import ui  # noqa: E402
 
-ui.page_setup("Watch speculative decoding")
+ui.page_setup("Watch speculative decoding", shows=(3, 4, 5, 6, 8, 13, 14))
 T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round latency)
 
 import pandas as pd  # noqa: E402
 
-from specviz import charts, prompts, render, replay  # noqa: E402
+from specviz import charts, claims, limits, prompts, render, replay  # noqa: E402
 from specviz.drafters import PromptLookupDrafter  # noqa: E402
 from specviz.engine import speculative_stream  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
@@ -44,7 +44,8 @@ def preset_label(p: prompts.Preset) -> str:
 
 
 PRESETS = {preset_label(p): p for p in prompts.PRESETS}
-DEFAULT_PRESET = preset_label(prompts.preset("The capital of France"))
+FIRST = prompts.FIRST_RUN  # what Run does on a fresh page: chosen by measurement (README Performance)
+DEFAULT_PRESET = preset_label(prompts.preset(FIRST.preset))
 
 
 # --- callbacks: they run before the script, so the page draws the new state ------------------
@@ -79,8 +80,11 @@ def _on_upload() -> None:
         return
     try:
         rec = replay.load_export(f.getvalue())
-    except SpecvizError as e:
+    except SpecvizError as e:  # the run on screen stays
         S["main.upload_error"] = f"{f.name}: {e}"
+        return
+    except (ValueError, TypeError, KeyError, RecursionError, MemoryError) as e:  # a case the checks missed
+        S["main.upload_error"] = f"{f.name}: the run file could not be read ({type(e).__name__})."
         return
     _start_replay(rec.run, rec.prompt_text, {
         "origin": f"file {f.name}", "title": rec.title or f.name, "pair": rec.pair, "tokens": rec.tokens,
@@ -88,8 +92,16 @@ def _on_upload() -> None:
     })
 
 
+def _set_job(job: replay.Playback | None) -> None:
+    """Make `job` the session's run; a live run it replaces is stopped, so its KV caches are freed."""
+    old = S.get("main.job")
+    if old is not None and old is not job:
+        old.close("replaced by a new run")
+    S["main.job"] = job
+
+
 def _start_replay(run, prompt_text: str, meta: dict, playing: bool = True) -> None:
-    S["main.job"] = replay.Playback.replay(run, prompt_text, meta)
+    _set_job(replay.Playback.replay(run, prompt_text, meta))
     S["main.playing"], S["main.follow"] = playing, True
 
 
@@ -113,10 +125,11 @@ source = sb.radio("Source", [LIVE, RECORDED], key="main.source", horizontal=Fals
                   help="Live: run the real models on this machine. Recorded: replay runs recorded with the "
                        "real default pair, instantly, with no model loaded (for weak laptops).")
 recording = None
-pair_name = dtype = None
+pair_name = dtype = draft_precision = None
 if source == LIVE:
     pair_name = ui.sidebar_pair_picker("main")
     dtype = ui.dtype_picker("main")
+    draft_precision = ui.precision_picker("main")
     ui.show_device(None, dtype)
 else:
     recs = replay.list_recorded()
@@ -136,23 +149,31 @@ sb.subheader("Decoding")
 live = source == LIVE
 drafter_choice = sb.radio("Drafter", [DRAFT_MODEL, LOOKUP], key="main.drafter", disabled=not live,
                           help="The pair's small draft model, or prompt lookup: copy the tokens that followed "
-                               "the last earlier occurrence of the latest n-gram (claim 14).")
-k = sb.slider("k: tokens drafted per round", 1, 16, 4, key="main.k",
+                               f"the last earlier occurrence of the latest n-gram ({claims.link(14)}).")
+k = sb.slider("k: tokens drafted per round", 1, 16, FIRST.k, key="main.k",
               help="How many tokens the drafter proposes before the target checks them in one pass.")
 k_policy = sb.radio("k per round", list(K_POLICIES), key="main.k_policy", format_func=K_POLICIES.get,
+                    index=list(K_POLICIES).index(FIRST.k_policy),
                     disabled=not live, horizontal=True,
                     help="fixed: k every round. adaptive: k grows by 1 after a fully accepted round and shrinks "
-                         "by 1 after a rejection (claim 13). best k: the chooser sets k from live estimates of "
+                         f"by 1 after a rejection ({claims.link(13)}). best k: the chooser sets k from live "
+                         "estimates of "
                          "α, c and the verify cost, and with the draft model ends each round after a doubtful "
                          "draft (k above is then only where it starts; a round may draft up to 32).")
-temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.05, key="main.temperature",
+temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, FIRST.temperature, 0.05, key="main.temperature",
                         disabled=not live)
 top_p = sb.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or temperature == 0,
                   help="Nucleus sampling: keep the smallest set of tokens whose probability adds up to top-p.")
-max_new = int(sb.number_input("max new tokens", 1, 512, 48, key="main.max_new", disabled=not live))
+max_new = int(sb.number_input("max new tokens", 1, limits.max_new_tokens(),
+                             min(FIRST.max_new_tokens, limits.max_new_tokens()),
+                             key="main.max_new", disabled=not live))
 seed = int(sb.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
                            help="Same seed and settings → same output."))
-speed = sb.select_slider("animation speed", list(replay.SPEEDS), value=replay.DEFAULT_SPEED, key="main.speed",
+if S.get("main.speed_for_presenter") != ui.presenter():  # presenter mode switched: back to its default speed
+    S.pop("main.speed", None)
+    S["main.speed_for_presenter"] = ui.presenter()
+speed = sb.select_slider("animation speed", list(replay.SPEEDS), key="main.speed",
+                         value="slow" if ui.presenter() else replay.DEFAULT_SPEED,
                          help="How long drafted tokens stay pending before the verdict is drawn.")
 baseline_on = sb.checkbox("after each run, time the target alone", True, key="main.baseline", disabled=not live,
                           help="A plain one-token-per-pass run with the same settings, for the measured speedup "
@@ -161,7 +182,8 @@ baseline_on = sb.checkbox("after each run, time the target alone", True, key="ma
 sb.subheader("Prompt")
 sb.selectbox("Preset (by domain)", list(PRESETS) + [FREE], key="main.preset", on_change=_apply_preset,
              disabled=not live)
-prompt_text = sb.text_area("Prompt", key="main.prompt", height=120, disabled=not live)
+prompt_text = sb.text_area("Prompt", key="main.prompt", height=120, disabled=not live,
+                           max_chars=limits.max_prompt_chars())
 chat = sb.checkbox("chat template", key="main.chat", disabled=not live,
                    help="Wrap the prompt in the model's chat template (instruct models). "
                         "Off: the model simply continues the raw text.")
@@ -188,7 +210,7 @@ def start_live() -> replay.Playback:
     if not pair_name:
         raise SpecvizError("No model pair is available: fix models.yaml (see the error above).")
     t0 = time.perf_counter()
-    pair = ui.load_pair_cached(pair_name, dtype)
+    pair = ui.load_pair_cached(pair_name, dtype, draft_precision)
     load_s = time.perf_counter() - t0
     ids = prompts.encode(pair.tokenizer, prompt_text, chat)
     lookup = drafter_choice == LOOKUP
@@ -197,7 +219,8 @@ def start_live() -> replay.Playback:
     stream = speculative_stream(pair.target, PromptLookupDrafter() if lookup else pair.draft, ids, **kw,
                                 k_policy=k_policy, vocab=pair.shared_vocab)
     meta = {"origin": "live", "pair": pair_name, "dtype": dtype, "device": pair.device, "chat": chat,
-            "drafter": "prompt lookup" if lookup else "draft model", "kw": kw, "lookup": lookup,
+            "drafter": "prompt lookup" if lookup else f"{pair.draft_precision} draft model", "kw": kw,
+            "lookup": lookup, "draft_precision": None if lookup else pair.draft_precision,
             "decode": ui.decoder(pair.tokenizer), "baseline_wanted": baseline_on, "t_run": T_SCRIPT,
             "load_s": load_s}
     settings = {**kw, "k_policy": k_policy}
@@ -218,7 +241,8 @@ try:
                     "origin": "recording", "title": recording.title, "pair": recording.pair,
                     "tokens": recording.tokens, "baseline": recording.baseline,
                     "baseline_note": "measured when it was recorded"})
-            S["main.job"], S["main.follow"] = job, True
+            _set_job(job)
+            S["main.follow"] = True
             S["main.playing"] = req == "run"
             steps = None if req == "run" else 1
         elif req == "step" and job is not None and job.done:
@@ -251,6 +275,11 @@ with ctrl:
                      "After a run: step through its replay.")
     b[3].button("Replay", key="main.replay_btn", on_click=_request, args=("replay",), icon=":material/replay:",
                 disabled=job is None or job.run is None, help="Animate the finished run again (no model needed).")
+    if live and job is not None and job.source == "live" and not job.done \
+            and (job.meta.get("pair"), job.meta.get("dtype")) != (pair_name, dtype):
+        st.info(f"The run in progress uses the pair **{job.meta.get('pair')}** ({job.meta.get('dtype')}), not the "
+                f"one now chosen in the sidebar ({pair_name}, {dtype}): Resume and Step continue that run, "
+                "Run starts a new one with the sidebar's pair.", icon=":material/info:")
 
 # --- placeholders, filled live and then once more at the end ---------------------------------
 st.markdown(render.legend_html(), unsafe_allow_html=True)
@@ -269,10 +298,10 @@ def draw_head(job: replay.Playback) -> None:
     m, s = job.meta, job.settings
     if m.get("origin") == "live":
         where = f"{'live' if job.source == 'live' else 'replay'} · {m['pair']} · {job.device}, {job.dtype}"
-    else:
-        where = f"replay of {m.get('title') or m.get('origin')} · no model loaded"
+    else:  # the title may come from an uploaded file: shown as plain text, never as markdown
+        where = f"replay of {render.md_text(m.get('title') or m.get('origin'))} · no model loaded"
     mode = "greedy" if not s.get("temperature") else f"temperature {s.get('temperature')}, top-p {s.get('top_p')}"
-    drafter = m.get("drafter") or s.get("drafter", "")
+    drafter = render.md_text(m.get("drafter") or s.get("drafter", ""))
     kdesc = f"k={s.get('k')}" + POLICY_NOTE.get(s.get("k_policy"), "")
     total = f"/{job.total}" if job.total else ""
     head_ph.caption(f"**{where}** · drafter: {drafter} · {kdesc} · {mode} · seed {s.get('seed')} · "
@@ -334,11 +363,18 @@ def save_load_section(job: replay.Playback | None) -> None:
 
 # --- the animation: one round at a time -------------------------------------------------------
 pend_s, after_s = replay.SPEEDS.get(speed, replay.SPEEDS[replay.DEFAULT_SPEED])
+LOG_TAIL = 30  # rounds in the round log while animating (the whole log is drawn at the end)
 advanced = False
 if job is not None and steps != 0:
     try:
+        drawn_at, draw_cost = -1.0, 0.0
         for rnd in replay.play(job, steps):
             advanced = True
+            # with no pause to show ("instant"), skip drawing while the last drawing's cost has not yet
+            # passed: drawing takes at most half the time, so a long run renders in linear time
+            if pend_s == after_s == 0 and not job.done and replay.now() - drawn_at < draw_cost:
+                continue
+            t_draw = replay.now()
             # drafted tokens first, pending; then the target's verdict
             draw_head(job)
             if rnd.k and pend_s > 0:
@@ -357,8 +393,10 @@ if job is not None and steps != 0:
             draw_metrics(partial)
             with log_ph.container():
                 st.subheader("Round log")
-                st.dataframe(pd.DataFrame(render.round_log_rows(partial, _decoder(job))), hide_index=True,
-                             width="stretch", height=min(38 + 35 * len(partial.rounds), 400))
+                rows = render.round_log_rows(partial, _decoder(job), last=LOG_TAIL)
+                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(38 + 35 * len(rows), 400))
+            drawn_at = replay.now()
+            draw_cost = drawn_at - t_draw
             replay.sleep(after_s)
     except SpecvizError as e:
         S["main.playing"] = False
@@ -503,11 +541,14 @@ elif base:
         n_draft = sum(r.k for r in steady) if sr.draft_passes else 0
         if n_draft:
             d_ms = 1000 * sum(r.draft_s for r in steady) / n_draft
+            prec = job.meta.get("draft_precision")
             why += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
-                    f"(c = {d_ms / b_ms:.2f} of a target pass)" if b_ms > 0 else "")
+                    f"(c = {d_ms / b_ms:.2f} of a target pass{f', {prec} draft' if prec else ''})"
+                    if b_ms > 0 else "")
         st.caption(why + ". Tokens per pass is not speedup: see the Speedup page for the cost model.")
     if base.get("identical") is True:
-        st.success("Greedy: **identical text** to the target alone, token for token (claim 6: speculative "
+        st.success("Greedy: **identical text** to the target alone, token for token "
+                   f"({claims.link(6)}: speculative "
                    "decoding changes the speed, not the output).")
     elif base.get("identical") is False:
         i = base.get("first_difference")

@@ -3,11 +3,11 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, lab, render
+from specviz import charts, claims, lab, limits, render, replay
 from specviz.drafters import PromptLookupDrafter
 from specviz.engine import K_MAX, speculative_stream
 
-ui.page_setup("Slow motion: one round at a time")
+ui.page_setup("Slow motion: one round at a time", shows=(3, 4, 5, 7))
 
 st.markdown(
     """
@@ -42,15 +42,25 @@ with right:
     temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="slow.temperature",
                                   help="0 shows the greedy test; above 0 shows u, p/q and the residual.")
     seed = st.number_input("seed", 0, 2**31 - 1, 0, 1, key="slow.seed")
-    max_new = st.number_input("max new tokens (whole run)", 1, 512, 48, 1, key="slow.max_new")
+    max_new = st.number_input("max new tokens (whole run)", 1, limits.max_new_tokens(),
+                              min(48, limits.max_new_tokens()), 1, key="slow.max_new")
     drafter_name = st.radio("drafter", ["draft model", "prompt lookup (no model)"], horizontal=True,
                             key="slow.drafter",
                             help="Prompt lookup copies what followed an earlier match of the last tokens.")
 
+
+def replace_state(new):
+    """Keep `new` as the page's run; the run it replaces is stopped, so its KV caches are freed."""
+    old = st.session_state.get("slow.state")
+    if old is not None and old is not new:
+        old["pb"].close("replaced")
+    st.session_state["slow.state"] = new
+    return new
+
+
 state = st.session_state.get("slow.state")
 if state is not None and state["ident"] != ident:
-    st.session_state.pop("slow.state")  # the pair or dtype changed: the old stream belongs to other models
-    state = None
+    state = replace_state(None)  # the pair or dtype changed: the old stream belongs to other models
 
 
 def start():
@@ -63,37 +73,38 @@ def start():
                                 eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     if stream is None:
         return None
-    return {"ident": ident, "stream": stream, "iter": iter(stream), "rounds": [], "done": False,
-            "prompt_text": text, "settings": dict(k=int(k), temperature=float(temperature), seed=int(seed),
-                                                  max_new=int(max_new), drafter=drafter_name)}
+    # a Playback: two reruns at once (a click while a round is computed) wait for each other
+    pb = replay.Playback.live(stream, ids, text, {"max_new_tokens": int(max_new), "eos_token_id": pair.eos_token_ids})
+    return {"ident": ident, "pb": pb, "prompt_text": text,
+            "settings": dict(k=int(k), temperature=float(temperature), seed=int(seed), max_new=int(max_new),
+                             drafter=drafter_name)}
 
 
 def take(st_state, n: int = 1, until_zero: bool = False, bar=None) -> None:
-    """Advance the stream by up to n rounds (stopping early at a zero-accept round if asked)."""
+    """Advance the run by up to n rounds (stopping early at a zero-accept round if asked)."""
+    pb = st_state["pb"]
     for j in range(n):
         try:
-            rnd = next(st_state["iter"])
-        except StopIteration:
-            st_state["done"] = True
+            rnd = pb.advance()
+        except Exception as e:  # noqa: BLE001 — the rounds so far are kept; the error is shown
+            ui.show_error(e)
             break
-        st_state["rounds"].append(rnd)
-        produced = sum(len(r.emitted) for r in st_state["rounds"])
-        if produced >= st_state["settings"]["max_new"] or any(t in pair.eos_token_ids for t in rnd.emitted):
-            st_state["done"] = True
+        if rnd is None:
+            break
         if bar is not None:
-            bar(f"round {len(st_state['rounds'])}", (j + 1) / n)
-        if st_state["done"] or (until_zero and rnd.k > 0 and rnd.n_accepted == 0):
+            bar(f"round {len(pb.rounds)}", (j + 1) / n)
+        if pb.done or (until_zero and rnd.k > 0 and rnd.n_accepted == 0):
             break
 
 
 b1, b2, b3, b4 = st.columns(4)
 if b1.button("First round", icon=":material/play_arrow:", type="primary", key="slow.start",
              help="Start a new run and take its first round"):
-    state = start()
-    if state is not None:
+    new = start()
+    if new is not None:
+        state = replace_state(new)
         take(state)
-        st.session_state["slow.state"] = state
-next_ok = state is not None and not state["done"]
+next_ok = state is not None and not state["pb"].done
 if b2.button("Next round", icon=":material/skip_next:", key="slow.next", disabled=not next_ok):
     take(state)
 if b3.button("Run until a round accepts nothing", key="slow.until_zero", disabled=not next_ok,
@@ -102,25 +113,24 @@ if b3.button("Run until a round accepts nothing", key="slow.until_zero", disable
     take(state, n=10_000, until_zero=True, bar=bar)
     bar.done()
 if b4.button("Reset", key="slow.reset"):
-    st.session_state.pop("slow.state", None)
-    state = None
+    state = replace_state(None)
 
-if state is None or not state["rounds"]:
+if state is None or not state["pb"].rounds:
     st.info("No round yet: press **First round**.")
     st.stop()
 
 # --- the text so far ---------------------------------------------------------------------
-rounds = state["rounds"]
+rounds = state["pb"].rounds
 s = state["settings"]
 st.subheader("The text so far")
 st.caption(f"{len(rounds)} round(s) = {len(rounds)} target pass(es) · "
            f"{sum(len(r.emitted) for r in rounds)} new tokens · k = {s['k']}, T = {s['temperature']:g}, "
-           f"seed {s['seed']}, {s['drafter']}" + (" · run finished" if state["done"] else ""))
+           f"seed {s['seed']}, {s['drafter']}" + (" · run finished" if state["pb"].done else ""))
 st.markdown(render.legend_html(), unsafe_allow_html=True)
 st.markdown(render.tokens_html(state["prompt_text"], rounds, decode), unsafe_allow_html=True)
 zeros = [r.index + 1 for r in rounds if r.k > 0 and r.n_accepted == 0]
 if zeros:
-    st.caption(f"Rounds that accepted no draft but still emitted a token (claim 5): "
+    st.caption(f"Rounds that accepted no draft but still emitted a token ({claims.link(5)}): "
                f"{', '.join(map(str, zeros))}.")
 
 # --- one round in detail --------------------------------------------------------------------

@@ -3,9 +3,9 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, lab, prompts
+from specviz import charts, lab, limits, prompts
 
-ui.page_setup("Acceptance lab: where drafts are accepted")
+ui.page_setup("Acceptance lab: where drafts are accepted", shows=(10,))
 
 st.markdown(
     """
@@ -15,8 +15,13 @@ boilerplate, well-known facts, repeated text) and disagrees where many continuat
 (open-ended, creative text). Temperature matters too: sampling spreads both models' choices, so they
 match less often.
 
-Below, each domain's preset prompt is run for real with the draft model, at each temperature you pick.
-Start small (it runs on your device), then add temperatures or domains: finished measurements are kept.
+Below, each domain's prompt is run for real with the draft model, at each temperature you pick. α is
+measured two ways: **counted** (accepted ÷ judged drafts in that run; a rejection ends a round, so only a few
+positions are judged) and **expected** (the chance a draft would be accepted at *every* position of the same
+text: Σ min(p, q), or whether the two models' top choices agree when greedy, read from one extra pass of each
+model over the text). It rests on every position, and when sampling on the chance itself rather than one coin
+flip per draft, so it moves less from run to run. Start with the defaults, then add temperatures or domains:
+finished measurements are kept.
 """
 )
 
@@ -24,16 +29,17 @@ pair = lab_ui.pair_for_page("lab")
 if pair is None:
     st.stop()
 decode = lab_ui.decoder(pair)
-presets = prompts.domain_prompts()
+presets = prompts.lab_prompts()
 
 # --- settings -------------------------------------------------------------------------------
 c1, c2 = st.columns([3, 2])
-domains = c1.multiselect("Domains (one preset prompt each)", list(presets), default=list(presets),
+domains = c1.multiselect("Domains (one prompt each)", list(presets), default=list(prompts.LAB_DEFAULT_DOMAINS),
                          key="lab.domains", format_func=lambda d: f"{d}: {presets[d].name}")
-temps = c1.multiselect("Temperatures", [0.0, 0.3, 0.7, 1.0, 1.2, 1.5], default=[0.0, 0.7, 1.2],
-                       key="lab.temps", help="0 is greedy.")
+temps = c1.multiselect("Temperatures", [0.0, 0.3, 0.7, 1.0, 1.2, 1.5], default=[0.0],
+                       key="lab.temps", help="0 is greedy. Each temperature adds one run per domain.")
 k = c2.slider("k: tokens drafted per round", 1, 12, 4, key="lab.k")
-max_new = c2.number_input("new tokens per run", 4, 512, 24, 4, key="lab.max_new",
+cap = limits.max_new_tokens()
+max_new = c2.number_input("new tokens per run", 4, cap, min(48, cap), 4, key="lab.max_new",
                           help="More tokens give tighter estimates and take longer.")
 seed = c2.number_input("seed", 0, 2**31 - 1, 0, 1, key="lab.seed")
 
@@ -56,36 +62,51 @@ if b1.button("Measure", type="primary", key="lab.run"):
             sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, temps, k=int(k), max_new_tokens=int(max_new),
                                          seed=int(seed), eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab,
                                          existing=existing, progress=bar)
+            agree = lab.agreement_sweep(pair.target, pair.draft, ids, sweep, vocab=pair.shared_vocab,
+                                        existing=st.session_state.get("lab.agree") if existing else None,
+                                        progress=bar)
             bar.done()
             if existing:  # keep domains measured before but not picked now
                 sweep = {**existing, **sweep}
+                agree = {**st.session_state.get("lab.agree", {}), **agree}
             st.session_state["lab.sweep"] = sweep
+            st.session_state["lab.agree"] = agree
             st.session_state["lab.key"] = key
             stale = False
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
 if b2.button("Clear results", key="lab.clear"):
-    st.session_state.pop("lab.sweep", None)
-    st.session_state.pop("lab.key", None)
+    for name in ("lab.sweep", "lab.agree", "lab.key"):
+        st.session_state.pop(name, None)
 
 sweep = st.session_state.get("lab.sweep")
 if not sweep:
-    st.info("No measurements yet: press **Measure**. With the defaults that is 15 short runs.")
+    st.info(f"No measurements yet: press **Measure**. With these settings that is {len(domains) * len(temps)} "
+            f"run(s) of up to {int(max_new)} tokens.")
     st.stop()
 if stale:
     st.warning("The results below were measured with other settings (pair, k, tokens or seed); "
                "**Measure** starts a new set.")
 
-# --- α by domain and temperature ---------------------------------------------------------------
-st.subheader("α by domain and temperature")
-ui.show_chart(charts.fig_alpha_vs_temperature(lab.alpha_table(sweep)), "alpha_vs_temperature", key="lab.fig_alpha")
-st.dataframe(lab.sweep_rows(sweep), hide_index=True)
-st.caption("α = accepted ÷ drafted tokens the target judged (a rejection ends a round, so later drafts are not "
-           "judged). With few tokens the interval is wide: add tokens for a sharper picture.")
+agree = st.session_state.get("lab.agree", {})
+expected, counted = lab.expected_table(agree), lab.alpha_table(sweep)
+
+# --- α by domain at one temperature, then against temperature ----------------------------------
+st.subheader("α by domain")
+all_t = sorted({t for by_t in sweep.values() for t in by_t})
+t_pick = st.selectbox("Temperature to look at", all_t, key="lab.t_detail", format_func=lambda t: f"{t:g}")
+ui.show_chart(charts.fig_alpha_by_domain(expected, t_pick, counted), f"alpha_by_domain_T{t_pick:g}",
+              key="lab.fig_domain")
+st.dataframe(lab.sweep_rows(sweep, agree), hide_index=True)
+st.caption("Bars: the expected α at every position of each run's text (error bars: 95% interval; neighbouring "
+           "positions are not independent, so read it as a guide). Diamonds: the counted α, accepted ÷ judged "
+           "drafts, which rests on far fewer positions and so moves more from run to run.")
+if len(all_t) > 1:
+    ui.show_chart(charts.fig_alpha_vs_temperature(expected, counted), "alpha_vs_temperature", key="lab.fig_alpha")
+else:
+    st.caption("Add a temperature (0.7, 1.2) and press **Measure** to see α against temperature.")
 
 # --- one temperature in detail --------------------------------------------------------------
-all_t = sorted({t for by_t in sweep.values() for t in by_t})
-t_pick = st.selectbox("Temperature to look at in detail", all_t, key="lab.t_detail", format_func=lambda t: f"{t:g}")
 runs = {d: by_t[t_pick] for d, by_t in sweep.items() if t_pick in by_t}
 
 ui.show_chart(charts.fig_accept_by_position(runs), f"accept_by_position_T{t_pick:g}", key="lab.fig_pos")
@@ -94,10 +115,10 @@ ui.show_chart(charts.fig_accept_lengths(runs[dom_len]), f"accept_lengths_{dom_le
 st.caption("If every drafted token were accepted independently with the same α, the number accepted per round "
            "would follow the truncated geometric α^n(1 − α) shown as the dashed line.")
 
-st.subheader("Why creative text accepts poorly: the target's own uncertainty")
+st.subheader("Acceptance and the target's own uncertainty")
 st.markdown("The **entropy** of the target's distribution says how unsure the target is about the next token. "
             "Where it is high, many tokens are plausible and the draft rarely picks the one the target picks.")
-verdict = lab.entropy_verdict(sweep, t_pick)
+verdict = lab.entropy_verdict(sweep, t_pick, agree)
 if verdict:
     st.markdown(verdict)
 doms = list(runs)

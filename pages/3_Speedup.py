@@ -1,4 +1,4 @@
-"""Speedup (claims 9, 13): the cost model with c measured here, a measured k sweep, a race, adaptive k."""
+"""Speedup (claims 9, 13): the cost model with c measured here, a measured k sweep, a race, adaptive k, early exit."""
 
 import math
 import time
@@ -6,10 +6,12 @@ import time
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, devqueue, experiments, lab, render, theory
+from specviz import charts, claims, devqueue, experiments, lab, limits, models, render, selfdraft, theory
 from specviz.engine import autoregressive_decode, autoregressive_stream, speculative_decode, speculative_stream
+from specviz.config import DerivedSource
+from specviz.errors import SpecvizError
 
-ui.page_setup("Speedup: tokens per pass is not speedup")
+ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13))
 
 st.markdown(
     """
@@ -29,11 +31,12 @@ pair = lab_ui.pair_for_page("speed")
 if pair is None:
     st.stop()
 decode = lab_ui.decoder(pair)
-ident = (pair.name, lab_ui.dtype_name(pair))
+ident = (pair.name, lab_ui.dtype_name(pair), pair.draft_precision)
 ids, text = lab_ui.prompt_input("speed", pair, default="Python function")
 c1, c2, c3 = st.columns(3)
 temperature = c1.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="speed.temperature")
-max_new = c2.number_input("new tokens per run", 4, 512, 24, 4, key="speed.max_new")
+cap = limits.max_new_tokens()
+max_new = c2.number_input("new tokens per run", 4, cap, min(24, cap), 4, key="speed.max_new")
 seed = c3.number_input("seed", 0, 2**31 - 1, 0, 1, key="speed.seed")
 run_kw = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
               eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
@@ -64,11 +67,35 @@ else:
     lab_ui.load_warning(cost.get("load"))
     vr = cost["verify"]
     m1, m2, m3 = st.columns(3)
-    m1.metric("c = draft step ÷ target step", f"{cost['c']:.3f}")
+    m1.metric("c = draft step ÷ target step", f"{cost['c']:.3f}", help=f"with the {pair.draft_precision} draft")
     m2.metric("verify 5 tokens ÷ 1 token", f"{theory.verify_ratio(5, vr):.2f}×")
     m3.metric("verify 9 tokens ÷ 1 token", f"{theory.verify_ratio(9, vr):.2f}×")
     st.caption("cost(n)/cost(1) measured: " + ", ".join(f"{n} → {r:.2f}×" for n, r in vr.items())
                + ". If these are near 1, checking extra tokens is free; if they grow like n, it is not.")
+
+# --- 1b. a cheaper draft: c against α ----------------------------------------------------------
+st.subheader("1b · A cheaper draft: the same prompt with the draft in each precision")
+st.caption("The draft's precision never changes the output (the target decides every token); it changes c, "
+           "what a draft step costs, and may change α a little. Each precision runs next to its own run of "
+           "the target alone, with the k of section 5 (fixed).")
+derived = isinstance(pair.spec.draft.source, DerivedSource)  # the target's own layers: one precision
+choices = [pair.draft_precision] if derived else list(models.quant.supported(pair.device))
+precs = st.multiselect("draft precisions", choices, default=[p for p in ("float32", pair.draft_precision)
+                                                             if p in choices], key="speed.precisions")
+if st.button("Compare draft precisions", key="speed.run_precisions") and ids is not None and precs:
+    try:
+        bar = lab_ui.ProgressBar("loading the drafts…")
+        pairs = {p: ui.load_pair_cached(pair.name, lab_ui.dtype_name(pair), p) for p in precs}
+        res = experiments.precision_comparison(pairs, ids, k=int(st.session_state.get("speed.k0", 4)),
+                                               progress=bar, **run_kw)
+        bar.done()
+        st.session_state["speed.precision"] = {"ident": ident[:2], "results": res}
+    except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+        ui.show_error(e)
+prec_state = st.session_state.get("speed.precision")
+if prec_state is not None and prec_state["ident"] == ident[:2]:
+    st.dataframe(lab.precision_rows(prec_state["results"]), hide_index=True, width="stretch")
+    st.markdown(lab.precision_verdict(prec_state["results"]))
 
 # --- 2. the model, with the best k ------------------------------------------------------------
 sweep_state = current("speed.sweep")
@@ -175,7 +202,7 @@ if race is not None:
             show_text(ph_base if who == "base" else ph_spec, race[who].rounds[:i + 1])
 
 # --- 5. adaptive k and the best-k chooser ---------------------------------------------------
-st.subheader("5 · Adaptive k and the best-k chooser: k changes as acceptance is observed (claim 13)")
+st.subheader(f"5 · Adaptive k and the best-k chooser: k changes as acceptance is observed ({claims.link(13)})")
 st.caption("Adaptive k grows by 1 after a fully accepted round and shrinks by 1 after a rejection. The best-k "
            "chooser estimates α, c and the verify cost as it goes, and drafts while one more draft is expected "
            "to pay: long through sure tokens, stopping right after a doubtful one.")
@@ -209,3 +236,32 @@ if ad is not None:
         ui.show_chart(charts.fig_k_trace(av), "adaptive_k_trace", key="speed.fig_k")
     with t2:
         ui.show_chart(charts.fig_k_trace(bk), "best_k_trace", key="speed.fig_k_best")
+
+# --- 6. early exit: quality against cost on one model -------------------------------------------
+st.subheader("6 · Early exit: the target's own first L layers as the draft")
+st.caption("Self-speculation needs no second model: the draft is the target's first L layers, then its own final "
+           "norm and LM head (the same weights). A deeper exit drafts better (α up) but costs more (c up); at full "
+           "depth the target drafts for itself: every greedy draft is kept, and it is still slower than the target "
+           "alone, because c ≈ 1. Models not trained for early exit (like Qwen2.5) draft poorly at small L. "
+           "This uses the target of the pair in the sidebar, whatever its draft.")
+try:
+    n_layers = selfdraft.num_layers(pair.target)
+except SpecvizError as e:
+    n_layers = None
+    ui.show_error(e)
+if n_layers is not None:
+    e1, e2 = st.columns([3, 1])
+    depths = e1.multiselect("depths L (layers the draft runs)", list(range(1, n_layers + 1)),
+                            default=selfdraft.default_layers(n_layers), key="speed.ee_layers")
+    ek = e2.slider("k", 1, 8, 4, key="speed.ee_k")
+    if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit") and ids is not None:
+        bar = lab_ui.ProgressBar("early exit…")
+        sweep = lab_ui.run_guarded(selfdraft.early_exit_sweep, pair.target, ids, depths, k=int(ek), progress=bar,
+                                   **run_kw)
+        bar.done()
+        if sweep is not None:
+            st.session_state["speed.early_exit"] = {"ident": ident, "sweep": sweep}
+    ee = current("speed.early_exit")
+    if ee is not None:
+        ui.show_chart(selfdraft.fig_early_exit(ee["sweep"]), "early_exit_alpha_c", key="speed.fig_early_exit")
+        st.dataframe(selfdraft.early_exit_rows(ee["sweep"]), hide_index=True)

@@ -5,7 +5,7 @@ import streamlit as st
 from pages.common import lab_ui, ui
 from specviz import charts, experiments, lab
 
-ui.page_setup("Why it is fast: one pass, many tokens")
+ui.page_setup("Why it is fast: one pass, many tokens", shows=(1, 2, 12))
 
 st.markdown(
     """
@@ -22,7 +22,7 @@ the sidebar (float32 or bfloat16) and measure again to compare: results for each
 """
 )
 
-pair = lab_ui.pair_for_page("fast")
+pair = lab_ui.pair_for_page("fast", draft=False)
 if pair is None:
     st.stop()
 dt = lab_ui.dtype_name(pair)

@@ -1,11 +1,14 @@
-"""Exactness (claims 6, 7, 15): the same text in greedy mode, the same distribution when sampling."""
+"""Exactness (claims 6, 7, 15): the same text in greedy mode, the same distribution when sampling.
+
+And the acceptance-rule lab: which ways of keeping a draft keep that distribution (specviz.rules).
+"""
 
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, experiments, lab, theory
+from specviz import charts, claims, experiments, lab, limits, rules, theory
 
-ui.page_setup("Exactness: faster, not different")
+ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15))
 
 st.markdown(
     """
@@ -28,10 +31,11 @@ dt = lab_ui.dtype_name(pair)
 ids, text = lab_ui.prompt_input("exact", pair, default="The capital of France")
 
 # --- greedy: identical text -------------------------------------------------------------------
-st.subheader("Greedy: the same text as the target alone (claim 6)")
+st.subheader(f"Greedy: the same text as the target alone ({claims.link(6)})")
 c1, c2, c3 = st.columns(3)
 k = c1.slider("k", 1, 12, 4, key="exact.k")
-max_new = c2.number_input("new tokens", 1, 512, 32, 1, key="exact.max_new")
+cap = limits.max_new_tokens()
+max_new = c2.number_input("new tokens", 1, cap, min(32, cap), 1, key="exact.max_new")
 c3.caption(f"dtype **{dt}** (change it in the sidebar: in bfloat16 a near-tie can flip the argmax)")
 if st.button("Compare with the target alone", type="primary", key="exact.run_greedy") and ids is not None:
     bar = lab_ui.ProgressBar("target alone, then speculative…")
@@ -59,7 +63,7 @@ if g is not None:
         st.markdown(lab.diff_html(cmp.base.token_ids, cmp.spec.token_ids, decode), unsafe_allow_html=True)
 
 # --- sampling: the same distribution ------------------------------------------------------------
-st.subheader("Sampling: the same distribution as the target (claim 7)")
+st.subheader(f"Sampling: the same distribution as the target ({claims.link(7)})")
 s1, s2, s3 = st.columns(3)
 temperature = s1.number_input("temperature", 0.05, 2.0, 1.0, 0.05, key="exact.temperature")
 n = s2.number_input("trials", 100, 100_000, 2000, 100, key="exact.n")
@@ -94,3 +98,51 @@ if res is not None:
     ui.show_chart(lab.fig_first_position(fp, decode), "first_token_p_q_residual", key="exact.fig_pq")
     st.caption("Where that comes from: the draft's q, the target's p, and the residual the corrections are drawn "
                "from. Tokens where q > p are partly refused; the residual fills exactly what is missing.")
+
+# --- acceptance rules: which keep p ---------------------------------------------------------------
+st.subheader("Which acceptance rules keep the distribution?")
+st.markdown(
+    """
+The rule above is not the only way to decide whether to keep a drafted token. Four rules, one position:
+
+* **Rejection sampling** (the engine's rule): keep d with probability min(1, p(d)/q(d)), else draw from
+  norm(max(0, p − q)). A token x comes out as a kept draft with probability q(x)·min(1, p(x)/q(x)) = min(p(x), q(x)),
+  and the residual adds exactly the missing max(0, p(x) − q(x)): together **p(x)**. Lossless, and it keeps the draft
+  Σ min(p, q) of the time, the most any lossless rule can.
+* **Exact match at T > 0**: sample the target's own token t ~ p and keep d only if d = t. The output is always t,
+  so it is **lossless** too, but it keeps the draft only Σ p·q of the time: two independent draws must collide.
+  This is why llama.cpp and mlx-lm moved to rejection sampling.
+* **Typical acceptance** (Medusa): keep d if p(d) > min(ε, δ·exp(−H(p))). **Lossy**: the test looks at p(d) alone,
+  so a token the draft likes and the target merely tolerates comes out with the draft's frequency q, not p.
+* **Naive threshold**: keep d if p(d) ≥ τ. **Lossy** for the same reason.
+
+For the two lossy rules a refused draft is replaced by the target's own token **sampled from p** (not its argmax),
+so the only thing that bends the distribution is the acceptance test. Each rule is computed exactly (its output
+distribution in closed form) and run on the same seeded trials.
+"""
+)
+r1, r2, r3, r4 = st.columns(4)
+r_temp = r1.number_input("temperature", 0.05, 2.0, 1.0, 0.05, key="exact.rules.temperature")
+r_n = r2.number_input("trials per rule", 100, 200_000, 20_000, 1000, key="exact.rules.n")
+r_seed = r3.number_input("seed", 0, 2**31 - 1, 0, 1, key="exact.rules.seed")
+r4.caption("Add your own settings to the defaults (Medusa's ε = 0.09, δ = 0.3 among them):")
+r5, r6, r7 = st.columns(3)
+eps = r5.number_input("typical: ε", 0.0, 1.0, 0.05, 0.01, key="exact.rules.epsilon")
+delta = r6.number_input("typical: δ", 0.0, 1.0, 0.2, 0.05, key="exact.rules.delta")
+tau = r7.number_input("threshold: τ", 0.0, 1.0, 0.1, 0.01, key="exact.rules.tau")
+if st.button("Compare the rules", type="primary", key="exact.run_rules") and ids is not None:
+    own = (rules.Rule("typical", epsilon=float(eps), delta=float(delta)), rules.Rule("threshold", tau=float(tau)))
+    chosen = list(rules.DEFAULT_RULES) + [r for r in own if r not in rules.DEFAULT_RULES]
+    with st.spinner("every rule, exactly and on seeded trials…"):
+        rlab = lab_ui.run_guarded(rules.rule_lab, pair.target, pair.draft, ids, chosen, n=int(r_n),
+                                  temperature=float(r_temp), seed=int(r_seed), vocab=pair.shared_vocab)
+    if rlab is not None:
+        st.session_state["exact.rules"] = rlab
+rlab = st.session_state.get("exact.rules")
+if rlab is not None:
+    st.info(rules.rules_verdict(rlab))
+    ui.show_chart(rules.fig_rules(rlab), "acceptance_rules", key="exact.fig_rules")
+    st.caption("Up is faster (more drafts kept), left is more faithful. The lossless rules sit on the left edge, "
+               "inside the grey noise band; the lossy ones buy acceptance with distance from p. A lossy point "
+               "inside the band is wrong too, only by less than this many trials can show.")
+    st.dataframe(rules.rule_rows(rlab), hide_index=True)

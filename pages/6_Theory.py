@@ -3,9 +3,9 @@
 import streamlit as st
 
 from pages.common import ui
-from specviz import charts, lab, theory
+from specviz import charts, claims, lab, theory
 
-ui.page_setup("Theory: tokens per pass and speedup")
+ui.page_setup("Theory: tokens per pass and speedup", shows=(8, 9))
 
 st.markdown(
     """
@@ -62,7 +62,7 @@ ui.show_chart(charts.fig_expected_tokens(k_curve, measured=point), "expected_tok
 ui.show_chart(charts.fig_speedup_model(alpha, c, k_max=16), "speedup_model", key="theory.fig_speedup")
 
 # the worked numbers of claim 8
-st.subheader("The numbers people quote (claim 8)")
+st.subheader(f"The numbers people quote ({claims.link(8)})")
 st.markdown("At k = 4 introductions quote about 1.9, 2.8, 3.4 and 4.1 tokens per pass for α = 0.5, 0.7, "
             "0.8 and 0.9. Here they are, computed by the formula:")
 st.dataframe(lab.seed_table(4), hide_index=True)

@@ -53,14 +53,15 @@ from typing import Any
 
 import torch
 
-from . import theory
+from . import quant, theory
+from .cli import add_draft_precision
 from .drafters import PromptLookupDrafter
 from .engine import autoregressive_decode, speculative_decode
 from .errors import InvalidSetting
 from .experiments import forward_cost
 from .kpolicy import BestK
 from .lm import vocab_size
-from .prompts import domain_prompts, encode
+from .prompts import bench_prompts, encode
 
 FORMAT = "specviz.bench/1"
 DEFAULT_DOMAINS = ("code", "list", "factual", "creative")
@@ -82,6 +83,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--models", metavar="YAML", help="registry file")
     p.add_argument("--tiny", action="store_true", help="the tiny random pair (seconds; for tests)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the pair's default")
+    add_draft_precision(p)
     p.add_argument("--fast-linear", action=argparse.BooleanOptionalAction, default=None,
                    help="float32 on CPU: every nn.Linear through oneDNN (specviz.fastlinear); "
                         "default: as load_pair does (on unless SPECVIZ_FAST_LINEAR=0)")
@@ -89,7 +91,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--ks", default="1,2,3,4,5,6,8", help="fixed k values (default 1,2,3,4,5,6,8)")
     p.add_argument("--methods", help="comma list to run (default: all); names as in the table, "
                                      "e.g. target,k=4,best,hf-assisted")
-    p.add_argument("--domains", default=",".join(DEFAULT_DOMAINS), help="default code,list,factual,creative")
+    p.add_argument("--domains", default=",".join(DEFAULT_DOMAINS),
+                   help="default code,list,factual,creative; 'first-run' is the main page's default prompt")
+    p.add_argument("--prompt-set", choices=["bench", "held-out"], default="bench",
+                   help="bench: the presets; held-out: other prompts of the same domains")
     p.add_argument("--modes", default="greedy,sample", help="greedy, sample or both (default)")
     p.add_argument("--temperature", type=float, default=0.7, help="for sample mode (default 0.7)")
     p.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported (default 3)")
@@ -112,7 +117,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not a.modes or any(m not in ("greedy", "sample") for m in a.modes):
         raise InvalidSetting(f"--modes must be greedy, sample or both, got {a.modes!r}")
     a.domains = [d.strip() for d in a.domains.split(",") if d.strip()]
-    known = domain_prompts()
+    known = bench_prompts(a.prompt_set)
     bad = [d for d in a.domains if d not in known]
     if bad or not a.domains:
         raise InvalidSetting(f"unknown domain(s) {bad}; choose from {', '.join(known)}")
@@ -152,7 +157,8 @@ def tiny_pair():
     eos = [SPECIALS.index("<eos>")]
     # all of the head's ids, as transformers' generate() picks from (ids past the characters decode to "")
     return SimpleNamespace(name="tiny", target=target, draft=draft, tokenizer=tok, dtype=torch.float32,
-                           device="cpu", eos_token_ids=eos, shared_vocab=vocab_size(target))
+                           device="cpu", eos_token_ids=eos, shared_vocab=vocab_size(target),
+                           draft_precision="float32")
 
 
 def load(args):
@@ -163,6 +169,8 @@ def load(args):
 
             dt = parse_dtype(args.dtype)
             pair.target, pair.draft, pair.dtype = pair.target.to(dt), pair.draft.to(dt), dt
+        pair.draft_precision = quant.check(args.draft_precision, "cpu")
+        quant.apply(pair.draft, pair.draft_precision)
         if args.fast_linear:
             from . import fastlinear
 
@@ -171,7 +179,8 @@ def load(args):
     else:
         from .models import load_pair
 
-        pair = load_pair(args.pair, dtype=args.dtype, registry=args.models, fast_linear=args.fast_linear)
+        pair = load_pair(args.pair, dtype=args.dtype, registry=args.models, fast_linear=args.fast_linear,
+                         draft_precision=args.draft_precision)
     return pair
 
 
@@ -406,7 +415,7 @@ def bench(args, pair=None, progress=None) -> dict:
         say("loading the pair")
         pair = load(args)
     tok = pair.tokenizer
-    presets = domain_prompts()
+    presets = bench_prompts(args.prompt_set)
     prompts = {d: encode(tok, presets[d].text, presets[d].chat) for d in args.domains}
 
     # 1. costs: target forward over n tokens (verify ratio), draft forward, c
@@ -475,8 +484,9 @@ def bench(args, pair=None, progress=None) -> dict:
         "format": FORMAT,
         "config": {
             "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
-            "fast_linear": _fast_linear_on(pair), "threads": torch.get_num_threads(), "ks": args.ks,
-            "methods": names, "domains": args.domains, "modes": args.modes, "temperature": args.temperature,
+            "draft_precision": pair.draft_precision, "fast_linear": _fast_linear_on(pair), "threads": torch.get_num_threads(), "ks": args.ks,
+            "methods": names, "domains": args.domains, "prompt_set": args.prompt_set, "modes": args.modes,
+            "temperature": args.temperature,
             "reps": args.reps, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
             "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
             "cpu_count": os.cpu_count(), "load_avg_start": load_start,
@@ -577,7 +587,7 @@ def _at(d: dict, n: int) -> float:
 def markdown(report: dict) -> str:
     cfg = report["config"]
     lines = [f"# specviz bench: {cfg['pair']} ({cfg['dtype']}{', fast-linear' if cfg['fast_linear'] else ''}, "
-             f"{cfg['device']}, {cfg['threads']} threads)", ""]
+             f"{cfg.get('draft_precision', 'float32')} draft, {cfg['device']}, {cfg['threads']} threads)", ""]
     lines.append(f"{cfg['max_new_tokens']} new tokens, median of {cfg['reps']} repetitions, load average "
                  f"{_f(cfg['load_avg_start'], '{:.1f}')} → {_f(cfg['load_avg_end'], '{:.1f}')}; "
                  f"speedup = target-alone s/token ÷ method s/token, end to end (reading the prompt included); "

@@ -9,6 +9,7 @@ No streamlit here: the app is a thin layer on top.
 
 from __future__ import annotations
 
+import html
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -37,7 +38,8 @@ __all__ = [
     "PALETTE", "PLOTLY_CONFIG", "TEMPLATE", "plotly_config", "measured_point", "total_variation",
     "fig_pq", "fig_residual", "fig_expected_tokens", "fig_alpha_trace", "fig_speedup_model",
     "fig_forward_cost", "fig_batch_cost", "fig_accept_by_position", "fig_accept_lengths",
-    "fig_entropy_acceptance", "fig_alpha_vs_temperature", "fig_k_trace", "fig_exactness",
+    "fig_entropy_acceptance", "alpha_summary", "fig_alpha_by_domain", "fig_alpha_vs_temperature",
+    "fig_k_trace", "fig_exactness",
     "fig_race", "fig_bench_speedup",
 ]
 
@@ -119,12 +121,22 @@ def _empty(title: str, message: str) -> go.Figure:
     return fig
 
 
+def _plain(text: str) -> str:
+    """Text from a tokenizer or a run file, shown literally by plotly.
+
+    Plotly renders tags such as <a href>, <img>, <b>, <br> in every title, label and
+    hover text, so a token (or a label in an uploaded run) could plant a link.
+    """
+    return html.escape(text, quote=False)
+
+
 def _labels(ids: Sequence[int], decode: Callable[[int], str], maxlen: int = 14) -> list[str]:
-    """Unique, whitespace-visible category labels for token ids."""
+    """Unique, whitespace-visible, HTML-escaped category labels for token ids."""
     base = []
     for i in ids:
         s = visible(decode(i))
-        base.append(s if len(s) <= maxlen else s[: maxlen - 1] + "…")
+        # cut before escaping, so an entity such as &lt; is never cut in half
+        base.append(_plain(s if len(s) <= maxlen else s[: maxlen - 1] + "…"))
     seen = Counter(base)
     return [s if seen[s] == 1 else f"{s} #{i}" for s, i in zip(base, ids)]
 
@@ -135,7 +147,8 @@ def _fmt(v: float, spec: str = ".2f") -> str:
 
 
 def _tok(tid: int, decode: Callable[[int], str]) -> str:
-    return f"‘{visible(decode(tid))}’"
+    """One token, quoted, for a title or hover text."""
+    return f"‘{_plain(visible(decode(tid)))}’"
 
 
 def _topmap(t: TopK | None) -> dict[int, float]:
@@ -499,7 +512,7 @@ def _labelled_runs(runs) -> list[tuple[str, Run]]:
     if isinstance(runs, Run):
         return [(_run_label(runs, 0), runs)]
     if isinstance(runs, Mapping):
-        return [(str(k), v) for k, v in runs.items()]
+        return [(_plain(str(k)), v) for k, v in runs.items()]
     return [(_run_label(r, j), r) for j, r in enumerate(runs)]
 
 
@@ -507,7 +520,7 @@ def _run_label(run: Run, j: int) -> str:
     s = run.settings or {}
     for key in ("label", "name", "domain", "drafter"):
         if s.get(key):
-            return str(s[key])
+            return _plain(str(s[key]))
     return f"run {j + 1}"
 
 
@@ -633,25 +646,87 @@ def fig_entropy_acceptance(run: Run, decode: Callable[[int], str] = str) -> go.F
     return fig
 
 
-def fig_alpha_vs_temperature(data: Mapping[str, Mapping[float, float]]) -> go.Figure:
-    """α against sampling temperature, one line per domain.
+def alpha_summary(data: Mapping[str, Mapping[float, float]], temperature: float | None = None) -> str:
+    """What the α-by-domain data shows, in one sentence, from the numbers alone.
+
+    At `temperature` (default: the lowest measured): the domains with the highest
+    and lowest α, and whether their 95% intervals (±1.96 stderr) separate them.
+    """
+    temps = {t for series in data.values() for t in series}
+    if not temps:
+        return "No measurements yet."
+    t0 = min(temps) if temperature is None else temperature
+    pts = sorted(((dom, *_val_err(series[t0])) for dom, series in data.items() if t0 in series),
+                 key=lambda x: x[1])
+    if not pts:
+        return f"Nothing measured at T = {t0:g}."
+    if len(pts) < 2:
+        return f"At T = {t0:g}, α = {pts[0][1]:.2f} on {pts[0][0]}: add a domain to compare."
+    (lo_d, lo, lo_e), (hi_d, hi, hi_e) = pts[0], pts[-1]
+    s = f"At T = {t0:g}: highest α on {hi_d} ({hi:.2f}), lowest on {lo_d} ({lo:.2f})"
+    if hi - 1.96 * hi_e > lo + 1.96 * lo_e:
+        return s + "; their 95% intervals do not overlap"
+    return s + "; their 95% intervals overlap: this measurement cannot tell them apart"
+
+
+def fig_alpha_by_domain(data: Mapping[str, Mapping[float, float]], temperature: float,
+                        counted: Mapping[str, Mapping[float, float]] | None = None) -> go.Figure:
+    """α per domain at one temperature, highest first, with 95% error bars; the subtitle reads the data.
+
+    data / counted: {domain: {temperature: alpha or (alpha, stderr) or Estimate}},
+    counted drawn as open diamonds beside each bar.
+    """
+    title = f"Acceptance α by domain at T = {temperature:g}"
+    rows = sorted(((dom, *_val_err(series[temperature])) for dom, series in data.items() if temperature in series),
+                  key=lambda x: -x[1])
+    if not rows:
+        return _empty(title, f"Nothing measured at T = {temperature:g}.")
+    fig = _fig(title, alpha_summary(data, temperature), x="domain", y="α = per-token acceptance")
+    doms = [r[0] for r in rows]
+    fig.add_bar(x=doms, y=[r[1] for r in rows], name="expected α" if counted is not None else "α",
+                marker_color=[PALETTE[list(data).index(d) % len(PALETTE)] for d in doms],
+                error_y=dict(type="data", array=[1.96 * r[2] for r in rows], thickness=1.5),
+                text=[f"{r[1]:.2f}" for r in rows], textposition="inside",
+                hovertemplate="%{x}: α = %{y:.3f}<extra></extra>")
+    if counted is not None:
+        cd = [(d, _val_err(counted[d][temperature])[0]) for d in doms if temperature in counted.get(d, {})]
+        fig.add_scatter(x=[d for d, _ in cd], y=[v for _, v in cd], mode="markers", name="counted α",
+                        marker=dict(size=13, symbol="diamond-open", color="black", line=dict(width=2)),
+                        hovertemplate="%{x}: counted α = %{y:.3f}<extra></extra>")
+    fig.update_yaxes(range=[0, 1.05])
+    fig.update_layout(meta={"order": doms})
+    return fig
+
+
+def fig_alpha_vs_temperature(data: Mapping[str, Mapping[float, float]],
+                             counted: Mapping[str, Mapping[float, float]] | None = None) -> go.Figure:
+    """α against sampling temperature, one line per domain; the subtitle says what the data shows.
 
     data: {domain: {temperature: alpha or (alpha, stderr) or Estimate}}.
+    counted: the same shape, drawn as open markers next to each line (e.g. the
+    counted α, when `data` holds the expected α along the text).
     """
     if not data:
         return _empty("Acceptance α vs temperature", "No measurements yet.")
-    fig = _fig("Acceptance α vs temperature, by domain",
-               "predictable text (lists, code) accepts well; open-ended text poorly",
+    fig = _fig("Acceptance α vs temperature, by domain", alpha_summary(data),
                x="temperature", y="α = per-token acceptance")
     for j, (dom, series) in enumerate(data.items()):
         ts = sorted(series)
         vals = [_val_err(series[t]) for t in ts]
-        fig.add_scatter(x=ts, y=[v for v, _ in vals], mode="lines+markers", name=str(dom),
-                        line=dict(color=PALETTE[j % len(PALETTE)], width=2.5, dash=DASHES[j % len(DASHES)]),
+        color = PALETTE[j % len(PALETTE)]
+        fig.add_scatter(x=ts, y=[v for v, _ in vals], mode="lines+markers", name=str(dom), legendgroup=str(dom),
+                        line=dict(color=color, width=2.5, dash=DASHES[j % len(DASHES)]),
                         marker=dict(size=10, symbol=SYMBOLS[j % len(SYMBOLS)]),
                         error_y=dict(type="data", array=[e for _, e in vals],
                                      visible=any(e > 0 for _, e in vals), thickness=1.5),
                         hovertemplate=f"{dom}<br>T = %{{x}}<br>α = %{{y:.3f}}<extra></extra>")
+        if counted and counted.get(dom):
+            cs = sorted(counted[dom])
+            fig.add_scatter(x=cs, y=[_val_err(counted[dom][t])[0] for t in cs], mode="markers",
+                            name=f"{dom} (counted)", legendgroup=str(dom),
+                            marker=dict(size=11, color=color, symbol=f"{SYMBOLS[j % len(SYMBOLS)]}-open",
+                                        line=dict(width=2, color=color)),
+                            hovertemplate=f"{dom}, counted<br>T = %{{x}}<br>α = %{{y:.3f}}<extra></extra>")
     fig.update_yaxes(range=[0, 1.05])
     return fig
 

@@ -20,6 +20,7 @@ import sys
 import time
 from typing import TextIO
 
+from . import limits
 from .errors import InvalidSetting, SpecvizError
 
 # Okabe-Ito colours (colour-blind safe) as 256-colour codes, each with a second cue
@@ -156,7 +157,7 @@ def cmd_prepare(args) -> int:
 
     progress = ProgressPrinter()
     try:
-        out = prepare(args.pair, progress=progress, registry=args.models)
+        out = prepare(args.pair, progress=progress, registry=args.models, verify=args.verify)
     finally:
         progress.done()
     for role, what in out.items():
@@ -176,8 +177,11 @@ def encode_prompt(tokenizer, prompt: str, raw: bool) -> list[int]:
     if not raw and getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                              add_generation_prompt=True)
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(prompt)["input_ids"])
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    else:
+        ids = list(tokenizer(prompt)["input_ids"])
+    limits.check_prompt_tokens(len(ids))
+    return ids
 
 
 def cmd_run(args) -> int:
@@ -185,10 +189,14 @@ def cmd_run(args) -> int:
     from .models import load_pair
 
     prompt = _read_prompt(args)
+    # settings first: a typo must not cost a model load
+    engine.check_decoding(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=0,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+    limits.check_max_new_tokens(args.max_new_tokens)
     progress = ProgressPrinter()
     try:
         pair = load_pair(args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device,
-                         progress=progress, registry=args.models)
+                         progress=progress, registry=args.models, draft_precision=args.draft_precision)
     finally:
         progress.done()
     tok = pair.tokenizer
@@ -200,7 +208,8 @@ def cmd_run(args) -> int:
               max_new_tokens=args.max_new_tokens, seed=args.seed, eos_token_id=pair.eos_token_ids)
     if "vocab" in inspect.signature(engine.speculative_decode).parameters:
         kw["vocab"] = pair.shared_vocab  # compare only ids both models know (padded embeddings)
-    print(f"generating with {pair.name} (k={args.k}, temperature={args.temperature}) ...", file=sys.stderr)
+    print(f"generating with {pair.name}, {pair.draft_precision} draft (k={args.k}, temperature={args.temperature})"
+          " ...", file=sys.stderr)
     run = engine.speculative_decode(pair.target, pair.draft, input_ids, **kw)
 
     if args.json:
@@ -231,6 +240,14 @@ def cmd_bench(argv: list[str]) -> int:
 # argument parsing
 
 
+def add_draft_precision(p: argparse.ArgumentParser) -> None:
+    from .quant import PRECISIONS
+
+    p.add_argument("--draft-precision", choices=["auto", *PRECISIONS], default="auto",
+                   help="the draft's weights (default auto: int8 on a CPU, the model dtype on a GPU); "
+                        "never changes the output, only the draft's cost and its acceptance")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
     p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
@@ -242,11 +259,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("prepare", help="assemble, convert and cache a pair (default: the embedded pair)")
     pr.add_argument("--pair", help="pair name from `models` (default: the default pair)")
+    pr.add_argument("--verify", action="store_true",
+                    help="also check the sha256 of every cached file (reads them all) and rebuild a damaged copy")
     pr.set_defaults(func=cmd_prepare)
 
     r = sub.add_parser("run", help="one speculative decoding run, coloured by what each round did")
     r.add_argument("--pair", help="pair name from `models` (default: the default pair)")
-    r.add_argument("--draft", help="override the draft: a local folder or a hub id (local HF cache only)")
+    r.add_argument("--draft", help="override the draft: a local folder, a hub id (local HF cache only), "
+                   "`self` (the target drafts for itself) or `early-exit:L` (its first L layers)")
     r.add_argument("--target", help="override the target: a local folder or a hub id (local HF cache only)")
     r.add_argument("--prompt", required=True, help='the prompt ("-" reads stdin)')
     r.add_argument("--k", type=int, default=4, help="tokens drafted per round (default 4)")
@@ -257,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--raw", action="store_true", help="feed the prompt as-is, without the chat template")
     r.add_argument("--json", action="store_true", help="print the Run as JSON instead of text")
     r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: float32 on CPU")
+    add_draft_precision(r)
     r.add_argument("--device", help="cpu or cuda (default: cuda if available)")
     r.add_argument("--color", choices=["auto", "always", "never"], default="auto", help="colour the text")
     r.set_defaults(func=cmd_run)

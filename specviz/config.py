@@ -76,7 +76,20 @@ class TinySource:
     layers: int = 2
 
 
-Source = ChunkSource | HubSource | PathSource | TinySource
+@dataclass(frozen=True)
+class DerivedSource:
+    """A draft made from its pair's target, sharing the target's weights (no second model).
+
+    kind "self": the target drafts for itself. kind "early-exit": the target's first
+    `layers` layers, then its final norm and LM head (self-speculation, as in LayerSkip).
+    """
+
+    kind: str  # "self" | "early-exit"
+    layers: int | None = None  # early-exit only
+
+
+Source = ChunkSource | HubSource | PathSource | TinySource | DerivedSource
+SELF = "self"  # a pair's draft: the target itself
 
 
 @dataclass(frozen=True)
@@ -185,6 +198,19 @@ def _kind(value: Any) -> str:
 # parsing
 
 
+def _hub_id(c: _Checker, value: Any, path: str) -> str:
+    """A Hugging Face repo id (owner/name), checked by the hub library's own rule."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    hub = c.string(value, path)
+    try:
+        validate_repo_id(hub)
+    except HFValidationError as e:
+        c.fail(path, f"not a hub id (owner/name): {hub!r} ({str(e).split('.')[0]})")
+    return hub
+
+
 def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source:
     src = c.mapping(raw, path, set(), {"chunks", "hub", "path", "tiny"})
     if len(src) != 1:
@@ -192,10 +218,7 @@ def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source
     kind, value = next(iter(src.items()))
     p = _join(path, kind)
     if kind == "hub":
-        hub = c.string(value, p)
-        if hub.count("/") > 1 or hub.startswith("/") or hub.endswith("/"):
-            c.fail(p, f"not a hub id (owner/name): {hub!r}")
-        return HubSource(hub=hub)
+        return HubSource(hub=_hub_id(c, value, p))
     if kind == "tiny":
         t = c.mapping(value, p, set(), {"seed", "noise", "vocab", "hidden", "layers"})
         noise = t.get("noise", 0.0)
@@ -228,7 +251,7 @@ def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source
         filename=c.string(ch["filename"], _join(p, "filename"), re.compile(r"^[^/\\]+\.gguf$")),
         size=c.integer(ch["size"], _join(p, "size"), minimum=1),
         sha256=c.string(ch["sha256"], _join(p, "sha256"), _SHA_RE),
-        hub=c.string(ch["hub"], _join(p, "hub")) if "hub" in ch else None,
+        hub=_hub_id(c, ch["hub"], _join(p, "hub")) if "hub" in ch else None,
     )
 
 
@@ -247,14 +270,48 @@ def _parse_model(c: _Checker, name: str, raw: Any, base: Path | None) -> ModelSp
     )
 
 
+def target_layers(m: ModelSpec) -> int | None:
+    """How many layers a model has, when the registry alone can tell (tiny models)."""
+    return m.source.layers if isinstance(m.source, TinySource) else None
+
+
+def derived_draft(target: ModelSpec, kind: str, layers: int | None = None) -> ModelSpec:
+    """The ModelSpec of a draft made from `target` itself: kind "self" or "early-exit" (first `layers` layers)."""
+    if kind == SELF:
+        name, label = f"{target.name}:self", f"{target.label} itself (drafting for itself)"
+    else:
+        name = f"{target.name}:early-exit-{layers}"
+        label = f"{target.label}, first {layers} layers + its norm and LM head (early exit)"
+    return ModelSpec(name=name, label=label, family=target.family, tokenizer=target.tokenizer, params=0,
+                     source=DerivedSource(kind=kind, layers=layers if kind != SELF else None),
+                     gated=target.gated, chat_template=target.chat_template)
+
+
+def _parse_derived(c: _Checker, raw: Any, path: str, target: ModelSpec) -> ModelSpec:
+    """draft: self | {early-exit: {layers: L}}, checked against the target where the registry knows its depth."""
+    if raw == SELF:
+        return derived_draft(target, SELF)
+    ee = c.mapping(raw, path, {"early-exit"})
+    p = _join(path, "early-exit")
+    layers = c.integer(c.mapping(ee["early-exit"], p, {"layers"})["layers"], _join(p, "layers"), minimum=1)
+    depth = target_layers(target)
+    if depth is not None and layers >= depth:
+        c.fail(_join(p, "layers"), f"must be below the target's {depth} layers, got {layers}")
+    return derived_draft(target, "early-exit", layers)
+
+
 def _parse_pair(c: _Checker, name: str, raw: Any, models: dict[str, ModelSpec]) -> PairSpec:
     path = f"pairs.{name}"
     p = c.mapping(raw, path, {"draft", "target", "description"})
     roles = {}
-    for role in ("draft", "target"):
+    for role in ("target", "draft"):
+        if role == "draft" and (p[role] == SELF or isinstance(p[role], dict)):
+            roles[role] = _parse_derived(c, p[role], _join(path, role), roles["target"])
+            continue
         ref = c.string(p[role], _join(path, role))
         if ref not in models:
-            c.fail(_join(path, role), f"unknown model '{ref}'")
+            hint = " ('self' and early-exit are drafts only)" if ref == SELF else ""
+            c.fail(_join(path, role), f"unknown model '{ref}'{hint}")
         roles[role] = models[ref]
     draft, target = roles["draft"], roles["target"]
     # claim 11: the draft must share the target's tokenizer (one family per pair)
@@ -275,6 +332,8 @@ def parse_registry(data: Any, *, label: str = "models.yaml", base: Path | None =
     if not raw_models:
         c.fail("models", "no models defined")
     models = {c.name(k, f"models.{k}"): _parse_model(c, k, v, base) for k, v in raw_models.items()}
+    if SELF in models:
+        c.fail(f"models.{SELF}", f"the name '{SELF}' is reserved (a pair's draft: self means the target itself)")
     raw_pairs = c.table(top["pairs"], "pairs")
     if not raw_pairs:
         c.fail("pairs", "no pairs defined")

@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import devqueue
+from . import devqueue, quant
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 from .lm import CachedLM, max_positions, vocab_size
@@ -58,42 +58,62 @@ def as_id_list(input_ids) -> list[int]:
         raise InvalidSetting("input_ids must be a list of token ids or a 1×T tensor.") from None
 
 
-def check_settings(ids: list[int], models: list, *, k: int | None, temperature: float, top_p: float,
-                   top_k: int, max_new_tokens: int, vocab: int) -> None:
-    if len(ids) == 0:
-        raise InvalidSetting("The prompt is empty: type something for the model to continue.")
-    if k is not None and not (isinstance(k, int) and 1 <= k <= K_MAX):
+TEMPERATURE_MIN = 1e-3  # below it logits / T overflow float32: 1e-45 gave NaN probabilities
+SEED_MAX = 2**63 - 1  # seeds are 0..2**63-1: what torch.Generator.manual_seed takes without wrapping
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_decoding(*, k: int | None, temperature: float, top_p: float, top_k: int, max_new_tokens: int,
+                   seed: int = 0) -> None:
+    """The settings that need no model (the CLI checks them before loading one); InvalidSetting."""
+    if k is not None and not (_is_int(k) and 1 <= k <= K_MAX):
         raise InvalidSetting(f"k (tokens drafted per round) must be an integer from 1 to {K_MAX}, got {k!r}.")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-        raise InvalidSetting(f"temperature must be 0 (greedy) or positive, got {temperature!r}.")
+    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+            and math.isfinite(temperature) and (temperature == 0 or temperature >= TEMPERATURE_MIN)):
+        raise InvalidSetting(f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN:g} up, got {temperature!r}"
+                             " (a smaller one divides the logits into overflow; use 0 for greedy).")
     if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
         raise InvalidSetting(f"top_p must be in (0, 1], got {top_p!r}.")
-    if not (isinstance(top_k, int) and top_k >= 0):
+    if not (_is_int(top_k) and top_k >= 0):
         raise InvalidSetting(f"top_k must be 0 (off) or a positive integer, got {top_k!r}.")
-    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+    if not (_is_int(max_new_tokens) and max_new_tokens >= 1):
         raise InvalidSetting(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
+    if not (_is_int(seed) and 0 <= seed <= SEED_MAX):
+        raise InvalidSetting(f"seed must be an integer from 0 to 2**63-1, got {seed!r}.")
+
+
+def check_settings(ids: list[int], models: list, *, k: int | None, temperature: float, top_p: float,
+                   top_k: int, max_new_tokens: int, vocab: int, seed: int = 0) -> None:
+    """Every setting, the prompt and the context; InvalidSetting with a message for a person."""
+    if len(ids) == 0:
+        raise InvalidSetting("The prompt is empty: type something for the model to continue.")
+    check_decoding(k=k, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
+                   seed=seed)
     bad = [t for t in ids if not 0 <= t < vocab]
     if bad:
         raise InvalidSetting(f"token id {bad[0]} is outside the shared vocabulary (0..{vocab - 1}).")
-    need = len(ids) + max_new_tokens + (k or 0) + 1
+    # a run uses prompt + max_new_tokens positions: a round drafts at most the room left (k <= room)
+    need = len(ids) + max_new_tokens
     for m in models:
         limit = max_positions(m)
-        if limit is not None and need > limit:
-            raise InvalidSetting(
-                f"The prompt ({len(ids)} tokens) plus max_new_tokens ({max_new_tokens}) and a round of "
-                f"drafts does not fit the model's context of {limit} tokens: shorten the prompt or "
-                f"lower max_new_tokens to at most {max(0, limit - len(ids) - (k or 0) - 1)}."
-            )
+        if limit is None or need <= limit:
+            continue
+        if len(ids) >= limit:
+            raise InvalidSetting(f"The prompt ({len(ids)} tokens) alone fills the model's context of {limit} "
+                                 "tokens, leaving no room for a new token: shorten the prompt.")
+        raise InvalidSetting(f"The prompt ({len(ids)} tokens) plus max_new_tokens ({max_new_tokens}) does not fit "
+                             f"the model's context of {limit} tokens: shorten the prompt or lower "
+                             f"max_new_tokens to at most {limit - len(ids)}.")
 
 
-def param_ratio(draft_model, target_model) -> float:
-    """Draft parameters / target parameters: c before any pass is timed (decoding one token reads
-    every weight once, so on a memory-bound CPU a step costs about its weight count; real pair:
-    0.32 against c = 0.35-0.37 measured)."""
-    def count(m):
-        return sum(p.numel() for p in m.parameters())
-
-    return count(draft_model) / count(target_model)
+def weight_ratio(draft_model, target_model) -> float:
+    """Draft weight bytes / target weight bytes: c before any pass is timed. Decoding one token
+    streams every weight once, so on a memory-bound device a step costs about its weight bytes;
+    an int8 draft streams a quarter of its float32 bytes (quant.weight_bytes)."""
+    return quant.weight_bytes(draft_model) / quant.weight_bytes(target_model)
 
 
 def _eos_set(eos_token_id, *models) -> set[int]:
@@ -339,7 +359,7 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     vocab = vocab or min(vocab_size(m) for m in models)
     ids = as_id_list(input_ids)
     check_settings(ids, models, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
-                   max_new_tokens=max_new_tokens, vocab=vocab)
+                   max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
     eos = _eos_set(eos_token_id, *models)
     if isinstance(drafter, ModelDrafter):
         drafter.vocab, drafter.eos = vocab, eos
@@ -369,7 +389,7 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
     prime = getattr(policy, "prime", None)
     draft_model = getattr(getattr(drafter, "lm", None), "model", None)
     if prime is not None and draft_model is not None:
-        prime(param_ratio(draft_model, target_model))  # before anything is timed: a first estimate of c
+        prime(weight_ratio(draft_model, target_model))  # before anything is timed: a first estimate of c
 
     rounds, ks, stop = [], [], "max_new_tokens"
     t_dec, paused = time.perf_counter(), 0.0
@@ -415,7 +435,7 @@ def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: 
     vocab = vocab or vocab_size(model)
     ids = as_id_list(input_ids)
     check_settings(ids, [model], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
-                   max_new_tokens=max_new_tokens, vocab=vocab)
+                   max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
     eos = _eos_set(eos_token_id, model)
     settings = _settings(k=0, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                          seed=seed, k_policy="none", drafter="none", eos_token_id=sorted(eos))

@@ -9,7 +9,9 @@ measured on the models and device at hand; nothing is canned.
   weight_bytes      bytes of parameters a forward pass must read
   draft_cost_ratio  c = one draft step / one target step
   first_token_trials  many seeded decisions of the real acceptance rule
+  agreement_along   draft/target agreement at every position of the target's own text
   compare_with_baseline  speculative vs a warmed target-only run, same settings
+  precision_comparison   the same prompt with the draft in each precision: c, α, speedup
 
 Each measured pass holds the device on its own (devqueue.QUEUE), so other
 sessions get their turn between the steps of a long measurement and no wait
@@ -31,6 +33,7 @@ from .engine import autoregressive_decode, decide, speculative_decode
 from .lm import CachedLM, sync, vocab_size
 from .records import Run
 from .sampling import Sampler, logits_to_probs
+from .theory import Estimate, alpha_from_counts
 
 Progress = Callable[[str, float | None], None] | None
 
@@ -195,6 +198,77 @@ def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, tempe
 
 
 @dataclass(frozen=True)
+class Agreement:
+    """How often the draft would be accepted at each position of a text the target wrote.
+
+    Position i is the token text[i], predicted from prompt + text[:i]. Every drafted
+    token a speculative run judges sits at such a position (accepted drafts become
+    the text), so averaging over all of them estimates α from every position instead
+    of only the judged ones: far less variance for the same text.
+    """
+
+    temperature: float
+    token_ids: list[int]  # the text the distributions were read along
+    match: list[bool]  # the draft's argmax == the target's argmax
+    overlap: list[float]  # Σ min(p, q) at the temperature (at 1 when greedy, as rounds record it)
+    entropy: list[float]  # the target's entropy (nats) at the temperature (1 when greedy)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def accept_chance(self) -> list[float]:
+        """The chance a draft is accepted at each position: argmax match (greedy), else Σ min(p, q)."""
+        return [float(m) for m in self.match] if self.greedy else list(self.overlap)
+
+    @property
+    def expected_alpha(self) -> float:
+        v = self.accept_chance
+        return sum(v) / len(v) if v else float("nan")
+
+    def estimate(self) -> Estimate:
+        """expected_alpha with a 95% interval (Wilson for greedy's 0/1, normal otherwise).
+
+        Neighbouring positions are not independent, so the interval is a guide, not a guarantee.
+        """
+        if self.greedy:
+            return alpha_from_counts(sum(self.match), len(self.match))
+        n = len(self.overlap)
+        if n == 0:
+            nan = float("nan")
+            return Estimate(nan, nan, nan, nan, 0)
+        m = self.expected_alpha
+        se = statistics.stdev(self.overlap) / n ** 0.5 if n > 1 else float("nan")
+        return Estimate(m, se, max(0.0, m - 1.96 * se), min(1.0, m + 1.96 * se), n)
+
+
+@torch.inference_mode()
+def agreement_along(target, draft, input_ids: list[int], text_ids: list[int], temperature: float = 0.0,
+                    vocab: int | None = None) -> Agreement:
+    """One target pass and one draft pass over prompt + text: p and q at every text position.
+
+    `text_ids` should be the target's own text (a plain decode, or a speculative
+    run's output, which has the target's distribution). No decoding happens here.
+    """
+    vocab = vocab or min(vocab_size(target), vocab_size(draft))
+    text = [int(t) for t in text_ids]
+    n = len(text)
+    if n == 0:
+        return Agreement(float(temperature), [], [], [], [])
+    ids = list(input_ids) + text[:-1]  # the last text token predicts nothing we need
+    p_logits = CachedLM(target).feed(ids, keep=n)[:, :vocab]  # (n, V): row i predicts text[i]
+    q_logits = CachedLM(draft).feed(ids, keep=n)[:, :vocab].to(p_logits.device)  # (n, V)
+    t = float(temperature) or 1.0
+    p = logits_to_probs(p_logits, t)  # (n, V)
+    q = logits_to_probs(q_logits, t)  # (n, V)
+    match = (p_logits.argmax(-1) == q_logits.argmax(-1)).tolist()  # (n,)
+    overlap = torch.minimum(p, q).sum(-1).tolist()  # (n,)
+    entropy = torch.special.entr(p).sum(-1).tolist()  # (n,)
+    return Agreement(float(temperature), text, [bool(m) for m in match], overlap, entropy)
+
+
+@dataclass(frozen=True)
 class Comparison:
     spec: Run
     base: Run
@@ -227,3 +301,43 @@ def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: floa
     identical = spec.token_ids == base.token_ids if temperature == 0 else None
     return Comparison(spec, base, speedup, identical)
 
+
+
+def steady_c(cmp: Comparison) -> float:
+    """c measured in a Comparison: the mean draft step over the mean one-token target pass of the
+    target-alone run, both over the rounds after the first (whose passes also read the prompt)."""
+    rounds = cmp.spec.steady_rounds
+    drafted = sum(r.k for r in rounds)
+    steps = cmp.base.steady_rounds
+    if not drafted or not steps:
+        return float("nan")
+    target_step = sum(r.verify_s for r in steps) / len(steps)
+    return (sum(r.draft_s for r in rounds) / drafted) / target_step
+
+
+@dataclass(frozen=True)
+class PrecisionResult:
+    """One draft precision on one prompt, against the target alone run next to it."""
+
+    precision: str
+    comparison: Comparison
+    c: float  # steady_c
+
+
+def precision_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", temperature: float = 0.0,
+                         max_new_tokens: int, seed: int = 0, eos_token_id=None, vocab: int | None = None,
+                         progress: Progress = None) -> list[PrecisionResult]:
+    """`pairs`: draft precision -> a pair (same target) with its draft in that precision.
+
+    Each precision runs next to its own warmed target-alone run, so a change of load
+    on the machine affects both sides of each speedup alike.
+    """
+    out = []
+    for i, (precision, pair) in enumerate(pairs.items()):
+        _say(progress, f"{precision} draft", i / max(len(pairs), 1))
+        cmp = compare_with_baseline(pair.target, pair.draft, input_ids, k=k, k_policy=k_policy,
+                                    temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
+                                    eos_token_id=eos_token_id, vocab=vocab)
+        out.append(PrecisionResult(precision, cmp, steady_c(cmp)))
+    _say(progress, "done", 1.0)
+    return out

@@ -180,12 +180,10 @@ class BestK:
     def prime(self, c: float | None) -> None:
         """A first-round estimate of c, before any round is measured.
 
-        The engine passes draft parameters / target parameters (engine.param_ratio:
-        decoding a token reads every weight once; real pair 0.32 against c = 0.35-0.37
-        measured on the 2-core CPU). With it the stop rule already decides the first
-        round (verify cost taken as flat) instead of drafting the starting k (with the
-        prefill-time ratio as the estimate, before the prefill was merged into the
-        first round: real pair, four domain prompts, greedy, 4.4 % less time).
+        The engine passes draft weight bytes / target weight bytes (engine.weight_ratio:
+        decoding a token streams every weight once). With it the stop rule already
+        decides the first round (verify cost taken as flat) instead of drafting the
+        starting k.
         """
         if isinstance(c, (int, float)) and math.isfinite(c) and c > 0:
             self.c_prior = float(c)

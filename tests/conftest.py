@@ -79,13 +79,23 @@ def default_pair_load():
         pytest.skip(f"default pair not installed: {status.reason} (get it: {status.how_to_get})")
     models.prepare(None)
     stages: list[str] = []
-    pair = models.load_pair(progress=lambda s, f=None: stages.append(s) if s not in stages else None)
+    pair = models.load_pair(progress=lambda s, f=None: stages.append(s) if s not in stages else None,
+                            draft_precision="float32")
     return pair, stages
 
 
 @pytest.fixture(scope="session")
-def default_pair(default_pair_load):
+def default_pair_fp32(default_pair_load):
+    """The real pair with its float32 draft."""
     return default_pair_load[0]
+
+
+@pytest.fixture(scope="session")
+def default_pair(default_pair_load):
+    """The real pair as the app runs it: the draft in the device's default precision (same target)."""
+    from specviz import models
+
+    return models.with_draft_precision(default_pair_load[0], None)
 
 
 @pytest.fixture(scope="module")

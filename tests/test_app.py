@@ -90,6 +90,24 @@ def metric(at, label_start: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+def test_presenter_mode_large_type_slow_animation_and_back():
+    from pages.common import ui
+
+    def css(at) -> list[str]:
+        return [m.value for m in at.markdown if m.value.startswith("<style>") and ".sv-text" in m.value]
+
+    at = new_app()
+    assert at.toggle(key="ui.presenter").value is False and not css(at)
+    at.select_slider(key="main.speed").set_value("fast").run()
+    at.toggle(key="ui.presenter").set_value(True).run()
+    assert not at.exception and at.session_state[ui.PRESENTER] is True
+    assert css(at) == [ui.PRESENTER_CSS] and "font-size: 30px" in css(at)[0]
+    assert at.select_slider(key="main.speed").value == "slow"  # its own default, whatever was picked before
+    at.toggle(key="ui.presenter").set_value(False).run()
+    assert not css(at) and at.select_slider(key="main.speed").value == "normal"
+
+
+# --------------------------------------------------------------------------------------------
 def test_defaults_and_no_exception():
     from specviz import models
     from pages.common import ui

@@ -326,10 +326,37 @@ def test_entropy_acceptance_markers():
 
 def test_alpha_vs_temperature_lines():
     data = {"list": {0.0: 0.96, 1.0: 0.8}, "poem": {1.0: 0.5, 0.0: 0.62}}
-    f = charts.fig_alpha_vs_temperature(data)
+    f = charts.fig_alpha_vs_temperature(data, counted={"poem": {0.0: 0.9}})
     poem = trace(f, "poem")
     assert list(poem.x) == [0.0, 1.0] and list(poem.y) == [0.62, 0.5]
     assert trace(f, "list").marker.symbol != poem.marker.symbol  # second cue
+    assert list(trace(f, "poem (counted)").y) == [0.9] and "list (counted)" not in [t.name for t in f.data]
+    assert f.layout.title.subtitle.text == charts.alpha_summary(data)
+
+
+def test_alpha_subtitle_is_read_from_the_data():
+    # the same domains, opposite order: the sentence follows the numbers, not an expectation
+    poor_poem = {"list": {0.0: (0.96, 0.02)}, "poem": {0.0: (0.62, 0.05)}}
+    good_poem = {"list": {0.0: (0.62, 0.05)}, "poem": {0.0: (0.96, 0.02)}}
+    assert charts.alpha_summary(poor_poem) == ("At T = 0: highest α on list (0.96), lowest on poem (0.62); "
+                                               "their 95% intervals do not overlap")
+    assert "highest α on poem (0.96), lowest on list (0.62)" in charts.alpha_summary(good_poem)
+    wide = {"list": {0.0: (0.90, 0.08)}, "poem": {0.0: (0.80, 0.08)}}
+    assert charts.alpha_summary(wide).endswith("overlap: this measurement cannot tell them apart")
+    assert charts.alpha_summary({"list": {0.7: 0.9}}) == "At T = 0.7, α = 0.90 on list: add a domain to compare."
+    assert charts.alpha_summary({"a": {0.0: 0.5}, "b": {1.0: 0.4}}, 1.0).startswith("At T = 1, α = 0.40 on b")
+
+
+def test_alpha_by_domain_bars_sorted_with_counted_markers():
+    data = {"code": {0.0: (0.9, 0.03)}, "poem": {0.0: (0.6, 0.05)}, "list": {0.0: (0.95, 0.02), 1.0: (0.8, 0.05)}}
+    f = charts.fig_alpha_by_domain(data, 0.0, counted={"poem": {0.0: 0.7}, "list": {0.0: 1.0}})
+    bars = f.data[0]
+    assert list(bars.x) == ["list", "code", "poem"] and list(bars.y) == [0.95, 0.9, 0.6]
+    assert list(bars.error_y.array) == pytest.approx([1.96 * 0.02, 1.96 * 0.03, 1.96 * 0.05])
+    assert list(trace(f, "counted α").x) == ["list", "poem"] and list(trace(f, "counted α").y) == [1.0, 0.7]
+    assert f.layout.title.subtitle.text.startswith("At T = 0: highest α on list (0.95), lowest on poem (0.60)")
+    assert list(charts.fig_alpha_by_domain(data, 1.0).data[0].x) == ["list"]
+    assert charts.fig_alpha_by_domain(data, 0.3).layout.meta["empty"]
 
 
 # --- exactness ---------------------------------------------------------------------
@@ -420,3 +447,35 @@ def test_autoregressive_run_figures():
     e = charts.fig_entropy_acceptance(run, decode)
     assert len(trace(e, "target token (no draft)").x) == 6
     charts.fig_expected_tokens(4, measured=charts.measured_point(run)).to_json()
+
+
+# --- token text is shown literally, never as plotly HTML -------------------------
+EVIL = "<a href='x'>y</a>"
+
+
+def test_token_text_is_html_escaped_in_every_figure():
+    import json
+
+    from specviz import lab
+
+    # every token, and a run's label (both can come from an uploaded file), is a link
+    evil = lambda i: f"{EVIL}{i}"  # noqa: E731 (distinct texts: no '#id' suffixes needed)
+    run = sim_run(seed=3, label=EVIL)
+    fp = lab.FirstPosition(p={1: 0.6, 2: 0.4}, q={1: 0.3, 2: 0.7}, residual={1: 1.0, 2: 0.0}, overlap=0.7,
+                           temperature=1.0)
+    figs = {
+        "pq": charts.fig_pq(france_round(), 3, evil), "pq greedy": charts.fig_pq(france_round(True), 3, evil),
+        "residual": charts.fig_residual(france_round(), evil), "entropy": charts.fig_entropy_acceptance(run, evil),
+        "exactness": charts.fig_exactness({1: 3, 2: 1}, {1: 0.7, 2: 0.3}, evil),
+        "first position": lab.fig_first_position(fp, evil),
+        "by position": charts.fig_accept_by_position([run, sim_run(seed=4)]),
+        "by position (named)": charts.fig_accept_by_position({EVIL: run}),
+    }
+    for name, fig in figs.items():
+        # titles, labels, hover texts, annotations, names: re-dumped so '<' is literal, not \u003c
+        text = json.dumps(json.loads(fig.to_json()), ensure_ascii=False)
+        for tag in ("<a", "</a>"):
+            assert tag not in text, f"{name}: token text reaches plotly as HTML: ...{text[text.index(tag) - 60:][:120]}"
+        assert "&lt;a" in text, f"{name}: the token is not shown at all"
+    # the full escaped text where nothing is cut: the pq title and subtitle
+    assert "‘&lt;a␣href='x'&gt;y&lt;/a&gt;4’" in title(figs["pq"])

@@ -72,7 +72,8 @@ def tiny_cli(monkeypatch, tiny_pair):
     (["--temperature", "-1"], "temperature"),
     (["--top-p", "0"], "top_p"),
     (["--top-p", "1.5"], "top_p"),
-    (["--max-new-tokens", "100000"], "context"),
+    (["--max-new-tokens", "300"], "context"),
+    (["--max-new-tokens", "100000"], "more than the limit of 512"),
 ])
 def test_run_bad_settings(tiny_cli, capsys, extra, message):
     rc = cli.main(["run", "--prompt", "w1 w2 w3", "--raw", *extra])

@@ -356,7 +356,7 @@ def test_padded_vocab_draft_is_handled():
         (dict(temperature=-0.1), "temperature"),
         (dict(top_p=0.0), "top_p"),
         (dict(top_p=1.5), "top_p"),
-        (dict(max_new_tokens=250), "context"),
+        (dict(max_new_tokens=254), "context"),
         (dict(input_ids=[1, 2, 999]), "vocabulary"),
         (dict(input_ids=torch.zeros(2, 3, dtype=torch.long)), "one sequence"),
     ],

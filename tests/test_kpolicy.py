@@ -249,12 +249,12 @@ def test_a_primed_first_round_is_decided_by_the_stop_rule():
         assert q.c_prior is None and drafted_length(q, [0.995] * 16) == 3
 
 
-def test_the_engine_primes_the_policy_with_the_parameter_ratio():
+def test_the_engine_primes_the_policy_with_the_weight_ratio():
     """Before anything is timed (the first round reads the prompt), c is the draft/target weight ratio."""
-    from specviz.engine import param_ratio
+    from specviz.engine import weight_ratio
 
     target, draft = tiny_qwen(100, vocab=64), tiny_qwen(200, vocab=80)  # the draft has a larger head
-    ratio = param_ratio(draft, target)
+    ratio = weight_ratio(draft, target)
     assert ratio > 1
     for prompt in ([5, 6, 7, 8, 9, 10], [5]):
         pol = BestK(2, stop=True)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from specviz import InvalidSetting, autoregressive_decode, lab, speculative_decode
-from specviz.experiments import BandwidthCheck, first_token_trials
+from specviz.experiments import BandwidthCheck, agreement_along, first_token_trials
 from specviz.records import Run
 from specviz.sampling import logits_to_probs
 from specviz.theory import expected_speedup, expected_tokens
@@ -147,7 +147,79 @@ def test_entropy_verdict_names_the_most_uncertain_domain(models):
     hi = max(ents, key=ents.get)
     text = lab.entropy_verdict(sweep, 0.0)
     assert f"least sure on **{hi}**" in text
+    agree = lab.agreement_sweep(target, draft, {"a": PROMPT, "b": [1, 2, 3, 4]}, sweep)
+    ents = {d: sum(agree[d][0.0].entropy) / len(agree[d][0.0].entropy) for d in agree}
+    hi = max(ents, key=ents.get)
+    assert f"least sure on **{hi}** (mean entropy {ents[hi]:.2f}" in lab.entropy_verdict(sweep, 0.0, agree)
     assert lab.entropy_verdict(sweep, 0.7) == ""  # nothing measured at that temperature
+
+
+def test_agreement_along_with_the_target_as_draft_is_one(models):
+    target, _ = models
+    text = autoregressive_decode(target, PROMPT, max_new_tokens=10, eos_token_id=[]).token_ids
+    for t in (0.0, 0.8):
+        a = agreement_along(target, target, PROMPT, text, t)
+        assert a.token_ids == text and len(a.match) == len(a.overlap) == len(a.entropy) == 10
+        assert all(a.match) and a.overlap == pytest.approx([1.0] * 10)
+        assert a.expected_alpha == pytest.approx(1.0)
+
+
+def test_agreement_along_two_tokens_by_hand(models):
+    target, draft = models
+    text = [7, 30]
+    a = agreement_along(target, draft, PROMPT, text, 0.7)
+    # by hand: one uncached forward of each model over prompt + text; row len(PROMPT)-1+i predicts text[i]
+    x = torch.tensor([PROMPT + text])
+    with torch.no_grad():
+        pl, ql = target(x).logits[0], draft(x).logits[0]  # (T, V)
+    for i in range(2):
+        row = len(PROMPT) - 1 + i
+        p, q = torch.softmax(pl[row] / 0.7, -1), torch.softmax(ql[row] / 0.7, -1)
+        assert a.overlap[i] == pytest.approx(float(sum(min(float(p[v]), float(q[v])) for v in range(VOCAB))), abs=1e-9)
+        assert a.match[i] == (int(pl[row].argmax()) == int(ql[row].argmax()))
+        assert a.entropy[i] == pytest.approx(float(-(p * p.log()).sum()), abs=1e-9)
+    assert a.accept_chance == a.overlap and a.expected_alpha == pytest.approx(sum(a.overlap) / 2)
+    g = agreement_along(target, draft, PROMPT, text, 0.0)
+    assert g.accept_chance == [float(m) for m in a.match]  # greedy: accepted iff the argmaxes agree
+    e = g.estimate()
+    assert e.n == 2 and e.value == pytest.approx(sum(g.match) / 2)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_agreement_along_the_runs_text_sees_what_every_round_judged(models, temperature):
+    """Each judged draft sits at a position of the run's own text: the decision (greedy) or the
+    chance to accept Σ min(p, q) (sampling) there must be what agreement_along reads."""
+    target, draft = models
+    run = spec(models, k=3, temperature=temperature, max_new_tokens=20)
+    a = agreement_along(target, draft, PROMPT, run.token_ids, temperature)
+    pos, checked = 0, 0
+    for r in run.rounds:
+        for j, acc in enumerate(r.accepted):
+            if temperature == 0:
+                assert a.match[pos + j] == acc
+            else:
+                # the run's draft stepped one token at a time: equal up to float rounding
+                assert a.overlap[pos + j] == pytest.approx(r.overlap[j], abs=1e-6)
+            checked += 1
+        pos += len(r.emitted)
+    assert checked >= 5 and pos == len(run.token_ids)
+
+
+def test_agreement_sweep_reads_each_runs_text_and_keeps_measured_cells(models):
+    target, draft = models
+    prompts = {"a": PROMPT, "b": [9, 9, 9, 9, 9]}
+    sweep = lab.acceptance_sweep(target, draft, prompts, [0.0, 1.0], k=2, max_new_tokens=6, eos_token_id=[])
+    agree = lab.agreement_sweep(target, draft, prompts, sweep)
+    for d in prompts:
+        for t, run in sweep[d].items():
+            assert agree[d][t].token_ids == run.token_ids and agree[d][t].temperature == t
+    again = lab.agreement_sweep(target, draft, prompts, sweep, existing=agree)
+    assert again["a"][0.0] is agree["a"][0.0]
+    table = lab.expected_table(agree)
+    assert table["b"][1.0][0] == pytest.approx(agree["b"][1.0].expected_alpha)
+    rows = lab.sweep_rows(sweep, agree)
+    assert {"expected α (every position)", "counted α", "positions"} <= set(rows[0])
+    assert rows[0]["positions"] == 6
 
 
 # --- page 3: speedup -------------------------------------------------------------------------------------

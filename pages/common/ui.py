@@ -1,14 +1,18 @@
 """Streamlit-only helpers shared by app.py and every page.
 
 Stable API (pages import these):
-    page_setup(title)                   st.set_page_config first, then the title; joins the device queue
+    page_setup(title, shows=())         st.set_page_config first, then the title (and links to the claims
+                                        shown); joins the device queue (join_device_queue)
+    presenter()                         whether presenter mode is on (large type, thick token boxes, slow animation)
     sidebar_pair_picker(prefix)         -> chosen pair name (unavailable pairs explained)
     dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.models.DEFAULT_DTYPE)
-    load_pair_cached(name, dtype)       -> Pair, shared by every session (st.cache_resource),
+    precision_picker(prefix)            -> the draft's precision (default specviz.quant.default_precision)
+    load_pair_cached(name, dtype, draft_precision=None)
+                                        -> Pair, shared by every session (st.cache_resource),
                                            with a progress indicator on the first load
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
     show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config
-    show_error(e)                       st.error(str(e)), never a traceback
+    show_error(e)                       a clear message, never a traceback (details in an expander)
     decoder(tokenizer)                  id -> text, memoised per tokenizer
     pair_status(name), list_pairs_safe(), default_dtype_name()
     LOAD_CALLS, _slot.clear()           for tests: loads so far; forget the loaded pairs
@@ -19,13 +23,15 @@ however many laptops connect); per-user results live in st.session_state.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import traceback
 from typing import Any, Callable
 
 import streamlit as st
 
-from specviz import charts
+from specviz import charts, claims
 from specviz.errors import SpecvizError
 
 DTYPE_CHOICES = ["float32", "bfloat16"]
@@ -35,10 +41,45 @@ LOAD_CALLS = 0
 _load_lock = threading.Lock()
 
 
-def page_setup(title: str, icon: str = "⚡", layout: str = "wide") -> None:
-    """Page config (must be the first Streamlit call of a page), then the title and the queue notice."""
-    st.set_page_config(page_title=f"{title} · specviz", page_icon=icon, layout=layout)
+# presenter mode: for projecting to a room. Type and token boxes grow; the sidebar starts collapsed.
+PRESENTER = "presenter"  # session key: a widget's own key does not survive a change of page
+PRESENTER_CSS = """<style>
+html, [data-testid="stAppViewContainer"] { font-size: 21px; }
+[data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li { font-size: 1.2rem; }
+h1 { font-size: 2.9rem !important; }
+.sv-text { font-size: 30px !important; line-height: 2.3 !important; }
+.sv-tok { padding: 2px 5px !important; margin: 0 3px !important; border-width: 4px !important; }
+.sv-accepted, .sv-bonus { border-bottom-width: 6px !important; }
+.sv-legend { font-size: 1.2rem !important; }
+</style>"""
+
+
+def presenter() -> bool:
+    """Whether presenter mode is on in this session (every page shares it)."""
+    return bool(st.session_state.get(PRESENTER, False))
+
+
+def _presenter_toggle() -> None:
+    def keep() -> None:
+        st.session_state[PRESENTER] = st.session_state["ui.presenter"]
+
+    st.sidebar.toggle("Presenter mode", value=presenter(), key="ui.presenter", on_change=keep,
+                      help="For a projector: large type, thick token boxes, the sidebar collapsed on each page, "
+                           "and a slower animation by default.")
+    if presenter():
+        st.markdown(PRESENTER_CSS, unsafe_allow_html=True)
+
+
+def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple[int, ...] = ()) -> None:
+    """Page config (must be the first Streamlit call of a page), the title, links to the claims it shows, and
+    the place where this session's wait for the device is shown."""
+    st.set_page_config(page_title=f"{title} · specviz", page_icon=icon, layout=layout,
+                       initial_sidebar_state="collapsed" if presenter() else "auto")
+    _presenter_toggle()
     st.title(title)
+    if shows:
+        st.caption("Shows " + ", ".join(claims.link(n) for n in shows)
+                   + f" of [{claims.PAGE_TITLE.lower()}]({claims.PAGE_PATH}).")
     join_device_queue()
 
 
@@ -73,14 +114,27 @@ def join_device_queue() -> None:
     devqueue.set_session(ctx.session_id if ctx is not None else "no-session", on_wait)
 
 
+def error_details(e: BaseException) -> str:
+    """The error and where it happened, by file name and line only (no server paths)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = [f"  {os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in frames]
+    return "\n".join([f"{type(e).__name__}: {e}"] + where)
+
+
 def show_error(e: BaseException) -> None:
-    """A clear message in the page; specviz errors are already written for people."""
+    """A clear message in the page, never a traceback; specviz errors are already written for people.
+
+    Anything else gets a short message and an expander with the details (file names, no paths).
+    """
     if isinstance(e, SpecvizError):
         st.error(str(e), icon=":material/error:")
     elif isinstance(e, MemoryError):
         st.error(f"Not enough memory: {e}. Try a smaller pair, bfloat16, or fewer tokens.", icon=":material/error:")
     else:
-        st.error(f"Something went wrong: {type(e).__name__}: {e}", icon=":material/error:")
+        st.error("Something went wrong, and what you had on the page is kept. Try again, or report the details "
+                 "below.", icon=":material/error:")
+        with st.expander("Details"):
+            st.code(error_details(e), language=None)
 
 
 def show_chart(fig, name: str, key: str | None = None, **kw) -> None:
@@ -151,6 +205,21 @@ def dtype_picker(prefix: str, where=None) -> str:
                             "but rounds differently, which can break greedy exactness.")
 
 
+def precision_picker(prefix: str, where=None) -> str:
+    """The draft's precision: float32, bfloat16, int8, int4 (those that run on this device)."""
+    from specviz import models, quant
+
+    where = where or st.sidebar
+    device = models.default_device()
+    choices = list(quant.supported(device))
+    default = quant.default_precision(device)
+    return where.radio("draft precision", choices, index=choices.index(default) if default in choices else 0,
+                       key=f"{prefix}.draft_precision", horizontal=True,
+                       help="The draft model's weights. A cheaper draft (int8, int4) lowers c, the cost of a "
+                            "draft step relative to a target pass, and may lower α a little. It never changes "
+                            "the output: the target decides every token.")
+
+
 def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -> None:
     """One line: the device (cpu/cuda) and the dtype in use."""
     from specviz import models
@@ -172,7 +241,8 @@ class _Slot:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.pair = None
+        self.pair = None  # loaded with a float32 (or bfloat16) draft: the source of every draft precision
+        self.variants: dict[str, Any] = {}  # draft precision -> the same pair with that draft
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
@@ -192,13 +262,30 @@ def _warm_up(pair, progress) -> None:
                        vocab=pair.shared_vocab)
 
 
-def load_pair_cached(name: str, dtype: str):
+def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
     """The pair, loaded once per server and shared by every session.
 
     The first load shows a status box with a progress bar (stage and seconds);
-    sessions asking at the same time wait for that one load. Raises
-    SpecvizError (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
+    sessions asking at the same time wait for that one load. Each draft precision is
+    a copy of the loaded draft, made once, sharing the target. Raises SpecvizError
+    (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
     """
+    from specviz import models
+
+    base = _load_base(name, dtype)
+    precision = models.quant.check(draft_precision, base.device)
+    slot = _slot(name, dtype)
+    with slot.lock:
+        if precision not in slot.variants:
+            with st.spinner(f"Preparing a {precision} copy of the draft…"):
+                pair = models.with_draft_precision(base, precision)
+                if pair is not base:
+                    _warm_up(pair, lambda *_: None)
+                slot.variants[precision] = pair
+        return slot.variants[precision]
+
+
+def _load_base(name: str, dtype: str):
     global LOAD_CALLS
     from specviz import models
 
@@ -218,7 +305,7 @@ def load_pair_cached(name: str, dtype: str):
             if slot.pair is None:
                 with _load_lock:
                     LOAD_CALLS += 1
-                pair = models.load_pair(name, dtype=dtype, progress=progress)
+                pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=dtype)
                 _warm_up(pair, progress)
                 slot.pair = pair
         status.update(label=f"Loaded {name} in {time.perf_counter() - t0:.1f} s", state="complete")

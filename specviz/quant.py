@@ -1,0 +1,153 @@
+"""Draft precision: the draft's weights in float32, bfloat16, int8 or int4.
+
+The draft's precision never changes what speculative decoding outputs:
+greedy output is the target's argmax, and in sampling mode the acceptance
+rule min(1, p/q) with the residual norm(max(0, p - q)) is exact for ANY q,
+as long as q is the distribution the draft token was actually drawn from
+(the engine samples from, and records, the quantized draft's own q).
+A cheaper draft lowers c, the cost of a draft step relative to a target
+pass; rounding its weights may lower α a little.
+
+    int8  weight-only, symmetric, one scale per output row; the matmul runs
+          in float32 on the int8 weights (ATen's _weight_int8pack_mm on a CPU)
+    int4  weight-only, groups of 32 along the input, through torchao's
+          Int4WeightOnlyQuantizer (ATen's _weight_int4pack_mm_for_cpu)
+
+Both quantize a float32 draft at load, in place, in a few seconds; the input
+embedding stays as it is (a lookup reads one row, not the matrix).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import torch
+from torch import nn
+
+from .errors import InvalidSetting
+
+PRECISIONS = ("float32", "bfloat16", "int8", "int4")
+INT4_GROUP = 32
+_CPU_ONLY = ("int8", "int4")
+
+
+def supported(device: str) -> tuple[str, ...]:
+    """The draft precisions that run on `device` ('cpu', 'cuda', 'cuda:0')."""
+    if device.startswith("cpu"):
+        ok = ["float32", "bfloat16", "int8"]
+        if hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and _torchao_int4() is not None:
+            ok.append("int4")
+        return tuple(ok)
+    return tuple(p for p in PRECISIONS if p not in _CPU_ONLY)
+
+
+def default_precision(device: str) -> str:
+    """The draft precision that gave the best measured speedup on this kind of device (README Performance)."""
+    return "int8" if device.startswith("cpu") else "bfloat16"
+
+
+def check(precision: str | None, device: str) -> str:
+    """A valid precision for `device` (None or 'auto': the default); InvalidSetting otherwise."""
+    if precision is None or precision == "auto":
+        return default_precision(device)
+    if precision not in PRECISIONS:
+        raise InvalidSetting(f"draft precision must be one of auto, {', '.join(PRECISIONS)}; got {precision!r}.")
+    if precision not in supported(device):
+        raise InvalidSetting(f"draft precision {precision} does not run on {device} here; "
+                             f"choose one of {', '.join(supported(device))}.")
+    return precision
+
+
+class Int8Linear(nn.Module):
+    """y = x @ (int8 W * row scale)^T + b, without ever materialising the float weight."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        w = linear.weight.detach().float()  # (N, K)
+        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # (N,) symmetric, per output row
+        self.register_buffer("qweight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scale", scale)
+        self.bias = linear.bias
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)  # (T, K)
+        y = torch.ops.aten._weight_int8pack_mm(rows, self.qweight, self.scale.to(rows.dtype))  # (T, N)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+def _torchao_int4():
+    try:
+        from torchao.quantization.linear_quant_modules import Int4WeightOnlyQuantizer
+    except Exception:  # noqa: BLE001 — torchao missing or built for another torch: int4 is then unavailable
+        return None
+    return Int4WeightOnlyQuantizer
+
+
+@contextlib.contextmanager
+def _quiet_root_log():
+    was = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(was)
+
+
+def _swap_linears(model: nn.Module, make) -> None:
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, make(child))
+
+
+def _unfast(model: nn.Module) -> None:
+    from . import fastlinear
+
+    fastlinear.disable(model)
+
+
+def apply(model: nn.Module, precision: str) -> nn.Module:
+    """Put a float32 or bfloat16 draft into `precision`, in place; returns the model."""
+    model.config.specviz_precision = precision
+    if precision == "float32":
+        return model.to(torch.float32)
+    if precision == "bfloat16":
+        _unfast(model)
+        return model.to(torch.bfloat16)
+    if next(model.parameters()).device.type != "cpu":
+        raise InvalidSetting(f"draft precision {precision} runs on a CPU only here.")
+    _unfast(model)
+    model.to(torch.float32)
+    if precision == "int8":
+        _swap_linears(model, Int8Linear)
+        return model
+    if precision == "int4":
+        quantizer = _torchao_int4()
+        if quantizer is None:
+            raise InvalidSetting("draft precision int4 needs torchao (pip install -r requirements.txt).")
+        # Linears with a bias (Qwen2's q/k/v projections) stay float32: the quantizer skips them.
+        # It logs a warning per padded layer on the root logger; the padding is expected.
+        with _quiet_root_log():
+            return quantizer(groupsize=INT4_GROUP, device=torch.device("cpu"),
+                             precision=torch.float32).quantize(model)
+    raise InvalidSetting(f"unknown draft precision {precision!r}")
+
+
+def precision_of(model: nn.Module) -> str:
+    """The precision apply() gave the model, else its parameters' dtype."""
+    p = getattr(model.config, "specviz_precision", None)
+    return p or str(next(model.parameters()).dtype).replace("torch.", "")
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of weights one decoding step streams: every parameter and buffer but the input embedding
+    (unless the output head shares it)."""
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    skip = {id(t) for t in emb.parameters()} if emb is not None else set()
+    skip -= {id(t) for t in head.parameters()} if head is not None else set()  # tied: the head reads it all
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()] if id(t) not in skip}
+    return sum(t.numel() * t.element_size() for t in tensors.values())

@@ -1,0 +1,162 @@
+"""AppTest of the main page against hostile or heavy input, on the tiny random pair.
+
+A rejected upload leaves the run on screen; a file's title is plain text; a
+long run renders in linear time; switching the pair mid-run is said.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from test_app import APP, TINY, new_app, start, text_html
+
+pytestmark = pytest.mark.skipif(not TINY.exists(), reason="tests/models_tiny.yaml (the tiny test registry) is missing")
+
+GOOD = Path(__file__).resolve().parents[1] / "specviz" / "recorded" / "capital-of-france-greedy.json"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_registry(tiny_app_registry):
+    return tiny_app_registry(TINY)
+
+
+def upload(at, name: str, data: bytes):
+    at.file_uploader(key="main.upload").set_value((name, data, "application/json"))
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_a_rejected_upload_leaves_the_run_on_screen():
+    at = start(new_app(), max_new=12, baseline=False)
+    job, html = at.session_state["main.job"], text_html(at)
+    d = json.loads(GOOD.read_text(encoding="utf-8"))
+    d["settings"] = 3
+    upload(at, "bad.json", json.dumps(d).encode())
+    assert any("settings: expected an object" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.session_state["main.job"] is job and text_html(at) == html
+    at.run()  # the next rerun: still the message and the run, no traceback
+    assert not at.exception and at.session_state["main.job"] is job
+    assert any("settings" in e.value for e in at.error)
+
+
+def test_an_uploaded_title_is_plain_text():
+    d = json.loads(GOOD.read_text(encoding="utf-8"))
+    d["specviz_export"]["title"] = "[click me](http://evil.example) ![x](http://evil.example/x.png) :red[big]"
+    at = new_app()
+    at.select_slider(key="main.speed").set_value("instant")
+    upload(at, "titled.json", json.dumps(d).encode())
+    assert not at.error, [e.value for e in at.error]
+    head = [c.value for c in at.caption if "replay of" in c.value]
+    assert head, [c.value for c in at.caption]
+    assert "](http" not in head[0] and ":red[" not in head[0]
+    assert r"\[click me\]\(http\:\/\/evil.example\)" in head[0].replace(r"\.", ".")
+
+
+def test_a_live_run_replaced_by_an_upload_is_stopped():
+    at = new_app()
+    at.slider(key="main.k").set_value(2)
+    at.number_input(key="main.max_new").set_value(40)
+    at.checkbox(key="main.baseline").set_value(False)
+    at.select_slider(key="main.speed").set_value("instant")
+    at.button(key="main.step_btn").click().run()  # one round, paused
+    job = at.session_state["main.job"]
+    assert job.source == "live" and not job.done and job._it is not None
+    upload(at, "good.json", GOOD.read_bytes())
+    assert at.session_state["main.job"] is not job
+    assert job.done and job._it is None  # its generator (and KV caches) let go
+
+
+def long_run_file(n: int) -> bytes:
+    """A valid run of n one-token rounds (plain decoding of the tiny target), as a file."""
+    from specviz import autoregressive_decode, models, replay
+
+    pair = models.load_pair(None)
+    run = autoregressive_decode(pair.target, [5, 6, 7], max_new_tokens=n, eos_token_id=[],
+                                vocab=pair.shared_vocab)
+    assert len(run.rounds) == n
+    return replay.export_json(run, lambda t: pair.tokenizer.decode([t]), "abc", title="long").encode()
+
+
+def replay_seconds(data: bytes) -> float:
+    at = new_app()
+    at.select_slider(key="main.speed").set_value("instant")
+    t0 = time.perf_counter()
+    upload(at, "long.json", data)
+    assert not at.error, [e.value for e in at.error]
+    assert at.session_state["main.job"].done
+    return time.perf_counter() - t0
+
+
+def test_a_long_run_replays_at_instant_in_linear_time():
+    short, long = long_run_file(64), long_run_file(512)
+    replay_seconds(short)  # warm-up
+    t_short, t_long = replay_seconds(short), replay_seconds(long)
+    # 8x the rounds: at "instant" drawing is skipped while the last drawing's cost has not passed, so
+    # the time is the fixed page cost plus little more (drawing all 512 rounds took ~20x the short one)
+    print(f"instant replay: 64 rounds {t_short:.2f} s, 512 rounds {t_long:.2f} s")
+    assert t_long < 3 * t_short + 1.0, (t_short, t_long)
+
+
+def test_streamlit_config_caps_uploads_and_hides_tracebacks():
+    import tomllib
+
+    from streamlit import config
+
+    from specviz import limits
+
+    cfg = tomllib.loads((Path(APP).parent / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
+    options = {f"{section}.{key}": v for section, table in cfg.items() for key, v in table.items()}
+    unknown = set(options) - set(config._config_options_template)
+    assert not unknown, unknown  # Streamlit only warns about these: a typo would silently do nothing
+    assert options["server.maxUploadSize"] * 2**20 == limits.max_run_file_bytes()
+    assert options["client.showErrorDetails"] in ("type", "none")  # no traceback in the browser
+
+
+def test_an_unexpected_error_is_a_message_with_details_and_no_paths():
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        from pages.common import ui
+
+        try:
+            int("not a number")
+        except ValueError as e:
+            ui.show_error(e)
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception
+    assert "Something went wrong" in at.error[0].value and "Traceback" not in at.error[0].value
+    details = at.expander[0].code[0].value.splitlines()
+    assert details[0] == "ValueError: invalid literal for int() with base 10: 'not a number'"
+    assert details[1].strip().endswith("in page") and "/" not in "".join(details[1:])  # file names, no paths
+
+
+def test_switching_the_pair_mid_run_is_said():
+    at = new_app()
+    at.number_input(key="main.max_new").set_value(40)
+    at.checkbox(key="main.baseline").set_value(False)
+    at.select_slider(key="main.speed").set_value("instant")
+    at.button(key="main.step_btn").click().run()  # one round, paused
+    assert not any("run in progress uses" in i.value for i in at.info)
+    at.radio(key="main.dtype").set_value("bfloat16" if at.radio(key="main.dtype").value == "float32" else "float32")
+    at.run()
+    assert any("run in progress uses" in i.value for i in at.info), [i.value for i in at.info]
+
+
+def test_a_prompt_over_the_token_limit_is_refused_and_the_run_stays(monkeypatch):
+    from specviz import limits
+
+    at = start(new_app(), max_new=8, baseline=False)
+    job = at.session_state["main.job"]
+    assert at.text_area(key="main.prompt").proto.max_chars == limits.max_prompt_chars()
+    monkeypatch.setenv("SPECVIZ_MAX_PROMPT_TOKENS", "3")
+    at.text_area(key="main.prompt").set_value("one two three four five")
+    at.button(key="main.run_btn").click().run()
+    assert not at.exception
+    assert any("more than the limit of 3 tokens" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.session_state["main.job"] is job

@@ -1,0 +1,169 @@
+"""Draft precision (specviz/quant.py): a cheaper draft, the same output.
+
+Greedy output must equal the target alone with every draft precision, and in
+sampling mode the first two tokens must follow the target's exact
+distribution with a quantized draft, bonus tokens included; a broken residual
+must fail the same check. The int8 layer must match the float layer it
+replaces to int8 rounding, and stream a quarter of the bytes.
+"""
+
+import collections
+
+import pytest
+import torch
+
+import specviz.engine as engine
+from specviz import InvalidSetting, autoregressive_decode, quant, speculative_decode
+from specviz.models import with_draft_precision
+from specviz.sampling import logits_to_probs
+from stats import passes, total_variation
+from tiny import hf_greedy, tiny_qwen
+
+CPU_PRECISIONS = quant.supported("cpu")
+
+
+def draft_of(target_seed: int, precision: str, vocab: int = 64):
+    """The target's own weights (a draft that agrees often), in `precision`."""
+    return quant.apply(tiny_qwen(target_seed, vocab=vocab).float(), precision)
+
+
+def test_every_cpu_precision_is_offered_and_int8_is_the_cpu_default():
+    assert {"float32", "bfloat16", "int8"} <= set(CPU_PRECISIONS)
+    assert quant.default_precision("cpu") in CPU_PRECISIONS
+    assert quant.check(None, "cpu") == quant.check("auto", "cpu") == quant.default_precision("cpu")
+    assert "int8" not in quant.supported("cuda")  # the int8/int4 kernels used here are CPU kernels
+
+
+@pytest.mark.parametrize("bad", ["int3", "fp8", "", 8])
+def test_an_unknown_precision_is_a_clear_error(bad):
+    with pytest.raises(InvalidSetting, match="draft precision"):
+        quant.check(bad, "cpu")
+
+
+def test_int8_linear_matches_the_float_layer_to_int8_rounding():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 48, bias=True)
+    q = quant.Int8Linear(lin)
+    x = torch.randn(5, 64)  # (T, K): a verify pass of 5 tokens
+    ref, out = lin(x), q(x)
+    assert q.qweight.dtype == torch.int8 and out.shape == ref.shape
+    # each weight is off by at most half a step (scale / 2): bound the output error by that
+    bound = (x.abs() @ (q.scale[:, None] / 2).expand(48, 64).T).max()
+    assert (out - ref).abs().max() <= bound + 1e-5
+    assert (out - ref).abs().max() > 0  # it really is rounded, not a float copy
+    assert q(x[None]).shape == (1, 5, 48)  # (B, T, N) inputs keep their shape
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_a_quantized_draft_streams_fewer_weight_bytes(precision):
+    if precision not in CPU_PRECISIONS:
+        pytest.skip(f"{precision} is not available here")
+    from specviz.tiny import tiny_model
+
+    target = tiny_model(3, hidden=128)  # int4 packs 128 inputs at a time: no padding at this width
+    draft = quant.apply(tiny_model(3, hidden=128), precision)
+    fp32, small = quant.weight_bytes(target), quant.weight_bytes(draft)
+    assert small < fp32 * (0.3 if precision == "int8" else 0.5)  # int4 keeps the biased q/k/v in float32
+    assert quant.precision_of(draft) == precision
+    assert engine.weight_ratio(draft, target) == pytest.approx(small / fp32)
+
+
+@pytest.mark.parametrize("precision", CPU_PRECISIONS)
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_greedy_output_is_the_target_alone_with_every_draft_precision(precision, k):
+    target = tiny_qwen(5)
+    draft = draft_of(5, precision)  # agrees often: long accepted runs and bonuses
+    for prompt in ([3, 4, 5], [9, 1, 7, 7, 2]):
+        run = speculative_decode(target, draft, prompt, k=k, max_new_tokens=24)
+        assert run.token_ids == hf_greedy(target, prompt, 24)
+        assert run.token_ids == autoregressive_decode(target, prompt, max_new_tokens=24).token_ids
+    assert run.n_accepted > 0  # the draft's proposals were used, not just corrected
+
+
+# --------------------------------------------------------------------------
+# sampling: the rule stays exact for the q the quantized draft actually sampled from
+
+VOCAB, PROMPT, N_RUNS = 6, [1, 3], 3000
+
+
+def exact_two_token_distribution(target, temperature=1.0):
+    dist = {}
+    with torch.no_grad():
+        p1 = logits_to_probs(target(torch.tensor([PROMPT])).logits[0, -1], temperature)
+        for x1 in range(VOCAB):
+            p2 = logits_to_probs(target(torch.tensor([PROMPT + [x1]])).logits[0, -1], temperature)
+            for x2 in range(VOCAB):
+                dist[(x1, x2)] = float(p1[x1] * p2[x2])
+    return dist
+
+
+def two_token_counts(target, draft, k):
+    counts, kinds = collections.Counter(), collections.Counter()
+    for seed in range(N_RUNS):
+        run = speculative_decode(target, draft, PROMPT, k=k, temperature=1.0, max_new_tokens=2, seed=seed)
+        counts[tuple(run.token_ids)] += 1
+        kinds.update(r.extra_kind for r in run.rounds)
+    return counts, kinds
+
+
+@pytest.fixture(scope="module")
+def sampling_pair():
+    # the draft is a perturbed, int8-rounded copy of the target: it overlaps the target
+    # (many acceptances, bonus tokens at k=1) without being it
+    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
+    draft = tiny_qwen(11, vocab=VOCAB, init=1.0).float()
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.6 * p.std())
+    return target, quant.apply(draft, "int8")
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_sampling_with_a_quantized_draft_matches_the_target_distribution(sampling_pair, k):
+    target, draft = sampling_pair
+    exact = exact_two_token_distribution(target)
+    counts, kinds = two_token_counts(target, draft, k)
+    assert passes(counts, exact, N_RUNS), total_variation(counts, exact, N_RUNS)
+    if k == 1:
+        assert kinds["bonus"] > N_RUNS // 10  # the bonus token is exercised, not cut by max_new_tokens
+    assert kinds["correction"] > N_RUNS // 10
+
+
+def test_a_broken_residual_fails_the_check_with_a_quantized_draft(sampling_pair, monkeypatch):
+    """Corrections drawn from p instead of norm(max(0, p - q)): the same check must fail."""
+    target, draft = sampling_pair
+    exact = exact_two_token_distribution(target)
+    monkeypatch.setattr(engine, "residual", lambda p, q, d: p)
+    counts, _ = two_token_counts(target, draft, 2)
+    assert not passes(counts, exact, N_RUNS)
+
+
+# --------------------------------------------------------------------------
+# a pair with another draft precision shares the target
+
+
+def test_with_draft_precision_copies_the_draft_and_shares_the_target(tiny_pair):
+    int8 = with_draft_precision(tiny_pair, "int8")
+    assert int8.target is tiny_pair.target and int8.tokenizer is tiny_pair.tokenizer
+    assert int8.draft is not tiny_pair.draft and int8.draft_precision == "int8"
+    assert quant.precision_of(tiny_pair.draft) != "int8"  # the source draft is untouched
+    assert with_draft_precision(tiny_pair, "float32") is tiny_pair
+    with pytest.raises(InvalidSetting, match="made from a float32"):
+        with_draft_precision(int8, "int4")
+
+
+@pytest.mark.parametrize("name", ["tiny-self", "tiny-early-exit"])
+def test_a_draft_made_of_the_targets_layers_is_never_quantized(name):
+    """Quantizing such a draft would quantize the target it shares its modules with."""
+    from pathlib import Path
+
+    from specviz import models
+
+    reg = Path(__file__).resolve().parent / "models_tiny.yaml"
+    pair = models.load_pair(name, registry=reg, draft_precision="int8")
+    assert not any(isinstance(m, quant.Int8Linear) for m in pair.target.modules())
+    assert pair.draft_precision == "float32"
+    assert with_draft_precision(pair, "int8") is pair
+    run = speculative_decode(pair.target, pair.draft, [5, 6, 7], k=3, max_new_tokens=12)
+    assert run.token_ids == autoregressive_decode(pair.target, [5, 6, 7], max_new_tokens=12).token_ids
