@@ -318,12 +318,14 @@ class DecodeStream:
     decode_s is only time spent holding the device. `waited_s` sums the waits.
     """
 
-    def __init__(self, make: Callable[["DecodeStream"], Iterator[Round]], device):
+    def __init__(self, gen: Iterator[Round] | Callable[["DecodeStream"], Iterator[Round]], device="cpu"):
+        """gen: the rounds' generator, or a function of this stream that makes it (the engine's generators
+        clear `model_work_left` before their last round, so collecting the Run does not queue again)."""
         self.device = devqueue.device_key(device)
         self.run: Run | None = None
         self.waited_s = 0.0
-        self.model_work_left = True  # the generator clears it before yielding its last round
-        self._gen = make(self)
+        self.model_work_left = True
+        self._gen = gen(self) if callable(gen) else gen
 
     def __iter__(self) -> "DecodeStream":
         return self
@@ -341,6 +343,12 @@ class DecodeStream:
             except StopIteration as e:
                 self.run, self._gen = e.value, None
                 raise
+
+    def close(self) -> None:
+        """End the run now: the generator stops and lets its KV caches go; no round is computed."""
+        gen, self._gen = self._gen, None
+        if gen is not None and hasattr(gen, "close"):
+            gen.close()
 
 
 def _settings(**kw) -> dict:
