@@ -329,7 +329,9 @@ def draw_metrics(run) -> None:
         c[4].metric("tokens / s", fmt(run.tokens_per_s, ".1f"),
                     help="Wall-clock speed of this run, reading the prompt included (the first round's passes "
                          "do it; replays show the recorded timings).")
-        c[4].caption(f"decode {run.decode_s:.2f} s (draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)")
+        c[4].caption(f"decode {run.decode_s:.2f} s (draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)"
+                     + (f" · ⚠ {run.outside_load_rounds} round{'s' * (run.outside_load_rounds != 1)} under outside "
+                        "load" if run.outside_load_rounds else ""))
 
 
 def draw_text(job: replay.Playback, pending=None) -> None:
@@ -378,14 +380,14 @@ if job is not None and steps != 0:
             if rnd.k and pend_s > 0:
                 draw_text(job, pending=rnd)
                 if job.source == "live" and "t_first_draw" not in job.meta:
-                    job.meta["t_first_draw"] = replay.now()
+                    job.meta["t_first_draw"], job.meta["first_wait_s"] = replay.now(), job.waited_s
                 status_ph.info(f"Round {rnd.index + 1}: the drafter proposed {rnd.k} token"
                                f"{'s' * (rnd.k != 1)} ({rnd.draft_s * 1000:.0f} ms) — pending the target's "
                                f"verdict from one forward pass…", icon=":material/hourglass_top:")
                 replay.sleep(pend_s)
             draw_text(job)
             if job.source == "live" and "t_first_draw" not in job.meta:
-                job.meta["t_first_draw"] = replay.now()
+                job.meta["t_first_draw"], job.meta["first_wait_s"] = replay.now(), job.waited_s
             status_ph.markdown(replay.round_summary(rnd, _decoder(job)))
             partial = job.current_run()
             draw_metrics(partial)
@@ -510,11 +512,16 @@ if job.source == "live" and job.rounds and "t_first_draw" in job.meta:
     load_s = job.meta.get("load_s", 0.0)
     st.caption(f"First round on screen {first_s:.1f} s after Run was pressed: {work_s:.1f} s of model work (reading "
                f"the prompt, drafting, one verification pass)"
-               + (f" and {load_s:.1f} s loading the models" if load_s >= 0.1 else "") + ".")
+               + (f" and {load_s:.1f} s loading the models" if load_s >= 0.1 else "") + "."
+               + (f" It waited {wait_s:.1f} s for the device while other sessions had their turn."
+                  if (wait_s := job.meta.get("first_wait_s", 0.0)) >= 0.1 else ""))
 if not job.done:
     st.caption("Shown when the run has finished.")
 elif base:
     st.caption(f"Target alone: one token per forward pass, same prompt and settings ({job.meta.get('baseline_note')}).")
+    busy = replay.load_note(job.run, base) if job.run is not None else None
+    if busy:
+        st.warning(busy, icon=":material/warning:")
     c = st.columns(4)
     c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"] or float("nan"), ".1f"))
     c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"] or float("nan"), ".1f"))

@@ -6,7 +6,7 @@ import time
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, claims, experiments, lab, limits, models, render, selfdraft, theory
+from specviz import charts, claims, devqueue, experiments, lab, limits, models, render, selfdraft, theory
 from specviz.engine import autoregressive_decode, autoregressive_stream, speculative_decode, speculative_stream
 from specviz.config import DerivedSource
 from specviz.errors import SpecvizError
@@ -52,18 +52,19 @@ def current(name: str):
 st.subheader("1 · Measure c and the cost of verifying k tokens")
 if st.button("Measure c and the verify cost", type="primary", key="speed.run_cost"):
     bar = lab_ui.ProgressBar("timing one draft step and one target step…")
-    c = lab_ui.run_guarded(experiments.draft_cost_ratio, pair.target, pair.draft, reps=5)
+    c, note_c = lab_ui.measure(experiments.draft_cost_ratio, pair.target, pair.draft, reps=5)
     bar("timing target passes of 1–16 tokens…", 0.3)
-    t = lab_ui.run_guarded(experiments.forward_cost, pair.target, n_tokens=(1, 2, 4, 8, 16), reps=3,
-                           progress=lambda m, f: bar(m, 0.3 + 0.7 * (f or 0)))
+    t, note_t = lab_ui.measure(experiments.forward_cost, pair.target, n_tokens=(1, 2, 4, 8, 16), reps=3,
+                               progress=lambda m, f: bar(m, 0.3 + 0.7 * (f or 0)))
     bar.done()
     if c is not None and t is not None:
         st.session_state["speed.cost"] = {"ident": ident, "c": c, "timings": t,
-                                          "verify": lab.verify_cost_from(t)}
+                                          "verify": lab.verify_cost_from(t), "load": note_c or note_t}
 cost = current("speed.cost")
 if cost is None:
     st.info("Press **Measure c and the verify cost** (a few seconds) to fit the model to this device.")
 else:
+    lab_ui.load_warning(cost.get("load"))
     vr = cost["verify"]
     m1, m2, m3 = st.columns(3)
     m1.metric("c = draft step ÷ target step", f"{cost['c']:.3f}", help=f"with the {pair.draft_precision} draft")
@@ -138,6 +139,10 @@ if st.button("Run the k sweep", key="speed.run_sweep") and ids is not None:
             st.rerun()  # so the model above shows the new measured points
 if sweep_state is not None:
     sw = sweep_state["sweep"]
+    busy = [r for cmp in sw.values() for r in (cmp.spec, cmp.base)]
+    n_busy = sum(r.outside_load_rounds for r in busy)
+    lab_ui.load_warning(devqueue.load_text(f"{n_busy} of the sweep's {sum(len(r.rounds) for r in busy)} rounds")
+                        if n_busy else None)
     rows = lab.k_sweep_rows(sw, cost["c"] if cost else None, cost["verify"] if cost else None)
     st.dataframe(rows, hide_index=True)
     st.caption("Measured speedup: over the rounds after the first, whose passes also read the prompt (what the "

@@ -40,12 +40,13 @@ if st.button("Measure forward cost", type="primary", key="fast.run_forward"):
         st.error("Pick 1 and at least one larger size.", icon=":material/error:")
     else:
         bar = lab_ui.ProgressBar("warming up…")
-        t = lab_ui.run_guarded(experiments.forward_cost, pair.target, n_tokens=tuple(sorted(sizes)),
-                               reps=int(reps), progress=bar)
+        t, note = lab_ui.measure(experiments.forward_cost, pair.target, n_tokens=tuple(sorted(sizes)),
+                                 reps=int(reps), progress=bar)
         bar.done()
         if t is not None:
-            mine["forward"] = t
+            mine["forward"], mine["forward_load"] = t, note
 if "forward" in mine:
+    lab_ui.load_warning(mine.get("forward_load"))
     ui.show_chart(charts.fig_forward_cost(mine["forward"]), f"forward_cost_{dt}", key="fast.fig_forward")
     v = lab.forward_cost_verdict(mine["forward"], pair.device, dt)
     m1, m2 = st.columns(2)
@@ -63,11 +64,12 @@ if "forward" in mine:
 st.subheader("2 · Time per token ≈ bytes of weights ÷ memory bandwidth?")
 if st.button("Check against memory bandwidth", key="fast.run_bw"):
     with st.spinner("Copying 256 MiB a few times to measure bandwidth, then timing 1-token passes…"):
-        chk = lab_ui.run_guarded(experiments.bandwidth_check, pair.target)
+        chk, note = lab_ui.measure(experiments.bandwidth_check, pair.target)
     if chk is not None:
-        mine["bw"] = chk
+        mine["bw"], mine["bw_load"] = chk, note
 if "bw" in mine:
     chk = mine["bw"]
+    lab_ui.load_warning(mine.get("bw_load"))
     v = lab.bandwidth_verdict(chk, dt)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("weights", lab.format_bytes(chk.weight_bytes))
@@ -90,11 +92,12 @@ if st.button("Measure batch cost", key="fast.run_batch"):
         st.error("Pick at least one size of each.", icon=":material/error:")
     else:
         bar = lab_ui.ProgressBar("starting…")
-        t = lab_ui.run_guarded(experiments.batch_cost, pair.target, n_tokens=tuple(sorted(b_tokens)),
-                               batches=tuple(sorted(b_batches)), reps=int(b_reps), progress=bar)
+        t, note = lab_ui.measure(experiments.batch_cost, pair.target, n_tokens=tuple(sorted(b_tokens)),
+                                 batches=tuple(sorted(b_batches)), reps=int(b_reps), progress=bar)
         bar.done()
         if t is not None:
-            mine["batch"] = t
+            mine["batch"], mine["batch_load"] = t, note
 if "batch" in mine:
+    lab_ui.load_warning(mine.get("batch_load"))
     ui.show_chart(charts.fig_batch_cost(mine["batch"]), f"batch_cost_{dt}", key="fast.fig_batch")
     st.info(lab.batch_verdict(mine["batch"]).text)

@@ -251,7 +251,7 @@ def add_draft_precision(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
     p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench,loadtest}")
 
     m = sub.add_parser("models", help="list model pairs, whether each is available here, how to get it")
     m.add_argument("-v", "--verbose", action="store_true", help="say where each model comes from")
@@ -285,7 +285,18 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks (specviz.bench)", add_help=False)
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(func=lambda a: cmd_bench(a.rest))
+
+    lt = sub.add_parser("loadtest", help="browser sessions pressing Run at once on a real server (specviz.loadtest)",
+                        add_help=False)
+    lt.add_argument("rest", nargs=argparse.REMAINDER)
+    lt.set_defaults(func=lambda a: _loadtest(a.rest))
     return p
+
+
+def _loadtest(argv: list[str]) -> int:
+    from . import loadtest
+
+    return loadtest.main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] == "bench":
             return cmd_bench(argv[1:])  # bench parses its own options
+        if argv and argv[0] == "loadtest":
+            return _loadtest(argv[1:])  # so does loadtest
         args = build_parser().parse_args(argv)
         return args.func(args)
     except SpecvizError as e:

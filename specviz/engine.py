@@ -20,13 +20,14 @@ timings compare like with like.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
-from . import quant
+from . import devqueue, quant
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 from .lm import CachedLM, max_positions, vocab_size
@@ -262,9 +263,10 @@ def step(target: CachedLM, drafter: Drafter, ids: list[int], k: int, sampler: Sa
     """One whole round. Appends to `ids` in place; returns (Round, hit_eos)."""
     t0 = time.perf_counter()
     prefill = max(0, len(ids) - 1 - target.n)  # earlier tokens the target has not read (first round: the prompt)
-    prop = draft(drafter, ids, k, sampler)
-    tokens = prop.tokens
-    logits, verify_s = verify(target, ids, tokens, vocab)
+    with devqueue.watch() as load:  # did any pass of this round run while other programs used the cores?
+        prop = draft(drafter, ids, k, sampler)
+        tokens = prop.tokens
+        logits, verify_s = verify(target, ids, tokens, vocab)
     argmax = torch.argmax(logits, dim=-1).tolist()  # (k+1,): decisions (greedy) and the record
     n_acc, extra, kind, us, ratios, decisions, p, res = decide(logits, prop, sampler, argmax)
 
@@ -298,7 +300,7 @@ def step(target: CachedLM, drafter: Drafter, ids: list[int], k: int, sampler: Sa
         target_argmax=argmax, overlap=overlap,
         entropy=_entropy(p), residual_top=_topk(res) if res is not None else None,
         greedy=sampler.greedy, draft_s=sum(prop.step_s), verify_s=verify_s,
-        round_s=time.perf_counter() - t0, prefill_tokens=prefill,
+        round_s=time.perf_counter() - t0, prefill_tokens=prefill, outside_load=load.busy,
     )
     return rnd, hit_eos
 
@@ -308,14 +310,45 @@ def step(target: CachedLM, drafter: Drafter, ids: list[int], k: int, sampler: Sa
 
 
 class DecodeStream:
-    """Iterate to get each Round as it happens; afterwards `.run` holds the Run."""
+    """Iterate to get each Round as it happens; afterwards `.run` holds the Run.
 
-    def __init__(self, gen: Iterator[Round]):
-        self._gen = gen
+    Each next() holds the device for one round (devqueue.QUEUE, in turn with every other
+    session), so a long job lets others in between its rounds. The wait happens before
+    the round's generator resumes, while the engine counts the time as not decoding:
+    decode_s is only time spent holding the device. `waited_s` sums the waits.
+    """
+
+    def __init__(self, gen: Iterator[Round] | Callable[["DecodeStream"], Iterator[Round]], device="cpu"):
+        """gen: the rounds' generator, or a function of this stream that makes it (the engine's generators
+        clear `model_work_left` before their last round, so collecting the Run does not queue again)."""
+        self.device = devqueue.device_key(device)
         self.run: Run | None = None
+        self.waited_s = 0.0
+        self.model_work_left = True
+        self._gen = gen(self) if callable(gen) else gen
 
-    def __iter__(self) -> Iterator[Round]:
-        self.run = yield from self._gen
+    def __iter__(self) -> "DecodeStream":
+        return self
+
+    def __next__(self) -> Round:
+        if self._gen is None:
+            raise StopIteration
+        # after the last round only the Run is assembled: no need to queue for the device
+        queue = devqueue.hold(self.device) if self.model_work_left else contextlib.nullcontext()
+        with queue as slot:
+            if slot is not None:
+                self.waited_s += slot.waited_s
+            try:
+                return next(self._gen)
+            except StopIteration as e:
+                self.run, self._gen = e.value, None
+                raise
+
+    def close(self) -> None:
+        """End the run now: the generator stops and lets its KV caches go; no round is computed."""
+        gen, self._gen = self._gen, None
+        if gen is not None and hasattr(gen, "close"):
+            gen.close()
 
 
 def _settings(**kw) -> dict:
@@ -345,11 +378,16 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     policy_name = k_policy if isinstance(k_policy, str) else getattr(k_policy, "name", type(k_policy).__name__)
     settings = _settings(k=k, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                          seed=seed, k_policy=policy_name, drafter=drafter.name, eos_token_id=sorted(eos))
-    return DecodeStream(_speculative(target, drafter, ids, policy, Sampler.create(temperature, top_k, top_p, seed),
-                                     vocab, eos, max_new_tokens, settings))
+    sampler = Sampler.create(temperature, top_k, top_p, seed)
+    return DecodeStream(lambda out: _speculative(target, drafter, ids, policy, sampler, vocab, eos, max_new_tokens,
+                                                 settings, out), _device_of(target))
 
 
-def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max_new_tokens, settings):
+def _device_of(model):
+    return next(model.parameters()).device
+
+
+def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max_new_tokens, settings, out):
     target = CachedLM(target_model)
     ids = list(prompt)
     # no prefill pass: the first round's draft step and target pass read the prompt
@@ -370,8 +408,9 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
         policy.observe(rnd)
         rounds.append(rnd)
         ks.append(rnd.k)
+        out.model_work_left = not (hit_eos or len(ids) - len(prompt) >= max_new_tokens)
         t_out = time.perf_counter()
-        yield rnd  # the caller may animate here: that time is not decoding
+        yield rnd  # the caller may animate, or wait for the device, here: that time is not decoding
         paused += time.perf_counter() - t_out
         if hit_eos:
             stop = "eos"
@@ -408,11 +447,12 @@ def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: 
     eos = _eos_set(eos_token_id, model)
     settings = _settings(k=0, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                          seed=seed, k_policy="none", drafter="none", eos_token_id=sorted(eos))
-    return DecodeStream(_autoregressive(model, ids, Sampler.create(temperature, top_k, top_p, seed), vocab, eos,
-                                        max_new_tokens, settings))
+    sampler = Sampler.create(temperature, top_k, top_p, seed)
+    return DecodeStream(lambda out: _autoregressive(model, ids, sampler, vocab, eos, max_new_tokens, settings, out),
+                        _device_of(model))
 
 
-def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings):
+def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings, out):
     lm = CachedLM(model)
     ids = list(prompt)
     rounds, stop = [], "max_new_tokens"
@@ -420,7 +460,8 @@ def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings
     while len(ids) - len(prompt) < max_new_tokens:
         t_round = time.perf_counter()
         prefill = len(ids) - 1 - lm.n  # the first pass reads the whole prompt (no separate prefill)
-        logits, dt = lm.timed_feed(ids[lm.n:], keep=1)
+        with devqueue.watch() as load:
+            logits, dt = lm.timed_feed(ids[lm.n:], keep=1)
         logits = logits[:, :vocab].float()  # (1, V)
         p = sampler.probs(logits)  # (1, V)
         am = int(torch.argmax(logits[0]))
@@ -431,11 +472,12 @@ def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings
             n_accepted=0, emitted=[tok], extra_id=tok, extra_kind="target", p_top=[_topk(p[0])], q_top=[],
             target_argmax=[am], overlap=[], entropy=_entropy(p), residual_top=None,
             greedy=sampler.greedy, draft_s=0.0, verify_s=dt, round_s=time.perf_counter() - t_round,
-            prefill_tokens=prefill,
+            prefill_tokens=prefill, outside_load=load.busy,
         )
         rounds.append(rnd)
+        out.model_work_left = not (tok in eos or len(ids) - len(prompt) >= max_new_tokens)
         t_out = time.perf_counter()
-        yield rnd
+        yield rnd  # the caller may animate, or wait for the device, here: that time is not decoding
         paused += time.perf_counter() - t_out
         if tok in eos:
             stop = "eos"

@@ -12,6 +12,10 @@ measured on the models and device at hand; nothing is canned.
   agreement_along   draft/target agreement at every position of the target's own text
   compare_with_baseline  speculative vs a warmed target-only run, same settings
   precision_comparison   the same prompt with the draft in each precision: c, α, speedup
+
+Each measured pass holds the device on its own (devqueue.QUEUE), so other
+sessions get their turn between the steps of a long measurement and no wait
+is ever timed.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Callable
 
 import torch
 
+from . import devqueue
 from .drafters import Proposal
 from .engine import autoregressive_decode, decide, speculative_decode
 from .lm import CachedLM, sync, vocab_size
@@ -75,16 +80,21 @@ def batch_cost(model, n_tokens=(1, 4, 8), batches=(1, 2, 4, 8, 16), reps: int = 
         ids = torch.randint(0, min(vocab_size(model), 1000), (b, context + max(n_tokens)),
                             generator=torch.Generator().manual_seed(b)).to(device)
         cache = DynamicCache(config=model.config)
-        model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        with devqueue.hold(device):
+            model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True, logits_to_keep=1)
         for j, n in enumerate(n_tokens):
             times = []
             for r in range(reps + 1):
-                sync(device)
-                t0 = time.perf_counter()
-                model(input_ids=ids[:, context:context + n], past_key_values=cache, use_cache=True, logits_to_keep=n)
-                sync(device)
+                with devqueue.hold(device):  # one pass per turn: the clock starts once the device is ours
+                    sync(device)
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    model(input_ids=ids[:, context:context + n], past_key_values=cache, use_cache=True,
+                          logits_to_keep=n)
+                    sync(device)
+                    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+                devqueue.note_pass(device, dt, cpu, torch.get_num_threads())
                 if r > 0:  # the first is a warm-up
-                    times.append(time.perf_counter() - t0)
+                    times.append(dt)
                 cache.crop(-n)
             out[(n, b)] = times
             _say(progress, f"batch {b} × {n} token(s)", (i * len(n_tokens) + j + 1) / total)
@@ -110,11 +120,12 @@ def memory_bandwidth(device="cpu", megabytes: int = 256, reps: int = 5) -> float
     dst = torch.empty_like(src)
     best = float("inf")
     for _ in range(reps + 1):
-        sync(device)
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        sync(device)
-        best = min(best, time.perf_counter() - t0)
+        with devqueue.hold(device):
+            sync(device)
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            sync(device)
+            best = min(best, time.perf_counter() - t0)
     return 2 * n * 4 / best
 
 

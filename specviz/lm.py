@@ -4,6 +4,10 @@ Both the target and the model drafter use this: `feed(ids)` runs the model on
 the ids the cache has not seen yet and returns their logits; `rollback(n)`
 crops the cache to its first n tokens after a rejection. transformers 5.x's
 DynamicCache.crop takes a negative count (tokens to remove).
+
+Every pass holds the device (devqueue.QUEUE; inside a decoding round, which
+already holds it, this passes straight through), and a timed pass is judged
+for load from outside the app by its process CPU time (devqueue.note_pass).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import time
 
 import torch
 from transformers import DynamicCache
+
+from . import devqueue
 
 
 def sync(device: torch.device) -> None:
@@ -58,7 +64,8 @@ class CachedLM:
         kw = {}
         if keep is not None and self._can_trim_logits:
             kw["logits_to_keep"] = keep  # prefill needs no logits for the whole prompt
-        out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, **kw)
+        with devqueue.hold(self.device):
+            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, **kw)
         self.cache = out.past_key_values
         self.n += len(ids)
         logits = out.logits[0]  # (T, V)
@@ -71,9 +78,15 @@ class CachedLM:
             self.n = n
 
     def timed_feed(self, ids: list[int], keep: int | None = None) -> tuple[torch.Tensor, float]:
-        """feed(), returning (logits, wall seconds) with GPU work synchronized."""
-        sync(self.device)
-        t0 = time.perf_counter()
-        logits = self.feed(ids, keep)
-        sync(self.device)
-        return logits, time.perf_counter() - t0
+        """feed(), returning (logits, wall seconds) with GPU work synchronized.
+
+        The clock starts once the device is held, so waiting for a turn is never timed.
+        """
+        with devqueue.hold(self.device):
+            sync(self.device)
+            t0, c0 = time.perf_counter(), time.process_time()
+            logits = self.feed(ids, keep)
+            sync(self.device)
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        devqueue.note_pass(self.device, dt, cpu, torch.get_num_threads())
+        return logits, dt

@@ -69,6 +69,7 @@ class Round:
     verify_s: float  # wall time of the one target forward pass
     round_s: float  # wall time of the whole round, bookkeeping included
     prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read (the first round: prompt length - 1)
+    outside_load: bool = False  # a pass of this round got well under its share of the CPU: other programs were busy
 
     @property
     def rejected(self) -> bool:
@@ -147,6 +148,11 @@ class Run:
         n = len(self.token_ids) - sum(len(r.emitted) for r in first)
         s = self.decode_s - sum(r.round_s for r in first)
         return s / n if n > 0 and s > 0 else float("nan")
+
+    @property
+    def outside_load_rounds(self) -> int:
+        """Rounds timed while other programs were using the CPU (their timings are not the device's speed)."""
+        return sum(r.outside_load for r in self.rounds)
 
     @property
     def draft_s(self) -> float:
@@ -302,7 +308,7 @@ def _topk_dict(v: Any, path: str) -> None:
 
 
 def _check_round_dict(d: Any, w: str) -> None:
-    want_obj(d, w, tuple(f.name for f in fields(Round) if f.name != "prefill_tokens"))
+    want_obj(d, w, tuple(f.name for f in fields(Round) if f.name not in ("prefill_tokens", "outside_load")))
     want_int(d["index"], f"{w}.index", 0, LIST_MAX)
     for name in ("k", "n_accepted"):
         want_int(d[name], f"{w}.{name}", 0, LIST_MAX)
@@ -323,6 +329,8 @@ def _check_round_dict(d: Any, w: str) -> None:
         want_num(d[name], f"{w}.{name}")
     if "prefill_tokens" in d:
         want_int(d["prefill_tokens"], f"{w}.prefill_tokens", 0, LIST_MAX)
+    if "outside_load" in d:  # files saved before the outside-load check have none
+        want_bool(d["outside_load"], f"{w}.outside_load")
 
 
 # settings a run records, and the type of each; other keys may hold a short scalar
@@ -387,8 +395,9 @@ def _topk(d: dict | None) -> TopK | None:
 
 
 def _round_from_dict(d: dict[str, Any]) -> Round:
-    kw = {f.name: d[f.name] for f in fields(Round) if f.name != "prefill_tokens"}
+    kw = {f.name: d[f.name] for f in fields(Round) if f.name not in ("prefill_tokens", "outside_load")}
     kw["prefill_tokens"] = int(d.get("prefill_tokens", 0))  # runs saved before the prefill was merged
+    kw["outside_load"] = d.get("outside_load") is True  # runs saved before the load check
     kw["p_top"] = [_topk(t) for t in d["p_top"]]
     kw["q_top"] = [_topk(t) for t in d["q_top"]]
     kw["residual_top"] = _topk(d["residual_top"])

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import limits, records
+from .devqueue import load_text
 from .errors import SpecvizError
 from .records import Round, Run, TopK, malformed
 
@@ -104,6 +105,7 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
         # one 1-token target pass, after the prompt was read (None for a one-token answer)
         "base_step_s": base.steady_s_per_token if math.isfinite(base.steady_s_per_token) else None,
         "first_difference": first_difference(spec.token_ids, base.token_ids),
+        "base_outside_load": base.outside_load_rounds,  # rounds timed while other programs used the CPU
     }  # fmt: skip
 
 
@@ -238,6 +240,7 @@ _BASELINE = {
     "base_token_ids": lambda v, p: records.want_list(v, p, records.want_int, records.LIST_MAX),
     "base_decode_s": _NUM_OR_NULL, "spec_decode_s": _NUM_OR_NULL, "base_step_s": _NUM_OR_NULL,
     "first_difference": records.want_opt(records.want_int),
+    "base_outside_load": lambda v, p: records.want_int(v, p, 0, records.LIST_MAX),
 }  # fmt: skip
 _BASELINE_REQUIRED = ("spec_tokens_per_s", "base_tokens_per_s", "speedup", "spec_target_passes",
                       "base_target_passes")
@@ -440,6 +443,11 @@ class Playback:
                               and len(self.rounds) >= len(self.run.rounds))
 
     @property
+    def waited_s(self) -> float:
+        """Seconds this live run's rounds have waited for the device so far (engine.DecodeStream; 0 once done)."""
+        return float(getattr(self._stream, "waited_s", 0.0) or 0.0)
+
+    @property
     def total(self) -> int | None:
         """Number of rounds when known (replay, or a finished live run)."""
         return len(self.run.rounds) if self.run is not None else None
@@ -563,6 +571,17 @@ def round_summary(r: Round, decode: Callable[[int], str]) -> str:
         parts.append(f", all accepted so the target adds a bonus token {q(r.extra_id)}")
     parts.append(f" → **{len(r.emitted)} new token{'s' * (len(r.emitted) != 1)}** for one target pass.")
     return "".join(parts)
+
+
+def load_note(run: Run, baseline: dict | None = None) -> str | None:
+    """A warning when some of these timings were taken while other programs were using the CPU, else None."""
+    parts = []
+    if run.outside_load_rounds:
+        parts.append(f"{run.outside_load_rounds} of the run's {len(run.rounds)} rounds")
+    b = (baseline or {}).get("base_outside_load")
+    if isinstance(b, int) and not isinstance(b, bool) and b > 0:
+        parts.append(f"{b} of the target-alone run's {baseline.get('base_target_passes', '?')} passes")
+    return load_text(" and ".join(parts)) if parts else None
 
 
 def decision_rows(r: Round, decode: Callable[[int], str]) -> list[dict]:

@@ -4,6 +4,8 @@
   prompt_input(prefix, pair)   preset or own prompt -> (input ids or None, text)
   ProgressBar(text)            a progress bar usable as a specviz progress callback
   decoder(pair)                id -> text
+  measure(fn, *a, **kw)        run_guarded inside devqueue.watch(): (result, outside-load note or None)
+  load_warning(note)           the outside-load note as a warning next to the figures (nothing if None)
 """
 
 from __future__ import annotations
@@ -97,6 +99,20 @@ class ProgressBar:
 
     def done(self) -> None:
         self.bar.empty()
+
+
+def measure(fn, *args, **kw):
+    """run_guarded(fn, ...) while watching its timed passes: (result or None, outside-load note or None)."""
+    from specviz import devqueue
+
+    with devqueue.watch() as w:
+        out = run_guarded(fn, *args, **kw)
+    return out, w.note()
+
+
+def load_warning(note: str | None) -> None:
+    if note:
+        st.warning(note, icon=":material/warning:")
 
 
 def run_guarded(fn, *args, **kw):

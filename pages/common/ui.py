@@ -1,7 +1,8 @@
 """Streamlit-only helpers shared by app.py and every page.
 
 Stable API (pages import these):
-    page_setup(title, shows=())         st.set_page_config first, then the title (and links to the claims shown)
+    page_setup(title, shows=())         st.set_page_config first, then the title (and links to the claims
+                                        shown); joins the device queue (join_device_queue)
     presenter()                         whether presenter mode is on (large type, thick token boxes, slow animation)
     sidebar_pair_picker(prefix)         -> chosen pair name (unavailable pairs explained)
     dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.models.DEFAULT_DTYPE)
@@ -70,7 +71,8 @@ def _presenter_toggle() -> None:
 
 
 def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple[int, ...] = ()) -> None:
-    """Page config (must be the first Streamlit call of a page), the title, then links to the claims it shows."""
+    """Page config (must be the first Streamlit call of a page), the title, links to the claims it shows, and
+    the place where this session's wait for the device is shown."""
     st.set_page_config(page_title=f"{title} · specviz", page_icon=icon, layout=layout,
                        initial_sidebar_state="collapsed" if presenter() else "auto")
     _presenter_toggle()
@@ -78,6 +80,38 @@ def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple
     if shows:
         st.caption("Shows " + ", ".join(claims.link(n) for n in shows)
                    + f" of [{claims.PAGE_TITLE.lower()}]({claims.PAGE_PATH}).")
+    join_device_queue()
+
+
+def join_device_queue() -> None:
+    """This session's model work queues for the device under its session id (specviz.devqueue).
+
+    While a round or a measurement waits its turn, a notice under the title says how many sessions
+    are ahead. Each check while waiting is also a point where Streamlit stops the script: a rerun
+    (Run pressed again, any widget) or a closed tab drops the queued work instead of waiting on.
+    """
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    from specviz import devqueue
+
+    ctx = get_script_run_ctx()
+    notice = st.empty()
+    shown: list = [None]
+
+    def on_wait(ahead: int | None) -> None:
+        _ = "devqueue" in st.session_state  # Streamlit raises here when this script must stop or rerun
+        if ahead == shown[0]:
+            return
+        shown[0] = ahead
+        if ahead is None:
+            notice.empty()
+        else:
+            who = f"{ahead} session{'s' * (ahead != 1)} ahead of you" if ahead else "the device is busy"
+            notice.info(f"Waiting for the device: {who}. The device runs one piece of model work at a time, "
+                        "in turn, so every figure here counts only this session's own time on it.",
+                        icon=":material/hourglass_top:")
+
+    devqueue.set_session(ctx.session_id if ctx is not None else "no-session", on_wait)
 
 
 def error_details(e: BaseException) -> str:

@@ -1,0 +1,281 @@
+"""python -m specviz loadtest: several browser sessions press Run at once on a real server.
+
+Starts `streamlit run app.py` on 127.0.0.1, opens headless Chromium (Playwright,
+/usr/bin/chromium) and:
+  1. solo: one session presses Run twice (the first loads the models) and the
+     second run's figures are the reference: its text, its model time (the
+     run's decode time + the target-alone run's time, as the page reports
+     them) and its measured speedup;
+  2. at once: --sessions new sessions (one browser context each) press Run
+     within a moment of each other; each page is polled for its round number
+     until every one shows its measured speedup.
+It reports the total wall time against the sum of the solo model times (the
+queue wastes nothing when this is near 1), each session's measured speedup
+against the solo one, the longest wait between two rounds of one session, and
+whether every greedy text equals the solo text. Every wait is bounded
+(--timeout for the whole test). The default settings of the page are used;
+--max-new changes only the number of new tokens.
+
+This module drives the app from outside and never imports streamlit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
+                 "--no-first-run", "--disable-component-update", "--disable-sync"]
+POLL_S = 0.1
+
+# what a page shows, read in one call: round number, finished, speed section drawn, figures
+_READ = """() => {
+  const body = document.body.innerText;
+  const m = body.match(/ · round (\\d+)/);
+  const metric = (label) => {
+    for (const el of document.querySelectorAll('[data-testid="stMetric"]')) {
+      const l = el.querySelector('[data-testid="stMetricLabel"]');
+      const v = el.querySelector('[data-testid="stMetricValue"]');
+      if (l && v && l.innerText.trim() === label) return v.innerText.trim();
+    }
+    return null;
+  };
+  const dec = body.match(/decode ([\\d.]+) s \\(draft/);
+  const text = document.querySelector('.sv-text');
+  return {round: m ? +m[1] : 0, finished: body.includes('✔ finished'),
+          speed: metric('measured speedup'), base_rate: metric('target alone tokens/s'),
+          tokens: metric('new tokens'), decode_s: dec ? +dec[1] : null,
+          outside_load: body.includes('Taken under outside load'),
+          error: body.includes('The run stopped early') || !!document.querySelector('[data-testid="stException"]'),
+          text: text ? text.innerText : ''};
+}"""
+
+
+@dataclass
+class SessionResult:
+    text: str = ""
+    decode_s: float | None = None  # the run's model time, as the page reports it
+    base_s: float | None = None  # the target-alone run's model time (new tokens / its tokens per second)
+    speedup: float | None = None
+    outside_load: bool = False
+    error: bool = False
+    finished_s: float | None = None  # seconds from the first Run click to this page's speed figures
+    rounds: list[tuple[float, int]] = field(default_factory=list)  # (seconds, round shown) at each change
+
+    @property
+    def model_s(self) -> float | None:
+        return None if self.decode_s is None or self.base_s is None else self.decode_s + self.base_s
+
+    @property
+    def longest_gap_s(self) -> float:
+        """The longest time between two consecutive rounds appearing."""
+        t = [s for s, _ in self.rounds]
+        return max((b - a for a, b in zip(t, t[1:])), default=0.0)
+
+
+def _number(s: str | None) -> float | None:
+    m = re.search(r"[\d.]+", s or "")
+    try:
+        return float(m.group()) if m else None
+    except ValueError:
+        return None
+
+
+def read(page) -> dict:
+    return page.evaluate(_READ)
+
+
+def fill_result(res: SessionResult, shown: dict) -> None:
+    """The figures of a finished page."""
+    res.text, res.decode_s = shown["text"], shown["decode_s"]
+    res.speedup = _number(shown["speed"])
+    rate, n = _number(shown["base_rate"]), _number(shown["tokens"])
+    res.base_s = n / rate if rate and n else None
+    res.outside_load, res.error = shown["outside_load"], shown["error"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serve(models: str | None = None, start_s: float = 120.0) -> Iterator[str]:
+    """`streamlit run app.py` on a free port of 127.0.0.1; yields its URL, stops it afterwards."""
+    env = dict(os.environ)
+    if models:
+        env["SPECVIZ_MODELS"] = str(models)
+    port = _free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
+           str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_s
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"streamlit exited: {log.read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not answer within {start_s:.0f} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def open_session(browser, url: str, max_new: int | None, timeout_s: float):
+    """A new session (its own browser context) on the main page, ready to press Run."""
+    ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
+    page = ctx.new_page()
+    page.set_default_timeout(timeout_s * 1000)
+    page.goto(url)
+    page.get_by_text("device").first.wait_for()
+    if max_new is not None:
+        box = page.get_by_label("max new tokens", exact=True)
+        box.fill(str(max_new))
+        box.press("Enter")
+        page.wait_for_timeout(1500)  # let the rerun settle
+    return page
+
+
+def run_at_once(pages: list, deadline: float) -> tuple[list[SessionResult], float]:
+    """Press Run on every page, then poll them all until each shows its speed figures (or the deadline)."""
+    results = [SessionResult() for _ in pages]
+    t0 = time.monotonic()
+    for page in pages:
+        page.get_by_role("button", name="Run", exact=True).click()
+    last = [0] * len(pages)
+    while time.monotonic() < deadline:
+        pending = [i for i, r in enumerate(results) if r.finished_s is None]
+        if not pending:
+            break
+        for i in pending:
+            shown = read(pages[i])
+            now = time.monotonic() - t0
+            if shown["round"] != last[i]:
+                results[i].rounds.append((now, shown["round"]))
+                last[i] = shown["round"]
+            if shown["finished"] and (shown["speed"] is not None or shown["error"]):
+                results[i].finished_s = now
+                fill_result(results[i], shown)
+        time.sleep(POLL_S)
+    done = [r.finished_s for r in results if r.finished_s is not None]
+    return results, max(done) if done else float("nan")
+
+
+@dataclass
+class Report:
+    sessions: int
+    solo: SessionResult
+    together: list[SessionResult]
+    wall_s: float
+
+    def summary(self) -> dict:
+        solo_model = self.solo.model_s or float("nan")
+        ratios = [r.speedup / self.solo.speedup if r.speedup and self.solo.speedup else None for r in self.together]
+        return {
+            "sessions": self.sessions,
+            "finished": sum(r.finished_s is not None for r in self.together),
+            "wall_s": self.wall_s,
+            "solo_model_s": solo_model,
+            "wall_over_solo_model_sum": self.wall_s / (self.sessions * solo_model),
+            # a lower bound too: one session alone already takes this long (animation included)
+            "solo_wall_s": self.solo.finished_s,
+            "wall_over_ideal": self.wall_s / max(self.sessions * solo_model, self.solo.finished_s or 0.0),
+            "sessions_model_s": [r.model_s for r in self.together],
+            "solo_speedup": self.solo.speedup,
+            "speedups": [r.speedup for r in self.together],
+            "speedup_over_solo": ratios,
+            "longest_gap_between_rounds_s": max((r.longest_gap_s for r in self.together), default=0.0),
+            "texts_identical_to_solo": all(r.text == self.solo.text for r in self.together),
+            "outside_load_flagged": [r.outside_load for r in self.together],
+            "errors": sum(r.error for r in self.together),
+        }
+
+    def lines(self) -> list[str]:
+        s = self.summary()
+        ok_sp = [x is not None and 0.85 <= x <= 1.15 for x in s["speedup_over_solo"]]
+        fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
+        return [
+            f"{s['finished']}/{s['sessions']} sessions finished; wall {s['wall_s']:.1f} s against "
+            f"{s['sessions']} x {s['solo_model_s']:.1f} s of solo model time: "
+            f"{s['wall_over_solo_model_sum']:.2f} (target <= 1.15); one session alone took {fmt(s['solo_wall_s'])} s "
+            f"from Run to its figures, so the best possible wall is the larger of the two: "
+            f"{s['wall_over_ideal']:.2f} of it",
+            f"measured speedup alone {fmt(s['solo_speedup'])}x; at once "
+            + ", ".join(f"{fmt(v)}x" for v in s["speedups"])
+            + f"; within 15 % of alone: {sum(ok_sp)}/{len(ok_sp)}",
+            f"each session's model time at once: " + ", ".join(f"{fmt(v)} s" for v in s["sessions_model_s"]),
+            f"longest wait between two rounds of one session: {s['longest_gap_between_rounds_s']:.1f} s",
+            f"every text identical to the solo text: {s['texts_identical_to_solo']}",
+            f"pages that flagged outside load: {sum(s['outside_load_flagged'])}; pages with an error: {s['errors']}",
+        ]
+
+
+def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None = None,
+             timeout_s: float = 1800.0) -> Report:
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    deadline = time.monotonic() + timeout_s
+    with serve(models) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            solo_page = open_session(browser, url, max_new, timeout_s)
+            run_at_once([solo_page], deadline)  # the first run loads and warms the models
+            (solo,), _ = run_at_once([solo_page], deadline)
+            solo_page.context.close()
+            pages = [open_session(browser, url, max_new, timeout_s) for _ in range(sessions)]
+            together, wall = run_at_once(pages, deadline)
+        finally:
+            browser.close()
+    return Report(sessions, solo, together, wall)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specviz loadtest", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=4, help="browser sessions pressing Run at once (default 4)")
+    ap.add_argument("--models", metavar="YAML", help="registry for the server (default: $SPECVIZ_MODELS or "
+                                                      "models.yaml)")
+    ap.add_argument("--max-new", type=int, help="new tokens per run (default: the page's default)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds for the whole test (default 1800)")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    a = ap.parse_args(argv)
+    if not 1 <= a.sessions <= 64:
+        ap.error("--sessions must be from 1 to 64")
+    rep = loadtest(a.sessions, a.models, a.max_new, a.timeout)
+    for line in rep.lines():
+        print(line)
+    if a.json:
+        out = {"summary": rep.summary(), "solo": asdict(rep.solo), "together": [asdict(r) for r in rep.together]}
+        Path(a.json).write_text(json.dumps(out, indent=1))
+    return 0

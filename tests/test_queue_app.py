@@ -1,0 +1,164 @@
+"""Many sessions of the main page at once, through the device queue (AppTest, tiny pair)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from test_app import TINY, direct_run, new_app, shared_runtime, start  # noqa: F401 (shared_runtime: a fixture)
+
+pytestmark = pytest.mark.skipif(not TINY.exists(), reason="tests/models_tiny.yaml (the tiny test registry) is missing")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_registry(tiny_app_registry):
+    return tiny_app_registry(TINY)
+
+
+@pytest.fixture
+def many_sessions(shared_runtime, monkeypatch):
+    """shared_runtime, and one more harness race fixed for more than two AppTests at once.
+
+    Every AppTest.run() starts with `PagesManager.uses_pages_directory = None` (a class attribute: one
+    for all sessions), and the script runner reads it to choose how to run app.py. A session that reads
+    it just after another one's reset runs app.py without its pages/ folder, its widgets get other ids,
+    and their values are lost (an empty prompt, KeyErrors). A real server sets it once. Here the script
+    runner reads a subclass pinned to the value this app has (it has a pages/ folder).
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+    from streamlit.runtime.scriptrunner import script_runner
+
+    pinned = type("PinnedPagesManager", (PagesManager,), {"uses_pages_directory": True})
+    monkeypatch.setattr(script_runner, "PagesManager", pinned)
+    return shared_runtime
+
+
+def _sessions(jobs: list[dict], results: dict, errors: list, step: bool = False) -> list[threading.Thread]:
+    """A thread per job, each a session pressing Run (or Step: one round, no rerun after it)."""
+    def session(i: int) -> None:
+        try:
+            if step:
+                at = new_app()
+                for name, value in jobs[i].items():
+                    kind = {"prompt": "text_area", "max_new": "number_input", "seed": "number_input"}[name]
+                    getattr(at, kind)(key=f"main.{name}").set_value(value)
+                at.checkbox(key="main.chat").set_value(False)
+                at.button(key="main.step_btn").click().run()
+            else:
+                at = start(new_app(), chat=False, **jobs[i])
+            assert not at.error, (i, jobs[i], [e.value for e in at.error], at.text_area(key="main.prompt").value)
+            results[i] = at
+        except BaseException as e:  # noqa: BLE001 — reported by the test
+            errors.append(e)
+
+    return [threading.Thread(target=session, args=(i,)) for i in range(len(jobs))]
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_eight_sessions_at_once_each_equal_a_solo_run_one_round_at_a_time(many_sessions):
+    from pages.common import ui
+    from specviz import devqueue
+
+    ui._slot.clear()
+    calls = ui.LOAD_CALLS
+    jobs = [dict(prompt=f"fish {i} " * (1 + i % 3), seed=i, temperature=(0.0, 0.9)[i % 2], k=2 + i % 3, max_new=20,
+                 baseline=i < 2) for i in range(8)]
+    before = devqueue.QUEUE.stats("cpu")
+    results: dict[int, object] = {}
+    errors: list[BaseException] = []
+    threads = _sessions(jobs, results, errors)
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors
+    after = devqueue.QUEUE.stats("cpu")
+    assert ui.LOAD_CALLS == calls + 1  # one load for all eight
+    assert after["max_holders"] == 1  # never two pieces of model work at once
+    runs = {i: at.session_state["main.job"].run for i, at in results.items()}
+    # every round went through the queue in its own turn (plus the warm-up and the baselines)
+    assert after["grants"] - before["grants"] >= sum(len(r.rounds) for r in runs.values())
+    for i, s in enumerate(jobs):
+        ref = direct_run(s["prompt"], False, k=s["k"], temperature=s["temperature"], max_new_tokens=20, seed=s["seed"])
+        assert runs[i].token_ids == ref.token_ids, i
+        base = results[i].session_state["main.job"].meta.get("baseline")
+        if s["baseline"]:
+            assert base and base["identical"] is (True if s["temperature"] == 0 else None)
+            assert "base_outside_load" in base
+
+
+def test_a_session_waiting_for_the_device_knows_its_place_and_then_runs(many_sessions):
+    """Another session holds the device: the page's run waits in line, one ahead, then finishes as if alone."""
+    from specviz import devqueue
+
+    new_app()  # the pair is loaded and warmed before the device is taken
+    seen: list[int | None] = []
+    release = threading.Event()
+
+    def other_session():
+        with devqueue.QUEUE.hold("cpu", owner="another session"):
+            release.wait(60)
+
+    holder = threading.Thread(target=other_session)
+    holder.start()
+    while devqueue.QUEUE.stats("cpu")["holders"] != ["another session"]:
+        time.sleep(0.01)
+    results: dict[int, object] = {}
+    errors: list[BaseException] = []
+    (page,) = _sessions([dict(prompt="one fish", seed=3, max_new=12)], results, errors, step=True)
+    page.start()
+    t0 = time.perf_counter()
+    while not devqueue.QUEUE.stats("cpu")["waiting"] and time.perf_counter() - t0 < 60:
+        time.sleep(0.01)
+    (owner,) = devqueue.QUEUE.stats("cpu")["waiting"]
+    seen.append(devqueue.QUEUE.ahead(owner, "cpu"))
+    time.sleep(0.3)  # the page stays in line while the device is held
+    assert page.is_alive() and devqueue.QUEUE.stats("cpu")["waiting"] == [owner]
+    release.set()
+    holder.join(10)
+    page.join(120)
+    assert not errors, errors
+    assert seen == [1]
+    job = results[0].session_state["main.job"]
+    ref = direct_run("one fish", False, k=4, max_new_tokens=12, seed=3)
+    assert [r.emitted for r in job.rounds] == [ref.rounds[0].emitted]  # its first round, as alone
+    assert not [i for i in results[0].info if "Waiting for the device" in i.value]  # granted: the notice is gone
+    waited = [c.value for c in results[0].caption if "First round on screen" in c.value]
+    assert waited and "for the device while other sessions had their turn" in waited[0], waited
+    assert job.meta["first_wait_s"] >= 0.3  # the time the other session held the device after the page asked
+
+
+def test_the_waiting_notice_says_how_many_sessions_are_ahead():
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        from pages.common import ui
+        from specviz import devqueue
+
+        ui.join_device_queue()
+        on_wait = devqueue._owner.get()[1]  # what a hold of this session calls while it waits
+        on_wait(2)
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception, at.exception
+    assert [i.value for i in at.info if "2 sessions ahead of you" in i.value]
+
+
+def test_the_main_page_says_when_its_timings_were_taken_under_outside_load():
+    """A target whose passes lose the CPU for 20 ms (a sleep: wall time, no CPU time), as under another program."""
+    from pages.common import ui
+
+    at = start(new_app(), prompt="one fish", chat=False, max_new=6, baseline=True)
+    job = at.session_state["main.job"]
+    pair = ui._slot(job.meta["pair"], job.meta["dtype"]).pair
+    handle = pair.target.register_forward_pre_hook(lambda m, a: time.sleep(0.02))
+    try:
+        at.button(key="main.run_btn").click().run()
+    finally:
+        handle.remove()
+    assert not at.exception, at.exception
+    run = at.session_state["main.job"].run
+    assert run.outside_load_rounds == len(run.rounds)
+    assert [w for w in at.warning if w.value.startswith("Taken under outside load")]
+    assert [c for c in at.caption if "under outside load" in c.value and "decode" in c.value]
