@@ -646,6 +646,12 @@ def fig_entropy_acceptance(run: Run, decode: Callable[[int], str] = str) -> go.F
     return fig
 
 
+def _ranked(data: Mapping[str, Mapping[float, float]], t: float) -> list[tuple[str, float, float]]:
+    """(domain, α, stderr) at temperature t, highest α first (ties in the data's order): the one
+    ranking both the bars and the sentence under them read."""
+    return sorted(((dom, *_val_err(series[t])) for dom, series in data.items() if t in series), key=lambda x: -x[1])
+
+
 def alpha_summary(data: Mapping[str, Mapping[float, float]], temperature: float | None = None) -> str:
     """What the α-by-domain data shows, in one sentence, from the numbers alone.
 
@@ -656,13 +662,12 @@ def alpha_summary(data: Mapping[str, Mapping[float, float]], temperature: float 
     if not temps:
         return "No measurements yet."
     t0 = min(temps) if temperature is None else temperature
-    pts = sorted(((dom, *_val_err(series[t0])) for dom, series in data.items() if t0 in series),
-                 key=lambda x: x[1])
+    pts = _ranked(data, t0)
     if not pts:
         return f"Nothing measured at T = {t0:g}."
     if len(pts) < 2:
         return f"At T = {t0:g}, α = {pts[0][1]:.2f} on {pts[0][0]}: add a domain to compare."
-    (lo_d, lo, lo_e), (hi_d, hi, hi_e) = pts[0], pts[-1]
+    (hi_d, hi, hi_e), (lo_d, lo, lo_e) = pts[0], pts[-1]
     s = f"At T = {t0:g}: highest α on {hi_d} ({hi:.2f}), lowest on {lo_d} ({lo:.2f})"
     if hi - 1.96 * hi_e > lo + 1.96 * lo_e:
         return s + "; their 95% intervals do not overlap"
@@ -677,8 +682,7 @@ def fig_alpha_by_domain(data: Mapping[str, Mapping[float, float]], temperature: 
     counted drawn as open diamonds beside each bar.
     """
     title = f"Acceptance α by domain at T = {temperature:g}"
-    rows = sorted(((dom, *_val_err(series[temperature])) for dom, series in data.items() if temperature in series),
-                  key=lambda x: -x[1])
+    rows = _ranked(data, temperature)
     if not rows:
         return _empty(title, f"Nothing measured at T = {temperature:g}.")
     fig = _fig(title, alpha_summary(data, temperature), x="domain", y="α = per-token acceptance")

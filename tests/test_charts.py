@@ -479,3 +479,10 @@ def test_token_text_is_html_escaped_in_every_figure():
         assert "&lt;a" in text, f"{name}: the token is not shown at all"
     # the full escaped text where nothing is cut: the pq title and subtitle
     assert "‘&lt;a␣href='x'&gt;y&lt;/a&gt;4’" in title(figs["pq"])
+
+
+def test_alpha_by_domain_names_the_same_lowest_domain_as_its_last_bar_when_two_tie():
+    data = {"code": {0.0: 0.9}, "factual": {0.0: 0.6}, "creative": {0.0: 0.6}}
+    fig = charts.fig_alpha_by_domain(data, 0.0)
+    last = fig.data[0].x[-1]
+    assert f"lowest on {last} (0.60)" in fig.layout.title.subtitle.text
