@@ -168,7 +168,12 @@ max_new = int(sb.number_input("max new tokens", 1, limits.max_new_tokens(),
                              min(FIRST.max_new_tokens, limits.max_new_tokens()),
                              key="main.max_new", disabled=not live))
 seed = int(sb.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
-                           help="Same seed and settings → same output."))
+                           help="Same seed and settings → same output, except with the best-k chooser when "
+                                "sampling: it sets k from live timings, so the number of random draws, and so "
+                                "the text, can change from run to run (the distribution stays the target's)."))
+if live and k_policy == "best" and temperature > 0:
+    sb.caption("best k while sampling: the same seed can give another text (k follows live timings); "
+               "the output distribution is still exactly the target's.")
 if S.get("main.speed_for_presenter") != ui.presenter():  # presenter mode switched: back to its default speed
     S.pop("main.speed", None)
     S["main.speed_for_presenter"] = ui.presenter()

@@ -95,7 +95,7 @@ class FirstRun:
     temperature: float = 0.0
 
 
-FIRST_RUN = FirstRun(preset="The capital of France", k=4, k_policy="fixed", max_new_tokens=48)
+FIRST_RUN = FirstRun(preset="Python function", k=4, k_policy="best", max_new_tokens=48)
 
 
 def bench_prompts(prompt_set: str = "bench") -> dict[str, Preset]:

@@ -40,6 +40,7 @@ def new_app():
 def start(at, **settings):
     """Set sidebar widgets by key suffix (speed instant unless given), press Run."""
     settings.setdefault("speed", "instant")
+    settings.setdefault("k_policy", "fixed")  # the direct calls compared against draft a fixed k
     kinds = {"speed": "select_slider", "k": "slider", "temperature": "slider", "top_p": "slider",
              "max_new": "number_input", "seed": "number_input", "prompt": "text_area", "chat": "checkbox",
              "baseline": "checkbox", "k_policy": "radio", "drafter": "radio", "dtype": "radio"}
@@ -109,7 +110,7 @@ def test_presenter_mode_large_type_slow_animation_and_back():
 
 # --------------------------------------------------------------------------------------------
 def test_defaults_and_no_exception():
-    from specviz import models
+    from specviz import models, prompts, quant
     from pages.common import ui
 
     at = new_app()
@@ -120,12 +121,14 @@ def test_defaults_and_no_exception():
     assert at.number_input(key="main.seed").value == 0
     assert at.radio(key="main.dtype").value == ui.default_dtype_name()
     assert at.radio(key="main.drafter").value == "draft model"
-    assert at.radio(key="main.k_policy").value == "fixed"
+    assert at.radio(key="main.k_policy").value == prompts.FIRST_RUN.k_policy  # the engine's name
     assert at.radio(key="main.k_policy").options == ["fixed", "adaptive", "best k"]  # labels of the engine's policies
     assert at.checkbox(key="main.baseline").value is True
     assert at.select_slider(key="main.speed").value == "normal"
-    assert at.text_area(key="main.prompt").value == "The capital of France is"
-    assert at.checkbox(key="main.chat").value is False  # the raw textbook prompt (claim 4)
+    first = prompts.preset(prompts.FIRST_RUN.preset)  # chosen by measurement: it shows the speedup
+    assert at.text_area(key="main.prompt").value == first.text
+    assert at.checkbox(key="main.chat").value is first.chat
+    assert at.radio(key="main.draft_precision").value == quant.default_precision("cpu")
     assert at.selectbox(key="main.pair").value == models.list_pairs()[0].name
     # device and dtype shown; an invitation to run, no tokens yet
     assert any("device" in c.value and "dtype" in c.value for c in at.sidebar.caption)
@@ -234,8 +237,11 @@ def test_step_then_resume_keeps_rounds():
     assert len(job.rounds) == 2
     at.button(key="main.pause_btn").click().run()  # resume: plays to the end
     assert job.done and job.rounds[:2] == first_two
-    ref = direct_run("The capital of France is", False, k=4, temperature=0.0, max_new_tokens=20, seed=0)
-    assert job.run.token_ids == ref.token_ids
+    from specviz import prompts
+
+    first = prompts.preset(prompts.FIRST_RUN.preset)
+    ref = direct_run(first.text, first.chat, k=4, temperature=0.0, max_new_tokens=20, seed=0)
+    assert job.run.token_ids == ref.token_ids  # greedy: the same text whatever k each round drafted
 
 
 def test_export_then_load_replays_same_tokens():
