@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from specviz.loadtest import serve
+
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
         "--disable-component-update", "--disable-sync"]
@@ -32,60 +30,22 @@ WAIT_MS = 180_000  # the first run loads the models (seconds from the cache) and
 pytestmark = pytest.mark.browser
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
-    env = {k: v for k, v in os.environ.items() if k != "SPECVIZ_MODELS"}  # the real default pair
     from specviz import models
     from specviz.config import DEFAULT_PATH
 
-    registry = DEFAULT_PATH
+    registry = DEFAULT_PATH  # the real default pair, whatever SPECVIZ_MODELS says
     if os.environ.get("SPECVIZ_BROWSER_MODELS"):  # a quick check of the test itself, e.g. the tiny pair
-        registry = env["SPECVIZ_MODELS"] = os.environ["SPECVIZ_BROWSER_MODELS"]
+        registry = os.environ["SPECVIZ_BROWSER_MODELS"]
     status = models.pair_status(None, registry)
     if not status.available:
         pytest.skip(f"the default pair is not installed: {status.reason} ({status.how_to_get})")
-    port = _free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-           "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
-    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-            if proc.poll() is not None:
-                break
-        else:
-            pytest.fail("streamlit did not start in 60 s")
-        if proc.poll() is not None:
-            log.seek(0)
-            pytest.fail(f"streamlit exited: {log.read()[-3000:]}")
+    with serve(registry) as url:  # `streamlit run app.py` on 127.0.0.1, as a user starts it
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.seek(0)
-        tail = log.read()[-2000:]
-        if "Traceback" in tail:
-            print(tail)
 
 
 @pytest.fixture(scope="module")

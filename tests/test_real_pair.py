@@ -74,3 +74,33 @@ def test_real_capital_of_france_preset_runs(default_pair):
     assert run.rounds[0].k == 4 and len(run.rounds[0].p_top) == 5
     # whatever the models do is what is recorded: the first drafted token is the draft's argmax
     assert run.rounds[0].drafted[0] == run.rounds[0].q_top[0].ids[0]
+
+
+@pytest.fixture(scope="module")
+def domain_baselines(default_pair_fp32):
+    """The target alone on each domain prompt: what every draft precision must reproduce."""
+    from specviz.prompts import domain_prompts
+
+    pair, out = default_pair_fp32, {}
+    for dom, p in domain_prompts().items():
+        ids = encode(pair.tokenizer, p.text, chat=p.chat)
+        out[dom] = ids, autoregressive_decode(pair.target, ids, temperature=0, max_new_tokens=16,
+                                              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab).token_ids
+    return out
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8", "int4"])
+def test_real_greedy_is_the_target_alone_with_every_draft_precision(default_pair_fp32, domain_baselines,
+                                                                     precision):
+    from specviz import quant
+    from specviz.models import with_draft_precision
+
+    if precision not in quant.supported(default_pair_fp32.device):
+        pytest.skip(f"{precision} does not run on {default_pair_fp32.device} here")
+    pair = with_draft_precision(default_pair_fp32, precision)
+    assert pair.target is default_pair_fp32.target
+    for dom, (ids, ref) in domain_baselines.items():
+        run = speculative_decode(pair.target, pair.draft, ids, k=4, temperature=0, max_new_tokens=16,
+                                 eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+        assert run.token_ids == ref, (precision, dom, pair.tokenizer.decode(run.token_ids))
+        assert run.n_accepted > 0, (precision, dom)  # the draft is still a useful draft
