@@ -234,7 +234,7 @@ def greedy_identity(ctx: Context) -> Outcome:
         detail = (f" The first difference is at token {first + 1}: rounding in a several-token pass can flip a "
                   "near-tie between two tokens, so on this device and dtype the texts part there")
     return Outcome(measured, measured, {
-        "n_same": sum(same), "n_runs": len(trials), "tokens": tokens, "detail": detail,
+        "verdict": measured, "n_same": sum(same), "n_runs": len(trials), "tokens": tokens, "detail": detail,
         "passes": sum(t.run.target_passes for t in trials),
     }, "; ".join(t.source for t in trials))
 
@@ -308,9 +308,10 @@ def entropy_poem_code(ctx: Context) -> Outcome:
     if not (math.isfinite(hc) and math.isfinite(hp)):
         raise SpecvizError("A run judged no drafts, so there is no entropy to compare.")
     if abs(hp - hc) <= 0.1 * max(hp, hc, 1e-9):
-        measured = "about the same"
+        measured, lead = "about the same", "Its uncertainty was about the same on both texts"
     else:
         measured = "the poem" if hp > hc else "the code"
+        lead = f"The target was less sure on {measured}"
     # entropy where drafts were accepted vs rejected, both runs pooled
     acc, rej = [], []
     for run in (code.run, poem.run):
@@ -325,7 +326,7 @@ def entropy_poem_code(ctx: Context) -> Outcome:
                        if hr > ha else "Here rejections did not come where the target was less sure."))
     else:
         rej_text = "No draft was rejected in these runs, so there is nothing to compare the entropy with."
-    return Outcome(measured, measured, {"h_poem": hp, "h_code": hc, "alpha_poem": poem.run.alpha,
+    return Outcome(measured, measured, {"lead": lead, "h_poem": hp, "h_code": hc, "alpha_poem": poem.run.alpha,
                                         "alpha_code": code.run.alpha, "rejections": rej_text},
                    f"{code.source}; {poem.source}")
 
@@ -450,7 +451,8 @@ LESSONS: tuple[Lesson, ...] = (
              Prediction("The speculative text is…", "choice",
                         choices=("identical", "a few tokens differ", "mostly different"), default="a few tokens differ"),
              "greedy_identity",
-             "{n_same} of {n_runs} greedy runs gave the same {tokens} tokens as the target alone.{detail} A drafted "
+             "The speculative text was {verdict}: {n_same} of {n_runs} greedy runs gave the same {tokens} tokens as "
+             "the target alone.{detail} A drafted "
              "token is kept only when it is the target's own choice at that position, and the first wrong one is "
              "replaced by the target's choice, so the text is the target's; the draft only decides how many "
              "tokens one target pass yields.",
@@ -504,7 +506,7 @@ LESSONS: tuple[Lesson, ...] = (
              Prediction("Less sure on…", "choice", choices=("the poem", "the code", "about the same"),
                         default="about the same"),
              "entropy_poem_code",
-             "Mean target entropy where drafts were judged: poem {h_poem:.2f} nats (α = {alpha_poem:.2f}), code "
+             "{lead}. Mean target entropy where drafts were judged: poem {h_poem:.2f} nats (α = {alpha_poem:.2f}), code "
              "{h_code:.2f} nats (α = {alpha_code:.2f}). {rejections}",
              LAB),
     )),
