@@ -68,6 +68,19 @@ def test_every_step_links_an_existing_page_and_names_an_experiment_that_resolves
     assert set(lessons.RECORDED.values()) <= {r.name for r in list_recorded()}
 
 
+def test_lessons_never_import_streamlit():
+    import subprocess
+    import sys
+
+    code = ("import sys; from specviz import lessons; ctx = lessons.Context(); "
+            "[lessons.run_step(s, ctx) for le in lessons.LESSONS for s in le.steps]; "
+            "bad = [m for m in sys.modules if m == 'streamlit' or m.startswith('streamlit.')]; "
+            "assert not bad, bad; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")
+
+
 def test_recorded_answers_are_the_recordings_own_numbers():
     ctx = lessons.Context()  # no pair: recordings and theory
     out = {(les.key, s.key): (s, lessons.run_step(s, ctx)) for les, s in steps()}
@@ -210,6 +223,7 @@ def walk(at, check=None) -> dict:
             assert any(m["measured"] in i.value and lessons.format_prediction(step, value) in i.value for i in at.info)
             links = at.get("page_link")
             assert [lk.value for lk in links] == [f"Go deeper: {step.link.label}"]
+            assert links[0].proto.page == Path(step.link.page).stem.split("_", 1)[1]  # its url: "3_Speedup" -> "Speedup"
             seen[(les.key, step.key)] = (m["measured"], explanation[0])
             if check:
                 check(les, step, m["measured"], explanation[0])
