@@ -252,6 +252,48 @@ def greedy_passes(ctx: Context) -> Outcome:
     }, t.source)
 
 
+def sampling_follows_p(ctx: Context, n: int) -> Outcome:
+    import torch
+
+    from .experiments import first_token_trials, trials_from_logits
+    from .lab import simulate_tv_noise
+
+    if ctx.live:
+        pair = ctx.pair
+        tr = first_token_trials(pair.target, pair.draft, _ids(ctx, "The capital of France"), n=n, temperature=1.0,
+                                seed=ctx.seed, vocab=pair.shared_vocab)
+        src = f"live: {pair.name}, The capital of France, first new token, T = 1, seeds {ctx.seed}–{ctx.seed + n - 1}"
+    else:
+        name = RECORDED[("Creative story", 1.0)]
+        first = ctx.recording(name).run.rounds[0]
+        p_top, q_top = dict(zip(first.p_top[0].ids, first.p_top[0].probs)), dict(zip(first.q_top[0].ids,
+                                                                                       first.q_top[0].probs))
+        ids = sorted(set(p_top) | set(q_top))
+        # the recorded top tokens of p and q at the first position, and the rest of each as one "other" token
+        pv = [p_top.get(i, 0.0) for i in ids]
+        qv = [q_top.get(i, 0.0) for i in ids]
+        pv.append(max(0.0, 1.0 - sum(pv)))
+        qv.append(max(0.0, 1.0 - sum(qv)))
+        logits = [torch.tensor(v, dtype=torch.float64).clamp_min(1e-30).log() for v in (pv, qv)]  # (len(ids)+1,)
+        tr = trials_from_logits(*logits, n=n, temperature=1.0, seed=ctx.seed)
+        src = (f"recorded: {name}, first position: its top {len(p_top)} of p and q, the rest as one token; "
+               f"{n} draws of the rule from seed {ctx.seed}")
+    tv_p, tv_q = theory.total_variation(tr.p, tr.counts), theory.total_variation(tr.q, tr.counts)
+    shown_p = list(tr.p.values())
+    _, noise = simulate_tv_noise(shown_p + [max(0.0, 1.0 - sum(shown_p))], n)  # the same buckets as tv_p
+    if tv_p <= noise:
+        measured, lead = "the target's p", "The tokens followed the target's p"
+        verdict = "Within sampling noise of p: the output follows the target, and the draft only sets the speed."
+    else:
+        measured = "the draft's q" if tv_q < tv_p else "in between"
+        lead = ("The tokens were closer to the draft's q" if tv_q < tv_p else
+                "The tokens were between p and q: closer to p, but further from it than noise usually is")
+        verdict = ("Exact sampling lands this far from p one time in twenty by chance: change the seed and run the "
+                   "step again, or run more trials on the Exactness page.")
+    return Outcome(measured, measured, {"lead": lead, "n": n, "kept": tr.accepted / n, "tv_p": tv_p,
+                                        "tv_q": tv_q, "noise": noise, "verdict": verdict}, src)
+
+
 def verify_cost(ctx: Context) -> Outcome:
     t1, t5, src = _pass_costs(ctx)
     ratio = t5 / t1
@@ -430,7 +472,7 @@ def self_draft(ctx: Context) -> Outcome:
 
 
 EXPERIMENTS: dict[str, Callable[..., Outcome]] = {f.__name__: f for f in (
-    greedy_identity, greedy_passes, verify_cost, tokens_per_pass, alpha_poem, alpha_code, entropy_poem_code,
+    greedy_identity, greedy_passes, sampling_follows_p, verify_cost, tokens_per_pass, alpha_poem, alpha_code, entropy_poem_code,
     temperature_alpha, temperature_speedup, best_k_theory, best_k_pair, slow_draft_theory, self_draft)}
 
 
@@ -466,6 +508,18 @@ LESSONS: tuple[Lesson, ...] = (
              "{tpp:.2f} tokens per pass at α = {alpha:.2f}, {fewer:.2f}× fewer passes. The wall-clock speedup was "
              "{speedup:.2f}×, {why}.",
              EXACTNESS),
+        Step("sampling",
+             "At T = 1 the draft samples a token x, the target keeps it with probability min(1, p(x) / q(x)) and "
+             "otherwise draws from max(0, p − q). Repeat it {n} times at one position: whose distribution do the "
+             "tokens follow?",
+             Prediction("The tokens follow…", "choice", choices=("the target's p", "the draft's q", "in between"),
+                        default="in between"),
+             "sampling_follows_p",
+             "{lead}. In {n} seeded draws of the rule the draft's token was kept "
+             "{kept:.0%} of the time; otherwise the target drew a correction. The frequencies are {tv_p:.3f} "
+             "(total variation) from the target's p and {tv_q:.3f} from the draft's q, and sampling noise alone "
+             "gives up to {noise:.3f} (95 %). {verdict}",
+             EXACTNESS, (("n", 2000),)),
     )),
     Lesson("one_pass", "Why checking five tokens costs about one pass",
            "The target checks k = 4 drafts plus one more position in one forward pass over 5 tokens.", (

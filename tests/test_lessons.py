@@ -101,6 +101,16 @@ def test_recorded_answers_are_the_recordings_own_numbers():
     b = france["specviz_export"]["baseline"]
     check(("identity", "passes"), 100 * b["spec_target_passes"] / b["base_target_passes"],
           f"{b['spec_target_passes']} target passes instead of {b['base_target_passes']}")
+    # the rule, 2000 seeded draws on the recorded first-position p and q (top tokens, the rest as one):
+    # the draft's token is kept with chance Σ min(p, q), and the output follows p
+    first = t1["rounds"][0]
+    p = dict(zip(first["p_top"][0]["ids"], first["p_top"][0]["probs"]))
+    q = dict(zip(first["q_top"][0]["ids"], first["q_top"][0]["probs"]))
+    both = set(p) | set(q)
+    overlap = sum(min(p.get(i, 0.0), q.get(i, 0.0)) for i in both) + min(1 - sum(p.values()), 1 - sum(q.values()))
+    o = check(("identity", "sampling"), "the target's p", "2000 seeded draws")
+    assert abs(o.values["kept"] - overlap) < 4 * (overlap * (1 - overlap) / 2000) ** 0.5  # seed 0 draws 3σ low
+    assert f"{o.values['kept']:.0%}" in lessons.explain(*out[("identity", "sampling")])
     cb = code["specviz_export"]["baseline"]
     t5 = statistics.median(r["verify_s"] for r in code["rounds"] if r["prefill_tokens"] == 0 and r["k"] == 4)
     check(("one_pass", "cost5"), t5 / cb["base_step_s"], f"{t5 * 1000:.1f} ms", f"{cb['base_step_s'] * 1000:.1f} ms")
@@ -160,6 +170,11 @@ def test_live_answers_on_the_tiny_pair_are_the_engines():
     fr = prompts.preset("The capital of France")
     cmp = experiments.compare_with_baseline(pair.target, pair.draft, prompts.encode(pair.tokenizer, fr.text, fr.chat),
                                             temperature=0.0, **kw)
+    step = lessons.lesson("identity").steps[2]
+    trials = experiments.first_token_trials(pair.target, pair.draft, prompts.encode(pair.tokenizer, fr.text, fr.chat),
+                                            n=2000, temperature=1.0, seed=3, vocab=pair.shared_vocab)
+    o = lessons.run_step(step, ctx)
+    assert o.values["kept"] == trials.accepted / 2000 and f"{trials.accepted / 2000:.0%}" in lessons.explain(step, o)
     o = lessons.run_step(lessons.lesson("identity").steps[0], ctx)
     assert o.measured == ("identical" if cmp.identical else o.measured) and (o.measured == "identical") == cmp.identical
     # the same seed gives the same sampled run, in a fresh context
