@@ -80,8 +80,9 @@ if done is None:
         ctx = lessons.Context(pair=pair, seed=seed, memo=memo)
         with st.spinner("Measuring…"):
             outcome = lab_ui.run_guarded(lessons.run_step, step, ctx)
+            fig = lab_ui.run_guarded(lessons.figure, step, ctx, outcome) if outcome is not None else None
         if outcome is not None:
-            mine["done"][step.key] = {"prediction": prediction, "outcome": outcome}
+            mine["done"][step.key] = {"prediction": prediction, "outcome": outcome, "figure": fig}
             st.rerun()  # draw the step as measured: the prediction next to the answer
 
 # --- the measured answer next to the prediction ------------------------------------------------
@@ -92,6 +93,8 @@ if done is not None:
     c2.metric("measured", outcome.shown)
     st.info(lessons.compare(step, done["prediction"], outcome), icon=":material/compare_arrows:")
     st.markdown(lessons.explain(step, outcome))
+    if done.get("figure") is not None:
+        ui.show_chart(done["figure"], f"lesson_{les.key}_{step.key}", key=f"lessons.fig.{les.key}.{step.key}")
     st.caption(f"Source: {outcome.source}")
     st.button("Predict again", key="lessons.redo", on_click=redo)
 try:

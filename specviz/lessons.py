@@ -9,6 +9,7 @@ every figure and every "higher / lower" in it comes from the data, never written
 
   run_step(step, ctx)            -> Outcome (live when ctx.pair is set, else recorded / theory)
   explain(step, outcome)         -> the explanation, filled from the measured numbers
+  figure(step, ctx, outcome)     -> the step's chart (plotly) or None
   compare(step, prediction, outcome) -> one sentence: the prediction against the measurement
   lesson(key), LESSONS, EXPERIMENTS, RECORDED
 
@@ -63,6 +64,7 @@ class Step:
     explanation: str  # str.format template, filled from Outcome.values
     link: Link
     params: tuple[tuple[str, Any], ...] = ()  # fixed inputs of the experiment (also shown in the question)
+    figure: str = ""  # a name in FIGURES: the chart drawn next to the measured answer ("" for none)
 
     @property
     def args(self) -> dict[str, Any]:
@@ -143,6 +145,7 @@ class Trial:
     run: Run
     baseline: dict  # replay.baseline_summary() numbers
     source: str
+    decode: Callable[[int], str]  # token id -> text (the pair's tokenizer, or the recording's table)
 
 
 def _ids(ctx: Context, preset: str) -> list[int]:
@@ -166,7 +169,8 @@ def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool 
                                     eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
         who = "the target drafting for itself" if self_draft else pair.name
         out = Trial(cmp.spec, baseline_summary(cmp.spec, cmp.base, cmp.speedup, cmp.identical),
-                    f"live: {who}, {preset}, T = {temperature:g}, seed {ctx.seed}")
+                    f"live: {who}, {preset}, T = {temperature:g}, seed {ctx.seed}",
+                    lambda t: pair.tokenizer.decode([int(t)]))
     else:
         if self_draft:
             raise InvalidSetting("No recording of a target drafting for itself: this step needs a model.")
@@ -176,7 +180,7 @@ def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool 
         rec = ctx.recording(name)
         if not rec.baseline:
             raise SpecvizError(f"The recording '{name}' has no target-alone run to compare with.")
-        out = Trial(rec.run, rec.baseline, f"recorded: {name} ({rec.pair})")
+        out = Trial(rec.run, rec.baseline, f"recorded: {name} ({rec.pair})", rec.decode())
     ctx.memo[key] = out
     return out
 
@@ -423,11 +427,12 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         sweep = k_sweep(pair.target, pair.draft, _ids(ctx, "Python function"), ks, temperature=0.0,
                         max_new_tokens=ctx.max_new_tokens, seed=ctx.seed, eos_token_id=pair.eos_token_ids,
                         vocab=pair.shared_vocab)
-        speed = {k: measured_speedup(cmp) for k, cmp in sweep.items()}
+        speed = {int(k): measured_speedup(cmp) for k, cmp in sweep.items()}
         best = max(speed, key=lambda k: (speed[k], -k))
         sweep_text = ("Measured: " + ", ".join(f"k = {k}: {v:.2f}×" for k, v in sorted(speed.items()))
                       + f". The sweep's best is k = {best}.")
         src = f"{t.source}; live k sweep of {', '.join(map(str, ks))}"
+        measured = speed
     else:
         best = k_pred
         model = {k: theory.expected_speedup(alpha, k, c) for k in ks}
@@ -435,8 +440,9 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
             f"k = {k}: {v:.2f}×" for k, v in model.items()) + f". The recording itself, at k = {K}, measured "
             f"{float(t.baseline['speedup']):.2f}× end to end.")
         src = f"{t.source}; the sweep from theory"
+        measured = None
     return Outcome(float(best), str(best), {"k": best, "alpha": alpha, "c": c, "k_pred": k_pred, "s_pred": s_pred,
-                                            "sweep": sweep_text}, src)
+                                            "sweep": sweep_text, "k_max": max(ks), "measured": measured}, src)
 
 
 def slow_draft_theory(ctx: Context, k: int, c: float) -> Outcome:
@@ -469,6 +475,28 @@ def self_draft(ctx: Context) -> Outcome:
         "s": s, "alpha": 1.0, "tpp": K + 1.0, "how": "predicted from the recorded pass costs",
         "detail": f"α = 1 gives {K + 1} tokens per round, but the round costs {K} draft steps of one target pass "
                   f"each plus a {K + 1}-token check of {ratio:.2f} passes", "moral": _moral(s)}, src + " (no model: theory with them)")
+
+
+# --------------------------------------------------------------------------
+# charts drawn next to a measured answer, from the runs and numbers the step measured
+
+
+def fig_entropy_along_poem(ctx: Context, outcome: Outcome):
+    from .charts import fig_entropy_acceptance
+
+    t = trial(ctx, "Creative story")  # the run the step measured (memoised)
+    return fig_entropy_acceptance(t.run, t.decode)
+
+
+def fig_speedup_against_k(ctx: Context, outcome: Outcome):
+    from .charts import fig_speedup_model
+
+    v = outcome.values
+    return fig_speedup_model(v["alpha"], v["c"], k_max=v.get("k_max", 16), measured=v.get("measured"))
+
+
+FIGURES: dict[str, Callable[[Context, Outcome], Any]] = {f.__name__: f for f in (
+    fig_entropy_along_poem, fig_speedup_against_k)}
 
 
 EXPERIMENTS: dict[str, Callable[..., Outcome]] = {f.__name__: f for f in (
@@ -562,7 +590,7 @@ LESSONS: tuple[Lesson, ...] = (
              "entropy_poem_code",
              "{lead}. Mean target entropy where drafts were judged: poem {h_poem:.2f} nats (α = {alpha_poem:.2f}), code "
              "{h_code:.2f} nats (α = {alpha_code:.2f}). {rejections}",
-             LAB),
+             LAB, figure="fig_entropy_along_poem"),
     )),
     Lesson("temperature", "What temperature does to acceptance",
            "At T = 0 a draft is accepted when it is the target's top token. At T = 1 the draft samples, and "
@@ -592,13 +620,13 @@ LESSONS: tuple[Lesson, ...] = (
              "best_k_theory",
              "The model (1 − α^(k+1)) / ((1 − α)(1 + k c)) peaks at k = {k}: {speedup:.2f}×, against {s1:.2f}× "
              "at k = 1 and {s16:.2f}× at k = 16.",
-             THEORY, (("alpha", 0.8), ("c", 0.1))),
+             THEORY, (("alpha", 0.8), ("c", 0.1)), "fig_speedup_against_k"),
         Step("pair",
              "Now this pair on a code prompt, with its own α and c: which k is best?",
              Prediction("best k", lo=1, hi=8, step=1, default=4, fmt=".0f", close=1),
              "best_k_pair",
              "Here α = {alpha:.2f} and c = {c:.3f}, so the model predicts k = {k_pred} ({s_pred:.2f}×). {sweep}",
-             SPEEDUP, (("ks", (1, 2, 4, 8)),)),
+             SPEEDUP, (("ks", (1, 2, 4, 8)),), "fig_speedup_against_k"),
     )),
     Lesson("loses", "When speculative decoding loses",
            "The draft must be cheap as well as good. What if it is perfect but as slow as the target?", (
@@ -634,6 +662,11 @@ def lesson(key: str) -> Lesson:
 def run_step(step: Step, ctx: Context) -> Outcome:
     """Run the step's experiment: live on ctx.pair, else from recordings or theory."""
     return EXPERIMENTS[step.experiment](ctx, **step.args)
+
+
+def figure(step: Step, ctx: Context, outcome: Outcome):
+    """The step's chart (a plotly Figure), or None; drawn from what the step measured."""
+    return FIGURES[step.figure](ctx, outcome) if step.figure else None
 
 
 def explain(step: Step, outcome: Outcome) -> str:

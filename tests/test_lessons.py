@@ -65,6 +65,7 @@ def test_every_step_links_an_existing_page_and_names_an_experiment_that_resolves
         else:
             assert pr.kind == "slider" and pr.lo <= pr.default <= pr.hi
         assert len({st.key for st in les.steps}) == len(les.steps)
+        assert not s.figure or callable(lessons.FIGURES.get(s.figure)), f"{les.key}/{s.key}: no figure {s.figure!r}"
     assert set(lessons.RECORDED.values()) <= {r.name for r in list_recorded()}
 
 
@@ -236,6 +237,12 @@ def walk(at, check=None) -> dict:
             explanation = [md.value for md in at.markdown if m["measured"] in md.value and md.value != step.text]
             assert explanation, f"{les.key}/{step.key}: the measured {m['measured']} is in no explanation"
             assert any(m["measured"] in i.value and lessons.format_prediction(step, value) in i.value for i in at.info)
+            charts = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+            assert len(charts) == bool(step.figure)
+            if step.figure == "fig_entropy_along_poem":
+                assert charts[0].startswith("Target entropy along the text")
+            elif step.figure:
+                assert charts[0].startswith("Predicted speedup vs k")
             links = at.get("page_link")
             assert [lk.value for lk in links] == [f"Go deeper: {step.link.label}"]
             assert links[0].proto.page == Path(step.link.page).stem.split("_", 1)[1]  # its url: "3_Speedup" -> "Speedup"
