@@ -75,8 +75,8 @@ if done is None:  # once measured, the prediction is shown next to the measureme
 
 # --- the experiment ------------------------------------------------------------------------------
 if done is None:
-    what = "live on " + pair.name if pair is not None else "from the recorded runs"
-    if st.button(f"Run the experiment ({what})", type="primary", key="lessons.run"):
+    if st.button("Run the experiment", type="primary", key="lessons.run",
+                 help="Live on the loaded pair, or from the recorded runs and theory; the answer says which."):
         ctx = lessons.Context(pair=pair, seed=seed, memo=memo)
         with st.spinner("Measuring…"):
             outcome = lab_ui.run_guarded(lessons.run_step, step, ctx)

@@ -67,6 +67,9 @@ def test_every_step_links_an_existing_page_and_names_an_experiment_that_resolves
         assert len({st.key for st in les.steps}) == len(les.steps)
         assert not s.figure or callable(lessons.FIGURES.get(s.figure)), f"{les.key}/{s.key}: no figure {s.figure!r}"
     assert set(lessons.RECORDED.values()) <= {r.name for r in list_recorded()}
+    from dataclasses import asdict
+
+    assert json.loads(json.dumps([asdict(le) for le in lessons.LESSONS]))  # plain data
 
 
 def test_lessons_never_import_streamlit():
@@ -85,6 +88,7 @@ def test_lessons_never_import_streamlit():
 def test_recorded_answers_are_the_recordings_own_numbers():
     ctx = lessons.Context()  # no pair: recordings and theory
     out = {(les.key, s.key): (s, lessons.run_step(s, ctx)) for les, s in steps()}
+    assert all(json.loads(json.dumps(o.to_dict())) for _, o in out.values())
     code, poem = recorded_json("code-greedy"), recorded_json("creative-greedy")
     t1, france = recorded_json("creative-sampling-t1"), recorded_json("capital-of-france-greedy")
 
