@@ -474,7 +474,8 @@ def self_draft(ctx: Context) -> Outcome:
     return Outcome(s, f"{s:.2f}×", {
         "s": s, "alpha": 1.0, "tpp": K + 1.0, "how": "predicted from the recorded pass costs",
         "detail": f"α = 1 gives {K + 1} tokens per round, but the round costs {K} draft steps of one target pass "
-                  f"each plus a {K + 1}-token check of {ratio:.2f} passes", "moral": _moral(s)}, src + " (no model: theory with them)")
+                  f"each plus a {K + 1}-token check of {ratio:.2f} passes", "moral": _moral(s)},
+        src + " (no model: theory with them)")
 
 
 # --------------------------------------------------------------------------
@@ -500,7 +501,8 @@ FIGURES: dict[str, Callable[[Context, Outcome], Any]] = {f.__name__: f for f in 
 
 
 EXPERIMENTS: dict[str, Callable[..., Outcome]] = {f.__name__: f for f in (
-    greedy_identity, greedy_passes, sampling_follows_p, verify_cost, tokens_per_pass, alpha_poem, alpha_code, entropy_poem_code,
+    greedy_identity, greedy_passes, sampling_follows_p, verify_cost, tokens_per_pass, alpha_poem, alpha_code,
+    entropy_poem_code,
     temperature_alpha, temperature_speedup, best_k_theory, best_k_pair, slow_draft_theory, self_draft)}
 
 
@@ -519,7 +521,8 @@ LESSONS: tuple[Lesson, ...] = (
         Step("same_text",
              "With greedy decoding (T = 0), will the speculative text equal the target alone, token for token?",
              Prediction("The speculative text is…", "choice",
-                        choices=("identical", "a few tokens differ", "mostly different"), default="a few tokens differ"),
+                        choices=("identical", "a few tokens differ", "mostly different"),
+                        default="a few tokens differ"),
              "greedy_identity",
              "The speculative text was {verdict}: {n_same} of {n_runs} greedy runs gave the same {tokens} tokens as "
              "the target alone.{detail} A drafted "
@@ -588,7 +591,8 @@ LESSONS: tuple[Lesson, ...] = (
              Prediction("Less sure on…", "choice", choices=("the poem", "the code", "about the same"),
                         default="about the same"),
              "entropy_poem_code",
-             "{lead}. Mean target entropy where drafts were judged: poem {h_poem:.2f} nats (α = {alpha_poem:.2f}), code "
+             "{lead}. Mean target entropy where drafts were judged: poem {h_poem:.2f} nats "
+             "(α = {alpha_poem:.2f}), code "
              "{h_code:.2f} nats (α = {alpha_code:.2f}). {rejections}",
              LAB, figure="fig_entropy_along_poem"),
     )),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import lessons, theory
+from specviz import lessons
 from specviz.errors import SpecvizError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -249,7 +249,7 @@ def walk(at, check=None) -> dict:
                 assert charts[0].startswith("Predicted speedup vs k")
             links = at.get("page_link")
             assert [lk.value for lk in links] == [f"Go deeper: {step.link.label}"]
-            assert links[0].proto.page == Path(step.link.page).stem.split("_", 1)[1]  # its url: "3_Speedup" -> "Speedup"
+            assert links[0].proto.page == Path(step.link.page).stem.split("_", 1)[1]  # "3_Speedup" -> "Speedup"
             seen[(les.key, step.key)] = (m["measured"], explanation[0])
             if check:
                 check(les, step, m["measured"], explanation[0])
