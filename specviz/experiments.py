@@ -10,6 +10,7 @@ measured on the models and device at hand; nothing is canned.
   draft_cost_ratio  c = one draft step / one target step
   first_token_trials  many seeded decisions of the real acceptance rule
   agreement_along   draft/target agreement at every position of the target's own text
+  trials_from_logits  the same decisions on given logits (recorded distributions, no model)
   compare_with_baseline  speculative vs a warmed target-only run, same settings
   precision_comparison   the same prompt with the draft in each precision: c, α, speedup
 
@@ -180,6 +181,15 @@ def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, tempe
     ids = list(input_ids)
     q_logits = CachedLM(draft).feed(ids, keep=1)[-1, :vocab].float().cpu()  # (V,)
     p_logits = CachedLM(target).feed(ids, keep=1)[-1, :vocab].float().cpu()  # (V,)
+    return trials_from_logits(p_logits, q_logits, n=n, temperature=temperature, top_k=top_k, top_p=top_p,
+                              seed=seed, top=top)
+
+
+@torch.inference_mode()
+def trials_from_logits(p_logits: torch.Tensor, q_logits: torch.Tensor, n: int = 2000, temperature: float = 1.0,
+                       top_k: int = 0, top_p: float = 1.0, seed: int = 0, top: int = 50) -> FirstTokenTrials:
+    """first_token_trials' decisions on given target and draft logits (V,): no model needed."""
+    vocab = p_logits.shape[-1]
     both = torch.stack([p_logits, p_logits])  # (2, V): position 1 and an unused bonus row
     counts: dict[int, int] = {}
     accepted = 0

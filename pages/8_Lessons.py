@@ -1,0 +1,112 @@
+"""Lessons: predict, run the experiment, compare, read why. The lessons are data in specviz/lessons.py.
+
+Each step: a question, the learner's prediction (slider or choice), the experiment (live on the
+loaded pair, or from the shipped recorded runs and theory when no model is loaded), the measured
+answer next to the prediction with an explanation filled from the data, and a link to the page
+that goes deeper. Progress and results live in st.session_state under "lessons.".
+"""
+
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+from pages.common import lab_ui, ui
+from specviz import lessons
+
+ui.page_setup("Lessons: predict, measure, explain")
+S = st.session_state
+LIVE, RECORDED = "Live, on the loaded pair", "Recorded runs and theory (no model needed)"
+
+st.markdown("Pick a lesson. Each step asks a question: **predict** the answer first, then run the experiment "
+            "and compare. The explanation is written from what was measured.")
+
+# --- which lesson, and where its experiments run ------------------------------------------------
+titles = {les.title: les for les in lessons.LESSONS}
+les = titles[st.selectbox("Lesson", list(titles), key="lessons.lesson")]
+source = st.sidebar.radio("Run the experiments", [LIVE, RECORDED], key="lessons.source",
+                          help="Live runs on the pair chosen below. Recorded runs ship with specviz, so every "
+                               "lesson also works on a laptop with no model.")
+seed = int(st.sidebar.number_input("seed", 0, 2**31 - 1, 0, 1, key="lessons.seed",
+                                   help="Live sampling runs use it: the same seed gives the same run."))
+pair = None
+if source == LIVE:
+    pair = lab_ui.pair_for_page("lessons")
+    if pair is None:
+        st.info("No model is loaded, so the steps run from the recorded runs and theory.", icon=":material/info:")
+where = (f"live:{pair.name}:{lab_ui.dtype_name(pair)}:{pair.draft_precision}:{seed}" if pair is not None
+         else "recorded")
+
+progress = S.setdefault("lessons.progress", {})  # lesson key -> {"step": i, "done": {step key: result}}
+mine = progress.setdefault(les.key, {"step": 0, "done": {}})
+memo = S.setdefault("lessons.memo", {}).setdefault(where, {})  # runs shared by the steps, per source
+n = len(les.steps)
+i = min(mine["step"], n - 1)
+step = les.steps[i]
+done = mine["done"].get(step.key)
+
+
+def go(delta: int) -> None:
+    mine["step"] = max(0, min(n - 1, mine["step"] + delta))
+
+
+def restart() -> None:
+    progress[les.key] = {"step": 0, "done": {}}
+
+
+def redo() -> None:
+    mine["done"].pop(step.key, None)
+
+
+st.markdown(f"*{les.intro}*")
+st.progress((i + 1) / n, text=f"step {i + 1} of {n}")
+st.subheader(step.text)
+
+# --- the prediction ------------------------------------------------------------------------------
+pr = step.prediction
+pkey = f"lessons.{les.key}.{step.key}.prediction"
+prediction = None
+if done is None:  # once measured, the prediction is shown next to the measurement instead
+    if pr.kind == "choice":
+        prediction = st.radio(pr.label, list(pr.choices), index=list(pr.choices).index(pr.default), key=pkey,
+                              horizontal=True)
+    elif isinstance(pr.step, int) and isinstance(pr.lo, int):
+        prediction = st.slider(pr.label, pr.lo, pr.hi, int(pr.default), pr.step, key=pkey)
+    else:
+        prediction = st.slider(pr.label, float(pr.lo), float(pr.hi), float(pr.default), float(pr.step), key=pkey)
+
+# --- the experiment ------------------------------------------------------------------------------
+if done is None:
+    if st.button("Run the experiment", type="primary", key="lessons.run",
+                 help="Live on the loaded pair, or from the recorded runs and theory; the answer says which."):
+        ctx = lessons.Context(pair=pair, seed=seed, memo=memo)
+        with st.spinner("Measuring…"):
+            outcome = lab_ui.run_guarded(lessons.run_step, step, ctx)
+            fig = lab_ui.run_guarded(lessons.figure, step, ctx, outcome) if outcome is not None else None
+        if outcome is not None:
+            mine["done"][step.key] = {"prediction": prediction, "outcome": outcome, "figure": fig}
+            st.rerun()  # draw the step as measured: the prediction next to the answer
+
+# --- the measured answer next to the prediction ------------------------------------------------
+if done is not None:
+    outcome = done["outcome"]
+    c1, c2 = st.columns(2)
+    c1.metric("your prediction", lessons.format_prediction(step, done["prediction"]))
+    c2.metric("measured", outcome.shown)
+    st.info(lessons.compare(step, done["prediction"], outcome), icon=":material/compare_arrows:")
+    st.markdown(lessons.explain(step, outcome))
+    if done.get("figure") is not None:
+        ui.show_chart(done["figure"], f"lesson_{les.key}_{step.key}", key=f"lessons.fig.{les.key}.{step.key}")
+    st.caption(f"Source: {outcome.source}")
+    st.button("Predict again", key="lessons.redo", on_click=redo)
+try:
+    st.page_link(step.link.page, label=f"Go deeper: {step.link.label}", icon=":material/arrow_forward:")
+except StreamlitAPIException:  # the page was started on its own, without app.py's page list
+    st.caption(f"Go deeper: {step.link.label}")
+
+# --- moving between steps ------------------------------------------------------------------------
+b1, b2, b3 = st.columns(3)
+b1.button("← Previous step", key="lessons.prev", on_click=go, args=(-1,), disabled=i == 0)
+if i < n - 1:
+    b2.button("Next step →", key="lessons.next", on_click=go, args=(1,), disabled=done is None, type="primary")
+elif done is not None:
+    b2.success(f"Lesson complete: {len(mine['done'])} of {n} steps measured.")
+b3.button("Start the lesson again", key="lessons.restart", on_click=restart)

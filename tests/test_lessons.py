@@ -1,0 +1,327 @@
+"""Lessons: specviz/lessons.py (the lesson data and its experiments) and pages/8_Lessons.py.
+
+The data: every step links an existing page and names an experiment that resolves. The numbers:
+with no model every step's answer is the shipped recordings' own numbers (read here straight from
+the JSON files), and the words of an explanation follow the data. The page: AppTest walks every
+lesson from its first step to its last, live on the tiny pair and from recorded runs only, checking
+the step counter, the measured answer next to the prediction and the numbers in the explanation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from specviz import lessons
+from specviz.errors import SpecvizError
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+PAGE = "pages/8_Lessons.py"
+TINY = ROOT / "tests" / "models_tiny.yaml"
+LIVE, RECORDED = "Live, on the loaded pair", "Recorded runs and theory (no model needed)"
+
+needs_tiny = pytest.mark.skipif(not TINY.exists(), reason="tests/models_tiny.yaml (the tiny test registry) is missing")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_registry(tiny_app_registry):
+    """Live runs here use the tiny pair (see conftest.tiny_app_registry)."""
+    return tiny_app_registry(TINY)
+
+
+def steps():
+    return [(les, s) for les in lessons.LESSONS for s in les.steps]
+
+
+def recorded_json(name: str) -> dict:
+    return json.loads((ROOT / "specviz" / "recorded" / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def alpha_of(d: dict) -> float:
+    """Accepted / judged drafts, counted from a run file's rounds."""
+    return sum(r["n_accepted"] for r in d["rounds"]) / sum(len(r["accepted"]) for r in d["rounds"])
+
+
+# --- the data ----------------------------------------------------------------------------------
+def test_every_step_links_an_existing_page_and_names_an_experiment_that_resolves():
+    from specviz.replay import list_recorded
+
+    assert len(lessons.LESSONS) >= 6 and len({le.key for le in lessons.LESSONS}) == len(lessons.LESSONS)
+    for les, s in steps():
+        assert (ROOT / s.link.page).is_file(), f"{les.key}/{s.key} links a missing page {s.link.page}"
+        assert s.link.page.startswith("pages/") and s.link.page != PAGE
+        fn = lessons.EXPERIMENTS.get(s.experiment)
+        assert callable(fn), f"{les.key}/{s.key}: no experiment {s.experiment!r}"
+        inspect.signature(fn).bind(lessons.Context(), **s.args)  # its params are the function's arguments
+        assert s.text and "{" not in s.text  # the question's placeholders are all filled
+        pr = s.prediction
+        if pr.kind == "choice":
+            assert pr.default in pr.choices and len(pr.choices) >= 2
+        else:
+            assert pr.kind == "slider" and pr.lo <= pr.default <= pr.hi
+        assert len({st.key for st in les.steps}) == len(les.steps)
+        assert not s.figure or callable(lessons.FIGURES.get(s.figure)), f"{les.key}/{s.key}: no figure {s.figure!r}"
+    assert set(lessons.RECORDED.values()) <= {r.name for r in list_recorded()}
+    from dataclasses import asdict
+
+    assert json.loads(json.dumps([asdict(le) for le in lessons.LESSONS]))  # plain data
+
+
+def test_lessons_never_import_streamlit():
+    import subprocess
+    import sys
+
+    code = ("import sys; from specviz import lessons; ctx = lessons.Context(); "
+            "[lessons.run_step(s, ctx) for le in lessons.LESSONS for s in le.steps]; "
+            "bad = [m for m in sys.modules if m == 'streamlit' or m.startswith('streamlit.')]; "
+            "assert not bad, bad; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_recorded_answers_are_the_recordings_own_numbers():
+    ctx = lessons.Context()  # no pair: recordings and theory
+    out = {(les.key, s.key): (s, lessons.run_step(s, ctx)) for les, s in steps()}
+    assert all(json.loads(json.dumps(o.to_dict())) for _, o in out.values())
+    code, poem = recorded_json("code-greedy"), recorded_json("creative-greedy")
+    t1, france = recorded_json("creative-sampling-t1"), recorded_json("capital-of-france-greedy")
+
+    def check(key, want, *numbers):
+        s, o = out[key]
+        assert o.measured == pytest.approx(want, abs=1e-9) if isinstance(want, float) else o.measured == want
+        text = lessons.explain(s, o)
+        assert o.shown in text, f"{key}: the measured {o.shown!r} is not in {text!r}"
+        for n in numbers:
+            assert n in text, f"{key}: {n!r} not in {text!r}"
+        return o
+
+    ident = all(d["specviz_export"]["baseline"]["identical"] for d in (france, code))
+    check(("identity", "same_text"), "identical" if ident else "mostly different", "2 of 2" if ident else "of 2")
+    b = france["specviz_export"]["baseline"]
+    check(("identity", "passes"), 100 * b["spec_target_passes"] / b["base_target_passes"],
+          f"{b['spec_target_passes']} target passes instead of {b['base_target_passes']}")
+    # the rule, 2000 seeded draws on the recorded first-position p and q (top tokens, the rest as one):
+    # the draft's token is kept with chance Σ min(p, q), and the output follows p
+    first = t1["rounds"][0]
+    p = dict(zip(first["p_top"][0]["ids"], first["p_top"][0]["probs"]))
+    q = dict(zip(first["q_top"][0]["ids"], first["q_top"][0]["probs"]))
+    both = set(p) | set(q)
+    overlap = sum(min(p.get(i, 0.0), q.get(i, 0.0)) for i in both) + min(1 - sum(p.values()), 1 - sum(q.values()))
+    o = check(("identity", "sampling"), "the target's p", "2000 seeded draws")
+    assert abs(o.values["kept"] - overlap) < 4 * (overlap * (1 - overlap) / 2000) ** 0.5  # seed 0 draws 3σ low
+    assert f"{o.values['kept']:.0%}" in lessons.explain(*out[("identity", "sampling")])
+    cb = code["specviz_export"]["baseline"]
+    t5 = statistics.median(r["verify_s"] for r in code["rounds"] if r["prefill_tokens"] == 0 and r["k"] == 4)
+    check(("one_pass", "cost5"), t5 / cb["base_step_s"], f"{t5 * 1000:.1f} ms", f"{cb['base_step_s'] * 1000:.1f} ms")
+    check(("one_pass", "tpp"), len(code["token_ids"]) / code["target_passes"], f"{code['target_passes']} target passes")
+    check(("creative", "poem"), alpha_of(poem), f"{alpha_of(poem):.2f}")
+    check(("creative", "code"), alpha_of(code), f"{alpha_of(code):.2f}", f"{alpha_of(poem):.2f}")
+    check(("temperature", "alpha_t1"), alpha_of(t1), f"{alpha_of(poem):.2f} at T = 0", f"{alpha_of(t1):.2f} at T = 1")
+    s1, s0 = t1["specviz_export"]["baseline"]["speedup"], poem["specviz_export"]["baseline"]["speedup"]
+    check(("temperature", "speedup_t1"), s1, f"{s0:.2f}× at T = 0")
+    # choosing k: the formula by brute force, written out here
+    formula = {k: (1 - 0.8 ** (k + 1)) / (1 - 0.8) / (1 + k * 0.1) for k in range(1, 17)}
+    best = max(formula, key=formula.get)
+    check(("choose_k", "theory"), float(best), f"k = {best}: {formula[best]:.2f}×")
+    check(("loses", "theory"), 1.0, "5 passes of work")
+    s, o = out[("loses", "self")]
+    assert o.measured == pytest.approx(5 / (4 + t5 / cb["base_step_s"])) and o.shown in lessons.explain(s, o)
+
+
+def test_explanations_follow_the_data_not_a_script():
+    from specviz.replay import list_recorded
+
+    recs = {r.name: r for r in list_recorded()}
+    swapped = {**recs, "code-greedy": recs["creative-greedy"], "creative-greedy": recs["code-greedy"]}
+    code_step, entropy_step = lessons.lesson("creative").steps[1:3]
+    for recordings, word, less_sure in ((recs, "higher than", "the poem"), (swapped, "lower than", "the code")):
+        ctx = lessons.Context(recordings=recordings)
+        o = lessons.run_step(code_step, ctx)
+        assert word in lessons.explain(code_step, o)
+        e = lessons.run_step(entropy_step, ctx)
+        assert e.measured == less_sure and f"less sure on {less_sure}" in lessons.explain(entropy_step, e)
+    # the comparison sentence is computed too
+    o = lessons.run_step(code_step, lessons.Context())
+    assert "close" in lessons.compare(code_step, o.measured, o)
+    assert "0.97 higher" in lessons.compare(code_step, 0.0, o) and "lower" not in lessons.compare(code_step, 0.0, o)
+    assert f"{o.measured - 0.5:.2f} higher" in lessons.compare(code_step, 0.5, o)
+
+
+def test_a_missing_recording_is_a_clear_error():
+    with pytest.raises(SpecvizError, match="creative-greedy.*missing"):
+        lessons.run_step(lessons.lesson("creative").steps[0], lessons.Context(recordings={}))
+
+
+@needs_tiny
+def test_live_answers_on_the_tiny_pair_are_the_engines():
+    from specviz import experiments, models, prompts, speculative_decode
+
+    pair = models.load_pair(None, draft_precision="float32")
+    ctx = lessons.Context(pair=pair, seed=3, max_new_tokens=12)
+    p = prompts.preset("Creative story")
+    ids = prompts.encode(pair.tokenizer, p.text, p.chat)
+    kw = dict(k=4, max_new_tokens=12, seed=3, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    for step, t in ((lessons.lesson("creative").steps[0], 0.0), (lessons.lesson("temperature").steps[0], 1.0)):
+        o = lessons.run_step(step, ctx)
+        run = speculative_decode(pair.target, pair.draft, ids, temperature=t, **kw)
+        assert o.measured == pytest.approx(run.alpha) and f"{run.alpha:.2f}" in lessons.explain(step, o)
+        assert o.source.startswith("live")
+    fr = prompts.preset("The capital of France")
+    cmp = experiments.compare_with_baseline(pair.target, pair.draft, prompts.encode(pair.tokenizer, fr.text, fr.chat),
+                                            temperature=0.0, **kw)
+    step = lessons.lesson("identity").steps[2]
+    trials = experiments.first_token_trials(pair.target, pair.draft, prompts.encode(pair.tokenizer, fr.text, fr.chat),
+                                            n=2000, temperature=1.0, seed=3, vocab=pair.shared_vocab)
+    o = lessons.run_step(step, ctx)
+    assert o.values["kept"] == trials.accepted / 2000 and f"{trials.accepted / 2000:.0%}" in lessons.explain(step, o)
+    o = lessons.run_step(lessons.lesson("identity").steps[0], ctx)
+    assert o.measured == ("identical" if cmp.identical else o.measured) and (o.measured == "identical") == cmp.identical
+    # the same seed gives the same sampled run, in a fresh context
+    again = lessons.run_step(lessons.lesson("temperature").steps[0], lessons.Context(pair=pair, seed=3,
+                                                                                     max_new_tokens=12))
+    assert again.measured == lessons.run_step(lessons.lesson("temperature").steps[0], ctx).measured
+
+
+# --- the page ----------------------------------------------------------------------------------
+def lessons_page(source: str):
+    """The Lessons page as app.py serves it (so its page links resolve), with the source chosen."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.switch_page(PAGE)
+    at.session_state["lessons.source"] = source  # chosen before the first run: a recorded page loads nothing
+    at.run()
+    if source == LIVE:
+        at.radio(key="lessons.draft_precision").set_value("float32").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def ok(at):
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def metrics(at) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def predict(at, les, step):
+    """Set a prediction away from the default; return it."""
+    pr, key = step.prediction, f"lessons.{les.key}.{step.key}.prediction"
+    if pr.kind == "choice":
+        value = [c for c in pr.choices if c != pr.default][0]
+        at.radio(key=key).set_value(value)
+    else:
+        value = pr.hi
+        at.slider(key=key).set_value(value)
+    return value
+
+
+def walk(at, check=None) -> dict:
+    """Every lesson, every step: predict, run, check the answer, go on. {(lesson, step): explanation}."""
+    seen = {}
+    for les in lessons.LESSONS:
+        ok(at.selectbox(key="lessons.lesson").set_value(les.title).run())
+        n = len(les.steps)
+        for j, step in enumerate(les.steps):
+            assert [p.proto.text for p in at.get("progress")] == [f"step {j + 1} of {n}"]
+            assert at.subheader[0].value == step.text
+            value = predict(at, les, step)
+            ok(at.button(key="lessons.run").click().run())
+            m = metrics(at)
+            assert m["your prediction"] == lessons.format_prediction(step, value)
+            explanation = [md.value for md in at.markdown if m["measured"] in md.value and md.value != step.text]
+            assert explanation, f"{les.key}/{step.key}: the measured {m['measured']} is in no explanation"
+            assert any(m["measured"] in i.value and lessons.format_prediction(step, value) in i.value for i in at.info)
+            charts = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+            assert len(charts) == bool(step.figure)
+            if step.figure == "fig_entropy_along_poem":
+                assert charts[0].startswith("Target entropy along the text")
+            elif step.figure:
+                assert charts[0].startswith("Predicted speedup vs k")
+            links = at.get("page_link")
+            assert [lk.value for lk in links] == [f"Go deeper: {step.link.label}"]
+            assert links[0].proto.page == Path(step.link.page).stem.split("_", 1)[1]  # "3_Speedup" -> "Speedup"
+            seen[(les.key, step.key)] = (m["measured"], explanation[0])
+            if check:
+                check(les, step, m["measured"], explanation[0])
+            if j < n - 1:
+                ok(at.button(key="lessons.next").click().run())
+        assert any(s.value.startswith(f"Lesson complete: {n} of {n}") for s in at.success)
+    return seen
+
+
+def test_page_walks_every_lesson_from_recorded_runs_only(monkeypatch):
+    from pages.common import ui
+    from specviz import models
+
+    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("a recorded lesson loaded a model"))
+    before = ui.LOAD_CALLS
+    at = lessons_page(RECORDED)
+    want = {(les.key, s.key): lessons.run_step(s, lessons.Context()) for les, s in steps()}  # recordings only
+
+    def check(les, step, measured, explanation):
+        o = want[(les.key, step.key)]
+        assert measured == o.shown and explanation == lessons.explain(step, o)
+
+    seen = walk(at, check)
+    assert len(seen) == sum(len(le.steps) for le in lessons.LESSONS)
+    assert ui.LOAD_CALLS == before
+    poem = recorded_json("creative-greedy")
+    assert f"{alpha_of(poem):.2f}" in seen[("creative", "poem")][1]  # the recording's own α, on the page
+
+
+@needs_tiny
+def test_page_walks_every_lesson_live_on_the_tiny_pair():
+    from specviz import models, prompts, speculative_decode
+
+    at = lessons_page(LIVE)
+    seen = walk(at)
+    assert all("recorded" not in s for s in [c.value for c in at.caption if c.value.startswith("Source:")])
+    pair = models.load_pair(None, draft_precision="float32")
+    p = prompts.preset("Creative story")
+    run = speculative_decode(pair.target, pair.draft, prompts.encode(pair.tokenizer, p.text, p.chat), k=4,
+                             temperature=0.0, max_new_tokens=24, seed=0, eos_token_id=pair.eos_token_ids,
+                             vocab=pair.shared_vocab)
+    assert seen[("creative", "poem")][0] == f"{run.alpha:.2f}"  # the engine's α on the same pair and settings
+    assert f"{run.n_accepted} of {run.n_judged} judged drafts" in seen[("creative", "poem")][1]
+
+
+def test_a_lessons_state_survives_reruns_and_lesson_switches():
+    at = lessons_page(RECORDED)
+    creative = lessons.lesson("creative")
+    ok(at.selectbox(key="lessons.lesson").set_value(creative.title).run())
+    ok(at.button(key="lessons.run").click().run())
+    ok(at.button(key="lessons.next").click().run())
+    assert [p.proto.text for p in at.get("progress")] == ["step 2 of 3"]
+    ok(at.selectbox(key="lessons.lesson").set_value(lessons.LESSONS[0].title).run())
+    assert [p.proto.text for p in at.get("progress")] == [f"step 1 of {len(lessons.LESSONS[0].steps)}"]
+    assert not at.metric  # that lesson has measured nothing yet
+    ok(at.selectbox(key="lessons.lesson").set_value(creative.title).run())
+    ok(at.number_input(key="lessons.seed").set_value(5).run())  # any rerun
+    assert [p.proto.text for p in at.get("progress")] == ["step 2 of 3"]
+    ok(at.button(key="lessons.prev").click().run())
+    assert metrics(at)["measured"] == lessons.run_step(creative.steps[0], lessons.Context()).shown  # kept
+    ok(at.button(key="lessons.redo").click().run())
+    assert not at.metric and at.button(key="lessons.run")  # predict again: the answer is hidden
+    ok(at.button(key="lessons.restart").click().run())
+    assert [p.proto.text for p in at.get("progress")] == ["step 1 of 3"]
+
+
+def test_page_started_on_its_own_still_runs():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / PAGE), default_timeout=120)
+    at.session_state["lessons.source"] = RECORDED
+    at.run()
+    ok(at.button(key="lessons.run").click().run())
+    assert "measured" in metrics(at)
+    assert any(c.value.startswith("Go deeper:") for c in at.caption)  # no page list: the link is a caption
