@@ -21,7 +21,7 @@ from specviz.tiny import tiny_model
 from specviz.tree import ROOT, DraftTree, draft_mask, draft_tree, tree_decode, tree_step, verify_mask, verify_tree
 from specviz.tree_records import TreeRun
 from stats import passes, total_variation
-from tiny import hf_greedy, tiny_qwen
+from tiny import hf_greedy, tiny_gpt2, tiny_qwen
 
 
 def no_eos(model):
@@ -157,6 +157,23 @@ def test_greedy_with_a_draft_that_often_agrees(noise, budget, branch):
     assert run.token_ids == autoregressive_decode(target, prompt, max_new_tokens=40).token_ids
     assert max(r.n_accepted for r in run.rounds) >= 3  # trees are accepted deep
     assert run.tokens_per_pass > 1.5
+
+
+def test_greedy_matches_on_gpt2_too():
+    target, draft = tiny_gpt2(0), tiny_gpt2(1)
+    prompt = [5, 9, 2]
+    assert tree_decode(target, draft, prompt, max_new_tokens=20).token_ids == hf_greedy(target, prompt, 20)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_the_mask_works_with_each_attention_implementation(attn):
+    """eager attention adds the mask to the scores, sdpa takes it as is: the additive mask suits both."""
+    target, draft = close_pair(0.05)
+    for m in (target, draft):
+        m.set_attn_implementation(attn)
+    prompt = [5, 6, 7]
+    run = tree_decode(target, draft, prompt, max_new_tokens=25)
+    assert run.token_ids == hf_greedy(target, prompt, 25) and run.tokens_per_pass > 1.5
 
 
 def test_tree_beats_chain_of_same_first_branch_on_a_noisy_draft():
