@@ -143,6 +143,7 @@ def _check_round(d: Any, w: str) -> None:
         if len(d[name]) != n:
             raise malformed(f"{w}.{name}", f"has {len(d[name])} entries for {n} nodes")
     want_list(d["path"], f"{w}.path", lambda v, p: want_int(v, p, 0, max(n - 1, 0)))
+    _check_shape(d, w, n)
     want_opt(want_int)(d["extra_id"], f"{w}.extra_id")
     want_opt(lambda v, p: want_str(v, p, options=TREE_KINDS))(d["extra_kind"], f"{w}.extra_kind")
     want_list(d["p_top"], f"{w}.p_top", _topk_dict)
@@ -152,6 +153,24 @@ def _check_round(d: Any, w: str) -> None:
     want_list(d["draft_s"], f"{w}.draft_s", want_num)
     for name in ("verify_s", "round_s"):
         want_num(d[name], f"{w}.{name}")
+
+
+def _check_shape(d: dict, w: str, n: int) -> None:
+    """The nodes form a tree drawn in order (a parent before its children, so no cycle) and the path is a
+    chain down from the root; per-parent lists have N+1 entries."""
+    for i, (par, depth) in enumerate(zip(d["parents"], d["depths"])):
+        if par >= i:
+            raise malformed(f"{w}.parents[{i}]", "a node's parent must come before it")
+        if depth != (1 if par == -1 else d["depths"][par] + 1):
+            raise malformed(f"{w}.depths[{i}]", "must be one more than its parent's depth")
+    above = -1
+    for j, node in enumerate(d["path"]):
+        if d["parents"][node] != above:
+            raise malformed(f"{w}.path[{j}]", "the path must go from each node to one of its children")
+        above = node
+    for name in ("p_top", "q_top", "target_argmax"):
+        if len(d[name]) != n + 1:
+            raise malformed(f"{w}.{name}", f"has {len(d[name])} entries for the root and {n} nodes")
 
 
 def check_tree_run_dict(d: Any) -> None:

@@ -333,13 +333,21 @@ def test_same_seed_same_run():
     assert a.token_ids == b.token_ids and a.token_ids != c.token_ids
 
 
-def test_a_malformed_tree_file_names_the_field():
+@pytest.mark.parametrize("field,value,match", [
+    ("verdict", lambda r: ["maybe"] + r["verdict"][1:], r"rounds\[0\]\.verdict\[0\]"),
+    ("parents", lambda r: [0] + r["parents"][1:], r"rounds\[0\]\.parents\[0\]: a node's parent"),  # a cycle
+    ("depths", lambda r: [2] + r["depths"][1:], r"rounds\[0\]\.depths\[0\]"),
+    ("path", lambda r: [r["path"][1]] + r["path"][1:], r"rounds\[0\]\.path\[0\]"),
+    ("p_top", lambda r: r["p_top"][:-1], r"rounds\[0\]\.p_top"),
+])
+def test_a_malformed_tree_file_names_the_field(field, value, match):
     from specviz.errors import SpecvizError
 
-    target, draft = close_pair()
-    d = tree_decode(target, draft, [1, 2], max_new_tokens=5).to_dict()
-    d["rounds"][0]["verdict"][0] = "maybe"
-    with pytest.raises(SpecvizError, match=r"rounds\[0\]\.verdict\[0\]"):
+    target, draft = close_pair(0.0)
+    d = tree_decode(target, draft, [1, 2], max_new_tokens=8).to_dict()
+    assert len(d["rounds"][0]["path"]) >= 2
+    d["rounds"][0][field] = value(d["rounds"][0])
+    with pytest.raises(SpecvizError, match=match):
         TreeRun.from_dict(d)
 
 
