@@ -163,6 +163,8 @@ def _check_shape(d: dict, w: str, n: int) -> None:
             raise malformed(f"{w}.parents[{i}]", "a node's parent must come before it")
         if depth != (1 if par == -1 else d["depths"][par] + 1):
             raise malformed(f"{w}.depths[{i}]", "must be one more than its parent's depth")
+    if d["path"] and not n:
+        raise malformed(f"{w}.path", "a tree with no nodes has no path")
     above = -1
     for j, node in enumerate(d["path"]):
         if d["parents"][node] != above:

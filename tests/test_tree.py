@@ -339,6 +339,7 @@ def test_same_seed_same_run():
     ("depths", lambda r: [2] + r["depths"][1:], r"rounds\[0\]\.depths\[0\]"),
     ("path", lambda r: [r["path"][1]] + r["path"][1:], r"rounds\[0\]\.path\[0\]"),
     ("p_top", lambda r: r["p_top"][:-1], r"rounds\[0\]\.p_top"),
+    ("tokens", lambda r: [], r"rounds\[0\]\.parents"),
 ])
 def test_a_malformed_tree_file_names_the_field(field, value, match):
     from specviz.errors import SpecvizError
