@@ -8,6 +8,11 @@ DynamicCache.crop takes a negative count (tokens to remove).
 Every pass holds the device (devqueue.QUEUE; inside a decoding round, which
 already holds it, this passes straight through), and a timed pass is judged
 for load from outside the app by its process CPU time (devqueue.note_pass).
+
+Token trees (tree.py) feed many branches at once: `feed_masked` takes which
+cached and new entries each new token may see and each token's position
+(transformers passes a 4D mask through to attention unchanged), and
+`compact(keep)` keeps only the cache entries at the given indices, in order.
 """
 
 from __future__ import annotations
@@ -90,3 +95,39 @@ class CachedLM:
             dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         devqueue.note_pass(self.device, dt, cpu, torch.get_num_threads())
         return logits, dt
+
+    @torch.inference_mode()
+    def feed_masked(self, ids: list[int], allowed: torch.Tensor, positions: list[int],
+                    keep: int | None = None) -> torch.Tensor:
+        """Run the model on `ids` where new token i sees entry j (cached, then new) iff allowed[i, j].
+
+        allowed: (T, n + T) bool; positions: (T,) position ids. Returns logits (keep or T, V).
+        """
+        T = len(ids)
+        assert allowed.shape == (T, self.n + T), (tuple(allowed.shape), T, self.n)
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+        pos = torch.tensor([positions], dtype=torch.long, device=self.device)  # (1, T)
+        dtype = self.model.get_input_embeddings().weight.dtype  # the attention scores' dtype
+        # additive mask (0 where allowed, the dtype's minimum elsewhere): eager attention adds it to the
+        # scores and sdpa takes it as is; a bool mask would be added as 1/0 by eager attention
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
+        mask = mask.masked_fill(~allowed.to(self.device), torch.finfo(dtype).min)[None, None]  # (1, 1, T, n+T)
+        kw = {"logits_to_keep": keep} if keep is not None and self._can_trim_logits else {}
+        with devqueue.hold(self.device):
+            out = self.model(input_ids=x, attention_mask=mask, position_ids=pos, past_key_values=self.cache,
+                             use_cache=True, **kw)
+        self.cache = out.past_key_values
+        self.n += T
+        logits = out.logits[0]  # (T, V)
+        return logits if keep is None else logits[-keep:]
+
+    def compact(self, keep: list[int]) -> None:
+        """Keep only the cache entries at indices `keep` (in that order): a tree's accepted path."""
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)  # (n',)
+        for layer in self.cache.layers:
+            if getattr(layer, "is_sliding", False):  # a window layer counts tokens it no longer holds
+                raise ValueError("compacting a sliding-window cache is not supported")
+            if getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel():
+                layer.keys = layer.keys.index_select(-2, idx.to(layer.keys.device))  # (B, H, n', D)
+                layer.values = layer.values.index_select(-2, idx.to(layer.values.device))
+        self.n = len(keep)

@@ -1,0 +1,363 @@
+"""Token trees on tiny random models: the mask, one-pass logits, greedy identity, caches, distribution.
+
+Greedy: tree decoding must equal transformers' greedy generate and the plain
+engine, with drafts that rarely agree, often agree (the target plus noise) and
+always agree (the target itself), so paths get accepted deep. Sampling: the
+first two tokens over thousands of seeds must match the target's exact
+distribution; the same check must fail when p is not updated after a rejection.
+"""
+
+import collections
+import json
+
+import pytest
+import torch
+
+import specviz.tree as tree
+from specviz import InvalidSetting, autoregressive_decode
+from specviz.lm import CachedLM
+from specviz.sampling import Sampler
+from specviz.tiny import tiny_model
+from specviz.tree import ROOT, DraftTree, draft_mask, draft_tree, tree_decode, tree_step, verify_mask, verify_tree
+from specviz.tree_records import TreeRun
+from stats import passes, total_variation
+from tiny import hf_greedy, tiny_gpt2, tiny_qwen
+
+
+def no_eos(model):
+    model.config.eos_token_id = model.generation_config.eos_token_id = None  # run to max_new_tokens
+    return model
+
+
+def close_pair(noise: float = 0.02):
+    """A target and a draft that is its weights plus noise: they agree often (float64, no EOS)."""
+    return no_eos(tiny_model(0, dtype=torch.float64)), no_eos(tiny_model(0, noise=noise, dtype=torch.float64))
+
+
+def ancestors_by_closure(parents: list[int]) -> torch.Tensor:
+    """(N, N) bool: j is i or an ancestor of i, by transitive closure of the parent relation."""
+    n = len(parents)
+    step = torch.zeros(n, n, dtype=torch.long)
+    for i, par in enumerate(parents):
+        if par != ROOT:
+            step[i, par] = 1
+    reach = torch.eye(n, dtype=torch.long)
+    for _ in range(n):
+        reach = ((reach + reach @ step) > 0).long()
+    return reach.bool()
+
+
+def random_tree(n: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return [ROOT if i == 0 else int(torch.randint(-1, i, (), generator=g)) for i in range(n)]
+
+
+# --------------------------------------------------------------------------
+# the mask
+
+
+def test_mask_of_a_small_tree_by_hand():
+    #        root
+    #       /    \
+    #      0      1
+    #     / \     |
+    #    2   3    4
+    #    |
+    #    5
+    parents = [ROOT, ROOT, 0, 0, 1, 2]
+    m = verify_mask(n_cache=2, n_pending=1, parents=parents)  # columns: 2 cached, the root, 6 nodes
+    assert m.shape == (7, 9)
+    assert m[:, :3].all()  # everyone sees the committed context and the root
+    assert m[0, 3:].sum() == 0  # the root sees no node
+    expected = [[1, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0], [1, 0, 1, 0, 0, 0],
+                [1, 0, 0, 1, 0, 0], [0, 1, 0, 0, 1, 0], [1, 0, 1, 0, 0, 1]]
+    assert m[1:, 3:].long().tolist() == expected
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_each_node_attends_to_exactly_its_ancestors(seed):
+    parents = random_tree(20, seed)
+    n_cache, n_pending = 5, 3
+    m = verify_mask(n_cache, n_pending, parents)
+    ctx = n_cache + n_pending
+    assert m[n_pending:, :ctx].all()
+    assert torch.equal(m[n_pending:, ctx:], ancestors_by_closure(parents))
+    # the pending context tokens are causal and see no node
+    assert torch.equal(m[:n_pending, n_cache:ctx], torch.ones(n_pending, n_pending, dtype=torch.bool).tril())
+    assert not m[:n_pending, ctx:].any()
+    # a draft pass: rows = some nodes, columns = context + nodes already cached + the rows
+    cached, rows = list(range(0, 20, 2)), list(range(1, 20, 2))
+    d = draft_mask(7, cached, rows, parents)
+    full = ancestors_by_closure(parents)
+    assert d[:, :7].all()
+    assert torch.equal(d[:, 7:], full[rows][:, cached + rows])
+
+
+def test_tree_logits_equal_each_paths_own_logits():
+    """One target pass over the whole tree gives, at every node, the logits of feeding its path alone."""
+    model = tiny_qwen(3)
+    ids = [5, 9, 2, 7, 1]
+    parents = [ROOT, ROOT, ROOT, 0, 0, 1, 3, 3, 6, 5]
+    t = DraftTree()
+    for i, par in enumerate(parents):
+        t.add((11 * i + 4) % 64, par, 0.5)
+    lm = CachedLM(model)
+    lm.feed(ids[:3])  # a cache holding part of the context: two pending tokens plus the tree
+    logits, _ = verify_tree(lm, ids, t, 64)  # (N+1, V)
+    with torch.no_grad():
+        root = model(torch.tensor([ids])).logits[0, -1]
+        torch.testing.assert_close(logits[0].double(), root, rtol=0, atol=1e-10)
+        for i in range(len(t)):
+            path = [t.tokens[a] for a in reversed(tree.lineage(parents, i))]
+            alone = model(torch.tensor([ids + path])).logits[0, -1]
+            torch.testing.assert_close(logits[i + 1].double(), alone, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_draft_passes_see_each_nodes_path_alone(greedy):
+    """Every distribution the drafter drew children from is the draft's distribution after that node's path."""
+    model = tiny_qwen(4)
+    ids = [3, 1, 4, 1, 5]
+    lm = CachedLM(model)
+    lm.feed(ids[:2])
+    sampler = Sampler.create(0.0 if greedy else 1.0, 0, 1.0, seed=7)
+    t = draft_tree(lm, ids, sampler, 64, set(), budget=16, branch=2, max_depth=5)
+    assert max(t.depths) == 5 and len(t) == 16  # 2, 4, 4, 4, 2 nodes by depth
+    assert len(t.step_s) == 5  # one pass per depth that was expanded (the root's included)
+    expanded = [n for n in t.q_rows if n != ROOT]
+    assert len(expanded) >= 4
+    with torch.no_grad():
+        for n in [ROOT] + expanded:
+            path = [t.tokens[a] for a in reversed(tree.lineage(t.parents, n))]
+            alone = model(torch.tensor([ids + path])).logits[0, -1]
+            torch.testing.assert_close(t.q_rows[n].double(), sampler.probs(alone).double(), rtol=0, atol=1e-10)
+
+
+# --------------------------------------------------------------------------
+# greedy: identical to the target alone
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("budget,branch,max_depth", [(1, 1, 1), (4, 1, 4), (16, 2, 8), (12, 3, 4), (32, 4, 6)])
+def test_greedy_matches_hf_generate(seed, budget, branch, max_depth):
+    target, draft = tiny_qwen(100 + seed), tiny_qwen(200 + seed)
+    prompt = [(seed * 7 + i) % 64 for i in range(3 + seed)]
+    run = tree_decode(target, draft, prompt, budget=budget, branch=branch, max_depth=max_depth,
+                      max_new_tokens=20, seed=seed)
+    assert run.token_ids == hf_greedy(target, prompt, 20)
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.02, 0.05])
+@pytest.mark.parametrize("budget,branch", [(8, 2), (16, 2), (24, 3)])
+def test_greedy_with_a_draft_that_often_agrees(noise, budget, branch):
+    target, draft = close_pair(noise) if noise else (close_pair()[0],) * 2
+    prompt = [5, 6, 7, 8]
+    run = tree_decode(target, draft, prompt, budget=budget, branch=branch, max_new_tokens=40)
+    assert run.token_ids == hf_greedy(target, prompt, 40)
+    assert run.token_ids == autoregressive_decode(target, prompt, max_new_tokens=40).token_ids
+    assert max(r.n_accepted for r in run.rounds) >= 3  # trees are accepted deep
+    assert run.tokens_per_pass > 1.5
+
+
+def test_greedy_matches_on_gpt2_too():
+    target, draft = tiny_gpt2(0), tiny_gpt2(1)
+    prompt = [5, 9, 2]
+    assert tree_decode(target, draft, prompt, max_new_tokens=20).token_ids == hf_greedy(target, prompt, 20)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_the_mask_works_with_each_attention_implementation(attn):
+    """eager attention adds the mask to the scores, sdpa takes it as is: the additive mask suits both."""
+    target, draft = close_pair(0.05)
+    for m in (target, draft):
+        m.set_attn_implementation(attn)
+    prompt = [5, 6, 7]
+    run = tree_decode(target, draft, prompt, max_new_tokens=25)
+    assert run.token_ids == hf_greedy(target, prompt, 25) and run.tokens_per_pass > 1.5
+
+
+def test_tree_beats_chain_of_same_first_branch_on_a_noisy_draft():
+    """Alternatives help: with a draft that is often second-best, branch 3 accepts more per pass than branch 1."""
+    target, draft = close_pair(0.1)
+    prompt = [5, 6, 7, 8]
+    chain = tree_decode(target, draft, prompt, budget=6, branch=1, max_depth=6, max_new_tokens=60)
+    wide = tree_decode(target, draft, prompt, budget=24, branch=3, max_depth=6, max_new_tokens=60)
+    assert chain.token_ids == wide.token_ids
+    assert wide.tokens_per_pass > chain.tokens_per_pass
+
+
+def test_eos_stops_and_is_never_passed():
+    target, draft = close_pair()
+    prompt = [4, 4, 2]
+    free = hf_greedy(target, prompt, 30)
+    eos = free[9]
+    run = tree_decode(target, draft, prompt, max_new_tokens=30, eos_token_id=eos)
+    assert run.token_ids == free[: free.index(eos) + 1] == hf_greedy(target, prompt, 30, eos=eos)
+    assert run.stop_reason == "eos"
+
+
+def test_one_target_pass_per_round_and_one_draft_pass_per_depth(monkeypatch):
+    target, draft = close_pair()
+    calls = {"t": [], "d": []}
+    for name, m in (("t", target), ("d", draft)):
+        orig = m.forward
+        monkeypatch.setattr(m, "forward", lambda *a, _o=orig, _c=calls[name], **kw: _c.append(1) or _o(*a, **kw))
+    run = tree_decode(target, draft, [1, 2, 3], budget=16, branch=2, max_depth=5, max_new_tokens=25)
+    assert len(calls["t"]) == run.target_passes == len(run.rounds)
+    assert len(calls["d"]) == run.draft_passes == sum(len(r.draft_s) for r in run.rounds)
+    assert all(len(r.draft_s) <= 5 for r in run.rounds)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 9])
+def test_max_new_tokens_is_exact(n):
+    target, draft = close_pair(0.0)
+    run = tree_decode(target, draft, [1, 2], max_new_tokens=n)
+    assert len(run.token_ids) == n and sum(len(r.emitted) for r in run.rounds) == n
+
+
+# --------------------------------------------------------------------------
+# KV caches keep only the accepted path
+
+
+def cache_tensors(lm: CachedLM) -> list[torch.Tensor]:
+    return [t for layer in lm.cache.layers for t in (layer.keys, layer.values)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_caches_after_a_round_equal_feeding_the_accepted_path_alone(temperature):
+    t_model, d_model = close_pair(0.05)
+    target, draft = CachedLM(t_model), CachedLM(d_model)
+    ids = [5, 6, 7, 8]
+    sampler = Sampler.create(temperature, 0, 1.0, seed=3)
+    skipped = 0
+    for index in range(12):
+        rnd, _ = tree_step(target, draft, ids, sampler, 128, set(), 100, index, budget=16, branch=3, max_depth=5)
+        # a path that skips earlier siblings: its entries are not a prefix of the tree's
+        skipped += rnd.path != list(range(len(rnd.path)))
+        assert target.n == len(ids) - 1 and draft.n <= len(ids) - 1
+        for lm, model in ((target, t_model), (draft, d_model)):
+            fresh = CachedLM(model)
+            fresh.feed(ids[: lm.n])
+            for a, b in zip(cache_tensors(lm), cache_tensors(fresh), strict=True):
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+    assert skipped >= 3
+
+
+# --------------------------------------------------------------------------
+# sampling preserves the target's distribution
+
+
+VOCAB = 6
+PROMPT = [1, 3]
+N_RUNS = 1000  # the broken variants below miss by a chi-square of ~500 against a bound of ~31
+
+
+@pytest.fixture(scope="module")
+def small_vocab_pair():
+    # the draft differs from the target a lot (different weights, flatter init)
+    return tiny_qwen(11, vocab=VOCAB, init=1.0), tiny_qwen(12, vocab=VOCAB, init=0.3)
+
+
+def sampled_counts(target, draft, temperature, top_k=0, top_p=1.0):
+    counts = collections.Counter()
+    for seed in range(N_RUNS):
+        run = tree_decode(target, draft, PROMPT, budget=8, branch=3, temperature=temperature, top_k=top_k,
+                          top_p=top_p, max_new_tokens=2, seed=seed)
+        counts[tuple(run.token_ids)] += 1
+    return counts
+
+
+def exact(target, temperature, top_k=0, top_p=1.0):
+    from test_engine import PROMPT as P, VOCAB as V, exact_two_token_distribution
+
+    assert (P, V) == (PROMPT, VOCAB)
+    return exact_two_token_distribution(target, temperature, top_k, top_p)
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.8, 4, 0.9)])
+def test_sampling_matches_target_distribution(small_vocab_pair, temperature, top_k, top_p):
+    target, draft = small_vocab_pair
+    want = exact(target, temperature, top_k, top_p)
+    counts = sampled_counts(target, draft, temperature, top_k, top_p)
+    assert passes(counts, want, N_RUNS), total_variation(counts, want, N_RUNS)
+
+
+def test_not_updating_p_after_a_rejection_fails_the_distribution_check(small_vocab_pair, monkeypatch):
+    target, draft = small_vocab_pair
+    want = exact(target, 1.0)
+    monkeypatch.setattr(tree, "residual", lambda p, q, x: p)
+    counts = sampled_counts(target, draft, 1.0)
+    assert not passes(counts, want, N_RUNS)
+
+
+def test_not_removing_a_rejected_child_from_q_fails_the_distribution_check(small_vocab_pair, monkeypatch):
+    """The children are drawn without replacement, so q must lose each rejected child."""
+    target, draft = small_vocab_pair
+    want = exact(target, 1.0)
+    monkeypatch.setattr(tree, "without", lambda q, x: q)
+    counts = sampled_counts(target, draft, 1.0)
+    assert not passes(counts, want, N_RUNS)
+
+
+# --------------------------------------------------------------------------
+# records, determinism, bad input
+
+
+def test_records_are_consistent_and_round_trip_through_json():
+    target, draft = close_pair(0.1)
+    run = tree_decode(target, draft, [1, 2, 3], budget=12, branch=3, temperature=0.9, max_new_tokens=30, seed=5)
+    assert [t for r in run.rounds for t in r.emitted] == run.token_ids
+    assert run.tokens_per_pass == pytest.approx(len(run.token_ids) / len(run.rounds))
+    for r in run.rounds:
+        n = r.n_nodes
+        assert len(r.parents) == len(r.q) == len(r.p) == len(r.verdict) == len(r.u) == n
+        assert len(r.p_top) == len(r.q_top) == len(r.target_argmax) == n + 1
+        assert [i for i, v in enumerate(r.verdict) if v == "accepted"] == r.path
+        assert r.emitted[: r.n_accepted] == [r.tokens[i] for i in r.path][: len(r.emitted)]
+        for i, (par, d) in enumerate(zip(r.parents, r.depths)):
+            assert d == (1 if par == -1 else r.depths[par] + 1)
+            assert r.cum_q[i] == pytest.approx(r.q[i] * (1 if par == -1 else r.cum_q[par]))
+        for u, ratio, v in zip(r.u, r.ratio, r.verdict):
+            assert (u is None) == (v == "untried")
+            if u is not None:
+                assert (u < ratio) == (v == "accepted")  # the recorded decision is the rule on recorded numbers
+        if r.extra_kind == "correction":
+            assert r.residual_top is not None
+    back = TreeRun.from_json(run.to_json())
+    assert back == run and json.loads(run.to_json())["format"] == "specviz.treerun/1"
+
+
+def test_same_seed_same_run():
+    target, draft = close_pair(0.1)
+    a, b, c = (tree_decode(target, draft, [1, 2, 3], temperature=1.0, max_new_tokens=20, seed=s) for s in (4, 4, 5))
+    assert a.token_ids == b.token_ids and a.token_ids != c.token_ids
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("verdict", lambda r: ["maybe"] + r["verdict"][1:], r"rounds\[0\]\.verdict\[0\]"),
+    ("parents", lambda r: [0] + r["parents"][1:], r"rounds\[0\]\.parents\[0\]: a node's parent"),  # a cycle
+    ("depths", lambda r: [2] + r["depths"][1:], r"rounds\[0\]\.depths\[0\]"),
+    ("path", lambda r: [r["path"][1]] + r["path"][1:], r"rounds\[0\]\.path\[0\]"),
+    ("p_top", lambda r: r["p_top"][:-1], r"rounds\[0\]\.p_top"),
+    ("tokens", lambda r: [], r"rounds\[0\]\.parents"),
+])
+def test_a_malformed_tree_file_names_the_field(field, value, match):
+    from specviz.errors import SpecvizError
+
+    target, draft = close_pair(0.0)
+    d = tree_decode(target, draft, [1, 2], max_new_tokens=8).to_dict()
+    assert len(d["rounds"][0]["path"]) >= 2
+    d["rounds"][0][field] = value(d["rounds"][0])
+    with pytest.raises(SpecvizError, match=match):
+        TreeRun.from_dict(d)
+
+
+@pytest.mark.parametrize("kw,match", [(dict(budget=0), "budget"), (dict(branch=9), "branch"),
+                                      (dict(max_depth=0), "max_depth"), (dict(budget=2.5), "budget"),
+                                      (dict(temperature=-1.0), "temperature"), (dict(input_ids=[]), "empty")])
+def test_bad_input_is_a_clear_error(kw, match):
+    target, draft = close_pair()
+    args = dict(input_ids=[1, 2, 3], max_new_tokens=5)
+    args.update(kw)
+    with pytest.raises(InvalidSetting, match=match):
+        tree_decode(target, draft, args.pop("input_ids"), **args)

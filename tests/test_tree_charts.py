@@ -1,0 +1,80 @@
+"""fig_tree draws a real tree round: every node once, at its depth, in its verdict's trace."""
+
+import json
+
+import pytest
+import torch
+
+from specviz.tiny import tiny_model
+from specviz.tree import tree_decode
+from specviz.tree_charts import NODE_STATES, fig_tree, tree_layout
+
+EVIL = "<a href='x'>y</a>"
+
+
+@pytest.fixture(scope="module")
+def rounds():
+    target = tiny_model(0, dtype=torch.float64)
+    draft = tiny_model(0, noise=0.1, dtype=torch.float64)
+    runs = [tree_decode(target, draft, [5, 6, 7], budget=12, branch=3, temperature=t, max_new_tokens=30,
+                        seed=1, eos_token_id=[]) for t in (0.0, 1.0)]
+    return [r for run in runs for r in run.rounds]
+
+
+def node_traces(fig):
+    """legend name -> {node index: (x, y)} for the node traces (those with customdata)."""
+    out = {}
+    for tr in fig.data:
+        if tr.customdata is not None:
+            out[tr.name] = {int(c): (x, y) for c, x, y in zip(tr.customdata, tr.x, tr.y)}
+    return out
+
+
+def test_every_node_is_drawn_once_at_its_depth_in_its_verdicts_colour(rounds):
+    kinds = set()
+    for r in rounds:
+        traces = node_traces(fig_tree(r))
+        n = r.n_nodes
+        drawn = [i for nodes in traces.values() for i in nodes]
+        assert sorted(drawn) == [-1] + list(range(n + (r.extra_id is not None)))
+        for state, (label, _, _) in NODE_STATES.items():
+            got = set(traces.get(label, {}))
+            if state in ("correction", "bonus"):
+                assert got == ({n} if r.extra_kind == state else set())
+            else:
+                assert got == {i for i, v in enumerate(r.verdict) if v == state}
+        pos = {i: xy for nodes in traces.values() for i, xy in nodes.items()}
+        assert all(pos[i][0] == r.depths[i] for i in range(n))
+        if r.extra_id is not None:
+            assert pos[n][0] == r.n_accepted + 1
+        kinds.update(r.verdict)
+        kinds.add(r.extra_kind)
+    assert {"accepted", "rejected", "untried", "correction", "bonus"} <= kinds  # the rounds cover every state
+
+
+def test_the_path_is_drawn_as_the_thick_edges(rounds):
+    r = next(r for r in rounds if r.n_accepted >= 2 and r.extra_id is not None)
+    fig = fig_tree(r)
+    thick = max((tr for tr in fig.data if tr.mode == "lines"), key=lambda tr: tr.line.width)
+    pos = {i: xy for nodes in node_traces(fig).values() for i, xy in nodes.items()}
+    chain = [-1] + r.path + [r.n_nodes]
+    segments = {(thick.x[j], thick.y[j], thick.x[j + 1], thick.y[j + 1]) for j in range(0, len(thick.x), 3)}
+    assert segments == {(*pos[a], *pos[b]) for a, b in zip(chain, chain[1:])}
+
+
+def test_layout_puts_leaves_apart_and_parents_between_their_children():
+    parents = [-1, -1, 0, 0, 0, 1, 5, 5]
+    y = tree_layout(parents)
+    leaves = [i for i in range(len(parents)) if i not in parents]
+    assert len({y[i] for i in leaves}) == len(leaves)
+    for node in [-1] + list(range(len(parents))):
+        kids = [i for i, p in enumerate(parents) if p == node]
+        if kids:
+            assert min(y[k] for k in kids) <= y[node] <= max(y[k] for k in kids)
+
+
+def test_token_text_is_html_escaped(rounds):
+    fig = fig_tree(rounds[0], decode=lambda i: f"{EVIL}{i}")
+    # labels and hover texts, re-dumped so '<' is literal, not \u003c
+    text = json.dumps(json.loads(fig.to_json()), ensure_ascii=False)
+    assert "<a" not in text and "</a>" not in text and "&lt;a" in text
