@@ -160,3 +160,47 @@ def test_a_prompt_over_the_token_limit_is_refused_and_the_run_stays(monkeypatch)
     assert not at.exception
     assert any("more than the limit of 3 tokens" in e.value for e in at.error), [e.value for e in at.error]
     assert at.session_state["main.job"] is job
+
+
+def test_a_model_load_outlives_the_script_run_that_started_it():
+    """A click during the first-time conversion stops that script run; the load goes on, and the next
+    run waits for the same load instead of starting it again."""
+    import threading
+    import time
+
+    from pages.common import ui
+
+    slot, gate, calls = ui._Slot(), threading.Event(), []
+
+    def load(progress):
+        calls.append(1)
+        progress("converting draft", 0.5)
+        gate.wait(10)
+        return "pair"
+
+    t0 = time.perf_counter()
+    slot.start(load)  # the run that started it is stopped right after: nobody waits
+    assert time.perf_counter() - t0 < 1.0  # the load runs in its own thread
+    slot.start(load)  # the next run asks again
+    seen = []
+    threading.Timer(0.5, gate.set).start()
+    assert slot.wait(lambda stage, f: seen.append((stage, f)), poll_s=0.05) == "pair"
+    assert calls == [1] and ("converting draft", 0.5) in seen
+
+
+def test_a_failed_model_load_is_reported_once_then_retried():
+    from pages.common import ui
+
+    slot, calls = ui._Slot(), []
+
+    def load(progress):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MemoryError("not enough memory")
+        return "pair"
+
+    slot.start(load)
+    with pytest.raises(MemoryError):
+        slot.wait(lambda *a: None)
+    slot.start(load)
+    assert slot.wait(lambda *a: None) == "pair" and calls == [1, 1]

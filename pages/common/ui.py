@@ -237,12 +237,51 @@ def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -
 
 # --- loading (the one st.cache_resource) ------------------------------------------------------
 class _Slot:
-    """Holds one loaded pair; the lock makes concurrent sessions wait for a single load."""
+    """Holds one pair and the thread loading it, so a load outlives the script run that started it.
+
+    A rerun (any click) stops a script run; the first-time conversion (minutes) goes on in
+    the loader thread, and the next run shows its progress again instead of starting over.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pair = None  # loaded with a float32 (or bfloat16) draft: the source of every draft precision
         self.variants: dict[str, Any] = {}  # draft precision -> the same pair with that draft
+        self.loader: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.stage, self.frac, self.t0 = "waiting for the models", 0.0, 0.0
+
+    def progress(self, stage: str, frac: float | None) -> None:
+        self.stage, self.frac = stage, 0.0 if frac is None else max(0.0, min(1.0, float(frac)))
+
+    def start(self, load: Callable[[Callable], Any]) -> None:
+        """Start `load(progress)` in a thread unless one is running or the pair is there."""
+        global LOAD_CALLS
+        with self.lock:
+            if self.pair is not None or (self.loader is not None and self.loader.is_alive()):
+                return
+            with _load_lock:
+                LOAD_CALLS += 1
+            self.error, self.t0 = None, time.perf_counter()
+
+            def run() -> None:
+                try:
+                    self.pair = load(self.progress)
+                except BaseException as e:  # noqa: BLE001 — handed to the session that waits for it
+                    self.error = e
+
+            self.loader = threading.Thread(target=run, name="specviz-load", daemon=True)
+            self.loader.start()
+
+    def wait(self, show: Callable[[str, float], None], poll_s: float = 0.2):
+        """Show progress until the pair is loaded; the load's error is raised here, once."""
+        while self.loader is not None and self.loader.is_alive():
+            show(self.stage, self.frac)
+            self.loader.join(poll_s)
+        if self.pair is None:
+            err, self.error = self.error, None  # the next request starts a new load
+            raise err if err is not None else RuntimeError("the model load ended without a pair")
+        return self.pair
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
@@ -286,31 +325,25 @@ def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
 
 
 def _load_base(name: str, dtype: str):
-    global LOAD_CALLS
     from specviz import models
 
     slot = _slot(name, dtype)
     if slot.pair is not None:
         return slot.pair
+
+    def load(progress):
+        pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=dtype)
+        _warm_up(pair, progress)
+        return pair
+
+    slot.start(load)  # another session may have started it: then this one waits for that load
     box = st.empty()
-    t0 = time.perf_counter()
     with box.status(f"Loading {name} ({dtype})…", expanded=True) as status:
         bar = st.progress(0.0, text="waiting for the models")
-
-        def progress(stage: str, frac: float | None) -> None:
-            f = 0.0 if frac is None else max(0.0, min(1.0, float(frac)))
-            bar.progress(f, text=f"{stage} ({time.perf_counter() - t0:.0f} s)")
-
-        with slot.lock:  # another session may be loading the same pair: wait for it
-            if slot.pair is None:
-                with _load_lock:
-                    LOAD_CALLS += 1
-                pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=dtype)
-                _warm_up(pair, progress)
-                slot.pair = pair
-        status.update(label=f"Loaded {name} in {time.perf_counter() - t0:.1f} s", state="complete")
+        pair = slot.wait(lambda stage, f: bar.progress(f, text=f"{stage} ({time.perf_counter() - slot.t0:.0f} s)"))
+        status.update(label=f"Loaded {name} in {time.perf_counter() - slot.t0:.1f} s", state="complete")
     box.empty()
-    return slot.pair
+    return pair
 
 
 # --- text -----------------------------------------------------------------------------------
