@@ -165,7 +165,8 @@ CLAIMS: tuple[Claim, ...] = (
           ("Speedup", "Main page"),
           "Adaptive k and a best-k chooser next to fixed k, with the trace of k over the rounds.",
           "Greedy, int8 draft: the best-k chooser 2.70× on code against 2.19× for fixed k = 4; over four "
-          "prompts it beat k = 4 by 1.23× greedy and 1.17× sampling, the main page's default run included (README)."),
+          "prompts it beat k = 4 by 1.23× greedy and 1.17× sampling, the main page's default run "
+          "included (README)."),
     Claim(14, "Variants need no second model",
           "Drafts can come from elsewhere: n-grams of the context (prompt lookup), extra prediction heads "
           "(Medusa), or a subset of the target's own layers (self-speculative decoding).",
