@@ -464,7 +464,11 @@ if r.k:
                + ("Greedy (temperature 0): a draft token is kept iff it is the target's argmax."
                   if r.greedy else "Sampling: a draft token is kept iff u ≤ min(1, p/q), u uniform in [0, 1)."))
     st.dataframe(pd.DataFrame(replay.decision_rows(r, dec)), hide_index=True, width="stretch")
-    for i in range(r.k):
+    positions = list(range(r.k))
+    if ui.presenter() and r.k > 1:  # on a projector: one chart at a time
+        positions = [st.select_slider("drafted position", positions, format_func=lambda i: str(i + 1),
+                                      key=f"main.pq_pos.{sel}.{r.k}")]
+    for i in positions:
         fig = charts.fig_pq(r, i, dec)
         fig.update_layout(height=380)
         ui.show_chart(fig, f"round{sel}-pq-{i + 1}", key=f"main.pq.{i}")
@@ -476,12 +480,22 @@ else:
 
 # --- acceptance over the run, and the tokens-per-pass curve -------------------------------------
 st.subheader("Acceptance")
-ui.show_chart(charts.fig_alpha_trace(run), "alpha-trace", key="main.alpha_trace")
+if ui.presenter():  # on a projector: one chart at a time, in tabs
+    tab_alpha, tab_curve, tab_k = st.tabs(["α over the run", "tokens per pass", "k per round"])
+else:
+    tab_alpha = tab_curve = tab_k = st.container()
+with tab_alpha:
+    ui.show_chart(charts.fig_alpha_trace(run), "alpha-trace", key="main.alpha_trace")
 run_k = int(run.settings.get("k", k))
 fixed = run.settings.get("k_policy", "fixed") == "fixed"
 same_k = run_k == k and fixed
 varying_k = not fixed or len(set(r_.k for r_ in run.rounds)) > 2
-c1, c2 = st.columns(2) if varying_k else (st.container(), None)
+if ui.presenter():
+    c1, c2 = tab_curve, (tab_k if varying_k else None)
+    if c2 is None:
+        tab_k.caption(f"k was {run_k} in every round of this run.")
+else:
+    c1, c2 = st.columns(2) if varying_k else (st.container(), None)
 with c1:
     ui.show_chart(charts.fig_expected_tokens(k, charts.measured_point(run) if same_k else None),
                   "expected-tokens", key="main.expected")

@@ -108,6 +108,26 @@ def test_presenter_mode_large_type_slow_animation_and_back():
     assert not css(at) and at.select_slider(key="main.speed").value == "normal"
 
 
+def test_presenter_mode_shows_one_chart_at_a_time_and_binds_keys():
+    import json
+
+    from pages.common import ui
+
+    def pq_charts(at) -> int:  # p vs q charts of the round shown in detail
+        return sum("chance to accept" in json.loads(c.proto.spec)["layout"]["title"]["text"]
+                   for c in at.get("plotly_chart"))
+
+    at = start(new_app(), max_new=12, k=4, baseline=False)
+    at.number_input(key="main.round_no").set_value(1).run()  # the first round drafted k = 4
+    drafted = at.session_state["main.job"].rounds[0].k
+    assert pq_charts(at) == drafted > 1  # without presenter mode: one p/q chart per drafted position
+    at.toggle(key="ui.presenter").set_value(True).run()
+    assert not at.exception and pq_charts(at) == 1
+    assert [t.label for t in at.tabs] == ["α over the run", "tokens per pass", "k per round"]
+    assert any("space plays or pauses" in c.value for c in at.sidebar.caption)
+    assert "keydown" in ui.PRESENTER_KEYS and "'Step'" in ui.PRESENTER_KEYS
+
+
 # --------------------------------------------------------------------------------------------
 def test_defaults_and_no_exception():
     from specviz import models, prompts, quant

@@ -186,5 +186,28 @@ def test_recorded_run_replays_in_the_browser(server, browser, shots):
     page.close()
 
 
+def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
+    """Presenter mode on, a lesson from the recorded runs, driven by the keyboard: space runs the
+    experiment, → goes to the next step. Screenshots for slides go to $SPECVIZ_SCREENSHOTS."""
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(f"{server}/Lessons")
+    page.get_by_text("step 1 of").first.wait_for()
+    page.get_by_text("Recorded runs and theory (no model needed)").first.click()
+    page.get_by_text("Presenter mode").first.click()
+    page.get_by_text("space plays or pauses").first.wait_for()
+    page.wait_for_timeout(1500)  # the key script is in place
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")  # keys go to the page
+    page.keyboard.press(" ")  # space: run the experiment
+    page.get_by_text("your prediction").first.wait_for()
+    assert page.get_by_text("measured").count() >= 1
+    _shot(page, shots / "lesson-presenter.png")
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("ArrowRight")  # →: the next step
+    page.get_by_text("step 2 of").first.wait_for()
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-m", "browser", "-s"]))

@@ -54,6 +54,31 @@ h1 { font-size: 2.9rem !important; }
 </style>"""
 
 
+# presenter mode's keys, on the page around the component's frame: space plays or pauses (or runs),
+# → steps one round (or goes to the next lesson step); never while typing in a box
+PRESENTER_KEYS = """<script>
+const doc = window.parent.document;
+if (!doc.specvizKeys) {
+  doc.specvizKeys = true;
+  const click = (labels) => {
+    for (const b of doc.querySelectorAll('button')) {
+      const text = b.innerText.trim();
+      if (!b.disabled && labels.some((l) => text.endsWith(l))) { b.click(); return true; }
+    }
+    return false;
+  };
+  doc.addEventListener('keydown', (e) => {
+    const t = e.target, tag = ((t && t.tagName) || '').toLowerCase();
+    if (tag === 'input' || tag === 'textarea' || tag === 'select' || (t && t.isContentEditable)) return;
+    let done = false;
+    if (e.key === ' ') done = click(['Pause', 'Resume']) || click(['Run', 'Play recording', 'Run the experiment']);
+    else if (e.key === 'ArrowRight') done = click(['Step', 'Next step →']);
+    if (done) e.preventDefault();
+  });
+}
+</script>"""
+
+
 def presenter() -> bool:
     """Whether presenter mode is on in this session (every page shares it)."""
     return bool(st.session_state.get(PRESENTER, False))
@@ -68,6 +93,10 @@ def _presenter_toggle() -> None:
                            "and a slower animation by default.")
     if presenter():
         st.markdown(PRESENTER_CSS, unsafe_allow_html=True)
+        import streamlit.components.v1 as components
+
+        components.html(PRESENTER_KEYS, height=0)
+        st.sidebar.caption("Keys: space plays or pauses, → steps one round (or to the next lesson step).")
 
 
 def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple[int, ...] = ()) -> None:
