@@ -268,9 +268,11 @@ def test_a_run_waiting_behind_another_holder_reports_the_same_times_as_alone(tin
             # the run really waited a turn of 100 ms before most rounds: counted, that would be many times t_alone
             assert waited > 0.1 * len(run_busy.rounds) / 2 and waited > 4 * t_alone, (name, waited, t_alone)
             assert abs(sum(r.round_s for r in run_busy.rounds) - t_busy) < 0.5 * t_alone + 0.01
-        # the same time as alone: a 2-core machine shared with other work makes tiny timings noisy, hence the
-        # tolerance, which is still far below the waits (about 100 ms a round)
-        assert t_busy < 2.5 * t_alone + 0.02, (name, t_busy, t_alone)
+            # the waits are not counted: counted, t_busy would be t_alone + waited. Half the wait is the
+            # margin, since tiny timings on a shared 2-core machine are noisy (waited > 4 t_alone above)
+            assert t_busy < t_alone + 0.5 * waited, (name, t_busy, t_alone, waited)
+        else:  # a measured pass: its clock starts once the device is held
+            assert t_busy < 2.5 * t_alone + 0.02, (name, t_busy, t_alone)
 
 
 def test_no_model_work_holds_the_device_at_once_from_many_threads(tiny_pair):

@@ -503,8 +503,10 @@ def test_float32_cpu_pairs_use_the_onednn_linear_path():
     from specviz import fastlinear
 
     tiny = Path(__file__).parent / "models_tiny.yaml"
-    on = models.load_pair(registry=tiny, dtype="float32", device="cpu")
+    on = models.load_pair(registry=tiny, dtype="float32", device="cpu", draft_precision="float32")
     assert on.fast_linear and fastlinear.is_enabled(on.target) and fastlinear.is_enabled(on.draft)
+    int8 = models.load_pair(registry=tiny, dtype="float32", device="cpu", draft_precision="int8")
+    assert fastlinear.is_enabled(int8.target) and not fastlinear.is_enabled(int8.draft)  # no float Linear left
     off = models.load_pair(registry=tiny, dtype="float32", device="cpu", fast_linear=False)
     assert not off.fast_linear and not fastlinear.is_enabled(off.target)
     bf16 = models.load_pair(registry=tiny, dtype="bfloat16", device="cpu")
