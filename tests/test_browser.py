@@ -187,8 +187,8 @@ def test_recorded_run_replays_in_the_browser(server, browser, shots):
 
 
 def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
-    """Presenter mode on, a lesson from the recorded runs, driven by the keyboard: space runs the
-    experiment, → goes to the next step. Screenshots for slides go to $SPECVIZ_SCREENSHOTS."""
+    """Presenter mode on, a whole lesson from the recorded runs, driven by the keyboard: space runs
+    each experiment, → goes to the next step. Screenshots for slides go to $SPECVIZ_SCREENSHOTS."""
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.set_default_timeout(60_000)
     page.goto(f"{server}/Lessons")
@@ -202,9 +202,15 @@ def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
     page.get_by_text("your prediction").first.wait_for()
     assert page.get_by_text("measured").count() >= 1
     _shot(page, shots / "lesson-presenter.png")
-    page.evaluate("() => document.activeElement && document.activeElement.blur()")
-    page.keyboard.press("ArrowRight")  # →: the next step
-    page.get_by_text("step 2 of").first.wait_for()
+    total = int(re.search(r"step 1 of (\d+)", page.get_by_text("step 1 of").first.inner_text()).group(1))
+    for n in range(2, total + 1):  # the rest of the lesson, by the keys alone
+        page.evaluate("() => document.activeElement && document.activeElement.blur()")
+        page.keyboard.press("ArrowRight")  # →: the next step
+        page.get_by_text(f"step {n} of {total}").first.wait_for()
+        page.evaluate("() => document.activeElement && document.activeElement.blur()")
+        page.keyboard.press(" ")
+        page.get_by_text("your prediction").first.wait_for()
+    page.get_by_text("Lesson complete").first.wait_for()
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()
 
