@@ -76,8 +76,25 @@ class Round:
         return len(self.accepted) > self.n_accepted
 
 
+class RunRates:
+    """Per-run rates, one definition for a chain Run and a TreeRun (token_ids, rounds, target_passes,
+    decode_s)."""
+
+    @property
+    def n_accepted(self) -> int:
+        return sum(r.n_accepted for r in self.rounds)
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return len(self.token_ids) / self.target_passes if self.target_passes else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.token_ids) / self.decode_s if self.decode_s > 0 else float("nan")
+
+
 @dataclass(frozen=True)
-class Run:
+class Run(RunRates):
     """A whole generation: settings, new token ids, rounds and timings.
 
     `mode` is "speculative" or "autoregressive". An autoregressive run has one
@@ -105,10 +122,6 @@ class Run:
         return sum(r.k for r in self.rounds)
 
     @property
-    def n_accepted(self) -> int:
-        return sum(r.n_accepted for r in self.rounds)
-
-    @property
     def n_judged(self) -> int:
         return sum(len(r.accepted) for r in self.rounds)
 
@@ -127,14 +140,6 @@ class Run:
     def acceptance_rate(self) -> float:
         """accepted / drafted, counting drafted tokens discarded after a rejection."""
         return self.n_accepted / self.n_drafted if self.n_drafted else float("nan")
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return len(self.token_ids) / self.target_passes if self.target_passes else float("nan")
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.token_ids) / self.decode_s if self.decode_s > 0 else float("nan")
 
     @property
     def steady_rounds(self) -> list[Round]:

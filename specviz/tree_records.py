@@ -14,8 +14,8 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from .records import (TopK, _kind, _topk, _prob, _topk_dict, check_settings_dict, malformed, parse_json, want_bool,
-                      want_int, want_list, want_num, want_obj, want_opt, want_str, LIST_MAX, STOP_REASONS)
+from .records import (RunRates, TopK, _kind, _topk, _prob, _topk_dict, check_settings_dict, malformed, parse_json,
+                      want_bool, want_int, want_list, want_num, want_obj, want_opt, want_str, LIST_MAX, STOP_REASONS)
 
 FORMAT = "specviz.treerun/1"
 VERDICTS = ("accepted", "rejected", "untried")
@@ -68,7 +68,7 @@ class TreeRound:
 
 
 @dataclass(frozen=True)
-class TreeRun:
+class TreeRun(RunRates):
     """A whole token-tree generation: settings, new token ids, rounds and timings."""
 
     prompt_ids: list[int]
@@ -87,17 +87,6 @@ class TreeRun:
     def n_nodes(self) -> int:
         return sum(r.n_nodes for r in self.rounds)
 
-    @property
-    def n_accepted(self) -> int:
-        return sum(r.n_accepted for r in self.rounds)
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return len(self.token_ids) / self.target_passes if self.target_passes else float("nan")
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.token_ids) / self.decode_s if self.decode_s > 0 else float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
