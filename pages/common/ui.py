@@ -68,6 +68,7 @@ if (!doc.specvizKeys) {
     return false;
   };
   doc.addEventListener('keydown', (e) => {
+    if (!doc.body.innerText.includes('space plays or pauses')) return;  // presenter mode is off now
     const t = e.target, tag = ((t && t.tagName) || '').toLowerCase();
     if (tag === 'input' || tag === 'textarea' || tag === 'select' || (t && t.isContentEditable)) return;
     let done = false;
