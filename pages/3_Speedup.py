@@ -6,7 +6,7 @@ import time
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, claims, devqueue, experiments, lab, limits, models, render, selfdraft, theory
+from specviz import charts, claims, devqueue, experiments, lab, limits, quant, render, selfdraft, theory
 from specviz.engine import autoregressive_decode, autoregressive_stream, speculative_decode, speculative_stream
 from specviz.config import DerivedSource
 from specviz.errors import SpecvizError
@@ -79,7 +79,7 @@ st.caption("The draft's precision never changes the output (the target decides e
            "what a draft step costs, and may change α a little. Each precision runs next to its own run of "
            "the target alone, with the k of section 5 (fixed).")
 derived = isinstance(pair.spec.draft.source, DerivedSource)  # the target's own layers: one precision
-choices = [pair.draft_precision] if derived else list(models.quant.supported(pair.device))
+choices = [pair.draft_precision] if derived else list(quant.supported(pair.device))
 precs = st.multiselect("draft precisions", choices, default=[p for p in ("float32", pair.draft_precision)
                                                              if p in choices], key="speed.precisions")
 if st.button("Compare draft precisions", key="speed.run_precisions") and ids is not None and precs:

@@ -339,10 +339,10 @@ def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
     a copy of the loaded draft, made once, sharing the target. Raises SpecvizError
     (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
     """
-    from specviz import models
+    from specviz import models, quant
 
     base = _load_base(name, dtype)
-    precision = models.quant.check(draft_precision, base.device)
+    precision = quant.check(draft_precision, base.device)
     slot = _slot(name, dtype)
     with slot.lock:
         if precision not in slot.variants:
