@@ -186,9 +186,17 @@ def test_recorded_run_replays_in_the_browser(server, browser, shots):
     page.close()
 
 
+def _settled(page) -> None:
+    """Wait until the app's script run has finished, so what is on the page is this run's, not a stale copy
+    of the last one (a rerun keeps the old elements until it replaces them)."""
+    page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
+
+
 def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
     """Presenter mode on, a whole lesson from the recorded runs, driven by the keyboard: space runs
     each experiment, → goes to the next step. Screenshots for slides go to $SPECVIZ_SCREENSHOTS."""
+    from playwright.sync_api import expect
+
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.set_default_timeout(60_000)
     page.goto(f"{server}/Lessons")
@@ -196,21 +204,29 @@ def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
     page.get_by_text("Recorded runs and theory (no model needed)").first.click()
     page.get_by_text("Presenter mode").first.click()
     page.get_by_text("space plays or pauses").first.wait_for()
+    _settled(page)
     page.wait_for_timeout(1500)  # the key script is in place
-    page.evaluate("() => document.activeElement && document.activeElement.blur()")  # keys go to the page
-    page.keyboard.press(" ")  # space: run the experiment
-    page.get_by_text("your prediction").first.wait_for()
-    assert page.get_by_text("measured").count() >= 1
-    _shot(page, shots / "lesson-presenter.png")
     total = int(re.search(r"step 1 of (\d+)", page.get_by_text("step 1 of").first.inner_text()).group(1))
-    for n in range(2, total + 1):  # the rest of the lesson, by the keys alone
+    run = page.get_by_role("button", name="Run the experiment", exact=True)
+    next_step = page.get_by_role("button", name="Next step →", exact=True)
+    for n in range(1, total + 1):
+        if n > 1:  # →: the next step
+            page.evaluate("() => document.activeElement && document.activeElement.blur()")  # keys go to the page
+            page.keyboard.press("ArrowRight")
+            page.get_by_text(f"step {n} of {total}").first.wait_for()
+        expect(run).to_be_visible(timeout=60_000)  # this step, not yet measured
+        _settled(page)
         page.evaluate("() => document.activeElement && document.activeElement.blur()")
-        page.keyboard.press("ArrowRight")  # →: the next step
-        page.get_by_text(f"step {n} of {total}").first.wait_for()
-        page.evaluate("() => document.activeElement && document.activeElement.blur()")
-        page.keyboard.press(" ")
-        page.get_by_text("your prediction").first.wait_for()
-    page.get_by_text("Lesson complete").first.wait_for()
+        page.keyboard.press(" ")  # space: run the experiment
+        expect(run).to_have_count(0, timeout=60_000)  # measured: the button gives way to the answer
+        if n < total:
+            expect(next_step).to_be_enabled(timeout=60_000)
+        else:
+            page.get_by_text("Lesson complete").first.wait_for()
+        _settled(page)
+        assert page.get_by_text("your prediction").count() >= 1 and page.get_by_text("measured").count() >= 1
+        if n == 1:
+            _shot(page, shots / "lesson-presenter.png")
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()
 
