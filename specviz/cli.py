@@ -153,7 +153,7 @@ def cmd_models(args) -> int:
 
 
 def cmd_prepare(args) -> int:
-    from .models import prepare
+    from .store import prepare
 
     progress = ProgressPrinter()
     try:

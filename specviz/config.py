@@ -394,3 +394,12 @@ def default_registry() -> Registry:
         _cache.clear()
         _cache[key] = load_registry(path)
     return _cache[key]
+
+
+def as_registry(registry: Registry | str | os.PathLike | None) -> Registry:
+    """A Registry as given, read from a yaml path, or the default one for None."""
+    if registry is None:
+        return default_registry()
+    if isinstance(registry, Registry):
+        return registry
+    return load_registry(registry)

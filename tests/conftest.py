@@ -72,12 +72,12 @@ def default_pair_load():
     prepare() runs first (it converts and caches on a first run, ~2 min), so the
     load itself is always the warm load from the cache.
     """
-    from specviz import models
+    from specviz import models, store
 
     status = models.pair_status(None)
     if not status.available:
         pytest.skip(f"default pair not installed: {status.reason} (get it: {status.how_to_get})")
-    models.prepare(None)
+    store.prepare(None)
     stages: list[str] = []
     pair = models.load_pair(progress=lambda s, f=None: stages.append(s) if s not in stages else None,
                             draft_precision="float32")

@@ -1,4 +1,4 @@
-"""specviz.models: chunk joining, the cache, memory and tokenizer checks, real pair.
+"""specviz.store and specviz.models: chunk joining, the cache, memory and tokenizer checks, real pair.
 
 Fake chunk packages are written into a tmp folder on sys.path; tiny models are
 saved to tmp folders or into a fake Hugging Face cache. Nothing is downloaded.
@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specviz import models
+from specviz import config, models, store
 from specviz.config import ChunkSource, parse_registry
 from specviz.errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable, TokenizerMismatch
 
@@ -95,7 +95,7 @@ def test_join_in_order_with_sha256(tmp_path, monkeypatch):
     parts = [bytes([i]) * (1000 + i) for i in range(1, 12)]  # 11 parts: part10 sorts before part2 as text
     src = fake_chunks(tmp_path, monkeypatch, parts)
     stages = []
-    out = models.assemble(src, tmp_path / "out" / "fake.gguf", "fake", lambda s, f=None: stages.append((s, f)),
+    out = store.assemble(src, tmp_path / "out" / "fake.gguf", "fake", lambda s, f=None: stages.append((s, f)),
                           role="draft")
     assert out.read_bytes() == b"".join(parts)
     assert stages[0][0] == "joining draft chunks" and stages[-1][1] == 1.0
@@ -105,11 +105,11 @@ def test_checksum_mismatch_reassembles_once_then_raises(tmp_path, monkeypatch):
     src = fake_chunks(tmp_path, monkeypatch, [b"aa", b"bb"])
     bad = ChunkSource(**{**src.__dict__, "sha256": "0" * 64})
     calls = []
-    real = models.join_chunks
-    monkeypatch.setattr(models, "join_chunks", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    real = store.join_chunks
+    monkeypatch.setattr(store, "join_chunks", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
     dest = tmp_path / "out" / "fake.gguf"
     with pytest.raises(ChecksumMismatch) as err:
-        models.assemble(bad, dest, "fake model")
+        store.assemble(bad, dest, "fake model")
     assert len(calls) == 2  # joined, then reassembled exactly once
     assert not dest.exists()  # no half-trusted file left behind
     msg = str(err.value)
@@ -118,7 +118,7 @@ def test_checksum_mismatch_reassembles_once_then_raises(tmp_path, monkeypatch):
 
 def test_a_transient_bad_read_is_fixed_by_reassembling(tmp_path, monkeypatch):
     src = fake_chunks(tmp_path, monkeypatch, [b"hello ", b"world"])
-    real = models.join_chunks
+    real = store.join_chunks
     seen = []
 
     def flaky(*a, **k):
@@ -126,15 +126,15 @@ def test_a_transient_bad_read_is_fixed_by_reassembling(tmp_path, monkeypatch):
         sha, n = real(*a, **k)
         return ("f" * 64 if len(seen) == 1 else sha), n
 
-    monkeypatch.setattr(models, "join_chunks", flaky)
-    out = models.assemble(src, tmp_path / "j" / "fake.gguf", "fake")
+    monkeypatch.setattr(store, "join_chunks", flaky)
+    out = store.assemble(src, tmp_path / "j" / "fake.gguf", "fake")
     assert out.read_bytes() == b"hello world" and len(seen) == 2
 
 
 def test_missing_chunk_package_names_the_pip_command(tmp_path, monkeypatch):
     src = fake_chunks(tmp_path, monkeypatch, [b"a", b"b", b"c"], skip=(2,))
     with pytest.raises(PairUnavailable) as err:
-        models.chunk_paths(src, "fake model")
+        store.chunk_paths(src, "fake model")
     pkg = src.package(2)
     assert f"pip install {pkg}==1.0.0" in str(err.value)
     assert "pip install -r requirements.txt" in str(err.value)
@@ -144,7 +144,7 @@ def test_all_chunks_missing_suggests_requirements(tmp_path):
     src = ChunkSource(packages="specviz-no-such-pkg-part{i}", count=3, version="0.1", filename="x.gguf", size=3,
                       sha256="0" * 64, hub="Org/Model")
     with pytest.raises(PairUnavailable, match=r"pip install -r requirements.txt.*Org/Model"):
-        models.chunk_paths(src, "x")
+        store.chunk_paths(src, "x")
     reg = registry({"d": chunk_source_dict(src), "t": chunk_source_dict(src)}, {"p": ("d", "t")})
     st = models.pair_status("p", reg)
     assert not st.available and st.how_to_get == "pip install -r requirements.txt"
@@ -171,29 +171,29 @@ def chunk_pair(tmp_path, monkeypatch, make_tokenizer, tiny_models):
     tok = make_tokenizer(WORDS)
     draft, target = tiny_models()
     cp = SimpleNamespace(reg=parse_registry(data), yaml=tmp_path / "models.yaml", converted=[], draft=draft,
-                         target=target, folder={"d": models.cached_dir(d_src, "d"), "t": models.cached_dir(t_src, "t")})
+                         target=target, folder={"d": store.cached_dir(d_src, "d"), "t": store.cached_dir(t_src, "t")})
 
     def fake_gguf(gguf, role, progress):
         assert gguf.read_bytes() == b"".join(parts[role])
         cp.converted.append(role)
         return tok, {"draft": draft, "target": target}[role]
 
-    monkeypatch.setattr(models, "_load_gguf", fake_gguf)
+    monkeypatch.setattr(store, "_load_gguf", fake_gguf)
     return cp
 
 
 def test_convert_caches_atomically_and_loads_from_cache(tmp_path, monkeypatch, chunk_pair):
     reg, converted = chunk_pair.reg, chunk_pair.converted
     d_src, t_src = reg.pairs["p"].draft.source, reg.pairs["p"].target.source
-    fake_gguf = models._load_gguf
+    fake_gguf = store._load_gguf
 
     # an interrupted conversion leaves neither a cache folder nor temp files
-    monkeypatch.setattr(models, "_load_gguf", lambda *a: (_ for _ in ()).throw(RuntimeError("killed")))
+    monkeypatch.setattr(store, "_load_gguf", lambda *a: (_ for _ in ()).throw(RuntimeError("killed")))
     with pytest.raises(RuntimeError):
         models.load_pair("p", registry=reg)
     assert list((tmp_path / "cache").iterdir()) == []
 
-    monkeypatch.setattr(models, "_load_gguf", fake_gguf)
+    monkeypatch.setattr(store, "_load_gguf", fake_gguf)
     stages = []
     pair = models.load_pair("p", registry=reg, progress=lambda s, f=None: stages.append(s))
     assert converted == ["draft", "target"]
@@ -244,7 +244,7 @@ def test_the_manifest_records_every_cached_file_and_a_healthy_cache_is_never_reb
     for _ in range(2):
         _, stages = _loads(chunk_pair.reg)
         assert not any("damaged" in s for s in stages)
-    out = models.prepare("p", registry=chunk_pair.reg, verify=True)
+    out = store.prepare("p", registry=chunk_pair.reg, verify=True)
     assert out["target"].startswith("already cached, sha256 verified")
     assert chunk_pair.converted == ["draft", "target"]
 
@@ -335,7 +335,7 @@ def test_an_old_cache_without_a_file_list_is_kept_and_listed_then_checked(chunk_
     assert chunk_pair.converted == ["draft", "target"] and "loading cached target" in stages
     assert _manifest(folder)["files"]["model.safetensors"] == {"size": full}
     # --verify has nothing to compare with yet: it records the sha256 of what is there
-    assert models.prepare("p", registry=chunk_pair.reg, verify=True)["target"].startswith("already cached")
+    assert store.prepare("p", registry=chunk_pair.reg, verify=True)["target"].startswith("already cached")
     assert _manifest(folder)["files"]["model.safetensors"] == {"size": full, "sha256": _sha256(weights)}
     # a truncated old copy is caught by the size its own safetensors header declares
     make_old()
@@ -351,7 +351,7 @@ def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path):
     dead = tmp_path / ".tmp-m-pid999999999-x"
     alive = tmp_path / f".tmp-m-pid{os.getpid()}-x"
     dead.mkdir(), alive.mkdir()
-    models._clean_stale_tmp(tmp_path)
+    store._clean_stale_tmp(tmp_path)
     assert not dead.exists() and alive.exists()
 
 
@@ -371,7 +371,7 @@ def test_not_enough_memory_before_loading(tmp_path, monkeypatch, make_tokenizer,
 
 
 def test_memory_estimate_scales_with_dtype():
-    spec = models.default_registry().pair()
+    spec = config.default_registry().pair()
     fp32 = models.estimate_memory_bytes(spec, torch.float32)
     bf16 = models.estimate_memory_bytes(spec, torch.bfloat16)
     n = spec.draft.params + spec.target.params
@@ -379,7 +379,7 @@ def test_memory_estimate_scales_with_dtype():
 
 
 def test_available_memory_reads_meminfo():
-    assert 0 < models.available_memory_bytes("cpu") < 2**50
+    assert 0 < store.available_memory_bytes("cpu") < 2**50
 
 
 # -----------------------------------------------------------------------------
@@ -454,7 +454,7 @@ def test_adhoc_pair_from_folders(tmp_path, make_tokenizer, tiny_models):
 
 def test_list_pairs_puts_the_default_first():
     pairs = models.list_pairs()
-    assert pairs[0].is_default and pairs[0].name == models.default_registry().default_pair
+    assert pairs[0].is_default and pairs[0].name == config.default_registry().default_pair
     custom = next(p for p in pairs if p.name == "custom")
     assert not custom.available and "save_pretrained" in custom.how_to_get
 
