@@ -1,7 +1,7 @@
 """specviz main page: watch speculative decoding run, one round at a time.
 
 Thin layer: widgets in, specviz out. The live stream and the rounds so far
-are kept in st.session_state["main.job"] (a specviz.replay.Playback), so a
+are kept in st.session_state["main.job"] (a specviz.playback.Playback), so a
 rerun (pause, step, any widget) resumes instead of losing work. Models are
 the only thing cached across sessions (pages/common/ui.load_pair_cached).
 """
@@ -26,7 +26,7 @@ T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round lat
 
 import pandas as pd  # noqa: E402
 
-from specviz import charts, claims, limits, prompts, render, replay  # noqa: E402
+from specviz import charts, claims, limits, playback, prompts, render, runfile  # noqa: E402
 from specviz.drafters import PromptLookupDrafter  # noqa: E402
 from specviz.engine import speculative_stream  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
@@ -79,7 +79,7 @@ def _on_upload() -> None:
     if f is None:
         return
     try:
-        rec = replay.load_export(f.getvalue())
+        rec = runfile.load_export(f.getvalue())
     except SpecvizError as e:  # the run on screen stays
         S["main.upload_error"] = f"{f.name}: {e}"
         return
@@ -92,7 +92,7 @@ def _on_upload() -> None:
     })
 
 
-def _set_job(job: replay.Playback | None) -> None:
+def _set_job(job: playback.Playback | None) -> None:
     """Make `job` the session's run; a live run it replaces is stopped, so its KV caches are freed."""
     old = S.get("main.job")
     if old is not None and old is not job:
@@ -101,14 +101,14 @@ def _set_job(job: replay.Playback | None) -> None:
 
 
 def _start_replay(run, prompt_text: str, meta: dict, playing: bool = True) -> None:
-    _set_job(replay.Playback.replay(run, prompt_text, meta))
+    _set_job(playback.Playback.replay(run, prompt_text, meta))
     S["main.playing"], S["main.follow"] = playing, True
 
 
-def _decoder(job: replay.Playback):
+def _decoder(job: playback.Playback):
     """id -> text for this job: its tokenizer (live) or its token table (files, recordings)."""
     if "decode" not in job.meta:
-        job.meta["decode"] = replay.table_decoder(job.meta.get("tokens") or {})
+        job.meta["decode"] = runfile.table_decoder(job.meta.get("tokens") or {})
     return job.meta["decode"]
 
 
@@ -132,7 +132,7 @@ if source == LIVE:
     draft_precision = ui.precision_picker("main")
     ui.show_device(None, dtype)
 else:
-    recs = replay.list_recorded()
+    recs = runfile.list_recorded()
     if recs:
         by_name = {r.name: r for r in recs}
         chosen = sb.selectbox("Recorded run", list(by_name), key="main.recording",
@@ -177,8 +177,8 @@ if live and k_policy == "best" and temperature > 0:
 if S.get("main.speed_for_presenter") != ui.presenter():  # presenter mode switched: back to its default speed
     S.pop("main.speed", None)
     S["main.speed_for_presenter"] = ui.presenter()
-speed = sb.select_slider("animation speed", list(replay.SPEEDS), key="main.speed",
-                         value="slow" if ui.presenter() else replay.DEFAULT_SPEED,
+speed = sb.select_slider("animation speed", list(playback.SPEEDS), key="main.speed",
+                         value="slow" if ui.presenter() else playback.DEFAULT_SPEED,
                          help="How long drafted tokens stay pending before the verdict is drawn.")
 baseline_on = sb.checkbox("after each run, time the target alone", True, key="main.baseline", disabled=not live,
                           help="A plain one-token-per-pass run with the same settings, for the measured speedup "
@@ -210,7 +210,7 @@ if live and pair_name:
 load_box = st.container()
 
 
-def start_live() -> replay.Playback:
+def start_live() -> playback.Playback:
     """Load (cached), encode, and open the stream; no round is computed yet."""
     if not pair_name:
         raise SpecvizError("No model pair is available: fix models.yaml (see the error above).")
@@ -229,11 +229,11 @@ def start_live() -> replay.Playback:
             "decode": ui.decoder(pair.tokenizer), "baseline_wanted": baseline_on, "t_run": T_SCRIPT,
             "load_s": load_s}
     settings = {**kw, "k_policy": k_policy}
-    return replay.Playback.live(stream, ids, prompt_text, settings, meta, device=pair.device, dtype=dtype)
+    return playback.Playback.live(stream, ids, prompt_text, settings, meta, device=pair.device, dtype=dtype)
 
 
 # --- handle the button pressed (if any) -------------------------------------------------------
-job: replay.Playback | None = S.get("main.job")
+job: playback.Playback | None = S.get("main.job")
 req = S.pop("main.request", None)
 steps: int | None = 0
 try:
@@ -242,7 +242,7 @@ try:
             if live:
                 job = start_live()
             elif recording is not None:
-                job = replay.Playback.replay(recording.run, recording.prompt_text, {
+                job = playback.Playback.replay(recording.run, recording.prompt_text, {
                     "origin": "recording", "title": recording.title, "pair": recording.pair,
                     "tokens": recording.tokens, "baseline": recording.baseline,
                     "baseline_note": "measured when it was recorded"})
@@ -299,7 +299,7 @@ def fmt(v: float, spec: str = ".2f") -> str:
     return "–" if v != v or v is None else format(v, spec)
 
 
-def draw_head(job: replay.Playback) -> None:
+def draw_head(job: playback.Playback) -> None:
     m, s = job.meta, job.settings
     if m.get("origin") == "live":
         where = f"{'live' if job.source == 'live' else 'replay'} · {m['pair']} · {job.device}, {job.dtype}"
@@ -339,19 +339,19 @@ def draw_metrics(run) -> None:
                         "load" if run.outside_load_rounds else ""))
 
 
-def draw_text(job: replay.Playback, pending=None) -> None:
+def draw_text(job: playback.Playback, pending=None) -> None:
     dec = _decoder(job)
     rounds = job.rounds if pending is None else job.rounds[:-1]
     text_ph.markdown(render.tokens_html(job.prompt_text, rounds, dec, pending=pending), unsafe_allow_html=True)
 
 
 # --- save / load ------------------------------------------------------------------------------
-def save_load_section(job: replay.Playback | None) -> None:
+def save_load_section(job: playback.Playback | None) -> None:
     st.subheader("Save or load a run")
     c1, c2 = st.columns(2)
     with c1:
         if job is not None and job.done and job.run is not None:
-            data = replay.export_json(job.run, _decoder(job), job.prompt_text, job.meta.get("pair", ""),
+            data = runfile.export_json(job.run, _decoder(job), job.prompt_text, job.meta.get("pair", ""),
                                       job.meta.get("title", ""), job.meta.get("baseline"))
             st.download_button("⬇ Download this run (JSON)", data=data, file_name="specviz-run.json",
                                mime="application/json", key="main.download",
@@ -367,42 +367,42 @@ def save_load_section(job: replay.Playback | None) -> None:
 
 
 # --- the animation: one round at a time -------------------------------------------------------
-pend_s, after_s = replay.SPEEDS.get(speed, replay.SPEEDS[replay.DEFAULT_SPEED])
+pend_s, after_s = playback.SPEEDS.get(speed, playback.SPEEDS[playback.DEFAULT_SPEED])
 LOG_TAIL = 30  # rounds in the round log while animating (the whole log is drawn at the end)
 advanced = False
 if job is not None and steps != 0:
     try:
         drawn_at, draw_cost = -1.0, 0.0
-        for rnd in replay.play(job, steps):
+        for rnd in playback.play(job, steps):
             advanced = True
             # with no pause to show ("instant"), skip drawing while the last drawing's cost has not yet
             # passed: drawing takes at most half the time, so a long run renders in linear time
-            if pend_s == after_s == 0 and not job.done and replay.now() - drawn_at < draw_cost:
+            if pend_s == after_s == 0 and not job.done and playback.now() - drawn_at < draw_cost:
                 continue
-            t_draw = replay.now()
+            t_draw = playback.now()
             # drafted tokens first, pending; then the target's verdict
             draw_head(job)
             if rnd.k and pend_s > 0:
                 draw_text(job, pending=rnd)
                 if job.source == "live" and "t_first_draw" not in job.meta:
-                    job.meta["t_first_draw"], job.meta["first_wait_s"] = replay.now(), job.waited_s
+                    job.meta["t_first_draw"], job.meta["first_wait_s"] = playback.now(), job.waited_s
                 status_ph.info(f"Round {rnd.index + 1}: the drafter proposed {rnd.k} token"
                                f"{'s' * (rnd.k != 1)} ({rnd.draft_s * 1000:.0f} ms) — pending the target's "
                                f"verdict from one forward pass…", icon=":material/hourglass_top:")
-                replay.sleep(pend_s)
+                playback.sleep(pend_s)
             draw_text(job)
             if job.source == "live" and "t_first_draw" not in job.meta:
-                job.meta["t_first_draw"], job.meta["first_wait_s"] = replay.now(), job.waited_s
-            status_ph.markdown(replay.round_summary(rnd, _decoder(job)))
+                job.meta["t_first_draw"], job.meta["first_wait_s"] = playback.now(), job.waited_s
+            status_ph.markdown(playback.round_summary(rnd, _decoder(job)))
             partial = job.current_run()
             draw_metrics(partial)
             with log_ph.container():
                 st.subheader("Round log")
                 rows = render.round_log_rows(partial, _decoder(job), last=LOG_TAIL)
                 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=min(38 + 35 * len(rows), 400))
-            drawn_at = replay.now()
+            drawn_at = playback.now()
             draw_cost = drawn_at - t_draw
-            replay.sleep(after_s)
+            playback.sleep(after_s)
     except SpecvizError as e:
         S["main.playing"] = False
         ui.show_error(e)
@@ -426,7 +426,7 @@ run = job.current_run()
 draw_head(job)
 draw_text(job)
 if job.rounds:
-    status_ph.markdown(replay.round_summary(job.rounds[-1], dec))
+    status_ph.markdown(playback.round_summary(job.rounds[-1], dec))
 elif job.error is None:
     status_ph.info("Paused before the first round: press Step or Resume.")
 if job.error:
@@ -456,14 +456,14 @@ sel = min(max(sel, 1), n)
 r = job.rounds[sel - 1]
 
 st.subheader(f"Round {sel} in detail")
-st.markdown(replay.round_summary(r, dec))
+st.markdown(playback.round_summary(r, dec))
 st.markdown(render.tokens_html("", [r], dec), unsafe_allow_html=True)
 if r.k:
     st.caption("For each drafted position: the target's distribution p against the draft's q. The overlap "
                "Σ min(p, q) is the chance that a sampled draft token is accepted. "
                + ("Greedy (temperature 0): a draft token is kept iff it is the target's argmax."
                   if r.greedy else "Sampling: a draft token is kept iff u ≤ min(1, p/q), u uniform in [0, 1)."))
-    st.dataframe(pd.DataFrame(replay.decision_rows(r, dec)), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(playback.decision_rows(r, dec)), hide_index=True, width="stretch")
     positions = list(range(r.k))
     if ui.presenter() and r.k > 1:  # on a projector: one chart at a time
         positions = [st.select_slider("drafted position", positions, format_func=lambda i: str(i + 1),
@@ -519,7 +519,7 @@ if job is not None and job.source == "live" and job.done and job.run is not None
     try:
         with st.spinner("Timing the target alone with the same settings (one token per forward pass)…"):
             pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
-            job.meta["baseline"] = replay.target_alone(pair.target, job.run, pair.shared_vocab)
+            job.meta["baseline"] = runfile.target_alone(pair.target, job.run, pair.shared_vocab)
             job.meta["baseline_note"] = "measured right after the run, warmed up, same settings"
     except (SpecvizError, MemoryError) as e:
         job.meta["baseline"] = None
@@ -538,7 +538,7 @@ if not job.done:
     st.caption("Shown when the run has finished.")
 elif base:
     st.caption(f"Target alone: one token per forward pass, same prompt and settings ({job.meta.get('baseline_note')}).")
-    busy = replay.load_note(job.run, base) if job.run is not None else None
+    busy = playback.load_note(job.run, base) if job.run is not None else None
     if busy:
         st.warning(busy, icon=":material/warning:")
     c = st.columns(4)

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, claims, lab, limits, render, replay
+from specviz import charts, claims, lab, limits, playback, render
 from specviz.drafters import PromptLookupDrafter
 from specviz.engine import K_MAX, speculative_stream
 
@@ -74,7 +74,7 @@ def start():
     if stream is None:
         return None
     # a Playback: two reruns at once (a click while a round is computed) wait for each other
-    pb = replay.Playback.live(stream, ids, text, {"max_new_tokens": int(max_new), "eos_token_id": pair.eos_token_ids})
+    pb = playback.Playback.live(stream, ids, text, {"max_new_tokens": int(max_new), "eos_token_id": pair.eos_token_ids})
     return {"ident": ident, "pb": pb, "prompt_text": text,
             "settings": dict(k=int(k), temperature=float(temperature), seed=int(seed), max_new=int(max_new),
                              drafter=drafter_name)}

@@ -105,7 +105,7 @@ class Context:
     """
 
     pair: Any | None = None  # specviz.models.Pair
-    recordings: dict[str, Any] | None = None  # name -> replay.Recording; None: the shipped ones
+    recordings: dict[str, Any] | None = None  # name -> runfile.Recording; None: the shipped ones
     seed: int = 0
     max_new_tokens: int = 24
     memo: dict = field(default_factory=dict)
@@ -116,7 +116,7 @@ class Context:
 
     def recording(self, name: str):
         if self.recordings is None:
-            from .replay import list_recorded
+            from .runfile import list_recorded
 
             self.recordings = {r.name: r for r in list_recorded()}
         if name not in self.recordings:
@@ -143,7 +143,7 @@ class Trial:
     """A speculative run and the target alone with the same settings."""
 
     run: Run
-    baseline: dict  # replay.baseline_summary() numbers
+    baseline: dict  # runfile.baseline_summary() numbers
     source: str
     decode: Callable[[int], str]  # token id -> text (the pair's tokenizer, or the recording's table)
 
@@ -160,7 +160,7 @@ def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool 
         return ctx.memo[key]
     if ctx.live:
         from .experiments import compare_with_baseline
-        from .replay import baseline_summary
+        from .runfile import baseline_summary
 
         pair = ctx.pair
         draft = pair.target if self_draft else pair.draft  # the target drafting for itself: c = 1

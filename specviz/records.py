@@ -197,7 +197,7 @@ class Run(RunRates):
 # reading run files: each check names the field (JSON path) it found wrong
 
 ID_MAX = 2**31 - 1  # token ids: non-negative, within a 32-bit int
-LIST_MAX = 100_000  # any list in a file (the app's own limits are tighter: replay.validate_run)
+LIST_MAX = 100_000  # any list in a file (the app's own limits are tighter: runfile.validate_run)
 TOPN_MAX = 100  # entries of one top-N distribution (the engine records 10)
 TEXT_MAX = 300  # short strings: names, titles, settings
 EXTRA_KINDS = ("correction", "bonus", "target")
@@ -374,7 +374,7 @@ def check_settings_dict(v: Any, path: str = "settings") -> None:
 def check_run_dict(d: Any) -> None:
     """Types and ranges of every field of a specviz.run/1 dict (SpecvizError naming the first bad one).
 
-    Consistency between fields and the app's limits are checked by replay.validate_run.
+    Consistency between fields and the app's limits are checked by runfile.validate_run.
     """
     want_obj(d, "", ("mode", "prompt_ids", "token_ids", "rounds", "settings", "stop_reason", "prefill_s",
                      "decode_s", "target_passes", "draft_passes"))

@@ -265,12 +265,12 @@ def test_step_then_resume_keeps_rounds():
 
 
 def test_export_then_load_replays_same_tokens():
-    from specviz import replay
+    from specviz import runfile
 
     at = start(new_app(), max_new=16, temperature=0.7, seed=3, baseline=False)
     job = at.session_state["main.job"]
     assert at.get("download_button"), "no download button"
-    data = replay.export_json(job.run, job.meta["decode"], job.prompt_text, job.meta["pair"])
+    data = runfile.export_json(job.run, job.meta["decode"], job.prompt_text, job.meta["pair"])
     html_live = text_html(at)
 
     at2 = new_app()
@@ -299,11 +299,11 @@ def test_malformed_upload_gives_error(content, message):
 
 
 def test_inconsistent_run_file_is_refused():
-    from specviz import replay
+    from specviz import runfile
 
     at = start(new_app(), max_new=12, baseline=False)
     job = at.session_state["main.job"]
-    d = json.loads(replay.export_json(job.run, job.meta["decode"], job.prompt_text))
+    d = json.loads(runfile.export_json(job.run, job.meta["decode"], job.prompt_text))
     d["rounds"][0]["n_accepted"] = 99
     at2 = new_app()
     at2.file_uploader(key="main.upload").set_value(("tampered.json", json.dumps(d).encode(), "application/json"))
@@ -313,10 +313,10 @@ def test_inconsistent_run_file_is_refused():
 
 
 def test_recorded_runs_replay_without_loading_a_model(monkeypatch):
-    from specviz import models, replay
+    from specviz import models, runfile
     from pages.common import ui
 
-    recs = replay.list_recorded()
+    recs = runfile.list_recorded()
     assert len(recs) >= 3, "shipped recordings missing from specviz/recorded/"
 
     def no_load(*a, **k):

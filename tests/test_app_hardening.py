@@ -73,13 +73,13 @@ def test_a_live_run_replaced_by_an_upload_is_stopped():
 
 def long_run_file(n: int) -> bytes:
     """A valid run of n one-token rounds (plain decoding of the tiny target), as a file."""
-    from specviz import autoregressive_decode, models, replay
+    from specviz import autoregressive_decode, models, runfile
 
     pair = models.load_pair(None)
     run = autoregressive_decode(pair.target, [5, 6, 7], max_new_tokens=n, eos_token_id=[],
                                 vocab=pair.shared_vocab)
     assert len(run.rounds) == n
-    return replay.export_json(run, lambda t: pair.tokenizer.decode([t]), "abc", title="long").encode()
+    return runfile.export_json(run, lambda t: pair.tokenizer.decode([t]), "abc", title="long").encode()
 
 
 def replay_seconds(data: bytes) -> float:

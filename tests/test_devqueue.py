@@ -400,15 +400,15 @@ def test_a_short_run_finishes_long_before_a_k_sweep_started_ahead_of_it(tiny_pai
 def test_run_files_without_the_flag_load_and_a_bad_flag_is_named():
     import json
 
-    from specviz import replay
+    from specviz import runfile
     from specviz.errors import SpecvizError
 
-    path = replay.RECORDED_DIR / "capital-of-france-greedy.json"
+    path = runfile.RECORDED_DIR / "capital-of-france-greedy.json"
     d = json.loads(path.read_text(encoding="utf-8"))
     assert all("outside_load" not in r for r in d["rounds"])  # recorded before the check existed
-    assert replay.load_export(path.read_text(encoding="utf-8")).run.outside_load_rounds == 0
+    assert runfile.load_export(path.read_text(encoding="utf-8")).run.outside_load_rounds == 0
     d["rounds"][0]["outside_load"] = "yes"
     with pytest.raises(SpecvizError, match="outside_load"):
-        replay.load_export(json.dumps(d))
+        runfile.load_export(json.dumps(d))
     d["rounds"][0]["outside_load"] = True
-    assert replay.load_export(json.dumps(d)).run.outside_load_rounds == 1
+    assert runfile.load_export(json.dumps(d)).run.outside_load_rounds == 1

@@ -49,7 +49,7 @@ def alpha_of(d: dict) -> float:
 
 # --- the data ----------------------------------------------------------------------------------
 def test_every_step_links_an_existing_page_and_names_an_experiment_that_resolves():
-    from specviz.replay import list_recorded
+    from specviz.runfile import list_recorded
 
     assert len(lessons.LESSONS) >= 6 and len({le.key for le in lessons.LESSONS}) == len(lessons.LESSONS)
     for les, s in steps():
@@ -135,7 +135,7 @@ def test_recorded_answers_are_the_recordings_own_numbers():
 
 
 def test_explanations_follow_the_data_not_a_script():
-    from specviz.replay import list_recorded
+    from specviz.runfile import list_recorded
 
     recs = {r.name: r for r in list_recorded()}
     swapped = {**recs, "code-greedy": recs["creative-greedy"], "creative-greedy": recs["code-greedy"]}

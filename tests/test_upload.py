@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from specviz import replay
+from specviz import playback, runfile
 from specviz.engine import K_MAX
 from specviz.errors import SpecvizError
 
-GOOD = Path(replay.RECORDED_DIR) / "capital-of-france-greedy.json"
+GOOD = Path(runfile.RECORDED_DIR) / "capital-of-france-greedy.json"
 
 
 def base() -> dict:
@@ -71,7 +71,7 @@ CRAFTED = {
 
 
 def test_the_untouched_file_loads():
-    rec = replay.load_export(GOOD.read_bytes())
+    rec = runfile.load_export(GOOD.read_bytes())
     assert rec.run.token_ids and rec.baseline["speedup"] > 0 and rec.title
 
 
@@ -79,7 +79,7 @@ def test_the_untouched_file_loads():
 def test_each_crafted_file_gives_a_clear_error_naming_the_field(name):
     data, message = CRAFTED[name]
     with pytest.raises(SpecvizError) as err:
-        replay.load_export(data)
+        runfile.load_export(data)
     assert message in str(err.value), str(err.value)
     assert "Traceback" not in str(err.value) and len(str(err.value)) < 300
 
@@ -103,31 +103,31 @@ def test_k_above_the_engine_limit_is_refused_quickly():
     data = json.dumps(_big_k(2000)).encode()
     t0 = time.perf_counter()
     with pytest.raises(SpecvizError, match=r"rounds\[0\]\.k: must be from 0 to 32"):
-        replay.load_export(data)
+        runfile.load_export(data)
     assert time.perf_counter() - t0 < 2.0
-    replay.load_export(json.dumps(_big_k(K_MAX)).encode())  # the largest k the engine makes still loads
+    runfile.load_export(json.dumps(_big_k(K_MAX)).encode())  # the largest k the engine makes still loads
 
 
 def test_more_tokens_than_a_live_run_may_make_is_refused(monkeypatch):
     monkeypatch.setenv("SPECVIZ_MAX_NEW_TOKENS", "20")
     with pytest.raises(SpecvizError, match="token_ids: 4[0-9] new tokens, more than the limit of 20"):
-        replay.load_export(GOOD.read_bytes())
+        runfile.load_export(GOOD.read_bytes())
     monkeypatch.setenv("SPECVIZ_MAX_NEW_TOKENS", "48")
-    replay.load_export(GOOD.read_bytes())
+    runfile.load_export(GOOD.read_bytes())
 
 
 def test_a_file_over_the_size_limit_is_refused(monkeypatch):
     monkeypatch.setenv("SPECVIZ_MAX_RUN_FILE_MB", "1")
     padded = GOOD.read_bytes()[:-1] + b', "pad": "' + b"x" * 2**20 + b'"}'
     with pytest.raises(SpecvizError, match="larger than the limit of 1 MB"):
-        replay.load_export(padded)
+        runfile.load_export(padded)
 
 
 def test_rounds_out_of_order_are_refused():
     d = base()
     d["rounds"][0], d["rounds"][1] = copy.deepcopy(d["rounds"][1]), copy.deepcopy(d["rounds"][0])
     with pytest.raises(SpecvizError, match=r"rounds\[0\]\.index: expected 0"):
-        replay.load_export(json.dumps(d).encode())
+        runfile.load_export(json.dumps(d).encode())
 
 
 # --------------------------------------------------------------------------
@@ -138,7 +138,7 @@ def _slow_playback(n: int = 4, delay: float = 0.3):
     """A live Playback whose rounds (from the shipped recording) each take `delay` seconds to compute."""
     from specviz.engine import DecodeStream
 
-    run = replay.load_export(GOOD.read_bytes()).run
+    run = runfile.load_export(GOOD.read_bytes()).run
     closed = []
 
     def rounds():
@@ -150,7 +150,7 @@ def _slow_playback(n: int = 4, delay: float = 0.3):
             closed.append(True)
         return run
 
-    return replay.Playback.live(DecodeStream(rounds()), run.prompt_ids, "", {}), closed
+    return playback.Playback.live(DecodeStream(rounds()), run.prompt_ids, "", {}), closed
 
 
 def test_two_threads_advancing_one_playback_wait_for_each_other():
@@ -187,10 +187,10 @@ def test_closing_a_live_playback_ends_its_generator():
 def test_token_texts_from_a_file_cannot_plant_markdown_in_the_round_summary():
     MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt  # a CommonMark parser (via huggingface_hub's CLI)
 
-    rec = replay.load_export(GOOD.read_bytes())
+    rec = runfile.load_export(GOOD.read_bytes())
     r = rec.run.rounds[0]
     evil = "a` [x](http://evil.example) `b"
     tokens = {**rec.tokens, r.extra_id: evil}
     assert r.extra_kind == "bonus"  # the summary quotes the bonus token
-    html = MarkdownIt().render(replay.round_summary(r, replay.table_decoder(tokens)))
+    html = MarkdownIt().render(playback.round_summary(r, runfile.table_decoder(tokens)))
     assert "href" not in html and "<code>a`␣[x](http://evil.example)␣`b</code>" in html

@@ -1,0 +1,269 @@
+"""Playback of runs: what the main page animates, without Streamlit.
+
+Playback reveals Rounds one at a time, either live (pulled from a running
+DecodeStream, so a paused page resumes where it stopped) or from a finished
+Run (replay: no model needed). The run files it replays are specviz/runfile.py.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from .devqueue import load_text
+from .errors import SpecvizError
+from .records import Round, Run
+
+# animation speeds: (seconds the drafted tokens stay pending, seconds after the verdict)
+SPEEDS: dict[str, tuple[float, float]] = {
+    "instant": (0.0, 0.0),
+    "fast": (0.15, 0.1),
+    "normal": (0.6, 0.35),
+    "slow": (1.5, 1.0),
+}
+DEFAULT_SPEED = "normal"
+
+
+# --------------------------------------------------------------------------
+# playback: the animation state machine
+
+
+def partial_run(prompt_ids: list[int], rounds: list[Round], settings: dict, mode: str = "speculative",
+                device: str = "cpu", dtype: str = "float32") -> Run:
+    """A Run of the rounds so far (for live metrics and charts while a run plays)."""
+    tokens = [t for r in rounds for t in r.emitted]
+    return Run(
+        mode=mode, prompt_ids=list(prompt_ids), token_ids=tokens, rounds=list(rounds), settings=dict(settings),
+        stop_reason="running", prefill_s=0.0, decode_s=sum(r.round_s for r in rounds),
+        target_passes=len(rounds), draft_passes=sum(r.k for r in rounds), ks=[r.k for r in rounds],
+        device=device, dtype=dtype,
+    )  # fmt: skip
+
+
+@dataclass
+class Playback:
+    """Rounds revealed one at a time, live from a DecodeStream or replayed from a Run.
+
+    `rounds` are the rounds revealed so far; `advance()` reveals one more
+    (computing it, when live) and returns it, or None once finished.
+    Keep the Playback object between page reruns to pause and resume.
+    Two page reruns may call advance() at once (a click while a round is computed):
+    a lock makes the second wait for the round in flight, then take the next one.
+    """
+
+    prompt_ids: list[int]
+    prompt_text: str
+    settings: dict
+    source: str = "live"  # "live" | "replay"
+    meta: dict = field(default_factory=dict)  # pair, dtype, drafter, title, ... for display
+    rounds: list[Round] = field(default_factory=list)
+    run: Run | None = None  # the finished Run (replay: known from the start)
+    error: str | None = None
+    _stream: Any = None
+    _it: Iterator[Round] | None = None
+    _done: bool = False
+    device: str = "cpu"
+    dtype: str = "float32"
+    _lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @classmethod
+    def live(cls, stream, prompt_ids: list[int], prompt_text: str, settings: dict, meta: dict | None = None,
+             device: str = "cpu", dtype: str = "float32") -> "Playback":
+        """Wrap a DecodeStream (specviz.engine.speculative_stream); nothing is computed yet.
+
+        settings: at least max_new_tokens and eos_token_id, to notice the last round at once.
+        """
+        pb = cls(prompt_ids=list(prompt_ids), prompt_text=prompt_text, settings=dict(settings), source="live",
+                 meta=dict(meta or {}), device=device, dtype=dtype)
+        pb._stream, pb._it = stream, iter(stream)
+        return pb
+
+    @classmethod
+    def replay(cls, run: Run, prompt_text: str, meta: dict | None = None) -> "Playback":
+        """Replay a finished Run from its first round: no model involved."""
+        return cls(prompt_ids=list(run.prompt_ids), prompt_text=prompt_text, settings=dict(run.settings),
+                   source="replay", meta=dict(meta or {}), run=run, device=run.device, dtype=run.dtype)
+
+    @property
+    def done(self) -> bool:
+        return self._done or (self.source == "replay" and self.run is not None
+                              and len(self.rounds) >= len(self.run.rounds))
+
+    @property
+    def waited_s(self) -> float:
+        """Seconds this live run's rounds have waited for the device so far (engine.DecodeStream; 0 once done)."""
+        return float(getattr(self._stream, "waited_s", 0.0) or 0.0)
+
+    @property
+    def total(self) -> int | None:
+        """Number of rounds when known (replay, or a finished live run)."""
+        return len(self.run.rounds) if self.run is not None else None
+
+    def advance(self) -> Round | None:
+        """Reveal the next round (live: compute it). None when there is none left.
+
+        Safe to call from two threads: the second waits for the first's round.
+        """
+        with self._lock:
+            return self._advance()
+
+    def close(self, reason: str = "the run was stopped") -> None:
+        """Stop a live run now and let its KV caches go (after the round in flight, if any)."""
+        with self._lock:
+            if self._it is not None and not self._done:
+                self._it.close()
+                self._done, self.error = True, self.error or reason
+            self._it = self._stream = None
+
+    def _advance(self) -> Round | None:
+        if self.done:
+            return None
+        if self.source == "replay":
+            rnd = self.run.rounds[len(self.rounds)]
+            self.rounds.append(rnd)
+            return rnd
+        try:
+            rnd = next(self._it)
+        except StopIteration:
+            self._finish()
+            return None
+        except Exception as e:  # a failure mid-run ends the stream; keep what was computed
+            self._done, self.error = True, (str(e) if isinstance(e, SpecvizError) else f"{type(e).__name__}: {e}")
+            self._it = None
+            raise
+        self.rounds.append(rnd)
+        if self._is_last(rnd):
+            # the generator ends without more model work: collect the Run now
+            try:
+                extra = next(self._it)
+            except StopIteration:
+                self._finish()
+            else:  # not expected; keep the round rather than lose it
+                self.rounds.append(extra)
+        return rnd
+
+    def _is_last(self, rnd: Round) -> bool:
+        n = sum(len(r.emitted) for r in self.rounds)
+        eos = self.settings.get("eos_token_id") or []
+        eos = {eos} if isinstance(eos, int) else set(eos)
+        limit = self.settings.get("max_new_tokens")
+        return (limit is not None and n >= limit) or bool(rnd.emitted and rnd.emitted[-1] in eos)
+
+    def _finish(self) -> None:
+        self._done = True
+        self.run = self._stream.run
+        self.settings = dict(self.run.settings)
+        self._it = self._stream = None  # the generator holds KV caches: let them go
+
+    def restart(self) -> "Playback":
+        """A fresh replay of this playback's finished run."""
+        if self.run is None:
+            raise SpecvizError("Nothing to replay yet: the run has not finished.")
+        return Playback.replay(self.run, self.prompt_text, self.meta)
+
+    def current_run(self) -> Run:
+        """The finished Run (replay: all rounds up to the revealed ones), or a partial one."""
+        if self.run is not None and self.done:
+            return self.run
+        if self.run is not None:  # replaying: only the revealed rounds
+            r = self.run
+            return partial_run(r.prompt_ids, self.rounds, r.settings, r.mode, r.device, r.dtype)
+        return partial_run(self.prompt_ids, self.rounds, self.settings, device=self.device, dtype=self.dtype)
+
+
+def play(pb: Playback, steps: int | None = None) -> Iterator[Round]:
+    """Advance up to `steps` rounds (None = to the end), yielding each new round."""
+    n = 0
+    while steps is None or n < steps:
+        rnd = pb.advance()
+        if rnd is None:
+            return
+        n += 1
+        yield rnd
+
+
+# --------------------------------------------------------------------------
+# text for the page
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token (None if a == b)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def round_summary(r: Round, decode: Callable[[int], str]) -> str:
+    """One sentence on what happened in a round (markdown)."""
+    from .render import md_code, visible
+
+    def q(t: int) -> str:
+        return md_code(visible(decode(t)))
+
+    if r.k == 0:
+        lead = "The drafter found nothing to propose, so the target made one token itself"
+        tail = f": {q(r.extra_id)}." if r.extra_id is not None else "."
+        return f"**Round {r.index + 1}.** {lead}{tail}"
+    also = (f", a pass that also read the prompt's {r.prefill_tokens} earlier token{'s' * (r.prefill_tokens != 1)}"
+            if r.prefill_tokens else "")
+    parts = [f"**Round {r.index + 1}.** Drafted {r.k} token{'s' * (r.k != 1)} "
+             f"({r.draft_s * 1000:.0f} ms), the target checked {'them all' if r.k > 1 else 'it'} in **one** pass "
+             f"({r.verify_s * 1000:.0f} ms{also}): {r.n_accepted} accepted"]
+    if r.rejected:
+        parts.append(f", {q(r.drafted[r.n_accepted])} rejected")
+    if r.extra_kind == "correction":
+        parts.append(f", the target's correction {q(r.extra_id)}")
+    elif r.extra_kind == "bonus":
+        parts.append(f", all accepted so the target adds a bonus token {q(r.extra_id)}")
+    parts.append(f" → **{len(r.emitted)} new token{'s' * (len(r.emitted) != 1)}** for one target pass.")
+    return "".join(parts)
+
+
+def load_note(run: Run, baseline: dict | None = None) -> str | None:
+    """A warning when some of these timings were taken while other programs were using the CPU, else None."""
+    parts = []
+    if run.outside_load_rounds:
+        parts.append(f"{run.outside_load_rounds} of the run's {len(run.rounds)} rounds")
+    b = (baseline or {}).get("base_outside_load")
+    if isinstance(b, int) and not isinstance(b, bool) and b > 0:
+        parts.append(f"{b} of the target-alone run's {baseline.get('base_target_passes', '?')} passes")
+    return load_text(" and ".join(parts)) if parts else None
+
+
+def decision_rows(r: Round, decode: Callable[[int], str]) -> list[dict]:
+    """One row per drafted position: p, q, the overlap, and the accept test."""
+    from .render import visible
+
+    rows = []
+    for i, d in enumerate(r.drafted):
+        judged = i < len(r.accepted)
+        row = {"position": i + 1, "drafted": visible(decode(d)), "p(draft)": round(r.p_drafted[i], 4),
+               "q(draft)": round(r.q_drafted[i], 4), "Σmin(p,q) = chance to accept": round(r.overlap[i], 4)}
+        if r.greedy:
+            a = r.target_argmax[i] if i < len(r.target_argmax) else None
+            row["target argmax"] = visible(decode(a)) if a is not None else ""
+            row["test"] = "draft == argmax?" if judged else ""
+        else:
+            ratio = r.ratio[i] if judged else (r.p_drafted[i] / r.q_drafted[i] if r.q_drafted[i] > 0 else math.inf)
+            row["p/q"] = round(ratio, 4) if math.isfinite(ratio) else "∞"
+            row["min(1, p/q)"] = round(min(1.0, ratio), 4)
+            row["u"] = round(r.u[i], 4) if judged and i < len(r.u) else ""
+            row["test"] = "u ≤ min(1, p/q)?" if judged else ""
+        row["verdict"] = ("accepted ✓" if r.accepted[i] else "rejected ✗") if judged else "not judged (discarded)"
+        rows.append(row)
+    return rows
+
+
+def now() -> float:
+    """A monotonic clock in seconds (time.perf_counter)."""
+    return time.perf_counter()
+
+
+def sleep(seconds: float) -> None:
+    """time.sleep, skipped for 0 (kept here so the page stays free of timing logic)."""
+    if seconds > 0:
+        time.sleep(seconds)
