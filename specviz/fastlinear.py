@@ -1,26 +1,21 @@
 """Opt-in: float32 nn.Linear on CPU through oneDNN instead of MKL ("fp32-fast").
 
-Why: a float32 nn.Linear on CPU calls MKL's sgemm. On the AMD EPYC (AVX-512)
-specviz was built on, MKL_VERBOSE shows the same SGEMM call either way, but
-with one row (one token) it ran at ~18 GB/s and with 2..8 rows it took about
-twice as long again: the Qwen2.5-Coder 1.5B target cost 373 ms for a 1-token
-pass and 793 / 749 / 667 ms for 2 / 4 / 8 tokens ("the fp32 2-token cliff"),
-so in float32 a verify pass cost two plain steps and speculation barely paid.
+Why: a float32 nn.Linear on CPU calls MKL's sgemm. MKL_VERBOSE shows the same
+SGEMM call for one row (one token) and for 2..8 rows, but the multi-row calls
+stream the weights far slower ("the fp32 2-token cliff"), so a float32 verify
+pass costs about two plain steps and speculation barely pays.
 
 oneDNN's matmul (torch.ops.mkldnn._linear_pointwise on the plain row-major
-weight; ONEDNN_VERBOSE shows brg_matmul kernels) streamed the same weights
-faster for every size measured: 250 / 287 / 326 / 382 ms for 1 / 2 / 4 / 8
-tokens (draft 0.5B: 90 / 113 / 124 / 142 ms, was 146 / 303 / 261 / 239), and a
-40..256-token prompt 25-35% faster too. Same process, interleaved, 2 threads,
-load average 1.3-1.6; bf16 for reference: 169 / 153 / 169 / 200 ms.
+weight; ONEDNN_VERBOSE shows brg_matmul kernels) reads the weights once for any
+small row count: a k-token pass costs little more than a 1-token one, and a
+long prompt is read faster too. README, Precision, has the timings.
 
 `enable(model)` routes every float32 CPU nn.Linear through it. Nothing is
 copied or re-packed (a re-packed blocked layout was flatter over 1..8 rows but
 slower for one row, and needs a second weight format): the Linear keeps its
 own weight, memory is unchanged, and `disable(model)` restores the stock
 forward. Results differ from stock only by float rounding (another summation
-order: logits within 3e-5 of stock on the real target, greedy text identical,
-and greedy speculative output identical to plain greedy on the domain prompts).
+order; README, Precision).
 """
 
 from __future__ import annotations

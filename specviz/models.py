@@ -84,21 +84,19 @@ CUDA_CPU_THREADS = 4
 def limit_cpu_threads(n: int = CUDA_CPU_THREADS) -> int:
     """With the models on a GPU, give PyTorch's CPU side at most n threads (unless OMP_NUM_THREADS says).
 
-    Measured on an H200 with 16 CPU cores, 1.5B/0.5B-shaped bf16 models, k=4: with torch's
-    default of 16 OpenMP threads, their spinning slowed the Python thread that launches the
-    GPU work: the forward passes of a round took 265 ms and the rest 57 ms; with 4 threads,
-    102 ms and 15 ms. Returns the thread count in effect.
+    With torch's default of one OpenMP thread per core, the threads' spinning slows the
+    Python thread that launches the GPU work (README, On a GPU). Returns the thread count
+    in effect.
     """
     if "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() > n:
         torch.set_num_threads(n)
     return torch.get_num_threads()
 
 
-# float32 on CPU, bfloat16 on CUDA; $SPECVIZ_DTYPE overrides. Measured on the 2-core CPU
-# here (target, ms for 1/2/4/8 tokens): bf16 169/153/169/200, fp32 stock 373/793/749/667,
-# fp32 with the oneDNN path 250/287/326/382. bf16 is flatter and faster, but its batched
-# verification rounds differently from one-token steps (reported to break greedy identity on
-# 2 of 4 prompts); float32 + oneDNN kept it on 4 of 4 here and keeps the cost nearly flat.
+# float32 on CPU, bfloat16 on CUDA; $SPECVIZ_DTYPE overrides. On a CPU bf16 is faster, but its
+# batched verification rounds differently from one-token steps, so greedy speculative text can
+# differ from the target alone; float32 through oneDNN (fastlinear) keeps greedy identity and a
+# nearly flat verify cost (README, Precision).
 DEFAULT_DTYPE: torch.dtype = (
     parse_dtype(os.environ["SPECVIZ_DTYPE"], "SPECVIZ_DTYPE")
     if os.environ.get("SPECVIZ_DTYPE")
@@ -388,8 +386,8 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
 
     fast_linear (default on; env SPECVIZ_FAST_LINEAR=0 turns it off): float32 on a
     CPU runs every Linear through oneDNN (specviz/fastlinear.py). Stock PyTorch
-    sends multi-row float32 linears to MKL sgemm, which made a 2-token pass cost
-    ~2x a 1-token pass here; oneDNN reads the weights once for any small row count.
+    sends multi-row float32 linears to MKL sgemm, slow for these shapes; oneDNN
+    reads the weights once for any small row count.
     """
     progress = progress or quiet
     t0 = time.perf_counter()

@@ -152,9 +152,9 @@ def _check_cache(folder: Path, sha256: str, verify: bool = False, progress: Prog
     """(state, why, manifest) of a cache folder; reads the weights only when `verify`.
 
     state: "ok"; "absent" (no folder, or a copy of another GGUF or cache format: convert it);
-    "damaged" (why names the file and what is wrong: rebuild it); "unlisted" (written before
-    the manifest listed its files, and each .safetensors matches the size in its own header:
-    usable, its file list is to be recorded).
+    "damaged" (why names the file and what is wrong: rebuild it); "unlisted" (the manifest has
+    no file list, and each .safetensors matches the size in its own header: usable, its file
+    list is to be recorded).
     """
     try:
         meta = json.loads((folder / MANIFEST).read_text())
@@ -166,7 +166,7 @@ def _check_cache(folder: Path, sha256: str, verify: bool = False, progress: Prog
         return "absent", "", {}
     files = meta.get("files")
     if files is None:
-        # an older cache: the only size on record is the one each weights file declares
+        # no file list: the only size on record is the one each weights file declares
         weights = sorted(folder.glob("*.safetensors"))
         if not weights:
             return "damaged", "no .safetensors file", meta
@@ -503,7 +503,7 @@ def ensure_cached(m: ModelSpec, role: str, progress: Progress, verify: bool = Fa
     if state == "damaged":
         return rebuild(m, role, progress, why), False
     if state == "unlisted" or (verify and any("sha256" not in r for r in meta["files"].values())):
-        # a cache from before file lists: its weights match their headers, so record what is there now
+        # no file list (or no hashes to verify against): the weights match their headers, so record them
         # (sizes only on a load; with `verify`, sha256 too, for later verifications to compare with)
         stage = f"recording checksums of the cached {role}" if verify else ""
         _write_json_durably(folder / MANIFEST, {**meta, "files": _file_table(folder, verify, progress, stage)})
