@@ -108,7 +108,7 @@ class Run(RunRates):
     rounds: list[Round]
     settings: dict[str, Any]
     stop_reason: str  # "eos" or "max_new_tokens"
-    prefill_s: float  # seconds before the first round (0 now: the first round reads the prompt)
+    prefill_s: float  # seconds before the first round (0: the first round reads the prompt)
     decode_s: float  # wall time of all rounds, reading the prompt included (not time a caller held a Round)
     target_passes: int  # target forward passes, the first round's (which also reads the prompt) included
     draft_passes: int  # draft forward passes (0 for prompt lookup / baseline)
@@ -334,7 +334,7 @@ def _check_round_dict(d: Any, w: str) -> None:
         want_num(d[name], f"{w}.{name}")
     if "prefill_tokens" in d:
         want_int(d["prefill_tokens"], f"{w}.prefill_tokens", 0, LIST_MAX)
-    if "outside_load" in d:  # files saved before the outside-load check have none
+    if "outside_load" in d:  # optional: a round without it was not flagged
         want_bool(d["outside_load"], f"{w}.outside_load")
 
 
@@ -401,8 +401,8 @@ def _topk(d: dict | None) -> TopK | None:
 
 def _round_from_dict(d: dict[str, Any]) -> Round:
     kw = {f.name: d[f.name] for f in fields(Round) if f.name not in ("prefill_tokens", "outside_load")}
-    kw["prefill_tokens"] = int(d.get("prefill_tokens", 0))  # runs saved before the prefill was merged
-    kw["outside_load"] = d.get("outside_load") is True  # runs saved before the load check
+    kw["prefill_tokens"] = int(d.get("prefill_tokens", 0))  # optional: absent means it read no prompt
+    kw["outside_load"] = d.get("outside_load") is True  # optional: absent means not flagged
     kw["p_top"] = [_topk(t) for t in d["p_top"]]
     kw["q_top"] = [_topk(t) for t in d["q_top"]]
     kw["residual_top"] = _topk(d["residual_top"])
