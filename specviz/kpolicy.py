@@ -34,10 +34,9 @@ each draft's calibrated acceptance chance a(q), q = the draft's probability of
 the token it proposed; a(q) is learned live from the judged drafts, starting
 from a(q) = q) and E_j = 1 + P_1 + ... + P_j. The next draft's chance is not
 known before it is drafted; confidence runs in streaks, so the last draft's
-a(q_j) stands in for it (on the real pair, 2-core CPU, the four domain prompts:
-+6% tokens/s greedy and +9% sampling over using the run's alpha there, and 5
-rounds instead of 7-8 on the code prompt). With every a(q) equal to alpha
-this stops exactly at theory.best_k; with real confidences it drafts long
+a(q_j) stands in for it (rather than the run's alpha: README, Performance).
+With every a(q) equal to alpha this stops exactly at theory.best_k; with real
+confidences it drafts long
 through boilerplate and stops right after a doubtful token (transformers'
 assisted generation stops after a draft token with probability < 0.4, a fixed
 threshold). The stopping decision depends only on the draft's side, so the
