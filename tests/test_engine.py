@@ -291,13 +291,13 @@ def test_the_first_round_reads_the_prompt_no_separate_prefill_pass(monkeypatch):
     assert base.steady_s_per_token == pytest.approx((base.decode_s - first.round_s) / 6)
 
 
-def test_runs_saved_before_the_merged_prefill_still_load(qwen_pair):
+def test_rounds_without_prefill_tokens_load_as_reading_no_prompt(qwen_pair):
     target, drafter = qwen_pair
     run = speculative_decode(target, drafter, [1, 2, 3], k=3, max_new_tokens=8)
     d = run.to_dict()
     assert d["rounds"][0]["prefill_tokens"] == 2
     for r in d["rounds"]:
-        del r["prefill_tokens"]  # the field is new
+        del r["prefill_tokens"]  # an optional field
     old = Run.from_dict(d)
     assert [r.prefill_tokens for r in old.rounds] == [0] * len(old.rounds) and old.steady_rounds == old.rounds
 

@@ -95,7 +95,7 @@ def test_stock_block_runs_the_stock_forward_and_restores_the_fast_one(fp32_pair)
 
 
 @needs_onednn
-def test_greedy_speculative_still_equals_greedy_with_fastlinear(fp32_pair):
+def test_greedy_speculative_equals_greedy_with_fastlinear(fp32_pair):
     target, draft = fp32_pair
     prompt = [5, 20, 33, 41, 7, 9]
     ref = autoregressive_decode(target, prompt, max_new_tokens=24).token_ids

@@ -318,27 +318,27 @@ def test_a_flipped_byte_is_caught_by_prepare_verify_and_rebuilt(chunk_pair, caps
     assert chunk_pair.converted == ["draft", "target", "target"] and _sha256(weights) == good
 
 
-def test_an_old_cache_without_a_file_list_is_kept_and_listed_then_checked(chunk_pair):
+def test_a_cache_whose_manifest_has_no_file_list_is_kept_and_listed_then_checked(chunk_pair):
     _loads(chunk_pair.reg)
     folder = chunk_pair.folder["t"]
     weights = folder / "model.safetensors"
     full = weights.stat().st_size
 
-    def make_old():  # as written before the manifest listed its files
+    def drop_file_list():  # a manifest with no file list
         meta = _manifest(folder)
         del meta["files"]
         (folder / "specviz.json").write_text(json.dumps(meta))
 
-    # a healthy old copy is kept, and its sizes are recorded on the first load (no hashing there)
-    make_old()
+    # a healthy copy without a file list is kept, and its sizes are recorded on the first load (no hashing there)
+    drop_file_list()
     _, stages = _loads(chunk_pair.reg)
     assert chunk_pair.converted == ["draft", "target"] and "loading cached target" in stages
     assert _manifest(folder)["files"]["model.safetensors"] == {"size": full}
     # --verify has nothing to compare with yet: it records the sha256 of what is there
     assert store.prepare("p", registry=chunk_pair.reg, verify=True)["target"].startswith("already cached")
     assert _manifest(folder)["files"]["model.safetensors"] == {"size": full, "sha256": _sha256(weights)}
-    # a truncated old copy is caught by the size its own safetensors header declares
-    make_old()
+    # a truncated copy without a file list is caught by the size its own safetensors header declares
+    drop_file_list()
     with open(weights, "r+b") as f:
         f.truncate(full - 10)
     _, stages = _loads(chunk_pair.reg)

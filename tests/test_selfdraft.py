@@ -24,7 +24,7 @@ from stats import passes
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"
-NEW_PAIRS = ["tiny-self", "tiny-early-exit"]
+DERIVED_PAIRS = ["tiny-self", "tiny-early-exit"]
 
 
 def _reference_target(name: str):
@@ -36,8 +36,8 @@ def _storages(model) -> set[int]:
     return {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
 
 
-@pytest.mark.parametrize("name", NEW_PAIRS)
-def test_new_pairs_are_greedy_identical_to_the_target_alone(name):
+@pytest.mark.parametrize("name", DERIVED_PAIRS)
+def test_derived_draft_pairs_are_greedy_identical_to_the_target_alone(name):
     pair = models.load_pair(name, registry=TINY)
     tok = pair.tokenizer
     for text in ("The capital of France is", "def f(x):\n    return", "1, 2, 3,"):
@@ -51,8 +51,8 @@ def test_new_pairs_are_greedy_identical_to_the_target_alone(name):
             assert spec.alpha == 1.0  # the target agrees with itself every time
 
 
-@pytest.mark.parametrize("name", NEW_PAIRS)
-def test_new_pairs_keep_p_under_the_lossless_rules(name):
+@pytest.mark.parametrize("name", DERIVED_PAIRS)
+def test_derived_draft_pairs_keep_p_under_the_lossless_rules(name):
     pair = models.load_pair(name, registry=TINY)
     ids = pair.tokenizer("The capital of France is")["input_ids"]
     lab = rules.rule_lab(pair.target, pair.draft, ids, [rules.Rule("rejection"), rules.Rule("exact-match")],
@@ -124,9 +124,9 @@ def test_self_is_a_reserved_model_name():
         _registry_with({"draft": "tiny-draft", "target": "tiny-target", "description": "d"}, {"self": spec})
 
 
-def test_cli_runs_the_new_pairs():
+def test_cli_runs_the_derived_draft_pairs():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    for name in NEW_PAIRS:
+    for name in DERIVED_PAIRS:
         r = subprocess.run([sys.executable, "-m", "specviz", "--models", str(TINY), "run", "--pair", name,
                             "--prompt", "hello", "--max-new-tokens", "8"],
                            capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
@@ -134,19 +134,19 @@ def test_cli_runs_the_new_pairs():
         assert f"generating with {name}" in r.stderr
     r = subprocess.run([sys.executable, "-m", "specviz", "--models", str(TINY), "models"],
                        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-    assert r.returncode == 0 and all(f"{n}: available" in r.stdout for n in NEW_PAIRS), r.stdout
+    assert r.returncode == 0 and all(f"{n}: available" in r.stdout for n in DERIVED_PAIRS), r.stdout
 
 
-def test_the_pair_control_lists_and_loads_the_new_pairs(tiny_app_registry):
+def test_the_pair_control_lists_and_loads_the_derived_draft_pairs(tiny_app_registry):
     from streamlit.testing.v1 import AppTest
 
     tiny_app_registry(TINY)
     at = AppTest.from_file(str(ROOT / "pages" / "5_Exactness.py"), default_timeout=120)
     at.run()
     shown = [o.split(" · ")[0] for o in at.selectbox(key="exact.pair").options]  # "name · ✓"
-    assert set(NEW_PAIRS) <= set(shown) and all(f"{n} · ✓" in at.selectbox(key="exact.pair").options
-                                                 for n in NEW_PAIRS)
-    for name in NEW_PAIRS:
+    assert set(DERIVED_PAIRS) <= set(shown) and all(f"{n} · ✓" in at.selectbox(key="exact.pair").options
+                                                     for n in DERIVED_PAIRS)
+    for name in DERIVED_PAIRS:
         at.selectbox(key="exact.pair").set_value(name).run()
         at.number_input(key="exact.max_new").set_value(10)
         at.button(key="exact.run_greedy").click().run()
