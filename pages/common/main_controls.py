@@ -1,0 +1,163 @@
+"""The main page's controls: Run / Pause / Step / Replay, what a press does to the session's run, and saving
+or loading a run. The run lives in st.session_state["main.job"] (a playback.Playback), so a rerun resumes it."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from pages.common import ui
+from pages.common.main_sidebar import RECORDED, MainSettings
+from pages.common.main_view import decoder
+from specviz import playback, prompts, runfile
+from specviz.drafters import PromptLookupDrafter
+from specviz.engine import speculative_stream
+from specviz.errors import SpecvizError
+
+S = st.session_state
+
+
+# --- callbacks: they run before the script, so the page draws the new state ------------------
+def _request(what: str) -> None:
+    S["main.request"] = what
+
+
+def _toggle_pause() -> None:
+    S["main.playing"] = not S.get("main.playing", False)
+
+
+def set_job(job: playback.Playback | None) -> None:
+    """Make `job` the session's run; a live run it replaces is stopped, so its KV caches are freed."""
+    old = S.get("main.job")
+    if old is not None and old is not job:
+        old.close("replaced by a new run")
+    S["main.job"] = job
+
+
+def _start_replay(run, prompt_text: str, meta: dict, playing: bool = True) -> None:
+    set_job(playback.Playback.replay(run, prompt_text, meta))
+    S["main.playing"], S["main.follow"] = playing, True
+
+
+def _on_upload() -> None:
+    f = S.get("main.upload")
+    S["main.upload_error"] = None
+    if f is None:
+        return
+    try:
+        rec = runfile.load_export(f.getvalue())
+    except SpecvizError as e:  # the run on screen stays
+        S["main.upload_error"] = f"{f.name}: {e}"
+        return
+    except (ValueError, TypeError, KeyError, RecursionError, MemoryError) as e:  # a case the checks missed
+        S["main.upload_error"] = f"{f.name}: the run file could not be read ({type(e).__name__})."
+        return
+    _start_replay(rec.run, rec.prompt_text, {
+        "origin": f"file {f.name}", "title": rec.title or f.name, "pair": rec.pair, "tokens": rec.tokens,
+        "baseline": rec.baseline, "baseline_note": "measured when the file was saved",
+    })
+
+
+# --- starting a run ---------------------------------------------------------------------------
+def start_live(ms: MainSettings, t_script: float) -> playback.Playback:
+    """Load (cached), encode, and open the stream; no round is computed yet."""
+    if not ms.pair_name:
+        raise SpecvizError("No model pair is available: fix models.yaml (see the error above).")
+    t0 = time.perf_counter()
+    pair = ui.load_pair_cached(ms.pair_name, ms.dtype, ms.draft_precision)
+    load_s = time.perf_counter() - t0
+    ids = prompts.encode(pair.tokenizer, ms.prompt_text, ms.chat)
+    kw = {**ms.decode.engine_kwargs(), "eos_token_id": pair.eos_token_ids}
+    stream = speculative_stream(pair.target, PromptLookupDrafter() if ms.lookup else pair.draft, ids, **kw,
+                                vocab=pair.shared_vocab)
+    meta = {"origin": "live", "pair": ms.pair_name, "dtype": ms.dtype, "device": pair.device, "chat": ms.chat,
+            "drafter": "prompt lookup" if ms.lookup else f"{pair.draft_precision} draft model", "kw": kw,
+            "lookup": ms.lookup, "draft_precision": None if ms.lookup else pair.draft_precision,
+            "decode": ui.decoder(pair.tokenizer), "baseline_wanted": ms.baseline_on, "t_run": t_script,
+            "load_s": load_s}
+    return playback.Playback.live(stream, ids, ms.prompt_text, kw, meta, device=pair.device, dtype=ms.dtype)
+
+
+def _start_recording(recording) -> playback.Playback:
+    return playback.Playback.replay(recording.run, recording.prompt_text, {
+        "origin": "recording", "title": recording.title, "pair": recording.pair, "tokens": recording.tokens,
+        "baseline": recording.baseline, "baseline_note": "measured when it was recorded"})
+
+
+def handle_request(ms: MainSettings, t_script: float) -> int | None:
+    """Act on the button pressed since the last rerun (if any): how many rounds to play now (None: all)."""
+    job: playback.Playback | None = S.get("main.job")
+    req = S.pop("main.request", None)
+    if req == "run" or (req == "step" and job is None):
+        if ms.live:
+            job = start_live(ms, t_script)
+        elif ms.recording is not None:
+            job = _start_recording(ms.recording)
+        set_job(job)
+        S["main.follow"], S["main.playing"] = True, req == "run"
+        return None if req == "run" else 1
+    if req == "step" and job is not None and job.done:  # step through the finished run's replay
+        _start_replay(job.run, job.prompt_text, dict(job.meta), playing=False)
+        return 1
+    if req == "step":
+        S["main.playing"] = False
+        return 1
+    if req == "replay" and job is not None and job.run is not None:
+        _start_replay(job.run, job.prompt_text, dict(job.meta))
+        return None
+    if S.get("main.playing") and job is not None and not job.done:
+        return None
+    return 0
+
+
+def buttons(ms: MainSettings, job: playback.Playback | None) -> None:
+    playing = bool(S.get("main.playing")) and job is not None and not job.done
+    b = st.columns([1.7, 1.3, 1.2, 1.3, 3.5])
+    b[0].button("Run" if ms.live else "Play recording", type="primary", key="main.run_btn", on_click=_request,
+                icon=":material/play_arrow:", args=("run",), disabled=not ms.live and ms.recording is None,
+                help="Start a new run with the settings in the sidebar." if ms.live
+                else "Replay the chosen recording.")
+    b[1].button("Pause" if playing else "Resume", key="main.pause_btn", on_click=_toggle_pause,
+                icon=":material/pause:" if playing else ":material/resume:",
+                disabled=job is None or job.done, help="Pause or resume the animation; nothing computed is lost.")
+    b[2].button("Step", key="main.step_btn", on_click=_request, args=("step",), icon=":material/skip_next:",
+                help="Advance one round. With no run in progress: start one, paused after its first round. "
+                     "After a run: step through its replay.")
+    b[3].button("Replay", key="main.replay_btn", on_click=_request, args=("replay",), icon=":material/replay:",
+                disabled=job is None or job.run is None, help="Animate the finished run again (no model needed).")
+    if ms.live and job is not None and job.source == "live" and not job.done \
+            and (job.meta.get("pair"), job.meta.get("dtype")) != (ms.pair_name, ms.dtype):
+        st.info(f"The run in progress uses the pair **{job.meta.get('pair')}** ({job.meta.get('dtype')}), not the "
+                f"one now chosen in the sidebar ({ms.pair_name}, {ms.dtype}): Resume and Step continue that run, "
+                "Run starts a new one with the sidebar's pair.", icon=":material/info:")
+
+
+def pair_missing(ms: MainSettings) -> None:
+    if not (ms.live and ms.pair_name):
+        return
+    status = ui.pair_status(ms.pair_name)
+    if not status.available:
+        st.warning(f"The pair **{ms.pair_name}** is not installed here: {status.reason}\n\n**How to get it:** "
+                   f"{status.how_to_get}\n\nMeanwhile, choose **{RECORDED}** in the sidebar.")
+
+
+# --- save / load ------------------------------------------------------------------------------
+def save_load(job: playback.Playback | None) -> None:
+    st.subheader("Save or load a run")
+    c1, c2 = st.columns(2)
+    with c1:
+        if job is not None and job.done and job.run is not None:
+            data = runfile.export_json(job.run, decoder(job), job.prompt_text, job.meta.get("pair", ""),
+                                      job.meta.get("title", ""), job.meta.get("baseline"))
+            st.download_button("⬇ Download this run (JSON)", data=data, file_name="specviz-run.json",
+                               mime="application/json", key="main.download",
+                               help="Everything needed to replay it exactly, on any machine, with no model.")
+        else:
+            st.caption("The download appears when a run has finished.")
+    with c2:
+        st.file_uploader("Load a run (JSON) and replay it", type=["json"], key="main.upload", on_change=_on_upload,
+                         help="A file saved with the download button (or a shipped recording); "
+                              "it replays exactly, with no model loaded.")
+        if S.get("main.upload_error"):
+            st.error(S["main.upload_error"], icon=":material/error:")

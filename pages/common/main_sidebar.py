@@ -1,0 +1,150 @@
+"""The main page's sidebar: every widget in, one MainSettings out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from pages.common import ui
+from specviz import claims, limits, playback, prompts, runfile
+from specviz.settings import DecodeSettings
+
+S = st.session_state
+LIVE, RECORDED = "Live models", "Recorded runs (no model needed)"
+DRAFT_MODEL, LOOKUP = "draft model", "prompt lookup (no second model)"
+K_POLICIES = {"fixed": "fixed", "adaptive": "adaptive", "best": "best k"}  # engine k_policy -> label
+FREE = "free text"
+FIRST = prompts.FIRST_RUN  # what Run does on a fresh page: chosen by measurement (README Performance)
+
+
+def preset_label(p: prompts.Preset) -> str:
+    return f"{p.domain} · {p.name}" + ("" if p.chat else " (raw, no chat template)")
+
+
+PRESETS = {preset_label(p): p for p in prompts.PRESETS}
+DEFAULT_PRESET = preset_label(prompts.preset(FIRST.preset))
+
+
+@dataclass(frozen=True)
+class MainSettings:
+    """What the sidebar says: where the run comes from, how to decode, and how to show it."""
+
+    live: bool
+    recording: Any  # a runfile.Recording when replaying one, else None
+    pair_name: str | None
+    dtype: str | None
+    draft_precision: str | None
+    lookup: bool  # prompt lookup instead of the draft model
+    decode: DecodeSettings
+    speed: str
+    baseline_on: bool
+    prompt_text: str
+    chat: bool
+
+
+def _apply_preset() -> None:
+    p = PRESETS.get(S["main.preset"])
+    if p is not None:
+        S["main.prompt"], S["main.chat"] = p.text, p.chat
+
+
+def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None]:
+    source = sb.radio("Source", [LIVE, RECORDED], key="main.source", horizontal=False,
+                      help="Live: run the real models on this machine. Recorded: replay runs recorded with the "
+                           "real default pair, instantly, with no model loaded (for weak laptops).")
+    if source == LIVE:
+        pair_name = ui.sidebar_pair_picker("main")
+        dtype = ui.dtype_picker("main")
+        draft_precision = ui.precision_picker("main")
+        ui.show_device(None, dtype)
+        return True, None, pair_name, dtype, draft_precision
+    recs = runfile.list_recorded()
+    if not recs:
+        sb.warning("No recorded runs found in specviz/recorded/.")
+        return False, None, None, None, None
+    by_name = {r.name: r for r in recs}
+    chosen = sb.selectbox("Recorded run", list(by_name), key="main.recording",
+                          format_func=lambda n: by_name[n].title or n)
+    recording = by_name[chosen]
+    rs = recording.run
+    sb.caption(f"Recorded with {recording.pair} on {rs.device}, {rs.dtype}: k={rs.settings.get('k')}, "
+               f"temperature {rs.settings.get('temperature')}, seed {rs.settings.get('seed')}, "
+               f"{len(rs.token_ids)} tokens. No model is loaded to replay it.")
+    return False, recording, None, None, None
+
+
+def _decoding(sb, live: bool) -> tuple[bool, DecodeSettings]:
+    sb.subheader("Decoding")
+    drafter = sb.radio("Drafter", [DRAFT_MODEL, LOOKUP], key="main.drafter", disabled=not live,
+                       help="The pair's small draft model, or prompt lookup: copy the tokens that followed "
+                            f"the last earlier occurrence of the latest n-gram ({claims.link(14)}).")
+    k = sb.slider("k: tokens drafted per round", 1, 16, FIRST.k, key="main.k",
+                  help="How many tokens the drafter proposes before the target checks them in one pass.")
+    k_policy = sb.radio("k per round", list(K_POLICIES), key="main.k_policy", format_func=K_POLICIES.get,
+                        index=list(K_POLICIES).index(FIRST.k_policy), disabled=not live, horizontal=True,
+                        help="fixed: k every round. adaptive: k grows by 1 after a fully accepted round and "
+                             f"shrinks by 1 after a rejection ({claims.link(13)}). best k: the chooser sets k from "
+                             "live estimates of α, c and the verify cost, and with the draft model ends each "
+                             "round after a doubtful draft (k above is then only where it starts; a round may "
+                             "draft up to 32).")
+    temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, FIRST.temperature, 0.05, key="main.temperature",
+                            disabled=not live)
+    top_p = sb.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or temperature == 0,
+                      help="Nucleus sampling: keep the smallest set of tokens whose probability adds up to top-p.")
+    max_new = int(sb.number_input("max new tokens", 1, limits.max_new_tokens(),
+                                  min(FIRST.max_new_tokens, limits.max_new_tokens()),
+                                  key="main.max_new", disabled=not live))
+    seed = int(sb.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
+                               help="Same seed and settings → same output, except with the best-k chooser when "
+                                    "sampling: it sets k from live timings, so the number of random draws, and "
+                                    "so the text, can change from run to run (the distribution stays the "
+                                    "target's)."))
+    if live and k_policy == "best" and temperature > 0:
+        sb.caption("best k while sampling: the same seed can give another text (k follows live timings); "
+                   "the output distribution is still exactly the target's.")
+    return drafter == LOOKUP, DecodeSettings(k=k, k_policy=k_policy, temperature=float(temperature),
+                                             top_p=float(top_p), max_new_tokens=max_new, seed=seed)
+
+
+def _showing(sb, live: bool) -> tuple[str, bool]:
+    if S.get("main.speed_for_presenter") != ui.presenter():  # presenter mode switched: back to its default speed
+        S.pop("main.speed", None)
+        S["main.speed_for_presenter"] = ui.presenter()
+    speed = sb.select_slider("animation speed", list(playback.SPEEDS), key="main.speed",
+                             value="slow" if ui.presenter() else playback.DEFAULT_SPEED,
+                             help="How long drafted tokens stay pending before the verdict is drawn.")
+    baseline_on = sb.checkbox("after each run, time the target alone", True, key="main.baseline",
+                              disabled=not live,
+                              help="A plain one-token-per-pass run with the same settings, for the measured "
+                                   "speedup and the greedy identity check. On a CPU it takes as long as the run "
+                                   "itself.")
+    return speed, baseline_on
+
+
+def _prompt(sb, live: bool) -> tuple[str, bool]:
+    sb.subheader("Prompt")
+    sb.selectbox("Preset (by domain)", list(PRESETS) + [FREE], key="main.preset", on_change=_apply_preset,
+                 disabled=not live)
+    text = sb.text_area("Prompt", key="main.prompt", height=120, disabled=not live,
+                        max_chars=limits.max_prompt_chars())
+    chat = sb.checkbox("chat template", key="main.chat", disabled=not live,
+                       help="Wrap the prompt in the model's chat template (instruct models). "
+                            "Off: the model simply continues the raw text.")
+    return text, chat
+
+
+def sidebar() -> MainSettings:
+    """Draw the sidebar (defaults set once, before the widgets exist) and return what it says."""
+    S.setdefault("main.preset", DEFAULT_PRESET)
+    if "main.prompt" not in S:
+        _apply_preset()
+    sb = st.sidebar
+    live, recording, pair_name, dtype, draft_precision = _source(sb)
+    lookup, decode = _decoding(sb, live)
+    speed, baseline_on = _showing(sb, live)
+    text, chat = _prompt(sb, live)
+    return MainSettings(live=live, recording=recording, pair_name=pair_name, dtype=dtype,
+                        draft_precision=draft_precision, lookup=lookup, decode=decode, speed=speed,
+                        baseline_on=baseline_on, prompt_text=text, chat=chat)

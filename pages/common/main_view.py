@@ -1,0 +1,324 @@
+"""The main page's drawing: the run's head line, text, metrics and round log (live while it animates),
+then the chosen round, acceptance and speed. Reads a playback.Playback; computes nothing itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from pages.common import ui
+from specviz import charts, claims, playback, render, runfile
+from specviz.errors import SpecvizError
+
+S = st.session_state
+POLICY_NOTE = {"adaptive": " (adaptive)", "best": " (best-k chooser, starting k)"}
+LOG_TAIL = 30  # rounds in the round log while animating (the whole log is drawn at the end)
+
+
+def fmt(v: float, spec: str = ".2f") -> str:
+    return "–" if v is None or v != v else format(v, spec)
+
+
+def decoder(job: playback.Playback):
+    """id -> text for this job: its tokenizer (live) or its token table (files, recordings)."""
+    if "decode" not in job.meta:
+        job.meta["decode"] = runfile.table_decoder(job.meta.get("tokens") or {})
+    return job.meta["decode"]
+
+
+def _on_log_select() -> None:
+    rows = S["main.log"].selection.rows
+    if rows:
+        S["main.round_no"], S["main.follow"] = rows[0] + 1, False
+
+
+def _on_round_no() -> None:
+    S["main.follow"] = False
+
+
+@dataclass
+class Placeholders:
+    """The places the animation redraws after every round."""
+
+    head: Any
+    text: Any
+    status: Any
+    metrics: Any
+    log: Any
+
+    @classmethod
+    def create(cls) -> "Placeholders":
+        st.markdown(render.legend_html(), unsafe_allow_html=True)
+        return cls(st.empty(), st.empty(), st.empty(), st.empty(), st.empty())
+
+    def head_line(self, job: playback.Playback) -> None:
+        m, s = job.meta, job.settings
+        if m.get("origin") == "live":
+            where = f"{'live' if job.source == 'live' else 'replay'} · {m['pair']} · {job.device}, {job.dtype}"
+        else:  # the title may come from an uploaded file: shown as plain text, never as markdown
+            where = f"replay of {render.md_text(m.get('title') or m.get('origin'))} · no model loaded"
+        mode = ("greedy" if not s.get("temperature")
+                else f"temperature {s.get('temperature')}, top-p {s.get('top_p')}")
+        drafter = render.md_text(m.get("drafter") or s.get("drafter", ""))
+        kdesc = f"k={s.get('k')}" + POLICY_NOTE.get(s.get("k_policy"), "")
+        total = f"/{job.total}" if job.total else ""
+        self.head.caption(f"**{where}** · drafter: {drafter} · {kdesc} · {mode} · seed {s.get('seed')} · "
+                          f"round {len(job.rounds)}{total}" + (" · ✔ finished" if job.done else ""))
+
+    def tokens(self, job: playback.Playback, pending=None) -> None:
+        rounds = job.rounds if pending is None else job.rounds[:-1]
+        self.text.markdown(render.tokens_html(job.prompt_text, rounds, decoder(job), pending=pending),
+                           unsafe_allow_html=True)
+
+    def numbers(self, run) -> None:
+        with self.metrics.container():
+            metrics(run)
+
+    def round_log(self, run, job: playback.Playback, last: int | None = None) -> None:
+        with self.log.container():
+            st.subheader("Round log")
+            rows = render.round_log_rows(run, decoder(job), last=last)
+            if last is None:  # the finished log: a row can be chosen
+                st.caption("One row per round: one target forward pass each. Click a row (or type a round number "
+                           "below) to see that round's probabilities.")
+                st.dataframe(pd.DataFrame(rows), key="main.log", on_select=_on_log_select,
+                             selection_mode="single-row", hide_index=True, width="stretch",
+                             height=min(38 + 35 * len(rows), 400))
+            else:
+                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
+                             height=min(38 + 35 * len(rows), 400))
+
+
+def metrics(run) -> None:
+    c = st.columns(5)
+    c[0].metric("α (per-token acceptance)", fmt(run.alpha),
+                help="α = accepted ÷ drafted tokens the target JUDGED. A rejection ends the round, so "
+                     "drafts after it are never judged. This is the α of E[tokens] = (1 − α^(k+1)) / (1 − α).")
+    c[0].caption(f"α = accepted / judged = {run.n_accepted} / {run.n_judged}")
+    c[1].metric("accepted ÷ drafted", fmt(run.acceptance_rate),
+                help="Counts every drafted token, including those thrown away after a rejection: always ≤ α.")
+    c[1].caption(f"accepted / drafted = {run.n_accepted} / {run.n_drafted}")
+    c[2].metric("tokens per target pass", fmt(run.tokens_per_pass),
+                help="New tokens ÷ target forward passes (one per round; the first round's pass also reads "
+                     "the prompt). Plain decoding gets exactly 1.")
+    c[2].caption(f"new tokens / target passes = {len(run.token_ids)} / {run.target_passes}")
+    c[3].metric("new tokens", len(run.token_ids))
+    c[3].caption(f"{len(run.rounds)} rounds" + (f", stopped by {run.stop_reason}"
+                                               if run.stop_reason != "running" else ""))
+    c[4].metric("tokens / s", fmt(run.tokens_per_s, ".1f"),
+                help="Wall-clock speed of this run, reading the prompt included (the first round's passes "
+                     "do it; replays show the recorded timings).")
+    c[4].caption(f"decode {run.decode_s:.2f} s (draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)"
+                 + (f" · ⚠ {run.outside_load_rounds} round{'s' * (run.outside_load_rounds != 1)} under outside "
+                    "load" if run.outside_load_rounds else ""))
+
+
+def _first_drawn(job: playback.Playback) -> None:
+    if job.source == "live" and "t_first_draw" not in job.meta:
+        job.meta["t_first_draw"], job.meta["first_wait_s"] = playback.now(), job.waited_s
+
+
+def animate(job: playback.Playback, steps: int | None, speed: str, ph: Placeholders) -> bool:
+    """Advance `job` by `steps` rounds (None: to the end), drawing each; True if any round was drawn."""
+    pend_s, after_s = playback.SPEEDS.get(speed, playback.SPEEDS[playback.DEFAULT_SPEED])
+    advanced, drawn_at, draw_cost = False, -1.0, 0.0
+    for rnd in playback.play(job, steps):
+        advanced = True
+        # with no pause to show ("instant"), skip drawing while the last drawing's cost has not yet
+        # passed: drawing takes at most half the time, so a long run renders in linear time
+        if pend_s == after_s == 0 and not job.done and playback.now() - drawn_at < draw_cost:
+            continue
+        t_draw = playback.now()
+        # drafted tokens first, pending; then the target's verdict
+        ph.head_line(job)
+        if rnd.k and pend_s > 0:
+            ph.tokens(job, pending=rnd)
+            _first_drawn(job)
+            ph.status.info(f"Round {rnd.index + 1}: the drafter proposed {rnd.k} token{'s' * (rnd.k != 1)} "
+                           f"({rnd.draft_s * 1000:.0f} ms) — pending the target's verdict from one forward "
+                           "pass…", icon=":material/hourglass_top:")
+            playback.sleep(pend_s)
+        ph.tokens(job)
+        _first_drawn(job)
+        ph.status.markdown(playback.round_summary(rnd, decoder(job)))
+        partial = job.current_run()
+        ph.numbers(partial)
+        ph.round_log(partial, job, last=LOG_TAIL)
+        drawn_at = playback.now()
+        draw_cost = drawn_at - t_draw
+        playback.sleep(after_s)
+    return advanced
+
+
+def round_detail(job: playback.Playback) -> None:
+    """The round chosen in the log (or by number): its decisions and p against q at each drafted position."""
+    dec, n = decoder(job), len(job.rounds)
+    if S.get("main.follow", True) or not isinstance(S.get("main.round_no"), int):
+        S["main.round_no"] = n
+    S["main.round_no"] = min(max(int(S["main.round_no"]), 1), n)
+    sel = int(st.number_input(f"Round to inspect (1–{n})", min_value=1, step=1, key="main.round_no",
+                              on_change=_on_round_no))
+    sel = min(max(sel, 1), n)
+    r = job.rounds[sel - 1]
+    st.subheader(f"Round {sel} in detail")
+    st.markdown(playback.round_summary(r, dec))
+    st.markdown(render.tokens_html("", [r], dec), unsafe_allow_html=True)
+    if not r.k:
+        st.info("The drafter proposed nothing this round (prompt lookup found no match), so the target made one "
+                "token on its own: even so, every round makes progress.")
+        return
+    st.caption("For each drafted position: the target's distribution p against the draft's q. The overlap "
+               "Σ min(p, q) is the chance that a sampled draft token is accepted. "
+               + ("Greedy (temperature 0): a draft token is kept iff it is the target's argmax."
+                  if r.greedy else "Sampling: a draft token is kept iff u ≤ min(1, p/q), u uniform in [0, 1)."))
+    st.dataframe(pd.DataFrame(playback.decision_rows(r, dec)), hide_index=True, width="stretch")
+    positions = list(range(r.k))
+    if ui.presenter() and r.k > 1:  # on a projector: one chart at a time
+        positions = [st.select_slider("drafted position", positions, format_func=lambda i: str(i + 1),
+                                      key=f"main.pq_pos.{sel}.{r.k}")]
+    for i in positions:
+        fig = charts.fig_pq(r, i, dec)
+        fig.update_layout(height=380)
+        ui.show_chart(fig, f"round{sel}-pq-{i + 1}", key=f"main.pq.{i}")
+    if r.rejected:
+        ui.show_chart(charts.fig_residual(r, dec), f"round{sel}-residual", key="main.residual")
+
+
+def acceptance(run, k: int) -> None:
+    """α over the run, the expected-tokens curve for the sidebar's k, and k per round when it varied."""
+    st.subheader("Acceptance")
+    if ui.presenter():  # on a projector: one chart at a time, in tabs
+        tab_alpha, tab_curve, tab_k = st.tabs(["α over the run", "tokens per pass", "k per round"])
+    else:
+        tab_alpha = tab_curve = tab_k = st.container()
+    with tab_alpha:
+        ui.show_chart(charts.fig_alpha_trace(run), "alpha-trace", key="main.alpha_trace")
+    run_k = int(run.settings.get("k", k))
+    fixed = run.settings.get("k_policy", "fixed") == "fixed"
+    same_k = run_k == k and fixed
+    varying_k = not fixed or len(set(r_.k for r_ in run.rounds)) > 2
+    if ui.presenter():
+        c1, c2 = tab_curve, (tab_k if varying_k else None)
+        if c2 is None:
+            tab_k.caption(f"k was {run_k} in every round of this run.")
+    else:
+        c1, c2 = st.columns(2) if varying_k else (st.container(), None)
+    with c1:
+        ui.show_chart(charts.fig_expected_tokens(k, charts.measured_point(run) if same_k else None),
+                      "expected-tokens", key="main.expected")
+        if not same_k:
+            st.caption(f"The measured point is hidden: the last run used k = {run_k}"
+                       f"{POLICY_NOTE.get(run.settings.get('k_policy'), '')}, the curve is for k = {k} (sidebar). "
+                       f"Press Run with a fixed k to measure at k = {k}.")
+        else:
+            st.caption(f"Measured at temperature {run.settings.get('temperature', 0)}: α depends on the "
+                       "temperature and on the prompt's domain (code and lists accept well, creative text "
+                       "poorly). Change them and run again; the curve follows k in the sidebar.")
+    if c2 is not None:
+        with c2:
+            ui.show_chart(charts.fig_k_trace(run), "k-trace", key="main.k_trace")
+
+
+def _baseline(job: playback.Playback) -> None:
+    """Time the target alone once, after a finished live run that asked for it."""
+    if not (job.source == "live" and job.done and job.run is not None and job.meta.get("baseline_wanted")
+            and "baseline" not in job.meta):
+        return
+    try:
+        with st.spinner("Timing the target alone with the same settings (one token per forward pass)…"):
+            pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
+            job.meta["baseline"] = runfile.target_alone(pair.target, job.run, pair.shared_vocab)
+            job.meta["baseline_note"] = "measured right after the run, warmed up, same settings"
+    except (SpecvizError, MemoryError) as e:
+        job.meta["baseline"] = None
+        ui.show_error(e)
+
+
+def _latency(job: playback.Playback) -> None:
+    if not (job.source == "live" and job.rounds and "t_first_draw" in job.meta):
+        return
+    first_s = job.meta["t_first_draw"] - job.meta["t_run"]
+    work_s = (job.run.prefill_s if job.run else 0.0) + job.rounds[0].round_s
+    load_s = job.meta.get("load_s", 0.0)
+    wait_s = job.meta.get("first_wait_s", 0.0)
+    st.caption(f"First round on screen {first_s:.1f} s after Run was pressed: {work_s:.1f} s of model work "
+               f"(reading the prompt, drafting, one verification pass)"
+               + (f" and {load_s:.1f} s loading the models" if load_s >= 0.1 else "") + "."
+               + (f" It waited {wait_s:.1f} s for the device while other sessions had their turn."
+                  if wait_s >= 0.1 else ""))
+
+
+def _where_the_time_went(job: playback.Playback, base: dict) -> None:
+    sr = job.run
+    steady = sr.steady_rounds if sr is not None else []  # the first round's passes also read the prompt
+    if not (steady and base.get("base_target_passes")):
+        return
+    v_ms = 1000 * sum(r.verify_s for r in steady) / len(steady)
+    b_ms = 1000 * (base.get("base_step_s") or (base.get("base_decode_s") or 0.0) / base["base_target_passes"])
+    why = (f"Where the time went, after the first round (whose passes also read the prompt): a verification "
+           f"pass (k+1 tokens at once) took {v_ms:.0f} ms on average, a one-token pass of the target alone "
+           f"{b_ms:.0f} ms")
+    n_draft = sum(r.k for r in steady) if sr.draft_passes else 0
+    if n_draft:
+        d_ms = 1000 * sum(r.draft_s for r in steady) / n_draft
+        prec = job.meta.get("draft_precision")
+        why += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
+                f"(c = {d_ms / b_ms:.2f} of a target pass{f', {prec} draft' if prec else ''})"
+                if b_ms > 0 else "")
+    st.caption(why + ". Tokens per pass is not speedup: see the Speedup page for the cost model.")
+
+
+def _identity(job: playback.Playback, base: dict) -> None:
+    if base.get("identical") is True:
+        st.success("Greedy: **identical text** to the target alone, token for token "
+                   f"({claims.link(6)}: speculative decoding changes the speed, not the output).")
+    elif base.get("identical") is False:
+        i = base.get("first_difference")
+        bt = base.get("base_token_ids") or []
+        st.warning(
+            f"Greedy, but the text differs from the target alone from token {i + 1 if i is not None else '?'} on. "
+            "This is floating-point, not the algorithm: verification scores k+1 tokens in one batched pass, "
+            "which adds up the same numbers in a different order than one-token steps. When two candidates "
+            f"are nearly tied, the argmax can flip — much more often in bfloat16 (this run: {job.dtype}). "
+            "See the Exactness page.")
+        if i is not None:
+            dec = decoder(job)
+            a = "".join(dec(t) for t in job.current_run().token_ids[max(0, i - 8):i + 8])
+            z = "".join(dec(t) for t in bt[max(0, i - 8):i + 8])
+            st.code(f"speculative : …{a}…\ntarget alone: …{z}…", language=None)
+    else:
+        st.caption("Sampling mode: the texts differ by design (different random draws); the *distribution* is "
+                   "the target's — see the Exactness page.")
+
+
+def speed(job: playback.Playback) -> None:
+    """The run against the target alone: tokens/s, measured speedup, where the time went, identity."""
+    st.subheader("Speed: speculative vs. the target alone")
+    _baseline(job)
+    base = job.meta.get("baseline")
+    _latency(job)
+    if not job.done:
+        st.caption("Shown when the run has finished.")
+        return
+    if not base:
+        st.caption("Timing of the target alone is off (sidebar checkbox)."
+                   if job.meta.get("origin") == "live" and not job.meta.get("baseline_wanted")
+                   else "No timing of the target alone for this run.")
+        return
+    st.caption(f"Target alone: one token per forward pass, same prompt and settings ({job.meta.get('baseline_note')}).")
+    busy = playback.load_note(job.run, base) if job.run is not None else None
+    if busy:
+        st.warning(busy, icon=":material/warning:")
+    c = st.columns(4)
+    c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"] or float("nan"), ".1f"))
+    c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"] or float("nan"), ".1f"))
+    c[2].metric("measured speedup", f"{fmt(base['speedup'] or float('nan'))}×",
+                help="(time per token of the target alone) ÷ (time per token of speculative decoding). "
+                     "Tokens per pass is not speedup: each round also pays for k draft passes.")
+    c[3].metric("target forward passes", f"{base['spec_target_passes']} vs {base['base_target_passes']}",
+                help="Speculative (one per round) vs. the target alone (one per token).")
+    _where_the_time_went(job, base)
+    _identity(job, base)

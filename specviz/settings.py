@@ -1,0 +1,46 @@
+"""Decoding settings as one typed value: the sidebar builds it, the engine reads it, a Run records it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+K_POLICIES = ("fixed", "adaptive", "best")
+
+
+def is_greedy(temperature: float | None) -> bool:
+    """Greedy decoding is temperature 0: the one definition the app, the engine's records and the CLI share."""
+    return not temperature
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """What a speculative run is asked to do. The engine checks the values (InvalidSetting on bad ones)."""
+
+    k: int = 4
+    k_policy: str = "fixed"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 48
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return is_greedy(self.temperature)
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of engine.speculative_stream / speculative_decode."""
+        return asdict(self)
+
+    def baseline_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of engine.autoregressive_stream: the same sampling, one token per pass."""
+        d = asdict(self)
+        del d["k"], d["k_policy"]
+        return d
+
+    @classmethod
+    def from_record(cls, settings: dict[str, Any]) -> "DecodeSettings":
+        """The settings a Run recorded (a run file's `settings`), with the defaults for any it lacks."""
+        names = cls.__dataclass_fields__
+        return cls(**{n: settings[n] for n in names if settings.get(n) is not None})
