@@ -26,7 +26,7 @@ T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round lat
 
 import pandas as pd  # noqa: E402
 
-from specviz import charts, claims, limits, prompts, render, replay  # noqa: E402
+from specviz import charts, claims, explain, limits, prompts, render, replay  # noqa: E402
 from specviz.drafters import PromptLookupDrafter  # noqa: E402
 from specviz.engine import speculative_stream  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
@@ -295,10 +295,6 @@ metrics_ph = st.empty()
 log_ph = st.empty()
 
 
-def fmt(v: float, spec: str = ".2f") -> str:
-    return "–" if v != v or v is None else format(v, spec)
-
-
 def draw_head(job: replay.Playback) -> None:
     m, s = job.meta, job.settings
     if m.get("origin") == "live":
@@ -316,22 +312,22 @@ def draw_head(job: replay.Playback) -> None:
 def draw_metrics(run) -> None:
     with metrics_ph.container():
         c = st.columns(5)
-        c[0].metric("α (per-token acceptance)", fmt(run.alpha),
+        c[0].metric("α (per-token acceptance)", explain.num(run.alpha, ".2f"),
                     help="α = accepted ÷ drafted tokens the target JUDGED. A rejection ends the round, so "
                          "drafts after it are never judged. This is the α of E[tokens] = (1 − α^(k+1)) / (1 − α).")
         c[0].caption(f"α = accepted / judged = {run.n_accepted} / {run.n_judged}")
-        c[1].metric("accepted ÷ drafted", fmt(run.acceptance_rate),
+        c[1].metric("accepted ÷ drafted", explain.num(run.acceptance_rate, ".2f"),
                     help="Counts every drafted token, including those thrown away after a rejection: "
                          "always ≤ α.")
         c[1].caption(f"accepted / drafted = {run.n_accepted} / {run.n_drafted}")
-        c[2].metric("tokens per target pass", fmt(run.tokens_per_pass),
+        c[2].metric("tokens per target pass", explain.num(run.tokens_per_pass, ".2f"),
                     help="New tokens ÷ target forward passes (one per round; the first round's pass also reads "
                          "the prompt). Plain decoding gets exactly 1.")
         c[2].caption(f"new tokens / target passes = {len(run.token_ids)} / {run.target_passes}")
         c[3].metric("new tokens", len(run.token_ids))
         c[3].caption(f"{len(run.rounds)} rounds" + (f", stopped by {run.stop_reason}"
                                                    if run.stop_reason != "running" else ""))
-        c[4].metric("tokens / s", fmt(run.tokens_per_s, ".1f"),
+        c[4].metric("tokens / s", explain.num(run.tokens_per_s, ".1f"),
                     help="Wall-clock speed of this run, reading the prompt included (the first round's passes "
                          "do it; replays show the recorded timings).")
         c[4].caption(f"decode {run.decode_s:.2f} s (draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)"
@@ -393,7 +389,7 @@ if job is not None and steps != 0:
             draw_text(job)
             if job.source == "live" and "t_first_draw" not in job.meta:
                 job.meta["t_first_draw"], job.meta["first_wait_s"] = replay.now(), job.waited_s
-            status_ph.markdown(replay.round_summary(rnd, _decoder(job)))
+            status_ph.markdown(explain.round_summary(rnd, _decoder(job)))
             partial = job.current_run()
             draw_metrics(partial)
             with log_ph.container():
@@ -426,7 +422,7 @@ run = job.current_run()
 draw_head(job)
 draw_text(job)
 if job.rounds:
-    status_ph.markdown(replay.round_summary(job.rounds[-1], dec))
+    status_ph.markdown(explain.round_summary(job.rounds[-1], dec))
 elif job.error is None:
     status_ph.info("Paused before the first round: press Step or Resume.")
 if job.error:
@@ -456,14 +452,14 @@ sel = min(max(sel, 1), n)
 r = job.rounds[sel - 1]
 
 st.subheader(f"Round {sel} in detail")
-st.markdown(replay.round_summary(r, dec))
+st.markdown(explain.round_summary(r, dec))
 st.markdown(render.tokens_html("", [r], dec), unsafe_allow_html=True)
 if r.k:
     st.caption("For each drafted position: the target's distribution p against the draft's q. The overlap "
                "Σ min(p, q) is the chance that a sampled draft token is accepted. "
-               + ("Greedy (temperature 0): a draft token is kept iff it is the target's argmax."
-                  if r.greedy else "Sampling: a draft token is kept iff u ≤ min(1, p/q), u uniform in [0, 1)."))
-    st.dataframe(pd.DataFrame(replay.decision_rows(r, dec)), hide_index=True, width="stretch")
+               + (f"Greedy (temperature 0): {explain.GREEDY_RULE}." if r.greedy
+                  else f"Sampling: {explain.ACCEPT_RULE}."))
+    st.dataframe(pd.DataFrame(explain.round_rows(r, dec, extra=False)), hide_index=True, width="stretch")
     positions = list(range(r.k))
     if ui.presenter() and r.k > 1:  # on a projector: one chart at a time
         positions = [st.select_slider("drafted position", positions, format_func=lambda i: str(i + 1),
@@ -542,29 +538,16 @@ elif base:
     if busy:
         st.warning(busy, icon=":material/warning:")
     c = st.columns(4)
-    c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"] or float("nan"), ".1f"))
-    c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"] or float("nan"), ".1f"))
-    c[2].metric("measured speedup", f"{fmt(base['speedup'] or float('nan'))}×",
+    c[0].metric("speculative tokens/s", explain.num(base["spec_tokens_per_s"], ".1f"))
+    c[1].metric("target alone tokens/s", explain.num(base["base_tokens_per_s"], ".1f"))
+    c[2].metric("measured speedup", f"{explain.num(base['speedup'], '.2f')}×",
                 help="(time per token of the target alone) ÷ (time per token of speculative decoding). "
                      "Tokens per pass is not speedup: each round also pays for k draft passes.")
     c[3].metric("target forward passes", f"{base['spec_target_passes']} vs {base['base_target_passes']}",
                 help="Speculative (one per round) vs. the target alone (one per token).")
-    sr = job.run
-    steady = sr.steady_rounds if sr is not None else []  # the first round's passes also read the prompt
-    if steady and base.get("base_target_passes"):
-        v_ms = 1000 * sum(r.verify_s for r in steady) / len(steady)
-        b_ms = 1000 * (base.get("base_step_s") or (base.get("base_decode_s") or 0.0) / base["base_target_passes"])
-        why = (f"Where the time went, after the first round (whose passes also read the prompt): a verification "
-               f"pass (k+1 tokens at once) took {v_ms:.0f} ms on average, a one-token pass of the target alone "
-               f"{b_ms:.0f} ms")
-        n_draft = sum(r.k for r in steady) if sr.draft_passes else 0
-        if n_draft:
-            d_ms = 1000 * sum(r.draft_s for r in steady) / n_draft
-            prec = job.meta.get("draft_precision")
-            why += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
-                    f"(c = {d_ms / b_ms:.2f} of a target pass{f', {prec} draft' if prec else ''})"
-                    if b_ms > 0 else "")
-        st.caption(why + ". Tokens per pass is not speedup: see the Speedup page for the cost model.")
+    why = explain.time_breakdown(job.run, base, job.meta.get("draft_precision")) if job.run is not None else None
+    if why:
+        st.caption(why)
     if base.get("identical") is True:
         st.success("Greedy: **identical text** to the target alone, token for token "
                    f"({claims.link(6)}: speculative "

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import limits, records
+from . import limits, measure, records
 from .devqueue import load_text
 from .errors import SpecvizError
 from .records import Round, Run, TopK, malformed
@@ -104,7 +104,7 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
         "base_token_ids": list(base.token_ids), "base_decode_s": base.decode_s, "spec_decode_s": spec.decode_s,
         # one 1-token target pass, after the prompt was read (None for a one-token answer)
         "base_step_s": base.steady_s_per_token if math.isfinite(base.steady_s_per_token) else None,
-        "first_difference": first_difference(spec.token_ids, base.token_ids),
+        "first_difference": measure.first_difference(spec.token_ids, base.token_ids),
         "base_outside_load": base.outside_load_rounds,  # rounds timed while other programs used the CPU
     }  # fmt: skip
 
@@ -124,24 +124,13 @@ def target_alone(target, spec: Run, vocab: int | None = None, warm: bool = True)
     return baseline_summary(spec, cmp.base, cmp.speedup, cmp.identical)
 
 
-def _finite(x: Any) -> Any:
-    # json has no NaN / inf: store None instead
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_finite(v) for v in x]
-    return x
-
-
 def export_dict(run: Run, decode: Callable[[int], str], prompt_text: str, pair: str = "", title: str = "",
                 baseline: dict | None = None) -> dict:
     d = run.to_dict()
     d["specviz_export"] = {
         "format": EXPORT_FORMAT, "prompt_text": prompt_text, "pair": pair, "title": title,
         "tokens": {str(i): s for i, s in token_table(run, decode).items()},
-        "baseline": _finite(baseline) if baseline else None,
+        "baseline": records.json_safe(baseline) if baseline else None,
     }  # fmt: skip
     return d
 
@@ -539,40 +528,6 @@ def play(pb: Playback, steps: int | None = None) -> Iterator[Round]:
 # text for the page
 
 
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """Index of the first differing token (None if a == b)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def round_summary(r: Round, decode: Callable[[int], str]) -> str:
-    """One sentence on what happened in a round (markdown)."""
-    from .render import md_code, visible
-
-    def q(t: int) -> str:
-        return md_code(visible(decode(t)))
-
-    if r.k == 0:
-        lead = "The drafter found nothing to propose, so the target made one token itself"
-        tail = f": {q(r.extra_id)}." if r.extra_id is not None else "."
-        return f"**Round {r.index + 1}.** {lead}{tail}"
-    also = (f", a pass that also read the prompt's {r.prefill_tokens} earlier token{'s' * (r.prefill_tokens != 1)}"
-            if r.prefill_tokens else "")
-    parts = [f"**Round {r.index + 1}.** Drafted {r.k} token{'s' * (r.k != 1)} "
-             f"({r.draft_s * 1000:.0f} ms), the target checked {'them all' if r.k > 1 else 'it'} in **one** pass "
-             f"({r.verify_s * 1000:.0f} ms{also}): {r.n_accepted} accepted"]
-    if r.rejected:
-        parts.append(f", {q(r.drafted[r.n_accepted])} rejected")
-    if r.extra_kind == "correction":
-        parts.append(f", the target's correction {q(r.extra_id)}")
-    elif r.extra_kind == "bonus":
-        parts.append(f", all accepted so the target adds a bonus token {q(r.extra_id)}")
-    parts.append(f" → **{len(r.emitted)} new token{'s' * (len(r.emitted) != 1)}** for one target pass.")
-    return "".join(parts)
-
-
 def load_note(run: Run, baseline: dict | None = None) -> str | None:
     """A warning when some of these timings were taken while other programs were using the CPU, else None."""
     parts = []
@@ -582,30 +537,6 @@ def load_note(run: Run, baseline: dict | None = None) -> str | None:
     if isinstance(b, int) and not isinstance(b, bool) and b > 0:
         parts.append(f"{b} of the target-alone run's {baseline.get('base_target_passes', '?')} passes")
     return load_text(" and ".join(parts)) if parts else None
-
-
-def decision_rows(r: Round, decode: Callable[[int], str]) -> list[dict]:
-    """One row per drafted position: p, q, the overlap, and the accept test."""
-    from .render import visible
-
-    rows = []
-    for i, d in enumerate(r.drafted):
-        judged = i < len(r.accepted)
-        row = {"position": i + 1, "drafted": visible(decode(d)), "p(draft)": round(r.p_drafted[i], 4),
-               "q(draft)": round(r.q_drafted[i], 4), "Σmin(p,q) = chance to accept": round(r.overlap[i], 4)}
-        if r.greedy:
-            a = r.target_argmax[i] if i < len(r.target_argmax) else None
-            row["target argmax"] = visible(decode(a)) if a is not None else ""
-            row["test"] = "draft == argmax?" if judged else ""
-        else:
-            ratio = r.ratio[i] if judged else (r.p_drafted[i] / r.q_drafted[i] if r.q_drafted[i] > 0 else math.inf)
-            row["p/q"] = round(ratio, 4) if math.isfinite(ratio) else "∞"
-            row["min(1, p/q)"] = round(min(1.0, ratio), 4)
-            row["u"] = round(r.u[i], 4) if judged and i < len(r.u) else ""
-            row["test"] = "u ≤ min(1, p/q)?" if judged else ""
-        row["verdict"] = ("accepted ✓" if r.accepted[i] else "rejected ✗") if judged else "not judged (discarded)"
-        rows.append(row)
-    return rows
 
 
 def now() -> float:
