@@ -295,6 +295,11 @@ metrics_ph = st.empty()
 log_ph = st.empty()
 
 
+def fmt(v: float | None, spec: str = ".2f") -> str:
+    """A metric's number: explain.num, two decimals unless told."""
+    return explain.num(v, spec)
+
+
 def draw_head(job: replay.Playback) -> None:
     m, s = job.meta, job.settings
     if m.get("origin") == "live":
@@ -312,22 +317,22 @@ def draw_head(job: replay.Playback) -> None:
 def draw_metrics(run) -> None:
     with metrics_ph.container():
         c = st.columns(5)
-        c[0].metric("α (per-token acceptance)", explain.num(run.alpha, ".2f"),
+        c[0].metric("α (per-token acceptance)", fmt(run.alpha),
                     help="α = accepted ÷ drafted tokens the target JUDGED. A rejection ends the round, so "
                          "drafts after it are never judged. This is the α of E[tokens] = (1 − α^(k+1)) / (1 − α).")
         c[0].caption(f"α = accepted / judged = {run.n_accepted} / {run.n_judged}")
-        c[1].metric("accepted ÷ drafted", explain.num(run.acceptance_rate, ".2f"),
+        c[1].metric("accepted ÷ drafted", fmt(run.acceptance_rate),
                     help="Counts every drafted token, including those thrown away after a rejection: "
                          "always ≤ α.")
         c[1].caption(f"accepted / drafted = {run.n_accepted} / {run.n_drafted}")
-        c[2].metric("tokens per target pass", explain.num(run.tokens_per_pass, ".2f"),
+        c[2].metric("tokens per target pass", fmt(run.tokens_per_pass),
                     help="New tokens ÷ target forward passes (one per round; the first round's pass also reads "
                          "the prompt). Plain decoding gets exactly 1.")
         c[2].caption(f"new tokens / target passes = {len(run.token_ids)} / {run.target_passes}")
         c[3].metric("new tokens", len(run.token_ids))
         c[3].caption(f"{len(run.rounds)} rounds" + (f", stopped by {run.stop_reason}"
                                                    if run.stop_reason != "running" else ""))
-        c[4].metric("tokens / s", explain.num(run.tokens_per_s, ".1f"),
+        c[4].metric("tokens / s", fmt(run.tokens_per_s, ".1f"),
                     help="Wall-clock speed of this run, reading the prompt included (the first round's passes "
                          "do it; replays show the recorded timings).")
         c[4].caption(f"decode {run.decode_s:.2f} s (draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)"
@@ -538,9 +543,9 @@ elif base:
     if busy:
         st.warning(busy, icon=":material/warning:")
     c = st.columns(4)
-    c[0].metric("speculative tokens/s", explain.num(base["spec_tokens_per_s"], ".1f"))
-    c[1].metric("target alone tokens/s", explain.num(base["base_tokens_per_s"], ".1f"))
-    c[2].metric("measured speedup", f"{explain.num(base['speedup'], '.2f')}×",
+    c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"], ".1f"))
+    c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"], ".1f"))
+    c[2].metric("measured speedup", f"{fmt(base['speedup'])}×",
                 help="(time per token of the target alone) ÷ (time per token of speculative decoding). "
                      "Tokens per pass is not speedup: each round also pays for k draft passes.")
     c[3].metric("target forward passes", f"{base['spec_target_passes']} vs {base['base_target_passes']}",
