@@ -27,7 +27,7 @@ T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round lat
 from pages.common import main_controls as controls  # noqa: E402
 from pages.common import main_view as view  # noqa: E402
 from pages.common.main_sidebar import sidebar  # noqa: E402
-from specviz import playback  # noqa: E402
+from specviz import explain, playback  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
 
 S = st.session_state
@@ -77,7 +77,7 @@ run = job.current_run()
 ph.head_line(job)
 ph.tokens(job)
 if job.rounds:
-    ph.status.markdown(playback.round_summary(job.rounds[-1], view.decoder(job)))
+    ph.status.markdown(explain.round_summary(job.rounds[-1], view.decoder(job)))
 elif job.error is None:
     ph.status.info("Paused before the first round: press Step or Resume.")
 if job.error:

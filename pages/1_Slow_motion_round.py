@@ -3,23 +3,23 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, claims, lab, limits, playback, render
+from specviz import charts, claims, explain, limits, playback, render
 from specviz.drafters import PromptLookupDrafter
 from specviz.engine import K_MAX, speculative_stream
 
 ui.page_setup("Slow motion: one round at a time", shows=(3, 4, 5, 7))
 
 st.markdown(
-    """
+    f"""
 A **round** of speculative decoding has four steps: (1) the small **draft** model proposes k tokens,
 one after another; (2) the large **target** model scores all k positions, plus one more, in a **single**
 forward pass; (3) the drafted tokens are checked left to right and the first refused one ends the checking;
 (4) the target adds one token of its own: a **correction** where it refused, or a **bonus** if it accepted
 all k.
 
-The check depends on the mode. **Greedy** (temperature 0): keep a drafted token if it is the target's own
-top choice. **Sampling**: with q(d) the draft's and p(d) the target's probability of the drafted token d,
-draw u uniform in [0, 1) and keep d if **u < min(1, p/q)**. A refused token is replaced by a sample of
+The check depends on the mode. **Greedy** (temperature 0): {explain.GREEDY_RULE}. **Sampling**: with q(d)
+the draft's and p(d) the target's probability of the drafted token d, {explain.ACCEPT_RULE}. A refused token
+is replaced by a sample of
 **norm(max(0, p − q))**: the probability the target wanted more than the draft gave. This makes the output
 follow the target's distribution exactly.
 
@@ -139,16 +139,16 @@ n = len(rounds)
 pick = st.selectbox("Round to inspect", list(range(1, n + 1)), index=n - 1,
                     help="The newest round is shown after each step.")
 r = rounds[pick - 1]
-for line in lab.round_story(r, decode):
+for line in explain.round_story(r, decode):
     st.markdown(line)
-note = lab.zero_accept_note(r, decode)
+note = explain.zero_accept_note(r, decode)
 if note:
     st.success(note, icon=":material/check_circle:")
-st.dataframe(lab.round_rows(r, decode), hide_index=True)
+st.dataframe(explain.round_rows(r, decode), hide_index=True)
 
 if r.k > 0:
     pos = st.selectbox("Drafted position to draw", list(range(1, r.k + 1)), index=min(r.n_accepted, r.k - 1),
-                       format_func=lambda i: f"#{i} {lab.tok(r.drafted[i - 1], decode)}")
+                       format_func=lambda i: f"#{i} {explain.tok(r.drafted[i - 1], decode)}")
     ui.show_chart(charts.fig_pq(r, pos - 1, decode), f"round{r.index + 1}_pq{pos}", key="slow.fig_pq")
     ui.show_chart(charts.fig_residual(r, decode), f"round{r.index + 1}_residual", key="slow.fig_residual")
 else:

@@ -6,7 +6,8 @@ import time
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, claims, devqueue, experiments, lab, limits, quant, render, selfdraft, theory
+from specviz import (charts, claims, devqueue, experiments, explain, lab, limits, measure, quant, render, selfdraft,
+                     theory)
 from specviz.engine import autoregressive_decode, autoregressive_stream, speculative_decode, speculative_stream
 from specviz.config import DerivedSource
 from specviz.errors import SpecvizError
@@ -59,7 +60,7 @@ if st.button("Measure c and the verify cost", type="primary", key="speed.run_cos
     bar.done()
     if c is not None and t is not None:
         st.session_state["speed.cost"] = {"ident": ident, "c": c, "timings": t,
-                                          "verify": lab.verify_cost_from(t), "load": note_c or note_t}
+                                          "verify": measure.verify_ratios(t), "load": note_c or note_t}
 cost = current("speed.cost")
 if cost is None:
     st.info("Press **Measure c and the verify cost** (a few seconds) to fit the model to this device.")
@@ -94,12 +95,12 @@ if st.button("Compare draft precisions", key="speed.run_precisions") and ids is 
         ui.show_error(e)
 prec_state = st.session_state.get("speed.precision")
 if prec_state is not None and prec_state["ident"] == ident[:2]:
-    st.dataframe(lab.precision_rows(prec_state["results"]), hide_index=True, width="stretch")
-    st.markdown(lab.precision_verdict(prec_state["results"]))
+    st.dataframe(explain.precision_rows(prec_state["results"]), hide_index=True, width="stretch")
+    st.markdown(explain.precision_verdict(prec_state["results"]))
 
 # --- 2. the model, with the best k ------------------------------------------------------------
 sweep_state = current("speed.sweep")
-measured_alpha = lab.pooled_alpha([cmp.spec for cmp in sweep_state["sweep"].values()]) if sweep_state else None
+measured_alpha = measure.pooled_alpha([cmp.spec for cmp in sweep_state["sweep"].values()]) if sweep_state else None
 
 
 def use_measured_alpha():
@@ -116,7 +117,8 @@ if cost is not None:
     use_vr = a3.checkbox("use the measured verify cost", value=True, key="speed.use_vr",
                          help="Off: assume checking k+1 tokens costs one 1-token pass (the textbook 1 + k·c).")
     vc = cost["verify"] if use_vr else None
-    measured = {k: lab.measured_speedup(cmp) for k, cmp in sweep_state["sweep"].items()} if sweep_state else None
+    measured = ({k: measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep_state["sweep"].items()}
+                if sweep_state else None)
     ui.show_chart(charts.fig_speedup_model(alpha, cost["c"], k_max=12, verify_cost=vc, measured=measured),
                   "speedup_model", key="speed.fig_model")
     kb, sb = theory.best_k(alpha, cost["c"], vc, k_max=12)
@@ -150,7 +152,7 @@ if sweep_state is not None:
     bench = [{"k": r["k"], "measured": r["measured speedup"], "predicted": r["predicted speedup"]} for r in rows]
     ui.show_chart(charts.fig_bench_speedup(bench), "k_sweep_measured_vs_predicted", key="speed.fig_bench")
     best = max(rows, key=lambda r: r["measured speedup"])
-    st.markdown(lab.speedup_verdict(best["measured speedup"], best["predicted speedup"],
+    st.markdown(explain.speedup_verdict(best["measured speedup"], best["predicted speedup"],
                                     cost["c"] if cost else float("nan"), best["α"])
                 if cost else f"Best measured: k = {best['k']} at {best['measured speedup']:.2f}×. "
                              "Measure c above to compare with the model.")
@@ -223,7 +225,7 @@ if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_ad
 ad = current("speed.adaptive")
 if ad is not None:
     fx, av, bk = ad["fixed"], ad["adaptive"], ad["best"]
-    rf, ra, rb = (lab.decode_rate(r) for r in (fx, av, bk))  # engine time only: the progress bar is excluded
+    rf, ra, rb = (measure.engine_rate(r) for r in (fx, av, bk))  # engine time only: the progress bar is excluded
     m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("fixed k: tokens/s", f"{rf:.1f}")
     m2.metric("adaptive k: tokens/s", f"{ra:.1f}", f"{(ra / rf - 1) * 100:+.0f}%" if rf > 0 else None)

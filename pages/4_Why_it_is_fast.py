@@ -3,7 +3,7 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, experiments, lab
+from specviz import charts, experiments, explain
 
 ui.page_setup("Why it is fast: one pass, many tokens", shows=(1, 2, 12))
 
@@ -48,13 +48,13 @@ if st.button("Measure forward cost", type="primary", key="fast.run_forward"):
 if "forward" in mine:
     lab_ui.load_warning(mine.get("forward_load"))
     ui.show_chart(charts.fig_forward_cost(mine["forward"]), f"forward_cost_{dt}", key="fast.fig_forward")
-    v = lab.forward_cost_verdict(mine["forward"], pair.device, dt)
+    v = explain.forward_cost_verdict(mine["forward"], pair.device, dt)
     m1, m2 = st.columns(2)
     m1.metric("cost(2 tokens) ÷ cost(1 token)", f"{v.value:.2f}×")
     m2.metric("this device here is", v.kind)
     (st.warning if v.kind == "compute-bound" else st.success if v.kind == "memory-bound" else st.info)(v.text)
     other = {d: r["forward"] for (p, d), r in results.items() if p == pair.name and "forward" in r}
-    cmp = lab.dtype_comparison(other)
+    cmp = explain.dtype_comparison(other)
     if cmp:
         st.markdown("**float32 vs bfloat16 on this device.** " + cmp)
     else:
@@ -70,9 +70,9 @@ if st.button("Check against memory bandwidth", key="fast.run_bw"):
 if "bw" in mine:
     chk = mine["bw"]
     lab_ui.load_warning(mine.get("bw_load"))
-    v = lab.bandwidth_verdict(chk, dt)
+    v = explain.bandwidth_verdict(chk, dt)
     m1, m2, m3, m4 = st.columns(4)
-    m1.metric("weights", lab.format_bytes(chk.weight_bytes))
+    m1.metric("weights", explain.format_bytes(chk.weight_bytes))
     m2.metric("bandwidth", f"{chk.bandwidth / 1e9:.1f} GB/s")
     m3.metric("predicted 1-token pass", f"{chk.predicted_s * 1000:.1f} ms")
     m4.metric("measured 1-token pass", f"{chk.measured_s * 1000:.1f} ms", f"{v.value:.2f}× predicted",
@@ -100,4 +100,4 @@ if st.button("Measure batch cost", key="fast.run_batch"):
 if "batch" in mine:
     lab_ui.load_warning(mine.get("batch_load"))
     ui.show_chart(charts.fig_batch_cost(mine["batch"]), f"batch_cost_{dt}", key="fast.fig_batch")
-    st.info(lab.batch_verdict(mine["batch"]).text)
+    st.info(explain.batch_verdict(mine["batch"]).text)

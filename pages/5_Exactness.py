@@ -6,7 +6,7 @@ And the acceptance-rule lab: which ways of keeping a draft keep that distributio
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, claims, experiments, lab, limits, rules, theory
+from specviz import charts, claims, experiments, explain, lab, limits, rules, theory
 
 ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15))
 
@@ -48,7 +48,7 @@ if st.button("Compare with the target alone", type="primary", key="exact.run_gre
 g = st.session_state.get("exact.greedy")
 if g is not None:
     cmp = g["cmp"]
-    v = lab.exactness_verdict(cmp.spec.token_ids, cmp.base, g["dtype"], decode)
+    v = explain.exactness_verdict(cmp.spec.token_ids, cmp.base, g["dtype"], decode)
     (st.success if v.kind == "identical" else st.warning)(v.text)
     m1, m2, m3 = st.columns(3)
     m1.metric("identical", "yes" if cmp.identical else "no")
@@ -91,7 +91,7 @@ if res is not None:
     m3.metric("noise, simulated (95%)", f"{fp.noise_tv[1]:.3f}" if fp.noise_tv else "–",
               help=f"TV of {trials.n} tokens drawn directly from p, 200 times: 95% were below this.")
     m4.metric("draft token kept", f"{trials.accepted / trials.n:.3f}", f"theory {fp.overlap:.3f}", delta_color="off")
-    verdict = lab.tv_verdict(tv, noise, trials.n, trials.accepted, fp.overlap, fp.noise_tv)
+    verdict = explain.tv_verdict(tv, noise, trials.n, trials.accepted, fp.overlap, fp.noise_tv)
     (st.success if "agree within noise" in verdict else st.warning)(verdict)
     ui.show_chart(charts.fig_exactness(trials.counts, trials.p, decode), "exactness_histogram", key="exact.fig_hist")
     st.caption("How often each token came out of the speculative step, next to the target's p.")

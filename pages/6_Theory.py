@@ -3,7 +3,7 @@
 import streamlit as st
 
 from pages.common import ui
-from specviz import charts, claims, lab, theory
+from specviz import charts, claims, explain, lab, theory
 
 ui.page_setup("Theory: tokens per pass and speedup", shows=(8, 9))
 
@@ -36,7 +36,7 @@ m1, m2, m3 = st.columns(3)
 m1.metric("E[tokens per target pass]", f"{theory.expected_tokens(alpha, k):.2f}")
 m2.metric("predicted speedup", f"{theory.expected_speedup(alpha, k, c):.2f}×")
 m3.metric("best k", f"{best[0]}", f"{best[1]:.2f}×", delta_color="off")
-st.markdown(lab.theory_summary(alpha, k, c, best))
+st.markdown(explain.theory_summary(alpha, k, c, best))
 
 # runs measured on the other pages of this session can be put on the curve (no model is used here)
 measured = {}

@@ -27,7 +27,8 @@ medians reported. `speedup` is per token and end to end (reading the prompt
 included): baseline seconds per token / method seconds per token. The engine's
 methods also get `decode_speedup`, over the rounds after the first (whose
 passes also read the prompt: Round.prefill_tokens), which is what the model in
-theory.py predicts from the measured alpha, c and verify cost (plus the
+theory.py predicts from the measured alpha, c and verify cost (c from the runs,
+by measure's rule; only when the runs give none, c from forward passes plus the
 draft's two-token step after a wholly accepted round: see predicted_speedup);
 efficiency = decode_speedup / predicted, over the same rounds. Bookkeeping is what a
 round spends outside the forward passes: round_s - draft_s - verify_s.
@@ -53,7 +54,7 @@ from typing import Any
 
 import torch
 
-from . import quant, theory
+from . import measure, quant, theory
 from .cli import add_draft_precision
 from .drafters import PromptLookupDrafter
 from .engine import autoregressive_decode, speculative_decode
@@ -62,6 +63,7 @@ from .experiments import forward_cost
 from .kpolicy import BestK
 from .lm import vocab_size
 from .prompts import bench_prompts, encode
+from .records import json_safe
 
 FORMAT = "specviz.bench/1"
 DEFAULT_DOMAINS = ("code", "list", "factual", "creative")
@@ -259,16 +261,6 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
 # statistics
 
 
-def _med(xs):
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
-    return statistics.median(xs) if xs else float("nan")
-
-
-def _finite(x):
-    """JSON-safe: nan/inf become None."""
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
 def predicted_speedup(runs, alpha: float, c: float, verify_cost, refeed: float = 0.0) -> float:
     """The model's speedup for the rounds actually run: sum E[tokens](alpha, k_r) / sum E[cost_r], with
 
@@ -314,22 +306,6 @@ def predicted_from_tokens_per_pass(runs, c: float, verify_cost, refeed: float = 
     return tokens / cost
 
 
-def c_from_runs(samples: dict, base: str = ENGINE_BASELINE) -> float:
-    """c from the runs' own timings: median draft step / median 1-token target step (baseline rounds).
-
-    Draft steps come from rounds whose every step read one token: not the round that also read
-    the prompt (prefill_tokens > 0), nor a round after a wholly accepted one, whose first step
-    reads two (that extra is the prediction's `refeed`, so counting it in c too would charge it
-    twice)."""
-    draft_steps = [r.draft_s / r.k for s in samples.get("draft", []) for i, r in enumerate(s.run.rounds)
-                   if r.k > 0 and r.draft_s > 0 and not r.prefill_tokens
-                   and i > 0 and s.run.rounds[i - 1].extra_kind != "bonus"]
-    target_steps = [r.verify_s for s in samples.get(base, []) for r in s.run.steady_rounds]
-    if not draft_steps or not target_steps:
-        return float("nan")
-    return statistics.median(draft_steps) / statistics.median(target_steps)
-
-
 def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
     """One row: medians over repetitions, for one method on one (mode, domain)."""
     toks = [len(s.tokens) for s in samples]
@@ -337,17 +313,17 @@ def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
     row: dict[str, Any] = {
         "method": name,
         "tokens": int(statistics.median(toks)),
-        "wall_s": _med([s.wall_s for s in samples]),
-        "s_per_token": _med(spt),
+        "wall_s": measure.median([s.wall_s for s in samples]),
+        "s_per_token": measure.median(spt),
         "reps_wall_s": [s.wall_s for s in samples],
         "reps_tokens": toks,
     }
-    row["tokens_per_s"] = 1.0 / row["s_per_token"] if row["s_per_token"] > 0 else float("nan")
-    row["speedup"] = base["s_per_token"] / row["s_per_token"] if base else float("nan")
+    row["tokens_per_s"] = measure.tokens_per_s(1.0, row["s_per_token"])
+    row["speedup"] = measure.speedup_from(base["s_per_token"], row["s_per_token"]) if base else float("nan")
     runs = [s.run for s in samples if s.run is not None]
     if runs:
-        row["decode_s_per_token"] = _med([r.steady_s_per_token for r in runs])  # after the prompt is read
-        row["decode_speedup"] = (base["decode_s_per_token"] / row["decode_s_per_token"]
+        row["decode_s_per_token"] = measure.median([r.steady_s_per_token for r in runs])  # after the prompt is read
+        row["decode_speedup"] = (measure.speedup_from(base["decode_s_per_token"], row["decode_s_per_token"])
                                  if base and base.get("decode_s_per_token") else float("nan"))
         rounds = [r for run in runs for r in run.rounds]
         round_s = sum(r.round_s for r in rounds)
@@ -360,9 +336,7 @@ def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
         ks = [r.k for r in rounds]
         row["mean_k"] = statistics.fmean(ks) if ks else float("nan")
         if name != ENGINE_BASELINE:
-            acc = sum(r.n_accepted for r in runs)
-            judged = sum(r.n_judged for r in runs)
-            alpha = acc / judged if judged else float("nan")
+            alpha = measure.pooled_alpha(runs)
             c, vc, refeed = (*alpha_c_vc, 0.0)[:3]
             if name == "prompt-lookup":
                 c = refeed = 0.0  # no draft model: drafting costs nothing
@@ -384,13 +358,12 @@ def aggregate(name: str, rows: list[dict], base_rows: list[dict]) -> dict:
     wall = sum(r["s_per_token"] * r["tokens"] for r in rows)
     btok = sum(r["tokens"] for r in base_rows)
     bwall = sum(r["s_per_token"] * r["tokens"] for r in base_rows)
-    out = {"method": name, "tokens": tok, "wall_s": wall,
-           "tokens_per_s": tok / wall if wall > 0 else float("nan")}
-    out["speedup"] = (bwall / btok) / (wall / tok) if tok and btok and wall > 0 else float("nan")
+    out = {"method": name, "tokens": tok, "wall_s": wall, "tokens_per_s": measure.tokens_per_s(tok, wall)}
+    out["speedup"] = measure.speedup_from(bwall / btok, wall / tok) if tok and btok else float("nan")
     if all("decode_s_per_token" in r for r in rows):
         dec = sum(r["decode_s_per_token"] * r["tokens"] for r in rows)
         bdec = sum(r["decode_s_per_token"] * r["tokens"] for r in base_rows)
-        out["decode_speedup"] = (bdec / btok) / (dec / tok) if dec > 0 else float("nan")
+        out["decode_speedup"] = measure.speedup_from(bdec / btok, dec / tok) if tok and btok else float("nan")
     for key in ("alpha", "predicted", "predicted_from_tokens_per_pass", "efficiency", "bookkeeping_pct", "mean_k",
                 "tokens_per_pass"):
         vals = [r[key] for r in rows if key in r]
@@ -424,10 +397,10 @@ def bench(args, pair=None, progress=None) -> dict:
     tcost = forward_cost(pair.target, n_tokens=tuple(sizes), reps=args.cost_reps)
     say("forward cost of the draft")
     dcost = forward_cost(pair.draft, n_tokens=(1, 2), reps=args.cost_reps)
-    ratios = theory.verify_ratios_from_timings(tcost)
-    c_forward = _med(dcost[1]) / _med(tcost[1])
+    ratios = measure.verify_ratios(tcost)
+    c_forward = measure.c_ratio(dcost[1], tcost[1])
     # a draft step that reads two tokens (after a wholly accepted round), beyond c, in target steps
-    refeed = max(0.0, (_med(dcost[2]) - _med(dcost[1])) / _med(tcost[1]))
+    refeed = max(0.0, (measure.median(dcost[2]) - measure.median(dcost[1])) / measure.median(tcost[1]))
 
     # 2. warm-up: every method once, a few tokens
     names = args.method_names
@@ -460,16 +433,17 @@ def bench(args, pair=None, progress=None) -> dict:
                   "draft": [s for d in args.domains for n in names
                             if n.startswith("k=") or n in ("adaptive", "best", "best-nostop")
                             for s in samples[(mode, d, n)]]}
-        c_runs = c_from_runs(pooled)
-        c_use = c_runs if math.isfinite(c_runs) else c_forward
+        c_runs = measure.c_from_runs([s.run for s in pooled["draft"]], [s.run for s in pooled[ENGINE_BASELINE]])
+        # c from the runs already carries the re-read after a bonus (measure's rule); c_forward does not
+        c_use, refeed_use = (c_runs, 0.0) if math.isfinite(c_runs) else (c_forward, refeed)
         by_method: dict[str, list[dict]] = {}
         for dom in args.domains:
-            base = summarise(ENGINE_BASELINE, samples[(mode, dom, ENGINE_BASELINE)], {}, (c_use, ratios, refeed))
+            base = summarise(ENGINE_BASELINE, samples[(mode, dom, ENGINE_BASELINE)], {}, (c_use, ratios, refeed_use))
             base["speedup"] = 1.0
             base["decode_speedup"] = 1.0
             for name in names:
                 row = base if name == ENGINE_BASELINE else summarise(name, samples[(mode, dom, name)], base,
-                                                                     (c_use, ratios, refeed))
+                                                                     (c_use, ratios, refeed_use))
                 row = {"mode": mode, "domain": dom, **row}
                 if mode == "greedy":
                     row["same_as_baseline"] = (samples[(mode, dom, name)][0].tokens
@@ -496,8 +470,8 @@ def bench(args, pair=None, progress=None) -> dict:
         "prompts": {d: {"name": presets[d].name, "text": presets[d].text, "n_tokens": len(prompts[d])}
                     for d in args.domains},
         "costs": {
-            "target_forward_s": {n: _med(v) for n, v in tcost.items()},
-            "draft_forward_s": {n: _med(v) for n, v in dcost.items()},
+            "target_forward_s": {n: measure.median(v) for n, v in tcost.items()},
+            "draft_forward_s": {n: measure.median(v) for n, v in dcost.items()},
             "verify_ratio": ratios,
             "c_forward": c_forward,
             "refeed": refeed,
@@ -640,18 +614,8 @@ def figure(report: dict):
     return fig_bench_speedup(report["figure_rows"])
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float):
-        return _finite(x)
-    return x
-
-
 def to_json(report: dict) -> str:
-    return json.dumps(_jsonable(report), indent=1, allow_nan=False)
+    return json.dumps(json_safe(report), indent=1, allow_nan=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,9 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+from . import measure
 from .errors import InvalidSetting
+from .explain import ACCEPT_TEST, num
 from .records import Round, Run, TopK
 from .render import OKABE_ITO, STATE_COLORS, visible
 from .theory import (
@@ -141,11 +143,6 @@ def _labels(ids: Sequence[int], decode: Callable[[int], str], maxlen: int = 14) 
     return [s if seen[s] == 1 else f"{s} #{i}" for s, i in zip(base, ids)]
 
 
-def _fmt(v: float, spec: str = ".2f") -> str:
-    """Format a number, '–' when it is not finite (e.g. α of a run with no drafts)."""
-    return format(v, spec) if v is not None and np.isfinite(v) else "–"
-
-
 def _tok(tid: int, decode: Callable[[int], str]) -> str:
     """One token, quoted, for a title or hover text."""
     return f"‘{_plain(visible(decode(tid)))}’"
@@ -174,7 +171,7 @@ def fig_pq(round: Round, position: int, decode: Callable[[int], str] = str,
     """Target p vs draft q at one drafted position, the drafted token marked.
 
     The title gives the chance to accept at this position, Σ min(p, q); the
-    subtitle the decision: u ≤ min(1, p/q) when sampling, or "draft token ==
+    subtitle the decision: explain.ACCEPT_TEST when sampling, or "draft token ==
     target argmax?" when greedy. Tokens outside a top-N list are drawn at 0.
     """
     r = round
@@ -200,7 +197,7 @@ def fig_pq(round: Round, position: int, decode: Callable[[int], str] = str,
     else:
         thr = min(1.0, p / q) if q > 0 else 1.0
         u = r.u[position] if position < len(r.u) else float("nan")
-        decision = (f"sampling: accept iff u ≤ min(1, p/q) = min(1, {p:.3f}/{q:.3f}) = {thr:.3f}"
+        decision = (f"sampling: accept iff {ACCEPT_TEST} = min(1, {p:.3f}/{q:.3f}) = {thr:.3f}"
                     f";  u = {u:.3f} → {verdict}")
     title = (f"Round {r.index + 1}, draft #{position + 1} {_tok(d, decode)}: "
              f"chance to accept = Σ min(p, q) = {r.overlap[position]:.2f}")
@@ -365,8 +362,8 @@ def fig_alpha_trace(run: Run) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         row_heights=[0.55, 0.45])
     fig.update_layout(template=TEMPLATE, height=540, title=dict(
-        text=f"Acceptance over the run: α = {_fmt(s['alpha'][-1])}, accepted/drafted = "
-             f"{_fmt(s['rate'][-1])}, {_fmt(s['tpp'][-1])} tokens/pass",
+        text=f"Acceptance over the run: α = {num(s['alpha'][-1], '.2f')}, accepted/drafted = "
+             f"{num(s['rate'][-1], '.2f')}, {num(s['tpp'][-1], '.2f')} tokens/pass",
         subtitle=dict(text="α counts only drafted tokens the target judged; "
                            "accepted/drafted also counts those discarded after a rejection")))
     fig.add_scatter(x=x, y=s["alpha"], name="running α (accepted / judged)", mode="lines",
@@ -575,8 +572,8 @@ def fig_accept_lengths(run_or_runs, alpha: float | None = None) -> go.Figure:
     k = Counter(r.k for r in rounds).most_common(1)[0][0]
     used = [r for r in rounds if r.k == k]
     if alpha is None:
-        judged = sum(len(r.accepted) for r in used)
-        alpha = sum(r.n_accepted for r in used) / judged if judged else 0.0
+        alpha = measure.rounds_alpha(used)
+        alpha = alpha if np.isfinite(alpha) else 0.0
     counts = np.bincount([r.n_accepted for r in used], minlength=k + 1)[: k + 1]
     obs = counts / counts.sum()
     pred = accepted_length_pmf(alpha, k)

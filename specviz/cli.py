@@ -20,7 +20,7 @@ import sys
 import time
 from typing import TextIO
 
-from . import limits
+from . import limits, prompts
 from .errors import InvalidSetting, SpecvizError
 
 # Okabe-Ito colours (colour-blind safe) as 256-colour codes, each with a second cue
@@ -172,18 +172,6 @@ def _read_prompt(args) -> str:
     return prompt
 
 
-def encode_prompt(tokenizer, prompt: str, raw: bool) -> list[int]:
-    """Token ids of the prompt: through the chat template unless raw (or the model has none)."""
-    if not raw and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
-        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    else:
-        ids = list(tokenizer(prompt)["input_ids"])
-    limits.check_prompt_tokens(len(ids))
-    return ids
-
-
 def cmd_run(args) -> int:
     from . import engine
     from .models import load_pair
@@ -202,7 +190,7 @@ def cmd_run(args) -> int:
     tok = pair.tokenizer
     if not args.raw and not getattr(tok, "chat_template", None):
         print("note: this model has no chat template; the prompt is fed as-is", file=sys.stderr)
-    input_ids = encode_prompt(tok, prompt, args.raw)
+    input_ids = prompts.encode(tok, prompt, chat=not args.raw)
 
     kw = dict(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=0,
               max_new_tokens=args.max_new_tokens, seed=args.seed, eos_token_id=pair.eos_token_ids)

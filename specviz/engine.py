@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import devqueue, quant
+from . import devqueue, measure
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 from .lm import CachedLM, max_positions, vocab_size
@@ -107,13 +107,6 @@ def check_settings(ids: list[int], models: list, *, k: int | None, temperature: 
         raise InvalidSetting(f"The prompt ({len(ids)} tokens) plus max_new_tokens ({max_new_tokens}) does not fit "
                              f"the model's context of {limit} tokens: shorten the prompt or lower "
                              f"max_new_tokens to at most {limit - len(ids)}.")
-
-
-def weight_ratio(draft_model, target_model) -> float:
-    """Draft weight bytes / target weight bytes: c before any pass is timed. Decoding one token
-    streams every weight once, so on a memory-bound device a step costs about its weight bytes;
-    an int8 draft streams a quarter of its float32 bytes (quant.weight_bytes)."""
-    return quant.weight_bytes(draft_model) / quant.weight_bytes(target_model)
 
 
 def _eos_set(eos_token_id, *models) -> set[int]:
@@ -397,7 +390,7 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
     prime = getattr(policy, "prime", None)
     draft_model = getattr(getattr(drafter, "lm", None), "model", None)
     if prime is not None and draft_model is not None:
-        prime(weight_ratio(draft_model, target_model))  # before anything is timed: a first estimate of c
+        prime(measure.c_prior(draft_model, target_model))  # before anything is timed: a first estimate of c
 
     rounds, ks, stop = [], [], "max_new_tokens"
     t_dec, paused = time.perf_counter(), 0.0

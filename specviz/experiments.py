@@ -6,17 +6,18 @@ measured on the models and device at hand; nothing is canned.
   forward_cost      target forward time for n new tokens on a cached context
   batch_cost        the same for a batch of sequences (where the flat part ends)
   memory_bandwidth  a copy benchmark: bytes/s this device moves
-  weight_bytes      bytes of parameters a forward pass must read
-  draft_cost_ratio  c = one draft step / one target step
+  draft_cost_ratio  c from forward timings (measure.c_ratio of 1-token draft and target passes)
+  first_logits      the target's and the draft's logits for the first token after the prompt
   first_token_trials  many seeded decisions of the real acceptance rule
   agreement_along   draft/target agreement at every position of the target's own text
   trials_from_logits  the same decisions on given logits (recorded distributions, no model)
   compare_with_baseline  speculative vs a warmed target-only run, same settings
   precision_comparison   the same prompt with the draft in each precision: c, α, speedup
 
-Each measured pass holds the device on its own (devqueue.QUEUE), so other
-sessions get their turn between the steps of a long measurement and no wait
-is ever timed.
+What is computed from these timings and runs (α, c, speedup, tokens/s) is
+measure.py's; this module only measures. Each measured pass holds the device
+on its own (devqueue.QUEUE), so other sessions get their turn between the
+steps of a long measurement and no wait is ever timed.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from . import devqueue
+from . import devqueue, measure, quant
 from .drafters import Proposal
 from .engine import autoregressive_decode, decide, speculative_decode
 from .lm import CachedLM, sync, vocab_size
@@ -102,17 +103,6 @@ def batch_cost(model, n_tokens=(1, 4, 8), batches=(1, 2, 4, 8, 16), reps: int = 
     return out
 
 
-def weight_bytes(model) -> int:
-    """Bytes of parameters one forward pass reads (tied embeddings counted once)."""
-    seen, total = set(), 0
-    for p in model.parameters():
-        if p.data_ptr() in seen:
-            continue
-        seen.add(p.data_ptr())
-        total += p.numel() * p.element_size()
-    return total
-
-
 def memory_bandwidth(device="cpu", megabytes: int = 256, reps: int = 5) -> float:
     """Bytes/s of a large copy (read + write counted), the best of `reps`."""
     device = torch.device(device)
@@ -142,7 +132,7 @@ class BandwidthCheck:
 
 def bandwidth_check(model, reps: int = 5) -> BandwidthCheck:
     dev = next(model.parameters()).device
-    wb = weight_bytes(model)
+    wb = quant.weight_bytes(model)  # the bytes one decoding step streams
     bw = memory_bandwidth(dev)
     measured = statistics.median(forward_cost(model, n_tokens=(1,), reps=reps)[1])
     return BandwidthCheck(wb, bw, wb / bw, measured)
@@ -150,9 +140,9 @@ def bandwidth_check(model, reps: int = 5) -> BandwidthCheck:
 
 def draft_cost_ratio(target, draft, reps: int = 5, context: int = 64) -> float:
     """c: the median 1-token draft forward over the median 1-token target forward."""
-    t = statistics.median(forward_cost(target, n_tokens=(1,), reps=reps, context=context)[1])
-    d = statistics.median(forward_cost(draft, n_tokens=(1,), reps=reps, context=context)[1])
-    return d / t
+    t = forward_cost(target, n_tokens=(1,), reps=reps, context=context)[1]
+    d = forward_cost(draft, n_tokens=(1,), reps=reps, context=context)[1]
+    return measure.c_ratio(d, t)
 
 
 @dataclass(frozen=True)
@@ -167,6 +157,17 @@ class FirstTokenTrials:
 
 
 @torch.inference_mode()
+def first_logits(target, draft, input_ids: list[int], vocab: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's and the draft's logits (V,) for the first token after the prompt, on the CPU,
+    over the ids both models (and the tokenizer) share."""
+    vocab = vocab or min(vocab_size(target), vocab_size(draft))
+    ids = list(input_ids)
+    p_logits = CachedLM(target).feed(ids, keep=1)[-1, :vocab].cpu()  # (V,)
+    q_logits = CachedLM(draft).feed(ids, keep=1)[-1, :vocab].cpu()  # (V,)
+    return p_logits, q_logits
+
+
+@torch.inference_mode()
 def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, temperature: float = 1.0,
                        top_k: int = 0, top_p: float = 1.0, seed: int = 0, top: int = 50,
                        vocab: int | None = None) -> FirstTokenTrials:
@@ -177,12 +178,9 @@ def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, tempe
     engine's `decide` keeps it with probability min(1, p/q) or draws a
     correction from norm(max(0, p - q)), exactly as in a full run.
     """
-    vocab = vocab or min(vocab_size(target), vocab_size(draft))  # ids both models (and the tokenizer) share
-    ids = list(input_ids)
-    q_logits = CachedLM(draft).feed(ids, keep=1)[-1, :vocab].float().cpu()  # (V,)
-    p_logits = CachedLM(target).feed(ids, keep=1)[-1, :vocab].float().cpu()  # (V,)
-    return trials_from_logits(p_logits, q_logits, n=n, temperature=temperature, top_k=top_k, top_p=top_p,
-                              seed=seed, top=top)
+    p_logits, q_logits = first_logits(target, draft, input_ids, vocab)
+    return trials_from_logits(p_logits.float(), q_logits.float(), n=n, temperature=temperature, top_k=top_k,
+                              top_p=top_p, seed=seed, top=top)
 
 
 @torch.inference_mode()
@@ -282,7 +280,7 @@ def agreement_along(target, draft, input_ids: list[int], text_ids: list[int], te
 class Comparison:
     spec: Run
     base: Run
-    speedup: float  # base decode time / spec decode time, per token
+    speedup: float  # measure.speedup: end to end, per token
     identical: bool | None  # greedy only: same text as the target alone
 
 
@@ -307,22 +305,9 @@ def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: floa
         if warm:
             speculative_decode(target, draft, input_ids, k=k, max_new_tokens=2, **common, **kw)
         spec = speculative_decode(target, draft, input_ids, k=k, max_new_tokens=max_new_tokens, **common, **kw)
-    speedup = (base.decode_s / max(len(base.token_ids), 1)) / (spec.decode_s / max(len(spec.token_ids), 1))
     identical = spec.token_ids == base.token_ids if temperature == 0 else None
-    return Comparison(spec, base, speedup, identical)
+    return Comparison(spec, base, measure.speedup(spec, base), identical)
 
-
-
-def steady_c(cmp: Comparison) -> float:
-    """c measured in a Comparison: the mean draft step over the mean one-token target pass of the
-    target-alone run, both over the rounds after the first (whose passes also read the prompt)."""
-    rounds = cmp.spec.steady_rounds
-    drafted = sum(r.k for r in rounds)
-    steps = cmp.base.steady_rounds
-    if not drafted or not steps:
-        return float("nan")
-    target_step = sum(r.verify_s for r in steps) / len(steps)
-    return (sum(r.draft_s for r in rounds) / drafted) / target_step
 
 
 @dataclass(frozen=True)
@@ -331,7 +316,7 @@ class PrecisionResult:
 
     precision: str
     comparison: Comparison
-    c: float  # steady_c
+    c: float  # measure.c_from_runs over the speculative run and its target-alone run
 
 
 def precision_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", temperature: float = 0.0,
@@ -348,6 +333,6 @@ def precision_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", t
         cmp = compare_with_baseline(pair.target, pair.draft, input_ids, k=k, k_policy=k_policy,
                                     temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
                                     eos_token_id=eos_token_id, vocab=vocab)
-        out.append(PrecisionResult(precision, cmp, steady_c(cmp)))
+        out.append(PrecisionResult(precision, cmp, measure.c_from_runs([cmp.spec], [cmp.base])))
     _say(progress, "done", 1.0)
     return out

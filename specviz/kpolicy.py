@@ -10,8 +10,9 @@ Rounds so far and asks theory.best_k for the k that maximises
           accepted / judged drafts (the same estimate as Run.alpha), with
           optional exponential forgetting so a run that moves from boilerplate
           to prose can change its mind
-  c       one draft step / one 1-token target step: the median of the rounds'
-          draft_s per drafted token over the estimated 1-token target time
+  c       one draft step / one 1-token target step: measure.c_ratio of the
+          rounds' draft steps (measure.draft_step_s) over the estimated 1-token
+          target time
   verify  the target pass over n = k + 1 tokens relative to a 1-token pass:
           medians of the rounds' verify_s for each n seen so far (plus a
           measured profile, e.g. from experiments.forward_cost, if given)
@@ -60,7 +61,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from . import theory
+from . import measure, theory
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 
@@ -151,8 +152,7 @@ class BestK:
         t1 = self.t1
         if t1 is None or not t1 > 0:
             return None
-        d = statistics.median(self.draft_per_token) if self.draft_per_token else 0.0
-        return d / t1
+        return measure.c_ratio(self.draft_per_token or [0.0], t1)  # no model draft (prompt lookup): c = 0
 
     @property
     def verify_cost(self):
@@ -179,8 +179,8 @@ class BestK:
     def prime(self, c: float | None) -> None:
         """A first-round estimate of c, before any round is measured.
 
-        The engine passes draft weight bytes / target weight bytes (engine.weight_ratio:
-        decoding a token streams every weight once). With it the stop rule already
+        The engine passes measure.c_prior, draft weight bytes / target weight bytes (decoding
+        a token streams every weight once). With it the stop rule already
         decides the first round (verify cost taken as flat) instead of drafting the
         starting k.
         """
@@ -240,8 +240,8 @@ class BestK:
         self.accepted += rnd.n_accepted
         self.judged += judged
         timed = not rnd.prefill_tokens  # the first round's passes also read the prompt
-        if timed and rnd.k > 0 and rnd.draft_s > 0:
-            self.draft_per_token.append(rnd.draft_s / rnd.k)
+        if (step := measure.draft_step_s(rnd)) is not None:
+            self.draft_per_token.append(step)
         if timed and rnd.verify_s > 0 and math.isfinite(rnd.verify_s):
             self.verify_by_n.setdefault(rnd.k + 1, deque(maxlen=self.window)).append(rnd.verify_s)
         for q, ok in zip(rnd.q_drafted, rnd.accepted):  # the judged drafts: calibrate a(q)

@@ -23,7 +23,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from . import prompts, theory
+from . import measure, prompts, theory
 from .errors import InvalidSetting, SpecvizError
 from .records import Run
 
@@ -418,16 +418,16 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         step = t.baseline.get("base_step_s")
         if not rounds or not step:
             raise SpecvizError("The recording has no steady rounds to time.")
-        c = statistics.median(r.draft_s / r.k for r in rounds) / float(step)
+        c = measure.c_ratio([measure.draft_step_s(r) for r in rounds], float(step))
     k_pred, s_pred = theory.best_k(alpha, c, k_max=max(ks))
     if ctx.live:
-        from .lab import k_sweep, measured_speedup
+        from .lab import k_sweep
 
         pair = ctx.pair
         sweep = k_sweep(pair.target, pair.draft, _ids(ctx, "Python function"), ks, temperature=0.0,
                         max_new_tokens=ctx.max_new_tokens, seed=ctx.seed, eos_token_id=pair.eos_token_ids,
                         vocab=pair.shared_vocab)
-        speed = {int(k): measured_speedup(cmp) for k, cmp in sweep.items()}
+        speed = {int(k): measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()}
         best = max(speed, key=lambda k: (speed[k], -k))
         sweep_text = ("Measured: " + ", ".join(f"k = {k}: {v:.2f}×" for k, v in sorted(speed.items()))
                       + f". The sweep's best is k = {best}.")

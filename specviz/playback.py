@@ -7,11 +7,10 @@ Run (replay: no model needed). The run files it replays are specviz/runfile.py.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .devqueue import load_text
 from .errors import SpecvizError
@@ -189,40 +188,6 @@ def play(pb: Playback, steps: int | None = None) -> Iterator[Round]:
 # text for the page
 
 
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """Index of the first differing token (None if a == b)."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def round_summary(r: Round, decode: Callable[[int], str]) -> str:
-    """One sentence on what happened in a round (markdown)."""
-    from .render import md_code, visible
-
-    def q(t: int) -> str:
-        return md_code(visible(decode(t)))
-
-    if r.k == 0:
-        lead = "The drafter found nothing to propose, so the target made one token itself"
-        tail = f": {q(r.extra_id)}." if r.extra_id is not None else "."
-        return f"**Round {r.index + 1}.** {lead}{tail}"
-    also = (f", a pass that also read the prompt's {r.prefill_tokens} earlier token{'s' * (r.prefill_tokens != 1)}"
-            if r.prefill_tokens else "")
-    parts = [f"**Round {r.index + 1}.** Drafted {r.k} token{'s' * (r.k != 1)} "
-             f"({r.draft_s * 1000:.0f} ms), the target checked {'them all' if r.k > 1 else 'it'} in **one** pass "
-             f"({r.verify_s * 1000:.0f} ms{also}): {r.n_accepted} accepted"]
-    if r.rejected:
-        parts.append(f", {q(r.drafted[r.n_accepted])} rejected")
-    if r.extra_kind == "correction":
-        parts.append(f", the target's correction {q(r.extra_id)}")
-    elif r.extra_kind == "bonus":
-        parts.append(f", all accepted so the target adds a bonus token {q(r.extra_id)}")
-    parts.append(f" → **{len(r.emitted)} new token{'s' * (len(r.emitted) != 1)}** for one target pass.")
-    return "".join(parts)
-
-
 def load_note(run: Run, baseline: dict | None = None) -> str | None:
     """A warning when some of these timings were taken while other programs were using the CPU, else None."""
     parts = []
@@ -232,30 +197,6 @@ def load_note(run: Run, baseline: dict | None = None) -> str | None:
     if isinstance(b, int) and not isinstance(b, bool) and b > 0:
         parts.append(f"{b} of the target-alone run's {baseline.get('base_target_passes', '?')} passes")
     return load_text(" and ".join(parts)) if parts else None
-
-
-def decision_rows(r: Round, decode: Callable[[int], str]) -> list[dict]:
-    """One row per drafted position: p, q, the overlap, and the accept test."""
-    from .render import visible
-
-    rows = []
-    for i, d in enumerate(r.drafted):
-        judged = i < len(r.accepted)
-        row = {"position": i + 1, "drafted": visible(decode(d)), "p(draft)": round(r.p_drafted[i], 4),
-               "q(draft)": round(r.q_drafted[i], 4), "Σmin(p,q) = chance to accept": round(r.overlap[i], 4)}
-        if r.greedy:
-            a = r.target_argmax[i] if i < len(r.target_argmax) else None
-            row["target argmax"] = visible(decode(a)) if a is not None else ""
-            row["test"] = "draft == argmax?" if judged else ""
-        else:
-            ratio = r.ratio[i] if judged else (r.p_drafted[i] / r.q_drafted[i] if r.q_drafted[i] > 0 else math.inf)
-            row["p/q"] = round(ratio, 4) if math.isfinite(ratio) else "∞"
-            row["min(1, p/q)"] = round(min(1.0, ratio), 4)
-            row["u"] = round(r.u[i], 4) if judged and i < len(r.u) else ""
-            row["test"] = "u ≤ min(1, p/q)?" if judged else ""
-        row["verdict"] = ("accepted ✓" if r.accepted[i] else "rejected ✗") if judged else "not judged (discarded)"
-        rows.append(row)
-    return rows
 
 
 def now() -> float:

@@ -116,6 +116,9 @@ def lab_prompts() -> dict[str, Preset]:
 def encode(tokenizer, text: str, chat: bool = True) -> list[int]:
     """Token ids for `text`; with chat=True, wrapped in the tokenizer's chat template.
 
+    Raw text (chat=False, or no template) gets the tokenizer's own special tokens (a BOS
+    where the model was trained with one), as transformers' text-generation pipeline does;
+    a template writes its special tokens itself. The one encoder for the app and the CLI.
     InvalidSetting for an empty prompt, or one longer than specviz.limits allows.
     """
     if not isinstance(text, str) or not text.strip():
@@ -129,6 +132,6 @@ def encode(tokenizer, text: str, chat: bool = True) -> list[int]:
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
     else:
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = tokenizer(text)["input_ids"]
     limits.check_prompt_tokens(len(ids))  # prefill time and the KV cache grow with it
     return [int(t) for t in ids]

@@ -27,6 +27,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from . import measure
+
 
 @dataclass(frozen=True)
 class TopK:
@@ -90,7 +92,7 @@ class RunRates:
 
     @property
     def tokens_per_s(self) -> float:
-        return len(self.token_ids) / self.decode_s if self.decode_s > 0 else float("nan")
+        return measure.tokens_per_s(len(self.token_ids), self.decode_s)
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,17 @@ class Run(RunRates):
     @staticmethod
     def from_json(text: str) -> "Run":
         return Run.from_dict(parse_json(text))
+
+
+def json_safe(x: Any) -> Any:
+    """x with every nan / inf float as None (JSON has neither), through dicts (keys as str), lists and tuples."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    return x
 
 
 # --------------------------------------------------------------------------

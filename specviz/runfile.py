@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from . import limits, records
+from . import limits, measure, records
 from .errors import SpecvizError
-from .playback import first_difference
 from .records import Run, TopK, malformed
 
 EXPORT_FORMAT = "specviz.export/1"
@@ -92,7 +91,7 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
         "base_token_ids": list(base.token_ids), "base_decode_s": base.decode_s, "spec_decode_s": spec.decode_s,
         # one 1-token target pass, after the prompt was read (None for a one-token answer)
         "base_step_s": base.steady_s_per_token if math.isfinite(base.steady_s_per_token) else None,
-        "first_difference": first_difference(spec.token_ids, base.token_ids),
+        "first_difference": measure.first_difference(spec.token_ids, base.token_ids),
         "base_outside_load": base.outside_load_rounds,  # rounds timed while other programs used the CPU
     }  # fmt: skip
 
@@ -112,24 +111,13 @@ def target_alone(target, spec: Run, vocab: int | None = None, warm: bool = True)
     return baseline_summary(spec, cmp.base, cmp.speedup, cmp.identical)
 
 
-def _finite(x: Any) -> Any:
-    # json has no NaN / inf: store None instead
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_finite(v) for v in x]
-    return x
-
-
 def export_dict(run: Run, decode: Callable[[int], str], prompt_text: str, pair: str = "", title: str = "",
                 baseline: dict | None = None) -> dict:
     d = run.to_dict()
     d["specviz_export"] = {
         "format": EXPORT_FORMAT, "prompt_text": prompt_text, "pair": pair, "title": title,
         "tokens": {str(i): s for i, s in token_table(run, decode).items()},
-        "baseline": _finite(baseline) if baseline else None,
+        "baseline": records.json_safe(baseline) if baseline else None,
     }  # fmt: skip
     return d
 

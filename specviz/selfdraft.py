@@ -26,7 +26,7 @@ import torch
 from plotly.subplots import make_subplots
 from torch import nn
 
-from . import charts
+from . import charts, measure
 from .config import SELF, DerivedSource
 from .errors import InvalidSetting
 
@@ -125,7 +125,7 @@ def early_exit_sweep(target, input_ids: Sequence[int], layers: Sequence[int], *,
                      progress: Callable[[str, float | None], None] | None = None) -> EarlyExitSweep:
     """For each L: a speculative run with the first L layers as the draft against a warmed
     target-only run (experiments.compare_with_baseline), and c timed (experiments.draft_cost_ratio)."""
-    from . import lab, theory
+    from . import theory
     from .experiments import compare_with_baseline, draft_cost_ratio
 
     n = num_layers(target)
@@ -142,7 +142,8 @@ def early_exit_sweep(target, input_ids: Sequence[int], layers: Sequence[int], *,
         c = draft_cost_ratio(target, draft, reps=cost_reps)
         a = cmp.spec.alpha
         pred = theory.expected_speedup(a, k, c) if a == a else float("nan")  # nan when nothing was judged
-        points.append(EarlyExitPoint(L, a, c, cmp.spec.tokens_per_pass, lab.measured_speedup(cmp), float(pred)))
+        speedup = measure.steady_speedup(cmp.spec, cmp.base)
+        points.append(EarlyExitPoint(L, a, c, cmp.spec.tokens_per_pass, speedup, float(pred)))
     if progress is not None:
         progress("done", 1.0)
     return EarlyExitSweep(n, int(k), float(temperature), tuple(points))

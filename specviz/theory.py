@@ -15,7 +15,7 @@ Only numpy: no torch, no models, no streamlit.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -120,27 +120,6 @@ def best_k(alpha: float, c: float, verify_cost: VerifyCost = None, k_max: int = 
     s = np.asarray(expected_speedup(alpha, ks, c, verify_cost), dtype=float)
     i = int(np.argmax(s))  # first maximum: the smallest k on ties
     return int(ks[i]), float(s[i])
-
-
-def c_from_times(draft_step_s, target_step_s) -> float:
-    """c = draft step time / target step time (medians if lists are given)."""
-    d = float(np.median(np.asarray(draft_step_s, dtype=float)))
-    t = float(np.median(np.asarray(target_step_s, dtype=float)))
-    if not t > 0:
-        raise InvalidSetting("target step time must be > 0 to compute c")
-    return d / t
-
-
-def verify_ratios_from_timings(timings: Mapping[int, Iterable[float]]) -> dict[int, float]:
-    """{n_tokens: [seconds...]} -> {n_tokens: median(n) / median(smallest n)}.
-
-    The result can be passed as verify_cost to expected_speedup / best_k.
-    """
-    med = {int(n): float(np.median(list(v))) for n, v in timings.items() if len(list(v))}
-    if not med:
-        raise InvalidSetting("no timings given")
-    base = med[min(med)]
-    return {n: med[n] / base for n in sorted(med)}
 
 
 def flat_until(sizes, seconds, tol: float = 1.25) -> float:

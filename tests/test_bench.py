@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import bench, fastlinear
+from specviz import bench, fastlinear, measure
 from specviz.errors import InvalidSetting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,12 +166,9 @@ def test_steady_figures_leave_out_the_round_that_read_the_prompt():
     prompt = list(range(1, 41))  # a long prompt: the first passes are clearly the slowest
     base = [autoregressive_decode(target, prompt, max_new_tokens=8) for _ in range(2)]
     spec = [speculative_decode(target, draft, prompt, k=3, max_new_tokens=12) for _ in range(2)]
-    samples = {bench.ENGINE_BASELINE: [SimpleNamespace(run=r) for r in base],
-               "draft": [SimpleNamespace(run=r) for r in spec]}
-    steady_d = [r.draft_s / r.k for run in spec for i, r in enumerate(run.rounds)
-                if i > 0 and r.k and run.rounds[i - 1].extra_kind != "bonus"]  # one-token draft steps only
+    steady_d = [r.draft_s / r.k for run in spec for i, r in enumerate(run.rounds) if i > 0 and r.k]
     steady_t = [r.verify_s for run in base for r in run.rounds[1:]]
-    assert bench.c_from_runs(samples) == pytest.approx(statistics.median(steady_d) / statistics.median(steady_t))
+    assert measure.c_from_runs(spec, base) == pytest.approx(statistics.median(steady_d) / statistics.median(steady_t))
     row = bench.summarise("k=3", [SimpleNamespace(run=r, tokens=r.token_ids, wall_s=r.decode_s) for r in spec],
                           bench.summarise(bench.ENGINE_BASELINE, [SimpleNamespace(run=r, tokens=r.token_ids,
                                                                                   wall_s=r.decode_s) for r in base],
@@ -215,11 +212,11 @@ def test_the_prediction_charges_the_draft_re_read_after_a_full_acceptance():
         (5 + 3 + 5 + 2) / (base_cost + 3 * refeed))
 
 
-def test_c_from_the_runs_uses_draft_steps_that_read_one_token():
-    """After a wholly accepted round the first draft step reads two tokens; the prediction charges
-    that as `refeed`, so c comes from rounds after a correction only (and never the prompt round)."""
+def test_c_from_the_runs_counts_every_round_after_the_prompt_round():
+    """After a wholly accepted round the first draft step reads two tokens; c from the runs counts
+    those rounds like any other (measure's rule: the cost model has no other term for that extra),
+    and never the round that also read the prompt."""
     import dataclasses
-    from types import SimpleNamespace
 
     from specviz.records import Run
     from test_kpolicy import make_round
@@ -230,11 +227,10 @@ def test_c_from_the_runs_uses_draft_steps_that_read_one_token():
                    draft_passes=0)
 
     spec = run_of([dataclasses.replace(make_round(4, 4, draft_step=9.0), prefill_tokens=9),
-                   make_round(4, 4, draft_step=0.2),  # after a bonus: left out
-                   make_round(4, 2, draft_step=0.3),  # after a bonus: left out
-                   make_round(4, 4, draft_step=0.1),  # after a correction: every step read one token
-                   make_round(4, 1, draft_step=0.5)])  # after a bonus: left out
+                   make_round(4, 4, draft_step=0.2),  # after a bonus: counted
+                   make_round(4, 2, draft_step=0.3),  # after a bonus: counted
+                   make_round(4, 4, draft_step=0.1),  # after a correction: counted
+                   make_round(4, 1, draft_step=0.5)])  # after a bonus: counted
     base = run_of([dataclasses.replace(make_round(0, 0, verify=5.0), prefill_tokens=9)]
                   + [make_round(0, 0, verify=1.0) for _ in range(3)])
-    samples = {bench.ENGINE_BASELINE: [SimpleNamespace(run=base)], "draft": [SimpleNamespace(run=spec)]}
-    assert bench.c_from_runs(samples) == pytest.approx(0.1)
+    assert measure.c_from_runs([spec], [base]) == pytest.approx(0.25)  # median of 0.2, 0.3, 0.1, 0.5

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from specviz import charts
+from specviz import charts, explain
 from specviz.records import Round, Run, TopK
 from specviz.theory import expected_speedup, expected_tokens
 
@@ -136,7 +136,7 @@ def test_fig_pq_bar_heights_match_round():
     assert set(p.customdata) == set(pm) | set(qm)
     assert "0.50" in f.layout.title.text  # overlap of position 4
     assert "rejected" in f.layout.title.subtitle.text
-    assert "u ≤ min(1, p/q)" in f.layout.title.subtitle.text
+    assert explain.ACCEPT_TEST in f.layout.title.subtitle.text
 
 
 def test_fig_pq_marks_drafted_token():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import cli, models
+from specviz import cli, models, prompts
 from specviz.records import Run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,9 +120,9 @@ def test_token_pieces_keep_multibyte_characters_whole(default_pair):
 
 def test_encode_prompt_uses_the_chat_template(default_pair):
     tok = default_pair.tokenizer
-    ids = cli.encode_prompt(tok, "hi", raw=False)
+    ids = prompts.encode(tok, "hi", chat=True)
     assert tok.decode(ids).endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
-    assert cli.encode_prompt(tok, "hi", raw=True) == tok("hi")["input_ids"]
+    assert prompts.encode(tok, "hi", chat=False) == tok("hi")["input_ids"]
 
 
 @pytest.mark.parametrize("precision", ["int8", "float32"])

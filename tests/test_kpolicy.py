@@ -251,10 +251,10 @@ def test_a_primed_first_round_is_decided_by_the_stop_rule():
 
 def test_the_engine_primes_the_policy_with_the_weight_ratio():
     """Before anything is timed (the first round reads the prompt), c is the draft/target weight ratio."""
-    from specviz.engine import weight_ratio
+    from specviz.measure import c_prior
 
     target, draft = tiny_qwen(100, vocab=64), tiny_qwen(200, vocab=80)  # the draft has a larger head
-    ratio = weight_ratio(draft, target)
+    ratio = c_prior(draft, target)
     assert ratio > 1
     for prompt in ([5, 6, 7, 8, 9, 10], [5]):
         pol = BestK(2, stop=True)

@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from specviz import InvalidSetting, autoregressive_decode, lab, speculative_decode
-from specviz.experiments import BandwidthCheck, agreement_along, first_token_trials
+from specviz import InvalidSetting, autoregressive_decode, explain, lab, measure, speculative_decode
+from specviz.experiments import agreement_along, first_token_trials
 from specviz.records import Run
 from specviz.sampling import logits_to_probs
 from specviz.theory import expected_speedup, expected_tokens
@@ -36,74 +36,6 @@ def spec(models, **kw) -> Run:
     args = dict(k=3, temperature=0.0, max_new_tokens=16, seed=0, eos_token_id=[])
     args.update(kw)
     return speculative_decode(target, draft, PROMPT, **args)
-
-
-# --- page 1: one round ---------------------------------------------------------------------------------
-def test_round_rows_greedy_match_engine_decisions(models):
-    run = spec(models)
-    for r in run.rounds:
-        rows = lab.round_rows(r, decode)
-        assert len(rows) == r.k + (1 if r.extra_kind else 0)
-        for i, row in enumerate(rows[:r.k]):
-            if i < len(r.accepted):
-                want = "yes" if r.drafted[i] == r.target_argmax[i] else "no"
-                assert row["test"] == f"draft == argmax? {want}"
-                assert row["decision"] == ("accept ✓" if r.accepted[i] else "reject ✗")
-            else:
-                assert row["test"] == "not judged"
-                assert row["decision"].startswith("discarded")
-        if r.extra_kind:
-            assert rows[-1]["decision"] == f"{r.extra_kind} ‘t{r.extra_id}’"
-
-
-def test_round_rows_sampling_arithmetic_is_the_rule(models):
-    run = spec(models, temperature=1.0, seed=3, max_new_tokens=24)
-    checked = 0
-    for r in run.rounds:
-        for i, row in enumerate(lab.round_rows(r, decode)[:len(r.accepted)]):
-            # the decision must follow from the numbers written in the row: u < min(1, p/q)
-            p, q, u = r.p_drafted[i], r.q_drafted[i], row["u"]
-            assert row["p/q"] == pytest.approx(p / q, rel=1e-3, abs=1e-4)
-            assert (r.u[i] < min(1.0, p / q)) == r.accepted[i]
-            assert ("<" in row["test"]) == r.accepted[i] and ("≥" in row["test"]) == (not r.accepted[i])
-            assert u == pytest.approx(r.u[i], abs=1e-4)
-            checked += 1
-    assert checked >= 5
-
-
-def test_round_story_tells_every_decision_and_the_extra_token(models):
-    run = spec(models, temperature=1.0, seed=1, max_new_tokens=24)
-    for r in run.rounds:
-        story = lab.round_story(r, decode)
-        text = "\n".join(story)
-        assert text.count("**accept**") == r.n_accepted
-        assert text.count("**reject**") == (1 if r.rejected else 0)
-        assert f"emitted **{len(r.emitted)}** token(s)" in story[-1]
-        if r.extra_kind == "correction":
-            assert "norm(max(0, p − q))" in text and f"‘t{r.extra_id}’" in text
-        if r.extra_kind == "bonus":
-            assert "**bonus**" in text
-
-
-def test_zero_accept_note_exactly_when_nothing_was_accepted(models):
-    run = spec(models, k=4, max_new_tokens=40)
-    zeros = [r for r in run.rounds if r.n_accepted == 0]
-    some = [r for r in run.rounds if r.n_accepted > 0]
-    assert zeros, "random tiny models should disagree at least once"
-    for r in zeros:
-        note = lab.zero_accept_note(r, decode)
-        assert note is not None and "claim 5" in note
-        assert len(r.emitted) == 1 and f"‘t{r.emitted[0]}’" in note  # still one token
-    for r in some:
-        assert lab.zero_accept_note(r, decode) is None
-
-
-def test_draft_equal_to_target_accepts_all_and_gets_bonus(models):
-    target, _ = models
-    run = speculative_decode(target, target, PROMPT, k=3, temperature=0.0, max_new_tokens=12, eos_token_id=[])
-    r = run.rounds[0]
-    assert r.n_accepted == 3 and r.extra_kind == "bonus"
-    assert "All 3 drafts accepted" in "\n".join(lab.round_story(r, decode))
 
 
 # --- page 2: acceptance sweep ----------------------------------------------------------------------------
@@ -242,8 +174,8 @@ def test_k_sweep_rows_and_race_points(models):
     pts = lab.race_points(sw[2].spec)
     assert [n for _, n in pts] == sorted(n for _, n in pts) and pts[-1][1] == len(sw[2].spec.token_ids)
     assert pts[-1][0] == pytest.approx(sum(r.round_s for r in sw[2].spec.rounds))
-    assert lab.decode_rate(sw[2].spec) == pytest.approx(pts[-1][1] / pts[-1][0])
-    assert lab.pooled_alpha([c.spec for c in sw.values()]) == pytest.approx(
+    assert measure.engine_rate(sw[2].spec) == pytest.approx(pts[-1][1] / pts[-1][0])
+    assert measure.pooled_alpha([c.spec for c in sw.values()]) == pytest.approx(
         sum(c.spec.n_accepted for c in sw.values()) / sum(c.spec.n_judged for c in sw.values()))
 
 
@@ -257,79 +189,17 @@ def test_compare_with_baseline_restricts_both_runs_to_the_shared_vocabulary():
     assert cmp.identical is True and cmp.speedup > 0
 
 
-def test_speedup_verdict_branches():
-    assert "Close" in lab.speedup_verdict(2.0, 2.1, 0.1, 0.8)
-    assert "Slower than predicted" in lab.speedup_verdict(1.0, 2.0, 0.1, 0.8)
-    assert "Below 1×" in lab.speedup_verdict(0.7, 0.75, 0.5, 0.3)
-
-
-# --- page 4: why it is fast ------------------------------------------------------------------------------
-def test_forward_cost_verdict_reads_the_measurement():
-    flat = {1: [0.010, 0.011], 2: [0.0105], 4: [0.011], 8: [0.012], 16: [0.018]}
-    v = lab.forward_cost_verdict(flat, "cpu", "bfloat16")
-    assert v.kind == "memory-bound" and v.value == pytest.approx(0.0105 / 0.0105, rel=0.1)
-    assert "(1.00×)" in v.text and "almost free" in v.text
-    prop = {1: [0.01], 2: [0.02], 4: [0.04], 8: [0.08], 16: [0.16]}
-    v = lab.forward_cost_verdict(prop, "cpu", "float32")
-    assert v.kind == "compute-bound" and v.value == pytest.approx(2.0)
-    assert "honest exception" in v.text and "matrix–matrix" in v.text and "bfloat16" in v.text
-    sub = {1: [0.01], 2: [0.02], 4: [0.025], 8: [0.03], 16: [0.05]}  # CPU GEMM: 2× at once, then sublinear
-    v = lab.forward_cost_verdict(sub, "cpu", "float32")
-    assert v.kind == "compute-bound" and "grew more slowly (5.00× at 16)" in v.text
-    odd = {1: [0.01], 2: [0.03], 16: [0.012]}
-    v = lab.forward_cost_verdict(odd)
-    assert v.kind == "irregular" and "16 tokens cost only 1.20×" in v.text
-    mid = {1: [0.01], 2: [0.015], 4: [0.02]}
-    assert lab.forward_cost_verdict(mid).kind == "partly memory-bound"
-    with pytest.raises(InvalidSetting):
-        lab.forward_cost_verdict({2: [0.1], 4: [0.2]})
-
-
-def test_dtype_comparison_explains_which_was_faster():
-    text = lab.dtype_comparison({"float32": {1: [0.05], 2: [0.1]}, "bfloat16": {1: [0.2], 2: [0.21]}})
-    assert "fastest in float32" in text and "slower" in text
-    text = lab.dtype_comparison({"float32": {1: [0.2], 2: [0.21]}, "bfloat16": {1: [0.1], 2: [0.1]}})
-    assert "fastest in bfloat16" in text and "got quicker" in text
-    assert lab.dtype_comparison({"float32": {1: [0.1], 2: [0.2]}}) == ""
-
-
-def test_bandwidth_verdict_compares_prediction_and_measurement():
-    big = 3 * 2**30
-    close = lab.bandwidth_verdict(BandwidthCheck(big, 20e9, big / 20e9, 1.1 * big / 20e9))
-    assert close.kind == "close" and close.value == pytest.approx(1.1)
-    slow = lab.bandwidth_verdict(BandwidthCheck(big, 20e9, big / 20e9, 3 * big / 20e9))
-    assert slow.kind == "slower" and "3.00×" in slow.text
-    fast = lab.bandwidth_verdict(BandwidthCheck(2**20, 20e9, 2**20 / 20e9, 0.1 * 2**20 / 20e9))
-    assert fast.kind == "faster" and "caches" in fast.text
-    assert lab.format_bytes(3 * 2**30) == "3.0 GiB" and lab.format_bytes(512) == "512 B"
-
-
-def test_batch_verdict_finds_the_end_of_the_flat_part():
-    t = {(1, 1): [0.010], (1, 2): [0.010], (1, 4): [0.011], (4, 4): [0.030], (8, 4): [0.060]}
-    v = lab.batch_verdict(t)
-    assert v.value == 4 and "compute-bound" in v.text
-    assert lab.batch_verdict({(1, 1): [0.01], (1, 2): [0.011]}).text.count("still in the flat part") == 1
-    assert "no flat part" in lab.batch_verdict({(1, 1): [0.01], (2, 1): [0.03]}).text
-
-
 # --- page 5: exactness -----------------------------------------------------------------------------------
-def test_first_difference():
-    assert lab.first_difference([1, 2, 3], [1, 2, 3]) is None
-    assert lab.first_difference([1, 2, 3], [1, 5, 3]) == 1
-    assert lab.first_difference([1, 2], [1, 2, 3]) == 2
-    assert lab.first_difference([], []) is None
-
-
 def test_exactness_verdict_and_diff_html(models):
     target, draft = models
     base = autoregressive_decode(target, PROMPT, max_new_tokens=10, eos_token_id=[])
     same = spec(models, max_new_tokens=10)
     assert same.token_ids == base.token_ids
-    v = lab.exactness_verdict(same.token_ids, base, "float32", decode)
+    v = explain.exactness_verdict(same.token_ids, base, "float32", decode)
     assert v.kind == "identical" and "all 10 tokens" in v.text
     changed = list(base.token_ids)
     changed[4] = (changed[4] + 1) % VOCAB
-    v = lab.exactness_verdict(changed, base, "bfloat16", decode)
+    v = explain.exactness_verdict(changed, base, "bfloat16", decode)
     assert v.kind in ("near-tie", "differs") and "differ at token 5" in v.text
     top = base.rounds[4].p_top[0].probs
     assert (v.kind == "near-tie") == (top[0] - top[1] < 2e-2)
@@ -337,7 +207,7 @@ def test_exactness_verdict_and_diff_html(models):
     html = lab.diff_html(changed, base.token_ids, decode)
     assert html.count('data-state="first-difference"') == 1 and f"t{changed[4]}" in html
     assert 'data-state="first-difference"' not in lab.diff_html(base.token_ids, base.token_ids, decode)
-    assert lab.exactness_verdict(base.token_ids[:7], base, "float32", decode).kind == "length"
+    assert explain.exactness_verdict(base.token_ids[:7], base, "float32", decode).kind == "length"
 
 
 def test_first_position_matches_the_models_and_the_trials(models):
@@ -366,16 +236,6 @@ def test_first_position_matches_the_models_and_the_trials(models):
         lab.first_position(target, draft, [])
 
 
-def test_tv_verdict_branches():
-    ok = lab.tv_verdict(0.02, 0.02, 2000, 900, 0.45)
-    assert "agree within noise" in ok and "900/2000" in ok and "0.450" in ok
-    assert "more than noise" in lab.tv_verdict(0.3, 0.02, 2000)
-    # with a simulated yardstick, the verdict follows its 95th percentile, not the formula
-    sim = lab.tv_verdict(0.075, 0.046, 2000, simulated=(0.07, 0.08))
-    assert "agree within noise" in sim and "underestimate" in sim
-    assert "more than noise" in lab.tv_verdict(0.09, 0.046, 2000, simulated=(0.07, 0.08))
-
-
 def test_simulated_tv_noise_matches_the_formula_on_a_small_vocabulary_and_exceeds_it_on_a_long_tail():
     from specviz.theory import expected_tv_noise
 
@@ -398,8 +258,3 @@ def test_seed_table_reproduces_the_quoted_numbers():
         assert r["matches (to 0.05)"] == "yes"
     assert "quoted in claim 8" not in lab.seed_table(3)[0]
 
-
-def test_theory_summary_states_speedup_and_best_k():
-    text = lab.theory_summary(0.8, 4, 0.1, (5, 2.46))
-    assert f"{expected_speedup(0.8, 4, 0.1):.2f}×" in text and "best k at these α and c is **5**" in text
-    assert "Below 1×" in lab.theory_summary(0.1, 4, 0.9, (1, 0.6))

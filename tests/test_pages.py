@@ -411,10 +411,10 @@ def test_why_it_is_fast_forward_bandwidth_batch():
     press(at, "fast.run_bw")
     m = metrics(at)
     assert num(m["bandwidth"]) > 0 and num(m["measured 1-token pass"]) > 0
-    from specviz import lab
-    from specviz.experiments import weight_bytes
+    from specviz import explain
+    from specviz.quant import weight_bytes
 
-    assert m["weights"] == lab.format_bytes(weight_bytes(tiny_pair().target))
+    assert m["weights"] == explain.format_bytes(weight_bytes(tiny_pair().target))
     at.multiselect(key="fast.b_tokens").set_value([1, 4])
     at.multiselect(key="fast.b_batches").set_value([1, 2])
     at.number_input(key="fast.b_reps").set_value(1).run()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import specviz.engine as engine
-from specviz import InvalidSetting, autoregressive_decode, quant, speculative_decode
+from specviz import InvalidSetting, autoregressive_decode, measure, quant, speculative_decode
 from specviz.models import with_draft_precision
 from specviz.sampling import logits_to_probs
 from stats import passes, total_variation
@@ -65,7 +65,7 @@ def test_a_quantized_draft_streams_fewer_weight_bytes(precision):
     fp32, small = quant.weight_bytes(target), quant.weight_bytes(draft)
     assert small < fp32 * (0.3 if precision == "int8" else 0.5)  # int4 keeps the biased q/k/v in float32
     assert quant.precision_of(draft) == precision
-    assert engine.weight_ratio(draft, target) == pytest.approx(small / fp32)
+    assert measure.c_prior(draft, target) == pytest.approx(small / fp32)
 
 
 @pytest.mark.parametrize("precision", CPU_PRECISIONS)

@@ -141,12 +141,12 @@ def test_the_round_that_read_the_prompt_says_so():
     and the table, the one-line summary and the slow-motion story say why."""
     import dataclasses
 
-    from specviz import lab, playback
+    from specviz import explain
 
     first = dataclasses.replace(france(), prefill_tokens=5)
     rows = render.round_log_rows(mk_run([first, bonus_round()]), decode)
     assert rows[0]["note"] == "passes also read the prompt (6 tokens)" and rows[1]["note"] == ""
-    assert "also read the prompt's 5 earlier tokens" in playback.round_summary(first, decode)
-    assert "also read the prompt" not in playback.round_summary(france(), decode)
-    assert "also read the prompt (5 earlier tokens)" in lab.round_story(first, decode)[0]
-    assert "prompt" not in lab.round_story(france(), decode)[0]
+    assert "also read the prompt's 5 earlier tokens" in explain.round_summary(first, decode)
+    assert "also read the prompt" not in explain.round_summary(france(), decode)
+    assert "also read the prompt (5 earlier tokens)" in explain.round_story(first, decode)[0]
+    assert "prompt" not in explain.round_story(france(), decode)[0]

@@ -133,15 +133,6 @@ def test_tokens_per_pass_ci():
     assert e.n == 4
 
 
-def test_c_and_verify_ratios_from_timings():
-    assert theory.c_from_times([0.002, 0.003, 0.0025], [0.02, 0.025, 0.03]) == pytest.approx(0.1)
-    assert theory.c_from_times(0.01, 0.05) == pytest.approx(0.2)
-    r = theory.verify_ratios_from_timings({1: [0.01, 0.012, 0.011], 4: [0.0121], 16: [0.022]})
-    assert r == {1: pytest.approx(1.0), 4: pytest.approx(1.1), 16: pytest.approx(2.0)}
-    with pytest.raises(InvalidSetting):
-        theory.c_from_times(0.01, 0.0)
-
-
 def test_flat_until():
     assert theory.flat_until([1, 2, 4, 8, 16], [1.0, 1.0, 1.1, 1.2, 2.0]) == 8
     assert theory.flat_until([1, 2], [1.0, 3.0]) == 1

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import playback, runfile
+from specviz import explain, playback, runfile
 from specviz.engine import K_MAX
 from specviz.errors import SpecvizError
 
@@ -192,5 +192,5 @@ def test_token_texts_from_a_file_cannot_plant_markdown_in_the_round_summary():
     evil = "a` [x](http://evil.example) `b"
     tokens = {**rec.tokens, r.extra_id: evil}
     assert r.extra_kind == "bonus"  # the summary quotes the bonus token
-    html = MarkdownIt().render(playback.round_summary(r, runfile.table_decoder(tokens)))
+    html = MarkdownIt().render(explain.round_summary(r, runfile.table_decoder(tokens)))
     assert "href" not in html and "<code>a`␣[x](http://evil.example)␣`b</code>" in html

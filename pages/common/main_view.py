@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from pages.common import ui
-from specviz import charts, claims, playback, render, runfile
+from specviz import charts, claims, explain, playback, render, runfile
 from specviz.errors import SpecvizError
 
 S = st.session_state
@@ -18,8 +18,9 @@ POLICY_NOTE = {"adaptive": " (adaptive)", "best": " (best-k chooser, starting k)
 LOG_TAIL = 30  # rounds in the round log while animating (the whole log is drawn at the end)
 
 
-def fmt(v: float, spec: str = ".2f") -> str:
-    return "–" if v is None or v != v else format(v, spec)
+def fmt(v: float | None, spec: str = ".2f") -> str:
+    """A metric's number: explain.num, two decimals unless told."""
+    return explain.num(v, spec)
 
 
 def decoder(job: playback.Playback):
@@ -143,7 +144,7 @@ def animate(job: playback.Playback, steps: int | None, speed: str, ph: Placehold
             playback.sleep(pend_s)
         ph.tokens(job)
         _first_drawn(job)
-        ph.status.markdown(playback.round_summary(rnd, decoder(job)))
+        ph.status.markdown(explain.round_summary(rnd, decoder(job)))
         partial = job.current_run()
         ph.numbers(partial)
         ph.round_log(partial, job, last=LOG_TAIL)
@@ -164,7 +165,7 @@ def round_detail(job: playback.Playback) -> None:
     sel = min(max(sel, 1), n)
     r = job.rounds[sel - 1]
     st.subheader(f"Round {sel} in detail")
-    st.markdown(playback.round_summary(r, dec))
+    st.markdown(explain.round_summary(r, dec))
     st.markdown(render.tokens_html("", [r], dec), unsafe_allow_html=True)
     if not r.k:
         st.info("The drafter proposed nothing this round (prompt lookup found no match), so the target made one "
@@ -172,9 +173,9 @@ def round_detail(job: playback.Playback) -> None:
         return
     st.caption("For each drafted position: the target's distribution p against the draft's q. The overlap "
                "Σ min(p, q) is the chance that a sampled draft token is accepted. "
-               + ("Greedy (temperature 0): a draft token is kept iff it is the target's argmax."
-                  if r.greedy else "Sampling: a draft token is kept iff u ≤ min(1, p/q), u uniform in [0, 1)."))
-    st.dataframe(pd.DataFrame(playback.decision_rows(r, dec)), hide_index=True, width="stretch")
+               + (f"Greedy (temperature 0): {explain.GREEDY_RULE}." if r.greedy
+                  else f"Sampling: {explain.ACCEPT_RULE}."))
+    st.dataframe(pd.DataFrame(explain.round_rows(r, dec, extra=False)), hide_index=True, width="stretch")
     positions = list(range(r.k))
     if ui.presenter() and r.k > 1:  # on a projector: one chart at a time
         positions = [st.select_slider("drafted position", positions, format_func=lambda i: str(i + 1),
@@ -251,26 +252,6 @@ def _latency(job: playback.Playback) -> None:
                   if wait_s >= 0.1 else ""))
 
 
-def _where_the_time_went(job: playback.Playback, base: dict) -> None:
-    sr = job.run
-    steady = sr.steady_rounds if sr is not None else []  # the first round's passes also read the prompt
-    if not (steady and base.get("base_target_passes")):
-        return
-    v_ms = 1000 * sum(r.verify_s for r in steady) / len(steady)
-    b_ms = 1000 * (base.get("base_step_s") or (base.get("base_decode_s") or 0.0) / base["base_target_passes"])
-    why = (f"Where the time went, after the first round (whose passes also read the prompt): a verification "
-           f"pass (k+1 tokens at once) took {v_ms:.0f} ms on average, a one-token pass of the target alone "
-           f"{b_ms:.0f} ms")
-    n_draft = sum(r.k for r in steady) if sr.draft_passes else 0
-    if n_draft:
-        d_ms = 1000 * sum(r.draft_s for r in steady) / n_draft
-        prec = job.meta.get("draft_precision")
-        why += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
-                f"(c = {d_ms / b_ms:.2f} of a target pass{f', {prec} draft' if prec else ''})"
-                if b_ms > 0 else "")
-    st.caption(why + ". Tokens per pass is not speedup: see the Speedup page for the cost model.")
-
-
 def _identity(job: playback.Playback, base: dict) -> None:
     if base.get("identical") is True:
         st.success("Greedy: **identical text** to the target alone, token for token "
@@ -313,12 +294,14 @@ def speed(job: playback.Playback) -> None:
     if busy:
         st.warning(busy, icon=":material/warning:")
     c = st.columns(4)
-    c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"] or float("nan"), ".1f"))
-    c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"] or float("nan"), ".1f"))
-    c[2].metric("measured speedup", f"{fmt(base['speedup'] or float('nan'))}×",
+    c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"], ".1f"))
+    c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"], ".1f"))
+    c[2].metric("measured speedup", f"{fmt(base['speedup'])}×",
                 help="(time per token of the target alone) ÷ (time per token of speculative decoding). "
                      "Tokens per pass is not speedup: each round also pays for k draft passes.")
     c[3].metric("target forward passes", f"{base['spec_target_passes']} vs {base['base_target_passes']}",
                 help="Speculative (one per round) vs. the target alone (one per token).")
-    _where_the_time_went(job, base)
+    why = explain.time_breakdown(job.run, base, job.meta.get("draft_precision")) if job.run is not None else None
+    if why:
+        st.caption(why)
     _identity(job, base)

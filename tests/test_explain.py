@@ -1,0 +1,222 @@
+"""specviz.explain: what the app says in words, checked against the numbers it was given.
+
+Rounds come from the real engine on tiny float64 models (the fixtures of
+test_lab), so each sentence and table row is checked against the decisions the
+engine actually made; verdicts are checked on hand-made measurements.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from specviz import explain, measure, runfile, speculative_decode
+from specviz.errors import InvalidSetting
+from specviz.experiments import BandwidthCheck
+from specviz.sampling import accept_token
+from specviz.theory import expected_speedup
+from test_lab import PROMPT, VOCAB, decode, spec
+from tiny import tiny_qwen
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def models():
+    return tiny_qwen(0, vocab=VOCAB), tiny_qwen(1, vocab=VOCAB)  # target, draft (test_lab's pair)
+
+
+# --- the acceptance rule, said one way ---------------------------------------------------
+def test_the_worded_rule_is_the_engines_rule_including_ties():
+    """ACCEPT_TEST (u < min(1, p/q)) decides exactly as sampling.accept_token, ties included."""
+    cases = [(0.5, 0.25, 0.5), (0.0, 0.0, 0.3), (0.999, 0.7, 0.7), (0.3, 0.9, 0.1), (0.2, 0.1, 0.5), (0.5, 0.1, 0.2)]
+    for u, p, q in cases:
+        worded = u < min(1.0, p / q)
+        assert bool(accept_token(u, p, q)) == worded, (u, p, q)
+        line = explain.accept_check(u, p / q, worded)
+        assert line.startswith(f"{u:.3f} {'<' if worded else '≥'} min(1, p/q)")
+    assert explain.ACCEPT_TEST in explain.ACCEPT_RULE
+
+
+def test_no_page_teaches_another_acceptance_test():
+    """The app, the pages, the package and the README never state the test with ≤ (the code's is strict)."""
+    files = [ROOT / "app.py", ROOT / "README.md", *(ROOT / "pages").rglob("*.py"), *(ROOT / "specviz").glob("*.py")]
+    bad = [f"{f.name}: {m.group(0)}" for f in files
+           for m in re.finditer(r"u\s*(≤|<=)\s*(min\(1, ?p/q\)|p/q)", f.read_text(encoding="utf-8"))]
+    assert not bad, bad
+
+
+# --- one round ---------------------------------------------------------------------------------
+def test_round_rows_without_the_extra_token_has_one_row_per_draft_with_the_overlap(models):
+    run = spec(models, temperature=1.0, seed=3, max_new_tokens=24)
+    for r in run.rounds:
+        rows = explain.round_rows(r, decode, extra=False)
+        assert len(rows) == r.k
+        assert [row["Σ min(p, q) = chance to accept"] for row in rows] == [round(o, 4) for o in r.overlap]
+        assert len(explain.round_rows(r, decode)) == r.k + (1 if r.extra_kind else 0)
+
+
+def test_round_summary_counts_what_the_round_did(models):
+    run = spec(models, k=4, max_new_tokens=40)
+    for r in run.rounds:
+        s = explain.round_summary(r, decode)
+        assert f"**Round {r.index + 1}.**" in s and f"{r.n_accepted} accepted" in s
+        assert f"**{len(r.emitted)} new token" in s
+        assert ("rejected" in s) == r.rejected and ("bonus" in s) == (r.extra_kind == "bonus")
+
+
+# --- where the time went ----------------------------------------------------------------------
+def test_time_breakdown_quotes_measures_c(models):
+    target, draft = models
+    run = spec(models, k=3, max_new_tokens=16)
+    from specviz.engine import autoregressive_decode
+
+    base = runfile.baseline_summary(run, autoregressive_decode(target, PROMPT, max_new_tokens=16, eos_token_id=[]),
+                                   1.0, None)
+    text = explain.time_breakdown(run, base, "int8")
+    steps = [measure.draft_step_s(r) for r in run.steady_rounds]
+    c = measure.c_ratio(steps, base["base_step_s"])
+    assert f"(c = {c:.2f} of a target pass, int8 draft)" in text
+    assert f"{1000 * measure.median(r.verify_s for r in run.steady_rounds):.0f} ms (median)" in text
+    assert explain.time_breakdown(run, {**base, "base_target_passes": 0}) is None
+    one = speculative_decode(target, draft, PROMPT, k=3, max_new_tokens=1, eos_token_id=[])  # only the prompt round
+    assert explain.time_breakdown(one, base) is None
+
+
+def test_round_rows_greedy_match_engine_decisions(models):
+    run = spec(models)
+    for r in run.rounds:
+        rows = explain.round_rows(r, decode)
+        assert len(rows) == r.k + (1 if r.extra_kind else 0)
+        for i, row in enumerate(rows[:r.k]):
+            if i < len(r.accepted):
+                want = "yes" if r.drafted[i] == r.target_argmax[i] else "no"
+                assert row["test"] == f"draft == argmax? {want}"
+                assert row["decision"] == ("accept ✓" if r.accepted[i] else "reject ✗")
+            else:
+                assert row["test"] == "not judged"
+                assert row["decision"].startswith("discarded")
+        if r.extra_kind:
+            assert rows[-1]["decision"] == f"{r.extra_kind} ‘t{r.extra_id}’"
+
+
+def test_round_rows_sampling_arithmetic_is_the_rule(models):
+    run = spec(models, temperature=1.0, seed=3, max_new_tokens=24)
+    checked = 0
+    for r in run.rounds:
+        for i, row in enumerate(explain.round_rows(r, decode)[:len(r.accepted)]):
+            # the decision must follow from the numbers written in the row: u < min(1, p/q)
+            p, q, u = r.p_drafted[i], r.q_drafted[i], row["u"]
+            assert row["p/q"] == pytest.approx(p / q, rel=1e-3, abs=1e-4)
+            assert (r.u[i] < min(1.0, p / q)) == r.accepted[i]
+            assert ("<" in row["test"]) == r.accepted[i] and ("≥" in row["test"]) == (not r.accepted[i])
+            assert u == pytest.approx(r.u[i], abs=1e-4)
+            checked += 1
+    assert checked >= 5
+
+
+def test_round_story_tells_every_decision_and_the_extra_token(models):
+    run = spec(models, temperature=1.0, seed=1, max_new_tokens=24)
+    for r in run.rounds:
+        story = explain.round_story(r, decode)
+        text = "\n".join(story)
+        assert text.count("**accept**") == r.n_accepted
+        assert text.count("**reject**") == (1 if r.rejected else 0)
+        assert f"emitted **{len(r.emitted)}** token(s)" in story[-1]
+        if r.extra_kind == "correction":
+            assert "norm(max(0, p − q))" in text and f"‘t{r.extra_id}’" in text
+        if r.extra_kind == "bonus":
+            assert "**bonus**" in text
+
+
+def test_zero_accept_note_exactly_when_nothing_was_accepted(models):
+    run = spec(models, k=4, max_new_tokens=40)
+    zeros = [r for r in run.rounds if r.n_accepted == 0]
+    some = [r for r in run.rounds if r.n_accepted > 0]
+    assert zeros, "random tiny models should disagree at least once"
+    for r in zeros:
+        note = explain.zero_accept_note(r, decode)
+        assert note is not None and "claim 5" in note
+        assert len(r.emitted) == 1 and f"‘t{r.emitted[0]}’" in note  # still one token
+    for r in some:
+        assert explain.zero_accept_note(r, decode) is None
+
+
+def test_draft_equal_to_target_accepts_all_and_gets_bonus(models):
+    target, _ = models
+    run = speculative_decode(target, target, PROMPT, k=3, temperature=0.0, max_new_tokens=12, eos_token_id=[])
+    r = run.rounds[0]
+    assert r.n_accepted == 3 and r.extra_kind == "bonus"
+    assert "All 3 drafts accepted" in "\n".join(explain.round_story(r, decode))
+
+
+def test_speedup_verdict_branches():
+    assert "Close" in explain.speedup_verdict(2.0, 2.1, 0.1, 0.8)
+    assert "Slower than predicted" in explain.speedup_verdict(1.0, 2.0, 0.1, 0.8)
+    assert "Below 1×" in explain.speedup_verdict(0.7, 0.75, 0.5, 0.3)
+
+
+def test_forward_cost_verdict_reads_the_measurement():
+    flat = {1: [0.010, 0.011], 2: [0.0105], 4: [0.011], 8: [0.012], 16: [0.018]}
+    v = explain.forward_cost_verdict(flat, "cpu", "bfloat16")
+    assert v.kind == "memory-bound" and v.value == pytest.approx(0.0105 / 0.0105, rel=0.1)
+    assert "(1.00×)" in v.text and "almost free" in v.text
+    prop = {1: [0.01], 2: [0.02], 4: [0.04], 8: [0.08], 16: [0.16]}
+    v = explain.forward_cost_verdict(prop, "cpu", "float32")
+    assert v.kind == "compute-bound" and v.value == pytest.approx(2.0)
+    assert "honest exception" in v.text and "matrix–matrix" in v.text and "bfloat16" in v.text
+    sub = {1: [0.01], 2: [0.02], 4: [0.025], 8: [0.03], 16: [0.05]}  # CPU GEMM: 2× at once, then sublinear
+    v = explain.forward_cost_verdict(sub, "cpu", "float32")
+    assert v.kind == "compute-bound" and "grew more slowly (5.00× at 16)" in v.text
+    odd = {1: [0.01], 2: [0.03], 16: [0.012]}
+    v = explain.forward_cost_verdict(odd)
+    assert v.kind == "irregular" and "16 tokens cost only 1.20×" in v.text
+    mid = {1: [0.01], 2: [0.015], 4: [0.02]}
+    assert explain.forward_cost_verdict(mid).kind == "partly memory-bound"
+    with pytest.raises(InvalidSetting):
+        explain.forward_cost_verdict({2: [0.1], 4: [0.2]})
+
+
+def test_dtype_comparison_explains_which_was_faster():
+    text = explain.dtype_comparison({"float32": {1: [0.05], 2: [0.1]}, "bfloat16": {1: [0.2], 2: [0.21]}})
+    assert "fastest in float32" in text and "slower" in text
+    text = explain.dtype_comparison({"float32": {1: [0.2], 2: [0.21]}, "bfloat16": {1: [0.1], 2: [0.1]}})
+    assert "fastest in bfloat16" in text and "got quicker" in text
+    assert explain.dtype_comparison({"float32": {1: [0.1], 2: [0.2]}}) == ""
+
+
+def test_bandwidth_verdict_compares_prediction_and_measurement():
+    big = 3 * 2**30
+    close = explain.bandwidth_verdict(BandwidthCheck(big, 20e9, big / 20e9, 1.1 * big / 20e9))
+    assert close.kind == "close" and close.value == pytest.approx(1.1)
+    slow = explain.bandwidth_verdict(BandwidthCheck(big, 20e9, big / 20e9, 3 * big / 20e9))
+    assert slow.kind == "slower" and "3.00×" in slow.text
+    fast = explain.bandwidth_verdict(BandwidthCheck(2**20, 20e9, 2**20 / 20e9, 0.1 * 2**20 / 20e9))
+    assert fast.kind == "faster" and "caches" in fast.text
+    assert explain.format_bytes(3 * 2**30) == "3.0 GiB" and explain.format_bytes(512) == "512 B"
+
+
+def test_batch_verdict_finds_the_end_of_the_flat_part():
+    t = {(1, 1): [0.010], (1, 2): [0.010], (1, 4): [0.011], (4, 4): [0.030], (8, 4): [0.060]}
+    v = explain.batch_verdict(t)
+    assert v.value == 4 and "compute-bound" in v.text
+    assert explain.batch_verdict({(1, 1): [0.01], (1, 2): [0.011]}).text.count("still in the flat part") == 1
+    assert "no flat part" in explain.batch_verdict({(1, 1): [0.01], (2, 1): [0.03]}).text
+
+
+def test_tv_verdict_branches():
+    ok = explain.tv_verdict(0.02, 0.02, 2000, 900, 0.45)
+    assert "agree within noise" in ok and "900/2000" in ok and "0.450" in ok
+    assert "more than noise" in explain.tv_verdict(0.3, 0.02, 2000)
+    # with a simulated yardstick, the verdict follows its 95th percentile, not the formula
+    sim = explain.tv_verdict(0.075, 0.046, 2000, simulated=(0.07, 0.08))
+    assert "agree within noise" in sim and "underestimate" in sim
+    assert "more than noise" in explain.tv_verdict(0.09, 0.046, 2000, simulated=(0.07, 0.08))
+
+
+def test_theory_summary_states_speedup_and_best_k():
+    text = explain.theory_summary(0.8, 4, 0.1, (5, 2.46))
+    assert f"{expected_speedup(0.8, 4, 0.1):.2f}×" in text and "best k at these α and c is **5**" in text
+    assert "Below 1×" in explain.theory_summary(0.1, 4, 0.9, (1, 0.6))
