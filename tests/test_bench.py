@@ -238,3 +238,22 @@ def test_c_from_the_runs_uses_draft_steps_that_read_one_token():
                   + [make_round(0, 0, verify=1.0) for _ in range(3)])
     samples = {bench.ENGINE_BASELINE: [SimpleNamespace(run=base)], "draft": [SimpleNamespace(run=spec)]}
     assert bench.c_from_runs(samples) == pytest.approx(0.1)
+
+
+def test_tree_methods_report_tokens_per_pass_and_speedup_against_the_chain(capsys):
+    rc = bench.main(["--tiny", "--json", "--reps", "1", "--max-new-tokens", "8", "--ks", "4", "--trees", "4,8",
+                     "--methods", "k=4,best,tree-4,tree-8", "--domains", "code", "--modes", "greedy",
+                     "--cost-reps", "1", "--no-warmup", "-q"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {r["method"]: r for r in report["results"]}
+    summ = {s["method"]: s for s in report["summary"]}
+    assert all(rows[t]["same_as_baseline"] and rows[t]["tokens_per_pass"] > 1 for t in ("tree-4", "tree-8"))
+    ch = report["checks"]["greedy"]
+    top = max(("tree-4", "tree-8"), key=lambda n: rows[n]["tokens_per_pass"])
+    assert ch["tree_tokens_per_pass_over_k4_code"] == pytest.approx(rows[top]["tokens_per_pass"]
+                                                                    / rows["k=4"]["tokens_per_pass"])
+    assert ch["best_tree"] == max(("tree-4", "tree-8"), key=lambda n: summ[n]["speedup"])
+    assert ch["best_tree_over_best"] == pytest.approx(summ[ch["best_tree"]]["speedup"] / summ["best"]["speedup"])
+    with pytest.raises(InvalidSetting, match="trees"):
+        bench.parse_args(["--tiny", "--trees", "8,x"])
