@@ -19,7 +19,7 @@ if _ROOT not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from pages.common import ui  # noqa: E402
+from pages.common import tree_ui, ui  # noqa: E402
 
 ui.page_setup("Watch speculative decoding", shows=(3, 4, 5, 6, 8, 13, 14))
 T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round latency)
@@ -208,6 +208,8 @@ if live and pair_name:
                    f"{status.how_to_get}\n\nMeanwhile, choose **{RECORDED}** in the sidebar.")
 
 load_box = st.container()
+tree_ui.main_page_tree(pair_name, dtype, draft_precision, prompt_text, chat, temperature=temperature, seed=seed,
+                       live=live)
 
 
 def start_live() -> replay.Playback:

@@ -112,3 +112,25 @@ def test_same_seed_same_sampled_tree_and_bad_input_is_an_error():
     at.text_area(key="tree.text").set_value("").run()
     press(at, "tree.start")
     assert at.error and not at.exception
+
+
+def test_the_main_page_drafts_its_prompt_as_a_tree_when_asked():
+    from streamlit.testing.v1 import AppTest
+
+    from specviz import prompts
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    assert not at.exception and not any(b.key == "main.tree_run" for b in at.button)  # chain by default
+    at.radio(key="main.shape").set_value("token tree").run()
+    at.select_slider(key="main.tree_budget").set_value(8)
+    press(at, "main.tree_run")
+    text, chat = at.session_state["main.prompt"], at.session_state["main.chat"]
+    pair, _, _ = direct()
+    ids = prompts.encode(pair.tokenizer, text, chat)
+    from specviz.tree import tree_decode
+
+    r = tree_decode(pair.target, pair.draft, ids, budget=8, temperature=at.slider(key="main.temperature").value,
+                    seed=0, max_new_tokens=16, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab).rounds[0]
+    nodes = drawn_nodes(figure(at, "Round 1: a tree of 8 drafted tokens"))
+    assert nodes["accepted path"] == sorted(r.path)
