@@ -92,6 +92,7 @@ def show_rounds(pb, fresh) -> None:
     with box.container():
         ui.show_chart(fig_tree(r, decode), f"tree_round{r.index + 1}", key="tree.fig")
     st.markdown(render.legend_html(("accepted", "correction", "bonus")), unsafe_allow_html=True)
+    st.caption("In a tree, the bonus comes when the accepted path reaches a leaf: the whole branch was accepted.")
     st.markdown(tree_lab.text_html(text, rounds, decode), unsafe_allow_html=True)
     st.caption(f"{n} round(s) = {n} target pass(es), {sum(len(x.emitted) for x in rounds)} new tokens, "
                f"{sum(x.n_nodes for x in rounds)} nodes drafted" + (" · run finished" if pb.done else ""))
