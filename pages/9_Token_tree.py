@@ -89,8 +89,12 @@ def show_rounds(pb, fresh) -> None:
         for d in range(1, max(r.depths, default=0) + 1):
             box.plotly_chart(fig_tree(r, decode, depth=d), key=f"tree.draft.{d}")
             replay.sleep(pend_s)
-    with box.container():
-        ui.show_chart(fig_tree(r, decode), f"tree_round{r.index + 1}", key="tree.fig")
+    with box.container():  # clicking a node picks it below
+        event = ui.show_chart(fig_tree(r, decode), f"tree_round{r.index + 1}", key=f"tree.fig.{r.index}",
+                              on_select="rerun", selection_mode="points")
+    clicked = [p.get("customdata") for p in (event.selection.points if event else [])]
+    if clicked and isinstance(clicked[0], int) and 0 <= clicked[0] < r.n_nodes:
+        st.session_state[f"tree.node.{r.index}"] = clicked[0]
     st.markdown(render.legend_html(("accepted", "correction", "bonus")), unsafe_allow_html=True)
     st.caption("In a tree, the bonus comes when the accepted path reaches a leaf: the whole branch was accepted.")
     st.markdown(tree_lab.text_html(text, rounds, decode), unsafe_allow_html=True)
@@ -100,8 +104,9 @@ def show_rounds(pb, fresh) -> None:
     # --- one node --------------------------------------------------------------------------------------------
     st.subheader("One node: p against q, and the decision")
     if r.n_nodes:
-        node = st.selectbox("Node", list(range(r.n_nodes)), index=r.path[-1] if r.path else 0,
-                            format_func=lambda i: tree_lab.node_label(r, i, decode), key=f"tree.node.{r.index}")
+        st.session_state.setdefault(f"tree.node.{r.index}", r.path[-1] if r.path else 0)  # the path's end
+        node = st.selectbox("Node (or click one in the tree)", list(range(r.n_nodes)), key=f"tree.node.{r.index}",
+                            format_func=lambda i: tree_lab.node_label(r, i, decode))
         for line in tree_lab.node_story(r, node, decode):
             st.markdown(line)
         ui.show_chart(fig_node_pq(r, node, decode), f"tree_round{r.index + 1}_node{node}", key="tree.fig_pq")

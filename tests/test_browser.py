@@ -252,4 +252,14 @@ def test_the_token_tree_page_drafts_verifies_and_colours_a_tree(server, browser,
     assert page.locator(".js-plotly-plot").count() >= 3  # the tree, p vs q at a node, acceptance
     assert page.locator('[data-testid="stException"]').count() == 0
     _shot(page, shots / "token-tree.png", page.get_by_role("heading", name="The tree").first)
+    # clicking a node in the tree picks it in the node box below
+    story = page.locator('[data-testid="stMarkdownContainer"] p', has_text=re.compile(r"is child #\d+ of"))
+    before = story.first.inner_text()
+    for point in page.locator(".js-plotly-plot").first.locator("path.point").all()[1:6]:
+        point.click(force=True)
+        _settled(page)
+        if story.first.inner_text() != before:
+            break
+    assert story.first.inner_text() != before
+    assert page.locator('[data-testid="stException"]').count() == 0
     page.close()

@@ -77,6 +77,7 @@ def test_rounds_draw_the_engines_tree_and_explain_a_node():
     rejected = next(i for i, v in enumerate(run.rounds[1].verdict) if v == "rejected")
     at.selectbox(key="tree.node.1").set_value(rejected).run()
     assert "**rejected**" in " ".join(m.value for m in at.markdown)
+    assert not at.warning  # the node's default and the picked node share one session-state key cleanly
     assert figure(at, f"Round 2, node {rejected}")
     acc = figure(at, "Acceptance in the tree")
     by_rank = [t for t in acc["data"] if t["xaxis"] == "x2"][0]
