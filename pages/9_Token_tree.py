@@ -50,7 +50,6 @@ if pb is not None and pb.meta.get("ident") != ident:
     pb = st.session_state["tree.pb"] = None
 
 
-
 def step():
     """The next round, or None (the rounds so far are kept; an error is shown, never a traceback)."""
     try:
