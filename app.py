@@ -26,6 +26,7 @@ T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round lat
 
 from pages.common import main_controls as controls  # noqa: E402
 from pages.common import main_view as view  # noqa: E402
+from pages.common import tree_ui  # noqa: E402
 from pages.common.main_sidebar import sidebar  # noqa: E402
 from specviz import explain, playback  # noqa: E402
 from specviz.errors import SpecvizError  # noqa: E402
@@ -43,6 +44,8 @@ st.caption("A small **draft** model proposes k tokens; the large **target** chec
 ctrl = st.container()
 controls.pair_missing(ms)
 load_box = st.container()
+tree_ui.main_page_tree(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
+                       temperature=ms.decode.temperature, seed=ms.decode.seed, live=ms.live)
 steps: int | None = 0
 with load_box:
     try:

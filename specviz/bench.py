@@ -11,6 +11,9 @@ within each repetition so that drift in machine load hits every method alike:
                   verify cost, and a stop after a doubtful draft)
   best-nostop     the same chooser with k fixed for the whole round (theory.best_k)
   prompt-lookup   no draft model: copy what followed an earlier n-gram (k by BestK)
+  tree-8, tree-16, tree-32
+                  a token tree of that many nodes per round (branch 2, depth <= 8; --trees),
+                  all verified in one target pass (specviz.tree)
   hf-target       transformers' generate() on the target alone
   hf-assisted     transformers' generate(assistant_model=draft): the reference
   hf-target-stock, hf-assisted-stock
@@ -64,6 +67,8 @@ from .kpolicy import BestK
 from .lm import vocab_size
 from .prompts import bench_prompts, encode
 from .records import json_safe
+from .tree import tree_decode
+from .tree_records import TreeRound, TreeRun
 
 FORMAT = "specviz.bench/1"
 DEFAULT_DOMAINS = ("code", "list", "factual", "creative")
@@ -72,6 +77,7 @@ HF_ASSISTED = "hf-assisted"
 HF_TARGET = "hf-target"
 HF_ASSISTED_STOCK = "hf-assisted-stock"
 HF_TARGET_STOCK = "hf-target-stock"
+TREE = "tree-"  # + the node budget
 
 
 # -----------------------------------------------------------------------------
@@ -91,6 +97,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "default: as load_pair does (on unless SPECVIZ_FAST_LINEAR=0)")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--ks", default="1,2,3,4,5,6,8", help="fixed k values (default 1,2,3,4,5,6,8)")
+    p.add_argument("--trees", default="8,16,32", help="token-tree node budgets (default 8,16,32; '' for none)")
     p.add_argument("--methods", help="comma list to run (default: all); names as in the table, "
                                      "e.g. target,k=4,best,hf-assisted")
     p.add_argument("--domains", default=",".join(DEFAULT_DOMAINS),
@@ -115,6 +122,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise InvalidSetting(f"--ks must be a comma list of integers, got {a.ks!r}") from None
     if not a.ks or min(a.ks) < 1:
         raise InvalidSetting("--ks must list integers >= 1")
+    try:
+        a.trees = sorted({int(x) for x in a.trees.split(",") if x.strip()})
+    except ValueError:
+        raise InvalidSetting(f"--trees must be a comma list of integers, got {a.trees!r}") from None
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     if not a.modes or any(m not in ("greedy", "sample") for m in a.modes):
         raise InvalidSetting(f"--modes must be greedy, sample or both, got {a.modes!r}")
@@ -127,7 +138,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise InvalidSetting("--reps and --max-new-tokens must be >= 1")
     if not (a.temperature > 0 and math.isfinite(a.temperature)):
         raise InvalidSetting("--temperature must be > 0 (sample mode); greedy is its own mode")
-    a.method_names = method_names(a.ks)
+    a.method_names = method_names(a.ks, a.trees)
     if a.methods:
         want = [m.strip() for m in a.methods.split(",") if m.strip()]
         unknown = [m for m in want if m not in a.method_names]
@@ -139,10 +150,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return a
 
 
-def method_names(ks: list[int]) -> list[str]:
+def method_names(ks: list[int], trees: list[int] = (8, 16, 32)) -> list[str]:
     return ([ENGINE_BASELINE] + [f"k={k}" for k in ks]
-            + ["adaptive", "best", "best-nostop", "prompt-lookup", HF_TARGET, HF_ASSISTED, HF_TARGET_STOCK,
-               HF_ASSISTED_STOCK])
+            + ["adaptive", "best", "best-nostop", "prompt-lookup"] + [f"{TREE}{n}" for n in trees]
+            + [HF_TARGET, HF_ASSISTED, HF_TARGET_STOCK, HF_ASSISTED_STOCK])
 
 
 # -----------------------------------------------------------------------------
@@ -242,6 +253,8 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
     elif name == "prompt-lookup":
         run = speculative_decode(pair.target, PromptLookupDrafter(), ids, k=4, k_policy=BestK(4, k_max=16),
                                  **common)
+    elif name.startswith(TREE):
+        run = tree_decode(pair.target, pair.draft, ids, budget=int(name[len(TREE):]), **common)
     elif name == HF_TARGET:
         return _hf_generate(pair.target, ids, n, eos, mode, temperature, seed)
     elif name == HF_ASSISTED:
@@ -327,12 +340,14 @@ def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
                                  if base and base.get("decode_s_per_token") else float("nan"))
         rounds = [r for run in runs for r in run.rounds]
         round_s = sum(r.round_s for r in rounds)
-        inner = sum(r.draft_s + r.verify_s for r in rounds)
+        inner = sum((sum(r.draft_s) if isinstance(r, TreeRound) else r.draft_s) + r.verify_s for r in rounds)
         row["bookkeeping_pct"] = 100.0 * (round_s - inner) / round_s if round_s > 0 else float("nan")
         row["bookkeeping_ms_per_round"] = 1000.0 * (round_s - inner) / len(rounds) if rounds else float("nan")
         loop = sum(r.decode_s for r in runs) - round_s
         row["loop_overhead_pct"] = 100.0 * loop / sum(r.decode_s for r in runs) if runs else float("nan")
         row["tokens_per_pass"] = sum(len(r.token_ids) for r in runs) / max(sum(r.target_passes for r in runs), 1)
+        if isinstance(runs[0], TreeRun):
+            return row  # no k, no chain model of alpha and c
         ks = [r.k for r in rounds]
         row["mean_k"] = statistics.fmean(ks) if ks else float("nan")
         if name != ENGINE_BASELINE:
@@ -537,10 +552,30 @@ def _checks(mode: str, results: list[dict], summary: list[dict], names: list[str
         out["efficiency_fixed_k_median"] = statistics.median(eff)
     if "best" in summ and "k=4" in summ:
         out["best_over_k4_mixed"] = summ["best"]["speedup"] / summ["k=4"]["speedup"]
+    out.update(_tree_checks(rows, summ))
     bk = [r["bookkeeping_pct"] for r in results if r["mode"] == mode and "bookkeeping_pct" in r
           and math.isfinite(r["bookkeeping_pct"])]
     if bk:
         out["bookkeeping_pct_max"] = max(bk)
+    return out
+
+
+def _tree_checks(rows: dict, summ: dict) -> dict:
+    """Trees against chains: tokens per pass on code against k=4's, and the best budget's speedup (mixed set)
+    against k=4 and the best-k chain."""
+    trees = [n for n in summ if n.startswith(TREE)]
+    if not trees:
+        return {}
+    out: dict[str, Any] = {}
+    if "k=4" in rows:
+        top = max((n for n in trees if n in rows), key=lambda n: rows[n]["tokens_per_pass"])
+        out["tree_tokens_per_pass_over_k4_code"] = rows[top]["tokens_per_pass"] / rows["k=4"]["tokens_per_pass"]
+    best = max(trees, key=lambda n: summ[n]["speedup"])
+    out["best_tree"] = best
+    out["best_tree_speedup"] = summ[best]["speedup"]
+    for chain in ("k=4", "best"):
+        if chain in summ:
+            out[f"best_tree_over_{chain.replace('=', '')}"] = summ[best]["speedup"] / summ[chain]["speedup"]
     return out
 
 

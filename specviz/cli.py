@@ -3,6 +3,7 @@
     python -m specviz models                      # pairs, available or not, how to get each
     python -m specviz prepare                     # assemble + convert + cache the default pair
     python -m specviz run --prompt "def fib(n):"  # one speculative run, coloured by round
+    python -m specviz run --tree 16 --prompt ...  # the same with a token tree of 16 nodes per round
     python -m specviz bench ...                   # specviz.bench, when it exists
 
 Every SpecvizError is printed as `error: <message>` with exit code 2, never a
@@ -129,6 +130,23 @@ def stats_lines(run) -> list[str]:
     ]
 
 
+def tree_stats_lines(run) -> list[str]:
+    n, rounds = len(run.token_ids), len(run.rounds)
+    corrections = sum(1 for r in run.rounds if r.extra_kind == "correction")
+    s = run.settings
+    return [
+        f"tokens          {n} ({run.stop_reason})",
+        f"rounds          {rounds}  ({corrections} corrections, {rounds - corrections} bonus tokens or cut)",
+        f"tree            up to {s['budget']} nodes, {s['branch']} children per node, depth <= {s['max_depth']}; "
+        f"{run.n_nodes} nodes drafted in all",
+        f"accepted        {run.n_accepted} drafted tokens ({run.n_accepted / max(rounds, 1):.2f} per round)",
+        f"tokens per pass {run.tokens_per_pass:.2f}  ({run.target_passes} target passes, {run.draft_passes} "
+        "draft passes)",
+        f"speed           {run.tokens_per_s:.2f} tokens/s  (decode {run.decode_s:.2f} s, the prompt read in "
+        "round 1 included)",
+    ]
+
+
 # -----------------------------------------------------------------------------
 # commands
 
@@ -180,6 +198,10 @@ def cmd_run(args) -> int:
     # settings first: a typo must not cost a model load
     engine.check_decoding(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=0,
                           max_new_tokens=args.max_new_tokens, seed=args.seed)
+    if args.tree is not None:
+        from .tree import check_tree
+
+        check_tree(args.tree, args.branch, args.max_depth)
     limits.check_max_new_tokens(args.max_new_tokens)
     progress = ProgressPrinter()
     try:
@@ -196,9 +218,18 @@ def cmd_run(args) -> int:
               max_new_tokens=args.max_new_tokens, seed=args.seed, eos_token_id=pair.eos_token_ids)
     if "vocab" in inspect.signature(engine.speculative_decode).parameters:
         kw["vocab"] = pair.shared_vocab  # compare only ids both models know (padded embeddings)
-    print(f"generating with {pair.name}, {pair.draft_precision} draft (k={args.k}, temperature={args.temperature})"
-          " ...", file=sys.stderr)
-    run = engine.speculative_decode(pair.target, pair.draft, input_ids, **kw)
+    if args.tree is not None:
+        from .tree import tree_decode
+
+        del kw["k"]
+        print(f"generating with {pair.name}, {pair.draft_precision} draft (a tree of {args.tree} nodes, "
+              f"temperature={args.temperature}) ...", file=sys.stderr)
+        run = tree_decode(pair.target, pair.draft, input_ids, budget=args.tree, branch=args.branch,
+                          max_depth=args.max_depth, **kw)
+    else:
+        print(f"generating with {pair.name}, {pair.draft_precision} draft (k={args.k}, "
+              f"temperature={args.temperature}) ...", file=sys.stderr)
+        run = engine.speculative_decode(pair.target, pair.draft, input_ids, **kw)
 
     if args.json:
         print(run.to_json())
@@ -210,7 +241,7 @@ def cmd_run(args) -> int:
         print(legend(color))
     dim = DIM if color else ""
     end = RESET if color else ""
-    for line in stats_lines(run):
+    for line in (stats_lines if args.tree is None else tree_stats_lines)(run):
         print(f"{dim}{line}{end}")
     return 0
 
@@ -258,6 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--target", help="override the target: a local folder or a hub id (local HF cache only)")
     r.add_argument("--prompt", required=True, help='the prompt ("-" reads stdin)')
     r.add_argument("--k", type=int, default=4, help="tokens drafted per round (default 4)")
+    r.add_argument("--tree", type=int, metavar="N", help="draft a token tree of N nodes per round instead of a "
+                   "chain of k, all verified in one target pass")
+    r.add_argument("--branch", type=int, default=2, help="with --tree: children per expanded node (default 2)")
+    r.add_argument("--max-depth", type=int, default=8, help="with --tree: deepest path drafted (default 8)")
     r.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default 0)")
     r.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
     r.add_argument("--max-new-tokens", type=int, default=64, help="default 64")

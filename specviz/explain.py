@@ -492,7 +492,7 @@ def round_summary(r: Round, decode: Decode) -> str:
 
 def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None) -> str | None:
     """Where the time went after the first round (whose passes also read the prompt), against the target
-    alone (replay.baseline_summary): verify pass, one-token pass, draft step and c (measure's). None when
+    alone (runfile.baseline_summary): verify pass, one-token pass, draft step and c (measure's). None when
     there is nothing to break down."""
     steady = run.steady_rounds
     passes = baseline.get("base_target_passes")

@@ -80,7 +80,7 @@ class Round:
 
 class RunRates:
     """Per-run rates, one definition for a chain Run and a TreeRun (token_ids, rounds, target_passes,
-    decode_s)."""
+    decode_s; each round's emitted, round_s and prefill_tokens)."""
 
     @property
     def n_accepted(self) -> int:
@@ -93,6 +93,19 @@ class RunRates:
     @property
     def tokens_per_s(self) -> float:
         return measure.tokens_per_s(len(self.token_ids), self.decode_s)
+
+    @property
+    def steady_rounds(self) -> list:
+        """The rounds after the prompt was read (prefill_tokens == 0): pure draft-and-verify timings."""
+        return [r for r in self.rounds if not r.prefill_tokens]
+
+    @property
+    def steady_s_per_token(self) -> float:
+        """Decoding seconds per token over steady_rounds (loop overhead included)."""
+        first = [r for r in self.rounds if r.prefill_tokens]
+        n = len(self.token_ids) - sum(len(r.emitted) for r in first)
+        s = self.decode_s - sum(r.round_s for r in first)
+        return s / n if n > 0 and s > 0 else float("nan")
 
 
 @dataclass(frozen=True)
@@ -142,19 +155,6 @@ class Run(RunRates):
     def acceptance_rate(self) -> float:
         """accepted / drafted, counting drafted tokens discarded after a rejection."""
         return self.n_accepted / self.n_drafted if self.n_drafted else float("nan")
-
-    @property
-    def steady_rounds(self) -> list[Round]:
-        """The rounds after the prompt was read (prefill_tokens == 0): pure draft-and-verify timings."""
-        return [r for r in self.rounds if not r.prefill_tokens]
-
-    @property
-    def steady_s_per_token(self) -> float:
-        """Decoding seconds per token over steady_rounds (loop overhead included)."""
-        first = [r for r in self.rounds if r.prefill_tokens]
-        n = len(self.token_ids) - sum(len(r.emitted) for r in first)
-        s = self.decode_s - sum(r.round_s for r in first)
-        return s / n if n > 0 and s > 0 else float("nan")
 
     @property
     def outside_load_rounds(self) -> int:

@@ -2,19 +2,25 @@
 
 fig_tree draws one round's tree left to right by depth: the accepted path,
 the rejected nodes, the nodes never judged (faded), and the target's own token
-after the path (correction or bonus). Each node's customdata is its index
-(-1 the root, N the correction/bonus), so a page can react to a click.
+after the path (correction or bonus); or, given a depth, the tree as drafting
+left it after that depth. Each node's customdata is its index (-1 the root,
+N the correction/bonus), so a page can react to a click. fig_node_pq, the
+acceptance and chain-vs-tree figures draw specviz.tree_lab's measurements.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from .charts import GREY, _fig, _fmt, _labels, _plain
+from .charts import GREY, P_COLOR, PALETTE, Q_COLOR, TEMPLATE, _fig, _fmt, _labels, _plain, _tok, _topmap, _union
 from .render import STATE_COLORS, visible
+from .tree_lab import FREE_TOL, ChainVsTree, Tally
 from .tree_records import TreeRound
+
+SHAPE_COLORS = (PALETTE[0], PALETTE[3])  # chain, tree
 
 NODE_STATES = {  # state -> (legend label, colour, opacity)
     "accepted": ("accepted path", STATE_COLORS["accepted"], 1.0),
@@ -23,6 +29,8 @@ NODE_STATES = {  # state -> (legend label, colour, opacity)
     "correction": ("correction (target's token)", STATE_COLORS["correction"], 1.0),
     "bonus": ("bonus (target's token)", STATE_COLORS["bonus"], 1.0),
 }
+DRAFTED = "drafted"
+DRAFTED_STATE = {DRAFTED: ("drafted, not verified yet", STATE_COLORS["pending"], 1.0)}
 
 
 def tree_layout(parents: list[int]) -> dict[int, float]:
@@ -47,8 +55,11 @@ def tree_layout(parents: list[int]) -> dict[int, float]:
     return y
 
 
-def _hover(r: TreeRound, i: int, decode: Callable[[int], str]) -> str:
+def _hover(r: TreeRound, i: int, decode: Callable[[int], str], drafting: bool = False) -> str:
     tok = _plain(visible(decode(r.tokens[i])))
+    if drafting:  # the target has not read it yet
+        return (f"node {i}, depth {r.depths[i]}: ‘{tok}’<br>q = {_fmt(r.q[i], '.3f')}, "
+                f"cumulative q = {_fmt(r.cum_q[i], '.3f')}")
     lines = [f"node {i}, depth {r.depths[i]}: ‘{tok}’", f"q = {_fmt(r.q[i], '.3f')}  p = {_fmt(r.p[i], '.3f')}",
              f"cumulative q = {_fmt(r.cum_q[i], '.3f')}", f"verdict: {r.verdict[i]}"]
     if r.u[i] is not None:
@@ -56,31 +67,41 @@ def _hover(r: TreeRound, i: int, decode: Callable[[int], str]) -> str:
     return "<br>".join(lines)
 
 
-def fig_tree(r: TreeRound, decode: Callable[[int], str] = str) -> go.Figure:
-    """One round's token tree: nodes by depth, coloured by what verification made of them."""
+def fig_tree(r: TreeRound, decode: Callable[[int], str] = str, depth: int | None = None) -> go.Figure:
+    """One round's token tree: nodes by depth, coloured by what verification made of them.
+
+    depth: draw the tree as drafting left it after that depth (nodes up to it, none verified yet).
+    """
     n = r.n_nodes
-    has_extra = r.extra_id is not None
+    drafting = depth is not None
+    has_extra = r.extra_id is not None and not drafting
     parents = list(r.parents) + ([r.path[-1] if r.path else -1] if has_extra else [])
-    y = tree_layout(parents)
+    y = tree_layout(parents)  # the whole tree's layout, so nodes stay put while it grows
     x = {-1: 0, **{i: r.depths[i] for i in range(n)}}
     if has_extra:
         x[n] = len(r.path) + 1
-    state = {i: r.verdict[i] for i in range(n)}
+    shown = [i for i in range(len(parents)) if not drafting or r.depths[i] <= depth]
+    state = {i: DRAFTED if drafting else r.verdict[i] for i in range(n)}
     if has_extra:
         state[n] = r.extra_kind
     labels = _labels(list(r.tokens) + ([r.extra_id] if has_extra else []), decode, maxlen=10)
 
-    title = f"Round {r.index + 1}: a tree of {n} drafted tokens, {r.n_accepted} accepted"
-    fig = _fig(title, "one target pass judged every node; each node saw only its own ancestors",
-               x="depth (tokens after the committed context)", y="")
+    if drafting:
+        fig = _fig(f"Round {r.index + 1}, drafting: depth {depth}, {len(shown)} of {n} nodes",
+                   "one draft pass per depth expands the most probable nodes; nothing is verified yet",
+                   x="depth (tokens after the committed context)", y="")
+    else:
+        fig = _fig(f"Round {r.index + 1}: a tree of {n} drafted tokens, {r.n_accepted} accepted",
+                   "one target pass judged every node; each node saw only its own ancestors",
+                   x="depth (tokens after the committed context)", y="")
     # edges: parent -> child, with the path drawn thicker
-    on_path = set(r.path) | ({n} if has_extra else set())
+    on_path = set() if drafting else set(r.path) | ({n} if has_extra else set())
     for thick in (False, True):
         ex, ey = [], []
-        for i, par in enumerate(parents):
+        for i in shown:
             if (i in on_path) == thick:
-                ex += [x[par], x[i], None]
-                ey += [y[par], y[i], None]
+                ex += [x[parents[i]], x[i], None]
+                ey += [y[parents[i]], y[i], None]
         fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
                                  line=dict(color=STATE_COLORS["accepted"] if thick else "#c8c8c8",
                                            width=4 if thick else 1.5)))
@@ -88,11 +109,11 @@ def fig_tree(r: TreeRound, decode: Callable[[int], str] = str) -> go.Figure:
                              marker=dict(size=18, color="#6b6b6b", symbol="square"), name="committed context",
                              customdata=[-1], hovertext=["the committed context; its last token is the root"],
                              hoverinfo="text"))
-    for s, (label, color, opacity) in NODE_STATES.items():
-        nodes = [i for i in range(len(parents)) if state[i] == s]
+    for s, (label, color, opacity) in {**NODE_STATES, **DRAFTED_STATE}.items():
+        nodes = [i for i in shown if state[i] == s]
         if not nodes:
             continue
-        hover = [_hover(r, i, decode) if i < n else
+        hover = [_hover(r, i, decode, drafting) if i < n else
                  f"the target's own token ‘{_plain(visible(decode(r.extra_id)))}’ ({s})" for i in nodes]
         fig.add_trace(go.Scatter(
             x=[x[i] for i in nodes], y=[y[i] for i in nodes], mode="markers+text", name=label,
@@ -101,4 +122,71 @@ def fig_tree(r: TreeRound, decode: Callable[[int], str] = str) -> go.Figure:
             textfont=dict(color="#222" if opacity == 1.0 else "#999"), hovertext=hover, hoverinfo="text"))
     fig.update_xaxes(dtick=1, range=[-0.6, max(x.values()) + 0.6])
     fig.update_yaxes(visible=False, autorange="reversed")
+    return fig
+
+
+def fig_node_pq(r: TreeRound, node: int, decode: Callable[[int], str] = str, top_n: int = 12) -> go.Figure:
+    """Target p vs draft q where node `node` was drafted (at its parent), the node's token and siblings marked."""
+    par = r.parents[node]
+    pm, qm = _topmap(r.p_top[par + 1]), _topmap(r.q_top[par + 1])
+    tok = r.tokens[node]
+    pm.setdefault(tok, r.p[node])
+    qm.setdefault(tok, r.q[node])
+    ids = _union(pm, qm, must=[tok], top_n=top_n)
+    siblings = {r.tokens[c] for c in r.children.get(par, [])}
+    fig = _fig(f"Round {r.index + 1}, node {node} {_tok(tok, decode)}: p vs q where it was drafted",
+               f"hatched: this node's token; outlined: its siblings (the other children drafted there); "
+               f"verdict: {r.verdict[node]}", x="token (top candidates)", y="probability")
+    xs = _labels(ids, decode)
+    pattern = ["/" if i == tok else "" for i in ids]
+    width = [2.5 if i in siblings else 0 for i in ids]
+    for name, m, col in (("target p", pm, P_COLOR), ("draft q", qm, Q_COLOR)):
+        fig.add_bar(x=xs, y=[m.get(i, 0.0) for i in ids], name=name, marker_color=col,
+                    marker_line=dict(width=width, color="#111"),
+                    marker_pattern=dict(shape=pattern, fillmode="overlay", fgcolor="#111"))
+    fig.update_layout(barmode="group")
+    return fig
+
+
+def fig_tree_acceptance(depth: Sequence[Tally], rank: Sequence[Tally]) -> go.Figure:
+    """Acceptance by depth (did the path go on to depth d, once tried?) and by branch rank (child #r accepted,
+    once tried?), with how many times each was tried."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("by depth", "by branch rank (1 = the first child tried)"))
+    fig.update_layout(template=TEMPLATE, height=380, showlegend=False, title=dict(
+        text="Acceptance in the tree",
+        subtitle=dict(text="accepted ÷ tried; the number on each bar is how many times it was tried")))
+    for col, tallies, shift in ((1, depth, 0), (2, rank, 1)):
+        fig.add_bar(x=[t.label + shift for t in tallies], y=[t.rate for t in tallies],
+                    text=[f"{t.accepted}/{t.tried}" for t in tallies], textposition="outside",
+                    marker_color=STATE_COLORS["accepted"], row=1, col=col)
+        fig.update_xaxes(dtick=1, title_text="depth" if col == 1 else "branch rank", row=1, col=col)
+        fig.update_yaxes(range=[0, 1.15], title_text="accepted ÷ tried" if col == 1 else None, row=1, col=col)
+    return fig
+
+
+def fig_chain_vs_tree(cmp: ChainVsTree) -> go.Figure:
+    """Chain (k = N) against tree (N nodes) at each node budget N: tokens per pass, verify cost, tokens/s."""
+    b = cmp.budgets
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("tokens per target pass",
+                                                        "one verify pass ÷ a one-token pass",
+                                                        "tokens per second"))
+    fig.update_layout(template=TEMPLATE, height=400, title=dict(
+        text="Chain against tree at equal node budgets",
+        subtitle=dict(text="same prompt, seed and models; a budget of N nodes = a chain of k = N drafts or a "
+                           "tree of N nodes, both verified in one pass over N + 1 tokens")))
+    colors = {"chain": SHAPE_COLORS[0], "tree": SHAPE_COLORS[1]}
+    for shape in ("chain", "tree"):
+        runs = [cmp.get(shape, n) for n in b]
+        for col, ys in ((1, [r.tokens_per_pass for r in runs]), (3, [r.tokens_per_s for r in runs])):
+            fig.add_scatter(x=b, y=ys, name=shape, legendgroup=shape, showlegend=col == 1, mode="lines+markers",
+                            line=dict(color=colors[shape], width=3, dash="solid" if shape == "tree" else "dash"),
+                            marker=dict(size=9, symbol="circle" if shape == "tree" else "square"), row=1, col=col)
+    fig.add_scatter(x=b, y=[cmp.verify_ratio.get(n + 1, float("nan")) for n in b], name="verify cost",
+                    mode="lines+markers", line=dict(color=GREY, width=3), showlegend=False, row=1, col=2)
+    fig.add_hline(y=FREE_TOL, line=dict(color=GREY, dash="dot"), row=1, col=2,
+                  annotation_text=f"{FREE_TOL}×: nearly free below", annotation_position="top left")
+    for col in (1, 2, 3):
+        fig.update_xaxes(type="log", tickvals=b, ticktext=[str(n) for n in b], title_text="node budget N",
+                         row=1, col=col)
+        fig.update_yaxes(rangemode="tozero", row=1, col=col)
     return fig

@@ -234,3 +234,22 @@ def test_c_from_the_runs_counts_every_round_after_the_prompt_round():
     base = run_of([dataclasses.replace(make_round(0, 0, verify=5.0), prefill_tokens=9)]
                   + [make_round(0, 0, verify=1.0) for _ in range(3)])
     assert measure.c_from_runs([spec], [base]) == pytest.approx(0.25)  # median of 0.2, 0.3, 0.1, 0.5
+
+
+def test_tree_methods_report_tokens_per_pass_and_speedup_against_the_chain(capsys):
+    rc = bench.main(["--tiny", "--json", "--reps", "1", "--max-new-tokens", "8", "--ks", "4", "--trees", "4,8",
+                     "--methods", "k=4,best,tree-4,tree-8", "--domains", "code", "--modes", "greedy",
+                     "--cost-reps", "1", "--no-warmup", "-q"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {r["method"]: r for r in report["results"]}
+    summ = {s["method"]: s for s in report["summary"]}
+    assert all(rows[t]["same_as_baseline"] and rows[t]["tokens_per_pass"] > 1 for t in ("tree-4", "tree-8"))
+    ch = report["checks"]["greedy"]
+    top = max(("tree-4", "tree-8"), key=lambda n: rows[n]["tokens_per_pass"])
+    assert ch["tree_tokens_per_pass_over_k4_code"] == pytest.approx(rows[top]["tokens_per_pass"]
+                                                                    / rows["k=4"]["tokens_per_pass"])
+    assert ch["best_tree"] == max(("tree-4", "tree-8"), key=lambda n: summ[n]["speedup"])
+    assert ch["best_tree_over_best"] == pytest.approx(summ[ch["best_tree"]]["speedup"] / summ["best"]["speedup"])
+    with pytest.raises(InvalidSetting, match="trees"):
+        bench.parse_args(["--tiny", "--trees", "8,x"])

@@ -233,3 +233,33 @@ def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-m", "browser", "-s"]))
+
+
+def test_the_token_tree_page_drafts_verifies_and_colours_a_tree(server, browser, shots):
+    page = browser.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
+    page.set_default_timeout(WAIT_MS)
+    page.goto(server.rstrip("/") + "/Token_tree")
+    page.get_by_text("device").first.wait_for()  # the pair is loaded
+    _set_number(page, "max new tokens", 16)
+    _settled(page)
+    page.get_by_role("button", name="First round", exact=True).click()
+    page.get_by_role("heading", name="One node: p against q, and the decision").wait_for()
+    _settled(page)  # the depth-by-depth animation has ended in the coloured tree
+    page.get_by_text("Round 1: a tree of").first.wait_for()
+    assert page.get_by_text("accepted path").count() >= 1  # the legend of the coloured tree
+    assert page.locator('.sv-text [data-state="accepted"], .sv-text [data-state="bonus"], '
+                        '.sv-text [data-state="correction"]').count() >= 1
+    assert page.locator(".js-plotly-plot").count() >= 3  # the tree, p vs q at a node, acceptance
+    assert page.locator('[data-testid="stException"]').count() == 0
+    _shot(page, shots / "token-tree.png", page.get_by_role("heading", name="The tree").first)
+    # clicking a node in the tree picks it in the node box below
+    story = page.locator('[data-testid="stMarkdownContainer"] p', has_text=re.compile(r"is child #\d+ of"))
+    before = story.first.inner_text()
+    for point in page.locator(".js-plotly-plot").first.locator("path.point").all()[1:6]:
+        point.click(force=True)
+        _settled(page)
+        if story.first.inner_text() != before:
+            break
+    assert story.first.inner_text() != before
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()

@@ -101,6 +101,24 @@ def test_run_json_round_trips(tiny_cli, capsys):
     assert len(run.token_ids) == 8 and run.settings["k"] == 4
 
 
+def test_run_tree_prints_the_targets_own_text_and_tree_stats(tiny_cli, capsys):
+    from specviz.engine import autoregressive_decode
+    from specviz.tree_records import TreeRun
+
+    args = ["run", "--prompt", "w1 w2 w3", "--raw", "--max-new-tokens", "12", "--tree", "8"]
+    assert cli.main([*args, "--json"]) == 0
+    run = TreeRun.from_dict(json.loads(capsys.readouterr().out))
+    ids = list(tiny_cli.tokenizer("w1 w2 w3")["input_ids"])
+    alone = autoregressive_decode(tiny_cli.target, ids, max_new_tokens=12, eos_token_id=tiny_cli.eos_token_ids,
+                                  vocab=tiny_cli.shared_vocab)
+    assert run.token_ids == alone.token_ids and run.settings["budget"] == 8 and run.n_nodes > len(run.rounds)
+    assert cli.main([*args, "--color", "never"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(tiny_cli.tokenizer.decode(alone.token_ids))
+    assert "up to 8 nodes, 2 children per node" in out and "tokens per pass" in out
+    assert cli.main([*args[:-1], "0"]) == 2 and "budget must be an integer from 1" in capsys.readouterr().err
+
+
 def test_run_without_chat_template_says_so(tiny_cli, capsys):
     assert cli.main(["run", "--prompt", "w1", "--max-new-tokens", "4"]) == 0
     assert "no chat template" in capsys.readouterr().err

@@ -361,3 +361,23 @@ def test_bad_input_is_a_clear_error(kw, match):
     args.update(kw)
     with pytest.raises(InvalidSetting, match=match):
         tree_decode(target, draft, args.pop("input_ids"), **args)
+
+
+# --------------------------------------------------------------------------
+# the real pair
+
+
+@pytest.mark.real
+def test_real_pair_greedy_tree_equals_the_target_alone(default_pair_fp32):
+    from specviz.prompts import encode
+
+    pair = default_pair_fp32
+    if pair.dtype != torch.float32:
+        pytest.skip("greedy identity is checked in float32")
+    ids = encode(pair.tokenizer, "Write a Python function `fib(n)` that returns the n-th Fibonacci number.", chat=True)
+    common = dict(max_new_tokens=16, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    run = tree_decode(pair.target, pair.draft, ids, budget=16, branch=2, **common)
+    alone = autoregressive_decode(pair.target, ids, **common)
+    assert run.token_ids == alone.token_ids, (pair.tokenizer.decode(run.token_ids),
+                                              pair.tokenizer.decode(alone.token_ids))
+    assert run.n_accepted > 0 and run.target_passes < len(run.token_ids)  # the tree did accept drafts

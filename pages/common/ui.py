@@ -167,9 +167,10 @@ def show_error(e: BaseException) -> None:
             st.code(error_details(e), language=None)
 
 
-def show_chart(fig, name: str, key: str | None = None, **kw) -> None:
-    """A plotly figure with the light-theme PNG download button (filename `name`)."""
-    st.plotly_chart(fig, config=charts.plotly_config(name), key=key, **kw)
+def show_chart(fig, name: str, key: str | None = None, **kw):
+    """A plotly figure with the light-theme PNG download button (filename `name`); returns what
+    st.plotly_chart returns (the selection, with on_select)."""
+    return st.plotly_chart(fig, config=charts.plotly_config(name), key=key, **kw)
 
 
 # --- pairs and dtypes -------------------------------------------------------------------------

@@ -1,0 +1,150 @@
+"""Token tree: draft a tree of alternatives, verify every node in one target pass, keep the longest accepted path."""
+
+import streamlit as st
+
+from pages.common import lab_ui, ui
+from specviz import limits, playback, render, tree_lab
+from specviz.tree import BRANCH_MAX, tree_stream
+from specviz.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
+
+ui.page_setup("Token tree: many drafts, one pass")
+
+st.markdown(
+    """
+A chain drafts **one** guess per position; when the draft's first choice is wrong, everything after it is
+lost. A **token tree** (SpecInfer, Medusa, EAGLE-2) drafts **alternatives**: at each depth the draft gives the
+most probable nodes **b** children each, until a **node budget** is spent. The target then reads **every node
+in one pass**: an attention mask lets each node see the committed text and its own ancestors only, so every
+branch is scored as if it were alone. Walking down from the root, the target keeps the child it agrees with
+(greedy) or accepts children by recursive rejection sampling; the longest accepted path wins, and the target
+adds one token of its own. The output is exactly the target's.
+"""
+)
+
+pair = lab_ui.pair_for_page("tree")
+if pair is None:
+    st.stop()
+decode = lab_ui.decoder(pair)
+ident = (pair.name, lab_ui.dtype_name(pair))
+
+# --- settings -------------------------------------------------------------------------------
+left, right = st.columns([3, 2])
+with left:
+    ids, text = lab_ui.prompt_input("tree", pair, default="Python function")
+with right:
+    budget = st.select_slider("node budget (nodes verified per pass)", [2, 4, 8, 16, 32], 16, key="tree.budget")
+    branch = st.slider("b: children per expanded node", 1, BRANCH_MAX, 2, key="tree.branch")
+    max_depth = st.slider("max depth", 1, 8, 8, key="tree.depth")
+    temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="tree.temperature")
+    seed = st.number_input("seed", 0, 2**31 - 1, 0, 1, key="tree.seed")
+    max_new = st.number_input("max new tokens", 1, limits.max_new_tokens(), min(32, limits.max_new_tokens()), 1,
+                              key="tree.max_new")
+    speed = st.select_slider("animation speed", list(playback.SPEEDS), playback.DEFAULT_SPEED, key="tree.speed")
+shape = dict(budget=int(budget), branch=int(branch), max_depth=int(max_depth))
+common = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
+              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+
+pb = st.session_state.get("tree.pb")
+if pb is not None and pb.meta.get("ident") != ident:
+    pb.close("the pair changed")
+    pb = st.session_state["tree.pb"] = None
+
+
+def step():
+    """The next round, or None (the rounds so far are kept; an error is shown, never a traceback)."""
+    try:
+        return pb.advance()
+    except Exception as e:  # noqa: BLE001
+        ui.show_error(e)
+
+
+b1, b2, b3 = st.columns(3)
+fresh = None  # the round computed in this script run, to animate
+if b1.button("First round", icon=":material/play_arrow:", type="primary", key="tree.start") and ids is not None:
+    stream = lab_ui.run_guarded(tree_stream, pair.target, pair.draft, ids, **shape, **common)
+    if stream is not None:
+        if pb is not None:
+            pb.close("replaced")
+        pb = st.session_state["tree.pb"] = playback.Playback.live(stream, ids, text, common, meta={"ident": ident})
+if b2.button("Next round", icon=":material/skip_next:", key="tree.next", disabled=pb is None or pb.done) or (
+        pb is not None and not pb.rounds):
+    fresh = step()
+if b3.button("Reset", key="tree.reset") and pb is not None:
+    pb.close("reset")
+    pb = st.session_state["tree.pb"] = None
+
+
+def show_rounds(pb, fresh) -> None:
+    """The chosen round's tree (animated when just computed), the text so far, one node, acceptance."""
+    # --- the round: drafted depth by depth, then coloured by the one verify pass -----------------------------
+    rounds = pb.rounds
+    st.subheader("The tree")
+    n = len(rounds)
+    r = rounds[st.selectbox("Round", list(range(n)), index=n - 1, format_func=lambda i: f"round {i + 1}",
+                            key=f"tree.round.{n}")]
+    box = st.empty()
+    pend_s = playback.SPEEDS[speed][0]  # the pause between depths
+    if fresh is not None and pend_s > 0:
+        for d in range(1, max(r.depths, default=0) + 1):
+            box.plotly_chart(fig_tree(r, decode, depth=d), key=f"tree.draft.{d}")
+            playback.sleep(pend_s)
+    with box.container():  # clicking a node picks it below
+        event = ui.show_chart(fig_tree(r, decode), f"tree_round{r.index + 1}", key=f"tree.fig.{r.index}",
+                              on_select="rerun", selection_mode="points")
+    clicked = [p.get("customdata") for p in (event.selection.points if event else [])]
+    if clicked and isinstance(clicked[0], int) and 0 <= clicked[0] < r.n_nodes:
+        st.session_state[f"tree.node.{r.index}"] = clicked[0]
+    st.markdown(render.legend_html(("accepted", "correction", "bonus")), unsafe_allow_html=True)
+    st.caption("In a tree, the bonus comes when the accepted path reaches a leaf: the whole branch was accepted.")
+    st.markdown(tree_lab.text_html(text, rounds, decode), unsafe_allow_html=True)
+    st.caption(f"{n} round(s) = {n} target pass(es), {sum(len(x.emitted) for x in rounds)} new tokens, "
+               f"{sum(x.n_nodes for x in rounds)} nodes drafted" + (" · run finished" if pb.done else ""))
+
+    # --- one node --------------------------------------------------------------------------------------------
+    st.subheader("One node: p against q, and the decision")
+    if r.n_nodes:
+        st.session_state.setdefault(f"tree.node.{r.index}", r.path[-1] if r.path else 0)  # the path's end
+        node = st.selectbox("Node (or click one in the tree)", list(range(r.n_nodes)), key=f"tree.node.{r.index}",
+                            format_func=lambda i: tree_lab.node_label(r, i, decode))
+        for line in tree_lab.node_story(r, node, decode):
+            st.markdown(line)
+        ui.show_chart(fig_node_pq(r, node, decode), f"tree_round{r.index + 1}_node{node}", key="tree.fig_pq")
+
+    # --- acceptance by depth and rank ------------------------------------------------------------------------
+    st.subheader("Acceptance by depth and by branch rank")
+    ranks = tree_lab.by_rank(rounds)
+    ui.show_chart(fig_tree_acceptance(tree_lab.by_depth(rounds), ranks), "tree_acceptance", key="tree.fig_acc")
+    st.info(tree_lab.rank_summary(ranks))
+
+
+if pb is None or not pb.rounds:
+    st.info("No round yet: press **First round**.")
+else:
+    show_rounds(pb, fresh)
+
+# --- chain against tree -----------------------------------------------------------------------
+st.subheader("Chain against tree, measured here")
+st.markdown("The same prompt, seed and settings, at each node budget N: a chain drafting k = N tokens and a tree "
+            "of N nodes. Both verify N drafted tokens in one target pass; the tree spends them on alternatives.")
+budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], [4, 8, 16, 32], key="tree.budgets")
+results = st.session_state.setdefault("tree.cmp", {})
+if st.button("Measure chain against tree", key="tree.measure"):
+    if not budgets or ids is None:
+        st.error("Pick at least one node budget (and give a prompt).", icon=":material/error:")
+    else:
+        bar = lab_ui.ProgressBar()
+        cmp, note = lab_ui.measure(tree_lab.chain_vs_tree, pair.target, pair.draft, ids, budgets=budgets,
+                                   branch=int(branch), max_depth=int(max_depth), progress=bar, **common)
+        bar.done()
+        if cmp is not None:
+            results[ident] = (cmp, note)
+if ident in results:
+    cmp, note = results[ident]
+    lab_ui.load_warning(note)
+    ui.show_chart(fig_chain_vs_tree(cmp), "chain_vs_tree", key="tree.fig_cmp")
+    for line in tree_lab.chain_vs_tree_verdict(cmp):
+        st.markdown(line)
+    if cmp.greedy:
+        (st.success if cmp.same_output else st.warning)(
+            "Greedy: every chain and tree produced the same text as each other." if cmp.same_output else
+            "Greedy, yet the texts differ: float rounding between passes of different widths flipped a near-tie.")

@@ -1,0 +1,90 @@
+"""specviz.tree_lab: acceptance by depth and rank, a node's story, chain against tree, and the verdict's words."""
+
+import pytest
+import torch
+
+from specviz.engine import speculative_decode
+from specviz.tiny import tiny_model
+from specviz.tree import tree_decode
+from specviz.tree_charts import DRAFTED_STATE, fig_tree
+from specviz.tree_lab import (ChainVsTree, ShapeRun, by_depth, by_rank, chain_vs_tree, chain_vs_tree_verdict,
+                              node_story, ranks)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_model(0, dtype=torch.float64), tiny_model(0, noise=0.05, dtype=torch.float64)
+
+
+@pytest.fixture(scope="module")
+def rounds(pair):
+    return [r for t in (0.0, 1.0) for r in tree_decode(*pair, [5, 6, 7], budget=12, branch=3, temperature=t,
+                                                        max_new_tokens=40, seed=2, eos_token_id=[]).rounds]
+
+
+def test_tallies_count_what_the_walk_tried_and_accepted(rounds):
+    depth, rank = by_depth(rounds), by_rank(rounds)
+    # every accepted node is counted once by its rank and once by its depth
+    assert sum(t.accepted for t in rank) == sum(t.accepted for t in depth) == sum(r.n_accepted for r in rounds)
+    # depth d: rounds whose path reached d, out of the rounds that tried a node there
+    for t in depth:
+        assert t.accepted == sum(r.n_accepted >= t.label for r in rounds)
+        assert t.tried == sum(any(r.depths[i] == t.label and v != "untried" for i, v in enumerate(r.verdict))
+                              for r in rounds)
+    # rank 0 is the first child of every parent the walk judged; later ranks are tried only after it
+    assert [t.label for t in rank] == sorted(t.label for t in rank) and rank[0].label == 0
+    assert all(a.tried >= b.tried for a, b in zip(rank, rank[1:]))
+    assert any(t.label > 0 and t.accepted for t in rank)  # the side branches did win somewhere
+
+
+def test_ranks_are_the_order_among_siblings(rounds):
+    r = max(rounds, key=lambda x: x.n_nodes)
+    rk = ranks(r)
+    for kids in r.children.values():
+        assert [rk[c] for c in kids] == list(range(len(kids)))
+
+
+def test_node_story_says_why(rounds):
+    greedy = next(r for r in rounds if r.greedy and "untried" in r.verdict and "rejected" in r.verdict)
+    say = lambda r, v: " ".join(node_story(r, r.verdict.index(v), str))  # noqa: E731
+    assert "**rejected**" in say(greedy, "rejected") and "Greedy" in say(greedy, "rejected")
+    assert "pruned" in say(greedy, "untried")
+    sampled = next(r for r in rounds if not r.greedy and r.path)
+    assert "**accepted**" in say(sampled, "accepted") and "u = " in say(sampled, "accepted")
+
+
+def test_drafting_view_grows_by_depth_with_nothing_verified(rounds):
+    r = max(rounds, key=lambda x: max(x.depths))
+    label = DRAFTED_STATE["drafted"][0]
+    for d in range(1, max(r.depths) + 1):
+        traces = {t.name: t for t in fig_tree(r, depth=d).data if t.customdata is not None}
+        assert set(traces) == {"committed context", label}
+        assert sorted(traces[label].customdata) == [i for i in range(r.n_nodes) if r.depths[i] <= d]
+
+
+def test_chain_vs_tree_runs_the_engines_chain_and_tree(pair):
+    cmp = chain_vs_tree(*pair, [5, 6, 7], budgets=[2, 6], max_new_tokens=12, seed=1, eos_token_id=[], cost_reps=1)
+    for b in (2, 6):
+        chain = speculative_decode(*pair, [5, 6, 7], k=b, max_new_tokens=12, seed=1, eos_token_id=[])
+        tree = tree_decode(*pair, [5, 6, 7], budget=b, max_new_tokens=12, seed=1, eos_token_id=[])
+        assert cmp.get("chain", b).target_passes == chain.target_passes
+        assert cmp.get("tree", b).target_passes == tree.target_passes
+    assert cmp.same_output and set(cmp.verify_ratio) == {1, 3, 7} and cmp.verify_ratio[1] == 1.0
+
+
+def made(ratio, tps):
+    """A ChainVsTree with the given verify ratios and tree tokens/s by budget (the chain at 10 tokens/s)."""
+    runs = [ShapeRun(s, b, 30, 10, 3.0 if s == "tree" else 2.0, tps[b] if s == "tree" else 10.0, 1.0)
+            for b in tps for s in ("chain", "tree")]
+    return ChainVsTree(sorted(tps), runs, ratio, True, True)
+
+
+def test_the_verdict_names_where_a_wide_pass_stops_being_free():
+    costly = chain_vs_tree_verdict(made({1: 1.0, 5: 1.1, 9: 1.2, 17: 2.0, 33: 3.5}, {4: 11.0, 8: 14.0, 16: 12.0,
+                                                                                     32: 8.0}))
+    text = " ".join(costly)
+    assert "the tree beat the chain at 4 of 4 budgets" in text and "Fastest tree: 8 nodes" in text
+    assert "only up to 9 tokens" in text and "A tree of 16 nodes needs a pass over 17 tokens" in text
+    assert "2.00×" in text and "3.50× for 32 nodes" in text and "(16, 32 nodes) made fewer tokens/s" in text
+    free = " ".join(chain_vs_tree_verdict(made({1: 1.0, 5: 1.05, 9: 1.1}, {4: 11.0, 8: 14.0})))
+    assert "nearly free here" in free and "exception" not in free

@@ -1,0 +1,137 @@
+"""AppTest of the Token tree page (pages/9) on the tiny pair: its tree, node story and chain-vs-tree figures
+must be the ones tree_decode / chain_vs_tree give on the same models, prompt and seed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = str(ROOT / "pages" / "9_Token_tree.py")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_registry(tiny_app_registry):
+    return tiny_app_registry(ROOT / "tests" / "models_tiny.yaml")
+
+
+def opened(**widgets):
+    """The page, run once, with the given (key -> value) widgets set, no exception."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    at.select_slider(key="tree.speed").set_value("instant")
+    for key, value in widgets.items():
+        at.session_state[key] = value
+    at.run()
+    return at
+
+
+def press(at, key):
+    at.button(key=key).click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def figure(at, start: str) -> dict:
+    figs = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    found = [f for f in figs if f["layout"]["title"]["text"].startswith(start)]
+    assert found, [f["layout"]["title"]["text"] for f in figs]
+    return found[0]
+
+
+def drawn_nodes(fig: dict) -> dict[str, list[int]]:
+    return {t["name"]: sorted(t["customdata"]) for t in fig["data"] if t.get("customdata") is not None}
+
+
+def direct(**kw):
+    """The same run, by specviz directly: the page's default prompt and settings unless overridden."""
+    from specviz import models, prompts
+    from specviz.tree import tree_decode
+
+    pair = models.load_pair(None)
+    p = prompts.preset("Python function")
+    ids = prompts.encode(pair.tokenizer, p.text, p.chat)
+    settings = dict(budget=16, branch=2, max_depth=8, temperature=0.0, max_new_tokens=32, seed=0) | kw
+    return pair, ids, tree_decode(pair.target, pair.draft, ids, eos_token_id=pair.eos_token_ids,
+                                  vocab=pair.shared_vocab, **settings)
+
+
+def test_rounds_draw_the_engines_tree_and_explain_a_node():
+    at = press(opened(), "tree.start")
+    _, _, run = direct()
+    r = run.rounds[0]
+    nodes = drawn_nodes(figure(at, "Round 1: a tree of"))
+    assert nodes["accepted path"] == sorted(r.path)
+    assert nodes.get("rejected", []) == [i for i, v in enumerate(r.verdict) if v == "rejected"]
+    assert nodes.get("never judged (pruned)", []) == [i for i, v in enumerate(r.verdict) if v == "untried"]
+    press(at, "tree.next")
+    assert figure(at, "Round 2: a tree of")
+    # the node picked by default is the end of the path: accepted, in words
+    story = " ".join(m.value for m in at.markdown)
+    assert "Greedy: the target's top token" in story and "**accepted**" in story
+    rejected = next(i for i, v in enumerate(run.rounds[1].verdict) if v == "rejected")
+    at.selectbox(key="tree.node.1").set_value(rejected).run()
+    assert "**rejected**" in " ".join(m.value for m in at.markdown)
+    assert not at.warning  # the node's default and the picked node share one session-state key cleanly
+    assert figure(at, f"Round 2, node {rejected}")
+    acc = figure(at, "Acceptance in the tree")
+    by_rank = [t for t in acc["data"] if t["xaxis"] == "x2"][0]
+    assert by_rank["x"][0] == 1  # rank 1 = the first child tried
+    assert any("accepted drafted tokens" in i.value for i in at.info)
+
+
+def test_chain_against_tree_is_measured_on_the_same_prompt_and_seed():
+    from specviz.tree_lab import chain_vs_tree
+
+    at = opened(**{"tree.budgets": [2, 8], "tree.max_new": 12})
+    press(at, "tree.measure")
+    fig = figure(at, "Chain against tree")
+    pair, ids, _ = direct(max_new_tokens=12)
+    cmp = chain_vs_tree(pair.target, pair.draft, ids, budgets=[2, 8], max_new_tokens=12, seed=0,
+                        eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab, cost_reps=1)
+    for shape in ("chain", "tree"):
+        tpp = [t for t in fig["data"] if t.get("name") == shape and t["xaxis"] == "x"][0]["y"]
+        assert tpp == pytest.approx([cmp.get(shape, b).tokens_per_pass for b in (2, 8)])
+    text = " ".join(m.value for m in at.markdown)
+    assert "Tokens per target pass: the tree beat the chain at" in text and "Fastest tree:" in text
+    assert at.success and "same text" in at.success[0].value  # greedy: chains and trees agree
+
+
+def test_same_seed_same_sampled_tree_and_bad_input_is_an_error():
+    def tree_of(seed):
+        at = press(opened(**{"tree.temperature": 1.0, "tree.seed": seed}), "tree.start")
+        return at, drawn_nodes(figure(at, "Round 1: a tree of"))
+
+    at, first = tree_of(3)
+    assert tree_of(3)[1] == first
+    assert "Sampling: accept if u < min(1, p/q)" in " ".join(m.value for m in at.markdown)
+    at.text_area(key="tree.text").set_value("").run()
+    press(at, "tree.start")
+    assert at.error and not at.exception
+
+
+def test_the_main_page_drafts_its_prompt_as_a_tree_when_asked():
+    from streamlit.testing.v1 import AppTest
+
+    from specviz import prompts
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    assert not at.exception and not any(b.key == "main.tree_run" for b in at.button)  # chain by default
+    at.radio(key="main.shape").set_value("token tree").run()
+    at.select_slider(key="main.tree_budget").set_value(8)
+    press(at, "main.tree_run")
+    text, chat = at.session_state["main.prompt"], at.session_state["main.chat"]
+    pair, _, _ = direct()
+    ids = prompts.encode(pair.tokenizer, text, chat)
+    from specviz.tree import tree_decode
+
+    r = tree_decode(pair.target, pair.draft, ids, budget=8, temperature=at.slider(key="main.temperature").value,
+                    seed=0, max_new_tokens=16, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab).rounds[0]
+    nodes = drawn_nodes(figure(at, "Round 1: a tree of 8 drafted tokens"))
+    assert nodes["accepted path"] == sorted(r.path)
