@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .charts import GREY, P_COLOR, PALETTE, Q_COLOR, TEMPLATE, _fig, _fmt, _labels, _plain, _tok, _topmap, _union
+from .charts import GREY, P_COLOR, PALETTE, Q_COLOR, TEMPLATE, _fig, _labels, _plain, _tok, _topmap, _union
+from .explain import num as _fmt
 from .render import STATE_COLORS, visible
 from .tree_lab import FREE_TOL, ChainVsTree, Tally
 from .tree_records import TreeRound
