@@ -337,10 +337,66 @@ def test_padded_vocab_draft_is_handled():
     # a target whose embedding is padded to more rows than the draft's
     target, drafter = tiny_qwen(5, vocab=72), tiny_qwen(6, vocab=64)
     prompt = [1, 2, 3]
-    run = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15)
+    run = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15, vocab=64)
     assert all(t < 64 for t in run.token_ids)
-    run_t = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15, temperature=1.0)
+    run_t = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15, temperature=1.0, vocab=64)
     assert len(run_t.token_ids) == 15
+
+
+def test_both_entry_points_share_one_vocabulary_default():
+    """A baseline and a speculative run of the same target pick from the same ids, whatever the pair."""
+    target = tiny_qwen(5, vocab=72)
+    with torch.no_grad():
+        target.lm_head.weight[64:] = target.lm_head.weight[:64].abs().max() * 50  # the padded rows would win
+    prompt = [1, 2, 3]
+    # a draft with more rows than the target: the default is the target's ids, for both
+    base = autoregressive_decode(target, prompt, max_new_tokens=10)
+    spec = speculative_decode(target, tiny_qwen(6, vocab=80), prompt, k=3, max_new_tokens=10)
+    assert spec.token_ids == base.token_ids == hf_greedy(target, prompt, 10)
+    assert max(base.token_ids) >= 64  # the padded rows are in the default vocabulary
+    assert engine.default_vocab(target) == 72
+    # a draft with fewer rows cannot read every id the target may pick: say which ids both share
+    small = tiny_qwen(6, vocab=64)
+    with pytest.raises(InvalidSetting, match="vocab=64"):
+        speculative_decode(target, small, prompt, k=3, max_new_tokens=10)
+    shared_base = autoregressive_decode(target, prompt, max_new_tokens=10, vocab=64)
+    shared_spec = speculative_decode(target, small, prompt, k=3, max_new_tokens=10, vocab=64)
+    assert shared_spec.token_ids == shared_base.token_ids and max(shared_base.token_ids) < 64
+
+
+class Fixed(Drafter):
+    """Proposes the given tokens with certainty, as prompt lookup does (test-only)."""
+
+    name = "fixed"
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+
+    def propose(self, ids, k, sampler):
+        return Proposal(self.tokens[:k], None, None, [])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_drafts_after_a_proposed_eos_are_not_judged_or_counted(qwen_pair, temperature):
+    """Nothing after EOS can be emitted, so it is not judged: not in alpha, not in the best-k calibration."""
+    from specviz.kpolicy import CALIB_PRIOR, BestK
+
+    target, _ = qwen_pair
+    prompt = [4, 4, 2]
+    free = hf_greedy(target, prompt, 2)
+    eos = free[1]
+    wrong = (free[0] + 1) % 64
+    policy = BestK(4)
+    run = speculative_decode(target, Fixed([free[0], eos, wrong, wrong]), prompt, k=4, max_new_tokens=10,
+                             eos_token_id=eos, temperature=temperature, k_policy=policy)
+    rnd = run.rounds[0]
+    assert rnd.k == len(rnd.drafted) == len(rnd.q_top) == 2 and len(rnd.p_top) == 3  # cut after the EOS
+    assert all(eos not in r.drafted[:-1] for r in run.rounds)
+    assert run.n_drafted == sum(r.k for r in run.rounds) and all(len(r.accepted) <= r.k for r in run.rounds)
+    assert policy.judged == run.n_judged == sum(policy.calib_n) - CALIB_PRIOR * len(policy.calib_n)
+    if temperature == 0:  # the target would pick both: all judged drafts accepted
+        assert run.token_ids == free and run.stop_reason == "eos"
+        assert rnd.accepted == [True, True] and run.alpha == 1.0 and run.n_judged == 2
 
 
 # --------------------------------------------------------------------------
