@@ -238,8 +238,10 @@ def test_same_seed_same_run_and_json_round_trip(qwen_pair):
 
 def test_round_records_are_consistent(qwen_pair):
     target, drafter = qwen_pair
-    run = speculative_decode(target, drafter, [1, 2, 3], k=4, temperature=0.9, max_new_tokens=40, seed=1)
+    prompt, temperature = [1, 2, 3], 0.9
+    run = speculative_decode(target, drafter, prompt, k=4, temperature=temperature, max_new_tokens=40, seed=1)
     assert [t for r in run.rounds for t in r.emitted] == run.token_ids
+    ids, corrections, thrown_away = list(prompt), 0, 0
     for r in run.rounds:
         assert len(r.drafted) == r.k == len(r.q_top) == len(r.overlap)
         assert len(r.p_top) == len(r.entropy) == len(r.target_argmax) == r.k + 1
@@ -247,13 +249,26 @@ def test_round_records_are_consistent(qwen_pair):
         assert len(r.u) == len(r.accepted) == len(r.ratio)
         for u, ratio, ok in zip(r.u, r.ratio, r.accepted):
             assert ok == (u < ratio)  # the recorded decision is the rule applied to the recorded numbers
+        # a rejection ends the round: the judged drafts are the accepted prefix and at most one rejection
+        assert r.accepted == [True] * r.n_accepted + [False] * r.rejected
         if r.rejected:
             assert r.extra_kind == "correction" and r.residual_top is not None
-            # the correction can never be a token where p <= q
-            assert r.extra_id in r.residual_top.ids or r.residual_top.probs[-1] > 0
+            # the correction is drawn from norm(max(0, p - q)): a token where p > q at the rejected position
+            ctx = torch.tensor([ids + r.drafted[: r.n_accepted]])
+            with torch.no_grad():
+                p = logits_to_probs(target(ctx).logits[0, -1], temperature)
+                q = logits_to_probs(drafter(ctx).logits[0, -1], temperature)
+            assert p[r.extra_id] > q[r.extra_id]
+            res = torch.clamp(p - q, min=0.0)
+            assert r.residual_top.probs == pytest.approx(torch.topk(res / res.sum(), 10).values.tolist())
+            corrections += 1
+            thrown_away += r.k - len(r.accepted)
         for ov, pd, qd in zip(r.overlap, r.p_drafted, r.q_drafted):
             assert 0.0 <= ov <= 1.0 + 1e-9 and 0 <= pd <= 1 and 0 < qd <= 1
-    assert run.alpha >= run.acceptance_rate
+        ids += r.emitted
+    assert corrections > 0 and thrown_away > 0  # the run exercised both
+    # alpha leaves out the drafts thrown away after a rejection; the acceptance rate counts them
+    assert run.alpha == run.n_accepted / (run.n_drafted - thrown_away) > run.acceptance_rate
     assert run.tokens_per_pass == pytest.approx(len(run.token_ids) / len(run.rounds))
 
 
