@@ -74,6 +74,8 @@ def tiny_cli(monkeypatch, tiny_pair):
     (["--top-p", "1.5"], "top_p"),
     (["--max-new-tokens", "300"], "context"),
     (["--max-new-tokens", "100000"], "more than the limit of 512"),
+    (["--top-k", "-1"], "top_k"),
+    (["--k-policy", "greedy-ish"], "k_policy must be"),
 ])
 def test_run_bad_settings(tiny_cli, capsys, extra, message):
     rc = cli.main(["run", "--prompt", "w1 w2 w3", "--raw", *extra])
@@ -99,6 +101,36 @@ def test_run_json_round_trips(tiny_cli, capsys):
     assert rc == 0
     run = Run.from_dict(json.loads(out))
     assert len(run.token_ids) == 8 and run.settings["k"] == 4
+
+
+def _run_json(capsys, *extra) -> Run:
+    rc = cli.main(["run", "--prompt", "w5 w6", "--raw", "--max-new-tokens", "12", "--json", *extra])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return Run.from_dict(json.loads(out))
+
+
+@pytest.mark.parametrize("policy", ["fixed", "adaptive", "best"])
+def test_run_takes_the_apps_k_policies(tiny_cli, capsys, policy):
+    run = _run_json(capsys, "--k", "2", "--k-policy", policy)
+    assert run.settings["k_policy"] == policy
+    assert (set(run.ks[:-1]) == {2}) == (policy == "fixed")  # only fixed keeps k=2 every round
+
+
+def test_run_drafts_by_prompt_lookup(tiny_cli, capsys):
+    run = _run_json(capsys, "--drafter", "prompt-lookup")
+    assert run.settings["drafter"] == "prompt-lookup" and run.draft_passes == 0
+    assert run.token_ids == _run_json(capsys).token_ids  # greedy: the same text, whoever drafts
+    with pytest.raises(SystemExit) as e:
+        cli.main(["run", "--prompt", "w1", "--drafter", "ngram"])
+    assert e.value.code == 2 and "ngram" in capsys.readouterr().err
+
+
+def test_run_takes_top_k(tiny_cli, capsys):
+    run = _run_json(capsys, "--temperature", "1", "--top-k", "1", "--seed", "4")
+    assert run.settings["top_k"] == 1
+    # top-k 1 leaves one token to sample: the target's argmax, as greedy picks
+    assert run.token_ids == _run_json(capsys).token_ids
 
 
 def test_run_without_chat_template_says_so(tiny_cli, capsys):
