@@ -428,6 +428,8 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
     draft_model = getattr(getattr(drafter, "lm", None), "model", None)
     if prime is not None and draft_model is not None:
         prime(weight_ratio(draft_model, target_model))  # before anything is timed: a first estimate of c
+    if not sampler.greedy and hasattr(policy, "clock"):
+        policy.clock = False  # k sets how many random draws a round makes: no wall clock, so a seed repeats
 
     rounds, ks, stop = [], [], "max_new_tokens"
     t_dec, paused = time.perf_counter(), 0.0
