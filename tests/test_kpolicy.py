@@ -359,21 +359,24 @@ def test_sampling_with_early_stops_keeps_the_target_distribution():
     import copy
 
     from stats import passes, total_variation
-    from test_engine import N_RUNS, PROMPT, VOCAB, exact_two_token_distribution
+    from test_engine import N_NEW, N_RUNS, PROMPT, VOCAB, exact_distribution, hotter_copy
 
-    target, draft = tiny_qwen(11, vocab=VOCAB, init=1.0), tiny_qwen(12, vocab=VOCAB, init=0.3)
-    exact = exact_two_token_distribution(target, 1.0)
+    # a float32 draft of a float64 target: c = 0.5 (the weight bytes) decides when sampling
+    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
+    draft = hotter_copy(target).float()
+    exact = exact_distribution(target, 1.0)
     seeded = _seeded(alpha_rounds=((2, 1),) * 6)
     # a(q) = 0 below q = 0.3, 1 above: a draft below 0.3 ends the round, one above continues it
     seeded.calib_acc = [n if lo >= 0.3 else 0.0 for n, lo in zip(seeded.calib_n, CALIB_EDGES)]
-    counts, lengths = collections.Counter(), collections.Counter()
+    counts, lengths, bonuses = collections.Counter(), collections.Counter(), 0
     for seed in range(N_RUNS):
         pol = copy.deepcopy(seeded)
-        run = speculative_decode(target, draft, PROMPT, k=2, temperature=1.0, max_new_tokens=2, seed=seed,
+        run = speculative_decode(target, draft, PROMPT, k=2, temperature=1.0, max_new_tokens=N_NEW, seed=seed,
                                  k_policy=pol)
         counts[tuple(run.token_ids)] += 1
         lengths[run.ks[0]] += 1
-    assert lengths[1] > 100 and lengths[2] > 100  # both early stops and full rounds happened
+        bonuses += run.rounds[0].extra_kind == "bonus"
+    assert lengths[1] > 100 and lengths[2] > 100 and bonuses > 100  # early stops, full rounds, bonuses
     assert passes(counts, exact, N_RUNS), total_variation(counts, exact, N_RUNS)
 
 
