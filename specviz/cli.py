@@ -192,16 +192,18 @@ def _read_prompt(args) -> str:
 
 def cmd_run(args) -> int:
     from . import engine
+    from .drafters import PromptLookupDrafter
     from .models import load_pair
 
     prompt = _read_prompt(args)
     # settings first: a typo must not cost a model load
-    engine.check_decoding(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=0,
+    engine.check_decoding(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                           max_new_tokens=args.max_new_tokens, seed=args.seed)
     if args.tree is not None:
         from .tree import check_tree
 
         check_tree(args.tree, args.branch, args.max_depth)
+    engine.make_k_policy(args.k, args.k_policy)  # InvalidSetting for an unknown policy
     limits.check_max_new_tokens(args.max_new_tokens)
     progress = ProgressPrinter()
     try:
@@ -214,22 +216,29 @@ def cmd_run(args) -> int:
         print("note: this model has no chat template; the prompt is fed as-is", file=sys.stderr)
     input_ids = prompts.encode(tok, prompt, chat=not args.raw)
 
-    kw = dict(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=0,
-              max_new_tokens=args.max_new_tokens, seed=args.seed, eos_token_id=pair.eos_token_ids)
+    kw = dict(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+              max_new_tokens=args.max_new_tokens, seed=args.seed, eos_token_id=pair.eos_token_ids,
+              k_policy=args.k_policy)
     if "vocab" in inspect.signature(engine.speculative_decode).parameters:
         kw["vocab"] = pair.shared_vocab  # compare only ids both models know (padded embeddings)
+    lookup = args.drafter == PromptLookupDrafter.name
     if args.tree is not None:
         from .tree import tree_decode
 
-        del kw["k"]
+        if lookup or args.k_policy != "fixed":
+            print("note: --tree drafts with the draft model; --drafter and --k-policy apply to chains",
+                  file=sys.stderr)
+        del kw["k"], kw["k_policy"]
         print(f"generating with {pair.name}, {pair.draft_precision} draft (a tree of {args.tree} nodes, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
         run = tree_decode(pair.target, pair.draft, input_ids, budget=args.tree, branch=args.branch,
                           max_depth=args.max_depth, **kw)
     else:
-        print(f"generating with {pair.name}, {pair.draft_precision} draft (k={args.k}, "
+        who = "prompt lookup" if lookup else f"{pair.draft_precision} draft"
+        print(f"generating with {pair.name}, {who} (k={args.k}, k policy {args.k_policy}, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
-        run = engine.speculative_decode(pair.target, pair.draft, input_ids, **kw)
+        run = engine.speculative_decode(pair.target, PromptLookupDrafter() if lookup else pair.draft, input_ids,
+                                        **kw)
 
     if args.json:
         print(run.to_json())
@@ -268,6 +277,8 @@ def add_draft_precision(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .drafters import ModelDrafter, PromptLookupDrafter
+
     p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
     p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
     sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench,loadtest}")
@@ -295,6 +306,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-depth", type=int, default=8, help="with --tree: deepest path drafted (default 8)")
     r.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default 0)")
     r.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
+    r.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens only (default 0 = off)")
+    r.add_argument("--k-policy", default="fixed", metavar="{fixed,adaptive,best}",
+                   help="k per round: fixed (--k every round), adaptive (+1 after a fully accepted round, -1 after "
+                        "a rejection) or best (the best-k chooser; --k is where it starts). Default fixed")
+    r.add_argument("--drafter", choices=[ModelDrafter.name, PromptLookupDrafter.name], default=ModelDrafter.name,
+                   help="who drafts: the pair's draft model (default) or prompt lookup (copies what followed the "
+                        "last earlier match of the latest n-gram; no second model)")
     r.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
     r.add_argument("--seed", type=int, default=0, help="default 0")
     r.add_argument("--raw", action="store_true", help="feed the prompt as-is, without the chat template")

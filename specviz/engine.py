@@ -109,6 +109,24 @@ def check_settings(ids: list[int], models: list, *, k: int | None, temperature: 
                              f"max_new_tokens to at most {limit - len(ids)}.")
 
 
+def default_vocab(target) -> int:
+    """The ids a run decodes over when the caller does not say: every id the target scores.
+
+    The one default of both entry points, so a baseline and a speculative run of the same
+    target pick from the same ids. A pair whose draft scores fewer ids (a target with
+    padded rows) must say which ids both share (vocab=, e.g. Pair.shared_vocab)."""
+    return vocab_size(target)
+
+
+def check_draft_vocab(draft_model, vocab: int) -> None:
+    """The draft must score every id of the run's vocabulary; InvalidSetting otherwise."""
+    have = vocab_size(draft_model)
+    if have < vocab:
+        raise InvalidSetting(f"The draft scores {have:,} token ids but the run decodes over {vocab:,}: pass "
+                             f"vocab={have} (the ids both models share, as Pair.shared_vocab) so that the "
+                             "speculative run and its baseline pick from the same ids.")
+
+
 def _eos_set(eos_token_id, *models) -> set[int]:
     """EOS ids: given explicitly, else from the models' generation configs (may be empty)."""
     if eos_token_id is None:
@@ -207,6 +225,16 @@ def draft(drafter: Drafter, ids: list[int], k: int, sampler: Sampler) -> Proposa
     return drafter.propose(ids, k, sampler)
 
 
+def until_eos(prop: Proposal, eos: set[int]) -> Proposal:
+    """A proposal ends at its first EOS: nothing after it can be emitted, so nothing after it is judged
+    (a model drafter stops there itself; prompt lookup copies on past it)."""
+    n = next((i + 1 for i, t in enumerate(prop.tokens) if t in eos), len(prop.tokens))
+    if n == len(prop.tokens):
+        return prop
+    rows = lambda x: None if x is None else x[:n]  # noqa: E731  (k, V) -> (n, V)
+    return Proposal(prop.tokens[:n], rows(prop.q), rows(prop.q_display), prop.step_s)
+
+
 def verify(target: CachedLM, ids: list[int], tokens: list[int], vocab: int) -> tuple[torch.Tensor, float]:
     """Step 2: one target pass over the unseen context tokens plus the k drafts.
 
@@ -257,7 +285,7 @@ def step(target: CachedLM, drafter: Drafter, ids: list[int], k: int, sampler: Sa
     t0 = time.perf_counter()
     prefill = max(0, len(ids) - 1 - target.n)  # earlier tokens the target has not read (first round: the prompt)
     with devqueue.watch() as load:  # did any pass of this round run while other programs used the cores?
-        prop = draft(drafter, ids, k, sampler)
+        prop = until_eos(draft(drafter, ids, k, sampler), eos)
         tokens = prop.tokens
         logits, verify_s = verify(target, ids, tokens, vocab)
     argmax = torch.argmax(logits, dim=-1).tolist()  # (k+1,): decisions (greedy) and the record
@@ -357,7 +385,9 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     """
     drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
     models = [target] + ([drafter.lm.model] if isinstance(drafter, ModelDrafter) else [])
-    vocab = vocab or min(vocab_size(m) for m in models)
+    vocab = vocab or default_vocab(target)
+    if isinstance(drafter, ModelDrafter):
+        check_draft_vocab(drafter.lm.model, vocab)
     ids = as_id_list(input_ids)
     check_settings(ids, models, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
@@ -391,6 +421,8 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
     draft_model = getattr(getattr(drafter, "lm", None), "model", None)
     if prime is not None and draft_model is not None:
         prime(measure.c_prior(draft_model, target_model))  # before anything is timed: a first estimate of c
+    if not sampler.greedy and hasattr(policy, "clock"):
+        policy.clock = False  # k sets how many random draws a round makes: no wall clock, so a seed repeats
 
     rounds, ks, stop = [], [], "max_new_tokens"
     t_dec, paused = time.perf_counter(), 0.0
@@ -433,7 +465,7 @@ def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: 
                           max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
                           vocab: int | None = None) -> DecodeStream:
     """Plain decoding, one token per target pass, with the same cache machinery."""
-    vocab = vocab or vocab_size(model)
+    vocab = vocab or default_vocab(model)
     ids = as_id_list(input_ids)
     check_settings(ids, [model], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)

@@ -50,6 +50,14 @@ estimated from the draft's own first step, which read the same prompt
 (prompt_extra), and the first round drafts longer. Its timings include reading
 the prompt: observe() learns its acceptance but not its costs.
 
+With clock=False (what the engine sets when sampling) the decisions use no
+timing of this run: c is the primed first estimate, the verify cost is the
+given profile or flat, and the first round gets no `extra`. How many tokens a
+round drafts decides how many random numbers the run draws, so this is what
+makes a seeded sampling run give the same text every time. Greedy output does
+not depend on k, so greedy runs keep the live timings. Either way the timings
+are still measured and reported (c, verify_cost).
+
 The estimates are plain numbers (no torch): the chooser can be unit-tested on
 synthetic Rounds.
 """
@@ -84,13 +92,15 @@ class BestK:
     window:       how many recent timings per size the medians use
     stop:         also stop drafting early on a doubtful draft (see the module doc);
                   for a model drafter (wrap_drafter) next_k() then gives the cap, k_max
+    clock:        let this run's timings steer k (False: the primed c and the profile
+                  only, so the same inputs give the same k every time)
     """
 
     name = "best"
 
     def __init__(self, k: int = 4, *, k_min: int = 1, k_max: int = 16, prior: tuple[float, float] = (3.0, 1.5),
                  decay: float = 1.0, verify_cost: Mapping[int, float] | Callable[[float], float] | None = None,
-                 window: int = 12, stop: bool = False):
+                 window: int = 12, stop: bool = False, clock: bool = True):
         if not (1 <= k_min <= k_max):
             raise InvalidSetting(f"need 1 <= k_min <= k_max, got {k_min}, {k_max}")
         if not (prior[0] > 0 and prior[1] > 0):
@@ -109,6 +119,7 @@ class BestK:
         self.verify_by_n: dict[int, deque[float]] = {}
         self.history: list[dict] = []  # what was decided each round, for the bench and the app
         self.stop = bool(stop)
+        self.clock = bool(clock)
         self.stopping = False  # set by wrap_drafter: a drafter that asks keep_drafting() is attached
         self.k0 = self.k
         self.c_prior: float | None = None  # c before any round is measured (see prime())
@@ -188,18 +199,22 @@ class BestK:
             self.c_prior = float(c)
 
     def _c_estimate(self) -> float | None:
-        """c from the rounds so far, else the first estimate from prime(), else None."""
-        c = self.c
+        """The c decisions use: from the rounds so far (clock only), else prime()'s estimate, else None."""
+        c = self.c if self.clock else None
         return c if c is not None else self.c_prior
+
+    def _verify_estimate(self):
+        """The verify cost decisions use: the live one (clock), else the profile (None: flat)."""
+        return self.verify_cost if self.clock else self.profile
 
     # --- the policy interface ------------------------------------------------
     def next_k(self) -> int:
         if self.stop and self.stopping and self._c_estimate() is not None:
             return self.k_max  # the drafter asks keep_drafting() after each token: the cap
-        c = self.c
+        c = self.c if self.clock else self.c_prior
         if c is None:  # nothing measured and no estimate for the stop rule: the starting k
             return self.k
-        k, s = theory.best_k(self.alpha, c, self.verify_cost, k_max=self.k_max, k_min=self.k_min)
+        k, s = theory.best_k(self.alpha, c, self._verify_estimate(), k_max=self.k_max, k_min=self.k_min)
         self.k = k
         self.history.append({"alpha": self.alpha, "c": c, "k": k, "predicted": s})
         return k
@@ -220,8 +235,9 @@ class BestK:
         for q in confidences:
             p *= self.accept_chance(q)
             e += p
-        vc = self.verify_cost
-        cost = j * c + float(theory.verify_ratio(j + 1, vc)) + max(0.0, extra)
+        vc = self._verify_estimate()
+        extra = max(0.0, extra) if self.clock else 0.0  # `extra` comes from this run's timings
+        cost = j * c + float(theory.verify_ratio(j + 1, vc)) + extra
         d_cost = c + float(theory.verify_ratio(j + 2, vc)) - float(theory.verify_ratio(j + 1, vc))
         d_tokens = p * self.accept_chance(confidences[-1])  # the next draft's chance, from the last one's
         return d_tokens * cost > e * d_cost if d_cost > 0 else d_tokens > 0

@@ -48,11 +48,11 @@ def test_bad_input_exits_2_without_traceback(args, message):
     assert "Traceback" not in r.stderr + r.stdout
 
 
-def test_bench_is_reserved():
+def test_bench_help_prints_its_options():
     r = specviz("bench", "--help")
-    if r.returncode == 2 and "not available yet" in r.stderr:
-        return  # specviz.bench has not landed
-    assert "Traceback" not in r.stderr
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage:") and "--tiny" in r.stdout
+    assert "Traceback" not in r.stderr + r.stdout
 
 
 # -----------------------------------------------------------------------------
@@ -74,6 +74,8 @@ def tiny_cli(monkeypatch, tiny_pair):
     (["--top-p", "1.5"], "top_p"),
     (["--max-new-tokens", "300"], "context"),
     (["--max-new-tokens", "100000"], "more than the limit of 512"),
+    (["--top-k", "-1"], "top_k"),
+    (["--k-policy", "greedy-ish"], "k_policy must be"),
 ])
 def test_run_bad_settings(tiny_cli, capsys, extra, message):
     rc = cli.main(["run", "--prompt", "w1 w2 w3", "--raw", *extra])
@@ -119,6 +121,36 @@ def test_run_tree_prints_the_targets_own_text_and_tree_stats(tiny_cli, capsys):
     assert cli.main([*args[:-1], "0"]) == 2 and "budget must be an integer from 1" in capsys.readouterr().err
 
 
+def _run_json(capsys, *extra) -> Run:
+    rc = cli.main(["run", "--prompt", "w5 w6", "--raw", "--max-new-tokens", "12", "--json", *extra])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return Run.from_dict(json.loads(out))
+
+
+@pytest.mark.parametrize("policy", ["fixed", "adaptive", "best"])
+def test_run_takes_the_apps_k_policies(tiny_cli, capsys, policy):
+    run = _run_json(capsys, "--k", "2", "--k-policy", policy)
+    assert run.settings["k_policy"] == policy
+    assert (set(run.ks[:-1]) == {2}) == (policy == "fixed")  # only fixed keeps k=2 every round
+
+
+def test_run_drafts_by_prompt_lookup(tiny_cli, capsys):
+    run = _run_json(capsys, "--drafter", "prompt-lookup")
+    assert run.settings["drafter"] == "prompt-lookup" and run.draft_passes == 0
+    assert run.token_ids == _run_json(capsys).token_ids  # greedy: the same text, whoever drafts
+    with pytest.raises(SystemExit) as e:
+        cli.main(["run", "--prompt", "w1", "--drafter", "ngram"])
+    assert e.value.code == 2 and "ngram" in capsys.readouterr().err
+
+
+def test_run_takes_top_k(tiny_cli, capsys):
+    run = _run_json(capsys, "--temperature", "1", "--top-k", "1", "--seed", "4")
+    assert run.settings["top_k"] == 1
+    # top-k 1 leaves one token to sample: the target's argmax, as greedy picks
+    assert run.token_ids == _run_json(capsys).token_ids
+
+
 def test_run_without_chat_template_says_so(tiny_cli, capsys):
     assert cli.main(["run", "--prompt", "w1", "--max-new-tokens", "4"]) == 0
     assert "no chat template" in capsys.readouterr().err
@@ -128,6 +160,7 @@ def test_run_without_chat_template_says_so(tiny_cli, capsys):
 # rendering helpers
 
 
+@pytest.mark.real
 def test_token_pieces_keep_multibyte_characters_whole(default_pair):
     tok = default_pair.tokenizer
     text = "naïve 🚀 код"
@@ -136,6 +169,7 @@ def test_token_pieces_keep_multibyte_characters_whole(default_pair):
     assert "".join(pieces) == text and "\ufffd" not in "".join(pieces)
 
 
+@pytest.mark.real
 def test_encode_prompt_uses_the_chat_template(default_pair):
     tok = default_pair.tokenizer
     ids = prompts.encode(tok, "hi", chat=True)

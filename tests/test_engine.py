@@ -8,6 +8,7 @@ from thousands of seeded runs, must match the target's exact distribution
 """
 
 import collections
+import copy
 import itertools
 import json
 
@@ -159,33 +160,48 @@ def test_prompt_lookup_finds_latest_match():
 
 VOCAB = 6
 PROMPT = [1, 3]
+N_NEW = 3  # k=2 drafts then a bonus when both are accepted: the bonus is inside the budget
+
+
+def exact_distribution(target, temperature, top_k=0, top_p=1.0, n=N_NEW, prefix=()):
+    """P(x1..xn | prompt) under the target, by enumeration over the vocabulary."""
+    with torch.no_grad():
+        p = logits_to_probs(target(torch.tensor([PROMPT + list(prefix)])).logits[0, -1], temperature, top_k, top_p)
+    if n == 1:
+        return {(x,): float(p[x]) for x in range(VOCAB)}
+    return {(x, *rest): float(p[x]) * pr for x in range(VOCAB) if p[x] > 0
+            for rest, pr in exact_distribution(target, temperature, top_k, top_p, n - 1, (*prefix, x)).items()}
 
 
 def exact_two_token_distribution(target, temperature, top_k=0, top_p=1.0):
-    """P(x1, x2 | prompt) under the target, by enumeration over the vocabulary."""
-    dist = {}
-    with torch.no_grad():
-        p1 = logits_to_probs(target(torch.tensor([PROMPT])).logits[0, -1], temperature, top_k, top_p)
-        for x1 in range(VOCAB):
-            p2 = logits_to_probs(target(torch.tensor([PROMPT + [x1]])).logits[0, -1], temperature, top_k, top_p)
-            for x2 in range(VOCAB):
-                dist[(x1, x2)] = float(p1[x1] * p2[x2])
-    return dist
+    return exact_distribution(target, temperature, top_k, top_p, n=2)
 
 
-def sampled_two_token_counts(target, draft, n, temperature, k, top_k=0, top_p=1.0):
-    counts = collections.Counter()
+def sampled_counts(target, draft, n, temperature, k=2, top_k=0, top_p=1.0, max_new_tokens=N_NEW):
+    """Counts of the new tokens over n seeded runs, and the runs' rounds (for what happened in them)."""
+    counts, rounds = collections.Counter(), []
     for seed in range(n):
         run = speculative_decode(target, draft, PROMPT, k=k, temperature=temperature, top_k=top_k, top_p=top_p,
-                                 max_new_tokens=2, seed=seed)
+                                 max_new_tokens=max_new_tokens, seed=seed)
         counts[tuple(run.token_ids)] += 1
-    return counts
+        rounds += run.rounds
+    return counts, rounds
+
+
+def hotter_copy(target, factor=0.5):
+    """The target with its logits scaled by `factor`: the target at 1/factor times the temperature."""
+    draft = copy.deepcopy(target)
+    with torch.no_grad():
+        draft.lm_head.weight.mul_(factor)
+    return draft
 
 
 @pytest.fixture(scope="module")
 def small_vocab_pair():
-    # the draft differs from the target a lot (different weights, flatter init)
-    return tiny_qwen(11, vocab=VOCAB, init=1.0), tiny_qwen(12, vocab=VOCAB, init=0.3)
+    """A target and a draft that overlaps it (the target at twice the temperature): both outcomes of the
+    acceptance test, and bonus tokens, are common."""
+    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
+    return target, hotter_copy(target)
 
 
 N_RUNS = 3000
@@ -194,29 +210,113 @@ N_RUNS = 3000
 @pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.8, 4, 0.9)])
 def test_sampling_matches_target_distribution(small_vocab_pair, temperature, top_k, top_p):
     target, draft = small_vocab_pair
-    exact = exact_two_token_distribution(target, temperature, top_k, top_p)
-    counts = sampled_two_token_counts(target, draft, N_RUNS, temperature, 2, top_k, top_p)
+    exact = exact_distribution(target, temperature, top_k, top_p)
+    counts, rounds = sampled_counts(target, draft, N_RUNS, temperature, 2, top_k, top_p)
     assert passes(counts, exact, N_RUNS), total_variation(counts, exact, N_RUNS)
+    # every path was taken often: accepted drafts, corrections and bonus tokens
+    kinds = collections.Counter(r.extra_kind for r in rounds)
+    judged = [ok for r in rounds for ok in r.accepted]
+    assert kinds["bonus"] > N_RUNS / 5 and kinds["correction"] > N_RUNS / 5
+    assert 0.4 < sum(judged) / len(judged) < 0.95
     # and it is not trivially the draft: the draft's own distribution must differ clearly
-    q_exact = exact_two_token_distribution(draft, temperature, top_k, top_p)
-    assert sum(abs(exact[x] - q_exact[x]) for x in exact) / 2 > 0.15
+    q_exact = exact_distribution(draft, temperature, top_k, top_p)
+    assert sum(abs(exact[x] - q_exact.get(x, 0.0)) for x in exact) / 2 > 0.1
 
 
 def test_broken_engine_fails_the_distribution_check(small_vocab_pair, monkeypatch):
     """Resample corrections from p instead of the residual: the same check must fail."""
     target, draft = small_vocab_pair
-    exact = exact_two_token_distribution(target, 1.0)
+    exact = exact_distribution(target, 1.0)
     monkeypatch.setattr(engine, "residual", lambda p, q, d: p)
-    counts = sampled_two_token_counts(target, draft, N_RUNS, 1.0, 2)
+    counts, _ = sampled_counts(target, draft, N_RUNS, 1.0)
     assert not passes(counts, exact, N_RUNS)
 
 
 def test_accept_everything_engine_fails_the_distribution_check(small_vocab_pair, monkeypatch):
     target, draft = small_vocab_pair
-    exact = exact_two_token_distribution(target, 1.0)
+    exact = exact_distribution(target, 1.0)
     monkeypatch.setattr(engine, "accept_token", lambda u, p, q: True)
-    counts = sampled_two_token_counts(target, draft, N_RUNS, 1.0, 2)
+    counts, _ = sampled_counts(target, draft, N_RUNS, 1.0)
     assert not passes(counts, exact, N_RUNS)
+
+
+def test_a_bonus_drawn_from_the_draft_fails_the_distribution_check(small_vocab_pair, monkeypatch):
+    """The bonus comes from the target's p at position k+1; the draft's q there is close but wrong."""
+    target, draft = small_vocab_pair
+    exact = exact_distribution(target, 1.0)
+    decide = engine.decide
+
+    def bonus_from_q(logits, prop, sampler, argmax=None):
+        n_acc, extra, kind, *rest = decide(logits, prop, sampler, argmax)
+        if kind == "bonus":  # with k=2 and 3 new tokens a bonus only fits in the first round: context = PROMPT
+            with torch.no_grad():
+                q_next = sampler.probs(draft(torch.tensor([PROMPT + prop.tokens])).logits[0, -1])
+            extra = sampler.pick(logits[-1], q_next)
+        return (n_acc, extra, kind, *rest)
+
+    monkeypatch.setattr(engine, "decide", bonus_from_q)
+    counts, _ = sampled_counts(target, draft, N_RUNS, 1.0)
+    assert not passes(counts, exact, N_RUNS)
+
+
+# --------------------------------------------------------------------------
+# the draft samples from the q it reports (the acceptance test divides by it)
+
+
+def draft_draws(draft, n, temperature, top_k, top_p, k=2):
+    """(counts of the drafted pairs, the q each draw reports) over n seeded proposals."""
+    from specviz.drafters import ModelDrafter
+    from specviz.sampling import Sampler
+
+    counts, reported = collections.Counter(), {}
+    for seed in range(n):
+        drafter = ModelDrafter(draft, vocab=VOCAB)
+        drafter.start(PROMPT)
+        prop = drafter.propose(PROMPT, k, Sampler.create(temperature, top_k, top_p, seed))
+        x = tuple(prop.tokens)
+        counts[x] += 1
+        reported.setdefault((), prop.q[0])  # q of the first draft (one prompt: the same every run)
+        reported.setdefault(x[:1], prop.q[1])  # q of the second, given the first
+    return counts, reported
+
+
+def reported_distribution(counts, reported) -> dict:
+    """P(x1, x2) under the q's the draws reported: q1(x1) q2(x2 | x1); an x1 never drawn keeps its mass."""
+    q1 = reported[()]
+    probs = {}
+    for x1 in range(VOCAB):
+        q2 = reported.get((x1,))
+        for x2 in range(VOCAB) if q2 is not None else [None]:
+            probs[(x1, x2)] = float(q1[x1] * (1.0 if q2 is None else q2[x2]))
+    return probs
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.8, 4, 0.9), (1.0, 0, 0.8)])
+def test_the_draft_draws_from_the_q_it_reports(small_vocab_pair, temperature, top_k, top_p):
+    _, draft = small_vocab_pair
+    counts, reported = draft_draws(draft, N_RUNS, temperature, top_k, top_p)
+    probs = reported_distribution(counts, reported)
+    assert passes(counts, probs, N_RUNS), total_variation(counts, probs, N_RUNS)
+    # and the reported q is the settings' distribution of the draft's logits
+    with torch.no_grad():
+        want = logits_to_probs(draft(torch.tensor([PROMPT])).logits[0, -1], temperature, top_k, top_p)
+    assert torch.allclose(reported[()].double(), want.double())
+
+
+def test_a_draft_that_ignores_top_p_fails_the_draw_check(small_vocab_pair, monkeypatch):
+    """Reporting the top-p q while drawing from the full softmax: the same check must fail."""
+    import specviz.drafters as drafters
+
+    _, draft = small_vocab_pair
+    real_pick = drafters.Sampler.pick
+
+    def pick_without_top_p(self, logits, probs):
+        return real_pick(self, logits, logits_to_probs(logits, self.temperature, self.top_k, 1.0))
+
+    monkeypatch.setattr(drafters.Sampler, "pick", pick_without_top_p)
+    n = N_RUNS // 3
+    counts, reported = draft_draws(draft, n, 1.0, 0, 0.8)
+    assert not passes(counts, reported_distribution(counts, reported), n)
 
 
 # --------------------------------------------------------------------------
@@ -236,8 +336,10 @@ def test_same_seed_same_run_and_json_round_trip(qwen_pair):
 
 def test_round_records_are_consistent(qwen_pair):
     target, drafter = qwen_pair
-    run = speculative_decode(target, drafter, [1, 2, 3], k=4, temperature=0.9, max_new_tokens=40, seed=1)
+    prompt, temperature = [1, 2, 3], 0.9
+    run = speculative_decode(target, drafter, prompt, k=4, temperature=temperature, max_new_tokens=40, seed=1)
     assert [t for r in run.rounds for t in r.emitted] == run.token_ids
+    ids, corrections, thrown_away = list(prompt), 0, 0
     for r in run.rounds:
         assert len(r.drafted) == r.k == len(r.q_top) == len(r.overlap)
         assert len(r.p_top) == len(r.entropy) == len(r.target_argmax) == r.k + 1
@@ -245,13 +347,26 @@ def test_round_records_are_consistent(qwen_pair):
         assert len(r.u) == len(r.accepted) == len(r.ratio)
         for u, ratio, ok in zip(r.u, r.ratio, r.accepted):
             assert ok == (u < ratio)  # the recorded decision is the rule applied to the recorded numbers
+        # a rejection ends the round: the judged drafts are the accepted prefix and at most one rejection
+        assert r.accepted == [True] * r.n_accepted + [False] * r.rejected
         if r.rejected:
             assert r.extra_kind == "correction" and r.residual_top is not None
-            # the correction can never be a token where p <= q
-            assert r.extra_id in r.residual_top.ids or r.residual_top.probs[-1] > 0
+            # the correction is drawn from norm(max(0, p - q)): a token where p > q at the rejected position
+            ctx = torch.tensor([ids + r.drafted[: r.n_accepted]])
+            with torch.no_grad():
+                p = logits_to_probs(target(ctx).logits[0, -1], temperature)
+                q = logits_to_probs(drafter(ctx).logits[0, -1], temperature)
+            assert p[r.extra_id] > q[r.extra_id]
+            res = torch.clamp(p - q, min=0.0)
+            assert r.residual_top.probs == pytest.approx(torch.topk(res / res.sum(), 10).values.tolist())
+            corrections += 1
+            thrown_away += r.k - len(r.accepted)
         for ov, pd, qd in zip(r.overlap, r.p_drafted, r.q_drafted):
             assert 0.0 <= ov <= 1.0 + 1e-9 and 0 <= pd <= 1 and 0 < qd <= 1
-    assert run.alpha >= run.acceptance_rate
+        ids += r.emitted
+    assert corrections > 0 and thrown_away > 0  # the run exercised both
+    # alpha leaves out the drafts thrown away after a rejection; the acceptance rate counts them
+    assert run.alpha == run.n_accepted / (run.n_drafted - thrown_away) > run.acceptance_rate
     assert run.tokens_per_pass == pytest.approx(len(run.token_ids) / len(run.rounds))
 
 
@@ -335,10 +450,66 @@ def test_padded_vocab_draft_is_handled():
     # a target whose embedding is padded to more rows than the draft's
     target, drafter = tiny_qwen(5, vocab=72), tiny_qwen(6, vocab=64)
     prompt = [1, 2, 3]
-    run = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15)
+    run = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15, vocab=64)
     assert all(t < 64 for t in run.token_ids)
-    run_t = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15, temperature=1.0)
+    run_t = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15, temperature=1.0, vocab=64)
     assert len(run_t.token_ids) == 15
+
+
+def test_both_entry_points_share_one_vocabulary_default():
+    """A baseline and a speculative run of the same target pick from the same ids, whatever the pair."""
+    target = tiny_qwen(5, vocab=72)
+    with torch.no_grad():
+        target.lm_head.weight[64:] = target.lm_head.weight[:64].abs().max() * 50  # the padded rows would win
+    prompt = [1, 2, 3]
+    # a draft with more rows than the target: the default is the target's ids, for both
+    base = autoregressive_decode(target, prompt, max_new_tokens=10)
+    spec = speculative_decode(target, tiny_qwen(6, vocab=80), prompt, k=3, max_new_tokens=10)
+    assert spec.token_ids == base.token_ids == hf_greedy(target, prompt, 10)
+    assert max(base.token_ids) >= 64  # the padded rows are in the default vocabulary
+    assert engine.default_vocab(target) == 72
+    # a draft with fewer rows cannot read every id the target may pick: say which ids both share
+    small = tiny_qwen(6, vocab=64)
+    with pytest.raises(InvalidSetting, match="vocab=64"):
+        speculative_decode(target, small, prompt, k=3, max_new_tokens=10)
+    shared_base = autoregressive_decode(target, prompt, max_new_tokens=10, vocab=64)
+    shared_spec = speculative_decode(target, small, prompt, k=3, max_new_tokens=10, vocab=64)
+    assert shared_spec.token_ids == shared_base.token_ids and max(shared_base.token_ids) < 64
+
+
+class Fixed(Drafter):
+    """Proposes the given tokens with certainty, as prompt lookup does (test-only)."""
+
+    name = "fixed"
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+
+    def propose(self, ids, k, sampler):
+        return Proposal(self.tokens[:k], None, None, [])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_drafts_after_a_proposed_eos_are_not_judged_or_counted(qwen_pair, temperature):
+    """Nothing after EOS can be emitted, so it is not judged: not in alpha, not in the best-k calibration."""
+    from specviz.kpolicy import CALIB_PRIOR, BestK
+
+    target, _ = qwen_pair
+    prompt = [4, 4, 2]
+    free = hf_greedy(target, prompt, 2)
+    eos = free[1]
+    wrong = (free[0] + 1) % 64
+    policy = BestK(4)
+    run = speculative_decode(target, Fixed([free[0], eos, wrong, wrong]), prompt, k=4, max_new_tokens=10,
+                             eos_token_id=eos, temperature=temperature, k_policy=policy)
+    rnd = run.rounds[0]
+    assert rnd.k == len(rnd.drafted) == len(rnd.q_top) == 2 and len(rnd.p_top) == 3  # cut after the EOS
+    assert all(eos not in r.drafted[:-1] for r in run.rounds)
+    assert run.n_drafted == sum(r.k for r in run.rounds) and all(len(r.accepted) <= r.k for r in run.rounds)
+    assert policy.judged == run.n_judged == sum(policy.calib_n) - CALIB_PRIOR * len(policy.calib_n)
+    if temperature == 0:  # the target would pick both: all judged drafts accepted
+        assert run.token_ids == free and run.stop_reason == "eos"
+        assert rnd.accepted == [True, True] and run.alpha == 1.0 and run.n_judged == 2
 
 
 # --------------------------------------------------------------------------

@@ -284,19 +284,73 @@ def test_the_round_that_reads_the_prompt_teaches_acceptance_but_not_costs():
     assert p.c == pytest.approx(0.1) and list(p.verify_by_n) == [5]
 
 
+def _cheap_close_draft(target):
+    """A float32, lightly perturbed copy of a float64 target: half its weight bytes (a primed c of 0.5)."""
+    import copy
+
+    import torch
+
+    draft = copy.deepcopy(target).float()
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for w in draft.parameters():
+            w.add_(torch.randn(w.shape, generator=g, dtype=w.dtype) * 0.1 * w.std())
+    return draft
+
+
 def test_engine_best_uses_the_confidence_drafter_and_stays_exact():
+    from specviz.drafters import ModelDrafter
     from specviz.kpolicy import ConfidenceDrafter
 
-    target, draft = tiny_qwen(100), tiny_qwen(200)
+    target = tiny_qwen(100)
+    draft = _cheap_close_draft(target)
     prompt = [2, 7, 1, 8, 2, 8]
     pol = make_k_policy(4, "best")
-    assert isinstance(pol, BestK) and pol.stop
-    from specviz.drafters import ModelDrafter
-
+    assert isinstance(pol, BestK) and pol.stop and pol.clock
     assert isinstance(pol.wrap_drafter(ModelDrafter(draft)), ConfidenceDrafter)
     run = speculative_decode(target, draft, prompt, k=4, max_new_tokens=40, k_policy="best")
     assert run.token_ids == hf_greedy(target, prompt, 40)
-    assert run.draft_passes == sum(run.ks) and len(set(run.ks)) > 1  # rounds of different lengths
+    assert run.draft_passes == sum(run.ks)
+    # without the clock the lengths follow only the draft's confidences: rounds of different lengths, every time
+    fixed = BestK(4, k_max=K_MAX, stop=True, clock=False)
+    run = speculative_decode(target, draft, prompt, k=4, max_new_tokens=40, k_policy=fixed)
+    assert run.token_ids == hf_greedy(target, prompt, 40)
+    assert fixed.c_prior == 0.5 and run.draft_passes == sum(run.ks) and len(set(run.ks)) > 1
+
+
+def test_without_the_clock_k_does_not_follow_the_timings_which_are_still_reported():
+    def chosen(clock: bool, draft_step: float) -> tuple[list[int], float]:
+        p = BestK(4, clock=clock)
+        p.prime(0.2)
+        return drive(p, alpha=0.8, draft_step=draft_step), p.c
+
+    (fast, c_fast), (slow, c_slow) = chosen(False, 0.02), chosen(False, 0.5)
+    assert fast == slow and len(set(fast)) > 1  # k still follows alpha
+    assert c_fast == pytest.approx(0.02) and c_slow == pytest.approx(0.5)  # measured, reported, not used
+    assert chosen(True, 0.02)[0] != chosen(True, 0.5)[0]  # with the clock the same stream gets other ks
+    p = _seeded(clock=False)
+    p.prime(0.3)
+    assert drafted_length(p, [0.9] * 16, extra=50.0) == drafted_length(p, [0.9] * 16)  # extra is a timing too
+
+
+@pytest.mark.parametrize("k_policy", ["fixed", "adaptive", "best"])
+def test_same_seed_and_settings_give_the_same_text_under_every_k_policy(tiny_pair, k_policy):
+    """The sidebar's promise: the number of random draws follows k, so k must not follow the wall clock."""
+    texts, ks = set(), set()
+    for _ in range(6):
+        run = speculative_decode(tiny_pair.target, tiny_pair.draft, [3, 5, 7], k=4, temperature=1.0,
+                                 max_new_tokens=40, seed=7, k_policy=k_policy)
+        texts.add(tuple(run.token_ids))
+        ks.add(tuple(run.ks))
+    assert len(texts) == 1 and len(ks) == 1
+
+
+def test_seeded_sampling_with_best_k_repeats_while_its_rounds_vary():
+    target = tiny_qwen(100)
+    draft = _cheap_close_draft(target)
+    runs = [speculative_decode(target, draft, [2, 7, 1, 8], k=4, temperature=0.7, max_new_tokens=40, seed=3,
+                               k_policy="best") for _ in range(3)]
+    assert len({tuple(r.token_ids) for r in runs}) == 1 and len(set(runs[0].ks)) > 1
 
 
 def test_sampling_with_early_stops_keeps_the_target_distribution():
@@ -305,21 +359,24 @@ def test_sampling_with_early_stops_keeps_the_target_distribution():
     import copy
 
     from stats import passes, total_variation
-    from test_engine import N_RUNS, PROMPT, VOCAB, exact_two_token_distribution
+    from test_engine import N_NEW, N_RUNS, PROMPT, VOCAB, exact_distribution, hotter_copy
 
-    target, draft = tiny_qwen(11, vocab=VOCAB, init=1.0), tiny_qwen(12, vocab=VOCAB, init=0.3)
-    exact = exact_two_token_distribution(target, 1.0)
+    # a float32 draft of a float64 target: c = 0.5 (the weight bytes) decides when sampling
+    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
+    draft = hotter_copy(target).float()
+    exact = exact_distribution(target, 1.0)
     seeded = _seeded(alpha_rounds=((2, 1),) * 6)
     # a(q) = 0 below q = 0.3, 1 above: a draft below 0.3 ends the round, one above continues it
     seeded.calib_acc = [n if lo >= 0.3 else 0.0 for n, lo in zip(seeded.calib_n, CALIB_EDGES)]
-    counts, lengths = collections.Counter(), collections.Counter()
+    counts, lengths, bonuses = collections.Counter(), collections.Counter(), 0
     for seed in range(N_RUNS):
         pol = copy.deepcopy(seeded)
-        run = speculative_decode(target, draft, PROMPT, k=2, temperature=1.0, max_new_tokens=2, seed=seed,
+        run = speculative_decode(target, draft, PROMPT, k=2, temperature=1.0, max_new_tokens=N_NEW, seed=seed,
                                  k_policy=pol)
         counts[tuple(run.token_ids)] += 1
         lengths[run.ks[0]] += 1
-    assert lengths[1] > 100 and lengths[2] > 100  # both early stops and full rounds happened
+        bonuses += run.rounds[0].extra_kind == "bonus"
+    assert lengths[1] > 100 and lengths[2] > 100 and bonuses > 100  # early stops, full rounds, bonuses
     assert passes(counts, exact, N_RUNS), total_variation(counts, exact, N_RUNS)
 
 

@@ -470,6 +470,7 @@ def test_parse_dtype():
 # the real embedded pair (Qwen2.5-Coder 0.5B drafting for 1.5B)
 
 
+@pytest.mark.real
 def test_real_pair_loads(default_pair):
     p = default_pair
     assert p.name == "qwen2.5-coder-embedded" and p.device in ("cpu", "cuda")
@@ -480,6 +481,7 @@ def test_real_pair_loads(default_pair):
     assert {151645, 151643} <= set(p.eos_token_ids)  # <|im_end|>, <|endoftext|>
 
 
+@pytest.mark.real
 def test_real_tokenizer_round_trips_and_has_the_chat_template(default_pair):
     tok = default_pair.tokenizer
     text = "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)  # café 🚀"
@@ -489,6 +491,7 @@ def test_real_tokenizer_round_trips_and_has_the_chat_template(default_pair):
     assert "<|im_start|>user\nhi<|im_end|>" in prompt and prompt.endswith("<|im_start|>assistant\n")
 
 
+@pytest.mark.real
 def test_real_pair_second_load_comes_from_the_cache(default_pair_load):
     pair, stages = default_pair_load  # prepare() ran first, so this was a second (warm) load
     assert "loading cached draft" in stages and "loading cached target" in stages

@@ -88,7 +88,8 @@ def _decoding(sb, live: bool) -> tuple[bool, DecodeSettings]:
                              f"shrinks by 1 after a rejection ({claims.link(13)}). best k: the chooser sets k from "
                              "live estimates of α, c and the verify cost, and with the draft model ends each "
                              "round after a doubtful draft (k above is then only where it starts; a round may "
-                             "draft up to 32).")
+                             "draft up to 32). When sampling it takes c from the models' weight sizes, not "
+                             "from this run's timings, so that a seed gives the same text.")
     temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, FIRST.temperature, 0.05, key="main.temperature",
                             disabled=not live)
     top_p = sb.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or temperature == 0,
@@ -97,13 +98,7 @@ def _decoding(sb, live: bool) -> tuple[bool, DecodeSettings]:
                                   min(FIRST.max_new_tokens, limits.max_new_tokens()),
                                   key="main.max_new", disabled=not live))
     seed = int(sb.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
-                               help="Same seed and settings → same output, except with the best-k chooser when "
-                                    "sampling: it sets k from live timings, so the number of random draws, and "
-                                    "so the text, can change from run to run (the distribution stays the "
-                                    "target's)."))
-    if live and k_policy == "best" and temperature > 0:
-        sb.caption("best k while sampling: the same seed can give another text (k follows live timings); "
-                   "the output distribution is still exactly the target's.")
+                               help="Same seed and settings → same output, with every k policy."))
     return drafter == LOOKUP, DecodeSettings(k=k, k_policy=k_policy, temperature=float(temperature),
                                              top_p=float(top_p), max_new_tokens=max_new, seed=seed)
 
