@@ -365,6 +365,16 @@ def test_a_watch_sees_the_passes_of_a_measurement(tiny_pair):
     assert w.passes == 2 and w.busy_passes == 1
 
 
+def test_nested_watches_with_equal_counts_each_leave_their_own_place():
+    """A page's watch around a run whose rounds open their own: both start empty, so they compare equal."""
+    with devqueue.watch() as outer:
+        with devqueue.watch() as inner:
+            devqueue.note_pass("cpu", 0.1, 0.1, 1)
+        assert inner.passes == outer.passes == 1
+        devqueue.note_pass("cpu", 0.1, 0.1, 1)
+    assert outer.passes == 2 and inner.passes == 1
+
+
 def test_a_short_run_finishes_long_before_a_k_sweep_started_ahead_of_it(tiny_pair):
     """The issue's case, on the engine: a short run is not held up until another session's sweep ends."""
     from specviz import lab
