@@ -208,6 +208,11 @@ if live and pair_name:
                    f"{status.how_to_get}\n\nMeanwhile, choose **{RECORDED}** in the sidebar.")
 
 load_box = st.container()
+if live and pair_name:  # one run of each offline pair, side by side (pages/common/pairs_ui.py)
+    from pages.common.pairs_ui import offline_pairs_section  # noqa: E402
+
+    offline_pairs_section(pair_name, dtype, draft_precision, prompt_text, chat, k=k, temperature=float(temperature),
+                          top_p=float(top_p), max_new_tokens=max_new, seed=seed)
 
 
 def start_live() -> replay.Playback:
