@@ -26,6 +26,7 @@ T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round lat
 
 from pages.common import main_controls as controls  # noqa: E402
 from pages.common import main_view as view  # noqa: E402
+from pages.common import pairs_ui  # noqa: E402
 from pages.common import tree_ui  # noqa: E402
 from pages.common.main_sidebar import sidebar  # noqa: E402
 from specviz import explain, playback  # noqa: E402
@@ -46,6 +47,10 @@ controls.pair_missing(ms)
 load_box = st.container()
 tree_ui.main_page_tree(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
                        temperature=ms.decode.temperature, seed=ms.decode.seed, live=ms.live)
+if ms.live and ms.pair_name:  # one run of each offline pair, side by side
+    pairs_ui.offline_pairs_section(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
+                                   k=ms.decode.k, temperature=ms.decode.temperature, top_p=ms.decode.top_p,
+                                   max_new_tokens=ms.decode.max_new_tokens, seed=ms.decode.seed)
 steps: int | None = 0
 with load_box:
     try:

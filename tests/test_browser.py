@@ -231,10 +231,6 @@ def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
     page.close()
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-m", "browser", "-s"]))
-
-
 def test_the_token_tree_page_drafts_verifies_and_colours_a_tree(server, browser, shots):
     page = browser.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
     page.set_default_timeout(WAIT_MS)
@@ -263,3 +259,37 @@ def test_the_token_tree_page_drafts_verifies_and_colours_a_tree(server, browser,
     assert story.first.inner_text() != before
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()
+
+
+def test_offline_pairs_side_by_side_and_the_rule_lab(server, browser, shots):
+    """The main page's side-by-side of the offline pairs, and the Exactness page's acceptance-rule lab:
+    each runs, draws its chart and table without an exception; screenshots for docs/."""
+    page = browser.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
+    page.set_default_timeout(3 * WAIT_MS)  # four pairs, each next to its own run of the target alone
+    page.goto(server)
+    page.get_by_text("Watch speculative decoding").first.wait_for()
+    _set_number(page, "max new tokens", 16)
+    page.wait_for_timeout(1500)
+    page.get_by_text("Compare the offline pairs on this prompt").first.click()  # open the expander
+    page.get_by_role("button", name=re.compile(r"Compare the offline pairs$")).click()
+    page.get_by_text("The measured speedup is over the rounds after the first").first.wait_for()
+    _settled(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.wait_for_timeout(2000)  # the chart draws
+    _shot(page, shots / "offline-pairs.png", page.get_by_text("Compare the offline pairs on this prompt").first)
+
+    page.goto(server.rstrip("/") + "/Exactness")
+    page.get_by_text("Which acceptance rules keep the distribution?").first.wait_for()
+    _set_number(page, "trials per rule", 5000)
+    page.wait_for_timeout(1500)
+    page.get_by_role("button", name="Compare the rules", exact=True).click()
+    page.get_by_text("Up is faster (more drafts kept)").first.wait_for()
+    _settled(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.wait_for_timeout(2000)
+    _shot(page, shots / "acceptance-rules.png", page.get_by_text("Compare the rules").first)
+    page.close()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-m", "browser", "-s"]))

@@ -1,0 +1,119 @@
+"""The main page's side-by-side of the offline pairs (specviz.sidebyside), drawn in an expander.
+
+    offline_pairs_section(pair_name, dtype, draft_precision, prompt_text, chat, **settings)
+
+One run of each offline pair on the page's prompt and settings; the results stay in
+st.session_state["main.pairs"] until the next comparison. A pair that cannot load is
+reported and left out; the others still run.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from pages.common import lab_ui, ui
+from specviz import prompts, quant, sidebyside, xtok
+from specviz.errors import SpecvizError
+
+KEY = "main.pairs"
+
+
+@st.cache_resource(show_spinner="Loading the draft with another tokenizer…", max_entries=1)
+def _packaged_draft(name: str):
+    return xtok.load_packaged(name)
+
+
+def _contenders(names: list[str], registry, prefer: str, dtype: str, precisions: list[str], prompt_text: str,
+                chat: bool, other: bool = False) -> list[sidebyside.Contender]:
+    """Load what the plan needs (cached per server) and pair each offline pair with its models and prompt."""
+    plan = sidebyside.load_plan(names, registry, prefer=prefer)
+    loaded: dict[tuple[str, str], object] = {}
+    out = []
+    for name in names:
+        spec = registry.pair(name)
+        derived = sidebyside.is_derived(spec)
+        for precision in precisions[:1] if derived else precisions:  # the target's own layers: its precision
+            try:
+                host = loaded.get((plan[name], precision)) or ui.load_pair_cached(plan[name], dtype, precision)
+                loaded[(plan[name], precision)] = host
+                draft = sidebyside.draft_for(spec, host)
+            except (SpecvizError, MemoryError) as e:
+                st.warning(f"**{name}** is left out:", icon=":material/warning:")
+                ui.show_error(e)
+                break
+            try:
+                ids = prompts.encode(host.tokenizer, prompt_text, chat)
+            except SpecvizError as e:  # the prompt itself: no pair can run it
+                ui.show_error(e)
+                return []
+            label = name if derived or len(precisions) == 1 else f"{name} · {precision} draft"
+            desc = sidebyside.draft_desc(spec, dtype if derived else host.draft_precision)
+            out.append(sidebyside.Contender(label, desc, host.target, draft, ids, host.shared_vocab,
+                                            list(host.eos_token_ids)))
+    if other and out:  # the first pair's target, drafted for by a model with another tokenizer
+        try:
+            d_tok, d_model = _packaged_draft(sidebyside.OTHER_TOKENIZER)
+            host = loaded[(plan[names[0]], precisions[0])]
+            out.append(sidebyside.through_text(out[0], host.tokenizer, d_tok, d_model))
+        except (SpecvizError, MemoryError, KeyError, OSError, ValueError) as e:
+            st.warning("The draft with another tokenizer is left out:", icon=":material/warning:")
+            ui.show_error(e)
+    return out
+
+
+def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prompt_text: str, chat: bool, *,
+                          k: int, temperature: float, top_p: float, max_new_tokens: int, seed: int) -> None:
+    """An expander: pick draft precisions, press the button, see α, c, tokens per pass and speedup per pair."""
+    from specviz.config import default_registry
+    from specviz.models import default_device
+
+    with st.expander("Compare the offline pairs on this prompt", expanded=KEY in st.session_state):
+        try:
+            registry = default_registry()
+        except SpecvizError as e:
+            ui.show_error(e)
+            return
+        statuses = {n: ui.pair_status(n) for n in sidebyside.offline_pairs(registry)}
+        names = [n for n, s in statuses.items() if s.available]
+        st.caption("One run of each pair that needs no download, on the prompt and settings in the sidebar, each next "
+                   "to its own run of the target alone. The target drafting for itself accepts every greedy draft "
+                   "(α = 1) and is still slower than the target alone (c ≈ 1); a shallow early exit is cheap but "
+                   "drafts poorly; a quantized draft lowers c. Greedy, every pair writes the target's own text.")
+        for n, s in statuses.items():
+            if not s.available:
+                st.caption(f"Not installed: **{n}** ({s.how_to_get or s.reason}).")
+        choices = list(quant.supported(default_device()))
+        precisions = st.multiselect("draft precisions (for pairs with a draft model)", choices,
+                                    default=[draft_precision] if draft_precision in choices else choices[:1],
+                                    key="main.pairs_precisions")
+        installed, how = xtok.status(sidebyside.OTHER_TOKENIZER)
+        other = installed and st.checkbox(
+            "also SmolLM2 135M, a draft with another tokenizer, drafting through text (greedy only)",
+            key="main.pairs_other", disabled=temperature > 0,
+            help="Its tokens are not the target's: it reads the context as text, drafts, and its text is re-encoded "
+                 "in the target's tokens (universal assisted generation). The target still decides every token.")
+        if not installed:
+            st.caption(f"A draft with another tokenizer (SmolLM2 135M, GGUF) is {how}.")
+        contenders = []
+        if st.button("Compare the offline pairs", key="main.pairs_btn", icon=":material/compare_arrows:",
+                     disabled=not names or not precisions):
+            contenders = _contenders(names, registry, pair_name, dtype, precisions, prompt_text, chat,
+                                     other and temperature == 0)
+        if contenders:
+            bar = lab_ui.ProgressBar("comparing the offline pairs…")
+            results, note = lab_ui.measure(sidebyside.compare_pairs, contenders, k=k, temperature=temperature,
+                                           top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, progress=bar)
+            bar.done()
+            if results is not None:
+                st.session_state[KEY] = {"results": results, "note": note,
+                                         "settings": f"k = {k}, T = {temperature:g}, {max_new_tokens} new tokens, "
+                                                     f"seed {seed}, {dtype}"}
+        got = st.session_state.get(KEY)
+        if got is None:
+            return
+        lab_ui.load_warning(got["note"])
+        ui.show_chart(sidebyside.fig_pairs(got["results"]), "offline-pairs", key="main.pairs_fig")
+        st.dataframe(pd.DataFrame(sidebyside.rows(got["results"])), hide_index=True, width="stretch")
+        st.caption(f"Settings: {got['settings']}. The measured speedup is over the rounds after the first (whose "
+                   "passes also read the prompt); c is a draft step over a one-token target step in the same run.")
