@@ -9,7 +9,6 @@ an exception; the same seed must give the same output.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
