@@ -9,7 +9,7 @@ K_POLICIES = ("fixed", "adaptive", "best")
 
 
 def is_greedy(temperature: float | None) -> bool:
-    """Greedy decoding is temperature 0: the one definition the app, the engine's records and the CLI share."""
+    """Greedy decoding is temperature 0 (DecodeSettings.greedy)."""
     return not temperature
 
 
