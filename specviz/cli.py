@@ -191,7 +191,7 @@ def _read_prompt(args) -> str:
 
 
 def cmd_run(args) -> int:
-    from . import engine
+    from . import engine, kpolicy
     from .drafters import PromptLookupDrafter
     from .models import load_pair
 
@@ -203,7 +203,7 @@ def cmd_run(args) -> int:
         from .tree import check_tree
 
         check_tree(args.tree, args.branch, args.max_depth)
-    engine.make_k_policy(args.k, args.k_policy)  # InvalidSetting for an unknown policy
+    kpolicy.make_k_policy(args.k, args.k_policy)  # InvalidSetting for an unknown policy
     limits.check_max_new_tokens(args.max_new_tokens)
     progress = ProgressPrinter()
     try:

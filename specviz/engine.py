@@ -30,11 +30,11 @@ import torch
 from . import devqueue, measure
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
+from .kpolicy import K_MAX, make_k_policy
 from .lm import CachedLM, max_positions, vocab_size
 from .records import Round, Run, TopK
 from .sampling import Sampler, accept_token, residual, uniform
 
-K_MAX = 32
 TOP_N = 10  # how many of the most likely tokens are recorded per position
 
 
@@ -169,51 +169,6 @@ def _entropy(probs: torch.Tensor) -> list[float]:
     # (n, V) -> (n,) entropy in nats; entr(0) = 0. One fused pass in the probabilities' own
     # dtype: converting 151,936 x (k+1) floats to double and taking log there cost ~10x more.
     return torch.special.entr(probs).sum(-1).tolist()
-
-
-# --------------------------------------------------------------------------
-# k policies: fixed, or adaptive (grow after a fully accepted round, shrink after a rejection)
-
-
-class FixedK:
-    def __init__(self, k: int):
-        self.k = k
-
-    def next_k(self) -> int:
-        return self.k
-
-    def observe(self, rnd: Round) -> None:
-        pass
-
-
-class AdaptiveK(FixedK):
-    """Like transformers' heuristic: +1 after a full acceptance, -1 after a rejection."""
-
-    def __init__(self, k: int, k_min: int = 1, k_max: int = 16):
-        super().__init__(k)
-        self.k_min, self.k_max = k_min, max(k_max, k)
-
-    def observe(self, rnd: Round) -> None:
-        if rnd.rejected:
-            self.k = max(self.k_min, self.k - 1)
-        elif rnd.k > 0:
-            self.k = min(self.k_max, self.k + 1)
-
-
-def make_k_policy(k: int, k_policy):
-    """'fixed', 'adaptive', 'best' (kpolicy.BestK: live estimates of alpha, c and verify cost, and
-    a stop after a doubtful draft), or a ready policy object with next_k() and observe(round)."""
-    if k_policy == "fixed":
-        return FixedK(k)
-    if k_policy == "adaptive":
-        return AdaptiveK(k)
-    if k_policy == "best":
-        from .kpolicy import BestK
-
-        return BestK(k, k_max=K_MAX, stop=True)  # the stop rule, not the cap, ends a confident round
-    if not isinstance(k_policy, str) and hasattr(k_policy, "next_k") and hasattr(k_policy, "observe"):
-        return k_policy
-    raise InvalidSetting(f"k_policy must be 'fixed', 'adaptive' or 'best', got {k_policy!r}.")
 
 
 # --------------------------------------------------------------------------

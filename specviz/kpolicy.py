@@ -1,4 +1,14 @@
-"""The best-k chooser: pick k each round to maximise the predicted speedup.
+"""The k policies: how many tokens each round drafts.
+
+  FixedK      the same k every round
+  AdaptiveK   transformers' heuristic: +1 after a full acceptance, -1 after a rejection
+  BestK       the k that maximises the predicted speedup, and a stop after a doubtful draft
+
+make_k_policy turns the engine's k_policy setting into one of them. A policy has
+next_k() (the round's k, before drafting) and observe(round) (learn from the
+finished round).
+
+The best-k chooser picks k each round to maximise the predicted speedup.
 
 The speedup model (theory.expected_speedup) needs three numbers, and a run
 measures all three as it goes, so the chooser estimates them live from the
@@ -73,9 +83,38 @@ from . import measure, theory
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 
+K_MAX = 32  # the largest k a round drafts (the engine's input check, and BestK's cap)
+
 # confidence bins for the calibration a(q) of the stop rule
 CALIB_EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 1.0)
 CALIB_PRIOR = 2.0  # pseudo-observations per bin, at a(q) = the bin's middle
+
+
+class FixedK:
+    """The same k every round; never stops a round early."""
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def next_k(self) -> int:
+        return self.k
+
+    def observe(self, rnd) -> None:
+        pass
+
+
+class AdaptiveK(FixedK):
+    """Like transformers' heuristic: +1 after a full acceptance, -1 after a rejection."""
+
+    def __init__(self, k: int, k_min: int = 1, k_max: int = 16):
+        super().__init__(k)
+        self.k_min, self.k_max = k_min, max(k_max, k)
+
+    def observe(self, rnd) -> None:
+        if rnd.rejected:
+            self.k = max(self.k_min, self.k - 1)
+        elif rnd.k > 0:
+            self.k = min(self.k_max, self.k + 1)
 
 
 class BestK:
@@ -305,3 +344,17 @@ def prompt_extra(step_s: list[float]) -> float:
         return 0.0
     later = statistics.median(step_s[1:])
     return max(0.0, step_s[0] / later - 1.0) if later > 0 else 0.0
+
+
+def make_k_policy(k: int, k_policy):
+    """'fixed', 'adaptive', 'best' (BestK: live estimates of alpha, c and verify cost, and
+    a stop after a doubtful draft), or a ready policy object with next_k() and observe(round)."""
+    if k_policy == "fixed":
+        return FixedK(k)
+    if k_policy == "adaptive":
+        return AdaptiveK(k)
+    if k_policy == "best":
+        return BestK(k, k_max=K_MAX, stop=True)  # the stop rule, not the cap, ends a confident round
+    if not isinstance(k_policy, str) and hasattr(k_policy, "next_k") and hasattr(k_policy, "observe"):
+        return k_policy
+    raise InvalidSetting(f"k_policy must be 'fixed', 'adaptive' or 'best', got {k_policy!r}.")

@@ -9,7 +9,7 @@ import pytest
 
 from specviz import speculative_decode, theory
 from specviz.drafters import PromptLookupDrafter
-from specviz.engine import K_MAX, make_k_policy
+from specviz.kpolicy import K_MAX, make_k_policy
 from specviz.errors import InvalidSetting
 from specviz.kpolicy import CALIB_EDGES, BestK
 from specviz.records import Round, TopK
