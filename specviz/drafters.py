@@ -3,9 +3,14 @@
 One small interface, like transformers' CandidateGenerator:
 
   start(prompt_ids)         prepare for a new sequence (reset a cache)
-  propose(ids, k, sampler)  k candidate ids, and q: the distribution each was
-                            drawn from (None = proposed with certainty)
+  propose(ids, k, sampler)  up to k candidate ids, and q: the distribution each
+                            was drawn from (None = proposed with certainty)
   update(ids, n_accepted)   learn how many were kept (roll a cache back)
+
+A drafter with asks_keep = True also takes propose(..., keep=keep): after each
+drafted token it calls keep(confidences, step_s) (the draft's probability of
+each token so far, the seconds of each step so far) and ends the round when it
+says False. The engine builds keep from the k policy's keep_drafting.
 
 ModelDrafter runs a small LM with its own KV cache. PromptLookupDrafter needs
 no model: it copies the tokens that followed the last matching n-gram of the
@@ -38,6 +43,7 @@ class Drafter:
 
     name = "drafter"
     uses_model = False
+    asks_keep = False  # propose takes keep= and asks it after each drafted token
 
     def start(self, prompt_ids: list[int]) -> float:
         """Prepare for a new sequence; return seconds spent."""
@@ -55,6 +61,7 @@ class ModelDrafter(Drafter):
 
     name = "model"
     uses_model = True
+    asks_keep = True
 
     def __init__(self, model, vocab: int | None = None, eos: set[int] | frozenset[int] = frozenset()):
         self.lm = CachedLM(model)
@@ -65,13 +72,10 @@ class ModelDrafter(Drafter):
         self.lm.reset()  # the first draft step reads the whole prompt (no separate prefill pass)
         return 0.0
 
-    def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
-        return self.draft_tokens(ids, k, sampler)
-
-    def draft_tokens(self, ids: list[int], k: int, sampler: Sampler,
-                     keep_drafting: Callable[[list[float], list[float]], bool] | None = None) -> Proposal:
-        """Up to k tokens, one forward each; a drafted EOS, or keep_drafting(confidences so far, step
-        times so far), ends the round early.
+    def propose(self, ids: list[int], k: int, sampler: Sampler,
+                keep: Callable[[list[float], list[float]], bool] | None = None) -> Proposal:
+        """Up to k tokens, one forward each; a drafted EOS, or keep(confidences so far, step times
+        so far) saying False, ends the round early.
 
         Distributions stay on the model's device (a GPU round moves only ids and scalars).
         """
@@ -88,9 +92,9 @@ class ModelDrafter(Drafter):
             pending = [tok]
             if tok in self.eos:
                 break
-            if keep_drafting is not None and j + 1 < k:
+            if keep is not None and j + 1 < k:
                 conf.append(float(probs[tok]))
-                if not keep_drafting(conf, step_s):
+                if not keep(conf, step_s):
                     break
         qs = torch.stack(q)  # (k, V)
         # greedy proposals are certain; q (at T=1) is only recorded for drawing

@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import devqueue, measure
+from . import devqueue, kpolicy, measure
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 from .kpolicy import K_MAX, make_k_policy
@@ -175,9 +175,20 @@ def _entropy(probs: torch.Tensor) -> list[float]:
 # the round, in small steps
 
 
-def draft(drafter: Drafter, ids: list[int], k: int, sampler: Sampler) -> Proposal:
-    """Step 1: the drafter proposes up to k tokens (prompt lookup may find fewer)."""
-    return drafter.propose(ids, k, sampler)
+def draft(drafter: Drafter, ids: list[int], k: int, sampler: Sampler, policy: kpolicy.KPolicy,
+          reads_prompt: bool) -> Proposal:
+    """Step 1: the drafter proposes up to k tokens (prompt lookup may find fewer).
+
+    A drafter that asks (a model drafter) asks the policy's keep_drafting after each token, with the
+    extra cost of a target pass that also reads the prompt (reads_prompt: the first round)."""
+    if not drafter.asks_keep:
+        return drafter.propose(ids, k, sampler)
+
+    def keep(confidences: list[float], step_s: list[float]) -> bool:
+        extra = kpolicy.prompt_extra(step_s) if reads_prompt else 0.0  # in 1-token target passes
+        return policy.keep_drafting(confidences, extra)
+
+    return drafter.propose(ids, k, sampler, keep=keep)
 
 
 def until_eos(prop: Proposal, eos: set[int]) -> Proposal:
@@ -234,13 +245,13 @@ def decide(logits: torch.Tensor, prop: Proposal, sampler: Sampler, argmax: list[
     return k, sampler.pick(logits[k], p[k]), "bonus", us, ratios, decisions, p, None
 
 
-def step(target: CachedLM, drafter: Drafter, ids: list[int], k: int, sampler: Sampler,
+def step(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[int], k: int, sampler: Sampler,
          vocab: int, eos: set[int], room: int, index: int) -> tuple[Round, bool]:
     """One whole round. Appends to `ids` in place; returns (Round, hit_eos)."""
     t0 = time.perf_counter()
     prefill = max(0, len(ids) - 1 - target.n)  # earlier tokens the target has not read (first round: the prompt)
     with devqueue.watch() as load:  # did any pass of this round run while other programs used the cores?
-        prop = until_eos(draft(drafter, ids, k, sampler), eos)
+        prop = until_eos(draft(drafter, ids, k, sampler, policy, reads_prompt=prefill > 0), eos)
         tokens = prop.tokens
         logits, verify_s = verify(target, ids, tokens, vocab)
     argmax = torch.argmax(logits, dim=-1).tolist()  # (k+1,): decisions (greedy) and the record
@@ -350,9 +361,6 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     if isinstance(drafter, ModelDrafter):
         drafter.vocab, drafter.eos = vocab, eos
     policy = make_k_policy(k, k_policy)
-    wrap = getattr(policy, "wrap_drafter", None)
-    if wrap is not None:  # e.g. BestK(stop=True): a drafter that can end its round early
-        drafter = wrap(drafter)
     policy_name = k_policy if isinstance(k_policy, str) else getattr(k_policy, "name", type(k_policy).__name__)
     settings = _settings(k=k, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                          seed=seed, k_policy=policy_name, drafter=drafter.name, eos_token_id=sorted(eos))
@@ -383,8 +391,8 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
     t_dec, paused = time.perf_counter(), 0.0
     while len(ids) - len(prompt) < max_new_tokens:
         room = max_new_tokens - (len(ids) - len(prompt))
-        k = min(policy.next_k(), room)  # no point drafting past the length limit
-        rnd, hit_eos = step(target, drafter, ids, k, sampler, vocab, eos, room, len(rounds))
+        k = min(policy.next_k(drafter.asks_keep), room)  # no point drafting past the length limit
+        rnd, hit_eos = step(target, drafter, policy, ids, k, sampler, vocab, eos, room, len(rounds))
         policy.observe(rnd)
         rounds.append(rnd)
         ks.append(rnd.k)

@@ -4,9 +4,14 @@
   AdaptiveK   transformers' heuristic: +1 after a full acceptance, -1 after a rejection
   BestK       the k that maximises the predicted speedup, and a stop after a doubtful draft
 
-make_k_policy turns the engine's k_policy setting into one of them. A policy has
-next_k() (the round's k, before drafting) and observe(round) (learn from the
-finished round).
+make_k_policy turns the engine's k_policy setting into one of them. Each is a
+KPolicy, the three methods the engine calls each round:
+
+  next_k(asks_keep)          the round's k, before drafting (asks_keep: the drafter
+                             will ask keep_drafting after each token, so k may be a cap)
+  keep_drafting(conf, extra) asked after each drafted token: draft one more?
+                             (FixedK and AdaptiveK always say yes)
+  observe(round)             learn from the finished round
 
 The best-k chooser picks k each round to maximise the predicted speedup.
 
@@ -34,7 +39,7 @@ the last measured slope is extended (flat when only one size is known: the
 optimistic guess, which makes the chooser try a larger k and measure it).
 
 With stop=True (what k_policy="best" uses) the round's k is decided online
-as well, from the draft's own confidence: after each drafted token the
+as well, by keep_drafting, from the draft's own confidence: after each drafted token the
 chooser keeps drafting only while one more token is expected to add more
 tokens per unit of cost than the round so far,
 
@@ -57,7 +62,7 @@ parameter counts (prime()), and the verify cost is taken as flat. The first
 round's target pass also reads the prompt, so it costs several 1-token passes
 and each draft is cheap next to it: the cost of the round gets that `extra`,
 estimated from the draft's own first step, which read the same prompt
-(prompt_extra), and the first round drafts longer. Its timings include reading
+(prompt_extra, which the engine passes in), and the first round drafts longer. Its timings include reading
 the prompt: observe() learns its acceptance but not its costs.
 
 With clock=False (what the engine sets when sampling) the decisions use no
@@ -80,7 +85,6 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from . import measure, theory
-from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 
 K_MAX = 32  # the largest k a round drafts (the engine's input check, and BestK's cap)
@@ -90,17 +94,29 @@ CALIB_EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 1.0
 CALIB_PRIOR = 2.0  # pseudo-observations per bin, at a(q) = the bin's middle
 
 
-class FixedK:
-    """The same k every round; never stops a round early."""
+class KPolicy:
+    """What the engine asks a k policy each round. This base drafts every token it is given k for."""
+
+    def next_k(self, asks_keep: bool = False) -> int:
+        """The round's k (asks_keep: the drafter asks keep_drafting() after each token)."""
+        raise NotImplementedError
+
+    def keep_drafting(self, confidences: list[float], extra: float = 0.0) -> bool:
+        """After drafting len(confidences) tokens (each the draft's probability of its token): one more?"""
+        return True
+
+    def observe(self, rnd) -> None:
+        """Learn from one finished Round."""
+
+
+class FixedK(KPolicy):
+    """The same k every round."""
 
     def __init__(self, k: int):
         self.k = k
 
-    def next_k(self) -> int:
+    def next_k(self, asks_keep: bool = False) -> int:
         return self.k
-
-    def observe(self, rnd) -> None:
-        pass
 
 
 class AdaptiveK(FixedK):
@@ -117,8 +133,8 @@ class AdaptiveK(FixedK):
             self.k = min(self.k_max, self.k + 1)
 
 
-class BestK:
-    """A k policy (next_k / observe) that maximises the predicted speedup.
+class BestK(KPolicy):
+    """A k policy that maximises the predicted speedup.
 
     k:            the first round's k, before anything is measured
     k_min, k_max: the range searched
@@ -129,8 +145,8 @@ class BestK:
                   callable n -> ratio; its shape is used, and the live verify
                   times scale it. None: learn the shape from the rounds.
     window:       how many recent timings per size the medians use
-    stop:         also stop drafting early on a doubtful draft (see the module doc);
-                  for a model drafter (wrap_drafter) next_k() then gives the cap, k_max
+    stop:         also stop drafting early on a doubtful draft (keep_drafting; see the module
+                  doc); for a drafter that asks it, next_k() then gives the cap, k_max
     clock:        let this run's timings steer k (False: the primed c and the profile
                   only, so the same inputs give the same k every time)
     """
@@ -159,7 +175,6 @@ class BestK:
         self.history: list[dict] = []  # what was decided each round, for the bench and the app
         self.stop = bool(stop)
         self.clock = bool(clock)
-        self.stopping = False  # set by wrap_drafter: a drafter that asks keep_drafting() is attached
         self.k0 = self.k
         self.c_prior: float | None = None  # c before any round is measured (see prime())
         nb = len(CALIB_EDGES) - 1
@@ -247,8 +262,8 @@ class BestK:
         return self.verify_cost if self.clock else self.profile
 
     # --- the policy interface ------------------------------------------------
-    def next_k(self) -> int:
-        if self.stop and self.stopping and self._c_estimate() is not None:
+    def next_k(self, asks_keep: bool = False) -> int:
+        if self.stop and asks_keep and self._c_estimate() is not None:
             return self.k_max  # the drafter asks keep_drafting() after each token: the cap
         c = self.c if self.clock else self.c_prior
         if c is None:  # nothing measured and no estimate for the stop rule: the starting k
@@ -263,7 +278,10 @@ class BestK:
         is one more draft expected to raise tokens per unit of cost? (See the module doc.)
 
         extra: what this round's target pass costs beyond verifying the drafts, in 1-token
-        target passes (the first round's pass also reads the prompt; ConfidenceDrafter)."""
+        target passes (the first round's pass also reads the prompt: prompt_extra).
+        Without stop=True, always yes."""
+        if not self.stop:
+            return True
         j = len(confidences)
         c = self._c_estimate()
         if c is None:  # first round, no estimate of c: draft the starting k
@@ -280,11 +298,6 @@ class BestK:
         d_cost = c + float(theory.verify_ratio(j + 2, vc)) - float(theory.verify_ratio(j + 1, vc))
         d_tokens = p * self.accept_chance(confidences[-1])  # the next draft's chance, from the last one's
         return d_tokens * cost > e * d_cost if d_cost > 0 else d_tokens > 0
-
-    def wrap_drafter(self, drafter: Drafter) -> Drafter:
-        """With stop=True, a model drafter that asks keep_drafting() after every token."""
-        self.stopping = self.stop and type(drafter) is ModelDrafter
-        return ConfidenceDrafter(drafter, self) if self.stopping else drafter
 
     def observe(self, rnd) -> None:
         """Learn from one Round: acceptance counts, draft time per token, verify time by size."""
@@ -305,35 +318,6 @@ class BestK:
             self.calib_n[i] += 1
 
 
-class ConfidenceDrafter(Drafter):
-    """A ModelDrafter whose round ends early when the policy says one more draft would not pay.
-
-    Same cache, same distributions, same records as the ModelDrafter it wraps;
-    only the number of drafted tokens differs.
-    """
-
-    uses_model = True
-
-    def __init__(self, inner: ModelDrafter, policy: BestK):
-        self.inner, self.policy = inner, policy
-        self.lm = inner.lm
-        self.name = inner.name
-
-    def start(self, prompt_ids: list[int]) -> float:
-        return self.inner.start(prompt_ids)
-
-    def update(self, ids: list[int], n_accepted: int) -> None:
-        self.inner.update(ids, n_accepted)
-
-    def propose(self, ids: list[int], k: int, sampler) -> Proposal:
-        reads_prompt = self.inner.lm.n == 0 and len(ids) > 1  # the first round: both models read the prompt
-
-        def keep(confidences: list[float], step_s: list[float]) -> bool:
-            return self.policy.keep_drafting(confidences, prompt_extra(step_s) if reads_prompt else 0.0)
-
-        return self.inner.draft_tokens(ids, k, sampler, keep)
-
-
 def prompt_extra(step_s: list[float]) -> float:
     """The first round's target pass also reads the prompt: its cost beyond a 1-token pass, in 1-token
     target passes, estimated from the draft reading the same prompt in its first step (both models'
@@ -348,13 +332,13 @@ def prompt_extra(step_s: list[float]) -> float:
 
 def make_k_policy(k: int, k_policy):
     """'fixed', 'adaptive', 'best' (BestK: live estimates of alpha, c and verify cost, and
-    a stop after a doubtful draft), or a ready policy object with next_k() and observe(round)."""
+    a stop after a doubtful draft), or a ready KPolicy."""
     if k_policy == "fixed":
         return FixedK(k)
     if k_policy == "adaptive":
         return AdaptiveK(k)
     if k_policy == "best":
         return BestK(k, k_max=K_MAX, stop=True)  # the stop rule, not the cap, ends a confident round
-    if not isinstance(k_policy, str) and hasattr(k_policy, "next_k") and hasattr(k_policy, "observe"):
+    if isinstance(k_policy, KPolicy):
         return k_policy
     raise InvalidSetting(f"k_policy must be 'fixed', 'adaptive' or 'best', got {k_policy!r}.")

@@ -201,10 +201,9 @@ def test_stop_after_a_doubtful_draft_and_not_before():
     assert drafted_length(p, doubtful) == 3  # the doubtful draft is still proposed, then the round ends
     from specviz.drafters import ModelDrafter, PromptLookupDrafter
 
-    assert p.wrap_drafter(PromptLookupDrafter()).__class__ is PromptLookupDrafter  # nothing to ask
-    assert p.next_k() == theory.best_k(p.alpha, p.c, p.verify_cost, k_max=16)[0]
-    p.wrap_drafter(ModelDrafter(tiny_qwen(1)))
-    assert p.next_k() == p.k_max  # a drafter that stops early gets the cap
+    assert not PromptLookupDrafter.asks_keep  # nothing to ask
+    assert p.next_k(PromptLookupDrafter.asks_keep) == theory.best_k(p.alpha, p.c, p.verify_cost, k_max=16)[0]
+    assert p.next_k(ModelDrafter.asks_keep) == p.k_max  # a drafter that stops early gets the cap
 
 
 def test_a_confident_streak_keeps_drafting_when_the_run_alpha_is_low(monkeypatch):
@@ -238,9 +237,8 @@ def test_a_primed_first_round_is_decided_by_the_stop_rule():
     from specviz.drafters import ModelDrafter
 
     p = BestK(3, k_max=K_MAX, stop=True)
-    p.wrap_drafter(ModelDrafter(tiny_qwen(1)))
     p.prime(0.35)
-    assert p.c is None and p.next_k() == K_MAX  # nothing measured, but the rule can decide: the cap
+    assert p.c is None and p.next_k(ModelDrafter.asks_keep) == K_MAX  # nothing measured, but the rule can decide: the cap
     assert drafted_length(p, [0.995] * K_MAX, cap=K_MAX) > 8
     assert drafted_length(p, [0.995, 0.995, 0.995, 0.995, 0.1] + [0.995] * 27, cap=K_MAX) == 5
     for bad in (None, 0.0, -1.0, float("nan")):  # no estimate: the starting k, as unprimed
@@ -298,16 +296,15 @@ def _cheap_close_draft(target):
     return draft
 
 
-def test_engine_best_uses_the_confidence_drafter_and_stays_exact():
+def test_engine_best_stops_model_drafts_early_and_stays_exact():
     from specviz.drafters import ModelDrafter
-    from specviz.kpolicy import ConfidenceDrafter
 
     target = tiny_qwen(100)
     draft = _cheap_close_draft(target)
     prompt = [2, 7, 1, 8, 2, 8]
     pol = make_k_policy(4, "best")
     assert isinstance(pol, BestK) and pol.stop and pol.clock
-    assert isinstance(pol.wrap_drafter(ModelDrafter(draft)), ConfidenceDrafter)
+    assert ModelDrafter.asks_keep  # the engine passes the policy's keep_drafting into its propose
     run = speculative_decode(target, draft, prompt, k=4, max_new_tokens=40, k_policy="best")
     assert run.token_ids == hf_greedy(target, prompt, 40)
     assert run.draft_passes == sum(run.ks)
@@ -396,7 +393,7 @@ def test_the_round_that_also_reads_the_prompt_drafts_longer():
     assert prompt_extra([0.1, 0.1]) == 0.0
 
 
-def test_the_confidence_drafter_passes_the_prompt_extra_in_the_first_round_only(monkeypatch):
+def test_the_engine_passes_the_prompt_extra_in_the_first_round_only(monkeypatch):
     import specviz.kpolicy as kp
 
     class Spy(BestK):
@@ -421,3 +418,27 @@ def test_the_confidence_drafter_passes_the_prompt_extra_in_the_first_round_only(
     assert first and all(e == 7.0 for e in first)  # the round whose passes read the prompt
     assert later and all(e == 0.0 for e in later)
     assert [len(s) for s in seen] == list(range(1, len(first) + 1))  # the step times so far, each time
+
+
+def test_a_policy_without_the_stop_rule_drafts_every_k_it_chooses():
+    """keep_drafting says yes for FixedK, AdaptiveK and BestK(stop=False): a model drafter drafts the full k."""
+    from specviz.kpolicy import AdaptiveK, FixedK
+
+    def recording(cls):
+        class Recording(cls):
+            def next_k(self, asks_keep=False):
+                k = super().next_k(asks_keep)
+                self.chosen.append(k)
+                return k
+
+        return Recording
+
+    target, draft = tiny_qwen(100), tiny_qwen(200)
+    prompt = [3, 1, 4, 1, 5]
+    for pol in (recording(FixedK)(3), recording(AdaptiveK)(3), recording(BestK)(3, k_max=8)):
+        pol.chosen = []
+        run = speculative_decode(target, draft, prompt, k=3, max_new_tokens=30, k_policy=pol)
+        assert run.token_ids == hf_greedy(target, prompt, 30)
+        done = [sum(len(r.emitted) for r in run.rounds[:i]) for i in range(len(run.rounds))]
+        assert run.ks == [min(k, 30 - n) for k, n in zip(pol.chosen, done)]  # no more than the room left
+        assert pol.keep_drafting([0.01]) and pol.keep_drafting([0.99, 0.01], extra=5.0)
