@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
@@ -211,11 +212,24 @@ def verify(target: CachedLM, ids: list[int], tokens: list[int], vocab: int) -> t
     return logits[:, :vocab].float(), dt  # (k+1, V), on the target's device
 
 
-def decide(logits: torch.Tensor, prop: Proposal, sampler: Sampler, argmax: list[int] | None = None):
+@dataclass(frozen=True)
+class Decision:
+    """What steps 3-4 decided for one round's proposal."""
+
+    n_accepted: int  # the accepted prefix's length
+    extra_id: int  # the token the target adds after it
+    extra_kind: str  # "correction" (at the first rejection) or "bonus" (all k accepted)
+    u: list[float]  # the uniform each judged draft was tested with (sampling; empty when greedy)
+    ratio: list[float]  # p/q of each judged draft
+    accepted: list[bool]  # the verdict on each judged draft
+    p: torch.Tensor  # (k+1, V) the target's distributions
+    residual: torch.Tensor | None  # (V,) what a sampled correction was drawn from
+
+
+def decide(logits: torch.Tensor, prop: Proposal, sampler: Sampler, argmax: list[int] | None = None) -> Decision:
     """Steps 3-4: accept left to right, then pick the correction or the bonus.
 
     `argmax`: the target's argmax per position, if already computed (greedy decisions use it).
-    Returns (n_accepted, extra_id, extra_kind, us, ratios, decisions, p, residual_probs).
     """
     k = len(prop.tokens)
     p = sampler.probs(logits)  # (k+1, V)
@@ -236,13 +250,12 @@ def decide(logits: torch.Tensor, prop: Proposal, sampler: Sampler, argmax: list[
         if not ok:
             # correction: the target's argmax (greedy) or a draw from norm(max(0, p - q))
             if sampler.greedy:
-                return i, argmax[i], "correction", us, ratios, decisions, p, None
+                return Decision(i, argmax[i], "correction", us, ratios, decisions, p, None)
             r = residual(p[i], None if prop.q is None else prop.q[i], d)  # (V,)
-            return i, sampler.pick(logits[i], r), "correction", us, ratios, decisions, p, r
+            return Decision(i, sampler.pick(logits[i], r), "correction", us, ratios, decisions, p, r)
     # all k accepted: a bonus token from the target's next distribution
-    if sampler.greedy:
-        return k, argmax[k], "bonus", us, ratios, decisions, p, None
-    return k, sampler.pick(logits[k], p[k]), "bonus", us, ratios, decisions, p, None
+    extra = argmax[k] if sampler.greedy else sampler.pick(logits[k], p[k])
+    return Decision(k, extra, "bonus", us, ratios, decisions, p, None)
 
 
 def step(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[int], k: int, sampler: Sampler,
@@ -255,7 +268,8 @@ def step(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[
         tokens = prop.tokens
         logits, verify_s = verify(target, ids, tokens, vocab)
     argmax = torch.argmax(logits, dim=-1).tolist()  # (k+1,): decisions (greedy) and the record
-    n_acc, extra, kind, us, ratios, decisions, p, res = decide(logits, prop, sampler, argmax)
+    d = decide(logits, prop, sampler, argmax)
+    n_acc, extra, kind, p = d.n_accepted, d.extra_id, d.extra_kind, d.p
 
     # emit, cut at EOS / max_new_tokens, then roll both caches back
     emitted, hit_eos = _cut(tokens[:n_acc] + [extra], eos, room)
@@ -282,10 +296,10 @@ def step(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[
         overlap = list(p_d)
     rnd = Round(
         index=index, k=k, drafted=list(tokens), q_drafted=q_d, p_drafted=p_d,
-        u=us, ratio=ratios, accepted=decisions, n_accepted=n_acc, emitted=emitted,
+        u=d.u, ratio=d.ratio, accepted=d.accepted, n_accepted=n_acc, emitted=emitted,
         extra_id=extra, extra_kind=kind, p_top=_topk_rows(p), q_top=q_top,
         target_argmax=argmax, overlap=overlap,
-        entropy=_entropy(p), residual_top=_topk(res) if res is not None else None,
+        entropy=_entropy(p), residual_top=_topk(d.residual) if d.residual is not None else None,
         greedy=sampler.greedy, draft_s=sum(prop.step_s), verify_s=verify_s,
         round_s=time.perf_counter() - t0, prefill_tokens=prefill, outside_load=load.busy,
     )

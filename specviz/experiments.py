@@ -195,9 +195,9 @@ def trials_from_logits(p_logits: torch.Tensor, q_logits: torch.Tensor, n: int = 
         sampler = Sampler.create(temperature, top_k, top_p, s)
         q = sampler.probs(q_logits)
         d = sampler.pick(q_logits, q)  # the draft's proposal
-        n_acc, extra, *_ = decide(both, Proposal([d], q[None], q[None]), sampler)
-        tok = d if n_acc >= 1 else extra
-        accepted += n_acc >= 1
+        dec = decide(both, Proposal([d], q[None], q[None]), sampler)
+        tok = d if dec.n_accepted >= 1 else dec.extra_id
+        accepted += dec.n_accepted >= 1
         counts[tok] = counts.get(tok, 0) + 1
     p = logits_to_probs(p_logits, temperature or 1.0, top_k, top_p)
     q = logits_to_probs(q_logits, temperature or 1.0, top_k, top_p)

@@ -9,6 +9,7 @@ from thousands of seeded runs, must match the target's exact distribution
 
 import collections
 import copy
+import dataclasses
 import itertools
 import json
 
@@ -247,12 +248,12 @@ def test_a_bonus_drawn_from_the_draft_fails_the_distribution_check(small_vocab_p
     decide = engine.decide
 
     def bonus_from_q(logits, prop, sampler, argmax=None):
-        n_acc, extra, kind, *rest = decide(logits, prop, sampler, argmax)
-        if kind == "bonus":  # with k=2 and 3 new tokens a bonus only fits in the first round: context = PROMPT
+        d = decide(logits, prop, sampler, argmax)
+        if d.extra_kind == "bonus":  # with k=2 and 3 new tokens a bonus only fits in the first round: context = PROMPT
             with torch.no_grad():
                 q_next = sampler.probs(draft(torch.tensor([PROMPT + prop.tokens])).logits[0, -1])
-            extra = sampler.pick(logits[-1], q_next)
-        return (n_acc, extra, kind, *rest)
+            d = dataclasses.replace(d, extra_id=sampler.pick(logits[-1], q_next))
+        return d
 
     monkeypatch.setattr(engine, "decide", bonus_from_q)
     counts, _ = sampled_counts(target, draft, N_RUNS, 1.0)
