@@ -32,7 +32,7 @@ from . import devqueue, kpolicy, measure
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 from .kpolicy import K_MAX, make_k_policy
-from .lm import CachedLM, max_positions, vocab_size
+from .lm import CachedLM, eos_ids, max_positions, vocab_size
 from .records import Round, Run, TopK
 from .sampling import Sampler, accept_token, residual, uniform
 
@@ -126,21 +126,6 @@ def check_draft_vocab(draft_model, vocab: int) -> None:
         raise InvalidSetting(f"The draft scores {have:,} token ids but the run decodes over {vocab:,}: pass "
                              f"vocab={have} (the ids both models share, as Pair.shared_vocab) so that the "
                              "speculative run and its baseline pick from the same ids.")
-
-
-def _eos_set(eos_token_id, *models) -> set[int]:
-    """EOS ids: given explicitly, else from the models' generation configs (may be empty)."""
-    if eos_token_id is None:
-        found: set[int] = set()
-        for m in models:
-            gc = getattr(m, "generation_config", None)
-            e = getattr(gc, "eos_token_id", None) if gc is not None else None
-            if e is None:
-                e = getattr(m.config, "eos_token_id", None)
-            if e is not None:
-                found.update([e] if isinstance(e, int) else list(e))
-        return found
-    return {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
 
 
 def _cut(emitted: list[int], eos: set[int], room: int) -> tuple[list[int], bool]:
@@ -371,7 +356,7 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     ids = as_id_list(input_ids)
     check_settings(ids, models, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
-    eos = _eos_set(eos_token_id, *models)
+    eos = set(eos_ids(models, eos_token_id))
     if isinstance(drafter, ModelDrafter):
         drafter.vocab, drafter.eos = vocab, eos
     policy = make_k_policy(k, k_policy)
@@ -446,7 +431,7 @@ def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: 
     ids = as_id_list(input_ids)
     check_settings(ids, [model], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
-    eos = _eos_set(eos_token_id, model)
+    eos = set(eos_ids([model], eos_token_id))
     settings = _settings(k=0, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                          seed=seed, k_policy="none", drafter="none", eos_token_id=sorted(eos))
     sampler = Sampler.create(temperature, top_k, top_p, seed)

@@ -42,6 +42,39 @@ def max_positions(model) -> int | None:
     return None
 
 
+END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>")
+
+
+def eos_ids(models, eos_token_id=None, tokenizer=None, vocab: int | None = None) -> list[int]:
+    """The ids that end a reply, in first-seen order (may be empty).
+
+    eos_token_id given (an id or a list): exactly those. Otherwise the tokenizer's eos, each
+    model's generation-config eos (its config's when that has none), and the known end-of-turn
+    tokens in the tokenizer's vocabulary. vocab: keep only the ids below it (ids both models score).
+    """
+    ids: list[int] = []
+
+    def add(x):
+        if isinstance(x, int):
+            ids.append(x)
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            ids.extend(i for i in x if isinstance(i, int))
+
+    if eos_token_id is not None:
+        add(eos_token_id if isinstance(eos_token_id, int) else list(eos_token_id))
+    else:
+        if tokenizer is not None:
+            add(getattr(tokenizer, "eos_token_id", None))
+        for m in models:
+            e = getattr(getattr(m, "generation_config", None), "eos_token_id", None)
+            add(e if e is not None else getattr(m.config, "eos_token_id", None))
+        if tokenizer is not None:
+            tv = tokenizer.get_vocab()
+            for t in END_TOKENS:
+                add(tv.get(t))
+    return [i for i in dict.fromkeys(ids) if vocab is None or 0 <= i < vocab]
+
+
 def vocab_size(model) -> int:
     """Rows of the output head: how many logits the model produces."""
     head = model.get_output_embeddings()

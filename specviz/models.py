@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from . import quant
+from .lm import eos_ids
 from .config import (
     ChunkSource,
     DerivedSource,
@@ -102,9 +103,6 @@ DEFAULT_DTYPE: torch.dtype = (
     if os.environ.get("SPECVIZ_DTYPE")
     else (torch.bfloat16 if torch.cuda.is_available() else torch.float32)
 )
-
-_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>")
-
 
 # -----------------------------------------------------------------------------
 # records
@@ -239,25 +237,6 @@ def check_tokenizers(draft_tok, target_tok, draft_model, target_model) -> int:
                     f"must use the same tokenizer: pick a draft from the target's family."
                 )
     return shared
-
-
-def _eos_ids(tok, models, shared: int) -> list[int]:
-    """Ids that end a reply: the tokenizer's and generation configs' eos, plus known end-of-turn tokens."""
-    ids: list[int] = []
-
-    def add(x):
-        if isinstance(x, int):
-            ids.append(x)
-        elif isinstance(x, (list, tuple)):
-            ids.extend(i for i in x if isinstance(i, int))
-
-    add(getattr(tok, "eos_token_id", None))
-    for model in models:
-        add(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
-    vocab = tok.get_vocab()
-    for t in _END_TOKENS:
-        add(vocab.get(t))
-    return [i for i in dict.fromkeys(ids) if 0 <= i < shared]
 
 
 # -----------------------------------------------------------------------------
@@ -428,7 +407,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     shared = check_tokenizers(d_tok, t_tok, d_model, t_model)
     pair = Pair(
         name=spec.name, draft=d_model, target=t_model, tokenizer=t_tok, dtype=dtype, device=device, spec=spec,
-        eos_token_ids=_eos_ids(t_tok, [t_model, d_model], shared), shared_vocab=shared, sources=sources,
+        eos_token_ids=eos_ids([t_model, d_model], tokenizer=t_tok, vocab=shared), shared_vocab=shared, sources=sources,
         fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"), draft_precision=precision,
     )  # fmt: skip
     pair.load_s = time.perf_counter() - t0

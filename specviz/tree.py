@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .engine import DecodeStream, _cut, _eos_set, _topk, _topk_rows, as_id_list, check_settings, _is_int
+from .engine import DecodeStream, _cut, _topk, _topk_rows, as_id_list, check_settings, _is_int
 from .errors import InvalidSetting
-from .lm import CachedLM, sync, vocab_size
+from .lm import CachedLM, eos_ids, sync, vocab_size
 from .sampling import Sampler, accept_token, residual, sample, uniform
 from .tree_records import TreeRound, TreeRun
 
@@ -368,7 +368,7 @@ def tree_stream(target, draft, input_ids, *, budget: int = 16, branch: int = 2, 
     check_settings(ids, [target, draft], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
     check_tree(budget, branch, max_depth)
-    eos = _eos_set(eos_token_id, target, draft)
+    eos = set(eos_ids([target, draft], eos_token_id))
     settings = dict(budget=budget, branch=branch, max_depth=max_depth, temperature=temperature, top_p=top_p,
                     top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, eos_token_id=sorted(eos))
     shape = dict(budget=budget, branch=branch, max_depth=max_depth)

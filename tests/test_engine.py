@@ -554,3 +554,23 @@ def test_all_k_values_over_product(qwen_pair):
         prompt = [seed + 1, 2 * seed + 3]
         assert speculative_decode(target, drafter, prompt, k=k, max_new_tokens=15, seed=seed).token_ids == \
             hf_greedy(target, prompt, 15)
+
+
+def test_one_eos_resolver_for_the_engine_and_the_loader():
+    """Given ids win; else the tokenizer's, the generation config's (the config's when it has none) and
+    the end-of-turn tokens, each once, in that order, below the shared vocabulary."""
+    from specviz.lm import eos_ids
+
+    a, b = tiny_qwen(0), tiny_qwen(1)
+    a.generation_config.eos_token_id, a.config.eos_token_id = None, 7
+    b.generation_config.eos_token_id = [9, 7]
+
+    class Tok:
+        eos_token_id = 3
+
+        def get_vocab(self):
+            return {"<|im_end|>": 5, "<|endoftext|>": 200, "hello": 6}
+
+    assert eos_ids([a, b]) == [7, 9]
+    assert eos_ids([a, b], 4) == [4] and eos_ids([a, b], [2, 2]) == [2] and eos_ids([a, b], []) == []
+    assert eos_ids([a, b], tokenizer=Tok(), vocab=100) == [3, 7, 9, 5]
