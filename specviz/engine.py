@@ -35,6 +35,7 @@ from .kpolicy import K_MAX, make_k_policy
 from .lm import CachedLM, eos_ids, max_positions, vocab_size
 from .records import Round, Run, TopK
 from .sampling import Sampler, accept_token, residual, uniform
+from .settings import is_greedy
 
 TOP_N = 10  # how many of the most likely tokens are recorded per position
 
@@ -73,7 +74,7 @@ def check_decoding(*, k: int | None, temperature: float, top_p: float, top_k: in
     if k is not None and not (_is_int(k) and 1 <= k <= K_MAX):
         raise InvalidSetting(f"k (tokens drafted per round) must be an integer from 1 to {K_MAX}, got {k!r}.")
     if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
-            and math.isfinite(temperature) and (temperature == 0 or temperature >= TEMPERATURE_MIN)):
+            and math.isfinite(temperature) and (is_greedy(temperature) or temperature >= TEMPERATURE_MIN)):
         raise InvalidSetting(f"temperature must be 0 (greedy) or from {TEMPERATURE_MIN:g} up, got {temperature!r}"
                              " (a smaller one divides the logits into overflow; use 0 for greedy).")
     if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):

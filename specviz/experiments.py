@@ -35,6 +35,7 @@ from .engine import autoregressive_decode, decide, speculative_decode
 from .lm import CachedLM, sync, vocab_size
 from .records import Run
 from .sampling import Sampler, logits_to_probs
+from .settings import is_greedy
 from .theory import Estimate, alpha_from_counts
 
 Progress = Callable[[str, float | None], None] | None
@@ -199,8 +200,9 @@ def trials_from_logits(p_logits: torch.Tensor, q_logits: torch.Tensor, n: int = 
         tok = d if dec.n_accepted >= 1 else dec.extra_id
         accepted += dec.n_accepted >= 1
         counts[tok] = counts.get(tok, 0) + 1
-    p = logits_to_probs(p_logits, temperature or 1.0, top_k, top_p)
-    q = logits_to_probs(q_logits, temperature or 1.0, top_k, top_p)
+    t = 1.0 if is_greedy(temperature) else temperature  # greedy: the distributions at T = 1
+    p = logits_to_probs(p_logits, t, top_k, top_p)
+    q = logits_to_probs(q_logits, t, top_k, top_p)
     keep = set(torch.topk(p, min(top, vocab)).indices.tolist()) | set(counts)
     return FirstTokenTrials(counts, {i: float(p[i]) for i in keep}, {i: float(q[i]) for i in keep}, n, accepted)
 
@@ -223,7 +225,7 @@ class Agreement:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return is_greedy(self.temperature)
 
     @property
     def accept_chance(self) -> list[float]:
@@ -267,7 +269,7 @@ def agreement_along(target, draft, input_ids: list[int], text_ids: list[int], te
     ids = list(input_ids) + text[:-1]  # the last text token predicts nothing we need
     p_logits = CachedLM(target).feed(ids, keep=n)[:, :vocab]  # (n, V): row i predicts text[i]
     q_logits = CachedLM(draft).feed(ids, keep=n)[:, :vocab].to(p_logits.device)  # (n, V)
-    t = float(temperature) or 1.0
+    t = 1.0 if is_greedy(temperature) else float(temperature)
     p = logits_to_probs(p_logits, t)  # (n, V)
     q = logits_to_probs(q_logits, t)  # (n, V)
     match = (p_logits.argmax(-1) == q_logits.argmax(-1)).tolist()  # (n,)
@@ -305,7 +307,7 @@ def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: floa
         if warm:
             speculative_decode(target, draft, input_ids, k=k, max_new_tokens=2, **common, **kw)
         spec = speculative_decode(target, draft, input_ids, k=k, max_new_tokens=max_new_tokens, **common, **kw)
-    identical = spec.token_ids == base.token_ids if temperature == 0 else None
+    identical = spec.token_ids == base.token_ids if is_greedy(temperature) else None
     return Comparison(spec, base, measure.speedup(spec, base), identical)
 
 

@@ -32,6 +32,7 @@ from .errors import InvalidSetting
 from .experiments import Agreement, agreement_along, first_logits
 from .experiments import compare_with_baseline  # noqa: F401 - pages call it as lab.compare_with_baseline
 from .records import Run
+from .settings import is_greedy
 from .theory import alpha_from_counts, expected_speedup, expected_tokens
 
 Progress = Callable[[str, "float | None"], None] | None
@@ -331,7 +332,7 @@ def first_position(target, draft, input_ids: Sequence[int], temperature: float =
         raise InvalidSetting("The prompt is empty: type something for the model to continue.")
     p_logits, q_logits = first_logits(target, draft, ids, vocab)  # (V,) each
     v = p_logits.shape[-1]
-    t = temperature if temperature > 0 else 1.0
+    t = 1.0 if is_greedy(temperature) else temperature
     p = logits_to_probs(p_logits.double(), t, top_k, top_p)
     q = logits_to_probs(q_logits.double(), t, top_k, top_p)
     r = torch.clamp(p - q, min=0.0)

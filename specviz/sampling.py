@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .settings import is_greedy
+
 
 def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Softmax of logits/temperature restricted to top-k and the top-p nucleus.
@@ -109,7 +111,7 @@ class Sampler:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return is_greedy(self.temperature)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """The distribution decisions are made under (display-only when greedy)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from . import measure, theory
 from .engine import K_MAX, speculative_decode
 from .experiments import forward_cost
+from .settings import is_greedy
 from .tree import tree_decode
 from .tree_records import TreeRound
 
@@ -171,7 +172,7 @@ def chain_vs_tree(target, draft, ids: list[int], *, budgets: Sequence[int] = (4,
     say("the target's pass over 1 and N + 1 tokens", (steps - 1) / steps)
     sizes = tuple(sorted({1} | {b + 1 for b in budgets}))
     ratio = measure.verify_ratios(forward_cost(target, n_tokens=sizes, reps=cost_reps))
-    return ChainVsTree(budgets, runs, ratio, all(o == outputs[0] for o in outputs), temperature == 0)
+    return ChainVsTree(budgets, runs, ratio, all(o == outputs[0] for o in outputs), is_greedy(temperature))
 
 
 def chain_vs_tree_verdict(cmp: ChainVsTree) -> list[str]:

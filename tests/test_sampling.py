@@ -143,3 +143,17 @@ def test_sample_edges():
     assert sample(torch.tensor([0.0, 0.0, 1.0, 0.0]), g) == 2
     assert sample(torch.tensor([1.0]), g) == 0
     assert all(sample(torch.tensor([0.0, 0.25, 0.75, 0.0], dtype=torch.float64), g) in (1, 2) for _ in range(200))
+
+
+def test_the_sampler_the_settings_and_the_records_share_one_greedy():
+    """settings.is_greedy is the definition: the Sampler, DecodeSettings and every recorded Round follow it."""
+    from specviz import speculative_decode
+    from specviz.settings import DecodeSettings, is_greedy
+    from tiny import tiny_qwen
+
+    for t in (0, 0.0, -0.0, 1e-3, 0.7, 1.0):
+        assert Sampler.create(t, 0, 1.0, 0).greedy == is_greedy(t) == DecodeSettings(temperature=t).greedy
+    target, draft = tiny_qwen(0), tiny_qwen(1)
+    for t in (0.0, 1e-3):
+        run = speculative_decode(target, draft, [1, 2, 3], k=2, temperature=t, max_new_tokens=4)
+        assert all(r.greedy == is_greedy(t) for r in run.rounds)
