@@ -129,6 +129,14 @@ def check_draft_vocab(draft_model, vocab: int) -> None:
                              "speculative run and its baseline pick from the same ids.")
 
 
+def pair_vocab(target, draft_model, vocab: int | None = None) -> int:
+    """The ids a target and a draft model are compared over: `vocab`, else default_vocab(target).
+    The draft must score all of them (check_draft_vocab)."""
+    vocab = vocab or default_vocab(target)
+    check_draft_vocab(draft_model, vocab)
+    return vocab
+
+
 def _cut(emitted: list[int], eos: set[int], room: int) -> tuple[list[int], bool]:
     """Never emit past EOS or past max_new_tokens; return (tokens, hit_eos)."""
     out = []
@@ -351,9 +359,8 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     """
     drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
     models = [target] + ([drafter.lm.model] if isinstance(drafter, ModelDrafter) else [])
-    vocab = vocab or default_vocab(target)
-    if isinstance(drafter, ModelDrafter):
-        check_draft_vocab(drafter.lm.model, vocab)
+    vocab = pair_vocab(target, drafter.lm.model, vocab) if isinstance(drafter, ModelDrafter) \
+        else vocab or default_vocab(target)
     ids = as_id_list(input_ids)
     check_settings(ids, models, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)

@@ -31,7 +31,7 @@ import torch
 
 from . import devqueue, measure, quant
 from .drafters import Proposal
-from .engine import autoregressive_decode, decide, speculative_decode
+from .engine import autoregressive_decode, decide, pair_vocab, speculative_decode
 from .lm import CachedLM, sync, vocab_size
 from .records import Run
 from .sampling import Sampler, logits_to_probs
@@ -161,7 +161,7 @@ class FirstTokenTrials:
 def first_logits(target, draft, input_ids: list[int], vocab: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's and the draft's logits (V,) for the first token after the prompt, on the CPU,
     over the ids both models (and the tokenizer) share."""
-    vocab = vocab or min(vocab_size(target), vocab_size(draft))
+    vocab = pair_vocab(target, draft, vocab)
     ids = list(input_ids)
     p_logits = CachedLM(target).feed(ids, keep=1)[-1, :vocab].cpu()  # (V,)
     q_logits = CachedLM(draft).feed(ids, keep=1)[-1, :vocab].cpu()  # (V,)
@@ -261,7 +261,7 @@ def agreement_along(target, draft, input_ids: list[int], text_ids: list[int], te
     `text_ids` should be the target's own text (a plain decode, or a speculative
     run's output, which has the target's distribution). No decoding happens here.
     """
-    vocab = vocab or min(vocab_size(target), vocab_size(draft))
+    vocab = pair_vocab(target, draft, vocab)
     text = [int(t) for t in text_ids]
     n = len(text)
     if n == 0:

@@ -250,14 +250,15 @@ def compare_rules(p: torch.Tensor, q: torch.Tensor, rules: Sequence[Rule] = DEFA
 def first_distributions(target, draft, input_ids: Sequence[int], temperature: float = 1.0, top_k: int = 0,
                         top_p: float = 1.0, vocab: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(p, q): the target's and the draft's distributions (V,) for the first token after the prompt."""
-    from .lm import CachedLM, vocab_size
+    from .engine import pair_vocab
+    from .lm import CachedLM
 
     ids = list(input_ids)
     if not ids:
         raise InvalidSetting("The prompt is empty: type something for the model to continue.")
     if not temperature > 0:
         raise InvalidSetting("The rule lab compares sampling rules: pick a temperature above 0.")
-    v = vocab or min(vocab_size(target), vocab_size(draft))  # ids both models share
+    v = pair_vocab(target, draft, vocab)  # ids both models share
     p = logits_to_probs(CachedLM(target).feed(ids, keep=1)[-1, :v].double().cpu(), temperature, top_k, top_p)
     q = logits_to_probs(CachedLM(draft).feed(ids, keep=1)[-1, :v].double().cpu(), temperature, top_k, top_p)
     return p, q

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .engine import DecodeStream, _cut, _topk, _topk_rows, as_id_list, check_settings, _is_int
+from .engine import DecodeStream, _cut, _topk, _topk_rows, as_id_list, check_settings, _is_int, pair_vocab
 from .errors import InvalidSetting
-from .lm import CachedLM, eos_ids, sync, vocab_size
+from .lm import CachedLM, eos_ids, sync
 from .sampling import Sampler, accept_token, residual, sample, uniform
 from .tree_records import TreeRound, TreeRun
 
@@ -363,7 +363,7 @@ def tree_stream(target, draft, input_ids, *, budget: int = 16, branch: int = 2, 
                 temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64,
                 seed: int = 0, eos_token_id=None, vocab: int | None = None) -> DecodeStream:
     """Token-tree speculative decoding, one TreeRound at a time; afterwards `.run` is the TreeRun."""
-    vocab = vocab or min(vocab_size(m) for m in (target, draft))
+    vocab = pair_vocab(target, draft, vocab)
     ids = as_id_list(input_ids)
     check_settings(ids, [target, draft], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)

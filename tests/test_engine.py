@@ -574,3 +574,28 @@ def test_one_eos_resolver_for_the_engine_and_the_loader():
     assert eos_ids([a, b]) == [7, 9]
     assert eos_ids([a, b], 4) == [4] and eos_ids([a, b], [2, 2]) == [2] and eos_ids([a, b], []) == []
     assert eos_ids([a, b], tokenizer=Tok(), vocab=100) == [3, 7, 9, 5]
+
+
+def test_the_pair_labs_default_to_the_engines_vocabulary():
+    """The tree, the rule lab, the first-position lab and the agreement measure pick the engine's default:
+    the target's ids, which a draft with fewer rows cannot score (so they ask for vocab=, as the engine does)."""
+    from specviz import experiments, lab, rules, tree
+
+    target, big, small = tiny_qwen(5, vocab=72), tiny_qwen(6, vocab=80), tiny_qwen(6, vocab=64)
+    prompt = [1, 2, 3]
+    p, q = experiments.first_logits(target, big, prompt)
+    assert p.shape == q.shape == (72,)
+    assert rules.first_distributions(target, big, prompt)[1].shape == (72,)
+    assert len(lab.first_position(target, big, prompt).p) > 0
+    assert experiments.agreement_along(target, big, prompt, [4, 5]).token_ids == [4, 5]
+    base = autoregressive_decode(target, prompt, max_new_tokens=6)
+    assert tree.tree_decode(target, big, prompt, budget=4, max_new_tokens=6).token_ids == base.token_ids
+    calls = [lambda: experiments.first_logits(target, small, prompt),
+             lambda: rules.first_distributions(target, small, prompt),
+             lambda: lab.first_position(target, small, prompt),
+             lambda: experiments.agreement_along(target, small, prompt, [4, 5]),
+             lambda: tree.tree_decode(target, small, prompt, budget=4, max_new_tokens=6)]
+    for call in calls:
+        with pytest.raises(InvalidSetting, match="vocab=64"):
+            call()
+    assert experiments.first_logits(target, small, prompt, vocab=64)[0].shape == (64,)
