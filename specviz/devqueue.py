@@ -203,37 +203,11 @@ class DeviceQueue:
         slot = Slot(owner, key)
         t = _Ticket(owner)
         t0 = time.perf_counter()
-        waited = False
         with self._cond:
             line = self._line(key)
             line.waiting.append(t)
             slot.ahead = self._ahead(line, t)
-        try:
-            while True:
-                with self._cond:
-                    if t.cancelled:
-                        raise Cancelled("This session's queued model work was dropped (the session ended or a "
-                                        "new run replaced it).")
-                    if self._may_enter(line, t):
-                        line.waiting.remove(t)
-                        line.holders.append(t)
-                        line.grants += 1
-                        line.max_holders = max(line.max_holders, len(line.holders))
-                        break
-                    if waited:  # first report at once, then after each poll
-                        self._cond.wait(self.poll_s)
-                        if self._may_enter(line, t) or t.cancelled:
-                            continue
-                    ahead = self._ahead(line, t)
-                waited = True
-                if on_wait is not None:
-                    on_wait(ahead)  # may raise: a page that must stop drops its ticket
-        except BaseException:
-            with self._cond:
-                if t in line.waiting:
-                    line.waiting.remove(t)
-                self._cond.notify_all()
-            raise
+        waited = self._wait_turn(line, t, on_wait)
         slot.waited_s = time.perf_counter() - t0
         depth[key] = 1
         t1 = time.perf_counter()
@@ -249,6 +223,38 @@ class DeviceQueue:
             with self._cond:
                 line.holders.remove(t)
                 self._cond.notify_all()
+
+    def _wait_turn(self, line: _Line, t: _Ticket, on_wait: OnWait | None) -> bool:
+        """Wait until queued ticket t may hold the device, then make it a holder; return whether it waited.
+
+        Cancelled (or whatever on_wait raises) drops the ticket from the line."""
+        waited = False
+        try:
+            while True:
+                with self._cond:
+                    if t.cancelled:
+                        raise Cancelled("This session's queued model work was dropped (the session ended or a "
+                                        "new run replaced it).")
+                    if self._may_enter(line, t):
+                        line.waiting.remove(t)
+                        line.holders.append(t)
+                        line.grants += 1
+                        line.max_holders = max(line.max_holders, len(line.holders))
+                        return waited
+                    if waited:  # first report at once, then after each poll
+                        self._cond.wait(self.poll_s)
+                        if self._may_enter(line, t) or t.cancelled:
+                            continue
+                    ahead = self._ahead(line, t)
+                waited = True
+                if on_wait is not None:
+                    on_wait(ahead)  # may raise: a page that must stop drops its ticket
+        except BaseException:
+            with self._cond:
+                if t in line.waiting:
+                    line.waiting.remove(t)
+                self._cond.notify_all()
+            raise
 
     def ahead(self, owner: str, device="cpu") -> int | None:
         """Other owners before this owner's first queued ticket; 0 if it holds the device, None if absent."""
