@@ -27,7 +27,7 @@ Press **First round**, then **Next round** to step through a real run on real mo
 """
 )
 
-pair = lab_ui.pair_for_page("slow")
+pair = lab_ui.pair_for_page("slow", shared_vocab=False)
 if pair is None:
     st.stop()
 decode = lab_ui.decoder(pair)
@@ -67,7 +67,7 @@ def start():
     """A new stream with the current settings; None (error shown) on bad input."""
     if ids is None:
         return None
-    draft = pair.draft if drafter_name == "draft model" else PromptLookupDrafter()
+    draft = pair.drafter() if drafter_name == "draft model" else PromptLookupDrafter()
     stream = lab_ui.run_guarded(speculative_stream, pair.target, draft, ids, k=int(k),
                                 temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
                                 eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)

@@ -228,6 +228,7 @@ def cmd_run(args) -> int:
         if lookup or args.k_policy != "fixed":
             print("note: --tree drafts with the draft model; --drafter and --k-policy apply to chains",
                   file=sys.stderr)
+        pair.check_shared_vocab("--tree (a token tree)")
         del kw["k"], kw["k_policy"]
         print(f"generating with {pair.name}, {pair.draft_precision} draft (a tree of {args.tree} nodes, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
@@ -237,7 +238,7 @@ def cmd_run(args) -> int:
         who = "prompt lookup" if lookup else f"{pair.draft_precision} draft"
         print(f"generating with {pair.name}, {who} (k={args.k}, k policy {args.k_policy}, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
-        run = engine.speculative_decode(pair.target, PromptLookupDrafter() if lookup else pair.draft, input_ids,
+        run = engine.speculative_decode(pair.target, PromptLookupDrafter() if lookup else pair.drafter(), input_ids,
                                         **kw)
 
     if args.json:

@@ -17,10 +17,12 @@ from specviz import limits, prompts
 from specviz.errors import SpecvizError
 
 
-def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True):
+def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True, shared_vocab: bool = True):
     """Pick and load the pair (cached per server); None after showing why it can't be used.
 
     draft=False: the page uses only the target, so no draft-precision control is shown.
+    shared_vocab: the page compares the draft's q with the target's p token by token, which a draft with
+    another tokenizer (drafting through text) cannot give: such a pair is explained, not used.
     """
     name = ui.sidebar_pair_picker(prefix)
     dt = ui.dtype_picker(prefix) if dtype else ui.default_dtype_name()
@@ -41,6 +43,11 @@ def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True):
         ui.show_error(e)
         return None
     ui.show_device(pair, dt)
+    if shared_vocab and draft and not pair.shares_vocab:
+        st.info(f"**{name}**'s draft has its own tokenizer and drafts through text (see the main page). This page "
+                "compares the draft's q with the target's p token by token, which needs one vocabulary: pick a "
+                "pair whose draft shares the target's tokenizer.", icon=":material/info:")
+        return None
     return pair
 
 

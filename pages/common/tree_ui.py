@@ -29,6 +29,7 @@ def main_page_tree(pair_name: str | None, dtype: str, draft_precision: str | Non
         if st.button("Draft and verify one tree round", key="main.tree_run"):
             try:
                 pair = ui.load_pair_cached(pair_name, dtype, draft_precision)
+                pair.check_shared_vocab("A token tree")
                 ids = prompts.encode(pair.tokenizer, prompt_text, chat)
                 stream = tree_stream(pair.target, pair.draft, ids, budget=int(budget), temperature=float(temperature),
                                      seed=int(seed), max_new_tokens=16, eos_token_id=pair.eos_token_ids,
