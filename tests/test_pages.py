@@ -380,7 +380,8 @@ def test_speedup_compares_draft_precisions_on_one_prompt():
     c = [float(x) for x in rows["c"]]
     assert all(x > 0 for x in c)
     verdict = [m.value for m in at.markdown if "costs c =" in m.value]
-    assert verdict and f"{min(c):.2f}" in verdict[0]  # the verdict quotes the measured c, not a canned one
+    # the verdict quotes the measured c, not a canned one (to 2 decimals; the table shows 3, so allow the rounding)
+    assert verdict and float(re.search(r"costs c = ([\d.]+)", verdict[0]).group(1)) == pytest.approx(min(c), abs=0.006)
 
 
 @needs_tiny
