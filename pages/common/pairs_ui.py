@@ -2,8 +2,8 @@
 
     offline_pairs_section(pair_name, dtype, draft_precision, prompt_text, chat, **settings)
 
-One run of each offline pair on the page's prompt and settings; the results stay in
-st.session_state["main.pairs"] until the next comparison. A pair that cannot load is
+One run of each offline pair on the page's prompt and settings; the results stay (kept.Kept under
+"main.pairs", with the settings they ran with) until the next comparison, and say which settings those were. A pair that cannot load is
 reported and left out; the others still run.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pages.common import lab_ui, ui
+from pages.common import kept, lab_ui, ui
+from pages.common.kept import Kept
 from specviz import prompts, quant, sidebyside
 from specviz.errors import SpecvizError
 
@@ -55,7 +56,7 @@ def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prom
     from specviz.config import default_registry
     from specviz.models import default_device
 
-    with st.expander("Compare the offline pairs on this prompt", expanded=KEY in st.session_state):
+    with st.expander("Compare the offline pairs on this prompt", expanded=kept.latest(KEY) is not None):
         try:
             registry = default_registry()
         except SpecvizError as e:
@@ -84,11 +85,10 @@ def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prom
             results, note = lab_ui.measure(sidebyside.compare_pairs, contenders, k=k, temperature=temperature,
                                            top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, progress=bar)
             bar.done()
-            if results is not None:
-                st.session_state[KEY] = {"results": results, "note": note,
-                                         "settings": f"k = {k}, T = {temperature:g}, {max_new_tokens} new tokens, "
-                                                     f"seed {seed}, {dtype}"}
-        got = st.session_state.get(KEY)
+            settings = f"k = {k}, T = {temperature:g}, {max_new_tokens} new tokens, seed {seed}, {dtype}"
+            Kept(KEY, settings).put({"results": results, "note": note, "settings": settings}
+                                    if results is not None else None)
+        got = kept.latest(KEY)
         if got is None:
             return
         lab_ui.load_warning(got["note"])
