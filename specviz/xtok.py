@@ -7,9 +7,10 @@ verifies any draft, so the output is exactly the target's: a bad conversion cost
 acceptance, never correctness.
 
   greedy    the drafted text is re-encoded in the target's tokens
-  sampling  the draft samples only among the tokens both vocabularies spell the
-            same way, so each draw is one target token, and its distribution q,
-            moved onto the target's ids, is what min(1, p/q) needs
+  sampling  the draft samples only among the tokens both vocabularies share
+            (the same bytes: spellings), so each draw is one target token, and
+            its distribution q, moved onto the target's ids, is what min(1, p/q)
+            needs
 """
 
 from __future__ import annotations
@@ -32,11 +33,40 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def _byte_alphabet() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in for each byte (GPT-2's table), inverted: character -> byte."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    moved = [b for b in range(256) if b not in keep]
+    return {**{chr(b): b for b in keep}, **{chr(256 + n): b for n, b in enumerate(moved)}}
+
+
+def spellings(tokenizer, n: int) -> dict[bytes, int]:
+    """The bytes each token id below n stands for, for the ids no other id spells the same way.
+
+    Byte-level BPE (Qwen, SmolLM2) writes bytes as printable stand-ins ("Ġ" for a space); SentencePiece
+    (Gemma, Llama 2) writes a space as "▁" and odd bytes as "<0xNN>". Both come down to the same bytes.
+    """
+    vocab = {t: i for t, i in tokenizer.get_vocab().items() if i < n}
+    alphabet = _byte_alphabet()
+    byte_level = sum(t.startswith("Ġ") for t in vocab) > sum(t.startswith("▁") for t in vocab)
+
+    def to_bytes(t: str) -> bytes:
+        if byte_level and all(ch in alphabet for ch in t):
+            return bytes(alphabet[ch] for ch in t)
+        if not byte_level and len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+            return bytes([int(t[3:5], 16)])
+        return (t if byte_level else t.replace("▁", " ")).encode()
+
+    by_bytes: dict[bytes, list[int]] = {}
+    for t, i in vocab.items():
+        by_bytes.setdefault(to_bytes(t), []).append(i)
+    return {b: ids[0] for b, ids in by_bytes.items() if len(ids) == 1}
+
+
 def shared_tokens(draft_tokenizer, target_tokenizer, d_vocab: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(draft ids, target ids) of the tokens both vocabularies spell the same way, one-to-one."""
-    t_vocab = target_tokenizer.get_vocab()
-    both = sorted((d, t_vocab[s]) for s, d in draft_tokenizer.get_vocab().items()
-                  if s in t_vocab and d < d_vocab and t_vocab[s] < vocab)
+    """(draft ids, target ids) of the tokens both vocabularies spell the same way, one-to-one, by draft id."""
+    t_ids = spellings(target_tokenizer, vocab)
+    both = sorted((d, t_ids[b]) for b, d in spellings(draft_tokenizer, d_vocab).items() if b in t_ids)
     return torch.tensor([d for d, _ in both], dtype=torch.long), torch.tensor([t for _, t in both], dtype=torch.long)
 
 

@@ -107,6 +107,25 @@ def test_the_shared_tokens_are_one_to_one_and_leave_out_the_missing(setup):
     assert not set(t_tok.convert_tokens_to_ids(list(MISSING))) & set(t_ids.tolist())
 
 
+def word_tokenizer(tokens: list[str]):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, **{t: i + 1 for i, t in enumerate(tokens)}}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>")),
+                                   unk_token="<unk>")
+
+
+def test_byte_level_and_sentencepiece_spellings_meet_on_bytes():
+    byte_level = word_tokenizer(["Ġthe", "Ġcat", "Ċ", "the", "Ġé"])  # "Ġ" a space, "Ċ" a newline, "Ã©" é
+    sentencepiece = word_tokenizer(["▁the", "▁cat", "<0x0A>", "the", "▁é", "▁dog"])
+    assert xtok.spellings(byte_level, 6)[b" the"] == 1 and xtok.spellings(byte_level, 6)[b"\n"] == 3
+    d_ids, t_ids = xtok.shared_tokens(sentencepiece, byte_level, 7, 6)
+    pairs = dict(zip(d_ids.tolist(), t_ids.tolist()))
+    # the, cat, newline and "the" match; "▁é" is " é" in UTF-8, which byte-level spells "ĠÃ©", not "Ġé"
+    assert pairs == {0: 0, 1: 1, 2: 2, 3: 3, 4: 4}
+
+
 def test_sampling_through_text_keeps_the_target_distribution(sampling_setup):
     target, t_tok, draft, d_tok, prompt, exact = sampling_setup
     counts, rounds = sampled_two_tokens(target, xtok.CrossTokenizerDrafter(draft, d_tok, t_tok, vocab=N), prompt)
