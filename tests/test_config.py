@@ -29,8 +29,8 @@ def test_shipped_registry_validates():
     for pair in reg.pairs.values():
         assert (pair.draft.tokenizer != pair.target.tokenizer) == pair.other_tokenizer
         assert pair.description
-    assert {n for n, p in reg.pairs.items() if p.other_tokenizer} == {"smollm2-135m-coder-1.5b",
-                                                                      "smollm2-135m-qwen2.5-1.5b"}
+    assert {n for n, p in reg.pairs.items() if p.other_tokenizer} == {
+        "smollm2-135m-coder-1.5b", "gemma3-270m-coder-1.5b", "smollm2-135m-qwen2.5-1.5b"}
     families = {p.target.family for p in reg.pairs.values()}
     assert {"qwen2.5", "smollm2", "llama3", "gpt2", "custom"} <= families
     hubs = {m.source.hub for m in reg.models.values() if isinstance(m.source, HubSource)}

