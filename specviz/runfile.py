@@ -99,15 +99,12 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
 def target_alone(target, spec: Run, vocab: int | None = None, warm: bool = True) -> dict:
     """Time the target alone with the spec run's prompt and settings; return baseline_summary().
 
-    experiments.compare_with_baseline(spec=...), with the settings read back from the Run.
+    experiments.compare_with_baseline(spec=...), with the settings the Run recorded (Run.decode).
     """
     from .experiments import compare_with_baseline
 
-    s = spec.settings
-    cmp = compare_with_baseline(target, None, spec.prompt_ids, k=s.get("k", 4), temperature=s.get("temperature", 0.0),
-                                top_p=s.get("top_p", 1.0), top_k=s.get("top_k", 0),
-                                max_new_tokens=s.get("max_new_tokens", 64), seed=s.get("seed", 0),
-                                eos_token_id=s.get("eos_token_id"), vocab=vocab, spec=spec, warm=warm)
+    cmp = compare_with_baseline(target, None, spec.prompt_ids, k=spec.decode.k, **spec.decode.baseline_kwargs(),
+                                eos_token_id=spec.eos_token_ids, vocab=vocab, spec=spec, warm=warm)
     return baseline_summary(spec, cmp.base, cmp.speedup, cmp.identical)
 
 
