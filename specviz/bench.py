@@ -43,13 +43,11 @@ the app's Speedup page). Progress goes to stderr.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import platform
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -58,7 +56,6 @@ from typing import Any
 import torch
 
 from . import measure, quant, theory
-from .cli import add_draft_precision
 from .drafters import PromptLookupDrafter
 from .engine import autoregressive_decode, speculative_decode
 from .errors import InvalidSetting
@@ -81,79 +78,24 @@ TREE = "tree-"  # + the node budget
 
 
 # -----------------------------------------------------------------------------
-# options
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m specviz bench",
-                                description="Benchmark speculative decoding on the real pair (or --tiny).")
-    p.add_argument("--pair", help="pair name from `python -m specviz models` (default: the default pair)")
-    p.add_argument("--models", metavar="YAML", help="registry file")
-    p.add_argument("--tiny", action="store_true", help="the tiny random pair (seconds; for tests)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the pair's default")
-    add_draft_precision(p)
-    p.add_argument("--fast-linear", action=argparse.BooleanOptionalAction, default=None,
-                   help="float32 on CPU: every nn.Linear through oneDNN (specviz.fastlinear); "
-                        "default: as load_pair does (on unless SPECVIZ_FAST_LINEAR=0)")
-    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
-    p.add_argument("--ks", default="1,2,3,4,5,6,8", help="fixed k values (default 1,2,3,4,5,6,8)")
-    p.add_argument("--trees", default="8,16,32", help="token-tree node budgets (default 8,16,32; '' for none)")
-    p.add_argument("--methods", help="comma list to run (default: all); names as in the table, "
-                                     "e.g. target,k=4,best,hf-assisted")
-    p.add_argument("--domains", default=",".join(DEFAULT_DOMAINS),
-                   help="default code,list,factual,creative; 'first-run' is the main page's default prompt")
-    p.add_argument("--prompt-set", choices=["bench", "held-out"], default="bench",
-                   help="bench: the presets; held-out: other prompts of the same domains")
-    p.add_argument("--modes", default="greedy,sample", help="greedy, sample or both (default)")
-    p.add_argument("--temperature", type=float, default=0.7, help="for sample mode (default 0.7)")
-    p.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
-    p.add_argument("--seed", type=int, default=0, help="seed of repetition 1 (sample mode); +1 per repetition")
-    p.add_argument("--cost-reps", type=int, default=5, help="repetitions of the forward-cost measurement")
-    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up round (tests)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the markdown table")
-    p.add_argument("--out", metavar="FILE", help="write the JSON here (the table still goes to stdout)")
-    p.add_argument("--figure", metavar="FILE.json", help="write the measured-vs-predicted figure (plotly JSON)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    a = p.parse_args(argv)
-    try:
-        a.ks = sorted({int(x) for x in a.ks.split(",") if x.strip()})
-    except ValueError:
-        raise InvalidSetting(f"--ks must be a comma list of integers, got {a.ks!r}") from None
-    if not a.ks or min(a.ks) < 1:
-        raise InvalidSetting("--ks must list integers >= 1")
-    try:
-        a.trees = sorted({int(x) for x in a.trees.split(",") if x.strip()})
-    except ValueError:
-        raise InvalidSetting(f"--trees must be a comma list of integers, got {a.trees!r}") from None
-    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    if not a.modes or any(m not in ("greedy", "sample") for m in a.modes):
-        raise InvalidSetting(f"--modes must be greedy, sample or both, got {a.modes!r}")
-    a.domains = [d.strip() for d in a.domains.split(",") if d.strip()]
-    known = bench_prompts(a.prompt_set)
-    bad = [d for d in a.domains if d not in known]
-    if bad or not a.domains:
-        raise InvalidSetting(f"unknown domain(s) {bad}; choose from {', '.join(known)}")
-    if a.reps < 1 or a.max_new_tokens < 1:
-        raise InvalidSetting("--reps and --max-new-tokens must be >= 1")
-    if not (a.temperature > 0 and math.isfinite(a.temperature)):
-        raise InvalidSetting("--temperature must be > 0 (sample mode); greedy is its own mode")
-    a.method_names = method_names(a.ks, a.trees)
-    if a.methods:
-        want = [m.strip() for m in a.methods.split(",") if m.strip()]
-        unknown = [m for m in want if m not in a.method_names]
-        if unknown:
-            raise InvalidSetting(f"unknown method(s) {unknown}; choose from {', '.join(a.method_names)}")
-        if ENGINE_BASELINE not in want:
-            want.insert(0, ENGINE_BASELINE)  # every speedup is relative to it
-        a.method_names = [m for m in a.method_names if m in want]
-    return a
+# methods (the flags are parsed by cli.py)
 
 
 def method_names(ks: list[int], trees: list[int] = (8, 16, 32)) -> list[str]:
     return ([ENGINE_BASELINE] + [f"k={k}" for k in ks]
             + ["adaptive", "best", "best-nostop", "prompt-lookup"] + [f"{TREE}{n}" for n in trees]
             + [HF_TARGET, HF_ASSISTED, HF_TARGET_STOCK, HF_ASSISTED_STOCK])
+
+
+def select_methods(ks: list[int], trees: list[int], wanted: list[str] | None = None) -> list[str]:
+    """The methods to run, in table order: all of them, or those `wanted` plus the baseline; InvalidSetting."""
+    names = method_names(ks, trees)
+    if not wanted:
+        return names
+    unknown = [m for m in wanted if m not in names]
+    if unknown:
+        raise InvalidSetting(f"unknown method(s) {unknown}; choose from {', '.join(names)}")
+    return [m for m in names if m in wanted or m == ENGINE_BASELINE]  # every speedup is relative to the baseline
 
 
 # -----------------------------------------------------------------------------
@@ -651,32 +593,3 @@ def figure(report: dict):
 
 def to_json(report: dict) -> str:
     return json.dumps(json_safe(report), indent=1, allow_nan=False)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    t0 = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if not args.quiet:
-            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    report = bench(args, progress=say)
-    text = to_json(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        say(f"wrote {args.out}")
-    if args.figure:
-        with open(args.figure, "w") as f:
-            f.write(figure(report).to_json())
-        say(f"wrote {args.figure}")
-    if args.json and not args.out:
-        print(text)
-    else:
-        print(markdown(report))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

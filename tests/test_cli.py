@@ -194,3 +194,18 @@ def test_run_refuses_an_unknown_draft_precision(capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", "--prompt", "ab", "--draft-precision", "int3"])
     assert e.value.code == 2 and "int3" in capsys.readouterr().err
+
+
+def test_bench_takes_the_registry_before_or_after_its_name():
+    assert cli.parse_bench_args(["--tiny", "--models", "after.yaml"]).models == "after.yaml"
+    args = cli.check_bench_args(cli.build_parser().parse_args(["--models", "before.yaml", "bench", "--tiny"]))
+    assert args.models == "before.yaml" and args.method_names[0] == "target"
+
+
+def test_run_and_bench_share_one_definition_of_their_common_options():
+    run = cli.build_parser().parse_args(["run", "--prompt", "x", "--pair", "p", "--seed", "3", "--dtype",
+                                         "bfloat16", "--draft-precision", "int8"])
+    bench = cli.parse_bench_args(["--pair", "p", "--seed", "3", "--dtype", "bfloat16", "--draft-precision", "int8"])
+    for name in ("pair", "seed", "dtype", "draft_precision", "max_new_tokens"):
+        assert getattr(run, name) == getattr(bench, name)
+    assert (run.temperature, bench.temperature) == (0.0, 0.7)  # greedy by default; bench's sample mode's T
