@@ -335,40 +335,40 @@ def aggregate(name: str, rows: list[dict], base_rows: list[dict]) -> dict:
 # the benchmark
 
 
-def bench(args, pair=None, progress=None) -> dict:
-    say = progress or (lambda msg: None)
-    t_start = time.perf_counter()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    if pair is None:
-        say("loading the pair")
-        pair = load(args)
-    tok = pair.tokenizer
-    presets = bench_prompts(args.prompt_set)
-    prompts = {d: encode(tok, presets[d].text, presets[d].chat) for d in args.domains}
+@dataclass(frozen=True)
+class Costs:
+    """Forward timings: the target over n tokens, the draft over 1 and 2, and what follows from them."""
 
-    # 1. costs: target forward over n tokens (verify ratio), draft forward, c
-    sizes = sorted({1, 2, 3, 4, 5, 6, 8, 9} | {k + 1 for k in args.ks})
+    target: dict[int, list[float]]  # n tokens -> seconds of each repetition
+    draft: dict[int, list[float]]
+    verify_ratio: dict[int, float]  # target n-token pass / 1-token pass
+    c_forward: float  # draft step / target step
+    refeed: float  # a draft step that reads two tokens (after a wholly accepted round), beyond c, in target steps
+
+
+def measure_costs(pair, ks: list[int], reps: int, say) -> Costs:
+    """Target forward over n tokens (the verify ratio), draft forward, c."""
+    sizes = sorted({1, 2, 3, 4, 5, 6, 8, 9} | {k + 1 for k in ks})
     say(f"forward cost of the target for {sizes} tokens")
-    tcost = forward_cost(pair.target, n_tokens=tuple(sizes), reps=args.cost_reps)
+    tcost = forward_cost(pair.target, n_tokens=tuple(sizes), reps=reps)
     say("forward cost of the draft")
-    dcost = forward_cost(pair.draft, n_tokens=(1, 2), reps=args.cost_reps)
-    ratios = measure.verify_ratios(tcost)
-    c_forward = measure.c_ratio(dcost[1], tcost[1])
-    # a draft step that reads two tokens (after a wholly accepted round), beyond c, in target steps
+    dcost = forward_cost(pair.draft, n_tokens=(1, 2), reps=reps)
     refeed = max(0.0, (measure.median(dcost[2]) - measure.median(dcost[1])) / measure.median(tcost[1]))
+    return Costs(tcost, dcost, measure.verify_ratios(tcost), measure.c_ratio(dcost[1], tcost[1]), refeed)
 
-    # 2. warm-up: every method once, a few tokens
+
+def warm_up(pair, args, prompt_ids: list[int], say) -> None:
+    """Every method once, a few tokens, so one-time costs land in no measurement."""
+    short = SimpleNamespace(**{**vars(args), "max_new_tokens": min(4, args.max_new_tokens)})
+    for name in args.method_names:
+        for mode in args.modes:
+            say(f"warm-up {name} ({mode})")
+            run_method(pair, name, prompt_ids, mode, short, args.seed)
+
+
+def run_all(pair, args, prompts: dict[str, list[int]], say) -> dict[tuple[str, str, str], list[Sample]]:
+    """The runs, interleaved (rep > mode > domain > method) so drift in load hits every method alike."""
     names = args.method_names
-    if not args.no_warmup:
-        short = SimpleNamespace(**{**vars(args), "max_new_tokens": min(4, args.max_new_tokens)})
-        for name in names:
-            for mode in args.modes:
-                say(f"warm-up {name} ({mode})")
-                run_method(pair, name, prompts[args.domains[0]], mode, short, args.seed)
-
-    # 3. the runs, interleaved: rep > mode > domain > method
     samples: dict[tuple[str, str, str], list[Sample]] = {}
     total = args.reps * len(args.modes) * len(args.domains) * len(names)
     done = 0
@@ -381,57 +381,88 @@ def bench(args, pair=None, progress=None) -> dict:
                     done += 1
                     say(f"[{done}/{total}] rep {rep + 1} {mode:6s} {dom:8s} {name:13s} "
                         f"{len(s.tokens):3d} tokens {len(s.tokens) / s.wall_s:6.2f} tok/s "
-                        f"(load {os.getloadavg()[0]:.1f})")
+                        f"(load {_load_avg():.1f})")
+    return samples
 
-    # 4. statistics
+
+def mode_statistics(mode: str, args, samples, costs: Costs) -> tuple[list[dict], list[dict]]:
+    """One mode's rows (per domain and method) and summary (per method, over the mixed prompt set)."""
+    names, domains = args.method_names, args.domains
+    pooled = {ENGINE_BASELINE: [s for d in domains for s in samples[(mode, d, ENGINE_BASELINE)]],
+              "draft": [s for d in domains for n in names
+                        if n.startswith("k=") or n in ("adaptive", "best", "best-nostop")
+                        for s in samples[(mode, d, n)]]}
+    c_runs = measure.c_from_runs([s.run for s in pooled["draft"]], [s.run for s in pooled[ENGINE_BASELINE]])
+    # c from the runs already carries the re-read after a bonus (measure's rule); c_forward does not
+    c_use, refeed_use = (c_runs, 0.0) if math.isfinite(c_runs) else (costs.c_forward, costs.refeed)
+    model = (c_use, costs.verify_ratio, refeed_use)
+    results, by_method = [], {}
+    for dom in domains:
+        base = summarise(ENGINE_BASELINE, samples[(mode, dom, ENGINE_BASELINE)], {}, model)
+        base["speedup"] = 1.0
+        base["decode_speedup"] = 1.0
+        for name in names:
+            row = base if name == ENGINE_BASELINE else summarise(name, samples[(mode, dom, name)], base, model)
+            row = {"mode": mode, "domain": dom, **row}
+            if mode == "greedy":
+                row["same_as_baseline"] = (samples[(mode, dom, name)][0].tokens
+                                           == samples[(mode, dom, ENGINE_BASELINE)][0].tokens)
+            results.append(row)
+            by_method.setdefault(name, []).append(row)
+    summary = [{"mode": mode, "c_runs": c_runs, **aggregate(name, by_method[name], by_method[ENGINE_BASELINE])}
+               for name in names]
+    return results, summary
+
+
+def _config(args, pair, t_start: float, load_start: float) -> dict:
+    """What was measured, on what, with which versions, and how loaded the machine was."""
+    return {
+        "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
+        "draft_precision": pair.draft_precision, "fast_linear": _fast_linear_on(pair),
+        "threads": torch.get_num_threads(), "ks": args.ks, "methods": args.method_names, "domains": args.domains,
+        "prompt_set": args.prompt_set, "modes": args.modes, "temperature": args.temperature, "reps": args.reps,
+        "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+        "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
+        "cpu_count": os.cpu_count(), "load_avg_start": load_start, "load_avg_end": _load_avg(),
+        "elapsed_s": time.perf_counter() - t_start,
+    }  # fmt: skip
+
+
+def _load_avg() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def bench(args, pair=None, progress=None) -> dict:
+    """The whole benchmark (args: cli.parse_bench_args); returns the report (markdown(), to_json())."""
+    say = progress or (lambda msg: None)
+    t_start, load_start = time.perf_counter(), _load_avg()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if pair is None:
+        say("loading the pair")
+        pair = load(args)
+    presets = bench_prompts(args.prompt_set)
+    prompts = {d: encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in args.domains}
+    # 1. costs, 2. a warm-up, 3. the runs, 4. statistics per mode
+    costs = measure_costs(pair, args.ks, args.cost_reps, say)
+    if not args.no_warmup:
+        warm_up(pair, args, prompts[args.domains[0]], say)
+    samples = run_all(pair, args, prompts, say)
     results, summary, checks = [], [], {}
     for mode in args.modes:
-        pooled = {ENGINE_BASELINE: [s for d in args.domains for s in samples[(mode, d, ENGINE_BASELINE)]],
-                  "draft": [s for d in args.domains for n in names
-                            if n.startswith("k=") or n in ("adaptive", "best", "best-nostop")
-                            for s in samples[(mode, d, n)]]}
-        c_runs = measure.c_from_runs([s.run for s in pooled["draft"]], [s.run for s in pooled[ENGINE_BASELINE]])
-        # c from the runs already carries the re-read after a bonus (measure's rule); c_forward does not
-        c_use, refeed_use = (c_runs, 0.0) if math.isfinite(c_runs) else (c_forward, refeed)
-        by_method: dict[str, list[dict]] = {}
-        for dom in args.domains:
-            base = summarise(ENGINE_BASELINE, samples[(mode, dom, ENGINE_BASELINE)], {}, (c_use, ratios, refeed_use))
-            base["speedup"] = 1.0
-            base["decode_speedup"] = 1.0
-            for name in names:
-                row = base if name == ENGINE_BASELINE else summarise(name, samples[(mode, dom, name)], base,
-                                                                     (c_use, ratios, refeed_use))
-                row = {"mode": mode, "domain": dom, **row}
-                if mode == "greedy":
-                    row["same_as_baseline"] = (samples[(mode, dom, name)][0].tokens
-                                               == samples[(mode, dom, ENGINE_BASELINE)][0].tokens)
-                results.append(row)
-                by_method.setdefault(name, []).append(row)
-        base_rows = by_method[ENGINE_BASELINE]
-        for name in names:
-            summary.append({"mode": mode, "c_runs": c_runs, **aggregate(name, by_method[name], base_rows)})
-        checks[mode] = _checks(mode, results, summary, names)
+        rows, summ = mode_statistics(mode, args, samples, costs)
+        results += rows
+        summary += summ
+        checks[mode] = _checks(mode, results, summary, args.method_names)
     return {
         "format": FORMAT,
-        "config": {
-            "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
-            "draft_precision": pair.draft_precision, "fast_linear": _fast_linear_on(pair), "threads": torch.get_num_threads(), "ks": args.ks,
-            "methods": names, "domains": args.domains, "prompt_set": args.prompt_set, "modes": args.modes,
-            "temperature": args.temperature,
-            "reps": args.reps, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-            "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
-            "cpu_count": os.cpu_count(), "load_avg_start": load_start,
-            "load_avg_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
-            "elapsed_s": time.perf_counter() - t_start,
-        },
+        "config": _config(args, pair, t_start, load_start),
         "prompts": {d: {"name": presets[d].name, "text": presets[d].text, "n_tokens": len(prompts[d])}
                     for d in args.domains},
         "costs": {
-            "target_forward_s": {n: measure.median(v) for n, v in tcost.items()},
-            "draft_forward_s": {n: measure.median(v) for n, v in dcost.items()},
-            "verify_ratio": ratios,
-            "c_forward": c_forward,
-            "refeed": refeed,
+            "target_forward_s": {n: measure.median(v) for n, v in costs.target.items()},
+            "draft_forward_s": {n: measure.median(v) for n, v in costs.draft.items()},
+            "verify_ratio": costs.verify_ratio, "c_forward": costs.c_forward, "refeed": costs.refeed,
         },
         "results": results,
         "summary": summary,

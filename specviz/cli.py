@@ -13,7 +13,6 @@ traceback. Progress of long work goes to stderr; results go to stdout.
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import os
 import sys
@@ -22,6 +21,7 @@ from typing import TextIO
 
 from . import limits, prompts
 from .errors import InvalidSetting, SpecvizError
+from .settings import DecodeSettings
 
 # Okabe-Ito colours (colour-blind safe) as 256-colour codes, each with a second cue
 STYLE = {
@@ -189,13 +189,10 @@ def _read_prompt(args) -> str:
     return prompt
 
 
-def cmd_run(args) -> int:
+def decode_settings(args) -> DecodeSettings:
+    """The run's decoding settings, checked before any model is loaded (InvalidSetting: a typo costs no load)."""
     from . import engine
-    from .drafters import PromptLookupDrafter
-    from .models import load_pair
 
-    prompt = _read_prompt(args)
-    # settings first: a typo must not cost a model load
     engine.check_decoding(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                           max_new_tokens=args.max_new_tokens, seed=args.seed)
     if args.tree is not None:
@@ -204,22 +201,28 @@ def cmd_run(args) -> int:
         check_tree(args.tree, args.branch, args.max_depth)
     engine.make_k_policy(args.k, args.k_policy)  # InvalidSetting for an unknown policy
     limits.check_max_new_tokens(args.max_new_tokens)
+    return DecodeSettings(k=args.k, k_policy=args.k_policy, temperature=args.temperature, top_p=args.top_p,
+                          top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed)
+
+
+def _load_pair(args):
+    from .models import load_pair
+
     progress = ProgressPrinter()
     try:
-        pair = load_pair(args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device,
+        return load_pair(args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device,
                          progress=progress, registry=args.models, draft_precision=args.draft_precision)
     finally:
         progress.done()
-    tok = pair.tokenizer
-    if not args.raw and not getattr(tok, "chat_template", None):
-        print("note: this model has no chat template; the prompt is fed as-is", file=sys.stderr)
-    input_ids = prompts.encode(tok, prompt, chat=not args.raw)
 
-    kw = dict(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-              max_new_tokens=args.max_new_tokens, seed=args.seed, eos_token_id=pair.eos_token_ids,
-              k_policy=args.k_policy)
-    if "vocab" in inspect.signature(engine.speculative_decode).parameters:
-        kw["vocab"] = pair.shared_vocab  # compare only ids both models know (padded embeddings)
+
+def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
+    """One run: a token tree with --tree, else a chain drafted by the draft model or prompt lookup."""
+    from . import engine
+    from .drafters import PromptLookupDrafter
+
+    # compare only ids both models know (padded embeddings)
+    common = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     lookup = args.drafter == PromptLookupDrafter.name
     if args.tree is not None:
         from .tree import tree_decode
@@ -227,23 +230,24 @@ def cmd_run(args) -> int:
         if lookup or args.k_policy != "fixed":
             print("note: --tree drafts with the draft model; --drafter and --k-policy apply to chains",
                   file=sys.stderr)
-        del kw["k"], kw["k_policy"]
         print(f"generating with {pair.name}, {pair.draft_precision} draft (a tree of {args.tree} nodes, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
-        run = tree_decode(pair.target, pair.draft, input_ids, budget=args.tree, branch=args.branch,
-                          max_depth=args.max_depth, **kw)
-    else:
-        who = "prompt lookup" if lookup else f"{pair.draft_precision} draft"
-        print(f"generating with {pair.name}, {who} (k={args.k}, k policy {args.k_policy}, "
-              f"temperature={args.temperature}) ...", file=sys.stderr)
-        run = engine.speculative_decode(pair.target, PromptLookupDrafter() if lookup else pair.draft, input_ids,
-                                        **kw)
+        return tree_decode(pair.target, pair.draft, input_ids, budget=args.tree, branch=args.branch,
+                           max_depth=args.max_depth, **decode.baseline_kwargs(), **common)
+    who = "prompt lookup" if lookup else f"{pair.draft_precision} draft"
+    print(f"generating with {pair.name}, {who} (k={args.k}, k policy {args.k_policy}, "
+          f"temperature={args.temperature}) ...", file=sys.stderr)
+    return engine.speculative_decode(pair.target, PromptLookupDrafter() if lookup else pair.draft, input_ids,
+                                     **decode.engine_kwargs(), **common)
 
+
+def _print_run(args, run, tokenizer) -> None:
+    """The Run as JSON (--json), or its text coloured by round, a legend and its numbers."""
     if args.json:
         print(run.to_json())
-        return 0
+        return
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
-    print(render_text(run, tok, color))
+    print(render_text(run, tokenizer, color))
     print()
     if color:
         print(legend(color))
@@ -251,6 +255,18 @@ def cmd_run(args) -> int:
     end = RESET if color else ""
     for line in (stats_lines if args.tree is None else tree_stats_lines)(run):
         print(f"{dim}{line}{end}")
+
+
+def cmd_run(args) -> int:
+    prompt = _read_prompt(args)
+    decode = decode_settings(args)
+    pair = _load_pair(args)
+    tok = pair.tokenizer
+    if not args.raw and not getattr(tok, "chat_template", None):
+        print("note: this model has no chat template; the prompt is fed as-is", file=sys.stderr)
+    input_ids = prompts.encode(tok, prompt, chat=not args.raw)
+    run = _generate(args, pair, input_ids, decode)
+    _print_run(args, run, tok)
     return 0
 
 
