@@ -19,16 +19,10 @@ import sys
 import time
 from typing import TextIO
 
-from . import limits, prompts
+from . import limits, prompts, render
 from .errors import InvalidSetting, SpecvizError
 from .settings import DecodeSettings
 
-# Okabe-Ito colours (colour-blind safe) as 256-colour codes, each with a second cue
-STYLE = {
-    "accepted": "\x1b[38;5;74m",  # sky blue
-    "correction": "\x1b[4;38;5;166m",  # vermillion, underlined
-    "bonus": "\x1b[1;38;5;175m",  # reddish purple, bold
-}
 RESET = "\x1b[0m"
 DIM = "\x1b[2m"
 
@@ -74,18 +68,6 @@ class ProgressPrinter:
 # rendering a Run
 
 
-def token_kinds(run) -> list[str]:
-    """The kind of each new token: 'accepted', 'correction' or 'bonus'."""
-    kinds: list[str] = []
-    for r in run.rounds:
-        for j in range(len(r.emitted)):
-            if j < r.n_accepted:
-                kinds.append("accepted")
-            else:
-                kinds.append(r.extra_kind or "bonus")
-    return kinds[: len(run.token_ids)]
-
-
 def token_pieces(tokenizer, ids: list[int]) -> list[str]:
     """Text of each token such that "".join(pieces) == decode(ids), multi-byte chars kept whole."""
     pieces, shown = [], ""
@@ -100,18 +82,11 @@ def token_pieces(tokenizer, ids: list[int]) -> list[str]:
 
 
 def render_text(run, tokenizer, color: bool) -> str:
+    """The new text; with colour, each token styled by what its round did (render.ansi_tokens)."""
     pieces = token_pieces(tokenizer, run.token_ids)
     if not color:
         return "".join(pieces)
-    kinds = token_kinds(run) + ["accepted"] * len(pieces)
-    return "".join(f"{STYLE[k]}{p}{RESET}" if p else "" for p, k in zip(pieces, kinds))
-
-
-def legend(color: bool) -> str:
-    if not color:
-        return ""
-    return "  ".join(f"{STYLE[k]}{label}{RESET}" for k, label in
-                     (("accepted", "accepted draft"), ("correction", "target correction"), ("bonus", "bonus")))
+    return render.ansi_tokens(run, lambda t: tokenizer.decode([t]), texts=pieces)
 
 
 def stats_lines(run) -> list[str]:
@@ -250,7 +225,7 @@ def _print_run(args, run, tokenizer) -> None:
     print(render_text(run, tokenizer, color))
     print()
     if color:
-        print(legend(color))
+        print(render.legend_ansi())
     dim = DIM if color else ""
     end = RESET if color else ""
     for line in (stats_lines if args.tree is None else tree_stats_lines)(run):
