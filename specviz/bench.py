@@ -111,9 +111,19 @@ def tiny_pair():
     draft = tiny_model(seed=0, noise=0.3, hidden=64)
     eos = [SPECIALS.index("<eos>")]
     # all of the head's ids, as transformers' generate() picks from (ids past the characters decode to "")
-    return SimpleNamespace(name="tiny", target=target, draft=draft, tokenizer=tok, dtype=torch.float32,
+    pair = SimpleNamespace(name="tiny", target=target, draft=draft, tokenizer=tok, dtype=torch.float32,
                            device="cpu", eos_token_ids=eos, shared_vocab=vocab_size(target),
-                           draft_precision="float32")
+                           draft_precision="float32", shares_vocab=True)
+    pair.drafter = lambda: pair.draft  # as models.Pair.drafter(): the draft model drafts
+    return pair
+
+
+SHARED_VOCAB_ONLY = (TREE, HF_ASSISTED, HF_ASSISTED_STOCK)  # they read the draft's ids as the target's
+
+
+def runnable(pair, names: list[str]) -> list[str]:
+    """The methods this pair can run: a draft with another tokenizer drafts chains only, through text."""
+    return names if pair.shares_vocab else [n for n in names if not n.startswith(SHARED_VOCAB_ONLY)]
 
 
 def load(args):
@@ -185,13 +195,13 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
     if name == ENGINE_BASELINE:
         run = autoregressive_decode(pair.target, ids, **common)
     elif name.startswith("k="):
-        run = speculative_decode(pair.target, pair.draft, ids, k=int(name[2:]), **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, k=int(name[2:]), **common)
     elif name == "adaptive":
-        run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy="adaptive", **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy="adaptive", **common)
     elif name == "best":
-        run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy="best", **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy="best", **common)
     elif name == "best-nostop":
-        run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy=BestK(4, k_max=16), **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy=BestK(4, k_max=16), **common)
     elif name == "prompt-lookup":
         run = speculative_decode(pair.target, PromptLookupDrafter(), ids, k=4, k_policy=BestK(4, k_max=16),
                                  **common)
@@ -441,6 +451,10 @@ def bench(args, pair=None, progress=None) -> dict:
     if pair is None:
         say("loading the pair")
         pair = load(args)
+    names = runnable(pair, args.method_names)
+    if names != args.method_names:
+        say(f"{pair.name}: the draft has another tokenizer; left out {sorted(set(args.method_names) - set(names))}")
+        args = SimpleNamespace(**{**vars(args), "method_names": names})
     presets = bench_prompts(args.prompt_set)
     prompts = {d: encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in args.domains}
     # 1. costs, 2. a warm-up, 3. the runs, 4. statistics per mode

@@ -205,6 +205,7 @@ def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
         if lookup or args.k_policy != "fixed":
             print("note: --tree drafts with the draft model; --drafter and --k-policy apply to chains",
                   file=sys.stderr)
+        pair.check_shared_vocab("--tree (a token tree)")
         print(f"generating with {pair.name}, {pair.draft_precision} draft (a tree of {args.tree} nodes, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
         return tree_decode(pair.target, pair.draft, input_ids, budget=args.tree, branch=args.branch,
@@ -212,7 +213,7 @@ def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
     who = "prompt lookup" if lookup else f"{pair.draft_precision} draft"
     print(f"generating with {pair.name}, {who} (k={args.k}, k policy {args.k_policy}, "
           f"temperature={args.temperature}) ...", file=sys.stderr)
-    return engine.speculative_decode(pair.target, PromptLookupDrafter() if lookup else pair.draft, input_ids,
+    return engine.speculative_decode(pair.target, PromptLookupDrafter() if lookup else pair.drafter(), input_ids,
                                      **decode.engine_kwargs(), **common)
 
 

@@ -359,8 +359,8 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
         kw = dict(k=s.k, temperature=s.temperature, top_p=s.top_p, max_new_tokens=max_new_tokens, seed=s.seed,
                   eos_token_id=pair.eos_token_ids)
         # a short warm-up so one-time costs do not land in the recorded timings
-        speculative_decode(pair.target, pair.draft, ids, **{**kw, "max_new_tokens": 2}, vocab=pair.shared_vocab)
-        run = speculative_decode(pair.target, pair.draft, ids, **kw, vocab=pair.shared_vocab)
+        speculative_decode(pair.target, pair.drafter(), ids, **{**kw, "max_new_tokens": 2}, vocab=pair.shared_vocab)
+        run = speculative_decode(pair.target, pair.drafter(), ids, **kw, vocab=pair.shared_vocab)
         base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
         temp = "greedy" if s.temperature == 0 else f"temperature {s.temperature:g}, seed {s.seed}"
         title = f"{p.name} · {temp} · k={s.k} · {pair.name} ({run.device}, {run.dtype})"

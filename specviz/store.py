@@ -31,7 +31,8 @@ from typing import Callable
 
 import torch
 
-from .config import ChunkSource, DerivedSource, HubSource, ModelSpec, Registry, TinySource, as_registry
+from .config import (ChunkSource, DerivedSource, HubSource, ModelSpec, PackagedSource, Registry, TinySource,
+                     as_registry)
 from .errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable
 
 Progress = Callable[[str, "float | None"], None]
@@ -240,6 +241,16 @@ def hub_how(repo: str, gated: bool = False) -> str:
 
 # -----------------------------------------------------------------------------
 # chunk packages -> one .gguf file
+
+
+def packaged_file(src: PackagedSource) -> Path | None:
+    """The installed GGUF file of a packaged model, or None when its package is not installed."""
+    importlib.invalidate_caches()
+    spec = importlib.util.find_spec(src.module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / src.filename
+    return path if path.is_file() else None
 
 
 def _missing_packages(src: ChunkSource) -> list[int]:
@@ -532,6 +543,11 @@ def model_status(m: ModelSpec) -> tuple[bool, str, str]:
         if state == "damaged":
             return True, f"the cached copy in {folder} is damaged ({why}); the next load rebuilds it (~1 min)", ""
         return True, "installed; the first load assembles and converts it (~1 min, once)", ""
+    if isinstance(src, PackagedSource):
+        path = packaged_file(src)
+        if path is not None:
+            return True, f"installed at {path}", ""
+        return False, f"the package {src.package} is not installed", src.pip
     if isinstance(src, HubSource):
         if hub_snapshot(src.hub) is not None:
             return True, f"{src.hub} is in the local Hugging Face cache", ""
