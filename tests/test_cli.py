@@ -92,7 +92,7 @@ def test_run_prints_coloured_text_and_stats(tiny_cli, capsys):
     assert rc == 0, err
     style = {s: f"\x1b[{render.ANSI_STYLES[s]}m" for s in ("accepted", "correction", "bonus")}
     assert style["accepted"] in out  # accepted or ...
-    assert style["correction"] in out or style["bonus"] in out  # ... a correction (boxed) or bonus (bold)
+    assert style["correction"] in out or style["bonus"] in out  # ... a correction (reversed) or bonus (bold)
     for stat in ("tokens", "rounds", "alpha", "accepted/drafted", "tokens per pass", "tokens/s"):
         assert stat in out
 
