@@ -42,7 +42,7 @@ st.markdown(explain.theory_summary(alpha, k, c, best))
 measured = {}
 for dom, by_t in (kept.latest("lab.sweep") or {}).items():
     for t, run in sorted(by_t.items()):
-        measured[f"Acceptance lab: {dom}, T = {t:g}, k = {run.settings.get('k')}"] = run
+        measured[f"Acceptance lab: {dom}, T = {t:g}, k = {run.decode.k}"] = run
 for kk, cmp in (kept.latest("speed.sweep") or {}).items():
     measured[f"Speedup k sweep: k = {kk}"] = cmp.spec
 point, k_curve = None, k
