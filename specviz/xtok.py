@@ -112,18 +112,25 @@ class CrossTokenizerDrafter(Drafter):
             return self._greedy(ids, pending, k)
         return self._sampled(pending, k, sampler)
 
-    def _greedy(self, ids: list[int], pending: list[int], k: int) -> Proposal:
-        # 1. up to k greedy draft steps, in the draft's tokens
-        new, step_s = [], []
+    def _steps(self, pending: list[int], k: int, pick) -> tuple[list[int], list, list[float]]:
+        """Up to k draft steps in the draft's tokens, stopping at its EOS. pick(logits (Vd,)) -> (token, q or
+        None). Returns (tokens, what pick gave with each, seconds per step)."""
+        new, picked, step_s = [], [], []
         for _ in range(k):
             logits, dt = self.lm.timed_feed(pending, keep=1)
-            tok = int(torch.argmax(logits[-1, :self.d_vocab]))  # ids that are tokens
+            tok, q = pick(logits[-1].float())
             new.append(tok)
+            picked.append(q)
             step_s.append(dt)
             pending = [tok]
             if tok in self.d_eos:
                 break
         self.d_ids += new[:-1]  # the last drafted token is not in the cache yet
+        return new, picked, step_s
+
+    def _greedy(self, ids: list[int], pending: list[int], k: int) -> Proposal:
+        # 1. up to k greedy draft steps, in the draft's tokens (ids below d_vocab are tokens)
+        new, _, step_s = self._steps(pending, k, lambda row: (int(torch.argmax(row[:self.d_vocab])), None))
         # 2. the drafted text in the target's tokens: re-encode it after a few context tokens
         tail = ids[-self.lookbehind:]
         enc = self.t_tok.encode(self.t_tok.decode(tail) + self.d_tok.decode(new), add_special_tokens=False)
@@ -131,19 +138,11 @@ class CrossTokenizerDrafter(Drafter):
         return Proposal(cands, None, None, step_s)
 
     def _sampled(self, pending: list[int], k: int, sampler: Sampler) -> Proposal:
+        # 1. up to k draws among the shared tokens, each with q on the target's ids
+        new, qs, step_s = self._steps(pending, k, lambda row: self.draw(row, sampler))
+        # 2. each draft token is one target token
         d_shared, t_shared = self.shared()
-        new, cands, qs, step_s = [], [], [], []
-        for _ in range(k):
-            logits, dt = self.lm.timed_feed(pending, keep=1)
-            tok, q_t = self.draw(logits[-1].float(), sampler)
-            new.append(tok)
-            cands.append(int(t_shared[torch.searchsorted(d_shared, torch.tensor(tok))]))
-            qs.append(q_t)
-            step_s.append(dt)
-            pending = [tok]
-            if tok in self.d_eos:
-                break
-        self.d_ids += new[:-1]  # the last drafted token is not in the cache yet
+        cands = t_shared[torch.searchsorted(d_shared, torch.tensor(new))].tolist()
         q = torch.stack(qs)  # (k, V)
         return Proposal(cands, q, q, step_s)
 
