@@ -3,6 +3,7 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
+from pages.common.kept import Kept
 from specviz import charts, claims, explain, limits, playback, render
 from specviz.drafters import PromptLookupDrafter
 from specviz.engine import K_MAX, speculative_stream
@@ -27,16 +28,8 @@ Press **First round**, then **Next round** to step through a real run on real mo
 """
 )
 
-pair = lab_ui.pair_for_page("slow")
-if pair is None:
-    st.stop()
-decode = lab_ui.decoder(pair)
-ident = (pair.name, lab_ui.dtype_name(pair))
-
-# --- settings -------------------------------------------------------------------------------
-left, right = st.columns([3, 2])
-with left:
-    ids, text = lab_ui.prompt_input("slow", pair, default="The capital of France")
+pair, decode, ident, ids, text, right = lab_ui.stepping_setup("slow", "The capital of France",
+                                                                 shared_vocab=False)
 with right:
     k = st.slider("k: tokens drafted per round", 1, min(K_MAX, 12), 4, key="slow.k")
     temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="slow.temperature",
@@ -48,26 +41,15 @@ with right:
                             key="slow.drafter",
                             help="Prompt lookup copies what followed an earlier match of the last tokens.")
 
-
-def replace_state(new):
-    """Keep `new` as the page's run; the run it replaces is stopped, so its KV caches are freed."""
-    old = st.session_state.get("slow.state")
-    if old is not None and old is not new:
-        old["pb"].close("replaced")
-    st.session_state["slow.state"] = new
-    return new
-
-
-state = st.session_state.get("slow.state")
-if state is not None and state["ident"] != ident:
-    state = replace_state(None)  # the pair or dtype changed: the old stream belongs to other models
+# the page's run, until the pair or dtype changes; a run that is replaced is stopped, so its KV caches are freed
+kept = Kept("slow.state", ident, close=lambda old: old["pb"].close("replaced"))
 
 
 def start():
-    """A new stream with the current settings; None (error shown) on bad input."""
+    """A new run with the current settings; None (error shown) on bad input."""
     if ids is None:
         return None
-    draft = pair.draft if drafter_name == "draft model" else PromptLookupDrafter()
+    draft = pair.drafter() if drafter_name == "draft model" else PromptLookupDrafter()
     stream = lab_ui.run_guarded(speculative_stream, pair.target, draft, ids, k=int(k),
                                 temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
                                 eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
@@ -75,46 +57,39 @@ def start():
         return None
     # a Playback: two reruns at once (a click while a round is computed) wait for each other
     pb = playback.Playback.live(stream, ids, text, {"max_new_tokens": int(max_new), "eos_token_id": pair.eos_token_ids})
-    return {"ident": ident, "pb": pb, "prompt_text": text,
+    return {"pb": pb, "prompt_text": text,
             "settings": dict(k=int(k), temperature=float(temperature), seed=int(seed), max_new=int(max_new),
                              drafter=drafter_name)}
 
 
-def take(st_state, n: int = 1, until_zero: bool = False, bar=None) -> None:
-    """Advance the run by up to n rounds (stopping early at a zero-accept round if asked)."""
-    pb = st_state["pb"]
-    for j in range(n):
-        try:
-            rnd = pb.advance()
-        except Exception as e:  # noqa: BLE001 — the rounds so far are kept; the error is shown
-            ui.show_error(e)
-            break
-        if rnd is None:
-            break
-        if bar is not None:
-            bar(f"round {len(pb.rounds)}", (j + 1) / n)
-        if pb.done or (until_zero and rnd.k > 0 and rnd.n_accepted == 0):
-            break
+def take(n: int = 1, until_zero: bool = False, bar=None) -> None:
+    """Advance the kept run by up to n rounds (stopping early at a zero-accept round if asked)."""
+    try:
+        for j, rnd in enumerate(playback.play(kept.get()["pb"], n)):
+            if bar is not None:
+                bar(f"round {rnd.index + 1}", (j + 1) / n)
+            if until_zero and rnd.k > 0 and rnd.n_accepted == 0:
+                break
+    except Exception as e:  # noqa: BLE001 — the rounds so far are kept; the error is shown
+        ui.show_error(e)
 
 
 b1, b2, b3, b4 = st.columns(4)
 if b1.button("First round", icon=":material/play_arrow:", type="primary", key="slow.start",
-             help="Start a new run and take its first round"):
-    new = start()
-    if new is not None:
-        state = replace_state(new)
-        take(state)
-next_ok = state is not None and not state["pb"].done
+             help="Start a new run and take its first round") and kept.put(start()) is not None:
+    take()
+next_ok = kept.get() is not None and not kept.get()["pb"].done
 if b2.button("Next round", icon=":material/skip_next:", key="slow.next", disabled=not next_ok):
-    take(state)
+    take()
 if b3.button("Run until a round accepts nothing", key="slow.until_zero", disabled=not next_ok,
              help="Claim 5: step until the target refuses the very first draft, then stop there."):
     bar = lab_ui.ProgressBar("stepping…")
-    take(state, n=10_000, until_zero=True, bar=bar)
+    take(n=10_000, until_zero=True, bar=bar)
     bar.done()
 if b4.button("Reset", key="slow.reset"):
-    state = replace_state(None)
+    kept.clear()
 
+state = kept.get()
 if state is None or not state["pb"].rounds:
     st.info("No round yet: press **First round**.")
     st.stop()

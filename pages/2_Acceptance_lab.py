@@ -3,6 +3,7 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
+from pages.common.kept import Kept
 from specviz import charts, lab, limits, prompts
 
 ui.page_setup("Acceptance lab: where drafts are accepted", shows=(10,))
@@ -43,19 +44,16 @@ max_new = c2.number_input("new tokens per run", 4, cap, min(48, cap), 4, key="la
                           help="More tokens give tighter estimates and take longer.")
 seed = c2.number_input("seed", 0, 2**31 - 1, 0, 1, key="lab.seed")
 
+# results measured with other settings stay visible until the next measurement replaces them
 key = (pair.name, lab_ui.dtype_name(pair), int(k), int(max_new), int(seed))
-if st.session_state.get("lab.key") != key:
-    # results measured with other settings stay visible until the next measurement replaces them
-    stale = "lab.sweep" in st.session_state
-else:
-    stale = False
+kept_sweep, kept_agree = Kept("lab.sweep", key), Kept("lab.agree", key)
 
 b1, b2 = st.columns([1, 4])
 if b1.button("Measure", type="primary", key="lab.run"):
     if not domains or not temps:
         st.error("Pick at least one domain and one temperature.", icon=":material/error:")
     else:
-        existing = st.session_state.get("lab.sweep") if not stale else None
+        existing, existing_agree = kept_sweep.get(), kept_agree.get()  # cells with these settings are kept
         try:
             ids = {d: prompts.encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in domains}
             bar = lab_ui.ProgressBar("starting…")
@@ -63,32 +61,28 @@ if b1.button("Measure", type="primary", key="lab.run"):
                                          seed=int(seed), eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab,
                                          existing=existing, progress=bar)
             agree = lab.agreement_sweep(pair.target, pair.draft, ids, sweep, vocab=pair.shared_vocab,
-                                        existing=st.session_state.get("lab.agree") if existing else None,
-                                        progress=bar)
+                                        existing=existing_agree if existing else None, progress=bar)
             bar.done()
             if existing:  # keep domains measured before but not picked now
-                sweep = {**existing, **sweep}
-                agree = {**st.session_state.get("lab.agree", {}), **agree}
-            st.session_state["lab.sweep"] = sweep
-            st.session_state["lab.agree"] = agree
-            st.session_state["lab.key"] = key
-            stale = False
+                sweep, agree = {**existing, **sweep}, {**(existing_agree or {}), **agree}
+            kept_sweep.put(sweep)
+            kept_agree.put(agree)
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
 if b2.button("Clear results", key="lab.clear"):
-    for name in ("lab.sweep", "lab.agree", "lab.key"):
-        st.session_state.pop(name, None)
+    kept_sweep.clear()
+    kept_agree.clear()
 
-sweep = st.session_state.get("lab.sweep")
+sweep = kept_sweep.get() or kept_sweep.stale()
 if not sweep:
     st.info(f"No measurements yet: press **Measure**. With these settings that is {len(domains) * len(temps)} "
             f"run(s) of up to {int(max_new)} tokens.")
     st.stop()
-if stale:
+if kept_sweep.get() is None:
     st.warning("The results below were measured with other settings (pair, k, tokens or seed); "
                "**Measure** starts a new set.")
 
-agree = st.session_state.get("lab.agree", {})
+agree = kept_agree.get() or kept_agree.stale() or {}
 expected, counted = lab.expected_table(agree), lab.alpha_table(sweep)
 
 # --- α by domain at one temperature, then against temperature ----------------------------------

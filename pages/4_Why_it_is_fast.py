@@ -3,6 +3,7 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
+from pages.common.kept import Kept
 from specviz import charts, experiments, explain
 
 ui.page_setup("Why it is fast: one pass, many tokens", shows=(1, 2, 12))
@@ -26,8 +27,8 @@ pair = lab_ui.pair_for_page("fast", draft=False)
 if pair is None:
     st.stop()
 dt = lab_ui.dtype_name(pair)
-results = st.session_state.setdefault("fast.results", {})  # {(pair, dtype): {"forward": ..., "bw": ..., "batch": ...}}
-mine = results.setdefault((pair.name, dt), {})
+# each measurement is kept for each dtype until the pair changes: the dtypes are compared side by side
+kept = {what: Kept(f"fast.{what}.{dt}", pair.name) for what in ("forward", "bw", "batch")}
 
 # --- 1. forward cost vs tokens per pass ------------------------------------------------------
 st.subheader("1 · Target forward time for 1, 2, 4, 8 and 16 tokens")
@@ -39,21 +40,19 @@ if st.button("Measure forward cost", type="primary", key="fast.run_forward"):
     if 1 not in sizes or len(sizes) < 2:
         st.error("Pick 1 and at least one larger size.", icon=":material/error:")
     else:
-        bar = lab_ui.ProgressBar("warming up…")
-        t, note = lab_ui.measure(experiments.forward_cost, pair.target, n_tokens=tuple(sorted(sizes)),
-                                 reps=int(reps), progress=bar)
-        bar.done()
-        if t is not None:
-            mine["forward"], mine["forward_load"] = t, note
-if "forward" in mine:
-    lab_ui.load_warning(mine.get("forward_load"))
-    ui.show_chart(charts.fig_forward_cost(mine["forward"]), f"forward_cost_{dt}", key="fast.fig_forward")
-    v = explain.forward_cost_verdict(mine["forward"], pair.device, dt)
+        lab_ui.keep_measured(kept["forward"], lab_ui.with_bar(experiments.forward_cost, pair.target,
+                                                              n_tokens=tuple(sorted(sizes)), reps=int(reps),
+                                                              text="warming up…"))
+if kept["forward"].get() is not None:
+    forward, note = kept["forward"].get()
+    lab_ui.load_warning(note)
+    ui.show_chart(charts.fig_forward_cost(forward), f"forward_cost_{dt}", key="fast.fig_forward")
+    v = explain.forward_cost_verdict(forward, pair.device, dt)
     m1, m2 = st.columns(2)
     m1.metric("cost(2 tokens) ÷ cost(1 token)", f"{v.value:.2f}×")
     m2.metric("this device here is", v.kind)
     (st.warning if v.kind == "compute-bound" else st.success if v.kind == "memory-bound" else st.info)(v.text)
-    other = {d: r["forward"] for (p, d), r in results.items() if p == pair.name and "forward" in r}
+    other = {d: got[0] for d in ui.DTYPE_CHOICES if (got := Kept(f"fast.forward.{d}", pair.name).get())}
     cmp = explain.dtype_comparison(other)
     if cmp:
         st.markdown("**float32 vs bfloat16 on this device.** " + cmp)
@@ -64,12 +63,10 @@ if "forward" in mine:
 st.subheader("2 · Time per token ≈ bytes of weights ÷ memory bandwidth?")
 if st.button("Check against memory bandwidth", key="fast.run_bw"):
     with st.spinner("Copying 256 MiB a few times to measure bandwidth, then timing 1-token passes…"):
-        chk, note = lab_ui.measure(experiments.bandwidth_check, pair.target)
-    if chk is not None:
-        mine["bw"], mine["bw_load"] = chk, note
-if "bw" in mine:
-    chk = mine["bw"]
-    lab_ui.load_warning(mine.get("bw_load"))
+        lab_ui.keep_measured(kept["bw"], lab_ui.measure(experiments.bandwidth_check, pair.target))
+if kept["bw"].get() is not None:
+    chk, note = kept["bw"].get()
+    lab_ui.load_warning(note)
     v = explain.bandwidth_verdict(chk, dt)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("weights", explain.format_bytes(chk.weight_bytes))
@@ -91,13 +88,11 @@ if st.button("Measure batch cost", key="fast.run_batch"):
     if not b_tokens or not b_batches:
         st.error("Pick at least one size of each.", icon=":material/error:")
     else:
-        bar = lab_ui.ProgressBar("starting…")
-        t, note = lab_ui.measure(experiments.batch_cost, pair.target, n_tokens=tuple(sorted(b_tokens)),
-                                 batches=tuple(sorted(b_batches)), reps=int(b_reps), progress=bar)
-        bar.done()
-        if t is not None:
-            mine["batch"], mine["batch_load"] = t, note
-if "batch" in mine:
-    lab_ui.load_warning(mine.get("batch_load"))
-    ui.show_chart(charts.fig_batch_cost(mine["batch"]), f"batch_cost_{dt}", key="fast.fig_batch")
-    st.info(explain.batch_verdict(mine["batch"]).text)
+        lab_ui.keep_measured(kept["batch"], lab_ui.with_bar(experiments.batch_cost, pair.target,
+                                                            n_tokens=tuple(sorted(b_tokens)),
+                                                            batches=tuple(sorted(b_batches)), reps=int(b_reps)))
+if kept["batch"].get() is not None:
+    batch, note = kept["batch"].get()
+    lab_ui.load_warning(note)
+    ui.show_chart(charts.fig_batch_cost(batch), f"batch_cost_{dt}", key="fast.fig_batch")
+    st.info(explain.batch_verdict(batch).text)

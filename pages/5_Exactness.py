@@ -6,6 +6,7 @@ And the acceptance-rule lab: which ways of keeping a draft keep that distributio
 import streamlit as st
 
 from pages.common import lab_ui, ui
+from pages.common.kept import Kept
 from specviz import charts, claims, experiments, explain, lab, limits, rules, theory
 
 ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15))
@@ -29,6 +30,8 @@ if pair is None:
 decode = lab_ui.decoder(pair)
 dt = lab_ui.dtype_name(pair)
 ids, text = lab_ui.prompt_input("exact", pair, default="The capital of France")
+# the results stay until another pair is picked (the greedy check names its dtype, so it stays across dtypes)
+kept = {what: Kept(f"exact.{what}", pair.name) for what in ("greedy", "trials", "rules")}
 
 # --- greedy: identical text -------------------------------------------------------------------
 st.subheader(f"Greedy: the same text as the target alone ({claims.link(6)})")
@@ -43,10 +46,8 @@ if st.button("Compare with the target alone", type="primary", key="exact.run_gre
                              temperature=0.0, max_new_tokens=int(max_new), seed=0,
                              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     bar.done()
-    if cmp is not None:
-        st.session_state["exact.greedy"] = {"cmp": cmp, "dtype": dt, "k": int(k)}
-g = st.session_state.get("exact.greedy")
-if g is not None:
+    kept["greedy"].put({"cmp": cmp, "dtype": dt, "k": int(k)} if cmp is not None else None)
+if (g := kept["greedy"].get()) is not None:
     cmp = g["cmp"]
     v = explain.exactness_verdict(cmp.spec.token_ids, cmp.base, g["dtype"], decode)
     (st.success if v.kind == "identical" else st.warning)(v.text)
@@ -78,10 +79,8 @@ if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials") and
         # same vocabulary as first_token_trials, so p, the overlap and the noise yardstick match the trials
         fp = lab_ui.run_guarded(lab.first_position, pair.target, pair.draft, ids, temperature=float(temperature),
                                 noise_n=int(n)) if trials is not None else None
-    if trials is not None and fp is not None:
-        st.session_state["exact.trials"] = {"trials": trials, "fp": fp}
-res = st.session_state.get("exact.trials")
-if res is not None:
+    kept["trials"].put({"trials": trials, "fp": fp} if trials is not None and fp is not None else None)
+if (res := kept["trials"].get()) is not None:
     trials, fp = res["trials"], res["fp"]
     tv = theory.total_variation(trials.p, trials.counts)
     noise = theory.expected_tv_noise(trials.p, trials.n)
@@ -91,8 +90,8 @@ if res is not None:
     m3.metric("noise, simulated (95%)", f"{fp.noise_tv[1]:.3f}" if fp.noise_tv else "–",
               help=f"TV of {trials.n} tokens drawn directly from p, 200 times: 95% were below this.")
     m4.metric("draft token kept", f"{trials.accepted / trials.n:.3f}", f"theory {fp.overlap:.3f}", delta_color="off")
-    verdict = explain.tv_verdict(tv, noise, trials.n, trials.accepted, fp.overlap, fp.noise_tv)
-    (st.success if "agree within noise" in verdict else st.warning)(verdict)
+    v = explain.tv_verdict(tv, noise, trials.n, trials.accepted, fp.overlap, fp.noise_tv)
+    (st.success if v.kind == "within noise" else st.warning)(v.text)
     ui.show_chart(charts.fig_exactness(trials.counts, trials.p, decode), "exactness_histogram", key="exact.fig_hist")
     st.caption("How often each token came out of the speculative step, next to the target's p.")
     ui.show_chart(lab.fig_first_position(fp, decode), "first_token_p_q_residual", key="exact.fig_pq")
@@ -136,10 +135,8 @@ if st.button("Compare the rules", type="primary", key="exact.run_rules") and ids
     with st.spinner("every rule, exactly and on seeded trials…"):
         rlab = lab_ui.run_guarded(rules.rule_lab, pair.target, pair.draft, ids, chosen, n=int(r_n),
                                   temperature=float(r_temp), seed=int(r_seed), vocab=pair.shared_vocab)
-    if rlab is not None:
-        st.session_state["exact.rules"] = rlab
-rlab = st.session_state.get("exact.rules")
-if rlab is not None:
+    kept["rules"].put(rlab)
+if (rlab := kept["rules"].get()) is not None:
     st.info(rules.rules_verdict(rlab))
     ui.show_chart(rules.fig_rules(rlab), "acceptance_rules", key="exact.fig_rules")
     st.caption("Up is faster (more drafts kept), left is more faithful. The lossless rules sit on the left edge, "

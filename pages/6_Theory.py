@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from pages.common import ui
+from pages.common import kept, ui
 from specviz import charts, claims, explain, lab, theory
 
 ui.page_setup("Theory: tokens per pass and speedup", shows=(8, 9))
@@ -40,10 +40,10 @@ st.markdown(explain.theory_summary(alpha, k, c, best))
 
 # runs measured on the other pages of this session can be put on the curve (no model is used here)
 measured = {}
-for dom, by_t in (st.session_state.get("lab.sweep") or {}).items():
+for dom, by_t in (kept.latest("lab.sweep") or {}).items():
     for t, run in sorted(by_t.items()):
-        measured[f"Acceptance lab: {dom}, T = {t:g}, k = {run.settings.get('k')}"] = run
-for kk, cmp in ((st.session_state.get("speed.sweep") or {}).get("sweep") or {}).items():
+        measured[f"Acceptance lab: {dom}, T = {t:g}, k = {run.decode.k}"] = run
+for kk, cmp in (kept.latest("speed.sweep") or {}).items():
     measured[f"Speedup k sweep: k = {kk}"] = cmp.spec
 point, k_curve = None, k
 if measured:

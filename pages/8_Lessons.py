@@ -10,6 +10,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from pages.common import lab_ui, ui
+from pages.common.kept import Kept
 from specviz import lessons
 
 ui.page_setup("Lessons: predict, measure, explain")
@@ -37,7 +38,7 @@ where = (f"live:{pair.name}:{lab_ui.dtype_name(pair)}:{pair.draft_precision}:{se
 
 progress = S.setdefault("lessons.progress", {})  # lesson key -> {"step": i, "done": {step key: result}}
 mine = progress.setdefault(les.key, {"step": 0, "done": {}})
-memo = S.setdefault("lessons.memo", {}).setdefault(where, {})  # runs shared by the steps, per source
+memo = Kept("lessons.memo", where).setdefault({})  # runs shared by the steps, until the source changes
 n = len(les.steps)
 i = min(mine["step"], n - 1)
 step = les.steps[i]

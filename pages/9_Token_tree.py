@@ -3,6 +3,7 @@
 import streamlit as st
 
 from pages.common import lab_ui, ui
+from pages.common.kept import Kept
 from specviz import limits, playback, render, tree_lab
 from specviz.tree import BRANCH_MAX, tree_stream
 from specviz.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
@@ -21,16 +22,7 @@ adds one token of its own. The output is exactly the target's.
 """
 )
 
-pair = lab_ui.pair_for_page("tree")
-if pair is None:
-    st.stop()
-decode = lab_ui.decoder(pair)
-ident = (pair.name, lab_ui.dtype_name(pair))
-
-# --- settings -------------------------------------------------------------------------------
-left, right = st.columns([3, 2])
-with left:
-    ids, text = lab_ui.prompt_input("tree", pair, default="Python function")
+pair, decode, ident, ids, text, right = lab_ui.stepping_setup("tree", "Python function")
 with right:
     budget = st.select_slider("node budget (nodes verified per pass)", [2, 4, 8, 16, 32], 16, key="tree.budget")
     branch = st.slider("b: children per expanded node", 1, BRANCH_MAX, 2, key="tree.branch")
@@ -44,16 +36,14 @@ shape = dict(budget=int(budget), branch=int(branch), max_depth=int(max_depth))
 common = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
               eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
 
-pb = st.session_state.get("tree.pb")
-if pb is not None and pb.meta.get("ident") != ident:
-    pb.close("the pair changed")
-    pb = st.session_state["tree.pb"] = None
+# the page's run, until the pair or dtype changes; a run that is replaced is stopped, so its KV caches are freed
+kept = Kept("tree.pb", ident, close=lambda old: old.close("replaced"))
 
 
 def step():
     """The next round, or None (the rounds so far are kept; an error is shown, never a traceback)."""
     try:
-        return pb.advance()
+        return kept.get().advance()
     except Exception as e:  # noqa: BLE001
         ui.show_error(e)
 
@@ -63,15 +53,14 @@ fresh = None  # the round computed in this script run, to animate
 if b1.button("First round", icon=":material/play_arrow:", type="primary", key="tree.start") and ids is not None:
     stream = lab_ui.run_guarded(tree_stream, pair.target, pair.draft, ids, **shape, **common)
     if stream is not None:
-        if pb is not None:
-            pb.close("replaced")
-        pb = st.session_state["tree.pb"] = playback.Playback.live(stream, ids, text, common, meta={"ident": ident})
+        kept.put(playback.Playback.live(stream, ids, text, common))
+pb = kept.get()
 if b2.button("Next round", icon=":material/skip_next:", key="tree.next", disabled=pb is None or pb.done) or (
         pb is not None and not pb.rounds):
     fresh = step()
-if b3.button("Reset", key="tree.reset") and pb is not None:
-    pb.close("reset")
-    pb = st.session_state["tree.pb"] = None
+if b3.button("Reset", key="tree.reset"):
+    kept.clear()
+    pb = None
 
 
 def show_rounds(pb, fresh) -> None:
@@ -127,19 +116,16 @@ st.subheader("Chain against tree, measured here")
 st.markdown("The same prompt, seed and settings, at each node budget N: a chain drafting k = N tokens and a tree "
             "of N nodes. Both verify N drafted tokens in one target pass; the tree spends them on alternatives.")
 budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], [4, 8, 16, 32], key="tree.budgets")
-results = st.session_state.setdefault("tree.cmp", {})
+kept_cmp = Kept("tree.cmp", ident)
 if st.button("Measure chain against tree", key="tree.measure"):
     if not budgets or ids is None:
         st.error("Pick at least one node budget (and give a prompt).", icon=":material/error:")
     else:
-        bar = lab_ui.ProgressBar()
-        cmp, note = lab_ui.measure(tree_lab.chain_vs_tree, pair.target, pair.draft, ids, budgets=budgets,
-                                   branch=int(branch), max_depth=int(max_depth), progress=bar, **common)
-        bar.done()
-        if cmp is not None:
-            results[ident] = (cmp, note)
-if ident in results:
-    cmp, note = results[ident]
+        lab_ui.keep_measured(kept_cmp, lab_ui.with_bar(tree_lab.chain_vs_tree, pair.target, pair.draft, ids,
+                                                       budgets=budgets, branch=int(branch), max_depth=int(max_depth),
+                                                       **common))
+if kept_cmp.get() is not None:
+    cmp, note = kept_cmp.get()
     lab_ui.load_warning(note)
     ui.show_chart(fig_chain_vs_tree(cmp), "chain_vs_tree", key="tree.fig_cmp")
     for line in tree_lab.chain_vs_tree_verdict(cmp):

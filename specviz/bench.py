@@ -43,13 +43,11 @@ the app's Speedup page). Progress goes to stderr.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import platform
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -58,7 +56,6 @@ from typing import Any
 import torch
 
 from . import measure, quant, theory
-from .cli import add_draft_precision
 from .drafters import PromptLookupDrafter
 from .engine import autoregressive_decode, speculative_decode
 from .errors import InvalidSetting
@@ -81,79 +78,24 @@ TREE = "tree-"  # + the node budget
 
 
 # -----------------------------------------------------------------------------
-# options
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m specviz bench",
-                                description="Benchmark speculative decoding on the real pair (or --tiny).")
-    p.add_argument("--pair", help="pair name from `python -m specviz models` (default: the default pair)")
-    p.add_argument("--models", metavar="YAML", help="registry file")
-    p.add_argument("--tiny", action="store_true", help="the tiny random pair (seconds; for tests)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the pair's default")
-    add_draft_precision(p)
-    p.add_argument("--fast-linear", action=argparse.BooleanOptionalAction, default=None,
-                   help="float32 on CPU: every nn.Linear through oneDNN (specviz.fastlinear); "
-                        "default: as load_pair does (on unless SPECVIZ_FAST_LINEAR=0)")
-    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
-    p.add_argument("--ks", default="1,2,3,4,5,6,8", help="fixed k values (default 1,2,3,4,5,6,8)")
-    p.add_argument("--trees", default="8,16,32", help="token-tree node budgets (default 8,16,32; '' for none)")
-    p.add_argument("--methods", help="comma list to run (default: all); names as in the table, "
-                                     "e.g. target,k=4,best,hf-assisted")
-    p.add_argument("--domains", default=",".join(DEFAULT_DOMAINS),
-                   help="default code,list,factual,creative; 'first-run' is the main page's default prompt")
-    p.add_argument("--prompt-set", choices=["bench", "held-out"], default="bench",
-                   help="bench: the presets; held-out: other prompts of the same domains")
-    p.add_argument("--modes", default="greedy,sample", help="greedy, sample or both (default)")
-    p.add_argument("--temperature", type=float, default=0.7, help="for sample mode (default 0.7)")
-    p.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
-    p.add_argument("--seed", type=int, default=0, help="seed of repetition 1 (sample mode); +1 per repetition")
-    p.add_argument("--cost-reps", type=int, default=5, help="repetitions of the forward-cost measurement")
-    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up round (tests)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of the markdown table")
-    p.add_argument("--out", metavar="FILE", help="write the JSON here (the table still goes to stdout)")
-    p.add_argument("--figure", metavar="FILE.json", help="write the measured-vs-predicted figure (plotly JSON)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    a = p.parse_args(argv)
-    try:
-        a.ks = sorted({int(x) for x in a.ks.split(",") if x.strip()})
-    except ValueError:
-        raise InvalidSetting(f"--ks must be a comma list of integers, got {a.ks!r}") from None
-    if not a.ks or min(a.ks) < 1:
-        raise InvalidSetting("--ks must list integers >= 1")
-    try:
-        a.trees = sorted({int(x) for x in a.trees.split(",") if x.strip()})
-    except ValueError:
-        raise InvalidSetting(f"--trees must be a comma list of integers, got {a.trees!r}") from None
-    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    if not a.modes or any(m not in ("greedy", "sample") for m in a.modes):
-        raise InvalidSetting(f"--modes must be greedy, sample or both, got {a.modes!r}")
-    a.domains = [d.strip() for d in a.domains.split(",") if d.strip()]
-    known = bench_prompts(a.prompt_set)
-    bad = [d for d in a.domains if d not in known]
-    if bad or not a.domains:
-        raise InvalidSetting(f"unknown domain(s) {bad}; choose from {', '.join(known)}")
-    if a.reps < 1 or a.max_new_tokens < 1:
-        raise InvalidSetting("--reps and --max-new-tokens must be >= 1")
-    if not (a.temperature > 0 and math.isfinite(a.temperature)):
-        raise InvalidSetting("--temperature must be > 0 (sample mode); greedy is its own mode")
-    a.method_names = method_names(a.ks, a.trees)
-    if a.methods:
-        want = [m.strip() for m in a.methods.split(",") if m.strip()]
-        unknown = [m for m in want if m not in a.method_names]
-        if unknown:
-            raise InvalidSetting(f"unknown method(s) {unknown}; choose from {', '.join(a.method_names)}")
-        if ENGINE_BASELINE not in want:
-            want.insert(0, ENGINE_BASELINE)  # every speedup is relative to it
-        a.method_names = [m for m in a.method_names if m in want]
-    return a
+# methods (the flags are parsed by cli.py)
 
 
 def method_names(ks: list[int], trees: list[int] = (8, 16, 32)) -> list[str]:
     return ([ENGINE_BASELINE] + [f"k={k}" for k in ks]
             + ["adaptive", "best", "best-nostop", "prompt-lookup"] + [f"{TREE}{n}" for n in trees]
             + [HF_TARGET, HF_ASSISTED, HF_TARGET_STOCK, HF_ASSISTED_STOCK])
+
+
+def select_methods(ks: list[int], trees: list[int], wanted: list[str] | None = None) -> list[str]:
+    """The methods to run, in table order: all of them, or those `wanted` plus the baseline; InvalidSetting."""
+    names = method_names(ks, trees)
+    if not wanted:
+        return names
+    unknown = [m for m in wanted if m not in names]
+    if unknown:
+        raise InvalidSetting(f"unknown method(s) {unknown}; choose from {', '.join(names)}")
+    return [m for m in names if m in wanted or m == ENGINE_BASELINE]  # every speedup is relative to the baseline
 
 
 # -----------------------------------------------------------------------------
@@ -169,9 +111,19 @@ def tiny_pair():
     draft = tiny_model(seed=0, noise=0.3, hidden=64)
     eos = [SPECIALS.index("<eos>")]
     # all of the head's ids, as transformers' generate() picks from (ids past the characters decode to "")
-    return SimpleNamespace(name="tiny", target=target, draft=draft, tokenizer=tok, dtype=torch.float32,
+    pair = SimpleNamespace(name="tiny", target=target, draft=draft, tokenizer=tok, dtype=torch.float32,
                            device="cpu", eos_token_ids=eos, shared_vocab=vocab_size(target),
-                           draft_precision="float32")
+                           draft_precision="float32", shares_vocab=True)
+    pair.drafter = lambda: pair.draft  # as models.Pair.drafter(): the draft model drafts
+    return pair
+
+
+SHARED_VOCAB_ONLY = (TREE, HF_ASSISTED, HF_ASSISTED_STOCK)  # they read the draft's ids as the target's
+
+
+def runnable(pair, names: list[str]) -> list[str]:
+    """The methods this pair can run: a draft with another tokenizer drafts chains only, through text."""
+    return names if pair.shares_vocab else [n for n in names if not n.startswith(SHARED_VOCAB_ONLY)]
 
 
 def load(args):
@@ -243,13 +195,13 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
     if name == ENGINE_BASELINE:
         run = autoregressive_decode(pair.target, ids, **common)
     elif name.startswith("k="):
-        run = speculative_decode(pair.target, pair.draft, ids, k=int(name[2:]), **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, k=int(name[2:]), **common)
     elif name == "adaptive":
-        run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy="adaptive", **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy="adaptive", **common)
     elif name == "best":
-        run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy="best", **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy="best", **common)
     elif name == "best-nostop":
-        run = speculative_decode(pair.target, pair.draft, ids, k=4, k_policy=BestK(4, k_max=16), **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy=BestK(4, k_max=16), **common)
     elif name == "prompt-lookup":
         run = speculative_decode(pair.target, PromptLookupDrafter(), ids, k=4, k_policy=BestK(4, k_max=16),
                                  **common)
@@ -393,40 +345,40 @@ def aggregate(name: str, rows: list[dict], base_rows: list[dict]) -> dict:
 # the benchmark
 
 
-def bench(args, pair=None, progress=None) -> dict:
-    say = progress or (lambda msg: None)
-    t_start = time.perf_counter()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    if pair is None:
-        say("loading the pair")
-        pair = load(args)
-    tok = pair.tokenizer
-    presets = bench_prompts(args.prompt_set)
-    prompts = {d: encode(tok, presets[d].text, presets[d].chat) for d in args.domains}
+@dataclass(frozen=True)
+class Costs:
+    """Forward timings: the target over n tokens, the draft over 1 and 2, and what follows from them."""
 
-    # 1. costs: target forward over n tokens (verify ratio), draft forward, c
-    sizes = sorted({1, 2, 3, 4, 5, 6, 8, 9} | {k + 1 for k in args.ks})
+    target: dict[int, list[float]]  # n tokens -> seconds of each repetition
+    draft: dict[int, list[float]]
+    verify_ratio: dict[int, float]  # target n-token pass / 1-token pass
+    c_forward: float  # draft step / target step
+    refeed: float  # a draft step that reads two tokens (after a wholly accepted round), beyond c, in target steps
+
+
+def measure_costs(pair, ks: list[int], reps: int, say) -> Costs:
+    """Target forward over n tokens (the verify ratio), draft forward, c."""
+    sizes = sorted({1, 2, 3, 4, 5, 6, 8, 9} | {k + 1 for k in ks})
     say(f"forward cost of the target for {sizes} tokens")
-    tcost = forward_cost(pair.target, n_tokens=tuple(sizes), reps=args.cost_reps)
+    tcost = forward_cost(pair.target, n_tokens=tuple(sizes), reps=reps)
     say("forward cost of the draft")
-    dcost = forward_cost(pair.draft, n_tokens=(1, 2), reps=args.cost_reps)
-    ratios = measure.verify_ratios(tcost)
-    c_forward = measure.c_ratio(dcost[1], tcost[1])
-    # a draft step that reads two tokens (after a wholly accepted round), beyond c, in target steps
+    dcost = forward_cost(pair.draft, n_tokens=(1, 2), reps=reps)
     refeed = max(0.0, (measure.median(dcost[2]) - measure.median(dcost[1])) / measure.median(tcost[1]))
+    return Costs(tcost, dcost, measure.verify_ratios(tcost), measure.c_ratio(dcost[1], tcost[1]), refeed)
 
-    # 2. warm-up: every method once, a few tokens
+
+def warm_up(pair, args, prompt_ids: list[int], say) -> None:
+    """Every method once, a few tokens, so one-time costs land in no measurement."""
+    short = SimpleNamespace(**{**vars(args), "max_new_tokens": min(4, args.max_new_tokens)})
+    for name in args.method_names:
+        for mode in args.modes:
+            say(f"warm-up {name} ({mode})")
+            run_method(pair, name, prompt_ids, mode, short, args.seed)
+
+
+def run_all(pair, args, prompts: dict[str, list[int]], say) -> dict[tuple[str, str, str], list[Sample]]:
+    """The runs, interleaved (rep > mode > domain > method) so drift in load hits every method alike."""
     names = args.method_names
-    if not args.no_warmup:
-        short = SimpleNamespace(**{**vars(args), "max_new_tokens": min(4, args.max_new_tokens)})
-        for name in names:
-            for mode in args.modes:
-                say(f"warm-up {name} ({mode})")
-                run_method(pair, name, prompts[args.domains[0]], mode, short, args.seed)
-
-    # 3. the runs, interleaved: rep > mode > domain > method
     samples: dict[tuple[str, str, str], list[Sample]] = {}
     total = args.reps * len(args.modes) * len(args.domains) * len(names)
     done = 0
@@ -439,57 +391,92 @@ def bench(args, pair=None, progress=None) -> dict:
                     done += 1
                     say(f"[{done}/{total}] rep {rep + 1} {mode:6s} {dom:8s} {name:13s} "
                         f"{len(s.tokens):3d} tokens {len(s.tokens) / s.wall_s:6.2f} tok/s "
-                        f"(load {os.getloadavg()[0]:.1f})")
+                        f"(load {_load_avg():.1f})")
+    return samples
 
-    # 4. statistics
+
+def mode_statistics(mode: str, args, samples, costs: Costs) -> tuple[list[dict], list[dict]]:
+    """One mode's rows (per domain and method) and summary (per method, over the mixed prompt set)."""
+    names, domains = args.method_names, args.domains
+    pooled = {ENGINE_BASELINE: [s for d in domains for s in samples[(mode, d, ENGINE_BASELINE)]],
+              "draft": [s for d in domains for n in names
+                        if n.startswith("k=") or n in ("adaptive", "best", "best-nostop")
+                        for s in samples[(mode, d, n)]]}
+    c_runs = measure.c_from_runs([s.run for s in pooled["draft"]], [s.run for s in pooled[ENGINE_BASELINE]])
+    # c from the runs already carries the re-read after a bonus (measure's rule); c_forward does not
+    c_use, refeed_use = (c_runs, 0.0) if math.isfinite(c_runs) else (costs.c_forward, costs.refeed)
+    model = (c_use, costs.verify_ratio, refeed_use)
+    results, by_method = [], {}
+    for dom in domains:
+        base = summarise(ENGINE_BASELINE, samples[(mode, dom, ENGINE_BASELINE)], {}, model)
+        base["speedup"] = 1.0
+        base["decode_speedup"] = 1.0
+        for name in names:
+            row = base if name == ENGINE_BASELINE else summarise(name, samples[(mode, dom, name)], base, model)
+            row = {"mode": mode, "domain": dom, **row}
+            if mode == "greedy":
+                row["same_as_baseline"] = (samples[(mode, dom, name)][0].tokens
+                                           == samples[(mode, dom, ENGINE_BASELINE)][0].tokens)
+            results.append(row)
+            by_method.setdefault(name, []).append(row)
+    summary = [{"mode": mode, "c_runs": c_runs, **aggregate(name, by_method[name], by_method[ENGINE_BASELINE])}
+               for name in names]
+    return results, summary
+
+
+def _config(args, pair, t_start: float, load_start: float) -> dict:
+    """What was measured, on what, with which versions, and how loaded the machine was."""
+    return {
+        "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
+        "draft_precision": pair.draft_precision, "fast_linear": _fast_linear_on(pair),
+        "threads": torch.get_num_threads(), "ks": args.ks, "methods": args.method_names, "domains": args.domains,
+        "prompt_set": args.prompt_set, "modes": args.modes, "temperature": args.temperature, "reps": args.reps,
+        "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+        "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
+        "cpu_count": os.cpu_count(), "load_avg_start": load_start, "load_avg_end": _load_avg(),
+        "elapsed_s": time.perf_counter() - t_start,
+    }  # fmt: skip
+
+
+def _load_avg() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def bench(args, pair=None, progress=None) -> dict:
+    """The whole benchmark (args: cli.parse_bench_args); returns the report (markdown(), to_json())."""
+    say = progress or (lambda msg: None)
+    t_start, load_start = time.perf_counter(), _load_avg()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if pair is None:
+        say("loading the pair")
+        pair = load(args)
+    names = runnable(pair, args.method_names)
+    if names != args.method_names:
+        say(f"{pair.name}: the draft has another tokenizer; left out {sorted(set(args.method_names) - set(names))}")
+        args = SimpleNamespace(**{**vars(args), "method_names": names})
+    presets = bench_prompts(args.prompt_set)
+    prompts = {d: encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in args.domains}
+    # 1. costs, 2. a warm-up, 3. the runs, 4. statistics per mode
+    costs = measure_costs(pair, args.ks, args.cost_reps, say)
+    if not args.no_warmup:
+        warm_up(pair, args, prompts[args.domains[0]], say)
+    samples = run_all(pair, args, prompts, say)
     results, summary, checks = [], [], {}
     for mode in args.modes:
-        pooled = {ENGINE_BASELINE: [s for d in args.domains for s in samples[(mode, d, ENGINE_BASELINE)]],
-                  "draft": [s for d in args.domains for n in names
-                            if n.startswith("k=") or n in ("adaptive", "best", "best-nostop")
-                            for s in samples[(mode, d, n)]]}
-        c_runs = measure.c_from_runs([s.run for s in pooled["draft"]], [s.run for s in pooled[ENGINE_BASELINE]])
-        # c from the runs already carries the re-read after a bonus (measure's rule); c_forward does not
-        c_use, refeed_use = (c_runs, 0.0) if math.isfinite(c_runs) else (c_forward, refeed)
-        by_method: dict[str, list[dict]] = {}
-        for dom in args.domains:
-            base = summarise(ENGINE_BASELINE, samples[(mode, dom, ENGINE_BASELINE)], {}, (c_use, ratios, refeed_use))
-            base["speedup"] = 1.0
-            base["decode_speedup"] = 1.0
-            for name in names:
-                row = base if name == ENGINE_BASELINE else summarise(name, samples[(mode, dom, name)], base,
-                                                                     (c_use, ratios, refeed_use))
-                row = {"mode": mode, "domain": dom, **row}
-                if mode == "greedy":
-                    row["same_as_baseline"] = (samples[(mode, dom, name)][0].tokens
-                                               == samples[(mode, dom, ENGINE_BASELINE)][0].tokens)
-                results.append(row)
-                by_method.setdefault(name, []).append(row)
-        base_rows = by_method[ENGINE_BASELINE]
-        for name in names:
-            summary.append({"mode": mode, "c_runs": c_runs, **aggregate(name, by_method[name], base_rows)})
-        checks[mode] = _checks(mode, results, summary, names)
+        rows, summ = mode_statistics(mode, args, samples, costs)
+        results += rows
+        summary += summ
+        checks[mode] = _checks(mode, results, summary, args.method_names)
     return {
         "format": FORMAT,
-        "config": {
-            "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
-            "draft_precision": pair.draft_precision, "fast_linear": _fast_linear_on(pair), "threads": torch.get_num_threads(), "ks": args.ks,
-            "methods": names, "domains": args.domains, "prompt_set": args.prompt_set, "modes": args.modes,
-            "temperature": args.temperature,
-            "reps": args.reps, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-            "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
-            "cpu_count": os.cpu_count(), "load_avg_start": load_start,
-            "load_avg_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
-            "elapsed_s": time.perf_counter() - t_start,
-        },
+        "config": _config(args, pair, t_start, load_start),
         "prompts": {d: {"name": presets[d].name, "text": presets[d].text, "n_tokens": len(prompts[d])}
                     for d in args.domains},
         "costs": {
-            "target_forward_s": {n: measure.median(v) for n, v in tcost.items()},
-            "draft_forward_s": {n: measure.median(v) for n, v in dcost.items()},
-            "verify_ratio": ratios,
-            "c_forward": c_forward,
-            "refeed": refeed,
+            "target_forward_s": {n: measure.median(v) for n, v in costs.target.items()},
+            "draft_forward_s": {n: measure.median(v) for n, v in costs.draft.items()},
+            "verify_ratio": costs.verify_ratio, "c_forward": costs.c_forward, "refeed": costs.refeed,
         },
         "results": results,
         "summary": summary,
@@ -651,32 +638,3 @@ def figure(report: dict):
 
 def to_json(report: dict) -> str:
     return json.dumps(json_safe(report), indent=1, allow_nan=False)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    t0 = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if not args.quiet:
-            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    report = bench(args, progress=say)
-    text = to_json(report)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        say(f"wrote {args.out}")
-    if args.figure:
-        with open(args.figure, "w") as f:
-            f.write(figure(report).to_json())
-        say(f"wrote {args.figure}")
-    if args.json and not args.out:
-        print(text)
-    else:
-        print(markdown(report))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -747,7 +747,7 @@ def fig_k_trace(run: Run) -> go.Figure:
     x = np.arange(1, len(run.rounds) + 1)
     acc = [r.n_accepted for r in run.rounds]
     fig = _fig(f"k over the run: {min(ks)} to {max(ks)}, mean {np.mean(ks):.1f}",
-               K_TRACE_NOTES.get(run.settings.get("k_policy"), "k drafted in each round"), x="round", y="tokens")
+               K_TRACE_NOTES.get(run.decode.k_policy, "k drafted in each round"), x="round", y="tokens")
     fig.add_bar(x=x, y=acc, name="accepted this round", marker_color=R_COLOR, opacity=0.75,
                 marker_pattern=dict(shape="/", fillmode="overlay", fgcolor="white"),
                 hovertemplate="round %{x}: %{y} accepted<extra></extra>")

@@ -4,7 +4,7 @@
     python -m specviz prepare                     # assemble + convert + cache the default pair
     python -m specviz run --prompt "def fib(n):"  # one speculative run, coloured by round
     python -m specviz run --tree 16 --prompt ...  # the same with a token tree of 16 nodes per round
-    python -m specviz bench ...                   # specviz.bench, when it exists
+    python -m specviz bench --tiny                # specviz.bench: every method against the target alone
 
 Every SpecvizError is printed as `error: <message>` with exit code 2, never a
 traceback. Progress of long work goes to stderr; results go to stdout.
@@ -13,23 +13,16 @@ traceback. Progress of long work goes to stderr; results go to stdout.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import inspect
+import math
 import os
 import sys
 import time
 from typing import TextIO
 
-from . import limits, prompts
+from . import limits, prompts, render
 from .errors import InvalidSetting, SpecvizError
+from .settings import DecodeSettings
 
-# Okabe-Ito colours (colour-blind safe) as 256-colour codes, each with a second cue
-STYLE = {
-    "accepted": "\x1b[38;5;74m",  # sky blue
-    "correction": "\x1b[4;38;5;166m",  # vermillion, underlined
-    "bonus": "\x1b[1;38;5;175m",  # reddish purple, bold
-}
 RESET = "\x1b[0m"
 DIM = "\x1b[2m"
 
@@ -75,18 +68,6 @@ class ProgressPrinter:
 # rendering a Run
 
 
-def token_kinds(run) -> list[str]:
-    """The kind of each new token: 'accepted', 'correction' or 'bonus'."""
-    kinds: list[str] = []
-    for r in run.rounds:
-        for j in range(len(r.emitted)):
-            if j < r.n_accepted:
-                kinds.append("accepted")
-            else:
-                kinds.append(r.extra_kind or "bonus")
-    return kinds[: len(run.token_ids)]
-
-
 def token_pieces(tokenizer, ids: list[int]) -> list[str]:
     """Text of each token such that "".join(pieces) == decode(ids), multi-byte chars kept whole."""
     pieces, shown = [], ""
@@ -101,18 +82,11 @@ def token_pieces(tokenizer, ids: list[int]) -> list[str]:
 
 
 def render_text(run, tokenizer, color: bool) -> str:
+    """The new text; with colour, each token styled by what its round did (render.ansi_tokens)."""
     pieces = token_pieces(tokenizer, run.token_ids)
     if not color:
         return "".join(pieces)
-    kinds = token_kinds(run) + ["accepted"] * len(pieces)
-    return "".join(f"{STYLE[k]}{p}{RESET}" if p else "" for p, k in zip(pieces, kinds))
-
-
-def legend(color: bool) -> str:
-    if not color:
-        return ""
-    return "  ".join(f"{STYLE[k]}{label}{RESET}" for k, label in
-                     (("accepted", "accepted draft"), ("correction", "target correction"), ("bonus", "bonus")))
+    return render.ansi_tokens(run, lambda t: tokenizer.decode([t]), texts=pieces)
 
 
 def stats_lines(run) -> list[str]:
@@ -190,13 +164,10 @@ def _read_prompt(args) -> str:
     return prompt
 
 
-def cmd_run(args) -> int:
+def decode_settings(args) -> DecodeSettings:
+    """The run's decoding settings, checked before any model is loaded (InvalidSetting: a typo costs no load)."""
     from . import engine, kpolicy
-    from .drafters import PromptLookupDrafter
-    from .models import load_pair
 
-    prompt = _read_prompt(args)
-    # settings first: a typo must not cost a model load
     engine.check_decoding(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                           max_new_tokens=args.max_new_tokens, seed=args.seed)
     if args.tree is not None:
@@ -205,22 +176,28 @@ def cmd_run(args) -> int:
         check_tree(args.tree, args.branch, args.max_depth)
     kpolicy.make_k_policy(args.k, args.k_policy)  # InvalidSetting for an unknown policy
     limits.check_max_new_tokens(args.max_new_tokens)
+    return DecodeSettings(k=args.k, k_policy=args.k_policy, temperature=args.temperature, top_p=args.top_p,
+                          top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed)
+
+
+def _load_pair(args):
+    from .models import load_pair
+
     progress = ProgressPrinter()
     try:
-        pair = load_pair(args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device,
+        return load_pair(args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device,
                          progress=progress, registry=args.models, draft_precision=args.draft_precision)
     finally:
         progress.done()
-    tok = pair.tokenizer
-    if not args.raw and not getattr(tok, "chat_template", None):
-        print("note: this model has no chat template; the prompt is fed as-is", file=sys.stderr)
-    input_ids = prompts.encode(tok, prompt, chat=not args.raw)
 
-    kw = dict(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-              max_new_tokens=args.max_new_tokens, seed=args.seed, eos_token_id=pair.eos_token_ids,
-              k_policy=args.k_policy)
-    if "vocab" in inspect.signature(engine.speculative_decode).parameters:
-        kw["vocab"] = pair.shared_vocab  # compare only ids both models know (padded embeddings)
+
+def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
+    """One run: a token tree with --tree, else a chain drafted by the draft model or prompt lookup."""
+    from . import engine
+    from .drafters import PromptLookupDrafter
+
+    # compare only ids both models know (padded embeddings)
+    common = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     lookup = args.drafter == PromptLookupDrafter.name
     if args.tree is not None:
         from .tree import tree_decode
@@ -228,57 +205,204 @@ def cmd_run(args) -> int:
         if lookup or args.k_policy != "fixed":
             print("note: --tree drafts with the draft model; --drafter and --k-policy apply to chains",
                   file=sys.stderr)
-        del kw["k"], kw["k_policy"]
+        pair.check_shared_vocab("--tree (a token tree)")
         print(f"generating with {pair.name}, {pair.draft_precision} draft (a tree of {args.tree} nodes, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
-        run = tree_decode(pair.target, pair.draft, input_ids, budget=args.tree, branch=args.branch,
-                          max_depth=args.max_depth, **kw)
-    else:
-        who = "prompt lookup" if lookup else f"{pair.draft_precision} draft"
-        print(f"generating with {pair.name}, {who} (k={args.k}, k policy {args.k_policy}, "
-              f"temperature={args.temperature}) ...", file=sys.stderr)
-        run = engine.speculative_decode(pair.target, PromptLookupDrafter() if lookup else pair.draft, input_ids,
-                                        **kw)
+        return tree_decode(pair.target, pair.draft, input_ids, budget=args.tree, branch=args.branch,
+                           max_depth=args.max_depth, **decode.baseline_kwargs(), **common)
+    who = "prompt lookup" if lookup else f"{pair.draft_precision} draft"
+    print(f"generating with {pair.name}, {who} (k={args.k}, k policy {args.k_policy}, "
+          f"temperature={args.temperature}) ...", file=sys.stderr)
+    return engine.speculative_decode(pair.target, PromptLookupDrafter() if lookup else pair.drafter(), input_ids,
+                                     **decode.engine_kwargs(), **common)
 
+
+def _print_run(args, run, tokenizer) -> None:
+    """The Run as JSON (--json), or its text coloured by round, a legend and its numbers."""
     if args.json:
         print(run.to_json())
-        return 0
+        return
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
-    print(render_text(run, tok, color))
+    print(render_text(run, tokenizer, color))
     print()
     if color:
-        print(legend(color))
+        print(render.legend_ansi())
     dim = DIM if color else ""
     end = RESET if color else ""
     for line in (stats_lines if args.tree is None else tree_stats_lines)(run):
         print(f"{dim}{line}{end}")
+
+
+def cmd_run(args) -> int:
+    prompt = _read_prompt(args)
+    decode = decode_settings(args)
+    pair = _load_pair(args)
+    tok = pair.tokenizer
+    if not args.raw and not getattr(tok, "chat_template", None):
+        print("note: this model has no chat template; the prompt is fed as-is", file=sys.stderr)
+    input_ids = prompts.encode(tok, prompt, chat=not args.raw)
+    run = _generate(args, pair, input_ids, decode)
+    _print_run(args, run, tok)
     return 0
 
 
-def cmd_bench(argv: list[str]) -> int:
-    if importlib.util.find_spec("specviz.bench") is None:
-        print("error: `bench` is not available yet (specviz.bench has not landed)", file=sys.stderr)
-        return 2
-    bench = importlib.import_module("specviz.bench")
-    rc = bench.main(argv)
-    return int(rc or 0)
+def _int_list(text: str, flag: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4] (sorted, no repeats); InvalidSetting naming the flag."""
+    try:
+        return sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise InvalidSetting(f"{flag} must be a comma list of integers, got {text!r}") from None
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def check_bench_args(a: argparse.Namespace) -> argparse.Namespace:
+    """bench's comma lists as lists, checked (InvalidSetting), and `method_names`: the methods to run."""
+    from .bench import DEFAULT_DOMAINS, select_methods
+
+    a.ks = _int_list(a.ks, "--ks")
+    if not a.ks or min(a.ks) < 1:
+        raise InvalidSetting("--ks must list integers >= 1")
+    a.trees = _int_list(a.trees, "--trees")
+    a.modes = _names(a.modes)
+    if not a.modes or any(m not in ("greedy", "sample") for m in a.modes):
+        raise InvalidSetting(f"--modes must be greedy, sample or both, got {a.modes!r}")
+    a.domains = list(DEFAULT_DOMAINS) if a.domains is None else _names(a.domains)
+    known = prompts.bench_prompts(a.prompt_set)
+    bad = [d for d in a.domains if d not in known]
+    if bad or not a.domains:
+        raise InvalidSetting(f"unknown domain(s) {bad}; choose from {', '.join(known)}")
+    if a.reps < 1 or a.max_new_tokens < 1:
+        raise InvalidSetting("--reps and --max-new-tokens must be >= 1")
+    if not (a.temperature > 0 and math.isfinite(a.temperature)):
+        raise InvalidSetting("--temperature must be > 0 (sample mode); greedy is its own mode")
+    a.method_names = select_methods(a.ks, a.trees, _names(a.methods) if a.methods else None)
+    return a
+
+
+def parse_bench_args(argv: list[str]) -> argparse.Namespace:
+    """`python -m specviz bench` options, parsed and checked (what bench.bench takes)."""
+    return check_bench_args(build_parser().parse_args(["bench", *argv]))
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+
+    args = check_bench_args(args)
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    report = bench.bench(args, progress=say)
+    text = bench.to_json(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+        say(f"wrote {args.out}")
+    if args.figure:
+        with open(args.figure, "w") as f:
+            f.write(bench.figure(report).to_json())
+        say(f"wrote {args.figure}")
+    if args.json and not args.out:
+        print(text)
+    else:
+        print(bench.markdown(report))
+    return 0
 
 
 # -----------------------------------------------------------------------------
 # argument parsing
 
 
-def add_draft_precision(p: argparse.ArgumentParser) -> None:
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def add_pair_options(p: argparse.ArgumentParser) -> None:
+    """Which pair, in which dtype, with which draft precision (run and bench)."""
     from .quant import PRECISIONS
 
+    p.add_argument("--pair", help="pair name from `python -m specviz models` (default: the default pair)")
+    p.add_argument("--dtype", choices=DTYPES, help="default: the pair's default (float32 on a CPU)")
     p.add_argument("--draft-precision", choices=["auto", *PRECISIONS], default="auto",
                    help="the draft's weights (default auto: int8 on a CPU, the model dtype on a GPU); "
                         "never changes the output, only the draft's cost and its acceptance")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_decoding_options(p: argparse.ArgumentParser, temperature: float, temperature_help: str,
+                         seed_help: str) -> None:
+    """Temperature, length and seed (run and bench; bench's temperature is its sample mode's)."""
+    p.add_argument("--temperature", type=float, default=temperature, help=temperature_help)
+    p.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
+    p.add_argument("--seed", type=int, default=0, help=seed_help)
+
+
+def add_run_parser(sub) -> None:
     from .drafters import ModelDrafter, PromptLookupDrafter
 
+    r = sub.add_parser("run", help="one speculative decoding run, coloured by what each round did")
+    add_pair_options(r)
+    r.add_argument("--draft", help="override the draft: a local folder, a hub id (local HF cache only), "
+                   "`self` (the target drafts for itself) or `early-exit:L` (its first L layers)")
+    r.add_argument("--target", help="override the target: a local folder or a hub id (local HF cache only)")
+    r.add_argument("--prompt", required=True, help='the prompt ("-" reads stdin)')
+    r.add_argument("--k", type=int, default=4, help="tokens drafted per round (default 4)")
+    r.add_argument("--tree", type=int, metavar="N", help="draft a token tree of N nodes per round instead of a "
+                   "chain of k, all verified in one target pass")
+    r.add_argument("--branch", type=int, default=2, help="with --tree: children per expanded node (default 2)")
+    r.add_argument("--max-depth", type=int, default=8, help="with --tree: deepest path drafted (default 8)")
+    add_decoding_options(r, 0.0, "0 = greedy (default 0)", "default 0")
+    r.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
+    r.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens only (default 0 = off)")
+    r.add_argument("--k-policy", default="fixed", metavar="{fixed,adaptive,best}",
+                   help="k per round: fixed (--k every round), adaptive (+1 after a fully accepted round, -1 after "
+                        "a rejection) or best (the best-k chooser; --k is where it starts). Default fixed")
+    r.add_argument("--drafter", choices=[ModelDrafter.name, PromptLookupDrafter.name], default=ModelDrafter.name,
+                   help="who drafts: the pair's draft model (default) or prompt lookup (copies what followed the "
+                        "last earlier match of the latest n-gram; no second model)")
+    r.add_argument("--raw", action="store_true", help="feed the prompt as-is, without the chat template")
+    r.add_argument("--json", action="store_true", help="print the Run as JSON instead of text")
+    r.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    r.add_argument("--color", choices=["auto", "always", "never"], default="auto", help="colour the text")
+    r.set_defaults(func=cmd_run)
+
+
+def add_bench_parser(sub) -> None:
+    b = sub.add_parser("bench", help="benchmarks: every method against the target alone (specviz.bench)",
+                       description="Benchmark speculative decoding on the real pair (or --tiny).")
+    add_pair_options(b)
+    # also accepted after `bench`; SUPPRESS keeps a --models given before it
+    b.add_argument("--models", metavar="YAML", default=argparse.SUPPRESS, help="registry file")
+    b.add_argument("--tiny", action="store_true", help="the tiny random pair (seconds; for tests)")
+    b.add_argument("--fast-linear", action=argparse.BooleanOptionalAction, default=None,
+                   help="float32 on CPU: every nn.Linear through oneDNN (specviz.fastlinear); "
+                        "default: as load_pair does (on unless SPECVIZ_FAST_LINEAR=0)")
+    b.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
+    b.add_argument("--ks", default="1,2,3,4,5,6,8", help="fixed k values (default 1,2,3,4,5,6,8)")
+    b.add_argument("--trees", default="8,16,32", help="token-tree node budgets (default 8,16,32; '' for none)")
+    b.add_argument("--methods", help="comma list to run (default: all); names as in the table, "
+                                     "e.g. target,k=4,best,hf-assisted")
+    b.add_argument("--domains", help="default code,list,factual,creative; 'first-run' is the main page's default "
+                                     "prompt")
+    b.add_argument("--prompt-set", choices=["bench", "held-out"], default="bench",
+                   help="bench: the presets; held-out: other prompts of the same domains")
+    b.add_argument("--modes", default="greedy,sample", help="greedy, sample or both (default)")
+    add_decoding_options(b, 0.7, "for sample mode (default 0.7)",
+                         "seed of repetition 1 (sample mode); +1 per repetition")
+    b.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported (default 3)")
+    b.add_argument("--cost-reps", type=int, default=5, help="repetitions of the forward-cost measurement")
+    b.add_argument("--no-warmup", action="store_true", help="skip the warm-up round (tests)")
+    b.add_argument("--json", action="store_true", help="print JSON instead of the markdown table")
+    b.add_argument("--out", metavar="FILE", help="write the JSON here (the table still goes to stdout)")
+    b.add_argument("--figure", metavar="FILE.json", help="write the measured-vs-predicted figure (plotly JSON)")
+    b.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    b.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
     p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
     sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench,loadtest}")
@@ -293,39 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also check the sha256 of every cached file (reads them all) and rebuild a damaged copy")
     pr.set_defaults(func=cmd_prepare)
 
-    r = sub.add_parser("run", help="one speculative decoding run, coloured by what each round did")
-    r.add_argument("--pair", help="pair name from `models` (default: the default pair)")
-    r.add_argument("--draft", help="override the draft: a local folder, a hub id (local HF cache only), "
-                   "`self` (the target drafts for itself) or `early-exit:L` (its first L layers)")
-    r.add_argument("--target", help="override the target: a local folder or a hub id (local HF cache only)")
-    r.add_argument("--prompt", required=True, help='the prompt ("-" reads stdin)')
-    r.add_argument("--k", type=int, default=4, help="tokens drafted per round (default 4)")
-    r.add_argument("--tree", type=int, metavar="N", help="draft a token tree of N nodes per round instead of a "
-                   "chain of k, all verified in one target pass")
-    r.add_argument("--branch", type=int, default=2, help="with --tree: children per expanded node (default 2)")
-    r.add_argument("--max-depth", type=int, default=8, help="with --tree: deepest path drafted (default 8)")
-    r.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default 0)")
-    r.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
-    r.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens only (default 0 = off)")
-    r.add_argument("--k-policy", default="fixed", metavar="{fixed,adaptive,best}",
-                   help="k per round: fixed (--k every round), adaptive (+1 after a fully accepted round, -1 after "
-                        "a rejection) or best (the best-k chooser; --k is where it starts). Default fixed")
-    r.add_argument("--drafter", choices=[ModelDrafter.name, PromptLookupDrafter.name], default=ModelDrafter.name,
-                   help="who drafts: the pair's draft model (default) or prompt lookup (copies what followed the "
-                        "last earlier match of the latest n-gram; no second model)")
-    r.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
-    r.add_argument("--seed", type=int, default=0, help="default 0")
-    r.add_argument("--raw", action="store_true", help="feed the prompt as-is, without the chat template")
-    r.add_argument("--json", action="store_true", help="print the Run as JSON instead of text")
-    r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: float32 on CPU")
-    add_draft_precision(r)
-    r.add_argument("--device", help="cpu or cuda (default: cuda if available)")
-    r.add_argument("--color", choices=["auto", "always", "never"], default="auto", help="colour the text")
-    r.set_defaults(func=cmd_run)
-
-    b = sub.add_parser("bench", help="benchmarks (specviz.bench)", add_help=False)
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    b.set_defaults(func=lambda a: cmd_bench(a.rest))
+    add_run_parser(sub)
+    add_bench_parser(sub)
 
     lt = sub.add_parser("loadtest", help="browser sessions pressing Run at once on a real server (specviz.loadtest)",
                         add_help=False)
@@ -343,10 +436,8 @@ def _loadtest(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] == "bench":
-            return cmd_bench(argv[1:])  # bench parses its own options
         if argv and argv[0] == "loadtest":
-            return _loadtest(argv[1:])  # so does loadtest
+            return _loadtest(argv[1:])  # loadtest parses its own options
         args = build_parser().parse_args(argv)
         return args.func(args)
     except SpecvizError as e:

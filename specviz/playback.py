@@ -15,6 +15,7 @@ from typing import Any, Iterator
 from .devqueue import load_text
 from .errors import SpecvizError
 from .records import Round, Run
+from .settings import DecodeSettings, recorded_eos
 
 # animation speeds: (seconds the drafted tokens stay pending, seconds after the verdict)
 SPEEDS: dict[str, tuple[float, float]] = {
@@ -87,6 +88,11 @@ class Playback:
                    source="replay", meta=dict(meta or {}), run=run, device=run.device, dtype=run.dtype)
 
     @property
+    def decode(self) -> DecodeSettings:
+        """The run's decoding settings, typed (`settings` is the dict its Run records)."""
+        return DecodeSettings.from_record(self.settings)
+
+    @property
     def done(self) -> bool:
         return self._done or (self.source == "replay" and self.run is not None
                               and len(self.rounds) >= len(self.run.rounds))
@@ -146,9 +152,8 @@ class Playback:
 
     def _is_last(self, rnd: Round) -> bool:
         n = sum(len(r.emitted) for r in self.rounds)
-        eos = self.settings.get("eos_token_id") or []
-        eos = {eos} if isinstance(eos, int) else set(eos)
-        limit = self.settings.get("max_new_tokens")
+        eos = set(recorded_eos(self.settings) or [])
+        limit = self.settings.get("max_new_tokens")  # not given: the stream's own end marks the last round
         return (limit is not None and n >= limit) or bool(rnd.emitted and rnd.emitted[-1] in eos)
 
     def _finish(self) -> None:

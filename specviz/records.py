@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from . import measure
+from .settings import DecodeSettings, recorded_eos
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class Run(RunRates):
     prompt_ids: list[int]
     token_ids: list[int]
     rounds: list[Round]
-    settings: dict[str, Any]
+    settings: dict[str, Any]  # DecodeSettings.record(...): read the decoding settings as `decode`
     stop_reason: str  # "eos" or "max_new_tokens"
     prefill_s: float  # seconds before the first round (0: the first round reads the prompt)
     decode_s: float  # wall time of all rounds, reading the prompt included (not time a caller held a Round)
@@ -130,6 +131,16 @@ class Run(RunRates):
     ks: list[int] = field(default_factory=list)  # k used per round (adaptive k)
     device: str = "cpu"
     dtype: str = "float32"
+
+    # --- the settings it ran with -----------------------------------------
+    @property
+    def decode(self) -> DecodeSettings:
+        """The decoding settings, typed (`settings` holds them plus drafter, eos_token_id, label, ...)."""
+        return DecodeSettings.from_record(self.settings)
+
+    @property
+    def eos_token_ids(self) -> list[int] | None:
+        return recorded_eos(self.settings)
 
     # --- acceptance measures (see module docstring) ---------------------
     @property

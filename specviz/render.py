@@ -244,12 +244,32 @@ def _ansi(text: str, state: str) -> str:
     return f"\x1b[{ANSI_STYLES[state]}m{text}\x1b[0m"
 
 
-def ansi_tokens(run: Run, decode: Callable[[int], str], prompt_text: str | None = None) -> str:
-    """The run's text with ANSI styles per token state, for a terminal."""
-    parts = [_ansi(prompt_text, "prompt")] if prompt_text else []
+def terminal_tokens(run) -> list[tuple[int, str, bool]]:
+    """(token id, state, new) in display order, for a chain Run or a TreeRun: every new token, and before a
+    chain round's correction the draft it refused (new=False). A tree's refused nodes are off the text."""
+    out: list[tuple[int, str, bool]] = []
     for r in run.rounds:
-        for tok, state, _ in _round_tokens(r):
-            parts.append(_ansi(decode(tok), state))
+        if isinstance(r, Round):
+            out += [(tok, state, state != "rejected") for tok, state, _ in _round_tokens(r)]
+        else:
+            out += [(tok, "accepted" if j < r.n_accepted else r.extra_kind or "target", True)
+                    for j, tok in enumerate(r.emitted)]
+    return out
+
+
+def ansi_tokens(run, decode: Callable[[int], str], prompt_text: str | None = None,
+                texts: Sequence[str] | None = None) -> str:
+    """The run's text with ANSI styles per token state, for a terminal.
+
+    texts: the text of each new token in order (cli.token_pieces keeps a multi-byte character whole, on
+    its last token, the others ""); without it each token is decode(id). Refused drafts are decode(id).
+    """
+    parts = [_ansi(prompt_text, "prompt")] if prompt_text else []
+    new = iter(texts) if texts is not None else None
+    for tok, state, is_new in terminal_tokens(run):
+        text = next(new, "") if is_new and new is not None else decode(tok)
+        if text:
+            parts.append(_ansi(text, state))
     return "".join(parts)
 
 

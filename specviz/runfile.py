@@ -99,15 +99,12 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
 def target_alone(target, spec: Run, vocab: int | None = None, warm: bool = True) -> dict:
     """Time the target alone with the spec run's prompt and settings; return baseline_summary().
 
-    experiments.compare_with_baseline(spec=...), with the settings read back from the Run.
+    experiments.compare_with_baseline(spec=...), with the settings the Run recorded (Run.decode).
     """
     from .experiments import compare_with_baseline
 
-    s = spec.settings
-    cmp = compare_with_baseline(target, None, spec.prompt_ids, k=s.get("k", 4), temperature=s.get("temperature", 0.0),
-                                top_p=s.get("top_p", 1.0), top_k=s.get("top_k", 0),
-                                max_new_tokens=s.get("max_new_tokens", 64), seed=s.get("seed", 0),
-                                eos_token_id=s.get("eos_token_id"), vocab=vocab, spec=spec, warm=warm)
+    cmp = compare_with_baseline(target, None, spec.prompt_ids, k=spec.decode.k, **spec.decode.baseline_kwargs(),
+                                eos_token_id=spec.eos_token_ids, vocab=vocab, spec=spec, warm=warm)
     return baseline_summary(spec, cmp.base, cmp.speedup, cmp.identical)
 
 
@@ -140,15 +137,33 @@ def _check_topk(t: Any, where: str) -> None:
 def validate_run(run: Run) -> None:
     """Check that a loaded run is self-consistent and within the limits of a live run, so drawing it
     cannot crash or tie up the server (SpecvizError naming the field)."""
-    from .engine import K_MAX
+    _check_run_fields(run)
+    _check_run_limits(run)
+    emitted: list[int] = []
+    for j, r in enumerate(run.rounds):
+        w = f"rounds[{j}]"
+        if r.index != j:
+            raise malformed(f"{w}.index", f"expected {j}, got {r.index!r}")
+        _check_round_types(r, w)
+        _check_round_lengths(r, w)
+        _check_round_values(r, w)
+        emitted.extend(r.emitted)
+    if emitted != run.token_ids:
+        raise malformed("token_ids", "the rounds' emitted tokens do not add up to token_ids")
 
+
+def _check_run_fields(run: Run) -> None:
+    """The mode, and the prompt and new tokens as lists of token ids."""
     if run.mode not in ("speculative", "autoregressive"):
         raise malformed("mode", f"must be 'speculative' or 'autoregressive', got {run.mode!r}")
     for name in ("prompt_ids", "token_ids"):
         v = getattr(run, name)
         if not isinstance(v, list) or not all(isinstance(t, int) and t >= 0 for t in v):
             raise malformed(name, "must be a list of token ids")
-    # the limits a live run has: a file cannot ask the page for more work than Run can
+
+
+def _check_run_limits(run: Run) -> None:
+    """The limits a live run has: a file cannot ask the page for more work than Run can."""
     if not run.prompt_ids:
         raise malformed("prompt_ids", "the prompt is empty")
     if len(run.prompt_ids) > limits.max_prompt_tokens():
@@ -162,49 +177,54 @@ def validate_run(run: Run) -> None:
     if len(run.rounds) > max(1, len(run.token_ids)):
         raise malformed("rounds", f"{len(run.rounds)} rounds for {len(run.token_ids)} tokens (each round "
                                   "emits at least one)")
-    emitted: list[int] = []
-    for j, r in enumerate(run.rounds):
-        w = f"rounds[{j}]"
-        if r.index != j:
-            raise malformed(f"{w}.index", f"expected {j}, got {r.index!r}")
-        if not isinstance(r.k, int) or not 0 <= r.k <= K_MAX:
-            raise malformed(f"{w}.k", f"must be from 0 to {K_MAX} (the engine's largest k), got {r.k!r}")
-        ints = (r.drafted, r.emitted, r.target_argmax)
-        if not all(isinstance(x, list) and all(isinstance(t, int) for t in x) for x in ints):
-            raise malformed(w, "drafted / emitted / target_argmax must be lists of token ids")
-        if not r.emitted:
-            raise malformed(f"{w}.emitted", "every round emits at least one token")
-        floats = (r.q_drafted, r.p_drafted, r.u, r.ratio, r.overlap, r.entropy)
-        if not all(isinstance(x, list) and all(isinstance(v, (int, float)) for v in x) for x in floats):
-            raise malformed(w, "probabilities must be lists of numbers")
-        if r.k != len(r.drafted) or len(r.q_drafted) != r.k or len(r.p_drafted) != r.k:
-            raise malformed(f"{w}.k", f"k={r.k!r} does not match the {len(r.drafted)} drafted tokens")
-        if not isinstance(r.n_accepted, int) or not 0 <= r.n_accepted <= r.k:
-            raise malformed(f"{w}.n_accepted", f"{r.n_accepted!r} is not between 0 and k={r.k}")
-        if not isinstance(r.accepted, list) or len(r.accepted) not in (r.n_accepted, r.n_accepted + 1) \
-                or len(r.accepted) > r.k or any(not isinstance(a, bool) for a in r.accepted):
-            raise malformed(f"{w}.accepted", f"the accept decisions do not match n_accepted={r.n_accepted}")
-        if len(r.p_top) != (r.k + 1 if r.k else len(r.p_top)) or len(r.q_top) != r.k or len(r.overlap) != r.k:
-            raise malformed(w, f"expected {r.k + 1} target and {r.k} draft distributions")
-        if not r.p_top or len(r.p_top) > r.k + 1 or len(r.entropy) > r.k + 1:
-            raise malformed(f"{w}.p_top", f"expected 1 to {r.k + 1} target distributions")
-        if len(r.target_argmax) < min(len(r.p_top), r.k + 1) or len(r.target_argmax) > r.k + 1 \
-                or len(r.ratio) != len(r.accepted) or len(r.u) > len(r.accepted):
-            raise malformed(w, "per-position lists have the wrong length")
-        for i, t in enumerate(r.p_top):
-            _check_topk(t, f"{w}.p_top[{i}]")
-        for i, t in enumerate(r.q_top):
-            _check_topk(t, f"{w}.q_top[{i}]")
-        if r.residual_top is not None:
-            _check_topk(r.residual_top, f"{w}.residual_top")
-        m = min(r.n_accepted, len(r.emitted))  # EOS / the length limit may cut inside the accepted drafts
-        if r.k and r.drafted[:m] != r.emitted[:m]:
-            raise malformed(f"{w}.emitted", "the emitted tokens do not start with the accepted drafts")
-        if len(r.emitted) > r.n_accepted + 1:
-            raise malformed(f"{w}.emitted", f"more than n_accepted + 1 = {r.n_accepted + 1} tokens")
-        emitted.extend(r.emitted)
-    if emitted != run.token_ids:
-        raise malformed("token_ids", "the rounds' emitted tokens do not add up to token_ids")
+
+
+def _check_round_types(r, w: str) -> None:
+    """k within the engine's range, token ids and probabilities of the right types, something emitted."""
+    from .engine import K_MAX
+
+    if not isinstance(r.k, int) or not 0 <= r.k <= K_MAX:
+        raise malformed(f"{w}.k", f"must be from 0 to {K_MAX} (the engine's largest k), got {r.k!r}")
+    ints = (r.drafted, r.emitted, r.target_argmax)
+    if not all(isinstance(x, list) and all(isinstance(t, int) for t in x) for x in ints):
+        raise malformed(w, "drafted / emitted / target_argmax must be lists of token ids")
+    if not r.emitted:
+        raise malformed(f"{w}.emitted", "every round emits at least one token")
+    floats = (r.q_drafted, r.p_drafted, r.u, r.ratio, r.overlap, r.entropy)
+    if not all(isinstance(x, list) and all(isinstance(v, (int, float)) for v in x) for x in floats):
+        raise malformed(w, "probabilities must be lists of numbers")
+
+
+def _check_round_lengths(r, w: str) -> None:
+    """Every per-position list as long as k (and the accept decisions) make it."""
+    if r.k != len(r.drafted) or len(r.q_drafted) != r.k or len(r.p_drafted) != r.k:
+        raise malformed(f"{w}.k", f"k={r.k!r} does not match the {len(r.drafted)} drafted tokens")
+    if not isinstance(r.n_accepted, int) or not 0 <= r.n_accepted <= r.k:
+        raise malformed(f"{w}.n_accepted", f"{r.n_accepted!r} is not between 0 and k={r.k}")
+    if not isinstance(r.accepted, list) or len(r.accepted) not in (r.n_accepted, r.n_accepted + 1) \
+            or len(r.accepted) > r.k or any(not isinstance(a, bool) for a in r.accepted):
+        raise malformed(f"{w}.accepted", f"the accept decisions do not match n_accepted={r.n_accepted}")
+    if len(r.p_top) != (r.k + 1 if r.k else len(r.p_top)) or len(r.q_top) != r.k or len(r.overlap) != r.k:
+        raise malformed(w, f"expected {r.k + 1} target and {r.k} draft distributions")
+    if not r.p_top or len(r.p_top) > r.k + 1 or len(r.entropy) > r.k + 1:
+        raise malformed(f"{w}.p_top", f"expected 1 to {r.k + 1} target distributions")
+    if len(r.target_argmax) < min(len(r.p_top), r.k + 1) or len(r.target_argmax) > r.k + 1 \
+            or len(r.ratio) != len(r.accepted) or len(r.u) > len(r.accepted):
+        raise malformed(w, "per-position lists have the wrong length")
+
+
+def _check_round_values(r, w: str) -> None:
+    """The top-N lists, and the emitted tokens: the accepted drafts first, at most one more."""
+    for name in ("p_top", "q_top"):
+        for i, t in enumerate(getattr(r, name)):
+            _check_topk(t, f"{w}.{name}[{i}]")
+    if r.residual_top is not None:
+        _check_topk(r.residual_top, f"{w}.residual_top")
+    m = min(r.n_accepted, len(r.emitted))  # EOS / the length limit may cut inside the accepted drafts
+    if r.k and r.drafted[:m] != r.emitted[:m]:
+        raise malformed(f"{w}.emitted", "the emitted tokens do not start with the accepted drafts")
+    if len(r.emitted) > r.n_accepted + 1:
+        raise malformed(f"{w}.emitted", f"more than n_accepted + 1 = {r.n_accepted + 1} tokens")
 
 
 # the baseline block of a file: the fields the page reads, and their types
@@ -339,8 +359,8 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
         kw = dict(k=s.k, temperature=s.temperature, top_p=s.top_p, max_new_tokens=max_new_tokens, seed=s.seed,
                   eos_token_id=pair.eos_token_ids)
         # a short warm-up so one-time costs do not land in the recorded timings
-        speculative_decode(pair.target, pair.draft, ids, **{**kw, "max_new_tokens": 2}, vocab=pair.shared_vocab)
-        run = speculative_decode(pair.target, pair.draft, ids, **kw, vocab=pair.shared_vocab)
+        speculative_decode(pair.target, pair.drafter(), ids, **{**kw, "max_new_tokens": 2}, vocab=pair.shared_vocab)
+        run = speculative_decode(pair.target, pair.drafter(), ids, **kw, vocab=pair.shared_vocab)
         base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
         temp = "greedy" if s.temperature == 0 else f"temperature {s.temperature:g}, seed {s.seed}"
         title = f"{p.name} · {temp} · k={s.k} · {pair.name} ({run.device}, {run.dtype})"

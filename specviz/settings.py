@@ -22,7 +22,7 @@ class DecodeSettings:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
-    max_new_tokens: int = 48
+    max_new_tokens: int = 48  # also the value for a recorded run that lacks it (see from_record)
     seed: int = 0
 
     @property
@@ -39,8 +39,21 @@ class DecodeSettings:
         del d["k"], d["k_policy"]
         return d
 
+    def record(self, **extra: Any) -> dict[str, Any]:
+        """The `settings` dict a Run records: these settings plus `extra` (drafter, eos_token_id, label, ...)."""
+        return {**asdict(self), **extra}
+
     @classmethod
     def from_record(cls, settings: dict[str, Any]) -> "DecodeSettings":
         """The settings a Run recorded (a run file's `settings`), with the defaults for any it lacks."""
         names = cls.__dataclass_fields__
         return cls(**{n: settings[n] for n in names if settings.get(n) is not None})
+
+
+def recorded_eos(settings: dict[str, Any]) -> list[int] | None:
+    """The end-of-sequence ids a Run recorded (`eos_token_id`: one id or a list); None when it recorded none
+    (the engine then takes the model's own)."""
+    eos = settings.get("eos_token_id")
+    if eos is None:
+        return None
+    return [eos] if isinstance(eos, int) else list(eos)

@@ -1,8 +1,8 @@
 """One run for each offline pair on the same prompt, side by side.
 
 An offline pair needs nothing from the model hub: its models ship as PyPI
-chunk packages, are made from the target itself (self, early exit), or are
-tiny random test models. Each pair runs once next to its own warmed run of
+packages (chunks, or one GGUF file), are made from the target itself (self,
+early exit), or are tiny random test models. Each pair runs once next to its own warmed run of
 the target alone (experiments.compare_with_baseline), and gives:
 
   α                Run.alpha of the speculative run
@@ -23,15 +23,15 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import charts
-from .config import ChunkSource, DerivedSource, PairSpec, Registry, TinySource, default_registry
+from .config import ChunkSource, DerivedSource, PackagedSource, PairSpec, Registry, TinySource, default_registry
 from .errors import InvalidSetting
 
 Progress = Callable[[str, float | None], None] | None
-OFFLINE_SOURCES = (ChunkSource, DerivedSource, TinySource)  # nothing to download from the hub
+OFFLINE_SOURCES = (ChunkSource, PackagedSource, DerivedSource, TinySource)  # nothing to download from the hub
 
 
 def is_offline(spec: PairSpec) -> bool:
-    """Both models come with specviz (chunk packages, the target's own layers, tiny test models)."""
+    """Both models install from PyPI or are made on the spot (the target's own layers, tiny test models)."""
     return all(isinstance(m.source, OFFLINE_SOURCES) for m in (spec.draft, spec.target))
 
 
@@ -68,16 +68,18 @@ def draft_desc(spec: PairSpec, precision: str) -> str:
     src = spec.draft.source
     if isinstance(src, DerivedSource):
         return "the target itself" if src.layers is None else f"the target's first {src.layers} layers"
-    return f"{spec.draft.label.split(' (')[0]}, {precision}"
+    other = ", another tokenizer, through text" if spec.other_tokenizer else ""
+    return f"{spec.draft.label.split(' (')[0]}, {precision}{other}"
 
 
 def draft_for(spec: PairSpec, loaded) -> Any:
-    """The draft model of `spec`, from `loaded`: a loaded pair with the same target."""
+    """What drafts for `spec`, from `loaded`: a loaded pair with the same target (Pair.drafter() when it is
+    `spec` itself: the draft model, or a drafter through text for a draft with another tokenizer)."""
     if loaded.spec.target.name != spec.target.name:
         raise InvalidSetting(f"pair '{spec.name}' needs the target {spec.target.name}, "
                              f"not {loaded.spec.target.name}")
     if not is_derived(spec):
-        return loaded.draft
+        return loaded.drafter()
     from .selfdraft import derive
 
     return derive(spec.draft.source, loaded.target)
@@ -85,9 +87,6 @@ def draft_for(spec: PairSpec, loaded) -> Any:
 
 # -----------------------------------------------------------------------------
 # the runs
-
-OTHER_TOKENIZER = "smollm2-135m-instruct-gguf"  # xtok.PACKAGED: the packaged draft with another tokenizer
-
 
 @dataclass
 class Contender:
@@ -100,16 +99,6 @@ class Contender:
     input_ids: list[int]
     vocab: int | None
     eos_token_id: list[int]
-
-
-def through_text(first: "Contender", target_tokenizer, draft_tokenizer, draft_model,
-                 name: str = OTHER_TOKENIZER) -> "Contender":
-    """A draft with another tokenizer for `first`'s target and prompt: it drafts through text (xtok, greedy)."""
-    from .xtok import CrossTokenizerDrafter
-
-    return Contender(f"{name.split('-instruct')[0]} (other tokenizer)", "another tokenizer, drafting through text",
-                     first.target, CrossTokenizerDrafter(draft_model, draft_tokenizer, target_tokenizer),
-                     first.input_ids, first.vocab, first.eos_token_id)
 
 
 @dataclass(frozen=True)

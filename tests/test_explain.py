@@ -208,12 +208,14 @@ def test_batch_verdict_finds_the_end_of_the_flat_part():
 
 def test_tv_verdict_branches():
     ok = explain.tv_verdict(0.02, 0.02, 2000, 900, 0.45)
-    assert "agree within noise" in ok and "900/2000" in ok and "0.450" in ok
-    assert "more than noise" in explain.tv_verdict(0.3, 0.02, 2000)
+    assert ok.kind == "within noise" and ok.value == 0.02
+    assert "agree within noise" in ok.text and "900/2000" in ok.text and "0.450" in ok.text
+    far = explain.tv_verdict(0.3, 0.02, 2000)
+    assert far.kind == "more than noise" and "more than noise" in far.text
     # with a simulated yardstick, the verdict follows its 95th percentile, not the formula
     sim = explain.tv_verdict(0.075, 0.046, 2000, simulated=(0.07, 0.08))
-    assert "agree within noise" in sim and "underestimate" in sim
-    assert "more than noise" in explain.tv_verdict(0.09, 0.046, 2000, simulated=(0.07, 0.08))
+    assert sim.kind == "within noise" and "agree within noise" in sim.text and "underestimate" in sim.text
+    assert explain.tv_verdict(0.09, 0.046, 2000, simulated=(0.07, 0.08)).kind == "more than noise"
 
 
 def test_theory_summary_states_speedup_and_best_k():

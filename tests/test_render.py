@@ -150,3 +150,29 @@ def test_the_round_that_read_the_prompt_says_so():
     assert "also read the prompt" not in explain.round_summary(france(), decode)
     assert "also read the prompt (5 earlier tokens)" in explain.round_story(first, decode)[0]
     assert "prompt" not in explain.round_story(france(), decode)[0]
+
+
+def _plain(s: str) -> str:
+    return re.sub(r"\x1b\[[0-9;:]*m", "", s)
+
+
+def test_ansi_tokens_takes_the_new_tokens_text_in_order_and_refused_drafts_by_id():
+    run = mk_run([france(), bonus_round()])
+    texts = ["P", "", "A", "M", "N", "T", "B"]  # "" : half a character, carried by the next token
+    s = render.ansi_tokens(run, decode, texts=texts)
+    assert _plain(s) == "PA city" + "M" + "NTB⁺"  # the refused " city" is decode(4), struck through
+    assert f"\x1b[{render.ANSI_STYLES['rejected']}m city" in s
+
+
+def test_ansi_tokens_draws_a_tree_run_with_its_path_and_extra_token():
+    from tiny import tiny_qwen
+
+    from specviz.tree import tree_decode
+
+    # the target drafting for itself: paths are accepted, a bonus follows, the last round is cut
+    run = tree_decode(tiny_qwen(100), tiny_qwen(100), [2, 7, 1, 8], budget=4, max_new_tokens=10, eos_token_id=[])
+    texts = [f"<{t}>" for t in run.token_ids]
+    s = render.ansi_tokens(run, str, texts=texts)
+    assert _plain(s).replace("⁺", "") == "".join(texts)
+    n_acc = sum(r.n_accepted for r in run.rounds)
+    assert n_acc > 0 and s.count(f"\x1b[{render.ANSI_STYLES['accepted']}m") == n_acc

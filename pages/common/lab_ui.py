@@ -2,9 +2,12 @@
 
   pair_for_page(prefix)        sidebar pair + dtype pickers, the loaded Pair or None (error shown)
   prompt_input(prefix, pair)   preset or own prompt -> (input ids or None, text)
+  stepping_setup(prefix, prompt) a stepping page's pair, decoder, ident, prompt (left) and settings column (right)
   ProgressBar(text)            a progress bar usable as a specviz progress callback
   decoder(pair)                id -> text
   measure(fn, *a, **kw)        run_guarded inside devqueue.watch(): (result, outside-load note or None)
+  with_bar(fn, *a, text=, **kw) measure(fn, ..., progress=a progress bar), the bar gone after
+  keep_measured(kept, measured) keep measure's (result, note) in a kept.Kept unless the result is None
   load_warning(note)           the outside-load note as a warning next to the figures (nothing if None)
 """
 
@@ -17,10 +20,12 @@ from specviz import limits, prompts
 from specviz.errors import SpecvizError
 
 
-def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True):
+def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True, shared_vocab: bool = True):
     """Pick and load the pair (cached per server); None after showing why it can't be used.
 
     draft=False: the page uses only the target, so no draft-precision control is shown.
+    shared_vocab: the page compares the draft's q with the target's p token by token, which a draft with
+    another tokenizer (drafting through text) cannot give: such a pair is explained, not used.
     """
     name = ui.sidebar_pair_picker(prefix)
     dt = ui.dtype_picker(prefix) if dtype else ui.default_dtype_name()
@@ -41,6 +46,11 @@ def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True):
         ui.show_error(e)
         return None
     ui.show_device(pair, dt)
+    if shared_vocab and draft and not pair.shares_vocab:
+        st.info(f"**{name}**'s draft has its own tokenizer and drafts through text (see the main page). This page "
+                "compares the draft's q with the target's p token by token, which needs one vocabulary: pick a "
+                "pair whose draft shares the target's tokenizer.", icon=":material/info:")
+        return None
     return pair
 
 
@@ -85,6 +95,21 @@ def prompt_input(prefix: str, pair, default: str = "The capital of France", wher
     return ids, text
 
 
+def stepping_setup(prefix: str, default_prompt: str, shared_vocab: bool = True):
+    """(pair, decode, ident, ids, text, right column) for a page that steps one run round by round.
+
+    Stops the page when no pair can be used (shared_vocab as in pair_for_page). ident is (pair, dtype): a
+    run belongs to those models. The prompt goes in the left column; the page puts its settings in the right.
+    """
+    pair = pair_for_page(prefix, shared_vocab=shared_vocab)
+    if pair is None:
+        st.stop()
+    left, right = st.columns([3, 2])
+    with left:
+        ids, text = prompt_input(prefix, pair, default=default_prompt)
+    return pair, decoder(pair), (pair.name, dtype_name(pair)), ids, text, right
+
+
 class ProgressBar:
     """st.progress driven by specviz progress callbacks (message, fraction or None)."""
 
@@ -108,6 +133,20 @@ def measure(fn, *args, **kw):
     with devqueue.watch() as w:
         out = run_guarded(fn, *args, **kw)
     return out, w.note()
+
+
+def with_bar(fn, *args, text: str = "starting…", **kw):
+    """measure(fn, *args, progress=bar, **kw) behind a progress bar: (result or None, outside-load note or None)."""
+    bar = ProgressBar(text)
+    out = measure(fn, *args, progress=bar, **kw)
+    bar.done()
+    return out
+
+
+def keep_measured(kept, measured):
+    """Keep the (result, outside-load note) of measure or with_bar in kept (a kept.Kept); a failed run keeps nothing."""
+    result, note = measured
+    return kept.put((result, note) if result is not None else None)
 
 
 def load_warning(note: str | None) -> None:

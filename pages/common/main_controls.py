@@ -69,7 +69,7 @@ def start_live(ms: MainSettings, t_script: float) -> playback.Playback:
     load_s = time.perf_counter() - t0
     ids = prompts.encode(pair.tokenizer, ms.prompt_text, ms.chat)
     kw = {**ms.decode.engine_kwargs(), "eos_token_id": pair.eos_token_ids}
-    stream = speculative_stream(pair.target, PromptLookupDrafter() if ms.lookup else pair.draft, ids, **kw,
+    stream = speculative_stream(pair.target, PromptLookupDrafter() if ms.lookup else pair.drafter(), ids, **kw,
                                 vocab=pair.shared_vocab)
     meta = {"origin": "live", "pair": ms.pair_name, "dtype": ms.dtype, "device": pair.device, "chat": ms.chat,
             "drafter": "prompt lookup" if ms.lookup else f"{pair.draft_precision} draft model", "kw": kw,

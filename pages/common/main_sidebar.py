@@ -69,8 +69,8 @@ def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None]:
                           format_func=lambda n: by_name[n].title or n)
     recording = by_name[chosen]
     rs = recording.run
-    sb.caption(f"Recorded with {recording.pair} on {rs.device}, {rs.dtype}: k={rs.settings.get('k')}, "
-               f"temperature {rs.settings.get('temperature')}, seed {rs.settings.get('seed')}, "
+    sb.caption(f"Recorded with {recording.pair} on {rs.device}, {rs.dtype}: k={rs.decode.k}, "
+               f"temperature {rs.decode.temperature}, seed {rs.decode.seed}, "
                f"{len(rs.token_ids)} tokens. No model is loaded to replay it.")
     return False, recording, None, None, None
 

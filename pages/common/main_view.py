@@ -56,17 +56,16 @@ class Placeholders:
         return cls(st.empty(), st.empty(), st.empty(), st.empty(), st.empty())
 
     def head_line(self, job: playback.Playback) -> None:
-        m, s = job.meta, job.settings
+        m, s = job.meta, job.decode
         if m.get("origin") == "live":
             where = f"{'live' if job.source == 'live' else 'replay'} · {m['pair']} · {job.device}, {job.dtype}"
         else:  # the title may come from an uploaded file: shown as plain text, never as markdown
             where = f"replay of {render.md_text(m.get('title') or m.get('origin'))} · no model loaded"
-        mode = ("greedy" if not s.get("temperature")
-                else f"temperature {s.get('temperature')}, top-p {s.get('top_p')}")
-        drafter = render.md_text(m.get("drafter") or s.get("drafter", ""))
-        kdesc = f"k={s.get('k')}" + POLICY_NOTE.get(s.get("k_policy"), "")
+        mode = "greedy" if s.greedy else f"temperature {s.temperature}, top-p {s.top_p}"
+        drafter = render.md_text(m.get("drafter") or job.settings.get("drafter", ""))
+        kdesc = f"k={s.k}" + POLICY_NOTE.get(s.k_policy, "")
         total = f"/{job.total}" if job.total else ""
-        self.head.caption(f"**{where}** · drafter: {drafter} · {kdesc} · {mode} · seed {s.get('seed')} · "
+        self.head.caption(f"**{where}** · drafter: {drafter} · {kdesc} · {mode} · seed {s.seed} · "
                           f"round {len(job.rounds)}{total}" + (" · ✔ finished" if job.done else ""))
 
     def tokens(self, job: playback.Playback, pending=None) -> None:
@@ -197,8 +196,8 @@ def acceptance(run, k: int) -> None:
         tab_alpha = tab_curve = tab_k = st.container()
     with tab_alpha:
         ui.show_chart(charts.fig_alpha_trace(run), "alpha-trace", key="main.alpha_trace")
-    run_k = int(run.settings.get("k", k))
-    fixed = run.settings.get("k_policy", "fixed") == "fixed"
+    run_k = run.decode.k
+    fixed = run.decode.k_policy == "fixed"
     same_k = run_k == k and fixed
     varying_k = not fixed or len(set(r_.k for r_ in run.rounds)) > 2
     if ui.presenter():
@@ -212,10 +211,10 @@ def acceptance(run, k: int) -> None:
                       "expected-tokens", key="main.expected")
         if not same_k:
             st.caption(f"The measured point is hidden: the last run used k = {run_k}"
-                       f"{POLICY_NOTE.get(run.settings.get('k_policy'), '')}, the curve is for k = {k} (sidebar). "
+                       f"{POLICY_NOTE.get(run.decode.k_policy, '')}, the curve is for k = {k} (sidebar). "
                        f"Press Run with a fixed k to measure at k = {k}.")
         else:
-            st.caption(f"Measured at temperature {run.settings.get('temperature', 0)}: α depends on the "
+            st.caption(f"Measured at temperature {run.decode.temperature}: α depends on the "
                        "temperature and on the prompt's domain (code and lists accept well, creative text "
                        "poorly). Change them and run again; the curve follows k in the sidebar.")
     if c2 is not None:

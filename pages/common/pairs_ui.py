@@ -2,8 +2,8 @@
 
     offline_pairs_section(pair_name, dtype, draft_precision, prompt_text, chat, **settings)
 
-One run of each offline pair on the page's prompt and settings; the results stay in
-st.session_state["main.pairs"] until the next comparison. A pair that cannot load is
+One run of each offline pair on the page's prompt and settings; the results stay (kept.Kept under
+"main.pairs", with the settings they ran with) until the next comparison, and say which settings those were. A pair that cannot load is
 reported and left out; the others still run.
 """
 
@@ -12,20 +12,16 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pages.common import lab_ui, ui
-from specviz import prompts, quant, sidebyside, xtok
+from pages.common import kept, lab_ui, ui
+from pages.common.kept import Kept
+from specviz import prompts, quant, sidebyside
 from specviz.errors import SpecvizError
 
 KEY = "main.pairs"
 
 
-@st.cache_resource(show_spinner="Loading the draft with another tokenizer…", max_entries=1)
-def _packaged_draft(name: str):
-    return xtok.load_packaged(name)
-
-
 def _contenders(names: list[str], registry, prefer: str, dtype: str, precisions: list[str], prompt_text: str,
-                chat: bool, other: bool = False) -> list[sidebyside.Contender]:
+                chat: bool) -> list[sidebyside.Contender]:
     """Load what the plan needs (cached per server) and pair each offline pair with its models and prompt."""
     plan = sidebyside.load_plan(names, registry, prefer=prefer)
     loaded: dict[tuple[str, str], object] = {}
@@ -51,14 +47,6 @@ def _contenders(names: list[str], registry, prefer: str, dtype: str, precisions:
             desc = sidebyside.draft_desc(spec, dtype if derived else host.draft_precision)
             out.append(sidebyside.Contender(label, desc, host.target, draft, ids, host.shared_vocab,
                                             list(host.eos_token_ids)))
-    if other and out:  # the first pair's target, drafted for by a model with another tokenizer
-        try:
-            d_tok, d_model = _packaged_draft(sidebyside.OTHER_TOKENIZER)
-            host = loaded[(plan[names[0]], precisions[0])]
-            out.append(sidebyside.through_text(out[0], host.tokenizer, d_tok, d_model))
-        except (SpecvizError, MemoryError, KeyError, OSError, ValueError) as e:
-            st.warning("The draft with another tokenizer is left out:", icon=":material/warning:")
-            ui.show_error(e)
     return out
 
 
@@ -68,7 +56,7 @@ def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prom
     from specviz.config import default_registry
     from specviz.models import default_device
 
-    with st.expander("Compare the offline pairs on this prompt", expanded=KEY in st.session_state):
+    with st.expander("Compare the offline pairs on this prompt", expanded=kept.latest(KEY) is not None):
         try:
             registry = default_registry()
         except SpecvizError as e:
@@ -79,7 +67,8 @@ def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prom
         st.caption("One run of each pair that needs no download, on the prompt and settings in the sidebar, each next "
                    "to its own run of the target alone. The target drafting for itself accepts every greedy draft "
                    "(α = 1) and is still slower than the target alone (c ≈ 1); a shallow early exit is cheap but "
-                   "drafts poorly; a quantized draft lowers c. Greedy, every pair writes the target's own text.")
+                   "drafts poorly; a quantized draft lowers c; a draft with another tokenizer drafts through "
+                   "text. Greedy, every pair writes the target's own text.")
         for n, s in statuses.items():
             if not s.available:
                 st.caption(f"Not installed: **{n}** ({s.how_to_get or s.reason}).")
@@ -87,29 +76,19 @@ def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prom
         precisions = st.multiselect("draft precisions (for pairs with a draft model)", choices,
                                     default=[draft_precision] if draft_precision in choices else choices[:1],
                                     key="main.pairs_precisions")
-        installed, how = xtok.status(sidebyside.OTHER_TOKENIZER)
-        other = installed and st.checkbox(
-            "also SmolLM2 135M, a draft with another tokenizer, drafting through text (greedy only)",
-            key="main.pairs_other", disabled=temperature > 0,
-            help="Its tokens are not the target's: it reads the context as text, drafts, and its text is re-encoded "
-                 "in the target's tokens (universal assisted generation). The target still decides every token.")
-        if not installed:
-            st.caption(f"A draft with another tokenizer (SmolLM2 135M, GGUF) is {how}.")
         contenders = []
         if st.button("Compare the offline pairs", key="main.pairs_btn", icon=":material/compare_arrows:",
                      disabled=not names or not precisions):
-            contenders = _contenders(names, registry, pair_name, dtype, precisions, prompt_text, chat,
-                                     other and temperature == 0)
+            contenders = _contenders(names, registry, pair_name, dtype, precisions, prompt_text, chat)
         if contenders:
             bar = lab_ui.ProgressBar("comparing the offline pairs…")
             results, note = lab_ui.measure(sidebyside.compare_pairs, contenders, k=k, temperature=temperature,
                                            top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, progress=bar)
             bar.done()
-            if results is not None:
-                st.session_state[KEY] = {"results": results, "note": note,
-                                         "settings": f"k = {k}, T = {temperature:g}, {max_new_tokens} new tokens, "
-                                                     f"seed {seed}, {dtype}"}
-        got = st.session_state.get(KEY)
+            settings = f"k = {k}, T = {temperature:g}, {max_new_tokens} new tokens, seed {seed}, {dtype}"
+            Kept(KEY, settings).put({"results": results, "note": note, "settings": settings}
+                                    if results is not None else None)
+        got = kept.latest(KEY)
         if got is None:
             return
         lab_ui.load_warning(got["note"])

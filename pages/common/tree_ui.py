@@ -9,6 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from pages.common import ui
+from pages.common.kept import Kept
 from specviz import prompts
 from specviz.errors import SpecvizError
 from specviz.tree import tree_stream
@@ -25,20 +26,22 @@ def main_page_tree(pair_name: str | None, dtype: str, draft_precision: str | Non
     if shape != TREE or not live or not pair_name:
         return
     with st.expander("Token tree: the first round of this prompt, drafted as a tree", expanded=True):
+        kept = Kept("main.tree", (pair_name, dtype, draft_precision))  # the round, until the pair changes
         budget = st.select_slider("node budget", [4, 8, 16, 32], 16, key="main.tree_budget")
         if st.button("Draft and verify one tree round", key="main.tree_run"):
             try:
                 pair = ui.load_pair_cached(pair_name, dtype, draft_precision)
+                pair.check_shared_vocab("A token tree")
                 ids = prompts.encode(pair.tokenizer, prompt_text, chat)
                 stream = tree_stream(pair.target, pair.draft, ids, budget=int(budget), temperature=float(temperature),
                                      seed=int(seed), max_new_tokens=16, eos_token_id=pair.eos_token_ids,
                                      vocab=pair.shared_vocab)
-                st.session_state["main.tree"] = (next(iter(stream)), ui.decoder(pair.tokenizer))
+                kept.put((next(iter(stream)), ui.decoder(pair.tokenizer)))
                 stream.close()  # one round is all this panel shows: let the caches go
             except (SpecvizError, MemoryError) as e:
                 ui.show_error(e)
-        if "main.tree" in st.session_state:
-            rnd, decode = st.session_state["main.tree"]
+        if kept.get() is not None:
+            rnd, decode = kept.get()
             ui.show_chart(fig_tree(rnd, decode), "main_tree", key="main.tree_fig")
         st.page_link("pages/9_Token_tree.py", label="Whole runs, node by node, and chain against tree: the Token "
                      "tree page", icon=":material/account_tree:")

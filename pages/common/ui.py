@@ -27,6 +27,7 @@ import os
 import threading
 import time
 import traceback
+import weakref
 from typing import Any, Callable
 
 import streamlit as st
@@ -328,7 +329,7 @@ def _warm_up(pair, progress) -> None:
 
     progress("warming up", 1.0)
     ids = list(range(1, 9))
-    speculative_decode(pair.target, pair.draft, ids, k=2, max_new_tokens=2, eos_token_id=[],
+    speculative_decode(pair.target, pair.drafter(), ids, k=2, max_new_tokens=2, eos_token_id=[],
                        vocab=pair.shared_vocab)
 
 
@@ -355,6 +356,9 @@ def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
         return slot.variants[precision]
 
 
+_LOADED: "weakref.WeakValueDictionary[tuple[str, str], Any]" = weakref.WeakValueDictionary()  # (name, dtype) -> Pair
+
+
 def _load_base(name: str, dtype: str):
     from specviz import models
 
@@ -363,7 +367,10 @@ def _load_base(name: str, dtype: str):
         return slot.pair
 
     def load(progress):
-        pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=dtype)
+        # a pair loaded already with the same target lends it: a second pair costs only its draft
+        pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=dtype,
+                                loaded=list(_LOADED.values()))
+        _LOADED[(name, dtype)] = pair
         _warm_up(pair, progress)
         return pair
 

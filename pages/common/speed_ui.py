@@ -1,0 +1,95 @@
+"""The Speedup page's self-contained sections, one call each from pages/3_Speedup.py.
+
+  draft_precisions(pair, ids, run_kw)   1b · the same prompt with the draft in each precision: c against α
+  k_policies(pair, ids, run_kw)         5  · fixed k, adaptive k and the best-k chooser (specviz.race)
+  early_exit(pair, ids, run_kw)         6  · the target's own first L layers as the draft (specviz.selfdraft)
+
+Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it.
+run_kw: the page's decoding settings (temperature, max_new_tokens, seed, eos_token_id, vocab).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from pages.common import lab_ui, ui
+from pages.common.kept import Kept
+from specviz import charts, claims, experiments, explain, quant, race, selfdraft
+from specviz.config import DerivedSource
+from specviz.errors import SpecvizError
+
+
+def _ident(pair) -> tuple:
+    return pair.name, lab_ui.dtype_name(pair), pair.draft_precision
+
+
+def draft_precisions(pair, ids, run_kw: dict) -> None:
+    st.subheader("1b · A cheaper draft: the same prompt with the draft in each precision")
+    st.caption("The draft's precision never changes the output (the target decides every token); it changes c, "
+               "what a draft step costs, and may change α a little. Each precision runs next to its own run of "
+               "the target alone, with the k of section 5 (fixed).")
+    derived = isinstance(pair.spec.draft.source, DerivedSource)  # the target's own layers: one precision
+    choices = [pair.draft_precision] if derived else list(quant.supported(pair.device))
+    precs = st.multiselect("draft precisions", choices, default=[p for p in ("float32", pair.draft_precision)
+                                                                 if p in choices], key="speed.precisions")
+    kept = Kept("speed.precision", _ident(pair)[:2])  # every precision of this pair and dtype
+    if st.button("Compare draft precisions", key="speed.run_precisions") and ids is not None and precs:
+        try:
+            pairs = {p: ui.load_pair_cached(pair.name, lab_ui.dtype_name(pair), p) for p in precs}
+            kept.put(lab_ui.with_bar(experiments.precision_comparison, pairs, ids, text="loading the drafts…",
+                                     k=int(st.session_state.get("speed.k0", 4)), **run_kw)[0])
+        except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+            ui.show_error(e)
+    if (res := kept.get()) is not None:
+        st.dataframe(explain.precision_rows(res), hide_index=True, width="stretch")
+        st.markdown(explain.precision_verdict(res))
+
+
+def k_policies(pair, ids, run_kw: dict) -> None:
+    st.subheader(f"5 · Adaptive k and the best-k chooser: k changes as acceptance is observed ({claims.link(13)})")
+    st.caption("Adaptive k grows by 1 after a fully accepted round and shrinks by 1 after a rejection. The best-k "
+               "chooser estimates α, c and the verify cost as it goes, and drafts while one more draft is expected "
+               "to pay: long through sure tokens, stopping right after a doubtful one.")
+    k0 = st.slider("starting k", 1, 12, 4, key="speed.k0")
+    kept = Kept("speed.adaptive", _ident(pair))
+    if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_adaptive") and ids is not None:
+        kept.put(lab_ui.with_bar(race.compare_policies, pair.target, pair.draft, ids, k0, text="fixed k…",
+                                 **run_kw)[0])
+    runs = kept.get()
+    if runs is None:
+        return
+    s = race.policy_summary(runs)  # engine time only: the progress bar is excluded
+    m = st.columns(5)
+    for col, name in zip(m, race.POLICIES):
+        col.metric(f"{name} k: tokens/s", f"{s[name].tokens_per_s:.1f}",
+                   f"{s[name].gain * 100:+.0f}%" if s[name].gain is not None else None)
+    m[3].metric("mean k: adaptive / best", f"{s['adaptive'].mean_k:.1f} / {s['best'].mean_k:.1f}")
+    m[4].metric("α fixed / adaptive / best", " / ".join(f"{s[n].alpha:.2f}" for n in race.POLICIES))
+    for col, name, key in zip(st.columns(2), ("adaptive", "best"), ("speed.fig_k", "speed.fig_k_best")):
+        with col:
+            ui.show_chart(charts.fig_k_trace(runs[name]), f"{name}_k_trace", key=key)
+
+
+def early_exit(pair, ids, run_kw: dict) -> None:
+    st.subheader("6 · Early exit: the target's own first L layers as the draft")
+    st.caption("Self-speculation needs no second model: the draft is the target's first L layers, then its own "
+               "final norm and LM head (the same weights). A deeper exit drafts better (α up) but costs more (c up); "
+               "at full depth the target drafts for itself: every greedy draft is kept, and it is still slower than "
+               "the target alone, because c ≈ 1. Models not trained for early exit (like Qwen2.5) draft poorly at "
+               "small L. This uses the target of the pair in the sidebar, whatever its draft.")
+    try:
+        n_layers = selfdraft.num_layers(pair.target)
+    except SpecvizError as e:
+        ui.show_error(e)
+        return
+    e1, e2 = st.columns([3, 1])
+    depths = e1.multiselect("depths L (layers the draft runs)", list(range(1, n_layers + 1)),
+                            default=selfdraft.default_layers(n_layers), key="speed.ee_layers")
+    ek = e2.slider("k", 1, 8, 4, key="speed.ee_k")
+    kept = Kept("speed.early_exit", _ident(pair))
+    if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit") and ids is not None:
+        kept.put(lab_ui.with_bar(selfdraft.early_exit_sweep, pair.target, ids, depths, k=int(ek), text="early exit…",
+                                 **run_kw)[0])
+    if (sweep := kept.get()) is not None:
+        ui.show_chart(selfdraft.fig_early_exit(sweep), "early_exit_alpha_c", key="speed.fig_early_exit")
+        st.dataframe(selfdraft.early_exit_rows(sweep), hide_index=True)
