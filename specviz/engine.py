@@ -174,8 +174,8 @@ def draft(drafter: Drafter, ids: list[int], k: int, sampler: Sampler, policy: kp
           reads_prompt: bool) -> Proposal:
     """Step 1: the drafter proposes up to k tokens (prompt lookup may find fewer).
 
-    A drafter that asks (a model drafter) asks the policy's keep_drafting after each token, with the
-    extra cost of a target pass that also reads the prompt (reads_prompt: the first round)."""
+    A drafter with asks_keep (a model drafter) consults the policy's keep_drafting after each token,
+    with the extra cost of a target pass that also reads the prompt (reads_prompt: the first round)."""
     if not drafter.asks_keep:
         return drafter.propose(ids, k, sampler)
 

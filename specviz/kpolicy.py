@@ -39,9 +39,9 @@ the last measured slope is extended (flat when only one size is known: the
 optimistic guess, which makes the chooser try a larger k and measure it).
 
 With stop=True (what k_policy="best" uses) the round's k is decided online
-as well, by keep_drafting, from the draft's own confidence: after each drafted token the
-chooser keeps drafting only while one more token is expected to add more
-tokens per unit of cost than the round so far,
+as well, by keep_drafting, from the draft's own confidence: after each
+drafted token the chooser keeps drafting only while one more token is
+expected to add more tokens per unit of cost than the round so far,
 
     P_j * a(q_j) / (c + r(j+2) - r(j+1))  >  E_j / (j c + r(j+1))
 
@@ -62,8 +62,9 @@ parameter counts (prime()), and the verify cost is taken as flat. The first
 round's target pass also reads the prompt, so it costs several 1-token passes
 and each draft is cheap next to it: the cost of the round gets that `extra`,
 estimated from the draft's own first step, which read the same prompt
-(prompt_extra, which the engine passes in), and the first round drafts longer. Its timings include reading
-the prompt: observe() learns its acceptance but not its costs.
+(prompt_extra; the engine passes it to keep_drafting), and the first round
+drafts longer. Its timings include reading the prompt: observe() learns its
+acceptance but not its costs.
 
 With clock=False (what the engine sets when sampling) the decisions use no
 timing of this run: c is the primed first estimate, the verify cost is the
