@@ -75,10 +75,10 @@ st.caption("Each trial is one seeded speculative first step with the engine's ow
 if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials") and ids is not None:
     with st.spinner(f"{int(n)} seeded trials…"):
         trials = lab_ui.run_guarded(experiments.first_token_trials, pair.target, pair.draft, ids, n=int(n),
-                                    temperature=float(temperature), seed=int(seed))
+                                    temperature=float(temperature), seed=int(seed), vocab=pair.shared_vocab)
         # same vocabulary as first_token_trials, so p, the overlap and the noise yardstick match the trials
         fp = lab_ui.run_guarded(lab.first_position, pair.target, pair.draft, ids, temperature=float(temperature),
-                                noise_n=int(n)) if trials is not None else None
+                                noise_n=int(n), vocab=pair.shared_vocab) if trials is not None else None
     kept["trials"].put({"trials": trials, "fp": fp} if trials is not None and fp is not None else None)
 if (res := kept["trials"].get()) is not None:
     trials, fp = res["trials"], res["fp"]

@@ -79,23 +79,12 @@ class ModelDrafter(Drafter):
 
         Distributions stay on the model's device (a GPU round moves only ids and scalars).
         """
-        tokens, q, step_s, conf = [], [], [], []
+        def pick(logits: torch.Tensor) -> tuple[int, torch.Tensor]:
+            probs = sampler.probs(logits[: self.vocab])  # (V,) q for this position
+            return sampler.pick(logits[: self.vocab], probs), probs
+
         pending = ids[self.lm.n:]  # tokens the cache has not seen (1 or 2; the whole prompt in round one)
-        for j in range(k):
-            logits, dt = self.lm.timed_feed(pending, keep=1)
-            logits = logits[-1, : self.vocab].float()  # (V,)
-            probs = sampler.probs(logits)  # q for this position
-            tok = sampler.pick(logits, probs)
-            tokens.append(tok)
-            q.append(probs)
-            step_s.append(dt)
-            pending = [tok]
-            if tok in self.eos:
-                break
-            if keep is not None and j + 1 < k:
-                conf.append(float(probs[tok]))
-                if not keep(conf, step_s):
-                    break
+        tokens, q, step_s = draft_steps(self.lm, pending, k, pick, self.eos, keep)
         qs = torch.stack(q)  # (k, V)
         # greedy proposals are certain; q (at T=1) is only recorded for drawing
         return Proposal(tokens, None if sampler.greedy else qs, qs, step_s)
@@ -104,6 +93,30 @@ class ModelDrafter(Drafter):
         # the cache may hold rejected drafts: keep only what is still in ids
         # (ids[-1], the correction/bonus, is fed with the next proposal)
         self.lm.rollback(min(self.lm.n, len(ids) - 1))
+
+
+def draft_steps(lm: CachedLM, pending: list[int], k: int, pick: Callable, eos,
+                keep: Callable[[list[float], list[float]], bool] | None = None) -> tuple[list[int], list, list[float]]:
+    """Up to k draft steps on lm's cache, fed `pending` first. pick(logits (V,)) -> (token, q (V,) or None).
+
+    A drafted EOS, or keep(confidences so far, step times so far) saying False, ends early (confidence:
+    q[token]). Returns (tokens, q per token, seconds per step).
+    """
+    tokens, qs, step_s, conf = [], [], [], []
+    for j in range(k):
+        logits, dt = lm.timed_feed(pending, keep=1)
+        tok, q = pick(logits[-1].float())
+        tokens.append(tok)
+        qs.append(q)
+        step_s.append(dt)
+        pending = [tok]
+        if tok in eos:
+            break
+        if keep is not None and j + 1 < k:
+            conf.append(float(q[tok]))
+            if not keep(conf, step_s):
+                break
+    return tokens, qs, step_s
 
 
 class PromptLookupDrafter(Drafter):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .drafters import Drafter, Proposal
+from .drafters import Drafter, Proposal, draft_steps
 from .lm import CachedLM
 from .sampling import Sampler
 
@@ -113,18 +113,8 @@ class CrossTokenizerDrafter(Drafter):
         return self._sampled(pending, k, sampler)
 
     def _steps(self, pending: list[int], k: int, pick) -> tuple[list[int], list, list[float]]:
-        """Up to k draft steps in the draft's tokens, stopping at its EOS. pick(logits (Vd,)) -> (token, q or
-        None). Returns (tokens, what pick gave with each, seconds per step)."""
-        new, picked, step_s = [], [], []
-        for _ in range(k):
-            logits, dt = self.lm.timed_feed(pending, keep=1)
-            tok, q = pick(logits[-1].float())
-            new.append(tok)
-            picked.append(q)
-            step_s.append(dt)
-            pending = [tok]
-            if tok in self.d_eos:
-                break
+        """drafters.draft_steps in the draft's tokens, stopping at its EOS; the cache's tokens are noted."""
+        new, picked, step_s = draft_steps(self.lm, pending, k, pick, self.d_eos)
         self.d_ids += new[:-1]  # the last drafted token is not in the cache yet
         return new, picked, step_s
 
