@@ -33,7 +33,7 @@ import torch
 from . import charts
 from .errors import InvalidSetting
 from .sampling import accept_token, logits_to_probs, residual
-from .theory import expected_tv_noise, total_variation
+from .theory import expected_tv_noise
 
 KINDS = ("rejection", "exact-match", "typical", "threshold")
 LOSSLESS = frozenset({"rejection", "exact-match"})
