@@ -468,7 +468,8 @@ def test_exactness_greedy_matches_the_engine_and_trials_match_p():
     assert any("agree within noise" in e.value for e in at.success)
     assert names(figure(at, "Sampled tokens vs target p")) == ["target p", "observed (600 samples)"]
     assert names(figure(at, "First new token")) == ["target p", "draft q", "residual norm(max(0, p − q))"]
-    trials = experiments.first_token_trials(pair.target, pair.draft, ids, n=600, temperature=1.0, seed=0)
+    trials = experiments.first_token_trials(pair.target, pair.draft, ids, n=600, temperature=1.0, seed=0,
+                                            vocab=pair.shared_vocab)  # as the page: the pair's shared ids
     assert m["draft token kept"] == f"{trials.accepted / 600:.3f}"  # same seeds, same draws
     pngs_ok(at)
 
