@@ -21,6 +21,7 @@ from typing import Any, Callable
 from . import limits, measure, records
 from .errors import SpecvizError
 from .records import Run, TopK, malformed
+from .settings import is_greedy
 
 EXPORT_FORMAT = "specviz.export/1"
 RECORDED_DIR = Path(__file__).parent / "recorded"
@@ -362,7 +363,7 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
         speculative_decode(pair.target, pair.drafter(), ids, **{**kw, "max_new_tokens": 2}, vocab=pair.shared_vocab)
         run = speculative_decode(pair.target, pair.drafter(), ids, **kw, vocab=pair.shared_vocab)
         base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
-        temp = "greedy" if s.temperature == 0 else f"temperature {s.temperature:g}, seed {s.seed}"
+        temp = "greedy" if is_greedy(s.temperature) else f"temperature {s.temperature:g}, seed {s.seed}"
         title = f"{p.name} · {temp} · k={s.k} · {pair.name} ({run.device}, {run.dtype})"
         d = _round_floats(export_dict(run, decode, p.text if not p.chat else p.text, pair.name, title, base))
         d["specviz_export"]["chat"] = p.chat

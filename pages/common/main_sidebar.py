@@ -9,7 +9,7 @@ import streamlit as st
 
 from pages.common import ui
 from specviz import claims, limits, playback, prompts, runfile
-from specviz.settings import DecodeSettings
+from specviz.settings import DecodeSettings, is_greedy
 
 S = st.session_state
 LIVE, RECORDED = "Live models", "Recorded runs (no model needed)"
@@ -92,7 +92,7 @@ def _decoding(sb, live: bool) -> tuple[bool, DecodeSettings]:
                              "from this run's timings, so that a seed gives the same text.")
     temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, FIRST.temperature, 0.05, key="main.temperature",
                             disabled=not live)
-    top_p = sb.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or temperature == 0,
+    top_p = sb.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or is_greedy(temperature),
                       help="Nucleus sampling: keep the smallest set of tokens whose probability adds up to top-p.")
     max_new = int(sb.number_input("max new tokens", 1, limits.max_new_tokens(),
                                   min(FIRST.max_new_tokens, limits.max_new_tokens()),
