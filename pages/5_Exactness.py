@@ -86,7 +86,7 @@ if (res := kept["trials"].get()) is not None:
     noise = theory.expected_tv_noise(trials.p, trials.n)
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("total variation distance", f"{tv:.3f}")
-    m2.metric("expected from noise alone", f"{noise:.3f}", help="Normal approximation (theory.expected_tv_noise).")
+    m2.metric("expected from noise alone", f"{noise:.3f}", help="The expected TV of that many exact samples of p (theory.expected_tv_noise).")
     m3.metric("noise, simulated (95%)", f"{fp.noise_tv[1]:.3f}" if fp.noise_tv else "–",
               help=f"TV of {trials.n} tokens drawn directly from p, 200 times: 95% were below this.")
     m4.metric("draft token kept", f"{trials.accepted / trials.n:.3f}", f"theory {fp.overlap:.3f}", delta_color="off")

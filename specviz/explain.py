@@ -399,7 +399,7 @@ def tv_verdict(tv: float, noise: float, n: int, accepted: int | None = None, ove
                simulated: tuple[float, float] | None = None) -> Verdict:
     """Total variation against what sampling noise alone gives with n samples: kind "within noise" or "more than noise".
 
-    noise: the normal-approximation estimate (theory.expected_tv_noise);
+    noise: the expected TV from noise alone (theory.expected_tv_noise);
     simulated: (mean, 95th percentile) from drawing n samples from p directly,
     which decides the verdict when given.
     """

@@ -236,17 +236,23 @@ def test_first_position_matches_the_models_and_the_trials(models):
         lab.first_position(target, draft, [])
 
 
-def test_simulated_tv_noise_matches_the_formula_on_a_small_vocabulary_and_exceeds_it_on_a_long_tail():
+def test_the_expected_noise_matches_simulation_on_a_small_vocabulary_and_on_a_long_tail():
+    import math
+
     from specviz.theory import expected_tv_noise
 
     p = torch.softmax(torch.randn(64, generator=torch.Generator().manual_seed(0)) * 2, 0).double()
     mean, hi = lab.simulate_tv_noise(p, 2000, reps=300)
-    formula = expected_tv_noise({i: float(v) for i, v in enumerate(p)}, 2000)
-    assert mean == pytest.approx(formula, rel=0.15) and hi > mean
+    assert mean == pytest.approx(expected_tv_noise({i: float(v) for i, v in enumerate(p)}, 2000), rel=0.05)
+    assert hi > mean
     tail = torch.full((50_000,), 0.5 / 50_000, dtype=torch.float64)
     tail[0] = 0.5  # half the mass on one token, half spread thin: every rare draw is a new token
     mean, _ = lab.simulate_tv_noise(tail, 2000, reps=50)
-    assert mean > 0.4 and mean > 3 * expected_tv_noise({0: 0.5}, 2000)
+    assert mean > 0.4 and mean == pytest.approx(expected_tv_noise(tail, 2000), rel=0.05)
+    # the same tail lumped into one bucket, or a normal approximation per token, is far off
+    assert mean > 3 * expected_tv_noise({0: 0.5}, 2000)
+    normal = 0.5 * sum(math.sqrt(2 * q * (1 - q) / (math.pi * 2000)) for q in tail.tolist())
+    assert abs(normal - mean) > 0.5 * mean
 
 
 # --- page 6: theory ----------------------------------------------------------------------------------------

@@ -146,3 +146,21 @@ def test_fig_rules_one_point_per_rule_and_setting(lab):
     xs = {r.label: r.tv_exact for r in lab.results}
     assert list(exact[2]["x"]) == [xs[r.label] for r in rules.DEFAULT_RULES if r.kind == "typical"]
     assert fig["layout"]["meta"]["n"] == N
+
+
+def test_over_a_long_tail_the_noise_band_holds_the_lossless_rules():
+    """A real model's p puts a little mass on tens of thousands of tokens: n samples then draw many rare
+    tokens once each, and TV from noise alone is large. The band must count every token, not the top few."""
+    from specviz.theory import expected_tv_noise
+
+    g = torch.Generator().manual_seed(3)
+    p = torch.softmax(torch.randn(50_000, generator=g, dtype=torch.float64) * 1.5, 0)
+    p = 0.85 * torch.nn.functional.one_hot(torch.tensor(7), 50_000).double() + 0.15 * p  # one likely token, a tail
+    q = torch.softmax(torch.log(p) + 0.3 * torch.randn(50_000, generator=g, dtype=torch.float64), 0)
+    lab = rules.compare_rules(p, q, rules.DEFAULT_RULES[:2], n=5000, seed=0, top=50)
+    assert lab.noise_tv == pytest.approx(expected_tv_noise(p, 5000)) and lab.noise_tv95 > lab.noise_tv
+    for r in lab.results:  # rejection and exact match: exact, so only noise
+        assert r.tv_sampled < lab.noise_tv95, r.label
+    # the top 50 tokens and one bucket for the rest (the band before): far too narrow for the same noise
+    top50 = {int(i): float(p[i]) for i in torch.topk(p, 50).indices}
+    assert all(r.tv_sampled > 2 * expected_tv_noise(top50, 5000) for r in lab.results)
