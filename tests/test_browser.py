@@ -203,6 +203,18 @@ def _settled(page) -> None:
     page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
 
 
+def _wait_or_show(page, text: str) -> None:
+    """Wait for text; on a timeout, fail with what the page shows instead (the end of its text)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.get_by_text(text).first.wait_for()
+    except PlaywrightTimeout:
+        shown = page.locator("body").inner_text()[-3000:]
+        state = page.locator('[data-testid="stApp"]').get_attribute("data-test-script-state")
+        pytest.fail(f"{text!r} did not appear; the script is {state}; the page ends with:\n{shown}")
+
+
 def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
     """Presenter mode on, a whole lesson from the recorded runs, driven by the keyboard: space runs
     each experiment, → goes to the next step. Screenshots for slides go to $SPECVIZ_SCREENSHOTS."""
@@ -278,13 +290,20 @@ def test_offline_pairs_side_by_side_and_the_rule_lab(tiny_server, browser, shots
     server = tiny_server
     page = browser.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
     page.set_default_timeout(WAIT_MS)
+    from playwright.sync_api import expect
+
     page.goto(server)
     page.get_by_text("Watch speculative decoding").first.wait_for()
+    _settled(page)
     _set_number(page, "max new tokens", 16)
     page.wait_for_timeout(1500)
+    _settled(page)  # the rerun for the new number is over: a click now is not lost in it
     page.get_by_text("Compare the offline pairs on this prompt").first.click()  # open the expander
-    page.get_by_role("button", name=re.compile(r"Compare the offline pairs$")).click()
-    page.get_by_text("The measured speedup is over the rounds after the first").first.wait_for()
+    button = page.get_by_role("button", name=re.compile(r"Compare the offline pairs$"))
+    expect(button).to_be_enabled()
+    _settled(page)
+    button.click()
+    _wait_or_show(page, "The measured speedup is over the rounds after the first")
     _settled(page)
     assert page.locator('[data-testid="stException"]').count() == 0
     page.wait_for_timeout(2000)  # the chart draws
