@@ -128,6 +128,7 @@ class Pair:
     fast_linear: bool = False  # float32 CPU linears run through oneDNN (see load_pair)
     draft_precision: str = "float32"  # float32 | bfloat16 | int8 | int4 (specviz/quant.py)
     draft_tokenizer: Any = None  # None: the draft shares `tokenizer`; else it drafts through text
+    token_tables: dict = field(default_factory=dict, repr=False)  # xtok's shared-token table, built once
 
     def drafter(self):
         """What drafts for the engine: the draft model itself, or, for a draft with another tokenizer, a
@@ -136,7 +137,8 @@ class Pair:
             return self.draft
         from .xtok import CrossTokenizerDrafter
 
-        return CrossTokenizerDrafter(self.draft, self.draft_tokenizer, self.tokenizer, vocab=self.shared_vocab)
+        return CrossTokenizerDrafter(self.draft, self.draft_tokenizer, self.tokenizer, vocab=self.shared_vocab,
+                                     tables=self.token_tables)
 
     @property
     def shares_vocab(self) -> bool:

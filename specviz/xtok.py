@@ -77,7 +77,7 @@ class CrossTokenizerDrafter(Drafter):
     uses_model = True
 
     def __init__(self, model, draft_tokenizer, target_tokenizer, vocab: int | None = None,
-                 lookbehind: int = LOOKBEHIND):
+                 lookbehind: int = LOOKBEHIND, tables: dict | None = None):
         self.lm = CachedLM(model)
         self.d_tok, self.t_tok = draft_tokenizer, target_tokenizer
         self.lookbehind = lookbehind
@@ -85,7 +85,9 @@ class CrossTokenizerDrafter(Drafter):
         self.vocab = len(target_tokenizer) if vocab is None else vocab  # the width of the target's p
         self.d_eos = {i for i in [draft_tokenizer.eos_token_id] if isinstance(i, int)}
         self.d_ids: list[int] = []  # the draft tokens its cache holds
-        self._shared: tuple[torch.Tensor, torch.Tensor] | None = None  # built on the first sampled round
+        # shared_tokens for these tokenizers, built on the first sampled round; `tables` (one dict per pair of
+        # tokenizers, e.g. Pair's) keeps it for the next drafter, since building it reads both vocabularies
+        self.tables = {} if tables is None else tables
 
     def start(self, prompt_ids: list[int]) -> float:
         self.lm.reset()
@@ -93,10 +95,11 @@ class CrossTokenizerDrafter(Drafter):
         return 0.0
 
     def shared(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(draft ids, target ids) of the shared tokens (shared_tokens, cached)."""
-        if self._shared is None:
-            self._shared = shared_tokens(self.d_tok, self.t_tok, self.d_vocab, self.vocab)
-        return self._shared
+        """(draft ids, target ids) of the shared tokens (shared_tokens, kept in `tables`)."""
+        key = (self.d_vocab, self.vocab)
+        if key not in self.tables:
+            self.tables[key] = shared_tokens(self.d_tok, self.t_tok, self.d_vocab, self.vocab)
+        return self.tables[key]
 
     def _context(self, ids: list[int]) -> list[int]:
         """The context as text, in the draft's tokens; the cache keeps the prefix that did not change.

@@ -181,6 +181,9 @@ def test_a_tiny_pair_with_another_tokenizer_loads_and_drafts_through_text():
     base = autoregressive_decode(pair.target, ids, **kw)
     spec = speculative_decode(pair.target, pair.drafter(), ids, k=3, **kw)
     assert spec.token_ids == base.token_ids and spec.n_judged > 0
+    # the shared-token table reads both vocabularies: the pair builds it once for all its drafters
+    first = pair.drafter().shared()
+    assert pair.drafter().shared() is first
 
 
 @pytest.mark.real
