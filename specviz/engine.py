@@ -174,9 +174,10 @@ def draft(drafter: Drafter, ids: list[int], k: int, sampler: Sampler, policy: kp
           reads_prompt: bool) -> Proposal:
     """Step 1: the drafter proposes up to k tokens (prompt lookup may find fewer).
 
-    A drafter with asks_keep (a model drafter) consults the policy's keep_drafting after each token,
-    with the extra cost of a target pass that also reads the prompt (reads_prompt: the first round)."""
-    if not drafter.asks_keep:
+    A drafter with asks_keep (a model drafter) consults the policy's keep_drafting after each token, when
+    the policy stops rounds at all, with the extra cost of a target pass that also reads the prompt
+    (reads_prompt: the first round)."""
+    if not (drafter.asks_keep and policy.stops):
         return drafter.propose(ids, k, sampler)
 
     def keep(confidences: list[float], step_s: list[float]) -> bool:

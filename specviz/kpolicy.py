@@ -98,6 +98,8 @@ CALIB_PRIOR = 2.0  # pseudo-observations per bin, at a(q) = the bin's middle
 class KPolicy:
     """What the engine asks a k policy each round. This base drafts every token it is given k for."""
 
+    stops = False  # keep_drafting may say no: the engine asks it after each drafted token
+
     def next_k(self, asks_keep: bool = False) -> int:
         """The round's k (asks_keep: the drafter asks keep_drafting() after each token)."""
         raise NotImplementedError
@@ -263,6 +265,10 @@ class BestK(KPolicy):
         return self.verify_cost if self.clock else self.profile
 
     # --- the policy interface ------------------------------------------------
+    @property
+    def stops(self) -> bool:
+        return self.stop
+
     def next_k(self, asks_keep: bool = False) -> int:
         if self.stop and asks_keep and self._c_estimate() is not None:
             return self.k_max  # the drafter asks keep_drafting() after each token: the cap
