@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-from .lm import CachedLM
+from .lm import CachedLM, open_lm
 from .sampling import Sampler
 
 
@@ -64,7 +64,7 @@ class ModelDrafter(Drafter):
     asks_keep = True
 
     def __init__(self, model, vocab: int | None = None, eos: set[int] | frozenset[int] = frozenset()):
-        self.lm = CachedLM(model)
+        self.lm = open_lm(model, owner=self)
         self.vocab = vocab  # compare only the ids both models share
         self.eos = eos  # a drafted EOS ends the round: nothing after it can be emitted
 

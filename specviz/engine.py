@@ -32,7 +32,7 @@ from . import devqueue, kpolicy, measure
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 from .kpolicy import K_MAX, make_k_policy
-from .lm import CachedLM, eos_ids, max_positions, vocab_size
+from .lm import CachedLM, eos_ids, max_positions, open_lm, vocab_size
 from .records import Round, Run, TopK
 from .sampling import Sampler, accept_token, residual, uniform
 from .settings import DecodeSettings, is_greedy
@@ -384,8 +384,23 @@ def _device_of(model):
     return next(model.parameters()).device
 
 
+def recorded_s(*users) -> float:
+    """Seconds the runs' caches spent recording CUDA graphs (lm.StaticLM): one-off setup, not decoding."""
+    lms = [getattr(u, "lm", u) for u in users]  # a drafter's cache, or a cache
+    return sum(getattr(lm, "recorded_s", 0.0) for lm in lms)
+
+
 def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max_new_tokens, settings, out):
-    target = CachedLM(target_model)
+    target = open_lm(target_model)
+    try:
+        return (yield from _speculative_on(target, target_model, drafter, prompt, policy, sampler, vocab, eos,
+                                           max_new_tokens, settings, out))
+    finally:
+        target.close()  # a static cache goes back to the model's idle ones
+
+
+def _speculative_on(target, target_model, drafter, prompt, policy, sampler, vocab, eos, max_new_tokens, settings,
+                    out):
     ids = list(prompt)
     # no prefill pass: the first round's draft step and target pass read the prompt
     t0 = time.perf_counter()
@@ -414,7 +429,7 @@ def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max
         if hit_eos:
             stop = "eos"
             break
-    decode_s = time.perf_counter() - t_dec - paused
+    decode_s = time.perf_counter() - t_dec - paused - recorded_s(target, drafter)
     return Run(
         mode="speculative", prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
         settings=settings, stop_reason=stop, prefill_s=prefill_s, decode_s=decode_s,
@@ -452,7 +467,14 @@ def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: 
 
 
 def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings, out):
-    lm = CachedLM(model)
+    lm = open_lm(model)
+    try:
+        return (yield from _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, settings, out))
+    finally:
+        lm.close()
+
+
+def _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, settings, out):
     ids = list(prompt)
     rounds, stop = [], "max_new_tokens"
     t_dec, paused = time.perf_counter(), 0.0
@@ -481,7 +503,7 @@ def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings
         if tok in eos:
             stop = "eos"
             break
-    decode_s = time.perf_counter() - t_dec - paused
+    decode_s = time.perf_counter() - t_dec - paused - recorded_s(lm)
     return Run(
         mode="autoregressive", prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
         settings=settings, stop_reason=stop, prefill_s=0.0, decode_s=decode_s, target_passes=len(rounds),

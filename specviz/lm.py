@@ -9,6 +9,13 @@ Every pass holds the device (devqueue.QUEUE; inside a decoding round, which
 already holds it, this passes straight through), and a timed pass is judged
 for load from outside the app by its process CPU time (devqueue.note_pass).
 
+On a GPU a pass of a small model costs mostly its kernel launches and
+transformers' Python, not its arithmetic. `static_cache(model)` makes
+`open_lm(model)` hand out a `StaticLM` instead: a StaticCache of fixed length
+(fixed addresses), on which each pass of T new tokens is recorded once as a
+CUDA graph and replayed after. Rolling back only moves the cache's length:
+entries past it are hidden by the causal mask until they are overwritten.
+
 Token trees (tree.py) feed many branches at once: `feed_masked` takes which
 cached and new entries each new token may see and each token's position
 (transformers passes a 4D mask through to attention unchanged), and
@@ -17,11 +24,16 @@ cached and new entries each new token may see and each token's position
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
 import time
+import weakref
+from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
+from transformers.cache_utils import StaticLayer
 
 from . import devqueue
 
@@ -84,6 +96,8 @@ def vocab_size(model) -> int:
 class CachedLM:
     """model + DynamicCache; `n` is how many tokens the cache holds."""
 
+    recorded_s = 0.0  # one-off time spent recording CUDA graphs since reset() (StaticLM); never timed as decoding
+
     def __init__(self, model):
         self.model = model
         self.device = next(model.parameters()).device
@@ -94,6 +108,9 @@ class CachedLM:
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
         self.n = 0
+
+    def close(self) -> None:
+        """Done with this cache (a StaticLM goes back to its model's idle ones)."""
 
     @torch.inference_mode()
     def feed(self, ids: list[int], keep: int | None = None) -> torch.Tensor:
@@ -118,14 +135,15 @@ class CachedLM:
     def timed_feed(self, ids: list[int], keep: int | None = None) -> tuple[torch.Tensor, float]:
         """feed(), returning (logits, wall seconds) with GPU work synchronized.
 
-        The clock starts once the device is held, so waiting for a turn is never timed.
+        The clock starts once the device is held, so waiting for a turn is never timed, nor is recording
+        a CUDA graph (a one-off, like loading).
         """
         with devqueue.hold(self.device):
             sync(self.device)
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0, c0, r0 = time.perf_counter(), time.process_time(), self.recorded_s
             logits = self.feed(ids, keep)
             sync(self.device)
-            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+            dt, cpu = time.perf_counter() - t0 - (self.recorded_s - r0), time.process_time() - c0
         devqueue.note_pass(self.device, dt, cpu, torch.get_num_threads())
         return logits, dt
 
@@ -164,3 +182,175 @@ class CachedLM:
                 layer.keys = layer.keys.index_select(-2, idx.to(layer.keys.device))  # (B, H, n', D)
                 layer.values = layer.values.index_select(-2, idx.to(layer.values.device))
         self.n = len(keep)
+
+
+GRAPH_MAX_TOKENS = 16  # passes of up to this many new tokens are replayed from a graph (draft steps, verify passes)
+
+
+@dataclass
+class StaticPlan:
+    """How open_lm serves a model: StaticLMs of max_len positions, with CUDA graphs or eager; idle ones kept."""
+
+    max_len: int
+    graphs: bool
+    idle: list = field(default_factory=list)
+
+    def __deepcopy__(self, memo) -> "StaticPlan":
+        return StaticPlan(self.max_len, self.graphs)  # a copy of the model records its own caches and graphs
+
+
+def static_cache(model, max_len: int, graphs: bool | None = None) -> StaticPlan | None:
+    """Serve `model` through StaticLMs of max_len positions (graphs: CUDA graphs; default on CUDA unless
+    SPECVIZ_CUDA_GRAPHS=0). None, and nothing changes, for a model whose cache layers are not all full
+    attention (a sliding window counts positions differently)."""
+    layers = StaticCache(config=model.config, max_cache_len=1).layers
+    if not all(type(layer) is StaticLayer for layer in layers):
+        return None
+    if graphs is None:
+        graphs = next(model.parameters()).device.type == "cuda" and os.environ.get("SPECVIZ_CUDA_GRAPHS", "1") != "0"
+    model._specviz_static = StaticPlan(max_len=max_len, graphs=graphs)
+    return model._specviz_static
+
+
+def open_lm(model, owner=None) -> CachedLM:
+    """A cache for one run on `model`: a StaticLM from the model's plan (idle one reused, graphs and all) or a
+    CachedLM. Given an owner, the StaticLM goes back to the idle ones when the owner is collected; else call
+    close() when done."""
+    plan = getattr(model, "_specviz_static", None)
+    if plan is None:
+        return CachedLM(model)
+    try:
+        lm = plan.idle.pop()
+    except IndexError:
+        lm = StaticLM(model, plan)
+    lm.reset()
+    lm.closed = False
+    if owner is not None:
+        weakref.finalize(owner, lm.close)
+    return lm
+
+
+class StaticLM(CachedLM):
+    """model + StaticCache: `n` is the cache's length; passes of up to GRAPH_MAX_TOKENS tokens replay CUDA graphs."""
+
+    def __init__(self, model, plan: StaticPlan):
+        self.plan = plan
+        self.static = StaticCache(config=model.config, max_cache_len=plan.max_len)
+        # (T, keep) -> (graph, ids (1, T), logits (keep, V)), or None where recording failed (then eager)
+        self.graphs: dict[tuple[int, int | None], tuple | None] = {}
+        self.graph_error: str | None = None  # why the last recording failed, if one did
+        self.closed = False
+        super().__init__(model)
+
+    def reset(self) -> None:
+        self.cache, self.spilled = self.static, False
+        self._set_length(0)
+        self.n = 0
+        self.recorded_s = 0.0
+
+    def close(self) -> None:
+        """Hand this cache back to the model's idle ones (once)."""
+        if not self.closed:
+            self.closed = True
+            self.plan.idle.append(self)
+
+    @torch.inference_mode()
+    def _set_length(self, n: int) -> None:
+        for layer in self.static.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.fill_(n)  # the next pass writes from position n
+
+    def _forward(self, x: torch.Tensor, keep: int | None) -> torch.Tensor:
+        kw = {"logits_to_keep": keep} if keep is not None and self._can_trim_logits else {}
+        if self.static.layers[0].is_initialized:  # after the first pass: the mask is made on the device
+            kw["attention_mask"] = self._mask(x.shape[1])
+        out = self.model(input_ids=x, past_key_values=self.static, use_cache=True, **kw)
+        return out.logits[0]  # (keep or T, V)
+
+    def _mask(self, T: int) -> torch.Tensor:
+        """The causal mask of a T-token pass, from the cache's length on the device (no host sync, so a graph
+        can record it): new token i sees positions up to length + i; stale entries past them stay hidden."""
+        start = self.static.layers[0].cumulative_length  # () on the device: where this pass writes
+        q = start + torch.arange(T, device=self.device)  # (T,) positions of the new tokens
+        kv = torch.arange(self.plan.max_len, device=self.device)  # (L,)
+        dtype = self.model.get_input_embeddings().weight.dtype  # the attention scores' dtype
+        zero = torch.zeros((), dtype=dtype, device=self.device)
+        low = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=self.device)
+        return torch.where(kv[None, :] <= q[:, None], zero, low)[None, None]  # (1, 1, T, L) additive
+
+    @torch.inference_mode()
+    def feed(self, ids: list[int], keep: int | None = None) -> torch.Tensor:
+        T = len(ids)
+        if not self.spilled and self.n + T > self.plan.max_len:
+            self._spill()
+        if self.spilled:
+            return super().feed(ids, keep)
+        with devqueue.hold(self.device):
+            graph = self._graph(T, keep) if self._replayable(T) else None
+            if graph is None:
+                x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+                logits = self._forward(x, keep)
+            else:
+                g, x, out = graph
+                x.copy_(torch.tensor([ids], dtype=torch.long))  # (1, T) into the graph's input
+                g.replay()
+                logits = out.clone()  # the next replay overwrites out
+        self.n += T
+        return logits if keep is None else logits[-keep:]
+
+    def _spill(self) -> None:
+        """Go on in a DynamicCache holding what the static one holds: a run longer than max_len."""
+        dyn = DynamicCache(config=self.model.config)
+        if self.n:
+            for layer, held in zip(dyn.layers, self.static.layers):
+                layer.update(held.keys[:, :, :self.n].clone(), held.values[:, :, :self.n].clone())  # (B, H, n, D)
+        self.cache, self.spilled = dyn, True
+
+    def _replayable(self, T: int) -> bool:
+        # the first pass (the prompt) runs eagerly and allocates the cache; graphs need its fixed addresses
+        return self.plan.graphs and self.n > 0 and T <= GRAPH_MAX_TOKENS and self.static.layers[0].is_initialized
+
+    def _graph(self, T: int, keep: int | None):
+        """The CUDA graph of a T-token pass on this cache, recorded on first use; None if recording failed."""
+        key = (T, keep)
+        if key in self.graphs:
+            return self.graphs[key]
+        n, x = self.n, torch.zeros((1, T), dtype=torch.long, device=self.device)  # (1, T)
+        t0 = time.perf_counter()
+        try:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):  # warm-up off the default stream, as graph capture requires
+                self._forward(x, keep)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self._set_length(n)
+            g = torch.cuda.CUDAGraph()
+            # thread_local: other sessions' threads may allocate or launch on the GPU meanwhile
+            with torch.cuda.graph(g, capture_error_mode="thread_local"):
+                out = self._forward(x, keep)  # recorded, not run
+        except Exception as e:  # an op that cannot be recorded: passes of this size run eagerly
+            self.graph_error = f"{type(e).__name__}: {e}"
+            self.graphs[key] = None
+        finally:
+            with contextlib.suppress(Exception):
+                sync(self.device)  # the warm-up's work is part of recording
+            self.recorded_s += time.perf_counter() - t0
+        if self.graphs.get(key) is None and key in self.graphs:
+            self._set_length(n)
+            return None
+        self._set_length(n)
+        self.graphs[key] = (g, x, out)
+        return self.graphs[key]
+
+    def rollback(self, n: int) -> None:
+        if self.spilled:
+            super().rollback(n)
+        elif n < self.n:
+            self._set_length(n)
+            self.n = n
+
+    def feed_masked(self, *args, **kwargs):
+        raise NotImplementedError("token trees use CachedLM")
+
+    def compact(self, keep: list[int]) -> None:
+        raise NotImplementedError("token trees use CachedLM")

@@ -22,8 +22,8 @@ from typing import Any, Iterable
 
 import torch
 
-from . import quant
-from .lm import eos_ids
+from . import limits, quant
+from .lm import eos_ids, max_positions, static_cache
 from .config import (
     ChunkSource,
     DerivedSource,
@@ -386,6 +386,24 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, prog
     return tok, model
 
 
+def static_len(model) -> int:
+    """Positions of a static cache: the longest prompt and reply the app allows, and a round's draft."""
+    from .kpolicy import K_MAX
+
+    want = limits.max_prompt_tokens() + limits.max_new_tokens() + K_MAX + 2
+    return min(want, max_positions(model) or want)
+
+
+def serve_static(*models) -> None:
+    """On CUDA, runs use static caches replayed as CUDA graphs (lm.static_cache; SPECVIZ_CUDA_GRAPHS=0: eager).
+
+    A model with sliding-window layers keeps the dynamic cache; a model given twice (the target drafting
+    for itself) gets one plan, from which each run takes its own cache."""
+    for m in {id(m): m for m in models if m is not None}.values():
+        if getattr(m, "_specviz_static", None) is None:
+            static_cache(m, static_len(m))
+
+
 def load_pair(name: str | None = None, *, draft: str | None = None, target: str | None = None,
               dtype: torch.dtype | str | None = None, device: str | None = None,
               progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None,
@@ -427,6 +445,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
 
     if device.startswith("cuda"):
         limit_cpu_threads()
+        serve_static(t_model, d_model)
 
     progress("checking tokenizers", None)
     if spec.other_tokenizer:  # the draft's ids are its own: the target's vocabulary is the one compared
@@ -485,7 +504,7 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
         raise InvalidSetting(f"a {precision} draft is made from a float32 or bfloat16 one, "
                              f"not from this pair's {pair.draft_precision} draft.")
     t0 = time.perf_counter()
-    draft = quant.apply(copy.deepcopy(pair.draft), precision)
+    draft = quant.apply(copy.deepcopy(pair.draft), precision)  # a copied model gets its own, empty, static plan
     if pair.fast_linear:
         from . import fastlinear
 

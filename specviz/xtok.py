@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .drafters import Drafter, Proposal, draft_steps
-from .lm import CachedLM
+from .lm import open_lm
 from .sampling import Sampler
 
 LOOKBEHIND = 8  # target tokens re-encoded with the drafted text, so a word split at the boundary re-joins
@@ -78,7 +78,7 @@ class CrossTokenizerDrafter(Drafter):
 
     def __init__(self, model, draft_tokenizer, target_tokenizer, vocab: int | None = None,
                  lookbehind: int = LOOKBEHIND, tables: dict | None = None):
-        self.lm = CachedLM(model)
+        self.lm = open_lm(model, owner=self)
         self.d_tok, self.t_tok = draft_tokenizer, target_tokenizer
         self.lookbehind = lookbehind
         self.d_vocab = min(len(draft_tokenizer), int(model.get_input_embeddings().weight.shape[0]))
