@@ -7,7 +7,7 @@ import streamlit as st
 
 from pages.common import lab_ui, speed_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, devqueue, explain, lab, limits, measure, race, render, theory
+from specviz import charts, devqueue, explain, lab, limits, measure, models, race, render, theory
 
 ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13))
 
@@ -108,6 +108,9 @@ if sw is not None:
     st.markdown(explain.speedup_verdict(best["measured speedup"], best["predicted speedup"], cost.c, best["α"])
                 if cost else f"Best measured: k = {best['k']} at {best['measured speedup']:.2f}×. "
                              "Measure c above to compare with the model.")
+    tip = explain.gpu_advice(pair.device, best["measured speedup"], models.gpu_suggestion(pair.name))
+    if tip:
+        st.info(tip, icon=":material/lightbulb:")
 
 # --- 4. the race -----------------------------------------------------------------------------
 st.subheader("4 · A race: target alone against speculative")

@@ -16,6 +16,7 @@ streamlit, no models.
   forward_cost_verdict, dtype_comparison, bandwidth_verdict, batch_verdict   why it is fast
   exactness_verdict, tv_verdict            greedy identity and the sampled distribution
   precision_rows, precision_verdict        draft precisions side by side
+  gpu_advice                               a pair too small to win on a GPU, and a pair that can
 """
 
 from __future__ import annotations
@@ -510,3 +511,18 @@ def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None) ->
         out += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
                 f"(c = {c:.2f} of a target pass{f', {precision} draft' if precision else ''})")
     return out + ". Tokens per pass is not speedup: see the Speedup page for the cost model."
+
+
+def gpu_advice(device: str, speedup: float | None, suggestion=None) -> str | None:
+    """Why a pair lost on a GPU and which pair to try (suggestion: a config.PairSpec, models.gpu_suggestion);
+    None off a GPU or when speculation paid."""
+    if not str(device).startswith("cuda") or speedup is None or not math.isfinite(speedup) or speedup >= 1:
+        return None
+    text = (f"**On a GPU this pair is too small to win** ({speedup:.2f}× here). A small model's pass on a GPU is "
+            "bound by launching its few hundred kernels one after another, not by reading its weights, so a "
+            "draft step costs nearly as much as a target pass whatever their sizes, and k of them eat the gain.")
+    if suggestion is None:
+        return text + " A draft pays on a GPU when its target is many times larger: add such a pair to models.yaml."
+    return (text + f" A draft pays when its target is many times larger: try the pair **{suggestion.name}** "
+            f"({suggestion.draft.label} drafting for {suggestion.target.label}), whose target's pass is long "
+            "enough for the draft's to be cheap beside it.")

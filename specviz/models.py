@@ -386,6 +386,27 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, prog
     return tok, model
 
 
+GPU_TARGET_OVER_DRAFT = 10  # on a GPU, a draft pays when its target is this many times its size or more
+
+
+def gpu_suggestion(pair_name: str | None, registry: Registry | str | os.PathLike | None = None) -> PairSpec | None:
+    """A pair of the registry for a GPU where `pair_name` cannot win: the smallest target at least 4× this
+    pair's target and GPU_TARGET_OVER_DRAFT× its own draft (None if the registry has none).
+
+    On a GPU small models are bound by launching kernels, not by reading weights, so a step's time hardly
+    follows the model's size until the target is large (README, On a GPU)."""
+    try:
+        reg = as_registry(registry)
+        cur = reg.pair(pair_name)
+    except ConfigError:  # a broken models.yaml is reported where the pair is chosen
+        return None
+    floor = 4 * _guess_params(cur.target)
+    fits = [p for p in reg.pairs.values()
+            if not isinstance(p.draft.source, DerivedSource) and p.draft.params and p.target.params >= floor
+            and p.target.params >= GPU_TARGET_OVER_DRAFT * p.draft.params]
+    return min(fits, key=lambda p: p.target.params, default=None)
+
+
 def static_len(model) -> int:
     """Positions of a static cache: the longest prompt and reply the app allows, and a round's draft."""
     from .kpolicy import K_MAX

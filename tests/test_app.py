@@ -466,3 +466,21 @@ def test_unavailable_pair_explains_how_to_get_it(tmp_path, monkeypatch):
     at.button(key="main.run_btn").click().run()
     assert not at.exception
     assert at.error and "not found" in at.error[0].value
+
+
+def test_a_run_that_lost_on_a_gpu_says_why_and_names_a_pair_that_can_win():
+    from specviz import runfile
+
+    d = json.loads(runfile.RECORDED_DIR.joinpath("capital-of-france-greedy.json").read_text())
+    assert d["specviz_export"]["baseline"]["speedup"] < 1  # the recording lost (on a CPU)
+    shown = {}
+    for device in ("cpu", "cuda:0"):
+        d["device"] = device
+        at = new_app()
+        at.select_slider(key="main.speed").set_value("instant")
+        at.file_uploader(key="main.upload").set_value(("run.json", json.dumps(d).encode(), "application/json"))
+        at.run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        shown[device] = [i.value for i in at.info if "too small to win" in i.value]
+    assert shown["cpu"] == []
+    assert len(shown["cuda:0"]) == 1 and "launching" in shown["cuda:0"][0]

@@ -222,3 +222,15 @@ def test_theory_summary_states_speedup_and_best_k():
     text = explain.theory_summary(0.8, 4, 0.1, (5, 2.46))
     assert f"{expected_speedup(0.8, 4, 0.1):.2f}×" in text and "best k at these α and c is **5**" in text
     assert "Below 1×" in explain.theory_summary(0.1, 4, 0.9, (1, 0.6))
+
+
+def test_gpu_advice_only_where_a_pair_lost_on_a_gpu():
+    from specviz import models
+
+    seven = models.gpu_suggestion("qwen2.5-coder-embedded", "models.yaml")
+    assert explain.gpu_advice("cpu", 0.8, seven) is None  # on a CPU the draft's size is what it costs
+    assert explain.gpu_advice("cuda:0", 1.3, seven) is None  # it won
+    assert explain.gpu_advice("cuda:0", float("nan"), seven) is None
+    text = explain.gpu_advice("cuda:0", 0.93, seven)
+    assert "0.93×" in text and "qwen2.5-0.5b-7b" in text and "Qwen2.5 7B Instruct" in text
+    assert "models.yaml" in explain.gpu_advice("cuda", 0.9, None)

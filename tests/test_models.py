@@ -549,3 +549,18 @@ def test_limit_cpu_threads_caps_torch_threads_unless_omp_num_threads_is_set(monk
         assert models.limit_cpu_threads(1) == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_gpu_suggestion_is_the_smallest_target_far_larger_than_its_draft():
+    from specviz.config import load_registry
+
+    reg = load_registry("models.yaml")
+    assert models.gpu_suggestion("qwen2.5-coder-embedded", reg).name == "qwen2.5-0.5b-7b"
+    # a 360M target: the 1.5B targets are ≥ 4× it, but only the one with a 135M draft is ≥ 10× its draft
+    pick = models.gpu_suggestion("smollm2-135m-360m", reg)
+    assert pick.target.params >= 4 * reg.pair("smollm2-135m-360m").target.params
+    assert pick.draft.name == "smollm2-135m-instruct" and pick.target.params >= 10 * pick.draft.params
+    # GPT-2 Large: Llama 3B is ≥ 4× it but only 2.6× its 1B draft; Qwen 7B is 15× its 0.5B draft
+    assert models.gpu_suggestion("gpt2-gpt2-large", reg).name == "qwen2.5-0.5b-7b"
+    assert models.gpu_suggestion("qwen2.5-0.5b-7b", reg) is None  # nothing larger in the registry
+    assert models.gpu_suggestion("no-such-pair", reg) is None

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from pages.common import ui
-from specviz import charts, claims, explain, playback, render, runfile
+from specviz import charts, claims, explain, models, playback, render, runfile
 from specviz.errors import SpecvizError
 
 S = st.session_state
@@ -303,4 +303,7 @@ def speed(job: playback.Playback) -> None:
     why = explain.time_breakdown(job.run, base, job.meta.get("draft_precision")) if job.run is not None else None
     if why:
         st.caption(why)
+    if job.run is not None and (tip := explain.gpu_advice(job.run.device, base.get("speedup"),
+                                                          models.gpu_suggestion(job.meta.get("pair")))):
+        st.info(tip, icon=":material/lightbulb:")
     _identity(job, base)
