@@ -19,6 +19,7 @@ import argparse
 import gc
 import json
 import statistics
+import sys
 import threading
 import time
 
@@ -171,6 +172,33 @@ def together(target, draft, prompt, n, solo, solo_wall, solo_speedup) -> dict:
     return out
 
 
+def queue_ab(target, draft, prompt, other: str, counts: str, rounds: int = 2) -> dict:
+    """N sessions at once through devqueue's queue and through another's, interleaved (wall ÷ N solo)."""
+    import importlib.util
+
+    from specviz import devqueue
+
+    spec = importlib.util.spec_from_file_location("other_queue", other)
+    mod = sys.modules["other_queue"] = importlib.util.module_from_spec(spec)  # its dataclasses look it up
+    spec.loader.exec_module(mod)
+    queues = {"this": devqueue.QUEUE, "other": mod.DeviceQueue()}
+    set_mode(target, "graphs")
+    set_mode(draft, "graphs")
+    session(target, draft, prompt)
+    out = {}
+    for n in [int(x) for x in counts.split(",")]:
+        together(target, draft, prompt, n, [session(target, draft, prompt)], 1.0, 1.0)  # n caches, recorded
+        for r in range(rounds):
+            for name, q in queues.items():
+                devqueue.QUEUE = q  # devqueue.hold() reads the module's QUEUE on every call
+                solo = [session(target, draft, prompt) for _ in range(3)]
+                sw = statistics.median(x["wall_s"] for x in solo)
+                res = together(target, draft, prompt, n, solo, sw, statistics.median(x["speedup"] for x in solo))
+                out.setdefault(f"{name}-{n}", []).append({k: v for k, v in res.items() if k != "graph_errors"})
+    devqueue.QUEUE = queues["this"]
+    return out
+
+
 def predictions(costs: dict) -> dict:
     """Best-k predicted speedup at each α, from c and the verify curve of each target and mode."""
     out = {}
@@ -193,6 +221,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, no 7B")
     ap.add_argument("--smoke", action="store_true", help="a dry run of this script on the CPU, with small shapes")
     ap.add_argument("--workshop", default="", help="only this: N sessions at once, e.g. 1,4,8,16")
+    ap.add_argument("--queue-ab", default="", help="only this: a module file with another DeviceQueue, timed "
+                                                   "against devqueue's, interleaved, for N sessions, e.g. old.py:8,16")
     args = ap.parse_args()
     global DEVICE
     if args.smoke:
@@ -213,6 +243,10 @@ def main():
     keep = {}
     prompt = torch.randint(0, min(s["vocab_size"] for s in SHAPES.values()), (40,),
                            generator=torch.Generator().manual_seed(2)).tolist()
+    if args.queue_ab:
+        report["queue_ab"] = queue_ab(build("1.5B"), build("0.5B"), prompt, *args.queue_ab.split(":"))
+        save()
+        return
     if args.workshop:
         report["workshop"] = workshop(build("1.5B"), build("0.5B"), prompt,
                                       [int(n) for n in args.workshop.split(",")])

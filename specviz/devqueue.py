@@ -113,6 +113,7 @@ class Slot:
 class _Ticket:
     owner: str
     cancelled: bool = False
+    wake: threading.Condition | None = None  # notified when this ticket may enter (or is cancelled)
 
 
 @dataclass
@@ -152,7 +153,7 @@ class DeviceQueue:
     def __init__(self, poll_s: float = POLL_S, env: str | None = None):
         self.poll_s = poll_s
         self._env = env  # None: read $SPECVIZ_DEVICE_CONCURRENCY when a device is first used
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # its lock guards the lines; each ticket waits on its own condition
         self._lines: dict[str, _Line] = {}
         self._depth = threading.local()  # per thread: {device: nesting depth}
 
@@ -201,7 +202,7 @@ class DeviceQueue:
                 depth[key] -= 1
             return
         slot = Slot(owner, key)
-        t = _Ticket(owner)
+        t = _Ticket(owner, wake=threading.Condition(self._cond._lock))
         t0 = time.perf_counter()
         with self._cond:
             line = self._line(key)
@@ -222,7 +223,7 @@ class DeviceQueue:
             depth[key] = 0
             with self._cond:
                 line.holders.remove(t)
-                self._cond.notify_all()
+                self._wake_next(line)
 
     def _wait_turn(self, line: _Line, t: _Ticket, on_wait: OnWait | None) -> bool:
         """Wait until queued ticket t may hold the device, then make it a holder; return whether it waited.
@@ -242,7 +243,7 @@ class DeviceQueue:
                         line.max_holders = max(line.max_holders, len(line.holders))
                         return waited
                     if waited:  # first report at once, then after each poll
-                        self._cond.wait(self.poll_s)
+                        t.wake.wait(self.poll_s)
                         if self._may_enter(line, t) or t.cancelled:
                             continue
                     ahead = self._ahead(line, t)
@@ -253,8 +254,15 @@ class DeviceQueue:
             with self._cond:
                 if t in line.waiting:
                     line.waiting.remove(t)
-                self._cond.notify_all()
+                self._wake_next(line)
             raise
+
+    @staticmethod
+    def _wake_next(line: _Line) -> None:
+        """Wake only the tickets that may enter now: one handover wakes one waiter, not the whole room."""
+        free = line.limit - len(line.holders)
+        for w, _ in zip(line.waiting, range(max(0, free))):
+            w.wake.notify()
 
     def ahead(self, owner: str, device="cpu") -> int | None:
         """Other owners before this owner's first queued ticket; 0 if it holds the device, None if absent."""
@@ -278,8 +286,9 @@ class DeviceQueue:
                 for w in line.waiting:
                     if w.owner == owner and not w.cancelled:
                         w.cancelled = True
+                        w.wake.notify()
                         n += 1
-            self._cond.notify_all()
+                self._wake_next(line)
         return n
 
     def stats(self, device="cpu") -> dict:

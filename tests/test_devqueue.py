@@ -113,6 +113,39 @@ def test_concurrency_is_a_setting_and_holders_never_exceed_it():
     assert most[0] == 2 and q.stats()["max_holders"] == 2
 
 
+def test_a_handover_wakes_the_next_in_line_at_once_and_a_cancel_wakes_the_cancelled():
+    # a poll far longer than the test: every wake-up must come from the queue's own notifications
+    q = DeviceQueue(poll_s=60, env="")
+    order: list[str] = []
+    errors: list[str] = []
+    gate = threading.Event()
+
+    def job(owner, wait_gate=False):
+        try:
+            with q.hold("cpu", owner=owner):
+                order.append(owner)
+                if wait_gate:
+                    gate.wait(10)
+        except Cancelled:
+            errors.append(owner)
+
+    threads = [threading.Thread(target=job, args=("first", True))]
+    threads[0].start()
+    _wait_until(lambda: q.stats()["holders"] == ["first"])
+    for i, owner in enumerate(["a", "gone", "b", "c"]):
+        threads.append(threading.Thread(target=job, args=(owner,)))
+        threads[-1].start()
+        _queued(q, i + 1)
+    assert q.cancel("gone") == 1
+    _wait_until(lambda: errors == ["gone"], timeout=5)  # woken by its cancel, not by a poll a minute later
+    t0 = time.perf_counter()
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert order == ["first", "a", "b", "c"] and not any(t.is_alive() for t in threads)
+    assert time.perf_counter() - t0 < 10  # three handovers, none waiting for a poll
+
+
 def test_a_cancelled_owner_drops_its_queued_work_and_never_holds_the_device():
     q = DeviceQueue(poll_s=0.01, env="")
     gate = threading.Event()
