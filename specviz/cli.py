@@ -205,7 +205,7 @@ def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
         if lookup or args.k_policy != "fixed":
             print("note: --tree drafts with the draft model; --drafter and --k-policy apply to chains",
                   file=sys.stderr)
-        pair.check_shared_vocab("--tree (a token tree)")
+        pair.check_shared_vocab(TREE_WHAT)
         print(f"generating with {pair.name}, {pair.draft_precision} draft (a tree of {args.tree} nodes, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
         return tree_decode(pair.target, pair.draft, input_ids, budget=args.tree, branch=args.branch,
@@ -233,9 +233,16 @@ def _print_run(args, run, tokenizer) -> None:
         print(f"{dim}{line}{end}")
 
 
+TREE_WHAT = "--tree (a token tree)"
+
+
 def cmd_run(args) -> int:
     prompt = _read_prompt(args)
     decode = decode_settings(args)
+    if args.tree is not None and args.draft is None and args.target is None:
+        from .models import check_spec_shared_vocab
+
+        check_spec_shared_vocab(TREE_WHAT, args.pair, args.models)  # before a load of the pair
     pair = _load_pair(args)
     tok = pair.tokenizer
     if not args.raw and not getattr(tok, "chat_template", None):

@@ -148,8 +148,20 @@ class Pair:
     def check_shared_vocab(self, what: str) -> None:
         """InvalidSetting, saying why, when `what` needs the draft's ids to be the target's and they are not."""
         if not self.shares_vocab:
-            raise InvalidSetting(f"{what} needs a draft that shares the target's vocabulary; the pair {self.name} "
-                                 f"drafts with another tokenizer, through text. Pick another pair for it.")
+            raise needs_shared_vocab(what, self.name)
+
+
+def needs_shared_vocab(what: str, pair_name: str) -> InvalidSetting:
+    """The error for `what`, which compares the draft's ids with the target's, on a pair that drafts through text."""
+    return InvalidSetting(f"{what} needs a draft that shares the target's vocabulary; the pair {pair_name} "
+                          f"drafts with another tokenizer, through text. Pick another pair for it.")
+
+
+def check_spec_shared_vocab(what: str, name: str | None, registry=None) -> None:
+    """Pair.check_shared_vocab from the registry alone, before anything is loaded (a registry pair by name)."""
+    spec = as_registry(registry).pair(name)
+    if spec.other_tokenizer:
+        raise needs_shared_vocab(what, spec.name)
 
 
 @dataclass(frozen=True)

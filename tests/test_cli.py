@@ -222,3 +222,15 @@ def test_run_colours_a_tree_run_with_the_same_terminal_renderer(tiny_cli, capsys
     text = re.sub(r"\x1b\[[0-9;:]*m", "", out.split("\n\n")[0]).replace("⏎", "").replace("⁺", "")
     assert text == plain.split("\n\n")[0]  # the same text, styled by what each round did
     assert f"\x1b[{render.ANSI_STYLES['correction']}m" in out or f"\x1b[{render.ANSI_STYLES['bonus']}m" in out
+
+
+def test_run_tree_on_a_pair_that_drafts_through_text_is_refused_before_any_load(monkeypatch, capsys):
+    def no_load(*a, **k):
+        raise AssertionError("the pair was loaded before --tree was refused")
+
+    monkeypatch.setattr(models, "load_pair", no_load)
+    rc = cli.main(["--models", "models.yaml", "run", "--prompt", "hi", "--tree", "8",
+                   "--pair", "smollm2-135m-coder-1.5b"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "--tree (a token tree) needs a draft that shares the target's vocabulary" in err
+    assert "Traceback" not in out + err
