@@ -95,6 +95,7 @@ class Int8Linear(nn.Module):
             qw = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
             self._packed = torch.ops.quantized.linear_prepack(qw, bias)
         self._bias = bias
+        self._row_sums = qw.dequantize().sum(dim=1)  # (N,) W 1, for rows shifted to centre on zero
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight_nbytes = w.numel() + scale.numel() * 4 + (0 if bias is None else bias.numel() * 4)
 
@@ -107,18 +108,21 @@ class Int8Linear(nn.Module):
         return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def _per_row(self, rows: torch.Tensor) -> torch.Tensor:
-        """Several rows (the prompt), each quantized as if it came alone, in one kernel call.
+        """Several rows (the prompt), each quantized on its own range, in one kernel call.
 
         The kernel takes one activation scale per call. A prompt's first token carries activations
         hundreds of times larger than the others', so one scale for all would leave the rest a few
-        levels and spoil the prompt's cache for the whole run. Each row is divided by its own largest
-        magnitude first (every row then spans [-1, 1]) and multiplied back after.
+        levels and spoil the prompt's cache for the whole run. Each row is first mapped onto [-1, 1]
+        (x = mid + half * x'), so every row gets all 256 levels as a one-token step does; then
+        x W^T = half * (x' W^T) + mid * (W 1), with W the int8 weights.
         """
-        r = rows.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)  # (T, 1)
-        y = torch.ops.quantized.linear_dynamic(rows / r, self._packed, REDUCE_RANGE)  # (T, N): x W^T / r + b
-        if self._bias is None:
-            return y * r
-        return (y - self._bias) * r + self._bias  # the bias is added once, unscaled
+        lo, hi = rows.amin(dim=1, keepdim=True), rows.amax(dim=1, keepdim=True)  # (T, 1)
+        mid, half = (hi + lo) / 2, ((hi - lo) / 2).clamp(min=1e-12)  # (T, 1)
+        y = torch.ops.quantized.linear_dynamic((rows - mid) / half, self._packed, REDUCE_RANGE)  # (T, N): x' W^T + b
+        if self._bias is not None:
+            y = y - self._bias
+        y = y * half + mid * self._row_sums  # (T, N): x W^T
+        return y if self._bias is None else y + self._bias  # the bias once, unscaled
 
 
 def _torchao_int4():

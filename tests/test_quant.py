@@ -63,6 +63,7 @@ def test_int8_linear_quantizes_each_row_as_if_it_came_alone():
     q = quant.Int8Linear(lin)
     x = torch.randn(6, 64)  # (T, K)
     x[0] *= 500  # the first token: activations hundreds of times the others' (as in Qwen's prompts)
+    x[2] = x[2].abs() + 3  # a row far from centred on zero: its own range is [3, 6], not [-6, 6]
     ref, out = lin(x), q(x)  # (T, N)
     err = ((out - ref).abs().amax(1) / ref.abs().amax(1)).tolist()  # (T,) relative to each row's range
     alone = [((q(x[i:i + 1]) - ref[i]).abs().max() / ref[i].abs().max()).item() for i in range(6)]
