@@ -9,7 +9,7 @@ A cheaper draft lowers c, the cost of a draft step relative to a target
 pass; rounding its weights may lower α a little.
 
     int8  int8 weights (symmetric, one scale per output row) and activations
-          quantized per call (8 bits with VNNI, else 7): fbgemm's dynamic int8 linear
+          quantized per token (8 bits with VNNI, else 7): fbgemm's dynamic int8 linear
     int4  weight-only, groups of 32 along the input, through torchao's
           Int4WeightOnlyQuantizer (ATen's _weight_int4pack_mm_for_cpu)
 
@@ -78,7 +78,7 @@ REDUCE_RANGE = not _has_vnni()
 
 
 class Int8Linear(nn.Module):
-    """y ≈ x @ W^T + b with W in int8 (one scale per output row) and x quantized to int8 per call.
+    """y ≈ x @ W^T + b with W in int8 (one scale per output row) and x quantized to int8 per token.
 
     fbgemm's dynamic int8 linear: the activations are quantized on the fly, the product is
     computed in int8 and rescaled to float32. Reads a quarter of the float32 weight bytes.
@@ -94,13 +94,35 @@ class Int8Linear(nn.Module):
             warnings.simplefilter("ignore")
             qw = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
             self._packed = torch.ops.quantized.linear_prepack(qw, bias)
+        self._bias = bias
+        self._row_sums = qw.dequantize().sum(dim=1)  # (N,) W 1, for rows shifted to centre on zero
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight_nbytes = w.numel() + scale.numel() * 4 + (0 if bias is None else bias.numel() * 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).float()  # (T, K)
-        y = torch.ops.quantized.linear_dynamic(rows, self._packed, REDUCE_RANGE)  # (T, N)
+        if rows.shape[0] == 1:  # a draft step: the kernel's one scale is this token's own
+            y = torch.ops.quantized.linear_dynamic(rows, self._packed, REDUCE_RANGE)  # (1, N)
+        else:
+            y = self._per_row(rows)  # (T, N)
         return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def _per_row(self, rows: torch.Tensor) -> torch.Tensor:
+        """Several rows (the prompt), each quantized on its own range, in one kernel call.
+
+        The kernel takes one activation scale per call. A prompt's first token carries activations
+        hundreds of times larger than the others', so one scale for all would leave the rest a few
+        levels and spoil the prompt's cache for the whole run. Each row is first mapped onto [-1, 1]
+        (x = mid + half * x'), so every row gets all 256 levels as a one-token step does; then
+        x W^T = half * (x' W^T) + mid * (W 1), with W the int8 weights.
+        """
+        lo, hi = rows.amin(dim=1, keepdim=True), rows.amax(dim=1, keepdim=True)  # (T, 1)
+        mid, half = (hi + lo) / 2, ((hi - lo) / 2).clamp(min=1e-12)  # (T, 1)
+        y = torch.ops.quantized.linear_dynamic((rows - mid) / half, self._packed, REDUCE_RANGE)  # (T, N): x' W^T + b
+        if self._bias is not None:
+            y = y - self._bias
+        y = y * half + mid * self._row_sums  # (T, N): x W^T
+        return y if self._bias is None else y + self._bias  # the bias once, unscaled
 
 
 def _torchao_int4():

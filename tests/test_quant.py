@@ -54,6 +54,56 @@ def test_int8_linear_matches_the_float_layer_to_int8_rounding():
     assert q.weight_nbytes < 64 * 48 * 4 / 3  # int8 weights, not float32
 
 
+def test_int8_linear_quantizes_each_row_as_if_it_came_alone():
+    """A prompt's rows in one call: a row of huge activations must not coarsen the others' rounding."""
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(64, 48, bias=True)
+    with torch.no_grad():
+        lin.bias.mul_(20)  # a bias as large as the products: scaling it with the row would show
+    q = quant.Int8Linear(lin)
+    x = torch.randn(6, 64)  # (T, K)
+    x[0] *= 500  # the first token: activations hundreds of times the others' (as in Qwen's prompts)
+    x[2] = x[2].abs() + 3  # a row far from centred on zero: its own range is [3, 6], not [-6, 6]
+    ref, out = lin(x), q(x)  # (T, N)
+    err = ((out - ref).abs().amax(1) / ref.abs().amax(1)).tolist()  # (T,) relative to each row's range
+    alone = [((q(x[i:i + 1]) - ref[i]).abs().max() / ref[i].abs().max()).item() for i in range(6)]
+    assert max(err) < 0.03, err  # under one scale for all rows, the small rows would keep a level or two
+    assert max(alone) < 0.03, alone
+
+
+def planted_outlier_qwen(seed: int, token: int, vocab: int = 64):
+    """A tiny float32 Qwen whose first MLP makes `token`'s down_proj inputs ~100x everyone else's."""
+    model = tiny_qwen(seed, vocab=vocab).float()
+    with torch.no_grad():
+        emb, mlp = model.model.embed_tokens.weight, model.model.layers[0].mlp
+        emb[:, 3] = 0.0
+        emb[token, 3] = 30.0  # only `token` has hidden channel 3
+        for lin in (mlp.gate_proj, mlp.up_proj):
+            lin.weight[0].zero_()
+            lin.weight[0, 3] = 20.0  # gate and up unit 0 read channel 3: silu(g) * u is huge for `token` alone
+    return model
+
+
+def test_an_int8_draft_reads_a_prompt_in_one_call_as_well_as_token_by_token():
+    """The draft reads the prompt in one call; that call must not spoil the cache the steps build on."""
+    from specviz.lm import CachedLM
+
+    target = planted_outlier_qwen(5, token=7)
+    draft = quant.apply(planted_outlier_qwen(5, token=7), "int8")
+    prompt = [7, 3, 9, 12, 5, 40, 22, 8, 19, 33]
+    with torch.no_grad():
+        ref = target(torch.tensor([prompt])).logits[0, 1:]  # (T-1, V): the positions after the outlier
+        one_call = draft(torch.tensor([prompt])).logits[0, 1:]  # (T-1, V)
+    lm = CachedLM(draft)
+    steps = torch.stack([lm.feed([t], keep=1)[-1] for t in prompt])[1:]  # (T-1, V)
+
+    def err(logits):
+        return ((logits - ref).abs().amax(1) / ref.abs().amax(1)).max().item()
+
+    assert err(one_call) < 2 * err(steps), (err(one_call), err(steps))
+    assert (one_call.argmax(-1) == ref.argmax(-1)).all()
+
+
 @pytest.mark.parametrize("precision", ["int8", "int4"])
 def test_a_quantized_draft_streams_fewer_weight_bytes(precision):
     if precision not in CPU_PRECISIONS:
