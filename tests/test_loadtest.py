@@ -29,4 +29,30 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     assert rep.solo.speedup and all(r.speedup for r in rep.together)
     assert all(r.model_s and r.model_s > 0 for r in [rep.solo, *rep.together])
     assert all(len(r.rounds) >= 2 for r in rep.together)  # rounds were seen appearing one by one
-    assert len(rep.lines()) == 6
+    assert len(rep.lines()) == 7
+    assert rep.browser_processes_lowered >= 2  # the Playwright driver and Chromium, not the server
+
+
+def test_only_the_processes_started_after_the_server_are_lowered():
+    import os
+    import subprocess
+    import sys
+
+    from specviz import loadtest
+
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        before = loadtest.descendants(os.getpid())
+        assert server.pid in before
+        browser = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])  # a process with a child, like Chromium
+        try:
+            loadtest.time.sleep(0.3)
+            new = loadtest.descendants(os.getpid()) - before
+            assert browser.pid in new and len(new) >= 2  # the shell and its sleep
+            assert loadtest.lower_priority(new) == len(new)
+            assert all(os.getpriority(os.PRIO_PROCESS, p) == loadtest.BROWSER_NICE for p in new)
+            assert os.getpriority(os.PRIO_PROCESS, server.pid) == os.getpriority(os.PRIO_PROCESS, 0) < 19
+        finally:
+            browser.kill()
+    finally:
+        server.kill()
