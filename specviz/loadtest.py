@@ -184,6 +184,11 @@ def lower_priority(pids, nice: int = BROWSER_NICE) -> int:
     return n
 
 
+def lower_started_since(before: set[int], nice: int = BROWSER_NICE) -> int:
+    """Lower the processes this one started since `before` (its descendants then) and their children."""
+    return lower_priority(descendants(os.getpid()) - before, nice)
+
+
 def open_session(browser, url: str, max_new: int | None, timeout_s: float):
     """A new session (its own browser context) on the main page, ready to press Run."""
     ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
@@ -206,6 +211,7 @@ def run_at_once(pages: list, deadline: float) -> tuple[list[SessionResult], floa
     for page in pages:
         page.get_by_role("button", name="Run", exact=True).click()
     last = [0] * len(pages)
+    started = [False] * len(pages)  # a page still showing its last run's figures has not started this one
     while time.monotonic() < deadline:
         pending = [i for i, r in enumerate(results) if r.finished_s is None]
         if not pending:
@@ -213,6 +219,9 @@ def run_at_once(pages: list, deadline: float) -> tuple[list[SessionResult], floa
         for i in pending:
             shown = read(pages[i])
             now = time.monotonic() - t0
+            started[i] = started[i] or not shown["finished"]
+            if not started[i]:
+                continue
             if shown["round"] != last[i]:
                 results[i].rounds.append((now, shown["round"]))
                 last[i] = shown["round"]
@@ -287,7 +296,7 @@ def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None =
         server = descendants(os.getpid())
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            lowered = lower_priority(descendants(os.getpid()) - server)  # the driver and the browser
+            lowered = lower_started_since(server)  # the driver and the browser, not the server
             return _sessions(browser, url, sessions, max_new, timeout_s, deadline, lowered)
 
 

@@ -49,7 +49,7 @@ def test_only_the_processes_started_after_the_server_are_lowered():
             loadtest.time.sleep(0.3)
             new = loadtest.descendants(os.getpid()) - before
             assert browser.pid in new and len(new) >= 2  # the shell and its sleep
-            assert loadtest.lower_priority(new) == len(new)
+            assert loadtest.lower_started_since(before) == len(new)
             assert all(os.getpriority(os.PRIO_PROCESS, p) == loadtest.BROWSER_NICE for p in new)
             assert os.getpriority(os.PRIO_PROCESS, server.pid) == os.getpriority(os.PRIO_PROCESS, 0) < 19
         finally:
