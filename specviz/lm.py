@@ -328,6 +328,7 @@ class StaticLM(CachedLM):
             # thread_local: other sessions' threads may allocate or launch on the GPU meanwhile
             with torch.cuda.graph(g, capture_error_mode="thread_local"):
                 out = self._forward(x, keep)  # recorded, not run
+            self.graphs[key] = (g, x, out)
         except Exception as e:  # an op that cannot be recorded: passes of this size run eagerly
             self.graph_error = f"{type(e).__name__}: {e}"
             self.graphs[key] = None
@@ -335,11 +336,7 @@ class StaticLM(CachedLM):
             with contextlib.suppress(Exception):
                 sync(self.device)  # the warm-up's work is part of recording
             self.recorded_s += time.perf_counter() - t0
-        if self.graphs.get(key) is None and key in self.graphs:
-            self._set_length(n)
-            return None
-        self._set_length(n)
-        self.graphs[key] = (g, x, out)
+            self._set_length(n)  # neither the warm-up nor the recording moved the cache
         return self.graphs[key]
 
     def rollback(self, n: int) -> None:

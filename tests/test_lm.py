@@ -95,6 +95,19 @@ def test_graphs_are_off_on_a_cpu_and_trees_keep_the_dynamic_cache():
         raise AssertionError("a static cache cannot compact a tree's path")
 
 
+def test_a_pass_that_cannot_be_recorded_runs_eagerly_with_the_same_output():
+    # on a CPU, recording a CUDA graph fails at once: the same fallback as an op a graph cannot record
+    t, d = pair()
+    make_static(t, d)
+    want = _runs(t, d)
+    for m in (t, d):
+        L.static_cache(m, 64, graphs=True)
+    got = _runs(t, d)
+    assert [r.token_ids for r in got] == [r.token_ids for r in want]
+    lm = t._specviz_static.idle[0]
+    assert lm.graph_error and lm.graphs and all(g is None for g in lm.graphs.values())
+
+
 def test_a_copied_model_gets_its_own_empty_plan():
     model = tiny_model(seed=3)
     make_static(model)
