@@ -2,10 +2,10 @@
 
 Starts `streamlit run app.py` on 127.0.0.1, opens headless Chromium (Playwright,
 /usr/bin/chromium) and:
-  1. solo: one session presses Run twice (the first loads the models) and the
-     second run's figures are the reference: its text, its model time (the
-     run's decode time + the target-alone run's time, as the page reports
-     them) and its measured speedup;
+  1. solo: one session presses Run (the models loaded and warmed by a run on
+     another page before), and its figures are the reference: its text, its
+     model time (the run's decode time + the target-alone run's time, as the
+     page reports them) and its measured speedup;
   2. at once: --sessions new sessions (one browser context each) press Run
      within a moment of each other; each page is polled for its round number
      until every one shows its measured speedup.
@@ -211,7 +211,6 @@ def run_at_once(pages: list, deadline: float) -> tuple[list[SessionResult], floa
     for page in pages:
         page.get_by_role("button", name="Run", exact=True).click()
     last = [0] * len(pages)
-    started = [False] * len(pages)  # a page still showing its last run's figures has not started this one
     while time.monotonic() < deadline:
         pending = [i for i, r in enumerate(results) if r.finished_s is None]
         if not pending:
@@ -219,9 +218,6 @@ def run_at_once(pages: list, deadline: float) -> tuple[list[SessionResult], floa
         for i in pending:
             shown = read(pages[i])
             now = time.monotonic() - t0
-            started[i] = started[i] or not shown["finished"]
-            if not started[i]:
-                continue
             if shown["round"] != last[i]:
                 results[i].rounds.append((now, shown["round"]))
                 last[i] = shown["round"]
@@ -301,10 +297,13 @@ def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None =
 
 
 def _sessions(browser, url, sessions, max_new, timeout_s, deadline, lowered) -> Report:
-    """Solo first (twice: the first run loads the models), then `sessions` pages pressing Run at once."""
+    """A warm-up run, one run alone, then `sessions` pages pressing Run at once; each on a new page, so no page
+    shows an earlier run's figures when its Run is pressed."""
     try:
+        warm = open_session(browser, url, max_new, timeout_s)
+        run_at_once([warm], deadline)  # the first run loads and warms the models
+        warm.context.close()
         solo_page = open_session(browser, url, max_new, timeout_s)
-        run_at_once([solo_page], deadline)  # the first run loads and warms the models
         (solo,), _ = run_at_once([solo_page], deadline)
         solo_page.context.close()
         pages = [open_session(browser, url, max_new, timeout_s) for _ in range(sessions)]
