@@ -153,7 +153,8 @@ class DeviceQueue:
     def __init__(self, poll_s: float = POLL_S, env: str | None = None):
         self.poll_s = poll_s
         self._env = env  # None: read $SPECVIZ_DEVICE_CONCURRENCY when a device is first used
-        self._cond = threading.Condition()  # its lock guards the lines; each ticket waits on its own condition
+        self._lock = threading.RLock()  # guards the lines
+        self._cond = threading.Condition(self._lock)  # each ticket waits on its own condition over the same lock
         self._lines: dict[str, _Line] = {}
         self._depth = threading.local()  # per thread: {device: nesting depth}
 
@@ -202,7 +203,7 @@ class DeviceQueue:
                 depth[key] -= 1
             return
         slot = Slot(owner, key)
-        t = _Ticket(owner, wake=threading.Condition(self._cond._lock))
+        t = _Ticket(owner, wake=threading.Condition(self._lock))
         t0 = time.perf_counter()
         with self._cond:
             line = self._line(key)
