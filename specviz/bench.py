@@ -139,7 +139,7 @@ def load(args):
         if args.fast_linear:
             from . import fastlinear
 
-            fastlinear.enable(pair.target)
+            fastlinear.enable(pair.target, pack=True)
             fastlinear.enable(pair.draft)
     else:
         from .models import load_pair

@@ -94,14 +94,85 @@ def test_stock_block_runs_the_stock_forward_and_restores_the_fast_one(fp32_pair)
             fastlinear.disable(target)
 
 
+class _RowSpy:
+    """Stands in for torch.ops.mkldnn: records the rows of every oneDNN linear call."""
+
+    def __init__(self):
+        self.rows, self._real = [], torch.ops.mkldnn
+
+    def __getattr__(self, name):
+        if name == "_linear_pointwise":
+            return lambda *a: self.rows.append(a[0].shape[0]) or self._real._linear_pointwise(*a)
+        return getattr(self._real, name)
+
+
 @needs_onednn
-def test_greedy_speculative_equals_greedy_with_fastlinear(fp32_pair):
+def test_pack_repacks_in_place_pads_short_calls_and_unpacks_exactly(fp32_pair, monkeypatch):
+    target, _ = fp32_pair
+    before = {n: m.weight.clone() for n, m in target.named_modules() if isinstance(m, torch.nn.Linear)}
+    x = {t: torch.randint(0, 90, (1, t)) for t in (1, 3, 7)}
+    with torch.inference_mode():
+        ref = {t: target(ids).logits for t, ids in x.items()}
+        fastlinear.enable(target, pack=True)
+        assert fastlinear.is_packed(target)
+        assert all(fastlinear.w_is_packed(m.weight) for m in _linears(target))
+        spy = _RowSpy()
+        monkeypatch.setattr(fastlinear.torch.ops, "mkldnn", spy)
+        for t, ids in x.items():
+            spy.rows.clear()
+            got = target(ids).logits
+            assert got.shape == ref[t].shape
+            torch.testing.assert_close(got, ref[t], rtol=1e-4, atol=1e-4)  # float rounding only
+            assert spy.rows == [max(t, fastlinear.PAD_ROWS)] * len(_linears(target)), t  # short calls padded
+        monkeypatch.undo()
+        fastlinear.disable(target)
+        assert not fastlinear.is_packed(target)
+        for n, m in target.named_modules():
+            if n in before:
+                assert torch.equal(m.weight, before[n])  # unpacked exactly
+        assert torch.equal(target(x[3]).logits, ref[3])
+
+
+@needs_onednn
+def test_pack_leaves_a_tied_head_plain():
+    m = tiny_model(seed=2)
+    m.lm_head.weight = m.get_input_embeddings().weight  # tied, as in Qwen2.5-0.5B
+    x = torch.randint(0, 90, (1, 4))
+    with torch.inference_mode():
+        ref = m(x).logits
+        fastlinear.enable(m, pack=True)
+        assert not fastlinear.w_is_packed(m.lm_head.weight) and m.lm_head.weight is m.get_input_embeddings().weight
+        assert fastlinear.w_is_packed(m.model.layers[0].mlp.up_proj.weight)
+        torch.testing.assert_close(m(x).logits, ref, rtol=1e-4, atol=1e-4)
+    fastlinear.disable(m)
+
+
+@needs_onednn
+def test_stock_block_unpacks_a_packed_model_and_packs_it_again(fp32_pair):
+    target, _ = fp32_pair
+    x = torch.randint(0, 90, (1, 5))
+    with torch.inference_mode():
+        ref = target(x).logits
+        fastlinear.enable(target, pack=True)
+        try:
+            with fastlinear.stock(target):
+                assert not fastlinear.is_enabled(target) and not fastlinear.is_packed(target)
+                assert torch.equal(target(x).logits, ref)
+            assert fastlinear.is_packed(target)
+        finally:
+            fastlinear.disable(target)
+
+
+@needs_onednn
+@pytest.mark.parametrize("pack", [False, True], ids=["plain", "packed"])
+def test_greedy_speculative_equals_greedy_with_fastlinear(fp32_pair, pack):
     target, draft = fp32_pair
     prompt = [5, 20, 33, 41, 7, 9]
-    ref = autoregressive_decode(target, prompt, max_new_tokens=24).token_ids
-    fastlinear.enable(target)
+    ref = autoregressive_decode(target, prompt, max_new_tokens=24).token_ids  # the stock target
+    fastlinear.enable(target, pack=pack)
     fastlinear.enable(draft)
     try:
+        assert autoregressive_decode(target, prompt, max_new_tokens=24).token_ids == ref
         for k in (1, 4, 7):
             assert speculative_decode(target, draft, prompt, k=k, max_new_tokens=24).token_ids == ref
     finally:

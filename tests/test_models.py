@@ -19,7 +19,7 @@ import re
 import pytest
 import torch
 
-from specviz import config, models, store
+from specviz import config, fastlinear, models, store
 from specviz.config import ChunkSource, parse_registry
 from specviz.errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable, TokenizerMismatch
 
@@ -278,7 +278,7 @@ def test_a_truncated_cached_file_is_caught_by_its_size_and_rebuilt(chunk_pair):
             "rebuilding") in stages
     assert chunk_pair.converted == ["draft", "target", "target"]  # only the damaged one
     assert _sha256(weights) == good
-    assert torch.equal(pair.target.lm_head.weight, chunk_pair.target.lm_head.weight.float())
+    assert torch.equal(fastlinear.plain(pair.target.lm_head.weight), chunk_pair.target.lm_head.weight.float())
     assert not list(chunk_pair.folder["t"].parent.glob(".tmp-*"))  # the damaged copy is gone
 
 
@@ -456,7 +456,7 @@ def test_hub_pair_loads_offline_from_the_local_cache(tmp_path, monkeypatch, make
     assert models.pair_status("p", reg).available
     pair = models.load_pair("p", registry=reg)
     assert pair.sources["draft"].startswith("hub tiny-org/draft")
-    assert torch.equal(pair.target.lm_head.weight, t.lm_head.weight.float())
+    assert torch.equal(fastlinear.plain(pair.target.lm_head.weight), t.lm_head.weight.float())
 
 
 def test_adhoc_pair_from_folders(tmp_path, make_tokenizer, tiny_models):
@@ -524,6 +524,7 @@ def test_float32_cpu_pairs_use_the_onednn_linear_path():
     tiny = Path(__file__).parent / "models_tiny.yaml"
     on = models.load_pair(registry=tiny, dtype="float32", device="cpu", draft_precision="float32")
     assert on.fast_linear and fastlinear.is_enabled(on.target) and fastlinear.is_enabled(on.draft)
+    assert fastlinear.is_packed(on.target) and not fastlinear.is_packed(on.draft)  # a draft gets copied: kept plain
     int8 = models.load_pair(registry=tiny, dtype="float32", device="cpu", draft_precision="int8")
     assert fastlinear.is_enabled(int8.target) and not fastlinear.is_enabled(int8.draft)  # no float Linear left
     off = models.load_pair(registry=tiny, dtype="float32", device="cpu", fast_linear=False)
