@@ -55,8 +55,8 @@ CLAIMS: tuple[Claim, ...] = (
           ("Why it is fast",),
           "The target's weight bytes, a copy benchmark of this device's bandwidth, their ratio as a predicted "
           "time per token, and the measured 1-token forward pass beside it.",
-          "A 1-token pass of the 1.5B target in float32 on the project's 2-core CPU: 203 ms in the benchmark "
-          "run, 250 ms in the precision comparison (README)."),
+          "A 1-token pass of the 1.5B target in float32 on the project's 2-core CPU: 183–248 ms with its "
+          "weights packed for oneDNN, the default (README, Precision)."),
     Claim(2, "Checking five tokens costs about one pass",
           "Because the weights are read once per pass, a forward pass over 5 tokens takes about as long as a "
           "pass over 1. That spare capacity is what verification uses.",
@@ -64,9 +64,10 @@ CLAIMS: tuple[Claim, ...] = (
           ("Why it is fast",),
           "Target forward time for 1, 2, 4, 8 and 16 new tokens on your own device, with a verdict computed "
           "from the measurement, including the exception where it does not hold.",
-          "Target passes of 1/2/4/8 tokens: 203/309/339/405 ms (benchmark run, float32, oneDNN path). The "
-          "exception: stock PyTorch float32 took 373 ms for 1 token and 793 ms for 2 (2.1×), because of the "
-          "matrix kernel chosen, not the hardware; bfloat16 took 169/153/169/200 ms (README, Precision)."),
+          "Target passes of 1/2/4/8 tokens: 248/243/267/307 ms (float32, weights packed for oneDNN, the "
+          "default); 1 to 6 tokens cost the same. The exceptions are kernels, not the hardware: on the plain "
+          "weight the same passes took 299/407/433/492 ms, and stock PyTorch float32 took 373 ms for 1 token "
+          "and 793 ms for 2 (2.1×); bfloat16 took 169/153/169/200 ms (README, Precision)."),
     Claim(3, "Draft, verify, keep the agreeing prefix",
           "A small draft model proposes k tokens. The target checks all k in one pass, keeps the prefix it "
           "agrees with, replaces the first disagreement with its own token, and adds a bonus token when all k "
