@@ -384,11 +384,15 @@ def test_two_sessions_at_once_are_both_correct_and_share_one_load(shared_runtime
     jobs = [dict(prompt="one fish", seed=1, temperature=0.8), dict(prompt="two fish", seed=2, temperature=0.0)]
     results: dict[int, object] = {}
     errors: list[BaseException] = []
+    first_render = threading.Lock()
 
     def session(i: int) -> None:
         try:
             s = jobs[i]
-            at = start(new_app(), max_new=32, baseline=False, chat=False, **s)
+            with first_render:  # first renders take turns; the Runs overlap (see test_queue_app._sessions)
+                at = new_app()
+            at = start(at, max_new=32, baseline=False, chat=False, **s)
+            assert not at.error, (i, [e.value for e in at.error])
             results[i] = at.session_state["main.job"].run
         except BaseException as e:  # noqa: BLE001 — reported below
             errors.append(e)

@@ -35,18 +35,28 @@ def many_sessions(shared_runtime, monkeypatch):
 
 
 def _sessions(jobs: list[dict], results: dict, errors: list, step: bool = False) -> list[threading.Thread]:
-    """A thread per job, each a session pressing Run (or Step: one round, no rerun after it)."""
+    """A thread per job, each a session pressing Run (or Step: one round, no rerun after it).
+
+    The sessions' first renders take turns (first_render); their Runs overlap. AppTest sessions all share one
+    session id, and a widget value set while another session's first render ran was sometimes lost (the page
+    then read an empty prompt): a harness race, which a server's distinct sessions do not have.
+    """
+    first_render = threading.Lock()
+
     def session(i: int) -> None:
         try:
             if step:
-                at = new_app()
+                with first_render:
+                    at = new_app()
                 for name, value in jobs[i].items():
                     kind = {"prompt": "text_area", "max_new": "number_input", "seed": "number_input"}[name]
                     getattr(at, kind)(key=f"main.{name}").set_value(value)
                 at.checkbox(key="main.chat").set_value(False)
                 at.button(key="main.step_btn").click().run()
             else:
-                at = start(new_app(), chat=False, **jobs[i])
+                with first_render:
+                    at = new_app()
+                at = start(at, chat=False, **jobs[i])
             assert not at.error, (i, jobs[i], [e.value for e in at.error], at.text_area(key="main.prompt").value)
             results[i] = at
         except BaseException as e:  # noqa: BLE001 — reported by the test
