@@ -55,7 +55,7 @@ from typing import Any
 
 import torch
 
-from . import measure, quant, theory
+from . import devqueue, measure, quant, theory
 from .drafters import PromptLookupDrafter
 from .engine import autoregressive_decode, speculative_decode
 from .errors import InvalidSetting
@@ -175,7 +175,9 @@ def _hf_generate(target, ids, max_new_tokens, eos, mode, temperature, seed, assi
     torch.manual_seed(seed)
     with torch.inference_mode():
         t0 = time.perf_counter()
-        out = target.generate(x, attention_mask=torch.ones_like(x), generation_config=cfg, **kw)
+        # on the device's worker, with the threads the engine's model work has (devqueue.share_cores)
+        out = devqueue.run(target.device, lambda: target.generate(x, attention_mask=torch.ones_like(x),
+                                                                  generation_config=cfg, **kw))
         wall = time.perf_counter() - t0
     new = out[0, len(ids):].tolist()
     toks = []
@@ -429,7 +431,7 @@ def _config(args, pair, t_start: float, load_start: float) -> dict:
     return {
         "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
         "draft_precision": pair.draft_precision, "fast_linear": _fast_linear_on(pair),
-        "threads": torch.get_num_threads(), "ks": args.ks, "methods": args.method_names, "domains": args.domains,
+        "threads": devqueue.model_threads(pair.device), "ks": args.ks, "methods": args.method_names, "domains": args.domains,
         "prompt_set": args.prompt_set, "modes": args.modes, "temperature": args.temperature, "reps": args.reps,
         "max_new_tokens": args.max_new_tokens, "seed": args.seed,
         "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
@@ -447,7 +449,7 @@ def bench(args, pair=None, progress=None) -> dict:
     say = progress or (lambda msg: None)
     t_start, load_start = time.perf_counter(), _load_avg()
     if args.threads:
-        torch.set_num_threads(args.threads)
+        devqueue.set_model_threads(args.threads)
     if pair is None:
         say("loading the pair")
         pair = load(args)

@@ -22,6 +22,23 @@ exception raised by on_wait (a page that must stop) drops the queued ticket.
 `cancel(owner)` drops an owner's queued tickets from another thread: each
 raises Cancelled, and nothing of it ever holds the device.
 
+Model work before pages: `run(device, fn)` holds the device and runs fn on one of
+the device's own worker threads, made at normal priority, while the caller
+waits. Loading a model, a round, a pass, a measurement and transformers'
+generate in the bench all go through it. Two things follow:
+- the cores: only the CPU worker runs PyTorch with all its threads; every other
+  thread gets one (`share_cores()`, at import; $SPECVIZ_SHARE_CORES=0 turns it
+  off). Each thread that runs parallel work keeps its own team of OpenMP
+  threads, and once a process has more of them than cores GNU OpenMP puts them
+  to sleep between regions, which slowed every pass after a second thread had
+  run model work.
+- priority: a page calls `lower_page_threads()`, which lowers its own thread
+  and the server's main thread (whose new script threads inherit it) to
+  niceness $SPECVIZ_PAGE_NICE (10 by default; 0 leaves them). A page drawing
+  on a core that a pass needs slows that pass, from a thread or from another
+  process alike (the cores, not the GIL); nicing cannot be undone without
+  privileges, so the work that must not be slowed runs off the page's thread.
+
 Outside load: the queue orders this app's work but cannot stop other programs.
 `note_pass` compares a pass's process CPU time with wall time × threads; a CPU
 pass that got well under its share of the cores ran while something else was
@@ -31,8 +48,10 @@ using them. `watch()` collects the verdicts of the passes made inside it.
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import math
 import os
+import queue
 import threading
 import time
 from collections import deque
@@ -43,6 +62,9 @@ from typing import Callable, Iterator
 from .errors import InvalidSetting, SpecvizError
 
 ENV_CONCURRENCY = "SPECVIZ_DEVICE_CONCURRENCY"
+ENV_PAGE_NICE = "SPECVIZ_PAGE_NICE"
+ENV_SHARE_CORES = "SPECVIZ_SHARE_CORES"  # 0: every thread keeps PyTorch's thread count (share_cores)
+PAGE_NICE = 10  # the niceness of page threads (0..19; 0 leaves them as they are)
 POLL_S = 0.05  # how often a waiting hold checks for cancellation and reports its place
 BUSY_SHARE = 0.6  # a CPU pass that got less than this share of wall × threads ran under outside load
 MIN_PASS_S = 0.005  # passes shorter than this are too short to judge
@@ -310,6 +332,229 @@ def hold(device="cpu"):
 
 
 # --------------------------------------------------------------------------
+# model work on the device's own threads, pages below it
+
+
+class _Workers:
+    """Threads that run model work handed over by the threads holding a device (see run())."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pools: dict[str, list[threading.Thread]] = {}
+        self._jobs: dict[str, queue.SimpleQueue] = {}
+        self._mine = threading.local()  # set on a worker: the key of its device
+        self._orders: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads: dict[str, int] = {}  # a device's workers' OpenMP threads, where they were set apart
+        # the threads are made by one thread started now, at import, before any page lowers its
+        # own priority: a thread inherits its maker's niceness
+        threading.Thread(target=self._maker, name="specviz-device-maker", daemon=True).start()
+
+    def _maker(self) -> None:
+        while True:
+            key, made = self._orders.get()
+            t = threading.Thread(target=self._loop, args=(key, self.threads.get(key)), name=f"specviz-device-{key}",
+                                 daemon=True)
+            t.start()
+            made.put(t)
+
+    def _loop(self, key: str, threads: int | None) -> None:
+        self._mine.key = key
+        if threads:  # before any model work: see share_cores()
+            _own_threads(threads)
+        jobs = self._jobs[key]
+        while True:
+            jobs.get()()
+
+    def on_worker(self, key: str) -> bool:
+        return getattr(self._mine, "key", None) == key
+
+    def submit(self, key: str, size: int, job: Callable[[], None]) -> None:
+        with self._lock:
+            jobs = self._jobs.setdefault(key, queue.SimpleQueue())
+            pool = self._pools.setdefault(key, [])
+            while len(pool) < size:  # one per holder the device admits
+                made: queue.SimpleQueue = queue.SimpleQueue()
+                self._orders.put((key, made))
+                pool.append(made.get())
+        jobs.put(job)
+
+
+_WORKERS = _Workers()
+
+
+def run(device, fn: Callable[[], object]):
+    """Hold the device (QUEUE.hold) and run fn() on one of its worker threads; return what fn returns.
+
+    The caller waits; fn sees the caller's context variables, holds, load watches and PyTorch
+    grad/inference mode, and its exception is raised here. Inside a hold of a worker, fn runs directly.
+    """
+    key = device_key(device)
+    with QUEUE.hold(key):
+        if _WORKERS.on_worker(key):
+            return fn()
+        return _on_worker(key, fn)
+
+
+def _on_worker(key: str, fn: Callable[[], object]):
+    import torch
+
+    ctx = contextvars.copy_context()
+    depth = getattr(QUEUE._depth, "d", None)  # the caller holds the device: its nested holds pass through
+    stack = getattr(_watches, "stack", None)
+    grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+    done, box = threading.Event(), {}
+
+    def job() -> None:
+        QUEUE._depth.d, _watches.stack = depth, stack
+        try:
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                box["value"] = ctx.run(fn)
+        except BaseException as e:  # noqa: BLE001 - handed back to the caller, raised there
+            box["error"] = e
+        finally:
+            QUEUE._depth.d, _watches.stack = None, None
+            done.set()
+
+    _WORKERS.submit(key, QUEUE.limit(key), job)
+    done.wait()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+# --------------------------------------------------------------------------
+# the CPU's cores: one team of OpenMP threads, on the CPU's worker
+
+
+def _libgomp():
+    """The GNU OpenMP runtime this process loaded (for PyTorch), through ctypes; None if there is not one."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if os.path.basename(line.split()[-1]).startswith("libgomp")}
+    except OSError:
+        return None
+    if len(paths) != 1:
+        return None
+    try:
+        return ctypes.CDLL(paths.pop())
+    except OSError:
+        return None
+
+
+def _own_threads(n: int) -> int:
+    """On a worker: give this thread alone n OpenMP threads; the count it has then."""
+    import torch
+
+    torch.get_num_threads()  # PyTorch sets a thread's count from its process-wide one on first use: do it now
+    _libgomp().omp_set_num_threads(n)  # then this thread's own count (OpenMP keeps one per thread)
+    return torch.get_num_threads()
+
+
+def share_cores() -> int | None:
+    """Give the CPU's cores to its worker: one OpenMP team in the process; the worker's thread count.
+
+    Every thread of PyTorch's that runs parallel work keeps a team of OpenMP threads, and
+    GNU OpenMP stops its threads spinning between two parallel regions once the process has
+    more of them than cores: they sleep, and every region pays for waking them. Two threads
+    that had each run model work made every pass after that slower (a draft step 31 ms
+    alone against 50-60 ms, the target 220 against 280-340 ms). So the worker, which runs
+    all model work, keeps PyTorch's thread count, and every other thread (pages, the main
+    thread) gets one thread: what they compute runs on their own core and starts no team.
+    Called once at import; None, and nothing changed, where this runtime cannot set one
+    thread's count alone (not GNU OpenMP) or there is one core.
+    """
+    import torch
+
+    n = torch.get_num_threads()
+    if n <= 1 or os.environ.get(ENV_SHARE_CORES, "1") == "0" or _libgomp() is None:
+        return None
+    with _WORKERS._lock:
+        _WORKERS.threads["cpu"] = n
+    torch.set_num_threads(1)  # this thread and every thread that starts from now
+    _WORKERS.submit("cpu", QUEUE.limit("cpu"), lambda: None)  # make the worker now, with its n threads
+    got = run("cpu", lambda: __import__("torch").get_num_threads())
+    if got != n:  # the runtime did not keep a per-thread count: back to PyTorch's own setting
+        torch.set_num_threads(n)
+        with _WORKERS._lock:
+            _WORKERS.threads.pop("cpu", None)
+        return None
+    return n
+
+
+def model_threads(device="cpu") -> int:
+    """The OpenMP threads the device's model work runs with (the worker's; PyTorch's own count otherwise)."""
+    got = _WORKERS.threads.get(device_key(device))
+    if got:
+        return got
+    import torch
+
+    return torch.get_num_threads()
+
+
+def set_model_threads(n: int, device="cpu") -> int:
+    """Run the device's model work with n OpenMP threads from now on; the count it has then."""
+    key = device_key(device)
+    if not _WORKERS.threads.get(key):
+        import torch
+
+        torch.set_num_threads(n)
+        return torch.get_num_threads()
+    got = run(key, lambda: _own_threads(n))
+    with _WORKERS._lock:
+        _WORKERS.threads[key] = got
+    return got
+
+
+def page_nice(env: str | None = None) -> int:
+    """$SPECVIZ_PAGE_NICE: the niceness of page threads, 0..19 (PAGE_NICE by default)."""
+    raw = (os.environ.get(ENV_PAGE_NICE, "") if env is None else env).strip()
+    if not raw:
+        return PAGE_NICE
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 19:
+        raise InvalidSetting(f"{ENV_PAGE_NICE} must be an integer from 0 to 19, got {raw!r}.")
+    return n
+
+
+def thread_nice(tid: int) -> int | None:
+    """The niceness of thread `tid` (a native id), or None where it cannot be read."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, tid)
+    except (OSError, AttributeError):
+        return None
+
+
+def lower_thread(tid: int, nice: int) -> bool:
+    """Raise thread `tid`'s niceness to `nice` (never lower it: that needs privileges); whether it is there."""
+    now = thread_nice(tid)
+    if now is None:
+        return False
+    if now < nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except OSError:
+            return False
+    return True
+
+
+def lower_page_threads(nice: int | None = None) -> bool:
+    """Lower this (page) thread and the main thread, which starts the page threads, to `nice`.
+
+    Call it from a page's thread; model work then goes through run(), on threads made before.
+    Whether both threads are at that niceness now (False where the system says no).
+    """
+    nice = page_nice() if nice is None else nice
+    if nice == 0:
+        return False
+    ok = lower_thread(threading.get_native_id(), nice)
+    main = threading.main_thread().native_id
+    return lower_thread(main, nice) and ok if main is not None else ok
+
+
+# --------------------------------------------------------------------------
 # load from outside the app
 
 
@@ -374,3 +619,6 @@ def note_pass(device, wall_s: float, cpu_s: float, threads: int) -> bool:
         w.wall_s += wall_s
         w.cpu_s += cpu_s
     return busy
+
+
+share_cores()

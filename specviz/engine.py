@@ -335,7 +335,9 @@ class DecodeStream:
             if slot is not None:
                 self.waited_s += slot.waited_s
             try:
-                return next(self._gen)
+                if slot is None:
+                    return next(self._gen)
+                return devqueue.run(self.device, lambda: next(self._gen))  # the round on the device's own thread
             except StopIteration as e:
                 self.run, self._gen = e.value, None
                 raise

@@ -83,19 +83,15 @@ def batch_cost(model, n_tokens=(1, 4, 8), batches=(1, 2, 4, 8, 16), reps: int = 
         ids = torch.randint(0, min(vocab_size(model), 1000), (b, context + max(n_tokens)),
                             generator=torch.Generator().manual_seed(b)).to(device)
         cache = DynamicCache(config=model.config)
-        with devqueue.hold(device):
-            model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        devqueue.run(device, lambda: model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True,
+                                           logits_to_keep=1))
         for j, n in enumerate(n_tokens):
             times = []
             for r in range(reps + 1):
-                with devqueue.hold(device):  # one pass per turn: the clock starts once the device is ours
-                    sync(device)
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    model(input_ids=ids[:, context:context + n], past_key_values=cache, use_cache=True,
-                          logits_to_keep=n)
-                    sync(device)
-                    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-                devqueue.note_pass(device, dt, cpu, torch.get_num_threads())
+                # one pass per turn, on the device's own thread: the clock starts once the device is ours
+                dt, cpu = devqueue.run(device, lambda: _timed(device, lambda: model(
+                    input_ids=ids[:, context:context + n], past_key_values=cache, use_cache=True, logits_to_keep=n)))
+                devqueue.note_pass(device, dt, cpu, devqueue.model_threads(device))
                 if r > 0:  # the first is a warm-up
                     times.append(dt)
                 cache.crop(-n)
@@ -112,13 +108,17 @@ def memory_bandwidth(device="cpu", megabytes: int = 256, reps: int = 5) -> float
     dst = torch.empty_like(src)
     best = float("inf")
     for _ in range(reps + 1):
-        with devqueue.hold(device):
-            sync(device)
-            t0 = time.perf_counter()
-            dst.copy_(src)
-            sync(device)
-            best = min(best, time.perf_counter() - t0)
+        best = min(best, devqueue.run(device, lambda: _timed(device, lambda: dst.copy_(src)))[0])
     return 2 * n * 4 / best
+
+
+def _timed(device, fn) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of fn(), with the device's work synchronized."""
+    sync(device)
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 @dataclass(frozen=True)

@@ -119,8 +119,8 @@ class CachedLM:
         kw = {}
         if keep is not None and self._can_trim_logits:
             kw["logits_to_keep"] = keep  # prefill needs no logits for the whole prompt
-        with devqueue.hold(self.device):
-            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, **kw)
+        out = devqueue.run(self.device, lambda: self.model(input_ids=x, past_key_values=self.cache, use_cache=True,
+                                                           **kw))  # on the device's own thread
         self.cache = out.past_key_values
         self.n += len(ids)
         logits = out.logits[0]  # (T, V)
@@ -144,7 +144,7 @@ class CachedLM:
             logits = self.feed(ids, keep)
             sync(self.device)
             dt, cpu = time.perf_counter() - t0 - (self.recorded_s - r0), time.process_time() - c0
-        devqueue.note_pass(self.device, dt, cpu, torch.get_num_threads())
+        devqueue.note_pass(self.device, dt, cpu, devqueue.model_threads(self.device))
         return logits, dt
 
     @torch.inference_mode()
@@ -164,9 +164,8 @@ class CachedLM:
         mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
         mask = mask.masked_fill(~allowed.to(self.device), torch.finfo(dtype).min)[None, None]  # (1, 1, T, n+T)
         kw = {"logits_to_keep": keep} if keep is not None and self._can_trim_logits else {}
-        with devqueue.hold(self.device):
-            out = self.model(input_ids=x, attention_mask=mask, position_ids=pos, past_key_values=self.cache,
-                             use_cache=True, **kw)
+        out = devqueue.run(self.device, lambda: self.model(input_ids=x, attention_mask=mask, position_ids=pos,
+                                                           past_key_values=self.cache, use_cache=True, **kw))
         self.cache = out.past_key_values
         self.n += T
         logits = out.logits[0]  # (T, V)
@@ -285,18 +284,20 @@ class StaticLM(CachedLM):
             self._spill()
         if self.spilled:
             return super().feed(ids, keep)
-        with devqueue.hold(self.device):
-            graph = self._graph(T, keep) if self._replayable(T) else None
-            if graph is None:
-                x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
-                logits = self._forward(x, keep)
-            else:
-                g, x, out = graph
-                x.copy_(torch.tensor([ids], dtype=torch.long))  # (1, T) into the graph's input
-                g.replay()
-                logits = out.clone()  # the next replay overwrites out
+        logits = devqueue.run(self.device, lambda: self._pass(ids, keep))  # on the device's own thread
         self.n += T
         return logits if keep is None else logits[-keep:]
+
+    def _pass(self, ids: list[int], keep: int | None) -> torch.Tensor:
+        T = len(ids)
+        graph = self._graph(T, keep) if self._replayable(T) else None
+        if graph is None:
+            x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+            return self._forward(x, keep)
+        g, x, out = graph
+        x.copy_(torch.tensor([ids], dtype=torch.long))  # (1, T) into the graph's input
+        g.replay()
+        return out.clone()  # the next replay overwrites out
 
     def _spill(self) -> None:
         """Go on in a DynamicCache holding what the static one holds: a run longer than max_len."""

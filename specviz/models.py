@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 import torch
 
-from . import limits, quant
+from . import devqueue, limits, quant
 from .lm import eos_ids, max_positions, static_cache
 from .config import (
     ChunkSource,
@@ -380,9 +380,10 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, prog
         try:
             with hf_quiet():
                 tok = AutoTokenizer.from_pretrained(where, local_files_only=True, **kw)
-                model = AutoModelForCausalLM.from_pretrained(
+                # on the device's worker, with the cores' threads (devqueue.share_cores)
+                model = devqueue.run(device, lambda: AutoModelForCausalLM.from_pretrained(
                     where, dtype=dtype, local_files_only=True, device_map=None if device == "cpu" else device, **kw
-                )
+                ))
             break
         except (OSError, ValueError, KeyError, SafetensorError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -475,8 +476,11 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     if fast_linear and device == "cpu":
         from . import fastlinear
 
-        fastlinear.enable(t_model, pack=True)  # only the float32 Linears; first, so a draft made of its layers is packed too
-        fastlinear.enable(d_model)  # left plain: a draft is copied and quantized from these weights
+        def fast() -> None:
+            fastlinear.enable(t_model, pack=True)  # only the float32 Linears; first, so a draft made of its layers is packed too
+            fastlinear.enable(d_model)  # left plain: a draft is copied and quantized from these weights
+
+        devqueue.run(device, fast)
 
     if device.startswith("cuda"):
         limit_cpu_threads()
@@ -518,7 +522,7 @@ def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pai
         precision = str(dtype).replace("torch.", "")  # its weights ARE the target's: never quantize them
     else:
         progress(f"draft precision: {precision}", None)
-        quant.apply(got["draft"][1], precision)
+        devqueue.run(device, lambda: quant.apply(got["draft"][1], precision))
     return got["draft"], got["target"], sources, precision
 
 
@@ -539,11 +543,15 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
         raise InvalidSetting(f"a {precision} draft is made from a float32 or bfloat16 one, "
                              f"not from this pair's {pair.draft_precision} draft.")
     t0 = time.perf_counter()
-    draft = quant.apply(copy.deepcopy(pair.draft), precision)  # a copied model gets its own, empty, static plan
-    if pair.fast_linear:
-        from . import fastlinear
+    def make() -> torch.nn.Module:
+        draft = quant.apply(copy.deepcopy(pair.draft), precision)  # a copied model gets its own, empty, static plan
+        if pair.fast_linear:
+            from . import fastlinear
 
-        fastlinear.enable(draft)
+            fastlinear.enable(draft)
+        return draft
+
+    draft = devqueue.run(pair.device, make)
     return dataclasses.replace(pair, draft=draft, draft_precision=precision,
                                load_s=time.perf_counter() - t0)
 

@@ -454,3 +454,121 @@ def test_run_files_without_the_flag_load_and_a_bad_flag_is_named():
         runfile.load_export(json.dumps(d))
     d["rounds"][0]["outside_load"] = True
     assert runfile.load_export(json.dumps(d)).run.outside_load_rounds == 1
+
+
+# --------------------------------------------------------------------------
+# model work on the device's worker: one thread, one team of OpenMP threads, not niced with the pages
+
+
+def _on_new_thread(fn, nice: int | None = None):
+    """fn() on a thread of its own (niced first, if asked); what it returned, or what it raised."""
+    box: dict = {}
+
+    def go():
+        try:
+            if nice is not None:
+                assert devqueue.lower_thread(threading.get_native_id(), nice)
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread
+            box["error"] = e
+
+    t = threading.Thread(target=go)
+    t.start()
+    t.join(60)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _cores_shared() -> int:
+    n = devqueue._WORKERS.threads.get("cpu")
+    if not n:
+        pytest.skip("one core, or an OpenMP runtime that keeps no per-thread count: share_cores() left it")
+    return n
+
+
+def test_the_cores_go_to_the_worker_wherever_pytorch_runs_on_gnu_openmp_with_two_cores():
+    import os
+
+    if os.environ.get(devqueue.ENV_SHARE_CORES) == "0" or devqueue._libgomp() is None or (os.cpu_count() or 1) < 2:
+        pytest.skip("turned off, or not GNU OpenMP, or one core")
+    assert devqueue._WORKERS.threads.get("cpu", 0) > 1  # share_cores() did not fall back
+
+
+def test_model_work_from_any_thread_runs_on_one_worker_with_all_the_cores_threads():
+    n = _cores_shared()
+
+    def where():
+        return threading.get_ident(), torch.get_num_threads()
+
+    seen = {devqueue.run("cpu", where), _on_new_thread(lambda: devqueue.run("cpu", where)),
+            _on_new_thread(lambda: devqueue.run("cpu", where))}
+    assert len(seen) == 1, seen  # the same thread, whoever asked
+    worker, threads = seen.pop()
+    assert worker != threading.get_ident() and threads == n == devqueue.model_threads("cpu") > 1
+    assert _on_new_thread(torch.get_num_threads) == 1  # a page's own work runs on one core
+
+
+def _tasks() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_a_pages_large_tensor_work_starts_no_openmp_threads():
+    _cores_shared()
+    x = torch.randn(1 << 22)
+    devqueue.run("cpu", lambda: x.exp().sum())  # the worker's team exists
+    before = _tasks()
+    # its own thread is the one new task: a second team would make the threads outnumber
+    # the cores, and GNU OpenMP would then put every team's threads to sleep between regions
+    assert _on_new_thread(lambda: (x.exp().sum(), _tasks())[1]) == before + 1
+    assert _tasks() == before
+
+
+def test_run_carries_the_callers_context_and_modes_and_raises_its_errors():
+    import contextvars
+
+    var = contextvars.ContextVar("var", default="unset")
+    var.set("page's")
+    with torch.inference_mode():
+        got = devqueue.run("cpu", lambda: (var.get(), torch.is_inference_mode_enabled()))
+    assert got == ("page's", True)
+    assert devqueue.run("cpu", torch.is_inference_mode_enabled) is False
+
+    def boom():
+        raise ValueError("from the worker")
+
+    with pytest.raises(ValueError, match="from the worker"):
+        devqueue.run("cpu", boom)
+    assert devqueue.QUEUE.stats()["holders"] == []  # an error lets go of the device
+
+
+def test_model_work_asked_for_by_a_niced_page_runs_at_the_workers_priority():
+    worker_nice = devqueue.run("cpu", lambda: devqueue.thread_nice(threading.get_native_id()))
+    page, work = _on_new_thread(lambda: (devqueue.thread_nice(threading.get_native_id()),
+                                         devqueue.run("cpu", lambda: devqueue.thread_nice(threading.get_native_id()))),
+                                nice=min(19, worker_nice + 5))
+    assert page == min(19, worker_nice + 5) and work == worker_nice
+
+
+def test_lowering_a_thread_never_raises_its_priority():
+    def go():
+        me = threading.get_native_id()
+        start = devqueue.thread_nice(me)
+        assert devqueue.lower_thread(me, start + 3) and devqueue.thread_nice(me) == start + 3
+        assert devqueue.lower_thread(me, start) and devqueue.thread_nice(me) == start + 3  # left as it is
+        return True
+
+    assert _on_new_thread(go)
+
+
+@pytest.mark.parametrize("raw, want", [("", devqueue.PAGE_NICE), ("0", 0), (" 19 ", 19), ("7", 7)])
+def test_the_page_niceness_setting(raw, want):
+    assert devqueue.page_nice(raw) == want
+
+
+@pytest.mark.parametrize("raw", ["-1", "20", "ten", "1.5"])
+def test_a_bad_page_niceness_is_named(raw):
+    with pytest.raises(devqueue.InvalidSetting, match=devqueue.ENV_PAGE_NICE):
+        devqueue.page_nice(raw)

@@ -120,6 +120,8 @@ def join_device_queue() -> None:
     While a round or a measurement waits its turn, a notice under the title says how many sessions
     are ahead. Each check while waiting is also a point where Streamlit stops the script: a rerun
     (Run pressed again, any widget) or a closed tab drops the queued work instead of waiting on.
+    Drawing the page runs at a lower priority than the model work ($SPECVIZ_PAGE_NICE), which has
+    threads of its own.
     """
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
@@ -143,6 +145,7 @@ def join_device_queue() -> None:
                         icon=":material/hourglass_top:")
 
     devqueue.set_session(ctx.session_id if ctx is not None else "no-session", on_wait)
+    devqueue.lower_page_threads()
 
 
 def error_details(e: BaseException) -> str:
