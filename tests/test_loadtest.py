@@ -56,3 +56,27 @@ def test_only_the_processes_started_after_the_server_are_lowered():
             browser.kill()
     finally:
         server.kill()
+
+
+def test_every_thread_of_a_started_process_is_lowered_not_only_its_first():
+    import os
+    import subprocess
+    import sys
+
+    from specviz import loadtest
+
+    before = loadtest.descendants(os.getpid())
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code])  # like a browser: threads that start renderers
+    try:
+        tids: list[str] = []
+        for _ in range(100):
+            tids = os.listdir(f"/proc/{child.pid}/task")
+            if len(tids) >= 2:
+                break
+            loadtest.time.sleep(0.05)
+        assert len(tids) >= 2
+        assert loadtest.lower_started_since(before) == 1
+        assert all(os.getpriority(os.PRIO_PROCESS, int(t)) == loadtest.BROWSER_NICE for t in tids)
+    finally:
+        child.kill()
