@@ -455,9 +455,8 @@ def share_cores() -> int | None:
 
     Every thread of PyTorch's that runs parallel work keeps a team of OpenMP threads, and
     GNU OpenMP stops its threads spinning between two parallel regions once the process has
-    more of them than cores: they sleep, and every region pays for waking them. Two threads
-    that had each run model work made every pass after that slower (a draft step 31 ms
-    alone against 50-60 ms, the target 220 against 280-340 ms). So the worker, which runs
+    more of them than cores: they sleep, and every region pays for waking them, so two threads
+    that had each run model work made every pass after that slower. So the worker, which runs
     all model work, keeps PyTorch's thread count, and every other thread (pages, the main
     thread) gets one thread: what they compute runs on their own core and starts no team.
     Called once at import; None, and nothing changed, where this runtime cannot set one
@@ -472,7 +471,7 @@ def share_cores() -> int | None:
         _WORKERS.threads["cpu"] = n
     torch.set_num_threads(1)  # this thread and every thread that starts from now
     _WORKERS.submit("cpu", QUEUE.limit("cpu"), lambda: None)  # make the worker now, with its n threads
-    got = run("cpu", lambda: __import__("torch").get_num_threads())
+    got = run("cpu", torch.get_num_threads)
     if got != n:  # the runtime did not keep a per-thread count: back to PyTorch's own setting
         torch.set_num_threads(n)
         with _WORKERS._lock:

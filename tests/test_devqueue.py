@@ -507,23 +507,6 @@ def test_model_work_from_any_thread_runs_on_one_worker_with_all_the_cores_thread
     assert _on_new_thread(torch.get_num_threads) == 1  # a page's own work runs on one core
 
 
-def _tasks() -> int:
-    import os
-
-    return len(os.listdir("/proc/self/task"))
-
-
-def test_a_pages_large_tensor_work_starts_no_openmp_threads():
-    _cores_shared()
-    x = torch.randn(1 << 22)
-    devqueue.run("cpu", lambda: x.exp().sum())  # the worker's team exists
-    before = _tasks()
-    # its own thread is the one new task: a second team would make the threads outnumber
-    # the cores, and GNU OpenMP would then put every team's threads to sleep between regions
-    assert _on_new_thread(lambda: (x.exp().sum(), _tasks())[1]) == before + 1
-    assert _tasks() == before
-
-
 def test_run_carries_the_callers_context_and_modes_and_raises_its_errors():
     import contextvars
 
