@@ -33,9 +33,10 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+from .devqueue import lower_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -183,15 +184,7 @@ def lower_priority(pids, nice: int = BROWSER_NICE) -> int:
             tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
         except (OSError, ValueError):
             tids = [pid]
-        reached = False
-        for tid in tids:
-            try:
-                if os.getpriority(os.PRIO_PROCESS, tid) < nice:
-                    os.setpriority(os.PRIO_PROCESS, tid, nice)
-                reached = True
-            except OSError:  # gone already, or not ours
-                pass
-        n += reached
+        n += any([lower_thread(tid, nice) for tid in tids])  # every thread, even past the first that fails
     return n
 
 
