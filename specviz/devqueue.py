@@ -14,6 +14,11 @@ ahead of it.
 A hold inside a hold of the same thread and device passes straight through
 (a round holds the device; its passes, which also ask, do not queue again).
 
+Trace: with $SPECVIZ_QUEUE_TRACE set to a file, every hold is appended to it
+as one JSON line (owner, device, asked, granted, released; seconds since the
+epoch), and `trace_holds` sums a window of it: how long the device was held
+and by whom. The load test reads it from the server it starts.
+
 Owners: each hold belongs to an owner (a session id). `session(owner, on_wait)`
 names the owner of every hold made in this context; `on_wait(ahead)` is called
 while the hold waits (ahead = how many other owners are before it, every
@@ -49,6 +54,7 @@ from __future__ import annotations
 
 import contextvars
 import ctypes
+import json
 import math
 import os
 import queue
@@ -64,6 +70,7 @@ from .errors import InvalidSetting, SpecvizError
 ENV_CONCURRENCY = "SPECVIZ_DEVICE_CONCURRENCY"
 ENV_PAGE_NICE = "SPECVIZ_PAGE_NICE"
 ENV_SHARE_CORES = "SPECVIZ_SHARE_CORES"  # 0: every thread keeps PyTorch's thread count (share_cores)
+ENV_TRACE = "SPECVIZ_QUEUE_TRACE"  # a file: one JSON line per hold (owner, device, asked, granted, released)
 PAGE_NICE = 10  # the niceness of page threads (0..19; 0 leaves them as they are)
 POLL_S = 0.05  # how often a waiting hold checks for cancellation and reports its place
 BUSY_SHARE = 0.6  # a CPU pass that got less than this share of wall × threads ran under outside load
@@ -172,8 +179,9 @@ def set_session(owner: str, on_wait: OnWait | None = None) -> None:
 class DeviceQueue:
     """A fair FIFO queue per device; see the module docstring."""
 
-    def __init__(self, poll_s: float = POLL_S, env: str | None = None):
+    def __init__(self, poll_s: float = POLL_S, env: str | None = None, trace: str | None = None):
         self.poll_s = poll_s
+        self.trace = trace  # a path: every hold is appended to it as one JSON line (see trace_holds)
         self._env = env  # None: read $SPECVIZ_DEVICE_CONCURRENCY when a device is first used
         self._lock = threading.RLock()  # guards the lines
         self._cond = threading.Condition(self._lock)  # each ticket waits on its own condition over the same lock
@@ -226,6 +234,7 @@ class DeviceQueue:
             return
         slot = Slot(owner, key)
         t = _Ticket(owner, wake=threading.Condition(self._lock))
+        asked = time.time()
         t0 = time.perf_counter()
         with self._cond:
             line = self._line(key)
@@ -247,6 +256,16 @@ class DeviceQueue:
             with self._cond:
                 line.holders.remove(t)
                 self._wake_next(line)
+            if self.trace:
+                self._write_trace(slot, asked)
+
+    def _write_trace(self, slot: Slot, asked: float) -> None:
+        """One line per hold, times in seconds since the epoch (so another process can line them up)."""
+        released = time.time()
+        row = {"owner": slot.owner, "device": slot.device, "asked": asked,
+               "granted": released - slot.held_s, "released": released}
+        with self._lock, open(self.trace, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
     def _wait_turn(self, line: _Line, t: _Ticket, on_wait: OnWait | None) -> bool:
         """Wait until queued ticket t may hold the device, then make it a holder; return whether it waited.
@@ -323,7 +342,34 @@ class DeviceQueue:
                     "waiting": [w.owner for w in line.waiting]}
 
 
-QUEUE = DeviceQueue()  # the one queue of this process: every session of a server shares it
+QUEUE = DeviceQueue(trace=os.environ.get(ENV_TRACE) or None)  # the one queue of this process: every
+# session of a server shares it
+
+
+def trace_holds(path: str, since: float = 0.0, until: float = math.inf) -> dict:
+    """What a trace file (ENV_TRACE) says of [since, until]: the holds, the time the device was held (the union
+    of the holds, clipped to the window), each owner's held time, and the longest time between the ends of
+    two consecutive holds of one owner (between two of its rounds appearing)."""
+    holds = []
+    try:
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                if row["released"] > since and row["granted"] < until:
+                    holds.append(row)
+    except FileNotFoundError:
+        pass
+    held, end, owners, last, gap = 0.0, since, {}, {}, 0.0
+    for h in sorted(holds, key=lambda h: h["granted"]):
+        a, b = max(h["granted"], end), min(h["released"], until)
+        held += max(0.0, b - a)
+        end = max(end, b)
+        o = h["owner"]
+        owners[o] = owners.get(o, 0.0) + min(h["released"], until) - max(h["granted"], since)
+        if o in last:
+            gap = max(gap, h["released"] - last[o])
+        last[o] = h["released"]
+    return {"holds": len(holds), "held_s": held, "owners_held_s": owners, "longest_gap_s": gap}
 
 
 def hold(device="cpu"):

@@ -7,6 +7,7 @@ the queue's fault, not load.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -144,6 +145,39 @@ def test_a_handover_wakes_the_next_in_line_at_once_and_a_cancel_wakes_the_cancel
         t.join(10)
     assert order == ["first", "a", "b", "c"] and not any(t.is_alive() for t in threads)
     assert time.perf_counter() - t0 < 10  # three handovers, none waiting for a poll
+
+
+def test_a_trace_records_each_outer_hold_and_sums_the_time_the_device_was_held(tmp_path):
+    trace = tmp_path / "holds.jsonl"
+    q = DeviceQueue(poll_s=0.01, env="", trace=str(trace))
+
+    def job(owner):
+        with q.hold("cpu", owner=owner):
+            with q.hold("cpu", owner=owner):  # a pass inside the round: not a hold of its own
+                time.sleep(0.05)
+
+    t0 = time.time()
+    threads = [threading.Thread(target=job, args=(o,)) for o in ("a", "b", "a")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    t1 = time.time()
+    rows = [json.loads(r) for r in trace.read_text().splitlines()]
+    assert len(rows) == 3  # outer holds only
+    got = devqueue.trace_holds(str(trace), t0, t1)
+    assert got["holds"] == 3 and set(got["owners_held_s"]) == {"a", "b"}
+    # one at a time: held time is the sum of the holds, and the wall is at least that
+    assert 0.15 <= got["held_s"] <= t1 - t0 + 1e-6
+    assert got["owners_held_s"]["a"] == pytest.approx(2 * got["owners_held_s"]["b"], rel=0.5)
+    assert got["longest_gap_s"] >= 0.045  # a's second round ended at least one hold after its first
+    # a window clips the holds to it; one before every hold sees none
+    assert devqueue.trace_holds(str(trace), t0 - 10, t0 - 5)["holds"] == 0
+    first, last = min(r["granted"] for r in rows), max(r["released"] for r in rows)
+    mid = (first + last) / 2  # inside the second hold
+    half = devqueue.trace_holds(str(trace), t0, mid)
+    assert half["held_s"] == pytest.approx(sum(max(0.0, min(r["released"], mid) - r["granted"]) for r in rows))
+    assert devqueue.trace_holds(str(tmp_path / "none"), t0, t1)["holds"] == 0  # no file: nothing held
 
 
 def test_a_cancelled_owner_drops_its_queued_work_and_never_holds_the_device():
