@@ -7,12 +7,16 @@ Starts `streamlit run app.py` on 127.0.0.1, opens headless Chromium (Playwright,
      model time (the run's decode time + the target-alone run's time, as the
      page reports them) and its measured speedup;
   2. at once: --sessions new sessions (one browser context each) press Run
-     within a moment of each other; each page is polled for its round number
-     until every one shows its measured speedup.
+     at the same moment; each page is polled until every one shows its
+     measured speedup;
+  3. solo again, on a new page: a shared machine's speed drifts by more than
+     the tolerance between two runs minutes apart, so the reference is the
+     mean of the solo runs before and after, and both are reported.
 It reports the total wall time against the sum of the solo model times (the
 queue wastes nothing when this is near 1), each session's measured speedup
-against the solo one, the longest wait between two rounds of one session, and
-whether every greedy text equals the solo text. Every wait is bounded
+against the solo one, the longest wait between two rounds of one session (from
+the server's trace of its device queue, which also gives how much of the wall
+the device was held), and whether every greedy text equals the solo text. Every wait is bounded
 (--timeout for the whole test). The default settings of the page are used;
 --max-new changes only the number of new tokens.
 
@@ -36,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .devqueue import lower_thread
+from .devqueue import ENV_TRACE, lower_thread, trace_holds
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -47,15 +51,16 @@ POLL_S = 0.1
 # lowest priority, so they take the cores only when the server leaves them idle.
 BROWSER_NICE = 19
 
-# what a page shows, read in one call: round number, finished, speed section drawn, figures
+# what a page shows, read in one call: round number, finished, speed section drawn, figures. textContent, not
+# innerText: innerText lays the whole page out again, on every poll of every page
 _READ = """() => {
-  const body = document.body.innerText;
+  const body = document.body.textContent;
   const m = body.match(/ · round (\\d+)/);
   const metric = (label) => {
     for (const el of document.querySelectorAll('[data-testid="stMetric"]')) {
       const l = el.querySelector('[data-testid="stMetricLabel"]');
       const v = el.querySelector('[data-testid="stMetricValue"]');
-      if (l && v && l.innerText.trim() === label) return v.innerText.trim();
+      if (l && v && l.textContent.trim() === label) return v.textContent.trim();
     }
     return null;
   };
@@ -66,7 +71,7 @@ _READ = """() => {
           tokens: metric('new tokens'), decode_s: dec ? +dec[1] : null,
           outside_load: body.includes('Taken under outside load'),
           error: body.includes('The run stopped early') || !!document.querySelector('[data-testid="stException"]'),
-          text: text ? text.innerText : ''};
+          text: text ? text.textContent : ''};
 }"""
 
 
@@ -100,6 +105,11 @@ def _number(s: str | None) -> float | None:
         return None
 
 
+def _all_figures(shown: dict) -> bool:
+    """Every figure the report needs is on the page (a page drawn again shows them one by one)."""
+    return all(shown[k] is not None for k in ("speed", "base_rate", "tokens", "decode_s"))
+
+
 def read(page) -> dict:
     return page.evaluate(_READ)
 
@@ -120,11 +130,15 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serve(models: str | None = None, start_s: float = 120.0) -> Iterator[str]:
-    """`streamlit run app.py` on a free port of 127.0.0.1; yields its URL, stops it afterwards."""
+def serve(models: str | None = None, start_s: float = 120.0, trace: str | None = None) -> Iterator[str]:
+    """`streamlit run app.py` on a free port of 127.0.0.1; yields its URL, stops it afterwards.
+
+    trace: a file where the server's device queue writes every hold (devqueue.ENV_TRACE)."""
     env = dict(os.environ)
     if models:
         env["SPECVIZ_MODELS"] = str(models)
+    if trace:
+        env[ENV_TRACE] = trace
     port = _free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
            str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
@@ -175,17 +189,35 @@ def descendants(pid: int) -> set[int]:
 
 
 def lower_priority(pids, nice: int = BROWSER_NICE) -> int:
-    """Give every thread of these processes (and so what they start) the niceness `nice`; how many processes
-    it reached. Linux keeps a niceness per thread: setting a process id alone lowers only its first thread,
-    and a browser starts its renderers from other threads."""
+    """Give every thread of these processes (and so what they start) the niceness `nice` and the idle
+    scheduling class; how many processes it reached. Linux keeps both per thread: setting a process id alone
+    lowers only its first thread, and a browser starts its renderers from other threads."""
     n = 0
     for pid in pids:
         try:
             tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
         except (OSError, ValueError):
             tids = [pid]
-        n += any([lower_thread(tid, nice) for tid in tids])  # every thread, even past the first that fails
+        n += any([lower_thread(tid, nice) and idle_thread(tid) for tid in tids])  # every thread, even past
+        # the first that fails
     return n
+
+
+def idle_thread(tid: int) -> bool:
+    """Put thread `tid` in Linux's SCHED_IDLE class: it runs only on a core nothing else wants, and a waking
+    server thread takes the core back at once. Nice 19 alone is not that: a renderer at 19 still took a
+    quarter of a core from the model threads (whose OpenMP team then waits for the one that lost its core).
+    True where it is set or cannot be (no SCHED_IDLE on this system); False where the thread is gone."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return True
+    try:
+        if os.sched_getscheduler(tid) != os.SCHED_IDLE:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # not allowed here: the niceness stays
+    return True
 
 
 def lower_started_since(before: set[int], nice: int = BROWSER_NICE) -> int:
@@ -208,18 +240,41 @@ def open_session(browser, url: str, max_new: int | None, timeout_s: float):
     return page
 
 
+# press a button at a given moment (ms since the epoch), from a timer in the page itself
+_CLICK_AT = "(button, at) => { setTimeout(() => button.click(), Math.max(0, at - Date.now())); }"
+CLICK_LEAD_S = 1.0  # how far ahead the common moment is set, per page
+
+
+def press_run_together(pages: list) -> float:
+    """Press Run on every page at one moment, set by a timer in each page; return it (time.monotonic()).
+
+    One click after another from here would not do: the first run takes the cores, and the next page's
+    browser, lowered to take only idle cores, answers its click only seconds later."""
+    buttons = [page.get_by_role("button", name="Run", exact=True) for page in pages]
+    for b in buttons:
+        b.wait_for()
+    lead = CLICK_LEAD_S * len(pages)
+    at = time.time() + lead
+    t0 = time.monotonic() + lead
+    for b in buttons:
+        b.evaluate(_CLICK_AT, at * 1000)
+    time.sleep(max(0.0, t0 - time.monotonic()))
+    return t0
+
+
 def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = lambda: None
-                ) -> tuple[list[SessionResult], float]:
-    """Press Run on every page, then poll them all until each shows its speed figures (or the deadline).
+                ) -> tuple[list[SessionResult], float, float]:
+    """Press Run on every page at once, then poll them all until each shows its speed figures (or the
+    deadline); return the results, the wall time and when Run was pressed (time.time()).
 
     keep_low() is called before and every second while polling: the browsers start new processes and
     threads as they go, and each must be lowered as it appears.
     """
     results = [SessionResult() for _ in pages]
     keep_low()
-    t0 = last_low = time.monotonic()
-    for page in pages:
-        page.get_by_role("button", name="Run", exact=True).click()
+    t0 = press_run_together(pages)
+    pressed = time.time() - (time.monotonic() - t0)
+    last_low = time.monotonic()
     last = [0] * len(pages)
     while time.monotonic() < deadline:
         pending = [i for i, r in enumerate(results) if r.finished_s is None]
@@ -231,7 +286,7 @@ def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = l
             if shown["round"] != last[i]:
                 results[i].rounds.append((now, shown["round"]))
                 last[i] = shown["round"]
-            if shown["finished"] and (shown["speed"] is not None or shown["error"]):
+            if shown["finished"] and (_all_figures(shown) or shown["error"]):
                 results[i].finished_s = now
                 fill_result(results[i], shown)
         if time.monotonic() - last_low >= 1.0:
@@ -239,7 +294,7 @@ def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = l
             last_low = time.monotonic()
         time.sleep(POLL_S)
     done = [r.finished_s for r in results if r.finished_s is not None]
-    return results, max(done) if done else float("nan")
+    return results, max(done) if done else float("nan"), pressed
 
 
 @dataclass
@@ -249,10 +304,22 @@ class Report:
     together: list[SessionResult]
     wall_s: float
     browser_processes_lowered: int = 0  # driver and browser processes set to BROWSER_NICE
+    started: float = 0.0  # when the sessions pressed Run, seconds since the epoch
+    device: dict = field(default_factory=dict)  # the server's holds while the sessions ran (trace_holds)
+    solo_after: SessionResult | None = None  # the same run alone again, after the sessions
+
+    @property
+    def solos(self) -> list[SessionResult]:
+        return [self.solo] + ([self.solo_after] if self.solo_after is not None else [])
+
+    def _solo_mean(self, what: str) -> float | None:
+        v = [getattr(r, what) for r in self.solos]
+        return None if None in v else sum(v) / len(v)
 
     def summary(self) -> dict:
-        solo_model = self.solo.model_s or float("nan")
-        ratios = [r.speedup / self.solo.speedup if r.speedup and self.solo.speedup else None for r in self.together]
+        solo_model = self._solo_mean("model_s") or float("nan")
+        solo_speedup = self._solo_mean("speedup")
+        ratios = [r.speedup / solo_speedup if r.speedup and solo_speedup else None for r in self.together]
         return {
             "sessions": self.sessions,
             "finished": sum(r.finished_s is not None for r in self.together),
@@ -263,14 +330,26 @@ class Report:
             "solo_wall_s": self.solo.finished_s,
             "wall_over_ideal": self.wall_s / max(self.sessions * solo_model, self.solo.finished_s or 0.0),
             "sessions_model_s": [r.model_s for r in self.together],
-            "solo_speedup": self.solo.speedup,
+            "solo_speedup": solo_speedup,
+            "solo_speedups": [r.speedup for r in self.solos],  # before and after the sessions
+            "solo_model_each_s": [r.model_s for r in self.solos],
             "speedups": [r.speedup for r in self.together],
             "speedup_over_solo": ratios,
-            "longest_gap_between_rounds_s": max((r.longest_gap_s for r in self.together), default=0.0),
-            "texts_identical_to_solo": all(r.text == self.solo.text for r in self.together),
+            # from the server's holds where they were traced (a browser lowered to idle cores shows its
+            # rounds late while the server is busy), else as the pages showed them
+            "longest_gap_between_rounds_s": self.device.get("longest_gap_s",
+                                                            max((r.longest_gap_s for r in self.together),
+                                                                default=0.0)),
+            "texts_identical_to_solo": all(r.text == self.solo.text for r in self.together + self.solos),
             "outside_load_flagged": [r.outside_load for r in self.together],
             "errors": sum(r.error for r in self.together),
             "browser_processes_at_nice": (self.browser_processes_lowered, BROWSER_NICE),
+            # how much of the wall the device was held for, by anyone: the rest it stood idle while pages drew,
+            # slept between animated rounds or waited for a browser
+            "device_held_s": self.device.get("held_s"),
+            "device_held_share": self.device["held_s"] / self.wall_s if self.device.get("held_s") else None,
+            "device_holds": self.device.get("holds"),
+            "sessions_held_s": sorted(self.device.get("owners_held_s", {}).values()),
         }
 
     def lines(self) -> list[str]:
@@ -283,7 +362,8 @@ class Report:
             f"{s['wall_over_solo_model_sum']:.2f} (target <= 1.15); one session alone took {fmt(s['solo_wall_s'])} s "
             f"from Run to its figures, so the best possible wall is the larger of the two: "
             f"{s['wall_over_ideal']:.2f} of it",
-            f"measured speedup alone {fmt(s['solo_speedup'])}x; at once "
+            f"measured speedup alone {fmt(s['solo_speedup'])}x (before and after: "
+            + ", ".join(f"{fmt(v)}x" for v in s["solo_speedups"]) + "); at once "
             + ", ".join(f"{fmt(v)}x" for v in s["speedups"])
             + f"; within 15 % of alone: {sum(ok_sp)}/{len(ok_sp)}",
             "each session's model time at once: " + ", ".join(f"{fmt(v)} s" for v in s["sessions_model_s"]),
@@ -291,17 +371,25 @@ class Report:
             f"every text identical to the solo text: {s['texts_identical_to_solo']}",
             f"pages that flagged outside load: {sum(s['outside_load_flagged'])}; pages with an error: {s['errors']}",
             f"browser processes at nice {BROWSER_NICE}: {self.browser_processes_lowered} (and their children)",
-        ]
+        ] + ([f"the device was held {s['device_held_s']:.1f} s of the {s['wall_s']:.1f} s "
+              f"({100 * s['device_held_share']:.0f} %), in {s['device_holds']} holds; per session "
+              + ", ".join(f"{v:.1f} s" for v in s["sessions_held_s"])] if s["device_held_share"] else [])
 
 
 def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None = None,
              timeout_s: float = 1800.0) -> Report:
-    from playwright.sync_api import sync_playwright
-
     if not Path(CHROMIUM).exists():
         raise RuntimeError(f"{CHROMIUM} is missing: apt-get install -y chromium")
     deadline = time.monotonic() + timeout_s
-    with serve(models) as url:
+    with tempfile.TemporaryDirectory() as tmp:
+        # the holds go to $SPECVIZ_QUEUE_TRACE where it is set (kept for a closer look), else to a scratch file
+        return _loadtest(sessions, models, max_new, timeout_s, deadline, os.environ.get(ENV_TRACE) or f"{tmp}/holds")
+
+
+def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str) -> Report:
+    from playwright.sync_api import sync_playwright
+
+    with serve(models, trace=trace) as url:
         server = descendants(os.getpid())
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -310,7 +398,9 @@ def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None =
             def keep_low() -> None:
                 lowered[0] = max(lowered[0], lower_started_since(server))
 
-            return _sessions(browser, url, sessions, max_new, timeout_s, deadline, keep_low, lowered)
+            rep = _sessions(browser, url, sessions, max_new, timeout_s, deadline, keep_low, lowered)
+            rep.device = trace_holds(trace, rep.started, rep.started + rep.wall_s)
+            return rep
 
 
 def _sessions(browser, url, sessions, max_new, timeout_s, deadline, keep_low, lowered: list[int]) -> Report:
@@ -321,13 +411,17 @@ def _sessions(browser, url, sessions, max_new, timeout_s, deadline, keep_low, lo
         run_at_once([warm], deadline, keep_low)  # the first run loads and warms the models
         warm.context.close()
         solo_page = open_session(browser, url, max_new, timeout_s)
-        (solo,), _ = run_at_once([solo_page], deadline, keep_low)
+        (solo,), _, _ = run_at_once([solo_page], deadline, keep_low)
         solo_page.context.close()
         pages = [open_session(browser, url, max_new, timeout_s) for _ in range(sessions)]
-        together, wall = run_at_once(pages, deadline, keep_low)
+        together, wall, started = run_at_once(pages, deadline, keep_low)
+        for page in pages:
+            page.context.close()
+        after_page = open_session(browser, url, max_new, timeout_s)
+        (after,), _, _ = run_at_once([after_page], deadline, keep_low)
     finally:
         browser.close()
-    return Report(sessions, solo, together, wall, lowered[0])
+    return Report(sessions, solo, together, wall, lowered[0], started=started, solo_after=after)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in rep.lines():
         print(line)
     if a.json:
-        out = {"summary": rep.summary(), "solo": asdict(rep.solo), "together": [asdict(r) for r in rep.together]}
+        out = {"summary": rep.summary(), "solo": asdict(rep.solo), "together": [asdict(r) for r in rep.together],
+               "solo_after": asdict(rep.solo_after) if rep.solo_after else None}
         Path(a.json).write_text(json.dumps(out, indent=1))
     return 0

@@ -26,11 +26,17 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     s = rep.summary()
     assert s["finished"] == 2 and s["errors"] == 0
     assert s["texts_identical_to_solo"] and rep.solo.text
+    # the reference is the solo run before and after the sessions, both read
+    assert rep.solo_after is not None and rep.solo_after.text == rep.solo.text
+    assert len(s["solo_speedups"]) == 2 and all(s["solo_speedups"])
     assert rep.solo.speedup and all(r.speedup for r in rep.together)
     assert all(r.model_s and r.model_s > 0 for r in [rep.solo, *rep.together])
     assert all(len(r.rounds) >= 2 for r in rep.together)  # rounds were seen appearing one by one
-    assert len(rep.lines()) == 7
+    assert len(rep.lines()) == 8
     assert rep.browser_processes_lowered >= 2  # the Playwright driver and Chromium, not the server
+    # the server's queue wrote its holds: each session held the device, never more than the wall in all
+    assert s["device_holds"] >= sum(len(r.rounds) for r in rep.together)
+    assert 0 < s["device_held_s"] <= s["wall_s"] and len(s["sessions_held_s"]) == 2
 
 
 def test_only_the_processes_started_after_the_server_are_lowered():
@@ -78,5 +84,7 @@ def test_every_thread_of_a_started_process_is_lowered_not_only_its_first():
         assert len(tids) >= 2
         assert loadtest.lower_started_since(before) == 1
         assert all(os.getpriority(os.PRIO_PROCESS, int(t)) == loadtest.BROWSER_NICE for t in tids)
+        if hasattr(os, "SCHED_IDLE"):  # and each runs only where the server leaves a core idle
+            assert all(os.sched_getscheduler(int(t)) == os.SCHED_IDLE for t in tids)
     finally:
         child.kill()
