@@ -39,10 +39,12 @@ generate in the bench all go through it. Two things follow:
   run model work.
 - priority: a page calls `lower_page_threads()`, which lowers its own thread
   and the server's main thread (whose new script threads inherit it) to
-  niceness $SPECVIZ_PAGE_NICE (10 by default; 0 leaves them). A page drawing
-  on a core that a pass needs slows that pass, from a thread or from another
-  process alike (the cores, not the GIL); nicing cannot be undone without
-  privileges, so the work that must not be slowed runs off the page's thread.
+  niceness $SPECVIZ_PAGE_NICE. The default, 0, leaves them at the server's:
+  a page draws for a few per cent of a core, and lowered below the model
+  threads, which take both cores, the pages and the main thread (which serves
+  every browser) waited for a core while the device stood idle. Nicing cannot
+  be undone without privileges, so the model work runs off the page's thread
+  either way.
 
 Outside load: the queue orders this app's work but cannot stop other programs.
 `note_pass` compares a pass's process CPU time with wall time × threads; a CPU
@@ -71,7 +73,7 @@ ENV_CONCURRENCY = "SPECVIZ_DEVICE_CONCURRENCY"
 ENV_PAGE_NICE = "SPECVIZ_PAGE_NICE"
 ENV_SHARE_CORES = "SPECVIZ_SHARE_CORES"  # 0: every thread keeps PyTorch's thread count (share_cores)
 ENV_TRACE = "SPECVIZ_QUEUE_TRACE"  # a file: one JSON line per hold (owner, device, asked, granted, released)
-PAGE_NICE = 10  # the niceness of page threads (0..19; 0 leaves them as they are)
+PAGE_NICE = 0  # the niceness of page threads (0..19; 0 leaves them as they are)
 POLL_S = 0.05  # how often a waiting hold checks for cancellation and reports its place
 BUSY_SHARE = 0.6  # a CPU pass that got less than this share of wall × threads ran under outside load
 MIN_PASS_S = 0.005  # passes shorter than this are too short to judge

@@ -120,8 +120,8 @@ def join_device_queue() -> None:
     While a round or a measurement waits its turn, a notice under the title says how many sessions
     are ahead. Each check while waiting is also a point where Streamlit stops the script: a rerun
     (Run pressed again, any widget) or a closed tab drops the queued work instead of waiting on.
-    Drawing the page runs at a lower priority than the model work ($SPECVIZ_PAGE_NICE), which has
-    threads of its own.
+    The model work runs on threads of its own; $SPECVIZ_PAGE_NICE may lower the page's priority below
+    theirs (by default it does not).
     """
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
