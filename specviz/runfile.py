@@ -98,15 +98,30 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
 
 
 def target_alone(target, spec: Run, vocab: int | None = None, warm: bool = True) -> dict:
-    """Time the target alone with the spec run's prompt and settings; return baseline_summary().
+    """Time the target alone with the spec run's prompt and settings; return baseline_summary()."""
+    stream = target_alone_stream(target, spec, vocab, warm)
+    for _ in stream:
+        pass
+    return baseline_of(spec, stream.run)
 
-    experiments.compare_with_baseline(spec=...), with the settings the Run recorded (Run.decode).
-    """
-    from .experiments import compare_with_baseline
 
-    cmp = compare_with_baseline(target, None, spec.prompt_ids, k=spec.decode.k, **spec.decode.baseline_kwargs(),
-                                eos_token_id=spec.eos_token_ids, vocab=vocab, spec=spec, warm=warm)
-    return baseline_summary(spec, cmp.base, cmp.speedup, cmp.identical)
+def target_alone_stream(target, spec: Run, vocab: int | None = None, warm: bool = True):
+    """The target alone with the spec run's prompt and settings (Run.decode), one token per round, as an
+    engine.DecodeStream: a page keeps it across reruns and goes on where it stopped. `warm` first decodes
+    2 tokens, so one-time costs (allocations, kernel selection) land in neither run. Its Run goes to
+    baseline_of()."""
+    from .engine import autoregressive_decode, autoregressive_stream
+
+    kw = dict(spec.decode.baseline_kwargs(), eos_token_id=spec.eos_token_ids, vocab=vocab)
+    if warm:
+        autoregressive_decode(target, spec.prompt_ids, **{**kw, "max_new_tokens": 2})
+    return autoregressive_stream(target, spec.prompt_ids, **kw)
+
+
+def baseline_of(spec: Run, base: Run) -> dict:
+    """baseline_summary() of a speculative run and its target-alone run."""
+    identical = spec.token_ids == base.token_ids if is_greedy(spec.decode.temperature) else None
+    return baseline_summary(spec, base, measure.speedup(spec, base), identical)
 
 
 def export_dict(run: Run, decode: Callable[[int], str], prompt_text: str, pair: str = "", title: str = "",

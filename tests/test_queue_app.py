@@ -172,3 +172,38 @@ def test_the_main_page_says_when_its_timings_were_taken_under_outside_load():
     assert run.outside_load_rounds == len(run.rounds)
     assert [w for w in at.warning if w.value.startswith("Taken under outside load")]
     assert [c for c in at.caption if "under outside load" in c.value and "decode" in c.value]
+
+
+def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp_path, monkeypatch):
+    """The main page keeps its target-alone run with the job: the next script run resumes it.
+
+    A rerun (a widget touched, a turn lost in the queue) stops the script between two tokens; here the
+    first script run is played by hand up to that point: its stream made and 5 tokens taken."""
+    from pages.common import main_view, ui
+    from specviz import devqueue, engine, models, playback, runfile
+
+    name = models.list_pairs()[0].name  # the tiny registry's default pair
+    pair = ui.load_pair_cached(name, "float32")
+    ids, n = [2, 7, 1, 8, 2, 8], 12
+    stream = engine.speculative_stream(pair.target, pair.draft, ids, k=3, max_new_tokens=n, eos_token_id=[])
+    job = playback.Playback.live(stream, ids, "", {"max_new_tokens": n, "eos_token_id": []},
+                                 meta={"pair": name, "dtype": "float32", "baseline_wanted": True})
+    while job.advance() is not None:
+        pass
+    assert job.done and job.run is not None
+
+    cut = runfile.target_alone_stream(pair.target, job.run, pair.shared_vocab)
+    for _, _ in zip(range(5), cut):  # the first script run: 5 tokens, then the rerun stopped it
+        pass
+    job.meta["baseline_stream"] = cut
+    trace = tmp_path / "holds.jsonl"
+    monkeypatch.setattr(devqueue.QUEUE, "trace", str(trace))
+    main_view._baseline(job)  # the next script run
+    monkeypatch.setattr(devqueue.QUEUE, "trace", None)
+
+    base = job.meta["baseline"]
+    assert base is not None and "baseline_stream" not in job.meta
+    assert base["base_tokens"] == n and base["base_target_passes"] == n
+    assert len(trace.read_text().splitlines()) == n - 5  # only the tokens left: no warm-up, no new start
+    whole = runfile.target_alone(pair.target, job.run, pair.shared_vocab)
+    assert base["base_token_ids"] == whole["base_token_ids"] and base["identical"] == whole["identical"]

@@ -3,6 +3,7 @@ then the chosen round, acceptance and speed. Reads a playback.Playback; computes
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,16 +224,30 @@ def acceptance(run, k: int) -> None:
 
 
 def _baseline(job: playback.Playback) -> None:
-    """Time the target alone once, after a finished live run that asked for it."""
+    """Time the target alone once, after a finished live run that asked for it.
+
+    The target-alone run is a stream kept with the run: a rerun in the middle of it (a widget touched,
+    another session's turn) goes on from the token it reached instead of starting again."""
     if not (job.source == "live" and job.done and job.run is not None and job.meta.get("baseline_wanted")
             and "baseline" not in job.meta):
         return
+    lock = job.meta.setdefault("baseline_lock", threading.Lock())  # one script thread at a time
     try:
-        with st.spinner("Timing the target alone with the same settings (one token per forward pass)…"):
-            pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
-            job.meta["baseline"] = runfile.target_alone(pair.target, job.run, pair.shared_vocab)
+        with st.spinner("Timing the target alone with the same settings (one token per forward pass)…"), lock:
+            if "baseline" in job.meta:  # another script thread finished it while this one waited
+                return
+            stream = job.meta.get("baseline_stream")
+            if stream is None:
+                pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
+                stream = job.meta["baseline_stream"] = runfile.target_alone_stream(pair.target, job.run,
+                                                                                   pair.shared_vocab)
+            for _ in stream:
+                pass
+            job.meta["baseline"] = runfile.baseline_of(job.run, stream.run)
             job.meta["baseline_note"] = "measured right after the run, warmed up, same settings"
+            del job.meta["baseline_stream"]
     except (SpecvizError, MemoryError) as e:
+        job.meta.pop("baseline_stream", None)
         job.meta["baseline"] = None
         ui.show_error(e)
 
