@@ -16,8 +16,8 @@ It reports the total wall time against the sum of the solo model times (the
 queue wastes nothing when this is near 1), each session's measured speedup
 against the solo one, the longest wait between two rounds of one session (from
 the server's trace of its device queue, which also gives how much of the wall
-the device was held), and whether every greedy text equals the solo text. Every wait is bounded
-(--timeout for the whole test). The default settings of the page are used;
+the device was held), and whether every greedy text equals the solo text.
+Every wait is bounded (--timeout for the whole test). The default settings of the page are used;
 --max-new changes only the number of new tokens.
 
 This module drives the app from outside and never imports streamlit.
@@ -205,9 +205,8 @@ def lower_priority(pids, nice: int = BROWSER_NICE) -> int:
 
 def idle_thread(tid: int) -> bool:
     """Put thread `tid` in Linux's SCHED_IDLE class: it runs only on a core nothing else wants, and a waking
-    server thread takes the core back at once. Nice 19 alone is not that: a renderer at 19 still took a
-    quarter of a core from the model threads (whose OpenMP team then waits for the one that lost its core).
-    True where it is set or cannot be (no SCHED_IDLE on this system); False where the thread is gone."""
+    server thread takes the core back at once. Nice 19 alone is not that: a thread at 19 still gets a
+    share of a core the model threads want. True where it is set or cannot be (no SCHED_IDLE on this system); False where the thread is gone."""
     if not hasattr(os, "SCHED_IDLE"):
         return True
     try:
