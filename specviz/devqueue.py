@@ -262,12 +262,17 @@ class DeviceQueue:
                 self._write_trace(slot, asked)
 
     def _write_trace(self, slot: Slot, asked: float) -> None:
-        """One line per hold, times in seconds since the epoch (so another process can line them up)."""
+        """One line per hold, times in seconds since the epoch (so another process can line them up).
+        A trace that cannot be written is dropped: it must never cost the work it describes."""
         released = time.time()
         row = {"owner": slot.owner, "device": slot.device, "asked": asked,
                "granted": released - slot.held_s, "released": released}
-        with self._lock, open(self.trace, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        with self._lock:
+            try:
+                with open(self.trace, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            except (OSError, TypeError):
+                self.trace = None
 
     def _wait_turn(self, line: _Line, t: _Ticket, on_wait: OnWait | None) -> bool:
         """Wait until queued ticket t may hold the device, then make it a holder; return whether it waited.

@@ -180,6 +180,13 @@ def test_a_trace_records_each_outer_hold_and_sums_the_time_the_device_was_held(t
     assert devqueue.trace_holds(str(tmp_path / "none"), t0, t1)["holds"] == 0  # no file: nothing held
 
 
+def test_a_trace_that_cannot_be_written_never_costs_the_work(tmp_path):
+    q = DeviceQueue(poll_s=0.01, env="", trace=str(tmp_path / "no-such-folder" / "holds.jsonl"))
+    with q.hold("cpu", owner="a"):
+        done = True
+    assert done and q.trace is None and q.stats()["holders"] == []
+
+
 def test_a_cancelled_owner_drops_its_queued_work_and_never_holds_the_device():
     q = DeviceQueue(poll_s=0.01, env="")
     gate = threading.Event()

@@ -207,3 +207,30 @@ def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp
     assert len(trace.read_text().splitlines()) == n - 5  # only the tokens left: no warm-up, no new start
     whole = runfile.target_alone(pair.target, job.run, pair.shared_vocab)
     assert base["base_token_ids"] == whole["base_token_ids"] and base["identical"] == whole["identical"]
+
+
+def test_a_target_alone_run_that_failed_in_an_earlier_script_run_is_a_message_not_a_traceback():
+    from pages.common import main_view
+    from specviz import engine, models, playback
+    from tiny import tiny_qwen
+
+    name = models.list_pairs()[0].name
+    target, draft = tiny_qwen(100), tiny_qwen(200)
+    ids, n = [2, 7, 1, 8], 6
+    job = playback.Playback.live(engine.speculative_stream(target, draft, ids, k=2, max_new_tokens=n,
+                                                           eos_token_id=[]),
+                                 ids, "", {"max_new_tokens": n, "eos_token_id": []},
+                                 meta={"pair": name, "dtype": "float32", "baseline_wanted": True})
+    while job.advance() is not None:
+        pass
+
+    def broken():
+        raise RuntimeError("out of memory in the middle of a pass")
+        yield  # a generator
+
+    dead = engine.DecodeStream(broken())
+    with pytest.raises(RuntimeError):
+        next(dead)  # the earlier script run, which showed its error
+    job.meta["baseline_stream"] = dead
+    main_view._baseline(job)  # the next script run
+    assert job.meta["baseline"] is None and "baseline_stream" not in job.meta

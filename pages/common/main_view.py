@@ -243,6 +243,8 @@ def _baseline(job: playback.Playback) -> None:
                                                                                    pair.shared_vocab)
             for _ in stream:
                 pass
+            if stream.run is None:  # its generator failed in an earlier script run
+                raise SpecvizError("The target-alone run stopped early; press Run to time it again.")
             job.meta["baseline"] = runfile.baseline_of(job.run, stream.run)
             job.meta["baseline_note"] = "measured right after the run, warmed up, same settings"
             del job.meta["baseline_stream"]
