@@ -206,7 +206,8 @@ def lower_priority(pids, nice: int = BROWSER_NICE) -> int:
 def idle_thread(tid: int) -> bool:
     """Put thread `tid` in Linux's SCHED_IDLE class: it runs only on a core nothing else wants, and a waking
     server thread takes the core back at once. Nice 19 alone is not that: a thread at 19 still gets a
-    share of a core the model threads want. True where it is set or cannot be (no SCHED_IDLE on this system); False where the thread is gone."""
+    share of a core the model threads want. True where it is set or cannot be (no SCHED_IDLE on this
+    system); False where the thread is gone."""
     if not hasattr(os, "SCHED_IDLE"):
         return True
     try:
@@ -244,8 +245,9 @@ _CLICK_AT = "(button, at) => { setTimeout(() => button.click(), Math.max(0, at -
 CLICK_LEAD_S = 1.0  # how far ahead the common moment is set, per page
 
 
-def press_run_together(pages: list) -> float:
-    """Press Run on every page at one moment, set by a timer in each page; return it (time.monotonic()).
+def press_run_together(pages: list) -> tuple[float, float]:
+    """Press Run on every page at one moment, set by a timer in each page; return it, as time.monotonic()
+    and as time.time().
 
     One click after another from here would not do: the first run takes the cores, and the next page's
     browser, lowered to take only idle cores, answers its click only seconds later."""
@@ -258,7 +260,7 @@ def press_run_together(pages: list) -> float:
     for b in buttons:
         b.evaluate(_CLICK_AT, at * 1000)
     time.sleep(max(0.0, t0 - time.monotonic()))
-    return t0
+    return t0, at
 
 
 def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = lambda: None
@@ -271,8 +273,7 @@ def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = l
     """
     results = [SessionResult() for _ in pages]
     keep_low()
-    t0 = press_run_together(pages)
-    pressed = time.time() - (time.monotonic() - t0)
+    t0, pressed = press_run_together(pages)
     last_low = time.monotonic()
     last = [0] * len(pages)
     while time.monotonic() < deadline:
