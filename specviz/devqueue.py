@@ -355,8 +355,9 @@ QUEUE = DeviceQueue(trace=os.environ.get(ENV_TRACE) or None)  # the one queue of
 
 def trace_holds(path: str, since: float = 0.0, until: float = math.inf) -> dict:
     """What a trace file (ENV_TRACE) says of [since, until]: the holds, the time the device was held (the union
-    of the holds, clipped to the window), each owner's held time, and the longest time between the ends of
-    two consecutive holds of one owner (between two of its rounds appearing)."""
+    of the holds, clipped to the window), each owner's held time, the longest time between the ends of
+    two consecutive holds of one owner (between two of its rounds appearing), and when the last hold ended
+    (None when there was none)."""
     holds = []
     try:
         with open(path) as f:
@@ -376,7 +377,8 @@ def trace_holds(path: str, since: float = 0.0, until: float = math.inf) -> dict:
         if o in last:
             gap = max(gap, h["released"] - last[o])
         last[o] = h["released"]
-    return {"holds": len(holds), "held_s": held, "owners_held_s": owners, "longest_gap_s": gap}
+    return {"holds": len(holds), "held_s": held, "owners_held_s": owners, "longest_gap_s": gap,
+            "last_released": max((min(h["released"], until) for h in holds), default=None)}
 
 
 def hold(device="cpu"):

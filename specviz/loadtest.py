@@ -50,6 +50,10 @@ POLL_S = 0.1
 # The browsers stand in for the laptops of a room, which do not share the server's cores: here they run at the
 # lowest priority, so they take the cores only when the server leaves them idle.
 BROWSER_NICE = 19
+# ... and, where this process may make a cgroup, all of them together get at most this share of one core: the
+# idle class alone is not a bound on every kernel (README, Running a workshop).
+BROWSER_CPU = 0.25
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 # what a page shows, read in one call: round number, finished, speed section drawn, figures. textContent, not
 # innerText: innerText lays the whole page out again, on every poll of every page
@@ -220,6 +224,77 @@ def idle_thread(tid: int) -> bool:
     return True
 
 
+class CpuCap:
+    """A cgroup of this process's own making whose processes together get at most `share` of one core (the
+    cfs quota of cgroup v1's cpu controller, or cgroup v2's cpu.max). Processes a member starts are members
+    too. make() gives None where no such cgroup can be made here (not root, no cpu controller)."""
+
+    PERIOD_US = 100_000
+
+    def __init__(self, path: Path, parent: Path, share: float):
+        self.path, self.parent, self.share = path, parent, share
+        self.members: set[int] = set()
+
+    @classmethod
+    def make(cls, share: float = BROWSER_CPU, root: Path = CGROUP_ROOT) -> "CpuCap | None":
+        quota = max(1000, int(share * cls.PERIOD_US))
+        for parent, limits in cls._candidates(root):
+            path = parent / f"specviz-loadtest-{os.getpid()}-{time.monotonic_ns()}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            cap = cls(path, parent, share)
+            try:
+                for name, value in limits(quota):
+                    (path / name).write_text(value)
+                return cap
+            except OSError:
+                cap.close()
+        return None
+
+    @classmethod
+    def _candidates(cls, root: Path):
+        """(this process's cgroup, how to write a quota there): v1's cpu hierarchy, then v2's."""
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError:
+            return
+        for line in lines:
+            _, controllers, rel = line.split(":", 2)
+            if "cpu" in controllers.split(",") and (root / "cpu" / "cpu.cfs_quota_us").exists():
+                yield root / "cpu" / rel.lstrip("/"), lambda q: [("cpu.cfs_period_us", str(cls.PERIOD_US)),
+                                                                  ("cpu.cfs_quota_us", str(q))]
+            elif controllers == "" and (root / "cgroup.controllers").exists():
+                yield root / rel.lstrip("/"), lambda q: [("cpu.max", f"{q} {cls.PERIOD_US}")]
+
+    def add(self, pids) -> int:
+        """Put these processes in the cgroup; how many are in it now (a process that is gone is skipped)."""
+        for pid in set(pids) - self.members:
+            try:
+                (self.path / "cgroup.procs").write_text(str(pid))
+                self.members.add(pid)
+            except OSError:
+                pass
+        return len(self.members)
+
+    def close(self) -> None:
+        """Move what is left back to the parent cgroup and remove this one."""
+        try:
+            left = (self.path / "cgroup.procs").read_text().split()
+        except OSError:
+            left = []
+        for pid in left:
+            try:
+                (self.parent / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass
+
+
 def lower_started_since(before: set[int], nice: int = BROWSER_NICE) -> int:
     """Lower the processes this one started since `before` (its descendants then) and their children."""
     return lower_priority(descendants(os.getpid()) - before, nice)
@@ -307,6 +382,7 @@ class Report:
     started: float = 0.0  # when the sessions pressed Run, seconds since the epoch
     device: dict = field(default_factory=dict)  # the server's holds while the sessions ran (trace_holds)
     solo_after: SessionResult | None = None  # the same run alone again, after the sessions
+    browser_cpu: float | None = None  # the share of one core all browsers together were capped at (None: no cap)
 
     @property
     def solos(self) -> list[SessionResult]:
@@ -320,12 +396,20 @@ class Report:
         solo_model = self._solo_mean("model_s") or float("nan")
         solo_speedup = self._solo_mean("speedup")
         ratios = [r.speedup / solo_speedup if r.speedup and solo_speedup else None for r in self.together]
+        last = self.device.get("last_released")
+        server_wall = last - self.started if last is not None and self.started else None
         return {
             "sessions": self.sessions,
             "finished": sum(r.finished_s is not None for r in self.together),
             "wall_s": self.wall_s,
             "solo_model_s": solo_model,
             "wall_over_solo_model_sum": self.wall_s / (self.sessions * solo_model),
+            # the same wall at the server: from Run to the end of the last session's last model work, from the
+            # trace. The browsers share the server's cores here, held to a small share of them, so they draw the
+            # finished pages late; the laptops of a room draw on their own cores.
+            "server_wall_s": server_wall,
+            "server_wall_over_solo_model_sum": (server_wall / (self.sessions * solo_model)
+                                                if server_wall is not None else None),
             # a lower bound too: one session alone already takes this long (animation included)
             "solo_wall_s": self.solo.finished_s,
             "wall_over_ideal": self.wall_s / max(self.sessions * solo_model, self.solo.finished_s or 0.0),
@@ -344,6 +428,7 @@ class Report:
             "outside_load_flagged": [r.outside_load for r in self.together],
             "errors": sum(r.error for r in self.together),
             "browser_processes_at_nice": (self.browser_processes_lowered, BROWSER_NICE),
+            "browsers_cpu_cap": self.browser_cpu,
             # how much of the wall the device was held for, by anyone: the rest it stood idle while pages drew,
             # slept between animated rounds or waited for a browser
             "device_held_s": self.device.get("held_s"),
@@ -367,10 +452,15 @@ class Report:
             + ", ".join(f"{fmt(v)}x" for v in s["speedups"])
             + f"; within 15 % of alone: {sum(ok_sp)}/{len(ok_sp)}",
             "each session's model time at once: " + ", ".join(f"{fmt(v)} s" for v in s["sessions_model_s"]),
+            (f"at the server, from Run to the last session's last model work: {s['server_wall_s']:.1f} s, "
+             f"{s['server_wall_over_solo_model_sum']:.2f} of the solo model time" if s["server_wall_s"] is not None
+             else "at the server: no trace of the device queue was read"),
             f"longest wait between two rounds of one session: {s['longest_gap_between_rounds_s']:.1f} s",
             f"every text identical to the solo text: {s['texts_identical_to_solo']}",
             f"pages that flagged outside load: {sum(s['outside_load_flagged'])}; pages with an error: {s['errors']}",
-            f"browser processes at nice {BROWSER_NICE}: {self.browser_processes_lowered} (and their children)",
+            f"browser processes at nice {BROWSER_NICE}: {self.browser_processes_lowered} (and their children); "
+            + (f"all browsers capped at {self.browser_cpu:.2f} of a core" if self.browser_cpu is not None
+               else "no cap on the browsers' CPU (no cgroup could be made here)"),
         ] + ([f"the device was held {s['device_held_s']:.1f} s of the {s['wall_s']:.1f} s "
               f"({100 * s['device_held_share']:.0f} %), in {s['device_holds']} holds; per session "
               + ", ".join(f"{v:.1f} s" for v in s["sessions_held_s"])] if s["device_held_share"] else [])
@@ -391,16 +481,26 @@ def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str) -> Rep
 
     with serve(models, trace=trace) as url:
         server = descendants(os.getpid())
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            lowered = [lower_started_since(server)]  # the driver and the browser, not the server
+        cap = CpuCap.make(BROWSER_CPU)
+        try:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+                lowered = [0]
 
-            def keep_low() -> None:
-                lowered[0] = max(lowered[0], lower_started_since(server))
+                def keep_low() -> None:  # the driver and the browser, not the server
+                    started = descendants(os.getpid()) - server
+                    lowered[0] = max(lowered[0], lower_priority(started))
+                    if cap is not None:
+                        cap.add(started)
 
-            rep = _sessions(browser, url, sessions, max_new, timeout_s, deadline, keep_low, lowered)
-            rep.device = trace_holds(trace, rep.started, rep.started + rep.wall_s)
-            return rep
+                keep_low()
+                rep = _sessions(browser, url, sessions, max_new, timeout_s, deadline, keep_low, lowered)
+                rep.device = trace_holds(trace, rep.started, rep.started + rep.wall_s)
+                rep.browser_cpu = cap.share if cap is not None else None
+                return rep
+        finally:
+            if cap is not None:
+                cap.close()
 
 
 def _sessions(browser, url, sessions, max_new, timeout_s, deadline, keep_low, lowered: list[int]) -> Report:

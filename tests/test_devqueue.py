@@ -177,6 +177,9 @@ def test_a_trace_records_each_outer_hold_and_sums_the_time_the_device_was_held(t
     mid = (first + last) / 2  # inside the second hold
     half = devqueue.trace_holds(str(trace), t0, mid)
     assert half["held_s"] == pytest.approx(sum(max(0.0, min(r["released"], mid) - r["granted"]) for r in rows))
+    # the last hold's end: the moment the device's work for the window was done, clipped to the window
+    assert got["last_released"] == last and half["last_released"] == mid
+    assert devqueue.trace_holds(str(tmp_path / "none"), t0, t1)["last_released"] is None
     assert devqueue.trace_holds(str(tmp_path / "none"), t0, t1)["holds"] == 0  # no file: nothing held
 
 

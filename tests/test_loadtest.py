@@ -32,11 +32,13 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     assert rep.solo.speedup and all(r.speedup for r in rep.together)
     assert all(r.model_s and r.model_s > 0 for r in [rep.solo, *rep.together])
     assert all(len(r.rounds) >= 2 for r in rep.together)  # rounds were seen appearing one by one
-    assert len(rep.lines()) == 8
+    assert len(rep.lines()) == 9
     assert rep.browser_processes_lowered >= 2  # the Playwright driver and Chromium, not the server
     # the server's queue wrote its holds: each session held the device, never more than the wall in all
     assert s["device_holds"] >= sum(len(r.rounds) for r in rep.together)
     assert 0 < s["device_held_s"] <= s["wall_s"] and len(s["sessions_held_s"]) == 2
+    # the server was done with the model work after Run, and no later than the browsers showed it
+    assert s["device_held_s"] <= s["server_wall_s"] + 1e-6 and s["server_wall_s"] <= s["wall_s"] + 1e-6
 
 
 def test_only_the_processes_started_after_the_server_are_lowered():
@@ -88,3 +90,44 @@ def test_every_thread_of_a_started_process_is_lowered_not_only_its_first():
             assert all(os.sched_getscheduler(int(t)) == os.SCHED_IDLE for t in tids)
     finally:
         child.kill()
+
+
+def test_a_cpu_cap_holds_a_busy_process_and_what_it_starts_to_its_share():
+    import os
+    import subprocess
+    import sys
+
+    from specviz import loadtest
+
+    cap = loadtest.CpuCap.make(0.1)
+    if cap is None:
+        pytest.skip("no cgroup can be made here (not root, or no cpu controller)")
+    # a busy process that starts a busy child after it was put in the cgroup, as a browser starts renderers
+    code = ("import subprocess, sys, time; time.sleep(0.3); "
+            "subprocess.Popen([sys.executable, '-c', 'while True: pass']); t = time.time()\n"
+            "while time.time() - t < 30: pass")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        assert cap.add([proc.pid]) == 1
+        loadtest.time.sleep(1.0)
+        kids = loadtest.descendants(proc.pid)
+        assert kids, "the child was not started"
+        pids = [proc.pid, *kids]
+        hz = os.sysconf("SC_CLK_TCK")
+
+        def cpu_s() -> float:
+            return sum(sum(int(x) for x in open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[11:13])
+                       for p in pids) / hz
+
+        c0, t0 = cpu_s(), loadtest.time.monotonic()
+        loadtest.time.sleep(2.0)
+        share = (cpu_s() - c0) / (loadtest.time.monotonic() - t0)
+        assert share < 0.25, f"two busy processes took {share:.2f} of a core under a cap of 0.10"
+    finally:
+        for p in loadtest.descendants(proc.pid):
+            os.kill(p, 9)
+        proc.kill()
+        proc.wait()
+        path = cap.path
+        cap.close()
+    assert not path.exists()
