@@ -60,6 +60,7 @@ import json
 import math
 import os
 import queue
+import sys
 import threading
 import time
 from collections import deque
@@ -74,6 +75,8 @@ ENV_PAGE_NICE = "SPECVIZ_PAGE_NICE"
 ENV_SHARE_CORES = "SPECVIZ_SHARE_CORES"  # 0: every thread keeps PyTorch's thread count (share_cores)
 ENV_TRACE = "SPECVIZ_QUEUE_TRACE"  # a file: one JSON line per hold (owner, device, asked, granted, released)
 PAGE_NICE = 0  # the niceness of page threads (0..19; 0 leaves them as they are)
+ENV_SWITCH = "SPECVIZ_SWITCH_INTERVAL_MS"
+SWITCH_MS = 0.5  # Python's switch interval in a server (ms; Python's own default is 5): see handover()
 POLL_S = 0.05  # how often a waiting hold checks for cancellation and reports its place
 BUSY_SHARE = 0.6  # a CPU pass that got less than this share of wall × threads ran under outside load
 MIN_PASS_S = 0.005  # passes shorter than this are too short to judge
@@ -606,6 +609,33 @@ def lower_page_threads(nice: int | None = None) -> bool:
     ok = lower_thread(threading.get_native_id(), nice)
     main = threading.main_thread().native_id
     return lower_thread(main, nice) and ok if main is not None else ok
+
+
+def switch_ms(env: str | None = None) -> float:
+    """$SPECVIZ_SWITCH_INTERVAL_MS: Python's switch interval for a server, in ms (SWITCH_MS by default)."""
+    raw = (os.environ.get(ENV_SWITCH, "") if env is None else env).strip()
+    if not raw:
+        return SWITCH_MS
+    try:
+        ms = float(raw)
+    except ValueError:
+        ms = math.nan
+    if not 0.05 <= ms <= 100:
+        raise InvalidSetting(f"{ENV_SWITCH} must be a number of milliseconds from 0.05 to 100, got {raw!r}.")
+    return ms
+
+
+def handover(ms: float | None = None) -> float:
+    """Set how long a thread that wants the GIL waits before the thread holding it must let go; the seconds set.
+
+    The model worker lets go of the GIL in every PyTorch operation and takes it back after, so while pages
+    draw (Python, holding the GIL) each of its operations may wait up to the switch interval: a draft step
+    makes hundreds. A shorter interval hands the GIL back sooner (README, Running a workshop). Pages call
+    it; while only one thread runs it changes nothing."""
+    s = (switch_ms() if ms is None else ms) / 1000
+    if sys.getswitchinterval() != s:
+        sys.setswitchinterval(s)
+    return s
 
 
 # --------------------------------------------------------------------------

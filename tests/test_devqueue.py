@@ -607,3 +607,25 @@ def test_the_page_niceness_setting(raw, want):
 def test_a_bad_page_niceness_is_named(raw):
     with pytest.raises(devqueue.InvalidSetting, match=devqueue.ENV_PAGE_NICE):
         devqueue.page_nice(raw)
+
+
+@pytest.mark.parametrize("raw, want", [("", devqueue.SWITCH_MS), ("5", 5.0), (" 0.25 ", 0.25)])
+def test_the_switch_interval_setting(raw, want):
+    assert devqueue.switch_ms(raw) == want
+
+
+@pytest.mark.parametrize("raw", ["fast", "0", "-1", "1000", "nan"])
+def test_a_bad_switch_interval_is_named(raw):
+    with pytest.raises(devqueue.InvalidSetting, match=devqueue.ENV_SWITCH):
+        devqueue.switch_ms(raw)
+
+
+def test_handover_sets_pythons_switch_interval():
+    import sys
+
+    was = sys.getswitchinterval()
+    try:
+        assert devqueue.handover(2.0) == pytest.approx(0.002)
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+    finally:
+        sys.setswitchinterval(was)

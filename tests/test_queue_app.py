@@ -234,3 +234,28 @@ def test_a_target_alone_run_that_failed_in_an_earlier_script_run_is_a_message_no
     job.meta["baseline_stream"] = dead
     main_view._baseline(job)  # the next script run
     assert job.meta["baseline"] is None and "baseline_stream" not in job.meta
+
+
+def test_a_page_hands_the_gil_over_quickly_and_names_a_bad_setting(monkeypatch):
+    import sys
+
+    from specviz import devqueue
+
+    was = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)  # Python's default
+        new_app()
+        assert sys.getswitchinterval() == pytest.approx(devqueue.SWITCH_MS / 1000)
+        sys.setswitchinterval(0.005)
+        monkeypatch.setenv(devqueue.ENV_SWITCH, "soon")
+        from streamlit.testing.v1 import AppTest
+
+        from test_app import APP
+
+        at = AppTest.from_file(APP, default_timeout=120)
+        at.run()
+        assert not at.exception, at.exception
+        assert any(devqueue.ENV_SWITCH in e.value for e in at.error)  # said in the page, not a traceback
+        assert sys.getswitchinterval() == 0.005  # and left as it was
+    finally:
+        sys.setswitchinterval(was)

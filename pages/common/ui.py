@@ -33,7 +33,7 @@ from typing import Any, Callable
 import streamlit as st
 
 from specviz import charts, claims
-from specviz.errors import SpecvizError
+from specviz.errors import InvalidSetting, SpecvizError
 
 DTYPE_CHOICES = ["float32", "bfloat16"]
 
@@ -145,7 +145,11 @@ def join_device_queue() -> None:
                         icon=":material/hourglass_top:")
 
     devqueue.set_session(ctx.session_id if ctx is not None else "no-session", on_wait)
-    devqueue.lower_page_threads()
+    for server_setting in (devqueue.lower_page_threads, devqueue.handover):
+        try:
+            server_setting()
+        except InvalidSetting as e:  # a bad environment variable of the server: said, and the page goes on
+            st.error(f"Server setting ignored: {e}", icon=":material/settings:")
 
 
 def error_details(e: BaseException) -> str:
