@@ -261,7 +261,10 @@ class CpuCap:
         except OSError:
             return
         for line in lines:
-            _, controllers, rel = line.split(":", 2)
+            parts = line.split(":", 2)  # hierarchy id : controllers : path
+            if len(parts) != 3:
+                continue
+            _, controllers, rel = parts
             if "cpu" in controllers.split(",") and (root / "cpu" / "cpu.cfs_quota_us").exists():
                 yield root / "cpu" / rel.lstrip("/"), lambda q: [("cpu.cfs_period_us", str(cls.PERIOD_US)),
                                                                   ("cpu.cfs_quota_us", str(q))]
