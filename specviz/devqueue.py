@@ -562,18 +562,24 @@ def set_model_threads(n: int, device="cpu") -> int:
     return got
 
 
+def _env_number(name: str, env: str | None, default, parse, lo, hi, what: str):
+    """A server setting from $name (or `env`, when given): `default` when empty, else parse(raw) within
+    [lo, hi]; InvalidSetting naming the variable otherwise."""
+    raw = (os.environ.get(name, "") if env is None else env).strip()
+    if not raw:
+        return default
+    try:
+        v = parse(raw)
+    except ValueError:
+        v = math.nan
+    if not lo <= v <= hi:
+        raise InvalidSetting(f"{name} must be {what} from {lo} to {hi}, got {raw!r}.")
+    return v
+
+
 def page_nice(env: str | None = None) -> int:
     """$SPECVIZ_PAGE_NICE: the niceness of page threads, 0..19 (PAGE_NICE by default)."""
-    raw = (os.environ.get(ENV_PAGE_NICE, "") if env is None else env).strip()
-    if not raw:
-        return PAGE_NICE
-    try:
-        n = int(raw)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= 19:
-        raise InvalidSetting(f"{ENV_PAGE_NICE} must be an integer from 0 to 19, got {raw!r}.")
-    return n
+    return _env_number(ENV_PAGE_NICE, env, PAGE_NICE, int, 0, 19, "an integer")
 
 
 def thread_nice(tid: int) -> int | None:
@@ -613,16 +619,7 @@ def lower_page_threads(nice: int | None = None) -> bool:
 
 def switch_ms(env: str | None = None) -> float:
     """$SPECVIZ_SWITCH_INTERVAL_MS: Python's switch interval for a server, in ms (SWITCH_MS by default)."""
-    raw = (os.environ.get(ENV_SWITCH, "") if env is None else env).strip()
-    if not raw:
-        return SWITCH_MS
-    try:
-        ms = float(raw)
-    except ValueError:
-        ms = math.nan
-    if not 0.05 <= ms <= 100:
-        raise InvalidSetting(f"{ENV_SWITCH} must be a number of milliseconds from 0.05 to 100, got {raw!r}.")
-    return ms
+    return _env_number(ENV_SWITCH, env, SWITCH_MS, float, 0.05, 100, "a number of milliseconds")
 
 
 def handover(ms: float | None = None) -> float:

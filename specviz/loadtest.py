@@ -298,9 +298,14 @@ class CpuCap:
             pass
 
 
+def started_since(before: set[int]) -> set[int]:
+    """The processes below this one that were not among `before` (its descendants then)."""
+    return descendants(os.getpid()) - before
+
+
 def lower_started_since(before: set[int], nice: int = BROWSER_NICE) -> int:
-    """Lower the processes this one started since `before` (its descendants then) and their children."""
-    return lower_priority(descendants(os.getpid()) - before, nice)
+    """Lower the processes this one started since `before` and their children."""
+    return lower_priority(started_since(before), nice)
 
 
 def open_session(browser, url: str, max_new: int | None, timeout_s: float):
@@ -491,7 +496,7 @@ def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str) -> Rep
                 lowered = [0]
 
                 def keep_low() -> None:  # the driver and the browser, not the server
-                    started = descendants(os.getpid()) - server
+                    started = started_since(server)
                     lowered[0] = max(lowered[0], lower_priority(started))
                     if cap is not None:
                         cap.add(started)

@@ -248,13 +248,7 @@ def test_a_page_hands_the_gil_over_quickly_and_names_a_bad_setting(monkeypatch):
         assert sys.getswitchinterval() == pytest.approx(devqueue.SWITCH_MS / 1000)
         sys.setswitchinterval(0.005)
         monkeypatch.setenv(devqueue.ENV_SWITCH, "soon")
-        from streamlit.testing.v1 import AppTest
-
-        from test_app import APP
-
-        at = AppTest.from_file(APP, default_timeout=120)
-        at.run()
-        assert not at.exception, at.exception
+        at = new_app()  # no exception
         assert any(devqueue.ENV_SWITCH in e.value for e in at.error)  # said in the page, not a traceback
         assert sys.getswitchinterval() == 0.005  # and left as it was
     finally:
