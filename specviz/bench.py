@@ -14,6 +14,8 @@ within each repetition so that drift in machine load hits every method alike:
   tree-8, tree-16, tree-32
                   a token tree of that many nodes per round (branch 2, depth <= 8; --trees),
                   all verified in one target pass (specviz.tree)
+  spine           a chain stopped by the best-k chooser, with one sibling leaf wherever the
+                  draft's top probability is below tree.DOUBT, verified in one pass (specviz.tree)
   hf-target       transformers' generate() on the target alone
   hf-assisted     transformers' generate(assistant_model=draft): the reference
   hf-target-stock, hf-assisted-stock
@@ -55,7 +57,7 @@ from typing import Any
 
 import torch
 
-from . import devqueue, measure, quant, theory
+from . import devqueue, measure, quant, theory, tree
 from .drafters import PromptLookupDrafter
 from .engine import autoregressive_decode, speculative_decode
 from .errors import InvalidSetting
@@ -75,6 +77,7 @@ HF_TARGET = "hf-target"
 HF_ASSISTED_STOCK = "hf-assisted-stock"
 HF_TARGET_STOCK = "hf-target-stock"
 TREE = "tree-"  # + the node budget
+SPINE = "spine"
 
 
 # -----------------------------------------------------------------------------
@@ -83,7 +86,7 @@ TREE = "tree-"  # + the node budget
 
 def method_names(ks: list[int], trees: list[int] = (8, 16, 32)) -> list[str]:
     return ([ENGINE_BASELINE] + [f"k={k}" for k in ks]
-            + ["adaptive", "best", "best-nostop", "prompt-lookup"] + [f"{TREE}{n}" for n in trees]
+            + ["adaptive", "best", "best-nostop", "prompt-lookup"] + [f"{TREE}{n}" for n in trees] + [SPINE]
             + [HF_TARGET, HF_ASSISTED, HF_TARGET_STOCK, HF_ASSISTED_STOCK])
 
 
@@ -209,6 +212,8 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
                                  **common)
     elif name.startswith(TREE):
         run = tree_decode(pair.target, pair.draft, ids, budget=int(name[len(TREE):]), **common)
+    elif name == SPINE:
+        run = tree_decode(pair.target, pair.draft, ids, shape="spine", **tree.SPINE, **common)
     elif name == HF_TARGET:
         return _hf_generate(pair.target, ids, n, eos, mode, temperature, seed)
     elif name == HF_ASSISTED:
@@ -514,11 +519,17 @@ def _checks(mode: str, results: list[dict], summary: list[dict], names: list[str
         out["hf_assisted_speedup_code"] = hf
         if HF_TARGET in rows:
             out["hf_assisted_speedup_over_hf_target_code"] = rows[HF_TARGET]["s_per_token"] / rows[HF_ASSISTED]["s_per_token"]
-        if "best" in rows:
-            out["best_over_hf_code"] = rows["best"]["speedup"] / hf
-            if HF_TARGET in rows:  # each implementation's speedup over its own plain decoding
-                out["best_over_hf_own_baseline_code"] = (rows["best"]["speedup"]
-                                                         / out["hf_assisted_speedup_over_hf_target_code"])
+        for m in ("best", SPINE):
+            if m in rows:
+                out[f"{m}_over_hf_code"] = rows[m]["speedup"] / hf
+                if HF_TARGET in rows:  # each implementation's speedup over its own plain decoding
+                    out[f"{m}_over_hf_own_baseline_code"] = (rows[m]["speedup"]
+                                                             / out["hf_assisted_speedup_over_hf_target_code"])
+    if HF_ASSISTED in summ and HF_TARGET in summ:  # the same over the whole prompt set
+        hf_own = summ[HF_ASSISTED]["speedup"] / summ[HF_TARGET]["speedup"]
+        for m in ("best", SPINE):
+            if m in summ:
+                out[f"{m}_over_hf_own_baseline_mixed"] = summ[m]["speedup"] / hf_own
         fixed = [n for n in rows if n.startswith("k=")]
         if fixed:
             kb = max(fixed, key=lambda n: rows[n]["speedup"])
@@ -541,6 +552,8 @@ def _checks(mode: str, results: list[dict], summary: list[dict], names: list[str
         out["efficiency_fixed_k_median"] = statistics.median(eff)
     if "best" in summ and "k=4" in summ:
         out["best_over_k4_mixed"] = summ["best"]["speedup"] / summ["k=4"]["speedup"]
+    if "best" in summ and SPINE in summ:
+        out["spine_over_best_mixed"] = summ[SPINE]["speedup"] / summ["best"]["speedup"]
     out.update(_tree_checks(rows, summ))
     bk = [r["bookkeeping_pct"] for r in results if r["mode"] == mode and "bookkeeping_pct" in r
           and math.isfinite(r["bookkeeping_pct"])]

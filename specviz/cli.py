@@ -108,11 +108,16 @@ def tree_stats_lines(run) -> list[str]:
     n, rounds = len(run.token_ids), len(run.rounds)
     corrections = sum(1 for r in run.rounds if r.extra_kind == "correction")
     s = run.settings
+    if s.get("shape") == "spine":
+        shape = (f"spine           a chain ({s.get('k_policy')} k, depth <= {s['max_depth']}), {s['branch'] - 1} "
+                 f"sibling(s) where the draft's top probability < {s.get('doubt')}; {run.n_nodes} nodes in all")
+    else:
+        shape = (f"tree            up to {s['budget']} nodes, {s['branch']} children per node, depth <= "
+                 f"{s['max_depth']}; {run.n_nodes} nodes drafted in all")
     return [
         f"tokens          {n} ({run.stop_reason})",
         f"rounds          {rounds}  ({corrections} corrections, {rounds - corrections} bonus tokens or cut)",
-        f"tree            up to {s['budget']} nodes, {s['branch']} children per node, depth <= {s['max_depth']}; "
-        f"{run.n_nodes} nodes drafted in all",
+        shape,
         f"accepted        {run.n_accepted} drafted tokens ({run.n_accepted / max(rounds, 1):.2f} per round)",
         f"tokens per pass {run.tokens_per_pass:.2f}  ({run.target_passes} target passes, {run.draft_passes} "
         "draft passes)",
@@ -170,14 +175,31 @@ def decode_settings(args) -> DecodeSettings:
 
     engine.check_decoding(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                           max_new_tokens=args.max_new_tokens, seed=args.seed)
-    if args.tree is not None:
+    if (shape := tree_shape(args)) is not None:
         from .tree import check_tree
 
-        check_tree(args.tree, args.branch, args.max_depth)
+        check_tree(shape["budget"], shape["branch"], shape["max_depth"], shape["shape"], shape["doubt"])
     kpolicy.make_k_policy(args.k, args.k_policy)  # InvalidSetting for an unknown policy
     limits.check_max_new_tokens(args.max_new_tokens)
     return DecodeSettings(k=args.k, k_policy=args.k_policy, temperature=args.temperature, top_p=args.top_p,
                           top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed)
+
+
+def tree_shape(args) -> dict | None:
+    """tree_decode's shape arguments for --tree N or --spine; None for a chain."""
+    from .tree import DOUBT, SPINE
+
+    def given(v, default):
+        return default if v is None else v
+
+    if args.spine:
+        return dict(shape="spine", budget=given(args.tree, SPINE["budget"]), branch=args.branch,
+                    max_depth=given(args.max_depth, SPINE["max_depth"]), doubt=given(args.doubt, DOUBT))
+    if args.doubt is not None:
+        raise InvalidSetting("--doubt applies to a spine: add --spine.")
+    if args.tree is None:
+        return None
+    return dict(shape="tree", budget=args.tree, branch=args.branch, max_depth=given(args.max_depth, 8), doubt=DOUBT)
 
 
 def _load_pair(args):
@@ -199,17 +221,18 @@ def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
     # compare only ids both models know (padded embeddings)
     common = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     lookup = args.drafter == PromptLookupDrafter.name
-    if args.tree is not None:
+    if (shape := tree_shape(args)) is not None:
         from .tree import tree_decode
 
         if lookup or args.k_policy != "fixed":
-            print("note: --tree drafts with the draft model; --drafter and --k-policy apply to chains",
-                  file=sys.stderr)
+            print("note: --tree and --spine draft with the draft model (a spine with the best-k chooser); "
+                  "--drafter and --k-policy apply to chains", file=sys.stderr)
         pair.check_shared_vocab(TREE_WHAT)
-        print(f"generating with {pair.name}, {pair.draft_precision} draft (a tree of {args.tree} nodes, "
+        what = (f"a spine with siblings below {shape['doubt']}" if shape["shape"] == "spine"
+                else f"a tree of {shape['budget']} nodes")
+        print(f"generating with {pair.name}, {pair.draft_precision} draft ({what}, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
-        return tree_decode(pair.target, pair.draft, input_ids, budget=args.tree, branch=args.branch,
-                           max_depth=args.max_depth, **decode.baseline_kwargs(), **common)
+        return tree_decode(pair.target, pair.draft, input_ids, **shape, **decode.baseline_kwargs(), **common)
     who = "prompt lookup" if lookup else f"{pair.draft_precision} draft"
     print(f"generating with {pair.name}, {who} (k={args.k}, k policy {args.k_policy}, "
           f"temperature={args.temperature}) ...", file=sys.stderr)
@@ -229,17 +252,17 @@ def _print_run(args, run, tokenizer) -> None:
         print(render.legend_ansi())
     dim = DIM if color else ""
     end = RESET if color else ""
-    for line in (stats_lines if args.tree is None else tree_stats_lines)(run):
+    for line in (stats_lines if tree_shape(args) is None else tree_stats_lines)(run):
         print(f"{dim}{line}{end}")
 
 
-TREE_WHAT = "--tree (a token tree)"
+TREE_WHAT = "--tree or --spine (a token tree)"
 
 
 def cmd_run(args) -> int:
     prompt = _read_prompt(args)
     decode = decode_settings(args)
-    if args.tree is not None and args.draft is None and args.target is None:
+    if tree_shape(args) is not None and args.draft is None and args.target is None:
         from .models import check_spec_shared_vocab
 
         check_spec_shared_vocab(TREE_WHAT, args.pair, args.models)  # before a load of the pair
@@ -360,7 +383,12 @@ def add_run_parser(sub) -> None:
     r.add_argument("--tree", type=int, metavar="N", help="draft a token tree of N nodes per round instead of a "
                    "chain of k, all verified in one target pass")
     r.add_argument("--branch", type=int, default=2, help="with --tree: children per expanded node (default 2)")
-    r.add_argument("--max-depth", type=int, default=8, help="with --tree: deepest path drafted (default 8)")
+    r.add_argument("--max-depth", type=int, help="with --tree: deepest path drafted (default 8; with --spine 32)")
+    r.add_argument("--spine", action="store_true", help="draft a chain that the best-k chooser stops, with "
+                   "--branch - 1 sibling leaves wherever the draft's top probability is below --doubt; all "
+                   "verified in one target pass (--tree N: at most N nodes)")
+    r.add_argument("--doubt", type=float, help="with --spine: siblings where the draft's top probability is below "
+                   "this (default 0.8)")
     add_decoding_options(r, 0.0, "0 = greedy (default 0)", "default 0")
     r.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
     r.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens only (default 0 = off)")

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from . import devqueue, kpolicy, measure
+from . import devqueue, kpolicy
 from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 from .kpolicy import K_MAX, make_k_policy
@@ -177,13 +177,9 @@ def draft(drafter: Drafter, ids: list[int], k: int, sampler: Sampler, policy: kp
     A drafter with asks_keep (a model drafter) consults the policy's keep_drafting after each token, when
     the policy stops rounds at all, with the extra cost of a target pass that also reads the prompt
     (reads_prompt: the first round)."""
-    if not (drafter.asks_keep and policy.stops):
+    keep = kpolicy.keep_rule(policy, reads_prompt) if drafter.asks_keep else None
+    if keep is None:
         return drafter.propose(ids, k, sampler)
-
-    def keep(confidences: list[float], step_s: list[float]) -> bool:
-        extra = kpolicy.prompt_extra(step_s) if reads_prompt else 0.0  # in 1-token target passes
-        return policy.keep_drafting(confidences, extra)
-
     return drafter.propose(ids, k, sampler, keep=keep)
 
 
@@ -408,12 +404,7 @@ def _speculative_on(target, target_model, drafter, prompt, policy, sampler, voca
     t0 = time.perf_counter()
     drafter.start(ids)
     prefill_s = time.perf_counter() - t0
-    prime = getattr(policy, "prime", None)
-    draft_model = getattr(getattr(drafter, "lm", None), "model", None)
-    if prime is not None and draft_model is not None:
-        prime(measure.c_prior(draft_model, target_model))  # before anything is timed: a first estimate of c
-    if not sampler.greedy and hasattr(policy, "clock"):
-        policy.clock = False  # k sets how many random draws a round makes: no wall clock, so a seed repeats
+    kpolicy.prepare(policy, getattr(getattr(drafter, "lm", None), "model", None), target_model, sampler.greedy)
 
     rounds, ks, stop = [], [], "max_new_tokens"
     t_dec, paused = time.perf_counter(), 0.0

@@ -308,18 +308,24 @@ class BestK(KPolicy):
 
     def observe(self, rnd) -> None:
         """Learn from one Round: acceptance counts, draft time per token, verify time by size."""
-        judged = len(rnd.accepted)
+        self.learn(rnd.q_drafted[: len(rnd.accepted)], rnd.accepted, measure.draft_step_s(rnd), rnd.verify_s,
+                   rnd.k + 1, timed=not rnd.prefill_tokens)
+
+    def learn(self, confidences: list[float], verdicts: list[bool], draft_step_s: float | None, verify_s: float,
+              width: int, timed: bool) -> None:
+        """Learn from one round of any shape: the judged chain drafts (the draft's probability of each, and
+        whether it was accepted), the seconds of one draft step (None: not timed), and the target pass
+        over `width` tokens (timed=False: it also read the prompt)."""
         if self.decay < 1.0:
             self.accepted *= self.decay
             self.judged *= self.decay
-        self.accepted += rnd.n_accepted
-        self.judged += judged
-        timed = not rnd.prefill_tokens  # the first round's passes also read the prompt
-        if (step := measure.draft_step_s(rnd)) is not None:
-            self.draft_per_token.append(step)
-        if timed and rnd.verify_s > 0 and math.isfinite(rnd.verify_s):
-            self.verify_by_n.setdefault(rnd.k + 1, deque(maxlen=self.window)).append(rnd.verify_s)
-        for q, ok in zip(rnd.q_drafted, rnd.accepted):  # the judged drafts: calibrate a(q)
+        self.accepted += sum(bool(ok) for ok in verdicts)
+        self.judged += len(verdicts)
+        if draft_step_s is not None:
+            self.draft_per_token.append(draft_step_s)
+        if timed and verify_s > 0 and math.isfinite(verify_s):
+            self.verify_by_n.setdefault(width, deque(maxlen=self.window)).append(verify_s)
+        for q, ok in zip(confidences, verdicts):  # the judged drafts: calibrate a(q)
             i = self._bin(q)
             self.calib_acc[i] += bool(ok)
             self.calib_n[i] += 1
@@ -335,6 +341,32 @@ def prompt_extra(step_s: list[float]) -> float:
         return 0.0
     later = statistics.median(step_s[1:])
     return max(0.0, step_s[0] / later - 1.0) if later > 0 else 0.0
+
+
+def keep_rule(policy: KPolicy, reads_prompt: bool) -> Callable[[list[float], list[float]], bool] | None:
+    """What a drafter asks after each drafted token, keep(confidences, step seconds) -> draft one more?
+    None when the policy never stops a round. reads_prompt: this round's target pass also reads the
+    prompt (the first round), an extra cost estimated from the draft's own first step."""
+    if not policy.stops:
+        return None
+
+    def keep(confidences: list[float], step_s: list[float]) -> bool:
+        extra = prompt_extra(step_s) if reads_prompt else 0.0  # in 1-token target passes
+        return policy.keep_drafting(confidences, extra)
+
+    return keep
+
+
+def prepare(policy: KPolicy, draft_model, target_model, greedy: bool) -> KPolicy:
+    """Set a policy up for one run, before anything is timed: a first estimate of c from the two models'
+    weights (BestK.prime), and, when sampling, no wall clock: k sets how many random draws a round
+    makes, so the same seed must give the same k."""
+    prime = getattr(policy, "prime", None)
+    if prime is not None and draft_model is not None:
+        prime(measure.c_prior(draft_model, target_model))
+    if not greedy and hasattr(policy, "clock"):
+        policy.clock = False
+    return policy
 
 
 def make_k_policy(k: int, k_policy):

@@ -27,11 +27,23 @@ One round (SpecInfer, Miao et al. 2024; the dynamic trees of EAGLE-2):
               path's entries, selected by index (the tree's entries are not a
               suffix that cropping could remove).
 
+A second shape, the spine (shape="spine"): step 1 drafts a chain, one
+draft step per token, stopped by the best-k chooser's rule as a chain round
+is (k_policy="best"; "fixed": max_depth tokens every round); a node where the draft's most likely token has probability below `doubt`
+also gets branch - 1 siblings of the chain's token, as leaves (never fed to
+the draft). Steps 2-5 are the same. Where the draft is sure this is the
+chain; where it is not, the target's token is often the draft's second
+choice, and a sibling in the same pass turns that rejection into an accepted
+token and a bonus after it.
+
 Why sampling stays exact: which nodes are expanded, and how many children each
 gets, is decided from the tree above those children only (never from the
 children's own tokens), so once the walk reaches a node its children are a
 fresh sample without replacement from q there, and each step of the rule is
-Leviathan et al.'s exact step for the distribution that remains.
+Leviathan et al.'s exact step for the distribution that remains. (The spine's
+siblings are decided from q at the node; which child the spine goes on from,
+the first drawn, and whether it goes on at all, change only what follows an
+accepted node, and whatever follows gives the next token from p.)
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import kpolicy
 from .engine import DecodeStream, _cut, _topk, _topk_rows, as_id_list, check_settings, _is_int, pair_vocab
 from .errors import InvalidSetting
 from .lm import CachedLM, eos_ids, sync
@@ -51,6 +64,9 @@ BUDGET_MAX = 64  # nodes per tree
 BRANCH_MAX = 8  # children per node (and nodes expanded per depth)
 DEPTH_MAX = 32
 ROOT = -1  # the parent index of the root's children
+DOUBT = 0.8  # the spine: a node whose draft top-1 probability is below this gets siblings (README, Token trees)
+SHAPES = ("tree", "spine")
+SPINE = dict(budget=BUDGET_MAX, branch=2, max_depth=DEPTH_MAX)  # the spine's usual settings: the chooser's stop ends it
 
 
 # --------------------------------------------------------------------------
@@ -215,6 +231,61 @@ def draft_tree(lm: CachedLM, ids: list[int], sampler: Sampler, vocab: int, eos: 
     return tree
 
 
+def draft_spine(lm: CachedLM, ids: list[int], sampler: Sampler, vocab: int, eos: set[int], *, budget: int,
+                branch: int, max_depth: int, doubt: float = DOUBT, keep=None) -> DraftTree:
+    """Draft a chain below ids[-1], one step per token, with branch - 1 sibling leaves at each node where
+    the draft's most likely token has probability below `doubt`.
+
+    keep(confidences, step seconds) -> bool: draft one more chain token? (the k policy's stop rule; None:
+    up to max_depth). The draft's cache ends holding ids plus the fed chain nodes (tree.slots).
+    """
+    tree = DraftTree()
+    logits, dt = lm.timed_feed(ids[lm.n:], keep=1)  # what the draft has not read (the prompt in round one)
+    tree.step_s.append(dt)
+    node, confidences = ROOT, []
+    for depth in range(1, max_depth + 1):
+        row = as_float(logits[-1, :vocab])  # (V,) the draft's logits at `node`
+        q = sampler.probs(row)  # (V,)
+        tree.q_rows[node] = q
+        m = min(branch if float(q.max()) < doubt else 1, budget - len(tree))  # from q here, not from the children
+        kids = [tree.add(x, node, float(q[x])) for x in pick_children(row, q, m, sampler)]
+        if not kids:
+            break
+        chain, token = kids[0], tree.tokens[kids[0]]  # the first drawn goes on; the rest are leaves
+        if token in eos or depth == max_depth or len(tree) >= budget:
+            break
+        confidences.append(float(q[token]))
+        if keep is not None and not keep(confidences, tree.step_s):
+            break
+        tree.slots[chain] = lm.n  # the cache holds the context and the chain so far: a plain causal feed
+        logits, dt = lm.timed_feed([token], keep=1)
+        tree.step_s.append(dt)
+        node = chain
+    return tree
+
+
+def spine(rnd: TreeRound) -> list[int]:
+    """The chain of a spine round: from the root, each node's first child."""
+    kids, node, out = rnd.children, ROOT, []
+    while node in kids:
+        node = kids[node][0]
+        out.append(node)
+    return out
+
+
+def observe_spine(policy: kpolicy.KPolicy, rnd: TreeRound) -> None:
+    """Teach a k policy from a spine round, as from a chain round: the judged chain nodes, one draft
+    step's seconds, and the target pass over all the nodes."""
+    learn = getattr(policy, "learn", None)
+    if learn is None:
+        return
+    judged = [i for i in spine(rnd) if rnd.verdict[i] != "untried"]
+    steps = len(rnd.draft_s)
+    step_s = None if rnd.prefill_tokens or not steps else sum(rnd.draft_s) / steps
+    learn([rnd.q[i] for i in judged], [rnd.verdict[i] == "accepted" for i in judged], step_s, rnd.verify_s,
+          rnd.n_nodes + 1, timed=not rnd.prefill_tokens)
+
+
 # --------------------------------------------------------------------------
 # step 2: verify every node in one target pass
 
@@ -308,12 +379,20 @@ def walk(tree: DraftTree, logits: torch.Tensor, p: torch.Tensor, sampler: Sample
 
 
 def tree_step(target: CachedLM, draft: CachedLM, ids: list[int], sampler: Sampler, vocab: int, eos: set[int],
-              room: int, index: int, *, budget: int, branch: int, max_depth: int) -> tuple[TreeRound, bool]:
-    """One whole round. Appends to `ids` in place; returns (TreeRound, hit_eos)."""
+              room: int, index: int, *, budget: int, branch: int, max_depth: int,
+              policy: kpolicy.KPolicy | None = None, doubt: float = DOUBT) -> tuple[TreeRound, bool]:
+    """One whole round. Appends to `ids` in place; returns (TreeRound, hit_eos).
+
+    policy None: a tree drafted depth by depth; else a spine whose chain `policy` stops."""
     t0 = time.perf_counter()
     prefill = max(0, len(ids) - 1 - target.n)
-    tree = draft_tree(draft, ids, sampler, vocab, eos, budget=budget, branch=branch,
-                      max_depth=min(max_depth, room))  # a deeper path could not be emitted
+    depth = min(max_depth, room)  # a deeper path could not be emitted
+    if policy is None:
+        tree = draft_tree(draft, ids, sampler, vocab, eos, budget=budget, branch=branch, max_depth=depth)
+    else:
+        tree = draft_spine(draft, ids, sampler, vocab, eos, budget=budget, branch=branch,
+                           max_depth=min(depth, policy.next_k(True)), doubt=doubt,
+                           keep=kpolicy.keep_rule(policy, reads_prompt=prefill > 0))
     logits, verify_s = verify_tree(target, ids, tree, vocab)  # (N+1, V)
     p = sampler.probs(logits)  # (N+1, V)
     w = walk(tree, logits, p, sampler)
@@ -351,39 +430,64 @@ def tree_step(target: CachedLM, draft: CachedLM, ids: list[int], sampler: Sample
 # entry points
 
 
-def check_tree(budget: int, branch: int, max_depth: int) -> None:
+def check_tree(budget: int, branch: int, max_depth: int, shape: str = "tree", doubt: float = DOUBT) -> None:
     """The tree's shape settings; InvalidSetting with a message for a person."""
     for name, v, hi in (("budget", budget, BUDGET_MAX), ("branch", branch, BRANCH_MAX),
                         ("max_depth", max_depth, DEPTH_MAX)):
         if not (_is_int(v) and 1 <= v <= hi):
             raise InvalidSetting(f"{name} must be an integer from 1 to {hi}, got {v!r}.")
+    if shape not in SHAPES:
+        raise InvalidSetting(f"shape must be one of {', '.join(SHAPES)}; got {shape!r}.")
+    if not (isinstance(doubt, (int, float)) and not isinstance(doubt, bool) and 0.0 <= doubt <= 1.0):
+        raise InvalidSetting(f"doubt must be a number from 0 to 1, got {doubt!r}.")
 
 
 def tree_stream(target, draft, input_ids, *, budget: int = 16, branch: int = 2, max_depth: int = 8,
                 temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64,
-                seed: int = 0, eos_token_id=None, vocab: int | None = None) -> DecodeStream:
-    """Token-tree speculative decoding, one TreeRound at a time; afterwards `.run` is the TreeRun."""
+                seed: int = 0, eos_token_id=None, vocab: int | None = None, shape: str = "tree",
+                doubt: float = DOUBT, k_policy: str = "best") -> DecodeStream:
+    """Token-tree speculative decoding, one TreeRound at a time; afterwards `.run` is the TreeRun.
+
+    shape "tree": drafted depth by depth (budget, branch, max_depth). "spine": a chain that the best-k
+    chooser stops (k_policy "best"; "fixed": always max_depth long), at most max_depth long, with
+    branch - 1 siblings where the draft's top probability is below `doubt`, budget nodes at most
+    (module doc)."""
     vocab = pair_vocab(target, draft, vocab)
     ids = as_id_list(input_ids)
     check_settings(ids, [target, draft], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
                    max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
-    check_tree(budget, branch, max_depth)
+    check_tree(budget, branch, max_depth, shape, doubt)
+    if k_policy not in ("best", "fixed"):
+        raise InvalidSetting(f"a spine's k_policy must be 'best' or 'fixed', got {k_policy!r}.")
     eos = set(eos_ids([target, draft], eos_token_id))
     settings = dict(budget=budget, branch=branch, max_depth=max_depth, temperature=temperature, top_p=top_p,
                     top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, eos_token_id=sorted(eos))
-    shape = dict(budget=budget, branch=branch, max_depth=max_depth)
+    step_kw = dict(budget=budget, branch=branch, max_depth=max_depth)
+    if shape == "spine":
+        settings.update(shape=shape, doubt=doubt, k_policy=k_policy)
+        policy = spine_policy(draft, target, greedy=temperature == 0) if k_policy == "best" else \
+            kpolicy.FixedK(max_depth)
+        step_kw.update(policy=policy, doubt=doubt)
     return DecodeStream(_tree(target, draft, ids, Sampler.create(temperature, top_k, top_p, seed), vocab, eos,
-                              max_new_tokens, settings, shape))
+                              max_new_tokens, settings, step_kw))
 
 
-def _tree(target_model, draft_model, prompt, sampler, vocab, eos, max_new_tokens, settings, shape):
+def spine_policy(draft_model, target_model, greedy: bool) -> kpolicy.KPolicy:
+    """The best-k chooser, set up as the chain engine sets it up (engine._speculative_on)."""
+    return kpolicy.prepare(kpolicy.make_k_policy(4, "best"), draft_model, target_model, greedy)
+
+
+def _tree(target_model, draft_model, prompt, sampler, vocab, eos, max_new_tokens, settings, step_kw):
     target, draft = CachedLM(target_model), CachedLM(draft_model)
     ids = list(prompt)
     rounds, stop = [], "max_new_tokens"
     t_dec, paused = time.perf_counter(), 0.0
+    policy = step_kw.get("policy")
     while len(ids) - len(prompt) < max_new_tokens:
         room = max_new_tokens - (len(ids) - len(prompt))
-        rnd, hit_eos = tree_step(target, draft, ids, sampler, vocab, eos, room, len(rounds), **shape)
+        rnd, hit_eos = tree_step(target, draft, ids, sampler, vocab, eos, room, len(rounds), **step_kw)
+        if policy is not None:
+            observe_spine(policy, rnd)
         rounds.append(rnd)
         t_out = time.perf_counter()
         yield rnd  # the caller may animate here: that time is not decoding
@@ -401,11 +505,13 @@ def _tree(target_model, draft_model, prompt, sampler, vocab, eos, max_new_tokens
 
 def tree_decode(target, draft, input_ids, *, budget: int = 16, branch: int = 2, max_depth: int = 8,
                 temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64,
-                seed: int = 0, eos_token_id=None, vocab: int | None = None) -> TreeRun:
+                seed: int = 0, eos_token_id=None, vocab: int | None = None, shape: str = "tree",
+                doubt: float = DOUBT, k_policy: str = "best") -> TreeRun:
     """Token-tree speculative decoding to completion; returns the TreeRun."""
     stream = tree_stream(target, draft, input_ids, budget=budget, branch=branch, max_depth=max_depth,
                          temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
-                         seed=seed, eos_token_id=eos_token_id, vocab=vocab)
+                         seed=seed, eos_token_id=eos_token_id, vocab=vocab, shape=shape, doubt=doubt,
+                         k_policy=k_policy)
     for _ in stream:
         pass
     return stream.run

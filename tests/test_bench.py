@@ -253,3 +253,20 @@ def test_tree_methods_report_tokens_per_pass_and_speedup_against_the_chain(capsy
     assert ch["best_tree_over_best"] == pytest.approx(summ[ch["best_tree"]]["speedup"] / summ["best"]["speedup"])
     with pytest.raises(InvalidSetting, match="trees"):
         cli.parse_bench_args(["--tiny", "--trees", "8,x"])
+
+
+def test_the_spine_runs_as_a_method_and_is_compared_with_the_chain_and_transformers(capsys):
+    rc = cli.main(["bench", "--tiny", "--json", "--reps", "1", "--max-new-tokens", "8", "--ks", "4",
+                   "--methods", "best,spine,hf-target,hf-assisted", "--domains", "code,list", "--modes", "greedy",
+                   "--cost-reps", "1", "--no-warmup", "-q"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {(r["domain"], r["method"]): r for r in report["results"]}
+    summ = {s["method"]: s for s in report["summary"]}
+    assert rows[("code", "spine")]["same_as_baseline"] and rows[("list", "spine")]["same_as_baseline"]
+    ch = report["checks"]["greedy"]
+    assert ch["spine_over_best_mixed"] == pytest.approx(summ["spine"]["speedup"] / summ["best"]["speedup"])
+    hf_own = summ["hf-assisted"]["speedup"] / summ["hf-target"]["speedup"]
+    assert ch["spine_over_hf_own_baseline_mixed"] == pytest.approx(summ["spine"]["speedup"] / hf_own)
+    assert ch["spine_over_hf_own_baseline_code"] == pytest.approx(
+        rows[("code", "spine")]["speedup"] / ch["hf_assisted_speedup_over_hf_target_code"])

@@ -123,6 +123,26 @@ def test_run_tree_prints_the_targets_own_text_and_tree_stats(tiny_cli, capsys):
     assert cli.main([*args[:-1], "0"]) == 2 and "budget must be an integer from 1" in capsys.readouterr().err
 
 
+def test_run_spine_prints_the_targets_own_text_and_its_shape(tiny_cli, capsys):
+    from specviz.engine import autoregressive_decode
+    from specviz.tree_records import TreeRun
+
+    args = ["run", "--prompt", "w1 w2 w3", "--raw", "--max-new-tokens", "12", "--spine", "--doubt", "1.0"]
+    assert cli.main([*args, "--json"]) == 0
+    run = TreeRun.from_dict(json.loads(capsys.readouterr().out))
+    ids = list(tiny_cli.tokenizer("w1 w2 w3")["input_ids"])
+    alone = autoregressive_decode(tiny_cli.target, ids, max_new_tokens=12, eos_token_id=tiny_cli.eos_token_ids,
+                                  vocab=tiny_cli.shared_vocab)
+    assert run.token_ids == alone.token_ids
+    assert run.settings["shape"] == "spine" and run.settings["doubt"] == 1.0 and run.settings["k_policy"] == "best"
+    assert all(len(r.children[-1]) == 2 for r in run.rounds)  # doubt 1: a sibling at every node
+    assert cli.main([*args, "--color", "never"]) == 0
+    assert "1 sibling(s) where the draft's top probability < 1.0" in capsys.readouterr().out
+    assert cli.main([*args[:-1], "1.5"]) == 2 and "doubt must be a number from 0 to 1" in capsys.readouterr().err
+    assert cli.main([*args[:-2], "--max-depth", "0"]) == 2 and "max_depth must be" in capsys.readouterr().err
+    assert cli.main([*args[:-3], "--doubt", "0.5"]) == 2 and "add --spine" in capsys.readouterr().err
+
+
 def _run_json(capsys, *extra) -> Run:
     rc = cli.main(["run", "--prompt", "w5 w6", "--raw", "--max-new-tokens", "12", "--json", *extra])
     out, err = capsys.readouterr()
@@ -232,5 +252,5 @@ def test_run_tree_on_a_pair_that_drafts_through_text_is_refused_before_any_load(
     rc = cli.main(["--models", "models.yaml", "run", "--prompt", "hi", "--tree", "8",
                    "--pair", "smollm2-135m-coder-1.5b"])
     out, err = capsys.readouterr()
-    assert rc == 2 and "--tree (a token tree) needs a draft that shares the target's vocabulary" in err
+    assert rc == 2 and "--tree or --spine (a token tree) needs a draft that shares the target's vocabulary" in err
     assert "Traceback" not in out + err

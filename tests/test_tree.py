@@ -15,6 +15,7 @@ import torch
 
 import specviz.tree as tree
 from specviz import InvalidSetting, autoregressive_decode
+from specviz.kpolicy import FixedK
 from specviz.lm import CachedLM
 from specviz.sampling import Sampler
 from specviz.tiny import tiny_model
@@ -165,6 +166,77 @@ def test_greedy_matches_on_gpt2_too():
     assert tree_decode(target, draft, prompt, max_new_tokens=20).token_ids == hf_greedy(target, prompt, 20)
 
 
+# --------------------------------------------------------------------------
+# the spine: a chain with siblings where the draft is unsure
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("doubt,branch", [(0.0, 2), (0.8, 2), (1.0, 3)])
+def test_spine_greedy_matches_hf_generate(seed, doubt, branch):
+    target, draft = tiny_qwen(100 + seed), tiny_qwen(200 + seed)
+    prompt = [(seed * 7 + i) % 64 for i in range(3 + seed)]
+    run = tree_decode(target, draft, prompt, shape="spine", doubt=doubt, branch=branch, budget=24, max_depth=12,
+                      max_new_tokens=20, seed=seed)
+    assert run.token_ids == hf_greedy(target, prompt, 20)
+
+
+def sibling_paths(run) -> int:
+    """Rounds whose accepted path went through a sibling (a node that is not its parent's first child)."""
+    return sum(any(r.children[r.parents[i]][0] != i for i in r.path) for r in run.rounds)
+
+
+@pytest.mark.parametrize("noise", [0.05, 0.1])
+def test_spine_accepts_the_drafts_second_choice_and_saves_passes(noise):
+    """The same tokens as the chain (doubt 0: no siblings), in fewer target passes, some of the rounds
+    ending on a sibling; every node is a chain node or a leaf, and only chain nodes are fed to the draft."""
+    target, draft = close_pair(noise)
+    prompt = [5, 6, 7, 8]
+    chain, spine = (tree_decode(target, draft, prompt, shape="spine", doubt=d, budget=64, max_depth=6,
+                                k_policy="fixed", max_new_tokens=60) for d in (0.0, 1.0))
+    assert spine.token_ids == chain.token_ids == hf_greedy(target, prompt, 60)
+    assert sibling_paths(chain) == 0 and all(len(r.children.get(-1, [])) == 1 for r in chain.rounds)
+    assert sibling_paths(spine) >= 2 and max(len(r.path) for r in spine.rounds) >= 2
+    assert spine.target_passes < chain.target_passes
+    for r in spine.rounds:
+        chain_nodes = tree.spine(r)
+        assert all(r.children.get(i) is None or i in chain_nodes for i in range(r.n_nodes))  # siblings are leaves
+        assert len(r.draft_s) == len([i for i in chain_nodes if i in r.children]) + 1  # a step per fed chain node
+
+
+def top_probs(run) -> list[tuple[float, int]]:
+    """(the draft's top probability, how many children) at each expanded node of each round."""
+    return [(r.q_top[par + 1].probs[0], len(kids)) for r in run.rounds for par, kids in r.children.items()]
+
+
+def test_spine_branches_exactly_where_the_draft_is_unsure():
+    target, draft = close_pair(0.05)
+    kw = dict(shape="spine", budget=64, max_depth=32, max_new_tokens=40, branch=2)
+    tops = sorted(t for t, _ in top_probs(tree_decode(target, draft, [5, 6, 7, 8], doubt=0.0, **kw)))
+    doubt = tops[len(tops) // 2]  # the tiny draft is never sure in absolute terms: half its nodes are below
+    nodes = top_probs(tree_decode(target, draft, [5, 6, 7, 8], doubt=doubt, **kw))
+    assert all((n == 2) == (t < doubt) for t, n in nodes), nodes
+    assert any(n == 2 for _, n in nodes) and any(n == 1 for _, n in nodes)
+
+
+def test_spine_k_policy_learns_from_the_chain_nodes():
+    """The chooser sees the judged chain nodes (not the siblings) and the verify width of every node."""
+    target, draft = close_pair(0.1)
+    policy = tree.spine_policy(draft, target, greedy=True)
+    t, d = CachedLM(target), CachedLM(draft)
+    ids = [5, 6, 7, 8]
+    rounds = []
+    for index in range(6):
+        judged_before = policy.judged
+        rnd, _ = tree_step(t, d, ids, Sampler.create(0.0, 0, 1.0, 0), 128, set(), 100, index, budget=32, branch=2,
+                           max_depth=16, policy=policy, doubt=1.0)
+        tree.observe_spine(policy, rnd)
+        judged = [i for i in tree.spine(rnd) if rnd.verdict[i] != "untried"]
+        assert policy.judged == judged_before + len(judged)
+        rounds.append(rnd)
+    widths = {r.n_nodes + 1 for r in rounds[1:]}
+    assert set(policy.verify_by_n) <= widths and policy.verify_by_n
+
+
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_the_mask_works_with_each_attention_implementation(attn):
     """eager attention adds the mask to the scores, sdpa takes it as is: the additive mask suits both."""
@@ -223,15 +295,18 @@ def cache_tensors(lm: CachedLM) -> list[torch.Tensor]:
     return [t for layer in lm.cache.layers for t in (layer.keys, layer.values)]
 
 
+@pytest.mark.parametrize("shape", ["tree", "spine"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_caches_after_a_round_equal_feeding_the_accepted_path_alone(temperature):
+def test_caches_after_a_round_equal_feeding_the_accepted_path_alone(temperature, shape):
     t_model, d_model = close_pair(0.05)
     target, draft = CachedLM(t_model), CachedLM(d_model)
     ids = [5, 6, 7, 8]
     sampler = Sampler.create(temperature, 0, 1.0, seed=3)
+    spine = dict(policy=FixedK(5), doubt=1.0) if shape == "spine" else {}  # 5 deep, 2 siblings at each node
     skipped = 0
     for index in range(12):
-        rnd, _ = tree_step(target, draft, ids, sampler, 128, set(), 100, index, budget=16, branch=3, max_depth=5)
+        rnd, _ = tree_step(target, draft, ids, sampler, 128, set(), 100, index, budget=16, branch=3, max_depth=5,
+                           **spine)
         # a path that skips earlier siblings: its entries are not a prefix of the tree's
         skipped += rnd.path != list(range(len(rnd.path)))
         assert target.n == len(ids) - 1 and draft.n <= len(ids) - 1
@@ -258,11 +333,13 @@ def small_vocab_pair():
     return tiny_qwen(11, vocab=VOCAB, init=1.0), tiny_qwen(12, vocab=VOCAB, init=0.3)
 
 
-def sampled_counts(target, draft, temperature, top_k=0, top_p=1.0):
+def sampled_counts(target, draft, temperature, top_k=0, top_p=1.0, shape="tree"):
     counts = collections.Counter()
+    # the spine with doubt 1.0: siblings at every node, so each token can come from a sibling
+    spine = dict(shape="spine", doubt=1.0) if shape == "spine" else {}
     for seed in range(N_RUNS):
         run = tree_decode(target, draft, PROMPT, budget=8, branch=3, temperature=temperature, top_k=top_k,
-                          top_p=top_p, max_new_tokens=2, seed=seed)
+                          top_p=top_p, max_new_tokens=2, seed=seed, **spine)
         counts[tuple(run.token_ids)] += 1
     return counts
 
@@ -274,12 +351,30 @@ def exact(target, temperature, top_k=0, top_p=1.0):
     return exact_two_token_distribution(target, temperature, top_k, top_p)
 
 
+@pytest.mark.parametrize("shape", ["tree", "spine"])
 @pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.8, 4, 0.9)])
-def test_sampling_matches_target_distribution(small_vocab_pair, temperature, top_k, top_p):
+def test_sampling_matches_target_distribution(small_vocab_pair, temperature, top_k, top_p, shape):
     target, draft = small_vocab_pair
     want = exact(target, temperature, top_k, top_p)
-    counts = sampled_counts(target, draft, temperature, top_k, top_p)
+    counts = sampled_counts(target, draft, temperature, top_k, top_p, shape)
     assert passes(counts, want, N_RUNS), total_variation(counts, want, N_RUNS)
+
+
+def test_spine_siblings_taken_as_the_next_most_likely_fail_the_distribution_check(small_vocab_pair, monkeypatch):
+    """Siblings must be drawn from q without replacement: the draft's next most likely tokens, as in a
+    greedy round, are not what the rejection rule was told they are."""
+    target, draft = small_vocab_pair
+    want = exact(target, 1.0)
+    real = tree.pick_children
+
+    def first_drawn_then_most_likely(logits, q, m, sampler):
+        first = real(logits, q, 1, sampler)
+        rest = [x for x in torch.argsort(q, descending=True).tolist() if x not in first]
+        return first + rest[: m - 1]
+
+    monkeypatch.setattr(tree, "pick_children", first_drawn_then_most_likely)
+    counts = sampled_counts(target, draft, 1.0, shape="spine")
+    assert not passes(counts, want, N_RUNS)
 
 
 def test_not_updating_p_after_a_rejection_fails_the_distribution_check(small_vocab_pair, monkeypatch):
@@ -354,7 +449,9 @@ def test_a_malformed_tree_file_names_the_field(field, value, match):
 
 @pytest.mark.parametrize("kw,match", [(dict(budget=0), "budget"), (dict(branch=9), "branch"),
                                       (dict(max_depth=0), "max_depth"), (dict(budget=2.5), "budget"),
-                                      (dict(temperature=-1.0), "temperature"), (dict(input_ids=[]), "empty")])
+                                      (dict(temperature=-1.0), "temperature"), (dict(input_ids=[]), "empty"),
+                                      (dict(shape="star"), "shape"), (dict(shape="spine", doubt=1.5), "doubt"),
+                                      (dict(shape="spine", doubt=float("nan")), "doubt")])
 def test_bad_input_is_a_clear_error(kw, match):
     target, draft = close_pair()
     args = dict(input_ids=[1, 2, 3], max_new_tokens=5)
@@ -376,8 +473,9 @@ def test_real_pair_greedy_tree_equals_the_target_alone(default_pair_fp32):
         pytest.skip("greedy identity is checked in float32")
     ids = encode(pair.tokenizer, "Write a Python function `fib(n)` that returns the n-th Fibonacci number.", chat=True)
     common = dict(max_new_tokens=16, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
-    run = tree_decode(pair.target, pair.draft, ids, budget=16, branch=2, **common)
     alone = autoregressive_decode(pair.target, ids, **common)
-    assert run.token_ids == alone.token_ids, (pair.tokenizer.decode(run.token_ids),
-                                              pair.tokenizer.decode(alone.token_ids))
-    assert run.n_accepted > 0 and run.target_passes < len(run.token_ids)  # the tree did accept drafts
+    for shape in (dict(budget=16, branch=2), dict(tree.SPINE, shape="spine")):
+        run = tree_decode(pair.target, pair.draft, ids, **shape, **common)
+        assert run.token_ids == alone.token_ids, (shape, pair.tokenizer.decode(run.token_ids),
+                                                  pair.tokenizer.decode(alone.token_ids))
+        assert run.n_accepted > 0 and run.target_passes < len(run.token_ids)  # the tree did accept drafts
