@@ -5,7 +5,7 @@ import streamlit as st
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
 from specviz import limits, playback, render, tree_lab
-from specviz.tree import BRANCH_MAX, tree_stream
+from specviz.tree import BRANCH_MAX, DOUBT, SPINE, tree_stream
 from specviz.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
 
 ui.page_setup("Token tree: many drafts, one pass")
@@ -19,20 +19,34 @@ in one pass**: an attention mask lets each node see the committed text and its o
 branch is scored as if it were alone. Walking down from the root, the target keeps the child it agrees with
 (greedy) or accepts children by recursive rejection sampling; the longest accepted path wins, and the target
 adds one token of its own. The output is exactly the target's.
+
+A **spine** is the cheap middle way: a chain, drafted and stopped as the best-k chooser drafts one, with a
+**sibling** (the draft's next choice) added as a leaf wherever the draft is unsure. Where the draft is sure it
+costs what the chain costs; where it is not, the target's token is often the draft's second choice, and the
+sibling turns that rejection into an accepted token and a bonus after it, in the same one pass.
 """
 )
 
 pair, decode, ident, ids, text, right = lab_ui.stepping_setup("tree", "Python function")
 with right:
-    budget = st.select_slider("node budget (nodes verified per pass)", [2, 4, 8, 16, 32], 16, key="tree.budget")
-    branch = st.slider("b: children per expanded node", 1, BRANCH_MAX, 2, key="tree.branch")
-    max_depth = st.slider("max depth", 1, 8, 8, key="tree.depth")
+    layout = st.radio("Shape", ["tree", "spine"], key="tree.shape", horizontal=True,
+                      help="tree: alternatives depth by depth, within a node budget. spine: a chain the best-k "
+                           "chooser stops, with siblings where the draft is unsure.")
+    is_spine = layout == "spine"
+    budget = st.select_slider("node budget (nodes verified per pass)", [2, 4, 8, 16, 32], 16, key="tree.budget",
+                              disabled=is_spine)
+    branch = st.slider("b: children per expanded node" + (" (1 + siblings)" if is_spine else ""), 1, BRANCH_MAX, 2,
+                       key="tree.branch")
+    max_depth = st.slider("max depth", 1, 8, 8, key="tree.depth", disabled=is_spine)
+    doubt = st.slider("siblings where the draft's top probability is below", 0.0, 1.0, DOUBT, 0.05,
+                      key="tree.doubt") if is_spine else DOUBT
     temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="tree.temperature")
     seed = st.number_input("seed", 0, 2**31 - 1, 0, 1, key="tree.seed")
     max_new = st.number_input("max new tokens", 1, limits.max_new_tokens(), min(32, limits.max_new_tokens()), 1,
                               key="tree.max_new")
     speed = st.select_slider("animation speed", list(playback.SPEEDS), playback.DEFAULT_SPEED, key="tree.speed")
-shape = dict(budget=int(budget), branch=int(branch), max_depth=int(max_depth))
+shape = (dict(SPINE, shape="spine", branch=int(branch), doubt=float(doubt)) if is_spine
+         else dict(budget=int(budget), branch=int(branch), max_depth=int(max_depth)))
 common = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
               eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
 

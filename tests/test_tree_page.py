@@ -85,6 +85,21 @@ def test_rounds_draw_the_engines_tree_and_explain_a_node():
     assert any("accepted drafted tokens" in i.value for i in at.info)
 
 
+def test_the_spine_shape_drafts_a_chain_with_a_sibling_at_each_unsure_node():
+    import re
+
+    at = press(opened(**{"tree.shape": "spine", "tree.doubt": 1.0}), "tree.start")  # doubt 1: a sibling everywhere
+    assert at.select_slider(key="tree.budget").disabled and at.slider(key="tree.depth").disabled
+    fig = figure(at, "Round 1: a tree of")
+    n = int(re.search(r"a tree of (\d+) drafted", fig["layout"]["title"]["text"]).group(1))
+    path = drawn_nodes(fig)["accepted path"]
+    assert n >= 2 and n % 2 == 0  # node 2j is the chain at depth j + 1, node 2j + 1 its sibling
+    assert path and all(i == 2 * j for j, i in enumerate(path[:-1])) and path[-1] in (2 * len(path) - 2,
+                                                                                     2 * len(path) - 1)
+    press(at, "tree.next")
+    assert figure(at, "Round 2: a tree of") and not at.error
+
+
 def test_chain_against_tree_is_measured_on_the_same_prompt_and_seed():
     from specviz.tree_lab import chain_vs_tree
 
