@@ -382,7 +382,8 @@ def add_run_parser(sub) -> None:
     r.add_argument("--k", type=int, default=4, help="tokens drafted per round (default 4)")
     r.add_argument("--tree", type=int, metavar="N", help="draft a token tree of N nodes per round instead of a "
                    "chain of k, all verified in one target pass")
-    r.add_argument("--branch", type=int, default=2, help="with --tree: children per expanded node (default 2)")
+    r.add_argument("--branch", type=int, default=2, help="with --tree: children per expanded node; with --spine: 1 + the "
+                   "siblings at an unsure node (default 2)")
     r.add_argument("--max-depth", type=int, help="with --tree: deepest path drafted (default 8; with --spine 32)")
     r.add_argument("--spine", action="store_true", help="draft a chain that the best-k chooser stops, with "
                    "--branch - 1 sibling leaves wherever the draft's top probability is below --doubt; all "

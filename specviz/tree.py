@@ -29,12 +29,13 @@ One round (SpecInfer, Miao et al. 2024; the dynamic trees of EAGLE-2):
 
 A second shape, the spine (shape="spine"): step 1 drafts a chain, one
 draft step per token, stopped by the best-k chooser's rule as a chain round
-is (k_policy="best"; "fixed": max_depth tokens every round); a node where the draft's most likely token has probability below `doubt`
-also gets branch - 1 siblings of the chain's token, as leaves (never fed to
-the draft). Steps 2-5 are the same. Where the draft is sure this is the
-chain; where it is not, the target's token is often the draft's second
-choice, and a sibling in the same pass turns that rejection into an accepted
-token and a bonus after it.
+is (k_policy="best"; "fixed": max_depth tokens every round); a node where
+the draft's most likely token has probability below `doubt` also gets
+branch - 1 siblings of the chain's token, as leaves (never fed to the draft).
+Steps 2-5 are the same. Where the draft is sure this is the chain; where it
+is not, the target's token is often the draft's second choice, and a sibling
+in the same pass turns that rejection into an accepted token and a bonus
+after it.
 
 Why sampling stays exact: which nodes are expanded, and how many children each
 gets, is decided from the tree above those children only (never from the
