@@ -69,13 +69,21 @@ _READ = """() => {
     return null;
   };
   const dec = body.match(/decode ([\\d.]+) s \\(draft/);
+  const finished = body.includes('✔ finished');
+  // the committed text: the drawn text less the refused drafts (struck through) and the bonus marks,
+  // which depend on how many tokens each round drafted, not on what was generated
+  const committed = (el) => {
+    const c = el.cloneNode(true);
+    c.querySelectorAll('.sv-rejected, .sv-plus').forEach((x) => x.remove());
+    return c.textContent;
+  };
   const text = document.querySelector('.sv-text');
-  return {round: m ? +m[1] : 0, finished: body.includes('✔ finished'),
+  return {round: m ? +m[1] : 0, finished: finished,
           speed: metric('measured speedup'), base_rate: metric('target alone tokens/s'),
           tokens: metric('new tokens'), decode_s: dec ? +dec[1] : null,
           outside_load: body.includes('Taken under outside load'),
           error: body.includes('The run stopped early') || !!document.querySelector('[data-testid="stException"]'),
-          text: text ? text.textContent : ''};
+          text: text && finished ? committed(text) : ''};
 }"""
 
 

@@ -25,7 +25,7 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
                             timeout_s=400)
     s = rep.summary()
     assert s["finished"] == 2 and s["errors"] == 0
-    assert s["texts_identical_to_solo"] and rep.solo.text
+    assert s["texts_identical_to_solo"] and rep.solo.text, [r.text for r in [rep.solo, *rep.together, *rep.solos]]
     # the reference is the solo run before and after the sessions, both read
     assert rep.solo_after is not None and rep.solo_after.text == rep.solo.text
     assert len(s["solo_speedups"]) == 2 and all(s["solo_speedups"])
@@ -39,6 +39,36 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     assert 0 < s["device_held_s"] <= s["wall_s"] and len(s["sessions_held_s"]) == 2
     # the server was done with the model work after Run, and no later than the browsers showed it
     assert s["device_held_s"] <= s["server_wall_s"] + 1e-6 and s["server_wall_s"] <= s["wall_s"] + 1e-6
+
+
+def test_a_page_is_read_as_its_committed_text_without_refused_drafts_or_bonus_marks():
+    """Which drafts a round refused depends on k, and k on the clock: sessions at once draw different
+    refused drafts around the same generated text, so only the committed text is compared."""
+    pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+    from playwright.sync_api import sync_playwright
+
+    from specviz import autoregressive_decode, loadtest, speculative_decode
+    from specviz.render import tokens_html
+    from tiny import tiny_qwen
+
+    if not Path(loadtest.CHROMIUM).exists():
+        pytest.skip(f"{loadtest.CHROMIUM} is missing")
+    target, draft = tiny_qwen(1), tiny_qwen(2)
+    run = speculative_decode(target, draft, [1, 2, 3], k=3, max_new_tokens=16)
+    assert run.token_ids == autoregressive_decode(target, [1, 2, 3], max_new_tokens=16).token_ids
+    assert {"correction", "bonus"} <= {r.extra_kind for r in run.rounds}  # refused drafts and bonus marks drawn
+    decode = lambda t: f"<{t}>"  # noqa: E731
+    html = tokens_html("prompt ", run.rounds, decode)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=loadtest.CHROMIUM, args=loadtest.CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page()
+            page.set_content(f"<div>✔ finished</div>{html}")
+            assert loadtest.read(page)["text"] == "prompt " + "".join(decode(t) for t in run.token_ids)
+            page.set_content(html)  # not finished: no text is read yet
+            assert loadtest.read(page)["text"] == ""
+        finally:
+            browser.close()
 
 
 def test_only_the_processes_started_after_the_server_are_lowered():
