@@ -53,18 +53,20 @@ def test_a_page_is_read_as_its_committed_text_without_refused_drafts_or_bonus_ma
 
     if not Path(loadtest.CHROMIUM).exists():
         pytest.skip(f"{loadtest.CHROMIUM} is missing")
-    target, draft = tiny_qwen(1), tiny_qwen(2)
-    run = speculative_decode(target, draft, [1, 2, 3], k=3, max_new_tokens=16)
-    assert run.token_ids == autoregressive_decode(target, [1, 2, 3], max_new_tokens=16).token_ids
-    assert {"correction", "bonus"} <= {r.extra_kind for r in run.rounds}  # refused drafts and bonus marks drawn
+    target = tiny_qwen(1)
+    agrees = speculative_decode(target, target, [1, 2, 3], k=3, max_new_tokens=8)  # every round: a bonus
+    differs = speculative_decode(target, tiny_qwen(2), [1, 2, 3], k=3, max_new_tokens=16)
+    assert differs.token_ids == autoregressive_decode(target, [1, 2, 3], max_new_tokens=16).token_ids
+    rounds = agrees.rounds + differs.rounds  # drawn one after the other: both kinds of mark
+    assert {"correction", "bonus"} <= {r.extra_kind for r in rounds}
     decode = lambda t: f"<{t}>"  # noqa: E731
-    html = tokens_html("prompt ", run.rounds, decode)
+    html = tokens_html("prompt ", rounds, decode)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=loadtest.CHROMIUM, args=loadtest.CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page()
             page.set_content(f"<div>✔ finished</div>{html}")
-            assert loadtest.read(page)["text"] == "prompt " + "".join(decode(t) for t in run.token_ids)
+            assert loadtest.read(page)["text"] == "prompt " + "".join(decode(t) for r in rounds for t in r.emitted)
             page.set_content(html)  # not finished: no text is read yet
             assert loadtest.read(page)["text"] == ""
         finally:
