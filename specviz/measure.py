@@ -70,10 +70,13 @@ def rounds_alpha(rounds: Iterable) -> float:
 
 # --- c ---------------------------------------------------------------------
 def draft_step_s(rnd) -> float | None:
-    """Seconds of one draft step in this round (module doc: the rule), or None when the round has none."""
-    if rnd.prefill_tokens or rnd.k <= 0 or not rnd.draft_s > 0:
+    """Seconds of one draft step in this round (module doc: the rule), or None when the round has none.
+
+    A chain Round: draft_s over its k drafts. A TreeRound: draft_s is a list, one entry per draft pass."""
+    steps, total = (len(rnd.draft_s), sum(rnd.draft_s)) if isinstance(rnd.draft_s, list) else (rnd.k, rnd.draft_s)
+    if rnd.prefill_tokens or steps <= 0 or not total > 0:
         return None
-    return rnd.draft_s / rnd.k
+    return total / steps
 
 
 def c_ratio(draft_s, target_s) -> float:

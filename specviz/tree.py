@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import kpolicy
+from . import kpolicy, measure
 from .engine import DecodeStream, _cut, _topk, _topk_rows, as_id_list, check_settings, _is_int, pair_vocab
 from .errors import InvalidSetting
 from .lm import CachedLM, eos_ids, sync
@@ -281,10 +281,8 @@ def observe_spine(policy: kpolicy.KPolicy, rnd: TreeRound) -> None:
     if learn is None:
         return
     judged = [i for i in spine(rnd) if rnd.verdict[i] != "untried"]
-    steps = len(rnd.draft_s)
-    step_s = None if rnd.prefill_tokens or not steps else sum(rnd.draft_s) / steps
-    learn([rnd.q[i] for i in judged], [rnd.verdict[i] == "accepted" for i in judged], step_s, rnd.verify_s,
-          rnd.n_nodes + 1, timed=not rnd.prefill_tokens)
+    learn([rnd.q[i] for i in judged], [rnd.verdict[i] == "accepted" for i in judged], measure.draft_step_s(rnd),
+          rnd.verify_s, rnd.n_nodes + 1, timed=not rnd.prefill_tokens)
 
 
 # --------------------------------------------------------------------------
