@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -243,9 +244,19 @@ def hub_how(repo: str, gated: bool = False) -> str:
 # chunk packages -> one .gguf file
 
 
+_IMPORT_CACHES = threading.Lock()
+
+
+def refresh_import_caches() -> None:
+    """importlib.invalidate_caches(), one thread at a time: Python's path finder deletes entries of a list it
+    took before, so two threads at once (pages drawing the pair picker together) raise KeyError."""
+    with _IMPORT_CACHES:
+        importlib.invalidate_caches()
+
+
 def packaged_file(src: PackagedSource) -> Path | None:
     """The installed GGUF file of a packaged model, or None when its package is not installed."""
-    importlib.invalidate_caches()
+    refresh_import_caches()
     spec = importlib.util.find_spec(src.module)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -254,7 +265,7 @@ def packaged_file(src: PackagedSource) -> Path | None:
 
 
 def _missing_packages(src: ChunkSource) -> list[int]:
-    importlib.invalidate_caches()
+    refresh_import_caches()
     return [i for i in range(1, src.count + 1) if importlib.util.find_spec(src.module(i)) is None]
 
 

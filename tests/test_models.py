@@ -565,3 +565,35 @@ def test_gpu_suggestion_is_the_smallest_target_far_larger_than_its_draft():
     assert models.gpu_suggestion("gpt2-gpt2-large", reg).name == "qwen2.5-0.5b-7b"
     assert models.gpu_suggestion("qwen2.5-0.5b-7b", reg) is None  # nothing larger in the registry
     assert models.gpu_suggestion("no-such-pair", reg) is None
+
+
+def test_pages_looking_for_packaged_models_at_once_never_race_on_pythons_import_caches():
+    """Pages that drew the pair picker at the same moment raised KeyError from importlib.invalidate_caches:
+    Python's path finder deletes the entries of a list it took before. Eight threads at once, each time with
+    an entry for the finder to delete; with invalidate_caches called bare this fails."""
+    import sys
+    import threading
+
+    src = config.PackagedSource(package="specviz-no-such-model", version="0", filename="m.gguf")
+    errors: list[BaseException] = []
+    was = sys.getswitchinterval()
+
+    def look():
+        for _ in range(150):
+            sys.path_importer_cache["/specviz-race-test-nowhere.zip"] = None
+            try:
+                assert store.packaged_file(src) is None
+            except BaseException as e:  # noqa: BLE001 - collected, asserted below
+                errors.append(e)
+
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=look) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(was)
+        sys.path_importer_cache.pop("/specviz-race-test-nowhere.zip", None)
+    assert errors == []
