@@ -483,21 +483,22 @@ class Report:
 
 
 def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None = None,
-             timeout_s: float = 1800.0) -> Report:
+             timeout_s: float = 1800.0, browser_cpu: float = BROWSER_CPU) -> Report:
     if not Path(CHROMIUM).exists():
         raise RuntimeError(f"{CHROMIUM} is missing: apt-get install -y chromium")
     deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryDirectory() as tmp:
         # the holds go to $SPECVIZ_QUEUE_TRACE where it is set (kept for a closer look), else to a scratch file
-        return _loadtest(sessions, models, max_new, timeout_s, deadline, os.environ.get(ENV_TRACE) or f"{tmp}/holds")
+        return _loadtest(sessions, models, max_new, timeout_s, deadline, os.environ.get(ENV_TRACE) or f"{tmp}/holds",
+                         browser_cpu)
 
 
-def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str) -> Report:
+def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browser_cpu: float) -> Report:
     from playwright.sync_api import sync_playwright
 
     with serve(models, trace=trace) as url:
         server = descendants(os.getpid())
-        cap = CpuCap.make(BROWSER_CPU)
+        cap = CpuCap.make(browser_cpu)
         try:
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -548,10 +549,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new", type=int, help="new tokens per run (default: the page's default)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds for the whole test (default 1800)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--browser-cpu", type=float, default=BROWSER_CPU,
+                    help=f"the share of one core all browsers together get, where a cgroup can be made (default "
+                         f"{BROWSER_CPU}): they stand in for laptops, which draw on cores of their own")
     a = ap.parse_args(argv)
     if not 1 <= a.sessions <= 64:
         ap.error("--sessions must be from 1 to 64")
-    rep = loadtest(a.sessions, a.models, a.max_new, a.timeout)
+    if not 0.01 <= a.browser_cpu <= 64:
+        ap.error("--browser-cpu must be from 0.01 to 64 (a share of one core)")
+    rep = loadtest(a.sessions, a.models, a.max_new, a.timeout, a.browser_cpu)
     for line in rep.lines():
         print(line)
     if a.json:

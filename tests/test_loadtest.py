@@ -22,8 +22,9 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     if not Path(loadtest.CHROMIUM).exists():
         pytest.skip(f"{loadtest.CHROMIUM} is missing")
     rep = loadtest.loadtest(sessions=2, models=str(ROOT / "tests" / "models_tiny.yaml"), max_new=12,
-                            timeout_s=400)
+                            timeout_s=400, browser_cpu=0.5)
     s = rep.summary()
+    assert rep.browser_cpu in (None, 0.5)  # the share asked for, where a cgroup could be made
     assert s["finished"] == 2 and s["errors"] == 0
     assert s["texts_identical_to_solo"] and rep.solo.text, [r.text for r in [rep.solo, *rep.together, *rep.solos]]
     # the reference is the solo run before and after the sessions, both read
@@ -163,3 +164,13 @@ def test_a_cpu_cap_holds_a_busy_process_and_what_it_starts_to_its_share():
         path = cap.path
         cap.close()
     assert not path.exists()
+
+
+@pytest.mark.parametrize("args, wrong", [(["--sessions", "0"], "--sessions"), (["--browser-cpu", "0"], "--browser-cpu"),
+                                         (["--browser-cpu", "nan"], "--browser-cpu")])
+def test_the_loadtests_own_settings_are_checked_before_anything_starts(args, wrong, capsys):
+    from specviz import loadtest
+
+    with pytest.raises(SystemExit):
+        loadtest.main(args)
+    assert wrong in capsys.readouterr().err
