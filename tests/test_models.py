@@ -568,9 +568,9 @@ def test_gpu_suggestion_is_the_smallest_target_far_larger_than_its_draft():
 
 
 def test_pages_looking_for_packaged_models_at_once_never_race_on_pythons_import_caches():
-    """Pages that drew the pair picker at the same moment raised KeyError from importlib.invalidate_caches:
-    Python's path finder deletes the entries of a list it took before. Eight threads at once, each time with
-    an entry for the finder to delete; with invalidate_caches called bare this fails."""
+    """Pages drawing the pair picker at one moment call importlib.invalidate_caches together, and Python's path
+    finder deletes the entries of a list it took before, so bare calls raise KeyError. Eight threads at once,
+    each time with an entry for the finder to delete."""
     import sys
     import threading
 
