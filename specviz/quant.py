@@ -93,11 +93,30 @@ class Int8Linear(nn.Module):
         with warnings.catch_warnings():  # quantized tensors are deprecated; the fbgemm kernel is the fast one
             warnings.simplefilter("ignore")
             qw = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+        self._set(qw, bias)
+
+    def _set(self, qw: torch.Tensor, bias: torch.Tensor | None) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             self._packed = torch.ops.quantized.linear_prepack(qw, bias)
         self._bias = bias
         self._row_sums = qw.dequantize().sum(dim=1)  # (N,) W 1, for rows shifted to centre on zero
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight_nbytes = w.numel() + scale.numel() * 4 + (0 if bias is None else bias.numel() * 4)
+        self.out_features, self.in_features = qw.shape
+        self.weight_nbytes = qw.numel() + qw.shape[0] * 4 + (0 if bias is None else bias.numel() * 4)
+
+    def rows(self, ids: torch.Tensor) -> "Int8Linear":
+        """An Int8Linear over the output rows `ids`: the same int8 weights and scales, so the same logits."""
+        if getattr(self, "_unpacked", None) is None:  # once: the int8 weights, scales and zero points
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                qw, bias = torch.ops.quantized.linear_unpack(self._packed)  # (N, K) per-channel qint8
+            self._unpacked = (qw.int_repr(), qw.q_per_channel_scales(), qw.q_per_channel_zero_points(), bias)
+        q, scales, zeros, bias = self._unpacked
+        sub = torch._make_per_channel_quantized_tensor(q[ids], scales[ids], zeros[ids], 0)  # (n, K)
+        out = Int8Linear.__new__(Int8Linear)
+        nn.Module.__init__(out)
+        out._set(sub, None if bias is None else bias[ids].clone())
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).float()  # (T, K)
