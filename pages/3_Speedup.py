@@ -43,14 +43,15 @@ kept = {name: Kept(f"speed.{name}", ident) for name in ("cost", "sweep", "race",
 # --- 1. c and the verify cost -----------------------------------------------------------------
 st.subheader("1 · Measure c and the cost of verifying k tokens")
 if st.button("Measure c and the verify cost", type="primary", key="speed.run_cost"):
-    lab_ui.keep_measured(kept["cost"], lab_ui.with_bar(race.measure_cost, pair.target, pair.draft, text="timing…"))
+    lab_ui.keep_measured(kept["cost"], lab_ui.with_bar(race.measure_cost, pair.target, pair.chain_draft(), text="timing…"))
 cost, note = kept["cost"].get() or (None, None)
 if cost is None:
     st.info("Press **Measure c and the verify cost** (a few seconds) to fit the model to this device.")
 else:
     lab_ui.load_warning(note)
     m1, m2, m3 = st.columns(3)
-    m1.metric("c = draft step ÷ target step", f"{cost.c:.3f}", help=f"with the {pair.draft_precision} draft")
+    m1.metric("c = draft step ÷ target step", f"{cost.c:.3f}",
+              help="with the " + explain.drafter_words(pair.draft_precision, pair.draft_head_name))
     m2.metric("verify 5 tokens ÷ 1 token", f"{theory.verify_ratio(5, cost.verify):.2f}×")
     m3.metric("verify 9 tokens ÷ 1 token", f"{theory.verify_ratio(9, cost.verify):.2f}×")
     st.caption("cost(n)/cost(1) measured: " + ", ".join(f"{n} → {r:.2f}×" for n, r in cost.verify.items())
@@ -91,7 +92,7 @@ ks = st.multiselect("k values", [1, 2, 3, 4, 5, 6, 8, 10, 12], default=[1, 2, 4,
 if st.button("Run the k sweep", key="speed.run_sweep") and ids is not None:
     if not ks:
         st.error("Pick at least one k.", icon=":material/error:")
-    elif kept["sweep"].put(lab_ui.with_bar(lab.k_sweep, pair.target, pair.draft, ids, ks, **run_kw)[0]) is not None:
+    elif kept["sweep"].put(lab_ui.with_bar(lab.k_sweep, pair.target, pair.chain_draft(), ids, ks, **run_kw)[0]) is not None:
         st.rerun()  # so the model above shows the new measured points
 if sw is not None:
     busy = [r for cmp in sw.values() for r in (cmp.spec, cmp.base)]
@@ -128,7 +129,7 @@ def show_text(who: str, rounds) -> None:
 
 
 if r1.button("Start the race", type="primary", key="speed.run_race") and ids is not None:
-    kept["race"].put(lab_ui.run_guarded(race.race, pair.target, pair.draft, ids, race_k, show_text, **run_kw))
+    kept["race"].put(lab_ui.run_guarded(race.race, pair.target, pair.chain_draft(), ids, race_k, show_text, **run_kw))
 rc = kept["race"].get()
 if rc is not None:
     show_text("base", rc.base.rounds)

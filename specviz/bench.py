@@ -58,7 +58,7 @@ from typing import Any
 import torch
 
 from . import devqueue, measure, quant, theory, tree
-from .drafters import PromptLookupDrafter
+from .drafters import ModelDrafter, PromptLookupDrafter
 from .engine import autoregressive_decode, speculative_decode
 from .errors import InvalidSetting
 from .experiments import forward_cost
@@ -78,6 +78,7 @@ HF_ASSISTED_STOCK = "hf-assisted-stock"
 HF_TARGET_STOCK = "hf-target-stock"
 TREE = "tree-"  # + the node budget
 SPINE = "spine"
+BEST_FULL_HEAD = "best-full-head"
 
 
 # -----------------------------------------------------------------------------
@@ -86,7 +87,7 @@ SPINE = "spine"
 
 def method_names(ks: list[int], trees: list[int] = (8, 16, 32)) -> list[str]:
     return ([ENGINE_BASELINE] + [f"k={k}" for k in ks]
-            + ["adaptive", "best", "best-nostop", "prompt-lookup"] + [f"{TREE}{n}" for n in trees] + [SPINE]
+            + ["adaptive", "best", BEST_FULL_HEAD, "best-nostop", "prompt-lookup"] + [f"{TREE}{n}" for n in trees] + [SPINE]
             + [HF_TARGET, HF_ASSISTED, HF_TARGET_STOCK, HF_ASSISTED_STOCK])
 
 
@@ -117,11 +118,11 @@ def tiny_pair():
     pair = SimpleNamespace(name="tiny", target=target, draft=draft, tokenizer=tok, dtype=torch.float32,
                            device="cpu", eos_token_ids=eos, shared_vocab=vocab_size(target),
                            draft_precision="float32", shares_vocab=True)
-    pair.drafter = lambda: pair.draft  # as models.Pair.drafter(): the draft model drafts
+    pair.drafter = pair.chain_draft = lambda: pair.draft  # as models.Pair.drafter(): the draft model drafts
     return pair
 
 
-SHARED_VOCAB_ONLY = (TREE, HF_ASSISTED, HF_ASSISTED_STOCK)  # they read the draft's ids as the target's
+SHARED_VOCAB_ONLY = (TREE, HF_ASSISTED, HF_ASSISTED_STOCK, BEST_FULL_HEAD)  # they read the draft's ids as the target's
 
 
 def runnable(pair, names: list[str]) -> list[str]:
@@ -148,7 +149,7 @@ def load(args):
         from .models import load_pair
 
         pair = load_pair(args.pair, dtype=args.dtype, registry=args.models, fast_linear=args.fast_linear,
-                         draft_precision=args.draft_precision)
+                         draft_precision=args.draft_precision, draft_head=args.draft_head)
     return pair
 
 
@@ -205,6 +206,8 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
         run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy="adaptive", **common)
     elif name == "best":
         run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy="best", **common)
+    elif name == BEST_FULL_HEAD:  # the best-k chooser with the draft's whole head, whatever the pair's
+        run = speculative_decode(pair.target, ModelDrafter(pair.draft), ids, k=4, k_policy="best", **common)
     elif name == "best-nostop":
         run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy=BestK(4, k_max=16), **common)
     elif name == "prompt-lookup":
@@ -369,7 +372,7 @@ def measure_costs(pair, ks: list[int], reps: int, say) -> Costs:
     say(f"forward cost of the target for {sizes} tokens")
     tcost = forward_cost(pair.target, n_tokens=tuple(sizes), reps=reps)
     say("forward cost of the draft")
-    dcost = forward_cost(pair.draft, n_tokens=(1, 2), reps=reps)
+    dcost = forward_cost(pair.chain_draft(), n_tokens=(1, 2), reps=reps)  # as the chains draft
     refeed = max(0.0, (measure.median(dcost[2]) - measure.median(dcost[1])) / measure.median(tcost[1]))
     return Costs(tcost, dcost, measure.verify_ratios(tcost), measure.c_ratio(dcost[1], tcost[1]), refeed)
 
@@ -435,7 +438,8 @@ def _config(args, pair, t_start: float, load_start: float) -> dict:
     """What was measured, on what, with which versions, and how loaded the machine was."""
     return {
         "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
-        "draft_precision": pair.draft_precision, "fast_linear": _fast_linear_on(pair),
+        "draft_precision": pair.draft_precision, "draft_head": getattr(pair, "draft_head", "full"),
+        "fast_linear": _fast_linear_on(pair),
         "threads": devqueue.model_threads(pair.device), "ks": args.ks, "methods": args.method_names, "domains": args.domains,
         "prompt_set": args.prompt_set, "modes": args.modes, "temperature": args.temperature, "reps": args.reps,
         "max_new_tokens": args.max_new_tokens, "seed": args.seed,
@@ -598,7 +602,8 @@ def _at(d: dict, n: int) -> float:
 def markdown(report: dict) -> str:
     cfg = report["config"]
     lines = [f"# specviz bench: {cfg['pair']} ({cfg['dtype']}{', fast-linear' if cfg['fast_linear'] else ''}, "
-             f"{cfg.get('draft_precision', 'float32')} draft, {cfg['device']}, {cfg['threads']} threads)", ""]
+             f"{cfg.get('draft_precision', 'float32')} draft, {cfg.get('draft_head', 'full')} head, {cfg['device']}, "
+             f"{cfg['threads']} threads)", ""]
     lines.append(f"{cfg['max_new_tokens']} new tokens, median of {cfg['reps']} repetitions, load average "
                  f"{_f(cfg['load_avg_start'], '{:.1f}')} → {_f(cfg['load_avg_end'], '{:.1f}')}; "
                  f"speedup = target-alone s/token ÷ method s/token, end to end (reading the prompt included); "

@@ -26,6 +26,7 @@ import torch
 
 from .lm import CachedLM, open_lm
 from .sampling import Sampler
+from .vocabhead import FrequentRows, VocabHead
 
 
 @dataclass
@@ -63,13 +64,25 @@ class ModelDrafter(Drafter):
     uses_model = True
     asks_keep = True
 
-    def __init__(self, model, vocab: int | None = None, eos: set[int] | frozenset[int] = frozenset()):
+    def __init__(self, model, vocab: int | None = None, eos: set[int] | frozenset[int] = frozenset(),
+                 rows: FrequentRows | None = None):
         self.lm = open_lm(model, owner=self)
         self.vocab = vocab  # compare only the ids both models share
         self.eos = eos  # a drafted EOS ends the round: nothing after it can be emitted
+        self.head = None  # a VocabHead: the draft proposes only among its rows (specviz/vocabhead.py)
+        if rows is not None and type(self.lm) is CachedLM:
+            self.head = VocabHead(model, rows)
+            self.lm.head = self.head.logits
+
+    @property
+    def head_name(self) -> str:
+        """'full', or 'frequent-N': the draft's head over N ranked tokens (plus the prompt's and the run's)."""
+        return "full" if self.head is None else f"frequent-{self.head.rows.size}"
 
     def start(self, prompt_ids: list[int]) -> float:
         self.lm.reset()  # the first draft step reads the whole prompt (no separate prefill pass)
+        if self.head is not None:
+            self.head.start(prompt_ids)
         return 0.0
 
     def propose(self, ids: list[int], k: int, sampler: Sampler,
@@ -93,6 +106,8 @@ class ModelDrafter(Drafter):
         # the cache may hold rejected drafts: keep only what is still in ids
         # (ids[-1], the correction/bonus, is fed with the next proposal)
         self.lm.rollback(min(self.lm.n, len(ids) - 1))
+        if self.head is not None:
+            self.head.add(ids[-(n_accepted + 1):])  # the round's committed tokens may be proposed from now on
 
 
 def draft_steps(lm: CachedLM, pending: list[int], k: int, pick: Callable, eos,

@@ -346,10 +346,11 @@ class DecodeStream:
 
 
 def _settings(eos: set[int], *, k: int, k_policy: str, drafter: str, temperature: float, top_p: float, top_k: int,
-              max_new_tokens: int, seed: int) -> dict:
-    """The `settings` a Run records: its DecodeSettings, plus who drafted and the EOS ids."""
+              max_new_tokens: int, seed: int, **extra) -> dict:
+    """The `settings` a Run records: its DecodeSettings, plus who drafted, the EOS ids and `extra`."""
     return DecodeSettings(k=k, k_policy=k_policy, temperature=temperature, top_p=top_p, top_k=top_k,
-                          max_new_tokens=max_new_tokens, seed=seed).record(drafter=drafter, eos_token_id=sorted(eos))
+                          max_new_tokens=max_new_tokens, seed=seed).record(drafter=drafter, eos_token_id=sorted(eos),
+                                                                           **extra)
 
 
 def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: float = 0.0, top_p: float = 1.0,
@@ -371,8 +372,9 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
         drafter.vocab, drafter.eos = vocab, eos
     policy = make_k_policy(k, k_policy)
     policy_name = k_policy if isinstance(k_policy, str) else getattr(k_policy, "name", type(k_policy).__name__)
+    extra = {"draft_head": drafter.head_name} if getattr(drafter, "head", None) is not None else {}
     settings = _settings(eos, k=k, k_policy=policy_name, drafter=drafter.name, temperature=temperature, top_p=top_p,
-                         top_k=top_k, max_new_tokens=max_new_tokens, seed=seed)
+                         top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, **extra)
     sampler = Sampler.create(temperature, top_k, top_p, seed)
     return DecodeStream(lambda out: _speculative(target, drafter, ids, policy, sampler, vocab, eos, max_new_tokens,
                                                  settings, out), _device_of(target))

@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 
 from . import devqueue, measure, quant
-from .drafters import Proposal
+from .drafters import ModelDrafter, Proposal
 from .engine import autoregressive_decode, decide, pair_vocab, speculative_decode
 from .lm import CachedLM, sync, vocab_size
 from .records import Run
@@ -51,11 +51,23 @@ def _context(model, n: int, seed: int = 0) -> list[int]:
     return torch.randint(0, min(vocab_size(model), 1000), (n,), generator=g).tolist()
 
 
+def _open(model) -> CachedLM:
+    """A cache on `model`; given a ModelDrafter, on its model through the drafter's head, as its steps run."""
+    if isinstance(model, ModelDrafter):
+        lm = CachedLM(model.lm.model)
+        if model.head is not None:
+            model.head.start([])  # its shared frequent rows only
+            lm.head = model.head.logits
+        return lm
+    return CachedLM(model)
+
+
 def forward_cost(model, n_tokens=(1, 2, 4, 8, 16), reps: int = 5, context: int = 64,
                  progress: Progress = None) -> dict[int, list[float]]:
-    """Seconds per target forward of n new tokens on top of `context` cached tokens."""
-    lm = CachedLM(model)
-    ctx = _context(model, context + max(n_tokens))
+    """Seconds per forward of n new tokens on top of `context` cached tokens, of a model or of a ModelDrafter's
+    step (through its head)."""
+    lm = _open(model)
+    ctx = _context(lm.model, context + max(n_tokens))
     lm.feed(ctx[:context], keep=1)
     lm.timed_feed(ctx[context:context + 1], keep=1)  # warm-up
     lm.rollback(context)
@@ -140,7 +152,8 @@ def bandwidth_check(model, reps: int = 5) -> BandwidthCheck:
 
 
 def draft_cost_ratio(target, draft, reps: int = 5, context: int = 64) -> float:
-    """c: the median 1-token draft forward over the median 1-token target forward."""
+    """c: the median 1-token draft forward (a model, or a ModelDrafter's step) over the median 1-token target
+    forward."""
     t = forward_cost(target, n_tokens=(1,), reps=reps, context=context)[1]
     d = forward_cost(draft, n_tokens=(1,), reps=reps, context=context)[1]
     return measure.c_ratio(d, t)
@@ -332,7 +345,7 @@ def precision_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", t
     out = []
     for i, (precision, pair) in enumerate(pairs.items()):
         _say(progress, f"{precision} draft", i / max(len(pairs), 1))
-        cmp = compare_with_baseline(pair.target, pair.draft, input_ids, k=k, k_policy=k_policy,
+        cmp = compare_with_baseline(pair.target, pair.chain_draft(), input_ids, k=k, k_policy=k_policy,
                                     temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
                                     eos_token_id=eos_token_id, vocab=vocab)
         out.append(PrecisionResult(precision, cmp, measure.c_from_runs([cmp.spec], [cmp.base])))

@@ -491,6 +491,16 @@ def round_summary(r: Round, decode: Decode) -> str:
     return "".join(parts)
 
 
+def drafter_words(precision: str, head: str = "full") -> str:
+    """How the pages name the draft: its precision, and its head when the head is not the whole vocabulary
+    (vocabhead's 'frequent-N')."""
+    words = f"{precision} draft model"
+    if head.startswith("frequent-"):
+        words += (f", proposing among its {int(head.split('-', 1)[1]):,} most written tokens and the "
+                  f"prompt's and the reply's own")
+    return words
+
+
 def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None) -> str | None:
     """Where the time went after the first round (whose passes also read the prompt), against the target
     alone (runfile.baseline_summary): verify pass, one-token pass, draft step and c (measure's). None when

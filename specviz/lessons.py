@@ -417,7 +417,7 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         from .experiments import draft_cost_ratio
 
         pair = ctx.pair
-        c = draft_cost_ratio(pair.target, pair.draft, reps=3)
+        c = draft_cost_ratio(pair.target, pair.chain_draft(), reps=3)
     else:
         rounds = _steady(t.run)
         step = t.baseline.get("base_step_s")
@@ -429,7 +429,7 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         from .lab import k_sweep
 
         pair = ctx.pair
-        sweep = k_sweep(pair.target, pair.draft, _ids(ctx, "Python function"), ks, temperature=0.0,
+        sweep = k_sweep(pair.target, pair.chain_draft(), _ids(ctx, "Python function"), ks, temperature=0.0,
                         max_new_tokens=ctx.max_new_tokens, seed=ctx.seed, eos_token_id=pair.eos_token_ids,
                         vocab=pair.shared_vocab)
         speed = {int(k): measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()}

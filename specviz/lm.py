@@ -97,6 +97,7 @@ class CachedLM:
     """model + DynamicCache; `n` is how many tokens the cache holds."""
 
     recorded_s = 0.0  # one-off time spent recording CUDA graphs since reset() (StaticLM); never timed as decoding
+    head = None  # None: the model's own head; else hidden (T, H) -> logits (T, V) (vocabhead.VocabHead.logits)
 
     def __init__(self, model):
         self.model = model
@@ -116,6 +117,8 @@ class CachedLM:
     def feed(self, ids: list[int], keep: int | None = None) -> torch.Tensor:
         """Run the model on `ids` (new to the cache); return logits (keep or len(ids), V)."""
         x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+        if self.head is not None:
+            return self._feed_head(x, keep)
         kw = {}
         if keep is not None and self._can_trim_logits:
             kw["logits_to_keep"] = keep  # prefill needs no logits for the whole prompt
@@ -125,6 +128,16 @@ class CachedLM:
         self.n += len(ids)
         logits = out.logits[0]  # (T, V)
         return logits if keep is None else logits[-keep:]
+
+    def _feed_head(self, x: torch.Tensor, keep: int | None) -> torch.Tensor:
+        """feed() through self.head: the model's body, then the head on the kept rows only."""
+        def forward():
+            out = self.model.model(input_ids=x, past_key_values=self.cache, use_cache=True)
+            hidden = out.last_hidden_state[0]  # (T, H) after the final norm
+            return out.past_key_values, self.head(hidden if keep is None else hidden[-keep:])  # (keep, V)
+        self.cache, logits = devqueue.run(self.device, forward)  # on the device's own thread
+        self.n += x.shape[1]
+        return logits
 
     def rollback(self, n: int) -> None:
         """Keep only the first n cached tokens (drop rejected drafts)."""

@@ -22,7 +22,8 @@ from typing import Any, Iterable
 
 import torch
 
-from . import devqueue, limits, quant
+from . import devqueue, limits, quant, vocabhead
+from .drafters import ModelDrafter
 from .lm import eos_ids, max_positions, static_cache
 from .config import (
     ChunkSource,
@@ -129,16 +130,36 @@ class Pair:
     draft_precision: str = "float32"  # float32 | bfloat16 | int8 | int4 (specviz/quant.py)
     draft_tokenizer: Any = None  # None: the draft shares `tokenizer`; else it drafts through text
     token_tables: dict = field(default_factory=dict, repr=False)  # xtok's shared-token table, built once
+    draft_head: str = "full"  # full | frequent: the draft proposes among ranked frequent tokens (vocabhead.py)
+
+    def frequent_rows(self):
+        """The draft's shared vocabhead.FrequentRows, or None when this pair's draft cannot have one."""
+        if self.draft_tokenizer is not None:
+            return None
+        return vocabhead.frequent_rows(self.draft, self.spec.draft.tokenizer, always=self.eos_token_ids)
 
     def drafter(self):
-        """What drafts for the engine: the draft model itself, or, for a draft with another tokenizer, a
-        CrossTokenizerDrafter around it (a new one per call: it keeps its own cache)."""
+        """What drafts for the engine: the draft model itself, a ModelDrafter over the frequent rows of its
+        head (draft_head 'frequent'), or, for a draft with another tokenizer, a CrossTokenizerDrafter around
+        it (a new one per call: each keeps its own cache)."""
         if self.draft_tokenizer is None:
-            return self.draft
+            rows = self.frequent_rows() if self.draft_head == "frequent" else None
+            return self.draft if rows is None else ModelDrafter(self.draft, rows=rows)
         from .xtok import CrossTokenizerDrafter
 
         return CrossTokenizerDrafter(self.draft, self.draft_tokenizer, self.tokenizer, vocab=self.shared_vocab,
                                      tables=self.token_tables)
+
+    @property
+    def draft_head_name(self) -> str:
+        """'full', or 'frequent-N' when the chains draft through a head over N ranked tokens."""
+        rows = self.frequent_rows() if self.draft_head == "frequent" else None
+        return "full" if rows is None else f"frequent-{rows.size}"
+
+    def chain_draft(self):
+        """What drafts a chain in the labs that take a draft model (speed, sweeps, races, forward cost): the
+        draft model, or a ModelDrafter through its frequent head, as on the main page."""
+        return self.drafter() if self.draft_tokenizer is None else self.draft
 
     @property
     def shares_vocab(self) -> bool:
@@ -442,7 +463,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
               dtype: torch.dtype | str | None = None, device: str | None = None,
               progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None,
               fast_linear: bool | None = None, draft_precision: str | None = None,
-              loaded: Iterable[Pair] = ()) -> Pair:
+              draft_head: str | None = None, loaded: Iterable[Pair] = ()) -> Pair:
     """Load a draft/target pair by name (None = default), or with draft=/target= overrides.
 
     loaded: pairs loaded already. One whose target is this pair's target (the same model, dtype and
@@ -451,6 +472,10 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     draft_precision: float32, bfloat16, int8 or int4 (None or 'auto': quant.default_precision for
     the device). The draft is loaded in `dtype`, then put into that precision (specviz/quant.py);
     the target stays in `dtype`.
+
+    draft_head: full or frequent (None or 'auto': vocabhead.default_head for the device). With
+    'frequent', the draft proposes only among its tokenizer family's ranked frequent tokens, the
+    prompt's and the run's (specviz/vocabhead.py), where the family has a list and the head allows it.
 
     fast_linear (default on; env SPECVIZ_FAST_LINEAR=0 turns it off): float32 on a
     CPU runs every Linear through oneDNN (specviz/fastlinear.py). Stock PyTorch
@@ -467,6 +492,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
         raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
     dtype = DEFAULT_DTYPE if dtype is None else parse_dtype(dtype)
     precision = quant.check(draft_precision, device)
+    head = vocabhead.check(draft_head, device)
     lender = next((p for p in loaded if _shares_target(p, spec, dtype, device)), None)
     check_memory(spec, dtype, device, with_target=lender is None)
     (d_tok, d_model), (t_tok, t_model), sources, precision = _load_models(spec, dtype, device, precision,
@@ -497,7 +523,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
         name=spec.name, draft=d_model, target=t_model, tokenizer=t_tok, dtype=dtype, device=device, spec=spec,
         eos_token_ids=eos, shared_vocab=shared, sources=sources,
         fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"), draft_precision=precision,
-        draft_tokenizer=d_tok if spec.other_tokenizer else None,
+        draft_tokenizer=d_tok if spec.other_tokenizer else None, draft_head=head,
     )  # fmt: skip
     pair.load_s = time.perf_counter() - t0
     progress("ready", 1.0)

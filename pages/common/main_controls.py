@@ -10,7 +10,7 @@ import streamlit as st
 from pages.common import ui
 from pages.common.main_sidebar import RECORDED, MainSettings
 from pages.common.main_view import decoder
-from specviz import playback, prompts, runfile
+from specviz import explain, playback, prompts, runfile
 from specviz.drafters import PromptLookupDrafter
 from specviz.engine import speculative_stream
 from specviz.errors import SpecvizError
@@ -69,10 +69,12 @@ def start_live(ms: MainSettings, t_script: float) -> playback.Playback:
     load_s = time.perf_counter() - t0
     ids = prompts.encode(pair.tokenizer, ms.prompt_text, ms.chat)
     kw = {**ms.decode.engine_kwargs(), "eos_token_id": pair.eos_token_ids}
-    stream = speculative_stream(pair.target, PromptLookupDrafter() if ms.lookup else pair.drafter(), ids, **kw,
-                                vocab=pair.shared_vocab)
+    drafter = PromptLookupDrafter() if ms.lookup else pair.drafter()
+    stream = speculative_stream(pair.target, drafter, ids, **kw, vocab=pair.shared_vocab)
     meta = {"origin": "live", "pair": ms.pair_name, "dtype": ms.dtype, "device": pair.device, "chat": ms.chat,
-            "drafter": "prompt lookup" if ms.lookup else f"{pair.draft_precision} draft model", "kw": kw,
+            "drafter": "prompt lookup" if ms.lookup else explain.drafter_words(pair.draft_precision,
+                                                                                getattr(drafter, "head_name", "full")),
+            "kw": kw,
             "lookup": ms.lookup, "draft_precision": None if ms.lookup else pair.draft_precision,
             "decode": ui.decoder(pair.tokenizer), "baseline_wanted": ms.baseline_on, "t_run": t_script,
             "load_s": load_s}

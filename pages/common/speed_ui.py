@@ -53,7 +53,7 @@ def k_policies(pair, ids, run_kw: dict) -> None:
     k0 = st.slider("starting k", 1, 12, 4, key="speed.k0")
     kept = Kept("speed.adaptive", _ident(pair))
     if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_adaptive") and ids is not None:
-        kept.put(lab_ui.with_bar(race.compare_policies, pair.target, pair.draft, ids, k0, text="fixed k…",
+        kept.put(lab_ui.with_bar(race.compare_policies, pair.target, pair.chain_draft(), ids, k0, text="fixed k…",
                                  **run_kw)[0])
     runs = kept.get()
     if runs is None:
