@@ -52,13 +52,13 @@ def _context(model, n: int, seed: int = 0) -> list[int]:
 
 
 def _open(model) -> CachedLM:
-    """A cache on `model`; given a ModelDrafter, on its model through the drafter's head, as its steps run."""
+    """A cache on `model`; given a ModelDrafter with a frequent head, the drafter's own cache through it, as
+    its steps run."""
     if isinstance(model, ModelDrafter):
-        lm = CachedLM(model.lm.model)
-        if model.head is not None:
-            model.head.start([])  # its shared frequent rows only
-            lm.head = model.head.logits
-        return lm
+        if model.head is None:
+            return CachedLM(model.lm.model)
+        model.start([])  # an empty cache, and the head over its shared frequent rows only
+        return model.lm
     return CachedLM(model)
 
 

@@ -133,8 +133,9 @@ class Pair:
     draft_head: str = "full"  # full | frequent: the draft proposes among ranked frequent tokens (vocabhead.py)
 
     def frequent_rows(self):
-        """The draft's shared vocabhead.FrequentRows, or None when this pair's draft cannot have one."""
-        if self.draft_tokenizer is not None:
+        """The draft's shared vocabhead.FrequentRows when it drafts through a frequent head (draft_head
+        'frequent', and a draft that can have one), else None."""
+        if self.draft_head != "frequent" or self.draft_tokenizer is not None:
             return None
         return vocabhead.frequent_rows(self.draft, self.spec.draft.tokenizer, always=self.eos_token_ids)
 
@@ -143,7 +144,7 @@ class Pair:
         head (draft_head 'frequent'), or, for a draft with another tokenizer, a CrossTokenizerDrafter around
         it (a new one per call: each keeps its own cache)."""
         if self.draft_tokenizer is None:
-            rows = self.frequent_rows() if self.draft_head == "frequent" else None
+            rows = self.frequent_rows()
             return self.draft if rows is None else ModelDrafter(self.draft, rows=rows)
         from .xtok import CrossTokenizerDrafter
 
@@ -153,7 +154,7 @@ class Pair:
     @property
     def draft_head_name(self) -> str:
         """'full', or 'frequent-N' when the chains draft through a head over N ranked tokens."""
-        rows = self.frequent_rows() if self.draft_head == "frequent" else None
+        rows = self.frequent_rows()
         return "full" if rows is None else f"frequent-{rows.size}"
 
     def chain_draft(self):

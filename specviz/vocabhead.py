@@ -2,8 +2,8 @@
 
 A small draft's LM head is a large share of its step: Qwen2.5's has 151,936 rows of 896, 136 MB in
 int8, about a quarter of the bytes an int8 step of the 0.5B draft reads. The draft rarely writes
-most of those tokens. Following FR-Spec (Zhao
-et al. 2025, "Frequency-ranked speculative sampling"), the draft proposes only among
+most of those tokens. Following FR-Spec (Zhao et al. 2025, "Frequency-ranked speculative
+sampling"), the draft proposes only among
 
   - the tokens it writes most often: a ranked list shipped per tokenizer family (specviz/vocab/),
     built by scripts/frequent_vocab.py;
@@ -13,8 +13,8 @@ et al. 2025, "Frequency-ranked speculative sampling"), the draft proposes only a
 Its logits for those rows are the full head's (the same weights, row by row: bit for bit in int8, to
 float rounding in float32); every other token gets -inf. Exactness is untouched: greedy output is
 the target's argmax, and in sampling mode q is the distribution actually drawn from (zero outside
-the rows), for which min(1, p/q) with the residual norm(max(0, p - q)) is exact. What it can cost is α: a token outside the rows is one the
-draft cannot propose.
+the rows), for which min(1, p/q) with the residual norm(max(0, p - q)) is exact. What it can cost
+is α: a token outside the rows is one the draft cannot propose.
 
 Only a CPU draft whose head is a plain or int8 Linear can have one; it is off unless asked for
 (default_head).
@@ -36,7 +36,6 @@ from .errors import InvalidSetting
 VOCAB_DIR = Path(__file__).parent / "vocab"
 DEFAULT_ROWS = 49152  # how many of the ranked tokens the head keeps (README, Draft precision: the trade against α)
 HEADS = ("full", "frequent")
-
 
 
 def default_head(device: str) -> str:
@@ -87,11 +86,11 @@ def head_rows(head: nn.Module, ids: torch.Tensor) -> nn.Module:
     for those rows (int8: bit for bit; float: to rounding, a smaller product may sum in another order)."""
     if isinstance(head, quant.Int8Linear):
         return head.rows(ids)
-    w = fastlinear.plain(head.weight.detach())[ids]  # (n, H)
+    w = fastlinear.plain(head.weight.detach())[ids]  # (n, H): indexing copies the rows
     sub = nn.Linear(w.shape[1], w.shape[0], bias=head.bias is not None, dtype=w.dtype)
-    sub.weight = nn.Parameter(w.clone(), requires_grad=False)
+    sub.weight = nn.Parameter(w, requires_grad=False)
     if head.bias is not None:
-        sub.bias = nn.Parameter(head.bias.detach()[ids].clone(), requires_grad=False)
+        sub.bias = nn.Parameter(head.bias.detach()[ids], requires_grad=False)
     return sub
 
 
