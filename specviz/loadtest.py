@@ -11,7 +11,10 @@ Starts `streamlit run app.py` on 127.0.0.1, opens headless Chromium (Playwright,
      measured speedup;
   3. solo again, on a new page: a shared machine's speed drifts by more than
      the tolerance between two runs minutes apart, so the reference is the
-     mean of the solo runs before and after, and both are reported.
+     mean of the solo runs before and after, and both are reported;
+  4. with --batches N, steps 2 and 3 N times (solo, at once, solo, at once,
+     ..., solo): each batch is judged against its own neighbouring solo runs,
+     and one test gives N times as many sessions to judge.
 It reports the total wall time against the sum of the solo model times (the
 queue wastes nothing when this is near 1), each session's measured speedup
 against the solo one, the longest wait between two rounds of one session (from
@@ -388,85 +391,154 @@ def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = l
     return results, max(done) if done else float("nan"), pressed
 
 
+TOLERANCE = 0.15  # a session's speedup at once, within this fraction of the same run alone (the issue's target)
+
+
 @dataclass
-class Report:
-    sessions: int
-    solo: SessionResult
+class Batch:
+    """Every session pressing Run at one moment, between a solo run before and a solo run after: a shared
+    machine's speed drifts by more than the tolerance between two runs minutes apart, so the sessions are
+    judged against the mean of their two neighbouring solo runs."""
     together: list[SessionResult]
     wall_s: float
-    browser_processes_lowered: int = 0  # driver and browser processes set to BROWSER_NICE
-    started: float = 0.0  # when the sessions pressed Run, seconds since the epoch
+    started: float  # when the sessions pressed Run, seconds since the epoch
+    before: SessionResult
+    after: SessionResult
     device: dict = field(default_factory=dict)  # the server's holds while the sessions ran (trace_holds)
-    solo_after: SessionResult | None = None  # the same run alone again, after the sessions
-    browser_cpu: float | None = None  # the share of one core all browsers together were capped at (None: no cap)
-
-    @property
-    def solos(self) -> list[SessionResult]:
-        return [self.solo] + ([self.solo_after] if self.solo_after is not None else [])
 
     def _solo_mean(self, what: str) -> float | None:
-        v = [getattr(r, what) for r in self.solos]
+        v = [getattr(r, what) for r in (self.before, self.after)]
         return None if None in v else sum(v) / len(v)
 
     def summary(self) -> dict:
+        sessions = len(self.together)
         solo_model = self._solo_mean("model_s") or float("nan")
         solo_speedup = self._solo_mean("speedup")
-        ratios = [r.speedup / solo_speedup if r.speedup and solo_speedup else None for r in self.together]
         last = self.device.get("last_released")
         server_wall = last - self.started if last is not None and self.started else None
         return {
-            "sessions": self.sessions,
+            "sessions": sessions,
             "finished": sum(r.finished_s is not None for r in self.together),
             "wall_s": self.wall_s,
             "solo_model_s": solo_model,
-            "wall_over_solo_model_sum": self.wall_s / (self.sessions * solo_model),
+            "wall_over_solo_model_sum": self.wall_s / (sessions * solo_model),
             # the same wall at the server: from Run to the end of the last session's last model work, from the
             # trace. The browsers share the server's cores here, held to a small share of them, so they draw the
             # finished pages late; the laptops of a room draw on their own cores.
             "server_wall_s": server_wall,
-            "server_wall_over_solo_model_sum": (server_wall / (self.sessions * solo_model)
+            "server_wall_over_solo_model_sum": (server_wall / (sessions * solo_model)
                                                 if server_wall is not None else None),
             # a lower bound too: one session alone already takes this long (animation included)
-            "solo_wall_s": self.solo.finished_s,
-            "wall_over_ideal": self.wall_s / max(self.sessions * solo_model, self.solo.finished_s or 0.0),
+            "solo_wall_s": self.before.finished_s,
+            "wall_over_ideal": self.wall_s / max(sessions * solo_model, self.before.finished_s or 0.0),
             "sessions_model_s": [r.model_s for r in self.together],
             "solo_speedup": solo_speedup,
-            "solo_speedups": [r.speedup for r in self.solos],  # before and after the sessions
-            "solo_model_each_s": [r.model_s for r in self.solos],
+            "solo_speedups": [self.before.speedup, self.after.speedup],
+            "solo_model_each_s": [self.before.model_s, self.after.model_s],
             "speedups": [r.speedup for r in self.together],
-            "speedup_over_solo": ratios,
+            "speedup_over_solo": [r.speedup / solo_speedup if r.speedup and solo_speedup else None
+                                  for r in self.together],
             # from the server's holds where they were traced (a browser lowered to idle cores shows its
             # rounds late while the server is busy), else as the pages showed them
             "longest_gap_between_rounds_s": self.device.get("longest_gap_s",
                                                             max((r.longest_gap_s for r in self.together),
                                                                 default=0.0)),
-            "texts_identical_to_solo": all(r.text == self.solo.text for r in self.together + self.solos),
             "outside_load_flagged": [r.outside_load for r in self.together],
             "errors": sum(r.error for r in self.together),
-            "browser_processes_at_nice": (self.browser_processes_lowered, BROWSER_NICE),
-            "browsers_cpu_cap": self.browser_cpu,
             # how much of the wall the device was held for, by anyone: the rest it stood idle while pages drew,
             # slept between animated rounds or waited for a browser
             "device_held_s": self.device.get("held_s"),
-            "device_held_share": self.device["held_s"] / self.wall_s if self.device.get("held_s") else None,
             "device_holds": self.device.get("holds"),
             "sessions_held_s": sorted(self.device.get("owners_held_s", {}).values()),
         }
 
+
+def _within(ratio: float | None) -> bool:
+    return ratio is not None and 1 - TOLERANCE <= ratio <= 1 + TOLERANCE
+
+
+@dataclass
+class Report:
+    sessions: int
+    batches: list[Batch]  # solo, at once, solo, at once, ..., solo: each batch shares its solo runs with the next
+    browser_processes_lowered: int = 0  # driver and browser processes set to BROWSER_NICE
+    browser_cpu: float | None = None  # the share of one core all browsers together were capped at (None: no cap)
+
+    @property
+    def solos(self) -> list[SessionResult]:
+        """Every solo run, in order: the one before the first batch, then the one after each batch."""
+        return [self.batches[0].before] + [b.after for b in self.batches]
+
+    @property
+    def solo(self) -> SessionResult:
+        return self.batches[0].before
+
+    @property
+    def together(self) -> list[SessionResult]:
+        return [r for b in self.batches for r in b.together]
+
+    def summary(self) -> dict:
+        """The batches' figures together: times summed over the batches (so their ratios weigh each batch by
+        its length), speedups each against its own batch's solo runs. One batch gives that batch's figures."""
+        per = [b.summary() for b in self.batches]
+        total = lambda key: sum(p[key] for p in per)  # noqa: E731
+        ideal = sum(p["sessions"] * p["solo_model_s"] for p in per)
+        server = [p["server_wall_s"] for p in per]
+        held = [p["device_held_s"] for p in per]
+        solo_speedups = [r.speedup for r in self.solos]
+        wall = total("wall_s")
+        return {
+            "sessions": self.sessions,
+            "batches": len(per),
+            "finished": total("finished"),
+            "wall_s": wall,
+            "solo_model_s": ideal / total("sessions"),
+            "wall_over_solo_model_sum": wall / ideal,
+            "server_wall_s": None if None in server else sum(server),
+            "server_wall_over_solo_model_sum": None if None in server else sum(server) / ideal,
+            "solo_wall_s": self.solo.finished_s,
+            "wall_over_ideal": wall / sum(max(p["sessions"] * p["solo_model_s"], p["solo_wall_s"] or 0.0)
+                                          for p in per),
+            "sessions_model_s": [v for p in per for v in p["sessions_model_s"]],
+            "solo_speedup": (None if None in solo_speedups else sum(solo_speedups) / len(solo_speedups)),
+            "solo_speedups": solo_speedups,  # every solo run, in order: before, between and after the batches
+            "solo_model_each_s": [r.model_s for r in self.solos],
+            "speedups": [v for p in per for v in p["speedups"]],
+            "speedup_over_solo": [v for p in per for v in p["speedup_over_solo"]],
+            "within_tolerance": sum(_within(v) for p in per for v in p["speedup_over_solo"]),
+            "longest_gap_between_rounds_s": max(p["longest_gap_between_rounds_s"] for p in per),
+            "texts_identical_to_solo": all(r.text == self.solo.text for r in self.together + self.solos),
+            "outside_load_flagged": [v for p in per for v in p["outside_load_flagged"]],
+            "errors": total("errors"),
+            "browser_processes_at_nice": (self.browser_processes_lowered, BROWSER_NICE),
+            "browsers_cpu_cap": self.browser_cpu,
+            "device_held_s": None if None in held else sum(held),
+            "device_held_share": sum(held) / wall if None not in held and sum(held) else None,
+            "device_holds": sum(p["device_holds"] or 0 for p in per),
+            "sessions_held_s": [v for p in per for v in p["sessions_held_s"]],
+            "per_batch": per,
+        }
+
     def lines(self) -> list[str]:
         s = self.summary()
-        ok_sp = [x is not None and 0.85 <= x <= 1.15 for x in s["speedup_over_solo"]]
         fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
+        n = len(self.batches)
+        over = f" over {n} batches" if n > 1 else ""
+        each = []
+        for i, p in enumerate(s["per_batch"], 1):
+            ok = sum(_within(v) for v in p["speedup_over_solo"])
+            each.append((f"batch {i}: " if n > 1 else "")
+                        + f"measured speedup alone {fmt(p['solo_speedup'])}x (before and after: "
+                        + ", ".join(f"{fmt(v)}x" for v in p["solo_speedups"]) + "); at once "
+                        + ", ".join(f"{fmt(v)}x" for v in p["speedups"])
+                        + f"; within {100 * TOLERANCE:.0f} % of alone: {ok}/{len(p['speedups'])}")
         return [
-            f"{s['finished']}/{s['sessions']} sessions finished; wall {s['wall_s']:.1f} s against "
-            f"{s['sessions']} x {s['solo_model_s']:.1f} s of solo model time: "
+            f"{s['finished']}/{s['sessions'] * n} sessions finished{over}; wall {s['wall_s']:.1f} s against "
+            f"{s['sessions'] * n} x {s['solo_model_s']:.1f} s of solo model time: "
             f"{s['wall_over_solo_model_sum']:.2f} (target <= 1.15); one session alone took {fmt(s['solo_wall_s'])} s "
             f"from Run to its figures, so the best possible wall is the larger of the two: "
             f"{s['wall_over_ideal']:.2f} of it",
-            f"measured speedup alone {fmt(s['solo_speedup'])}x (before and after: "
-            + ", ".join(f"{fmt(v)}x" for v in s["solo_speedups"]) + "); at once "
-            + ", ".join(f"{fmt(v)}x" for v in s["speedups"])
-            + f"; within 15 % of alone: {sum(ok_sp)}/{len(ok_sp)}",
+            *each,
             "each session's model time at once: " + ", ".join(f"{fmt(v)} s" for v in s["sessions_model_s"]),
             (f"at the server, from Run to the last session's last model work: {s['server_wall_s']:.1f} s, "
              f"{s['server_wall_over_solo_model_sum']:.2f} of the solo model time" if s["server_wall_s"] is not None
@@ -483,17 +555,17 @@ class Report:
 
 
 def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None = None,
-             timeout_s: float = 1800.0, browser_cpu: float = BROWSER_CPU) -> Report:
+             timeout_s: float = 1800.0, browser_cpu: float = BROWSER_CPU, batches: int = 1) -> Report:
     if not Path(CHROMIUM).exists():
         raise RuntimeError(f"{CHROMIUM} is missing: apt-get install -y chromium")
     deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryDirectory() as tmp:
         # the holds go to $SPECVIZ_QUEUE_TRACE where it is set (kept for a closer look), else to a scratch file
         return _loadtest(sessions, models, max_new, timeout_s, deadline, os.environ.get(ENV_TRACE) or f"{tmp}/holds",
-                         browser_cpu)
+                         browser_cpu, batches)
 
 
-def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browser_cpu: float) -> Report:
+def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browser_cpu: float, batches: int) -> Report:
     from playwright.sync_api import sync_playwright
 
     with serve(models, trace=trace) as url:
@@ -511,34 +583,41 @@ def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browse
                         cap.add(started)
 
                 keep_low()
-                rep = _sessions(browser, url, sessions, max_new, timeout_s, deadline, keep_low, lowered)
-                rep.device = trace_holds(trace, rep.started, rep.started + rep.wall_s)
-                rep.browser_cpu = cap.share if cap is not None else None
-                return rep
+                done = _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low)
+                for b in done:
+                    b.device = trace_holds(trace, b.started, b.started + b.wall_s)
+                return Report(sessions, done, lowered[0], cap.share if cap is not None else None)
         finally:
             if cap is not None:
                 cap.close()
 
 
-def _sessions(browser, url, sessions, max_new, timeout_s, deadline, keep_low, lowered: list[int]) -> Report:
-    """A warm-up run, one run alone, then `sessions` pages pressing Run at once; each on a new page, so no page
-    shows an earlier run's figures when its Run is pressed."""
+def _alone(browser, url, max_new, timeout_s, deadline, keep_low) -> SessionResult:
+    """One run on a new page, alone on the server."""
+    page = open_session(browser, url, max_new, timeout_s)
+    (res,), _, _ = run_at_once([page], deadline, keep_low)
+    page.context.close()
+    return res
+
+
+def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low) -> list[Batch]:
+    """A warm-up run, then a solo run, and `batches` times: `sessions` pages pressing Run at once, then a solo
+    run again. Each run on a new page, so no page shows an earlier run's figures when its Run is pressed."""
+    out = []
     try:
-        warm = open_session(browser, url, max_new, timeout_s)
-        run_at_once([warm], deadline, keep_low)  # the first run loads and warms the models
-        warm.context.close()
-        solo_page = open_session(browser, url, max_new, timeout_s)
-        (solo,), _, _ = run_at_once([solo_page], deadline, keep_low)
-        solo_page.context.close()
-        pages = [open_session(browser, url, max_new, timeout_s) for _ in range(sessions)]
-        together, wall, started = run_at_once(pages, deadline, keep_low)
-        for page in pages:
-            page.context.close()
-        after_page = open_session(browser, url, max_new, timeout_s)
-        (after,), _, _ = run_at_once([after_page], deadline, keep_low)
+        _alone(browser, url, max_new, timeout_s, deadline, keep_low)  # the first run loads and warms the models
+        before = _alone(browser, url, max_new, timeout_s, deadline, keep_low)
+        for _ in range(batches):
+            pages = [open_session(browser, url, max_new, timeout_s) for _ in range(sessions)]
+            together, wall, started = run_at_once(pages, deadline, keep_low)
+            for page in pages:
+                page.context.close()
+            after = _alone(browser, url, max_new, timeout_s, deadline, keep_low)
+            out.append(Batch(together, wall, started, before, after))
+            before = after
     finally:
         browser.close()
-    return Report(sessions, solo, together, wall, lowered[0], started=started, solo_after=after)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -547,6 +626,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", metavar="YAML", help="registry for the server (default: $SPECVIZ_MODELS or "
                                                       "models.yaml)")
     ap.add_argument("--max-new", type=int, help="new tokens per run (default: the page's default)")
+    ap.add_argument("--batches", type=int, default=1,
+                    help="times the sessions press Run at once, each batch followed by a solo run (default 1): "
+                         "each batch is judged against the solo runs on either side of it")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds for the whole test (default 1800)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--browser-cpu", type=float, default=BROWSER_CPU,
@@ -555,13 +637,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if not 1 <= a.sessions <= 64:
         ap.error("--sessions must be from 1 to 64")
+    if not 1 <= a.batches <= 20:
+        ap.error("--batches must be from 1 to 20")
     if not 0.01 <= a.browser_cpu <= 64:
         ap.error("--browser-cpu must be from 0.01 to 64 (a share of one core)")
-    rep = loadtest(a.sessions, a.models, a.max_new, a.timeout, a.browser_cpu)
+    rep = loadtest(a.sessions, a.models, a.max_new, a.timeout, a.browser_cpu, a.batches)
     for line in rep.lines():
         print(line)
     if a.json:
-        out = {"summary": rep.summary(), "solo": asdict(rep.solo), "together": [asdict(r) for r in rep.together],
-               "solo_after": asdict(rep.solo_after) if rep.solo_after else None}
+        out = {"summary": rep.summary(), "solos": [asdict(r) for r in rep.solos],
+               "batches": [[asdict(r) for r in b.together] for b in rep.batches]}
         Path(a.json).write_text(json.dumps(out, indent=1))
     return 0

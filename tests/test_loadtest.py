@@ -28,7 +28,7 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     assert s["finished"] == 2 and s["errors"] == 0
     assert s["texts_identical_to_solo"] and rep.solo.text, [r.text for r in [rep.solo, *rep.together, *rep.solos]]
     # the reference is the solo run before and after the sessions, both read
-    assert rep.solo_after is not None and rep.solo_after.text == rep.solo.text
+    assert len(rep.solos) == 2 and rep.solos[1].text == rep.solo.text
     assert len(s["solo_speedups"]) == 2 and all(s["solo_speedups"])
     assert rep.solo.speedup and all(r.speedup for r in rep.together)
     assert all(r.model_s and r.model_s > 0 for r in [rep.solo, *rep.together])
@@ -174,3 +174,28 @@ def test_the_loadtests_own_settings_are_checked_before_anything_starts(args, wro
     with pytest.raises(SystemExit):
         loadtest.main(args)
     assert wrong in capsys.readouterr().err
+
+
+def test_each_batch_is_judged_against_its_own_solo_runs():
+    """Solo, at once, solo, at once, solo: a machine whose speed drifts between batches must not make
+    the sessions of one batch read off against the solo runs of another."""
+    from specviz.loadtest import Batch, Report, SessionResult
+
+    def run(speedup, model_s=10.0):
+        return SessionResult(text="t", decode_s=model_s / 2, base_s=model_s / 2, speedup=speedup, finished_s=5.0)
+
+    s0, s1, s2 = run(2.0), run(2.2), run(3.0, 8.0)  # the machine got faster for the second batch
+    first = Batch([run(2.1), run(1.5)], wall_s=24.0, started=100.0, before=s0, after=s1)
+    second = Batch([run(2.6), run(2.9)], wall_s=16.0, started=200.0, before=s1, after=s2)
+    rep = Report(2, [first, second])
+    s = rep.summary()
+    assert [r.speedup for r in rep.solos] == [2.0, 2.2, 3.0] and len(rep.together) == 4
+    # 2.1 / 2.1 and 1.5 / 2.1 against the first pair of solos; 2.6 / 2.6 and 2.9 / 2.6 against the second
+    assert s["speedup_over_solo"] == pytest.approx([1.0, 1.5 / 2.1, 1.0, 2.9 / 2.6])
+    assert s["within_tolerance"] == 3
+    # the wall over the ideal: 40 s against 2 x 10 s for the first batch and 2 x 9 s for the second
+    assert s["wall_over_solo_model_sum"] == pytest.approx(40.0 / 38.0)
+    assert s["texts_identical_to_solo"] and s["finished"] == 4
+    assert len(rep.lines()) == 9 and rep.lines()[1].startswith("batch 1: ")
+    one = Report(2, [first]).summary()  # one batch gives that batch's own figures
+    assert one["speedup_over_solo"] == first.summary()["speedup_over_solo"] and one["wall_s"] == 24.0
