@@ -203,6 +203,35 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
+def cpu_s(pid: int, tid: int | None = None) -> float | None:
+    """CPU seconds (user + system) process pid has used, or its thread tid alone; None where /proc has none."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    try:
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class CpuUse:
+    """The server's CPU over a stretch of time: all its threads (in cores) and its main thread alone (a share
+    of one core), which serves every browser's websocket and runs no page script or model work."""
+
+    def __init__(self, pid: int | None):
+        self.pid = pid
+        self.t0 = time.monotonic()
+        self.c0 = self._read()
+
+    def _read(self) -> tuple[float | None, float | None]:
+        return (None, None) if self.pid is None else (cpu_s(self.pid), cpu_s(self.pid, self.pid))
+
+    def done(self) -> dict:
+        wall = time.monotonic() - self.t0
+        c1 = self._read()
+        share = [None if a is None or b is None or wall <= 0 else (b - a) / wall for a, b in zip(self.c0, c1)]
+        return {"process_cores": share[0], "main_thread": share[1]}
+
+
 def lower_priority(pids, nice: int = BROWSER_NICE) -> int:
     """Give every thread of these processes (and so what they start) the niceness `nice` and the idle
     scheduling class; how many processes it reached. Linux keeps both per thread: setting a process id alone
@@ -405,6 +434,7 @@ class Batch:
     before: SessionResult
     after: SessionResult
     device: dict = field(default_factory=dict)  # the server's holds while the sessions ran (trace_holds)
+    server_cpu: dict = field(default_factory=dict)  # CpuUse.done() while the sessions ran
 
     def _solo_mean(self, what: str) -> float | None:
         v = [getattr(r, what) for r in (self.before, self.after)]
@@ -450,6 +480,8 @@ class Batch:
             "device_held_s": self.device.get("held_s"),
             "device_holds": self.device.get("holds"),
             "sessions_held_s": sorted(self.device.get("owners_held_s", {}).values()),
+            "server_cores": self.server_cpu.get("process_cores"),
+            "server_main_thread": self.server_cpu.get("main_thread"),
         }
 
 
@@ -516,6 +548,10 @@ class Report:
             "device_held_share": sum(held) / wall if None not in held and sum(held) else None,
             "device_holds": sum(p["device_holds"] or 0 for p in per),
             "sessions_held_s": [v for p in per for v in p["sessions_held_s"]],
+            # the server's CPU while the sessions ran, over every batch: all its threads (cores), and the
+            # main thread that serves the browsers (a share of one core)
+            "server_cores": [p["server_cores"] for p in per],
+            "server_main_thread": [p["server_main_thread"] for p in per],
             "per_batch": per,
         }
 
@@ -551,7 +587,11 @@ class Report:
                else "no cap on the browsers' CPU (no cgroup could be made here)"),
         ] + ([f"the device was held {s['device_held_s']:.1f} s of the {s['wall_s']:.1f} s "
               f"({100 * s['device_held_share']:.0f} %), in {s['device_holds']} holds; per session "
-              + ", ".join(f"{v:.1f} s" for v in s["sessions_held_s"])] if s["device_held_share"] else [])
+              + ", ".join(f"{v:.1f} s" for v in s["sessions_held_s"])] if s["device_held_share"] else []) + (
+            ["the server's CPU while the sessions ran: "
+             + ", ".join(f"{fmt(c)} cores, its main thread {fmt(m)} of a core"
+                         for c, m in zip(s["server_cores"], s["server_main_thread"]))]
+            if any(c is not None for c in s["server_cores"]) else [])
 
 
 def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None = None,
@@ -583,7 +623,8 @@ def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browse
                         cap.add(started)
 
                 keep_low()
-                done = _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low)
+                pid = min(server) if len(server) == 1 else None  # the streamlit process, where it is clear
+                done = _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low, pid)
                 for b in done:
                     b.device = trace_holds(trace, b.started, b.started + b.wall_s)
                 return Report(sessions, done, lowered[0], cap.share if cap is not None else None)
@@ -600,7 +641,8 @@ def _alone(browser, url, max_new, timeout_s, deadline, keep_low) -> SessionResul
     return res
 
 
-def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low) -> list[Batch]:
+def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low,
+             server_pid: int | None = None) -> list[Batch]:
     """A warm-up run, then a solo run, and `batches` times: `sessions` pages pressing Run at once, then a solo
     run again. Each run on a new page, so no page shows an earlier run's figures when its Run is pressed."""
     out = []
@@ -609,11 +651,13 @@ def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep
         before = _alone(browser, url, max_new, timeout_s, deadline, keep_low)
         for _ in range(batches):
             pages = [open_session(browser, url, max_new, timeout_s) for _ in range(sessions)]
+            use = CpuUse(server_pid)
             together, wall, started = run_at_once(pages, deadline, keep_low)
+            cpu = use.done()
             for page in pages:
                 page.context.close()
             after = _alone(browser, url, max_new, timeout_s, deadline, keep_low)
-            out.append(Batch(together, wall, started, before, after))
+            out.append(Batch(together, wall, started, before, after, server_cpu=cpu))
             before = after
     finally:
         browser.close()

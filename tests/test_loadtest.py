@@ -33,7 +33,7 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     assert rep.solo.speedup and all(r.speedup for r in rep.together)
     assert all(r.model_s and r.model_s > 0 for r in [rep.solo, *rep.together])
     assert all(len(r.rounds) >= 2 for r in rep.together)  # rounds were seen appearing one by one
-    assert len(rep.lines()) == 9
+    assert len(rep.lines()) == 10 and "main thread" in rep.lines()[-1]  # the server's CPU, read from /proc
     assert rep.browser_processes_lowered >= 2  # the Playwright driver and Chromium, not the server
     # the server's queue wrote its holds: each session held the device, never more than the wall in all
     assert s["device_holds"] >= sum(len(r.rounds) for r in rep.together)
@@ -199,3 +199,33 @@ def test_each_batch_is_judged_against_its_own_solo_runs():
     assert len(rep.lines()) == 9 and rep.lines()[1].startswith("batch 1: ")
     one = Report(2, [first]).summary()  # one batch gives that batch's own figures
     assert one["speedup_over_solo"] == first.summary()["speedup_over_solo"] and one["wall_s"] == 24.0
+
+
+def test_the_server_cpu_is_read_per_process_and_for_its_main_thread():
+    """CpuUse on this process: a main thread spinning reads about one core, one that waits on a thread
+    that sleeps reads about none."""
+    import os
+    import threading
+    import time
+
+    from specviz.loadtest import CpuUse
+
+    if not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/stat").exists():
+        pytest.skip("no /proc here")
+
+    def spin(s):
+        t = time.monotonic()
+        while time.monotonic() - t < s:
+            pass
+
+    use = CpuUse(os.getpid())
+    spin(1.0)
+    alone = use.done()
+    assert 0.6 <= alone["main_thread"] <= 1.1 and alone["process_cores"] >= alone["main_thread"] - 0.05
+    use = CpuUse(os.getpid())
+    other = threading.Thread(target=time.sleep, args=(1.0,))  # a thread that only waits: no CPU
+    other.start()
+    other.join()
+    idle = use.done()
+    assert idle["main_thread"] <= 0.3 and idle["process_cores"] <= 0.3
+    assert CpuUse(None).done() == {"process_cores": None, "main_thread": None}
