@@ -71,7 +71,7 @@ _READ = """() => {
     }
     return null;
   };
-  const dec = body.match(/decode ([\\d.]+) s \\(draft/);
+  const dec = body.match(/decode ([\\d.]+) s \\(draft ([\\d.]+) s, verify ([\\d.]+) s/);
   const finished = body.includes('✔ finished');
   // the committed text: the drawn text less the refused drafts (struck through) and the bonus marks,
   // which depend on how many tokens each round drafted, not on what was generated
@@ -84,6 +84,8 @@ _READ = """() => {
   return {round: m ? +m[1] : 0, finished: finished,
           speed: metric('measured speedup'), base_rate: metric('target alone tokens/s'),
           tokens: metric('new tokens'), decode_s: dec ? +dec[1] : null,
+          draft_s: dec ? +dec[2] : null, verify_s: dec ? +dec[3] : null,
+          drafted: document.querySelectorAll('.sv-text [data-state="accepted"], .sv-text [data-state="rejected"]').length,
           outside_load: body.includes('Taken under outside load'),
           error: body.includes('The run stopped early') || !!document.querySelector('[data-testid="stException"]'),
           text: text && finished ? committed(text) : ''};
@@ -94,6 +96,9 @@ _READ = """() => {
 class SessionResult:
     text: str = ""
     decode_s: float | None = None  # the run's model time, as the page reports it
+    draft_s: float | None = None  # ... of which drafting
+    verify_s: float | None = None  # ... and verifying
+    drafted: int = 0  # tokens the run drafted (accepted and refused): with the best-k chooser, k reads the clock
     base_s: float | None = None  # the target-alone run's model time (new tokens / its tokens per second)
     speedup: float | None = None
     outside_load: bool = False
@@ -132,6 +137,7 @@ def read(page) -> dict:
 def fill_result(res: SessionResult, shown: dict) -> None:
     """The figures of a finished page."""
     res.text, res.decode_s = shown["text"], shown["decode_s"]
+    res.draft_s, res.verify_s, res.drafted = shown["draft_s"], shown["verify_s"], shown["drafted"]
     res.speedup = _number(shown["speed"])
     rate, n = _number(shown["base_rate"]), _number(shown["tokens"])
     res.base_s = n / rate if rate and n else None
@@ -576,6 +582,10 @@ class Report:
             f"{s['wall_over_ideal']:.2f} of it",
             *each,
             "each session's model time at once: " + ", ".join(f"{fmt(v)} s" for v in s["sessions_model_s"]),
+            "draft / verify seconds of the speculative runs, alone: "
+            + ", ".join(f"{fmt(r.draft_s)}/{fmt(r.verify_s)} ({r.drafted} drafted)" for r in self.solos)
+            + "; at once: " + ", ".join(f"{fmt(r.draft_s)}/{fmt(r.verify_s)} ({r.drafted} drafted)"
+                                        for r in self.together),
             (f"at the server, from Run to the last session's last model work: {s['server_wall_s']:.1f} s, "
              f"{s['server_wall_over_solo_model_sum']:.2f} of the solo model time" if s["server_wall_s"] is not None
              else "at the server: no trace of the device queue was read"),

@@ -33,7 +33,10 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     assert rep.solo.speedup and all(r.speedup for r in rep.together)
     assert all(r.model_s and r.model_s > 0 for r in [rep.solo, *rep.together])
     assert all(len(r.rounds) >= 2 for r in rep.together)  # rounds were seen appearing one by one
-    assert len(rep.lines()) == 10 and "main thread" in rep.lines()[-1]  # the server's CPU, read from /proc
+    # the page's split of the decode time, and the tokens each run drafted, were read
+    assert all(r.draft_s is not None and r.verify_s is not None and r.drafted > 0 for r in [rep.solo, *rep.together])
+    assert all(abs(r.draft_s + r.verify_s - r.decode_s) <= 0.02 + 0.1 * r.decode_s for r in rep.together)
+    assert len(rep.lines()) == 11 and "main thread" in rep.lines()[-1]  # the server's CPU, read from /proc
     assert rep.browser_processes_lowered >= 2  # the Playwright driver and Chromium, not the server
     # the server's queue wrote its holds: each session held the device, never more than the wall in all
     assert s["device_holds"] >= sum(len(r.rounds) for r in rep.together)
@@ -196,7 +199,7 @@ def test_each_batch_is_judged_against_its_own_solo_runs():
     # the wall over the ideal: 40 s against 2 x 10 s for the first batch and 2 x 9 s for the second
     assert s["wall_over_solo_model_sum"] == pytest.approx(40.0 / 38.0)
     assert s["texts_identical_to_solo"] and s["finished"] == 4
-    assert len(rep.lines()) == 9 and rep.lines()[1].startswith("batch 1: ")
+    assert len(rep.lines()) == 10 and rep.lines()[1].startswith("batch 1: ")
     one = Report(2, [first]).summary()  # one batch gives that batch's own figures
     assert one["speedup_over_solo"] == first.summary()["speedup_over_solo"] and one["wall_s"] == 24.0
 
