@@ -35,7 +35,7 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     assert all(len(r.rounds) >= 2 for r in rep.together)  # rounds were seen appearing one by one
     # the page's split of the decode time, and the tokens each run drafted, were read
     assert all(r.draft_s is not None and r.verify_s is not None and r.drafted > 0 for r in [rep.solo, *rep.together])
-    assert all(abs(r.draft_s + r.verify_s - r.decode_s) <= 0.02 + 0.1 * r.decode_s for r in rep.together)
+    assert all(r.draft_s + r.verify_s <= r.decode_s + 0.02 for r in rep.together)  # parts of it (2 decimals)
     assert len(rep.lines()) == 11 and "main thread" in rep.lines()[-1]  # the server's CPU, read from /proc
     assert rep.browser_processes_lowered >= 2  # the Playwright driver and Chromium, not the server
     # the server's queue wrote its holds: each session held the device, never more than the wall in all
