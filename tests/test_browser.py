@@ -217,8 +217,8 @@ def _wait_or_show(page, text: str) -> None:
 
 def _click_until(page, button, text: str, tries: int = 3, quiet_ms: int = 20_000) -> None:
     """Click button and wait for text. A click that lands as the app's websocket delivers a rerun can be
-    dropped (CI lost one at 0abb262: the script stayed idle, nothing was computed), so when neither the
-    text nor a running script shows within quiet_ms, click again; the last try waits as long as the test."""
+    dropped (the script stays idle, nothing is computed), so when neither the text nor a running script
+    shows within quiet_ms, click again; the last try waits as long as the test."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     for attempt in range(1, tries):
