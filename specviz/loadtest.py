@@ -191,12 +191,18 @@ def serve(models: str | None = None, start_s: float = 120.0, trace: str | None =
             proc.kill()
 
 
+def _stat_fields(path) -> list[str]:
+    """The fields of a /proc stat file from the 3rd on ("state" first): the name before them, in
+    parentheses, may hold spaces."""
+    return Path(path).read_text().rsplit(")", 1)[1].split()
+
+
 def descendants(pid: int) -> set[int]:
     """Every process below pid (children, theirs, ...), read from /proc; empty where there is no /proc."""
     kids: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # field 4, after "pid (name) state"
+            ppid = int(_stat_fields(stat)[1])  # field 4
         except (OSError, ValueError, IndexError):
             continue
         kids.setdefault(ppid, []).append(int(stat.parent.name))
@@ -213,7 +219,7 @@ def cpu_s(pid: int, tid: int | None = None) -> float | None:
     """CPU seconds (user + system) process pid has used, or its thread tid alone; None where /proc has none."""
     path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        fields = Path(path).read_text().rsplit(")", 1)[1].split()
+        fields = _stat_fields(path)
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14 and 15
     except (OSError, ValueError, IndexError):
         return None
@@ -450,6 +456,7 @@ class Batch:
         sessions = len(self.together)
         solo_model = self._solo_mean("model_s") or float("nan")
         solo_speedup = self._solo_mean("speedup")
+        ratios = [r.speedup / solo_speedup if r.speedup and solo_speedup else None for r in self.together]
         last = self.device.get("last_released")
         server_wall = last - self.started if last is not None and self.started else None
         return {
@@ -472,8 +479,8 @@ class Batch:
             "solo_speedups": [self.before.speedup, self.after.speedup],
             "solo_model_each_s": [self.before.model_s, self.after.model_s],
             "speedups": [r.speedup for r in self.together],
-            "speedup_over_solo": [r.speedup / solo_speedup if r.speedup and solo_speedup else None
-                                  for r in self.together],
+            "speedup_over_solo": ratios,
+            "within_tolerance": sum(_within(v) for v in ratios),
             # from the server's holds where they were traced (a browser lowered to idle cores shows its
             # rounds late while the server is busy), else as the pages showed them
             "longest_gap_between_rounds_s": self.device.get("longest_gap_s",
@@ -543,7 +550,7 @@ class Report:
             "solo_model_each_s": [r.model_s for r in self.solos],
             "speedups": [v for p in per for v in p["speedups"]],
             "speedup_over_solo": [v for p in per for v in p["speedup_over_solo"]],
-            "within_tolerance": sum(_within(v) for p in per for v in p["speedup_over_solo"]),
+            "within_tolerance": total("within_tolerance"),
             "longest_gap_between_rounds_s": max(p["longest_gap_between_rounds_s"] for p in per),
             "texts_identical_to_solo": all(r.text == self.solo.text for r in self.together + self.solos),
             "outside_load_flagged": [v for p in per for v in p["outside_load_flagged"]],
@@ -568,12 +575,11 @@ class Report:
         over = f" over {n} batches" if n > 1 else ""
         each = []
         for i, p in enumerate(s["per_batch"], 1):
-            ok = sum(_within(v) for v in p["speedup_over_solo"])
             each.append((f"batch {i}: " if n > 1 else "")
                         + f"measured speedup alone {fmt(p['solo_speedup'])}x (before and after: "
                         + ", ".join(f"{fmt(v)}x" for v in p["solo_speedups"]) + "); at once "
                         + ", ".join(f"{fmt(v)}x" for v in p["speedups"])
-                        + f"; within {100 * TOLERANCE:.0f} % of alone: {ok}/{len(p['speedups'])}")
+                        + f"; within {100 * TOLERANCE:.0f} % of alone: {p['within_tolerance']}/{len(p['speedups'])}")
         return [
             f"{s['finished']}/{s['sessions'] * n} sessions finished{over}; wall {s['wall_s']:.1f} s against "
             f"{s['sessions'] * n} x {s['solo_model_s']:.1f} s of solo model time: "

@@ -149,11 +149,9 @@ def test_a_cpu_cap_holds_a_busy_process_and_what_it_starts_to_its_share():
         kids = loadtest.descendants(proc.pid)
         assert kids, "the child was not started"
         pids = [proc.pid, *kids]
-        hz = os.sysconf("SC_CLK_TCK")
 
         def cpu_s() -> float:
-            return sum(sum(int(x) for x in open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[11:13])
-                       for p in pids) / hz
+            return sum(loadtest.cpu_s(p) for p in pids)
 
         c0, t0 = cpu_s(), loadtest.time.monotonic()
         loadtest.time.sleep(2.0)
