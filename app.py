@@ -81,19 +81,21 @@ if job is None:
     controls.save_load(job)
     st.stop()
 
-run = job.current_run()
-ph.head_line(job)
-ph.tokens(job)
+with ui.drawing():  # the page as it stands, drawn apart from other sessions' model work
+    run = job.current_run()
+    ph.head_line(job)
+    ph.tokens(job)
+    if job.rounds:
+        ph.status.markdown(explain.round_summary(job.rounds[-1], view.decoder(job)))
+    elif job.error is None:
+        ph.status.info("Paused before the first round: press Step or Resume.")
+    if job.error:
+        st.error(f"The run stopped early: {job.error}")
+    ph.numbers(run)
+    if job.rounds:
+        ph.round_log(run, job)
+        view.round_detail(job)
+        view.acceptance(run, ms.decode.k)
 if job.rounds:
-    ph.status.markdown(explain.round_summary(job.rounds[-1], view.decoder(job)))
-elif job.error is None:
-    ph.status.info("Paused before the first round: press Step or Resume.")
-if job.error:
-    st.error(f"The run stopped early: {job.error}")
-ph.numbers(run)
-if job.rounds:
-    ph.round_log(run, job)
-    view.round_detail(job)
-    view.acceptance(run, ms.decode.k)
-    view.speed(job)
+    view.speed(job)  # times the target alone first, when the run asked for it
 controls.save_load(job)

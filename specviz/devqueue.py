@@ -46,6 +46,17 @@ generate in the bench all go through it. Two things follow:
   be undone without privileges, so the model work runs off the page's thread
   either way.
 
+Drawing apart from model work: a page draws in Python, and Python runs one thread at a time (the GIL).
+The model worker lets go of the GIL in every PyTorch operation and must take it back after, so while
+another thread draws, each operation may wait for it, and a draft step makes hundreds: a page drawing
+next to a draft step slows the step several times over (README, Running a workshop). So model work and drawing
+take turns (`Turns`): a page draws inside `QUEUE.drawing()`, which waits while model work holds a device,
+and a hold waits for the drawing that asked before it. Each waits only for the other kind that asked
+earlier, so neither starves, and pages draw at the same time as each other. A page that asks for model
+work while it draws stops drawing until the work is done (`paused()`, also for whatever else waits on
+model work, such as a model being loaded by another session); inside model work (a load's progress
+bar) drawing passes straight through.
+
 Outside load: the queue orders this app's work but cannot stop other programs.
 `note_pass` compares a pass's process CPU time with wall time × threads; a CPU
 pass that got well under its share of the cores ran while something else was
@@ -181,6 +192,50 @@ def set_session(owner: str, on_wait: OnWait | None = None) -> None:
     _owner.set((str(owner), on_wait))
 
 
+class Turns:
+    """Model work and drawing take turns in a process: each waits for the other kind that asked before it.
+
+    Tickets are numbered in the order asked; a ticket enters when no ticket of the other kind with a
+    smaller number is still open (waiting or in). Same-kind tickets do not wait for each other."""
+
+    KINDS = ("model", "draw")
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._next = 0
+        self._open: dict[str, list[int]] = {k: [] for k in self.KINDS}  # open tickets by kind, ascending
+        self.waits = {k: 0 for k in self.KINDS}  # how many tickets of each kind had to wait
+
+    def acquire(self, kind: str) -> int:
+        """Wait for this kind's turn; the ticket to release."""
+        other = "draw" if kind == "model" else "model"
+        with self._cond:
+            t, self._next = self._next, self._next + 1
+            mine = self._open[kind]
+            mine.append(t)
+            waited = False
+            try:
+                while self._open[other] and self._open[other][0] < t:
+                    waited = True
+                    self._cond.wait()
+            except BaseException:
+                mine.remove(t)
+                self._cond.notify_all()
+                raise
+            self.waits[kind] += waited
+            return t
+
+    def release(self, kind: str, t: int) -> None:
+        with self._cond:
+            self._open[kind].remove(t)
+            self._cond.notify_all()
+
+    def open(self) -> dict[str, int]:
+        """How many tickets of each kind are open now."""
+        with self._cond:
+            return {k: len(v) for k, v in self._open.items()}
+
+
 class DeviceQueue:
     """A fair FIFO queue per device; see the module docstring."""
 
@@ -192,6 +247,8 @@ class DeviceQueue:
         self._cond = threading.Condition(self._lock)  # each ticket waits on its own condition over the same lock
         self._lines: dict[str, _Line] = {}
         self._depth = threading.local()  # per thread: {device: nesting depth}
+        self.turns = Turns()  # model work and drawing, apart (see drawing())
+        self._drawer = threading.local()  # per thread: .t, the draw ticket it holds (None when not drawing)
 
     def _line(self, key: str) -> _Line:
         line = self._lines.get(key)
@@ -237,32 +294,75 @@ class DeviceQueue:
             finally:
                 depth[key] -= 1
             return
-        slot = Slot(owner, key)
-        t = _Ticket(owner, wake=threading.Condition(self._lock))
-        asked = time.time()
-        t0 = time.perf_counter()
-        with self._cond:
-            line = self._line(key)
-            line.waiting.append(t)
-            slot.ahead = self._ahead(line, t)
-        waited = self._wait_turn(line, t, on_wait)
-        slot.waited_s = time.perf_counter() - t0
-        depth[key] = 1
-        t1 = time.perf_counter()
+        with self.paused():  # a page asking while it draws stops drawing until the work is done
+            slot = Slot(owner, key)
+            t = _Ticket(owner, wake=threading.Condition(self._lock))
+            asked = time.time()
+            t0 = time.perf_counter()
+            with self._cond:
+                line = self._line(key)
+                line.waiting.append(t)
+                slot.ahead = self._ahead(line, t)
+            waited = self._wait_turn(line, t, on_wait)
+            try:
+                turn = self.turns.acquire("model")  # then the drawing that asked before it ends
+            except BaseException:
+                with self._cond:
+                    line.holders.remove(t)
+                    self._wake_next(line)
+                raise
+            slot.waited_s = time.perf_counter() - t0
+            depth[key] = 1
+            t1 = time.perf_counter()
+            try:
+                with self._cond:
+                    line.longest_wait_s = max(line.longest_wait_s, slot.waited_s)
+                if waited and on_wait is not None:
+                    on_wait(None)  # granted after a wait: the page clears its notice
+                yield slot
+            finally:
+                slot.held_s = time.perf_counter() - t1
+                depth[key] = 0
+                self.turns.release("model", turn)
+                with self._cond:
+                    line.holders.remove(t)
+                    self._wake_next(line)
+                if self.trace:
+                    self._write_trace(slot, asked)
+
+    def _holds_a_device(self) -> bool:
+        return any((getattr(self._depth, "d", None) or {}).values())
+
+    @contextmanager
+    def drawing(self) -> Iterator[None]:
+        """Draw in the block while no model work of this process runs (see Turns, and the module docstring).
+
+        Passes straight through inside drawing() of the same thread, and inside model work (a hold, or a
+        device worker running one)."""
+        if getattr(self._drawer, "t", None) is not None or self._holds_a_device():
+            yield
+            return
+        self._drawer.t = self.turns.acquire("draw")
         try:
-            with self._cond:
-                line.longest_wait_s = max(line.longest_wait_s, slot.waited_s)
-            if waited and on_wait is not None:
-                on_wait(None)  # granted after a wait: the page clears its notice
-            yield slot
+            yield
         finally:
-            slot.held_s = time.perf_counter() - t1
-            depth[key] = 0
-            with self._cond:
-                line.holders.remove(t)
-                self._wake_next(line)
-            if self.trace:
-                self._write_trace(slot, asked)
+            t, self._drawer.t = self._drawer.t, None
+            if t is not None:
+                self.turns.release("draw", t)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop this thread's drawing() for the block (which waits on model work), and take a turn again after."""
+        t = getattr(self._drawer, "t", None)
+        if t is None:
+            yield
+            return
+        self._drawer.t = None
+        self.turns.release("draw", t)
+        try:
+            yield
+        finally:
+            self._drawer.t = self.turns.acquire("draw")
 
     def _write_trace(self, slot: Slot, asked: float) -> None:
         """One line per hold, times in seconds since the epoch (so another process can line them up).
@@ -387,6 +487,11 @@ def trace_holds(path: str, since: float = 0.0, until: float = math.inf) -> dict:
 def hold(device="cpu"):
     """QUEUE.hold(device) for the owner of the current session()."""
     return QUEUE.hold(device)
+
+
+def drawing():
+    """QUEUE.drawing(): a page draws in the block while no model work runs."""
+    return QUEUE.drawing()
 
 
 # --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .devqueue import load_text
+from .devqueue import QUEUE, load_text
 from .errors import SpecvizError
 from .records import Round, Run
 from .settings import DecodeSettings, recorded_eos
@@ -110,14 +110,15 @@ class Playback:
     def advance(self) -> Round | None:
         """Reveal the next round (live: compute it). None when there is none left.
 
-        Safe to call from two threads: the second waits for the first's round.
+        Safe to call from two threads: the second waits for the first's round (not in a turn to draw:
+        that round's model work may be waiting for the turn to end).
         """
-        with self._lock:
+        with QUEUE.paused(), self._lock:
             return self._advance()
 
     def close(self, reason: str = "the run was stopped") -> None:
         """Stop a live run now and let its KV caches go (after the round in flight, if any)."""
-        with self._lock:
+        with QUEUE.paused(), self._lock:
             if self._it is not None and not self._done:
                 self._it.close()
                 self._done, self.error = True, self.error or reason

@@ -282,6 +282,100 @@ def test_a_hold_inside_a_hold_of_the_same_thread_passes_through():
 
 
 # --------------------------------------------------------------------------
+# drawing and model work take turns
+
+
+def _in_thread(fn, *args) -> threading.Thread:
+    t = threading.Thread(target=fn, args=args, daemon=True)
+    t.start()
+    return t
+
+
+def test_drawing_waits_for_model_work_and_model_work_for_the_drawing_asked_before_it():
+    q = DeviceQueue(poll_s=0.01, env="")
+    log: list[str] = []
+    go = {name: threading.Event() for name in ("m1", "d1", "m2")}
+
+    def model(name):
+        with q.hold("cpu", owner=name):
+            log.append(f"{name} in")
+            go[name].wait(10)
+            log.append(f"{name} out")
+
+    def draw(name):
+        with q.drawing():
+            log.append(f"{name} in")
+            if name in go:
+                go[name].wait(10)
+            log.append(f"{name} out")
+
+    threads = [_in_thread(model, "m1")]
+    _wait_until(lambda: log == ["m1 in"])
+    threads += [_in_thread(draw, "d1"), _in_thread(draw, "d2")]  # both ask while m1 works: both wait
+    _wait_until(lambda: q.turns.open()["draw"] == 2)
+    time.sleep(0.05)
+    assert log == ["m1 in"]
+    go["m1"].set()
+    _wait_until(lambda: "d2 out" in log and "d1 in" in log)  # the two draws go together
+    assert log[1] == "m1 out" and "d1 out" not in log
+    threads.append(_in_thread(model, "m2"))  # asks while d1 draws: waits for it
+    _wait_until(lambda: q.turns.open()["model"] == 1)
+    threads.append(_in_thread(draw, "d3"))  # asks after m2: waits for m2, so drawing never starves model work
+    _wait_until(lambda: q.turns.open()["draw"] == 2)
+    time.sleep(0.05)
+    assert "m2 in" not in log and "d3 in" not in log
+    go["d1"].set()
+    _wait_until(lambda: "m2 in" in log)
+    time.sleep(0.05)
+    assert log[-2:] == ["d1 out", "m2 in"]
+    go["m2"].set()
+    for t in threads:
+        t.join(10)
+    assert log[-4:] == ["m2 in", "m2 out", "d3 in", "d3 out"]
+    assert q.turns.open() == {"model": 0, "draw": 0} and q.turns.waits["model"] == 1
+
+
+def test_a_page_that_asks_for_model_work_while_it_draws_steps_out_until_it_is_done():
+    q = DeviceQueue(poll_s=0.01, env="")
+    seen, lock = {}, threading.Lock()
+
+    def page():
+        with q.drawing():
+            with q.hold("cpu", owner="page"):  # its own round: it stops drawing, or another page's
+                seen["inside"] = q.turns.open()  # drawing could never end while this waits
+                with q.drawing():  # drawing inside model work passes through
+                    seen["nested"] = True
+            seen["after"] = q.turns.open()
+            with q.paused(), lock:  # waiting on a lock that model work holds: not in a turn
+                seen["locked"] = True
+
+    def other():  # holds the lock, then asks for a round
+        with lock:
+            with q.hold("cpu", owner="other"):
+                time.sleep(0.1)
+
+    t_other = _in_thread(other)
+    t_page = _in_thread(page)
+    t_page.join(10)
+    t_other.join(10)
+    assert not t_page.is_alive() and not t_other.is_alive()
+    assert seen["inside"]["model"] >= 1 and seen["inside"]["draw"] == 0 and seen["nested"]
+    assert seen["after"]["draw"] == 1 and seen["locked"]
+    assert q.turns.open() == {"model": 0, "draw": 0}
+
+
+def test_a_device_worker_may_draw_inside_model_work():
+    def progress():  # a load's progress bar, called on the worker
+        with devqueue.drawing():
+            return "drawn"
+
+    box = {}
+    t = _in_thread(lambda: box.setdefault("got", devqueue.run("cpu", progress)))
+    t.join(10)
+    assert box.get("got") == "drawn"
+
+
+# --------------------------------------------------------------------------
 # honest timings: waiting for the device is never counted
 
 

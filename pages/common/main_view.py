@@ -132,24 +132,28 @@ def animate(job: playback.Playback, steps: int | None, speed: str, ph: Placehold
         # passed: drawing takes at most half the time, so a long run renders in linear time
         if pend_s == after_s == 0 and not job.done and playback.now() - drawn_at < draw_cost:
             continue
-        t_draw = playback.now()
-        # drafted tokens first, pending; then the target's verdict
-        ph.head_line(job)
+        # drafted tokens first, pending; then the target's verdict (each drawn in a turn, apart from
+        # other sessions' model work; the pauses between are not)
         if rnd.k and pend_s > 0:
-            ph.tokens(job, pending=rnd)
-            _first_drawn(job)
-            ph.status.info(f"Round {rnd.index + 1}: the drafter proposed {rnd.k} token{'s' * (rnd.k != 1)} "
-                           f"({rnd.draft_s * 1000:.0f} ms) — pending the target's verdict from one forward "
-                           "pass…", icon=":material/hourglass_top:")
+            with ui.drawing():
+                ph.head_line(job)
+                ph.tokens(job, pending=rnd)
+                _first_drawn(job)
+                ph.status.info(f"Round {rnd.index + 1}: the drafter proposed {rnd.k} token{'s' * (rnd.k != 1)} "
+                               f"({rnd.draft_s * 1000:.0f} ms) — pending the target's verdict from one forward "
+                               "pass…", icon=":material/hourglass_top:")
             playback.sleep(pend_s)
-        ph.tokens(job)
-        _first_drawn(job)
-        ph.status.markdown(explain.round_summary(rnd, decoder(job)))
-        partial = job.current_run()
-        ph.numbers(partial)
-        ph.round_log(partial, job, last=LOG_TAIL)
-        drawn_at = playback.now()
-        draw_cost = drawn_at - t_draw
+        with ui.drawing():
+            t_draw = playback.now()
+            ph.head_line(job)
+            ph.tokens(job)
+            _first_drawn(job)
+            ph.status.markdown(explain.round_summary(rnd, decoder(job)))
+            partial = job.current_run()
+            ph.numbers(partial)
+            ph.round_log(partial, job, last=LOG_TAIL)
+            drawn_at = playback.now()
+            draw_cost = drawn_at - t_draw
         playback.sleep(after_s)
     return advanced
 
@@ -292,9 +296,16 @@ def _identity(job: playback.Playback, base: dict) -> None:
 
 
 def speed(job: playback.Playback) -> None:
-    """The run against the target alone: tokens/s, measured speedup, where the time went, identity."""
+    """The run against the target alone: tokens/s, measured speedup, where the time went, identity.
+
+    The target alone is timed first (model work), then the rest is drawn in a turn (ui.drawing())."""
     st.subheader("Speed: speculative vs. the target alone")
     _baseline(job)
+    with ui.drawing():
+        _speed_figures(job)
+
+
+def _speed_figures(job: playback.Playback) -> None:
     base = job.meta.get("baseline")
     _latency(job)
     if not job.done:

@@ -11,7 +11,8 @@ Stable API (pages import these):
                                         -> Pair, shared by every session (st.cache_resource),
                                            with a progress indicator on the first load
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
-    show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config
+    show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config, drawn in a turn
+    drawing()                           a turn to draw, apart from the server's model work
     show_error(e)                       a clear message, never a traceback (details in an expander)
     decoder(tokenizer)                  id -> text, memoised per tokenizer
     pair_status(name), list_pairs_safe(), default_dtype_name()
@@ -177,8 +178,20 @@ def show_error(e: BaseException) -> None:
 
 def show_chart(fig, name: str, key: str | None = None, **kw):
     """A plotly figure with the light-theme PNG download button (filename `name`); returns what
-    st.plotly_chart returns (the selection, with on_select)."""
-    return st.plotly_chart(fig, config=charts.plotly_config(name), key=key, **kw)
+    st.plotly_chart returns (the selection, with on_select). Drawn apart from model work (drawing())."""
+    with drawing():
+        return st.plotly_chart(fig, config=charts.plotly_config(name), key=key, **kw)
+
+
+def drawing():
+    """A turn to draw: the block runs while no model work of this server runs (specviz.devqueue).
+
+    Python runs one thread at a time, and a page drawing beside a draft step slows the step several times
+    over, so every figure a session measures would read slow while other pages draw. Wrap drawing only:
+    model work asked inside it (a round, a load) waits outside the turn."""
+    from specviz import devqueue
+
+    return devqueue.drawing()
 
 
 # --- pairs and dtypes -------------------------------------------------------------------------
@@ -348,19 +361,20 @@ def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
     a copy of the loaded draft, made once, sharing the target. Raises SpecvizError
     (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
     """
-    from specviz import models, quant
+    from specviz import devqueue, models, quant
 
-    base = _load_base(name, dtype)
-    precision = quant.check(draft_precision, base.device)
-    slot = _slot(name, dtype)
-    with slot.lock:
-        if precision not in slot.variants:
-            with st.spinner(f"Preparing a {precision} copy of the draft…"):
-                pair = models.with_draft_precision(base, precision)
-                if pair is not base:
-                    _warm_up(pair, lambda *_: None)
-                slot.variants[precision] = pair
-        return slot.variants[precision]
+    with devqueue.QUEUE.paused():  # a load may wait on model work: not while this page holds a turn to draw
+        base = _load_base(name, dtype)
+        precision = quant.check(draft_precision, base.device)
+        slot = _slot(name, dtype)
+        with slot.lock:
+            if precision not in slot.variants:
+                with st.spinner(f"Preparing a {precision} copy of the draft…"):
+                    pair = models.with_draft_precision(base, precision)
+                    if pair is not base:
+                        _warm_up(pair, lambda *_: None)
+                    slot.variants[precision] = pair
+            return slot.variants[precision]
 
 
 _LOADED: "weakref.WeakValueDictionary[tuple[str, str], Any]" = weakref.WeakValueDictionary()  # (name, dtype) -> Pair
