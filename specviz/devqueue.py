@@ -276,8 +276,11 @@ class DeviceQueue:
         return free > 0 and any(w is t for w, _ in zip(line.waiting, range(free)))
 
     @contextmanager
-    def hold(self, device="cpu", owner: str | None = None, on_wait: OnWait | None = None) -> Iterator[Slot]:
-        """Wait for this owner's turn on the device, hold it for the block, then pass it on."""
+    def hold(self, device="cpu", owner: str | None = None, on_wait: OnWait | None = None,
+             turn: bool = True) -> Iterator[Slot]:
+        """Wait for this owner's turn on the device, hold it for the block, then pass it on.
+
+        turn=False: pages may draw meanwhile (a model load, which shows no timing and may take minutes)."""
         key = device_key(device)
         ctx = _owner.get()
         if owner is None:
@@ -304,8 +307,8 @@ class DeviceQueue:
                 line.waiting.append(t)
                 slot.ahead = self._ahead(line, t)
             waited = self._wait_turn(line, t, on_wait)
-            try:
-                turn = self.turns.acquire("model")  # then the drawing that asked before it ends
+            try:  # then the drawing that asked before it ends
+                ticket = self.turns.acquire("model") if turn else None
             except BaseException:
                 with self._cond:
                     line.holders.remove(t)
@@ -323,7 +326,8 @@ class DeviceQueue:
             finally:
                 slot.held_s = time.perf_counter() - t1
                 depth[key] = 0
-                self.turns.release("model", turn)
+                if ticket is not None:
+                    self.turns.release("model", ticket)
                 with self._cond:
                     line.holders.remove(t)
                     self._wake_next(line)
@@ -545,14 +549,15 @@ class _Workers:
 _WORKERS = _Workers()
 
 
-def run(device, fn: Callable[[], object]):
+def run(device, fn: Callable[[], object], turn: bool = True):
     """Hold the device (QUEUE.hold) and run fn() on one of its worker threads; return what fn returns.
 
     The caller waits; fn sees the caller's context variables, holds, load watches and PyTorch
     grad/inference mode, and its exception is raised here. Inside a hold of a worker, fn runs directly.
+    turn=False: pages may draw meanwhile (loading a model; see QUEUE.hold).
     """
     key = device_key(device)
-    with QUEUE.hold(key):
+    with QUEUE.hold(key, turn=turn):
         if _WORKERS.on_worker(key):
             return fn()
         return _on_worker(key, fn)

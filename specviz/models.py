@@ -405,7 +405,7 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, prog
                 # on the device's worker, with the cores' threads (devqueue.share_cores)
                 model = devqueue.run(device, lambda: AutoModelForCausalLM.from_pretrained(
                     where, dtype=dtype, local_files_only=True, device_map=None if device == "cpu" else device, **kw
-                ))
+                ), turn=False)  # pages go on drawing while a model loads
             break
         except (OSError, ValueError, KeyError, SafetensorError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -507,7 +507,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
             fastlinear.enable(t_model, pack=True)  # only the float32 Linears; first, so a draft made of its layers is packed too
             fastlinear.enable(d_model)  # left plain: a draft is copied and quantized from these weights
 
-        devqueue.run(device, fast)
+        devqueue.run(device, fast, turn=False)
 
     if device.startswith("cuda"):
         limit_cpu_threads()
@@ -549,7 +549,7 @@ def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pai
         precision = str(dtype).replace("torch.", "")  # its weights ARE the target's: never quantize them
     else:
         progress(f"draft precision: {precision}", None)
-        devqueue.run(device, lambda: quant.apply(got["draft"][1], precision))
+        devqueue.run(device, lambda: quant.apply(got["draft"][1], precision), turn=False)
     return got["draft"], got["target"], sources, precision
 
 
@@ -578,7 +578,7 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
             fastlinear.enable(draft)
         return draft
 
-    draft = devqueue.run(pair.device, make)
+    draft = devqueue.run(pair.device, make, turn=False)
     return dataclasses.replace(pair, draft=draft, draft_precision=precision,
                                load_s=time.perf_counter() - t0)
 

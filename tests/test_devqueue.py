@@ -364,6 +364,23 @@ def test_a_page_that_asks_for_model_work_while_it_draws_steps_out_until_it_is_do
     assert q.turns.open() == {"model": 0, "draw": 0}
 
 
+def test_pages_go_on_drawing_while_a_model_loads():
+    q = DeviceQueue(poll_s=0.01, env="")
+    loading, drawn = threading.Event(), threading.Event()
+
+    def load():  # a hold without a turn, as models.py loads: it may take minutes
+        with q.hold("cpu", owner="loader", turn=False):
+            loading.set()
+            drawn.wait(10)
+
+    t = _in_thread(load)
+    assert loading.wait(10)
+    with q.drawing():
+        drawn.set()
+    t.join(10)
+    assert not t.is_alive() and q.turns.waits["draw"] == 0
+
+
 def test_a_device_worker_may_draw_inside_model_work():
     def progress():  # a load's progress bar, called on the worker
         with devqueue.drawing():
