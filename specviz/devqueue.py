@@ -310,9 +310,7 @@ class DeviceQueue:
             try:  # then the drawing that asked before it ends
                 ticket = self.turns.acquire("model") if turn else None
             except BaseException:
-                with self._cond:
-                    line.holders.remove(t)
-                    self._wake_next(line)
+                self._let_go(line, t)
                 raise
             slot.waited_s = time.perf_counter() - t0
             depth[key] = 1
@@ -328,11 +326,15 @@ class DeviceQueue:
                 depth[key] = 0
                 if ticket is not None:
                     self.turns.release("model", ticket)
-                with self._cond:
-                    line.holders.remove(t)
-                    self._wake_next(line)
+                self._let_go(line, t)
                 if self.trace:
                     self._write_trace(slot, asked)
+
+    def _let_go(self, line: _Line, t: _Ticket) -> None:
+        """Holder t leaves the device: the next in line may enter."""
+        with self._cond:
+            line.holders.remove(t)
+            self._wake_next(line)
 
     def _holds_a_device(self) -> bool:
         return any((getattr(self._depth, "d", None) or {}).values())

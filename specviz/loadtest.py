@@ -571,6 +571,9 @@ class Report:
     def lines(self) -> list[str]:
         s = self.summary()
         fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
+
+        def _split(runs: list[SessionResult]) -> str:  # each run's drafting / verifying seconds
+            return ", ".join(f"{fmt(r.draft_s)}/{fmt(r.verify_s)} ({r.drafted} drafted)" for r in runs)
         n = len(self.batches)
         over = f" over {n} batches" if n > 1 else ""
         each = []
@@ -588,10 +591,8 @@ class Report:
             f"{s['wall_over_ideal']:.2f} of it",
             *each,
             "each session's model time at once: " + ", ".join(f"{fmt(v)} s" for v in s["sessions_model_s"]),
-            "draft / verify seconds of the speculative runs, alone: "
-            + ", ".join(f"{fmt(r.draft_s)}/{fmt(r.verify_s)} ({r.drafted} drafted)" for r in self.solos)
-            + "; at once: " + ", ".join(f"{fmt(r.draft_s)}/{fmt(r.verify_s)} ({r.drafted} drafted)"
-                                        for r in self.together),
+            "draft / verify seconds of the speculative runs, alone: " + _split(self.solos)
+            + "; at once: " + _split(self.together),
             (f"at the server, from Run to the last session's last model work: {s['server_wall_s']:.1f} s, "
              f"{s['server_wall_over_solo_model_sum']:.2f} of the solo model time" if s["server_wall_s"] is not None
              else "at the server: no trace of the device queue was read"),
