@@ -21,7 +21,9 @@ against the solo one, the longest wait between two rounds of one session (from
 the server's trace of its device queue, which also gives how much of the wall
 the device was held), and whether every greedy text equals the solo text.
 Every wait is bounded (--timeout for the whole test). The default settings of the page are used;
---max-new changes only the number of new tokens.
+--max-new changes only the number of new tokens. The browsers stand in for laptops, which draw on cores
+of their own: they run lowered, capped, and by default only while the server is idle (BrowserGate;
+--browsers-always lets them run throughout).
 
 This module drives the app from outside and never imports streamlit.
 """
@@ -32,10 +34,12 @@ import argparse
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -57,6 +61,15 @@ BROWSER_NICE = 19
 # idle class alone is not a bound on every kernel (README, Running a workshop).
 BROWSER_CPU = 0.25
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# ... and, by default, they are stopped (SIGSTOP) while the server works and go on while it is idle
+# (BrowserGate): even capped and in the idle class, a browser drawing on the same two cores slowed the
+# server's model work by a third (README, Running a workshop).
+BUSY_CORES = 0.3  # the server is working while its threads use more than this many cores ...
+GATE_WINDOW_S = 0.05  # ... read over at least this long
+GATE_STEP_S = 0.01  # how often the gate reads the server
+GATE_PING_S = 600  # the server's websocket ping interval (and timeout) while the browsers are gated
+MAX_STOP_S = 10.0  # the browsers go on for GATE_SLICE_S at least this often, so none looks gone for good
+GATE_SLICE_S = 0.3  # to the server or to the driver
 
 # what a page shows, read in one call: round number, finished, speed section drawn, figures. textContent, not
 # innerText: innerText lays the whole page out again, on every poll of every page
@@ -151,10 +164,12 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serve(models: str | None = None, start_s: float = 120.0, trace: str | None = None) -> Iterator[str]:
+def serve(models: str | None = None, start_s: float = 120.0, trace: str | None = None,
+          options: tuple[str, ...] = ()) -> Iterator[str]:
     """`streamlit run app.py` on a free port of 127.0.0.1; yields its URL, stops it afterwards.
 
-    trace: a file where the server's device queue writes every hold (devqueue.ENV_TRACE)."""
+    trace: a file where the server's device queue writes every hold (devqueue.ENV_TRACE); options: more
+    streamlit options."""
     env = dict(os.environ)
     if models:
         env["SPECVIZ_MODELS"] = str(models)
@@ -163,7 +178,7 @@ def serve(models: str | None = None, start_s: float = 120.0, trace: str | None =
     port = _free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
            str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none"]
+           "--server.fileWatcherType", "none", *options]
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -350,6 +365,114 @@ class CpuCap:
             pass
 
 
+class BrowserGate:
+    """Lets the browsers run only while the server is idle: update() stops them (SIGSTOP) when the server's
+    CPU over the last window reads busy, and lets them go on (SIGCONT) when it reads idle, or when they
+    have been stopped for max_stop_s (for slice_s). A laptop in a room draws on its own cores; a browser on
+    the server's cores, even capped and in the idle class, slows the model work it shares them with.
+    start() calls update() every step_s on a thread of its own, so the browsers stop within a few
+    hundredths of a second of the server starting to work, whatever the caller is doing.
+
+    pids() gives the processes to gate (the driver and the browsers); busy() overrides the reading of the
+    server's CPU (tests). close() ends the thread and lets everything go on."""
+
+    def __init__(self, server_pid: int | None, pids: Callable[[], set[int]], busy: Callable[[], bool] | None = None,
+                 busy_cores: float = BUSY_CORES, window_s: float = GATE_WINDOW_S, max_stop_s: float = MAX_STOP_S,
+                 slice_s: float = GATE_SLICE_S, step_s: float = GATE_STEP_S):
+        self.server_pid, self.pids, self.busy_cores, self.window_s = server_pid, pids, busy_cores, window_s
+        self.max_stop_s, self.slice_s, self.step_s = max_stop_s, slice_s, step_s
+        self._busy = busy or self._server_busy
+        self._lock = threading.RLock()
+        self._quit = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stopped: set[int] = set()
+        self.stopped_since: float | None = None  # when the browsers were last stopped (None: they run)
+        self._run_until = 0.0  # they run until then whatever the server does (run_for)
+        self.stops = 0  # times the browsers were stopped
+        self.stopped_s = 0.0  # and for how long in all
+        self._samples: list[tuple[float, float]] = []  # (time, the server's CPU seconds), the last window's
+        self._busy()  # the first sample
+
+    @property
+    def running(self) -> bool:
+        return self.stopped_since is None
+
+    def _server_busy(self) -> bool:
+        """The server used more than busy_cores over the last window_s (False until a window has passed)."""
+        now, c = time.monotonic(), cpu_s(self.server_pid) if self.server_pid else None
+        if c is None:
+            return False
+        self._samples.append((now, c))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+            self._samples.pop(0)  # keep one sample at least window_s old
+        t0, c0 = self._samples[0]
+        return now - t0 >= self.window_s and (c - c0) / (now - t0) > self.busy_cores
+
+    def update(self) -> bool:
+        """Stop or continue the browsers as the server reads now; True while they run (and can be read)."""
+        with self._lock:
+            now = time.monotonic()
+            busy = self._busy()
+            if self.stopped_since is not None:
+                if not busy:
+                    self.cont()
+                elif now - self.stopped_since >= self.max_stop_s:
+                    self.run_for(self.slice_s)
+            elif now >= self._run_until and busy:
+                self.stop()
+            return self.stopped_since is None
+
+    def start(self) -> "BrowserGate":
+        """update() every step_s on a daemon thread, until close()."""
+        def loop() -> None:
+            while not self._quit.wait(self.step_s):
+                self.update()
+        self._thread = threading.Thread(target=loop, name="browser-gate", daemon=True)
+        self._thread.start()
+        return self
+
+    def run_for(self, s: float) -> None:
+        """Let the browsers run for the next s seconds, busy or not (a click to land, a ping to answer)."""
+        with self._lock:
+            self._cont()
+            self._run_until = max(self._run_until, time.monotonic() + s)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                self.stopped.add(pid)
+            except OSError:  # gone
+                pass
+        self.stopped_since = time.monotonic()
+        self.stops += 1
+
+    def cont(self) -> None:
+        with self._lock:
+            self._cont()
+
+    def _cont(self) -> None:
+        for pid in self.stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        self.stopped.clear()
+        if self.stopped_since is not None:
+            self.stopped_s += time.monotonic() - self.stopped_since
+        self.stopped_since = None
+
+    def close(self) -> None:
+        self._quit.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.cont()
+
+
 def started_since(before: set[int]) -> set[int]:
     """The processes below this one that were not among `before` (its descendants then)."""
     return descendants(os.getpid()) - before
@@ -398,24 +521,43 @@ def press_run_together(pages: list) -> tuple[float, float]:
     return t0, at
 
 
-def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = lambda: None
-                ) -> tuple[list[SessionResult], float, float]:
+CLICK_GRACE_S = 0.5  # the browsers run this long after the common moment, whatever the server does: a click
+# a stopped browser owes is only late, and a longer grace overlapped a solo run's first round (README)
+
+
+def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = lambda: None,
+                gate: BrowserGate | None = None) -> tuple[list[SessionResult], float, float]:
     """Press Run on every page at once, then poll them all until each shows its speed figures (or the
     deadline); return the results, the wall time and when Run was pressed (time.time()).
 
     keep_low() is called before and every second while polling: the browsers start new processes and
-    threads as they go, and each must be lowered as it appears.
+    threads as they go, and each must be lowered as it appears. With a gate, the browsers run (and are
+    read) only while the server is idle, after CLICK_GRACE_S for every click to land.
     """
     results = [SessionResult() for _ in pages]
     keep_low()
+    if gate is not None:
+        gate.run_for(CLICK_GRACE_S + CLICK_LEAD_S * len(pages))
     t0, pressed = press_run_together(pages)
     last_low = time.monotonic()
     last = [0] * len(pages)
+    try:
+        _poll(pages, results, t0, last, last_low, deadline, keep_low, gate)
+    finally:
+        if gate is not None:
+            gate.run_for(0.0)  # between runs the browsers go on until the server works again
+    done = [r.finished_s for r in results if r.finished_s is not None]
+    return results, max(done) if done else float("nan"), pressed
+
+
+def _poll(pages, results, t0, last, last_low, deadline, keep_low, gate) -> None:
     while time.monotonic() < deadline:
         pending = [i for i, r in enumerate(results) if r.finished_s is None]
         if not pending:
             break
         for i in pending:
+            if gate is not None and not gate.running:
+                break  # the server is working: the browsers wait, and so does the reading
             shown = read(pages[i])
             now = time.monotonic() - t0
             if shown["round"] != last[i]:
@@ -427,9 +569,7 @@ def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = l
         if time.monotonic() - last_low >= 1.0:
             keep_low()
             last_low = time.monotonic()
-        time.sleep(POLL_S)
-    done = [r.finished_s for r in results if r.finished_s is not None]
-    return results, max(done) if done else float("nan"), pressed
+        time.sleep(POLL_S if gate is None or gate.running else gate.step_s)
 
 
 TOLERANCE = 0.15  # a session's speedup at once, within this fraction of the same run alone (the issue's target)
@@ -508,6 +648,7 @@ class Report:
     batches: list[Batch]  # solo, at once, solo, at once, ..., solo: each batch shares its solo runs with the next
     browser_processes_lowered: int = 0  # driver and browser processes set to BROWSER_NICE
     browser_cpu: float | None = None  # the share of one core all browsers together were capped at (None: no cap)
+    gate: dict | None = None  # BrowserGate's stops and stopped_s over the whole test (None: the browsers always ran)
 
     @property
     def solos(self) -> list[SessionResult]:
@@ -557,6 +698,7 @@ class Report:
             "errors": total("errors"),
             "browser_processes_at_nice": (self.browser_processes_lowered, BROWSER_NICE),
             "browsers_cpu_cap": self.browser_cpu,
+            "browsers_gated": self.gate,
             "device_held_s": None if None in held else sum(held),
             "device_held_share": sum(held) / wall if None not in held and sum(held) else None,
             "device_holds": sum(p["device_holds"] or 0 for p in per),
@@ -601,7 +743,9 @@ class Report:
             f"pages that flagged outside load: {sum(s['outside_load_flagged'])}; pages with an error: {s['errors']}",
             f"browser processes at nice {BROWSER_NICE}: {self.browser_processes_lowered} (and their children); "
             + (f"all browsers capped at {self.browser_cpu:.2f} of a core" if self.browser_cpu is not None
-               else "no cap on the browsers' CPU (no cgroup could be made here)"),
+               else "no cap on the browsers' CPU (no cgroup could be made here)")
+            + ("; they ran whenever the server did" if self.gate is None else
+               f"; stopped while the server worked: {self.gate['stops']} times, {self.gate['stopped_s']:.0f} s in all"),
         ] + ([f"the device was held {s['device_held_s']:.1f} s of the {s['wall_s']:.1f} s "
               f"({100 * s['device_held_share']:.0f} %), in {s['device_holds']} holds; per session "
               + ", ".join(f"{v:.1f} s" for v in s["sessions_held_s"])] if s["device_held_share"] else []) + (
@@ -612,20 +756,27 @@ class Report:
 
 
 def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None = None,
-             timeout_s: float = 1800.0, browser_cpu: float = BROWSER_CPU, batches: int = 1) -> Report:
+             timeout_s: float = 1800.0, browser_cpu: float = BROWSER_CPU, batches: int = 1,
+             gate: bool = True) -> Report:
+    """gate: the browsers run only while the server is idle (BrowserGate), where the server's process is
+    known; else always, lowered and capped."""
     if not Path(CHROMIUM).exists():
         raise RuntimeError(f"{CHROMIUM} is missing: apt-get install -y chromium")
     deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryDirectory() as tmp:
         # the holds go to $SPECVIZ_QUEUE_TRACE where it is set (kept for a closer look), else to a scratch file
         return _loadtest(sessions, models, max_new, timeout_s, deadline, os.environ.get(ENV_TRACE) or f"{tmp}/holds",
-                         browser_cpu, batches)
+                         browser_cpu, batches, gate)
 
 
-def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browser_cpu: float, batches: int) -> Report:
+def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browser_cpu: float, batches: int,
+              gate: bool) -> Report:
     from playwright.sync_api import sync_playwright
 
-    with serve(models, trace=trace) as url:
+    # a stopped browser answers no websocket ping: the server's, every 30 s with a 30 s timeout by default,
+    # would end its session while the others' model work keeps the server busy
+    with serve(models, trace=trace, options=("--server.websocketPingInterval", str(GATE_PING_S)) if gate else ()
+               ) as url:
         server = descendants(os.getpid())
         cap = CpuCap.make(browser_cpu)
         try:
@@ -641,39 +792,45 @@ def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browse
 
                 keep_low()
                 pid = min(server) if len(server) == 1 else None  # the streamlit process, where it is clear
-                done = _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low, pid)
+                g = BrowserGate(pid, lambda: started_since(server)).start() if gate and pid is not None else None
+                try:
+                    done = _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low, pid, g)
+                finally:
+                    if g is not None:
+                        g.close()
                 for b in done:
                     b.device = trace_holds(trace, b.started, b.started + b.wall_s)
-                return Report(sessions, done, lowered[0], cap.share if cap is not None else None)
+                return Report(sessions, done, lowered[0], cap.share if cap is not None else None,
+                              None if g is None else {"stops": g.stops, "stopped_s": g.stopped_s})
         finally:
             if cap is not None:
                 cap.close()
 
 
-def _alone(browser, url, max_new, timeout_s, deadline, keep_low) -> SessionResult:
+def _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate=None) -> SessionResult:
     """One run on a new page, alone on the server."""
     page = open_session(browser, url, max_new, timeout_s)
-    (res,), _, _ = run_at_once([page], deadline, keep_low)
+    (res,), _, _ = run_at_once([page], deadline, keep_low, gate)
     page.context.close()
     return res
 
 
 def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low,
-             server_pid: int | None = None) -> list[Batch]:
+             server_pid: int | None = None, gate: BrowserGate | None = None) -> list[Batch]:
     """A warm-up run, then a solo run, and `batches` times: `sessions` pages pressing Run at once, then a solo
     run again. Each run on a new page, so no page shows an earlier run's figures when its Run is pressed."""
     out = []
     try:
-        _alone(browser, url, max_new, timeout_s, deadline, keep_low)  # the first run loads and warms the models
-        before = _alone(browser, url, max_new, timeout_s, deadline, keep_low)
+        _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)  # the first run loads and warms
+        before = _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)  # the models
         for _ in range(batches):
             pages = [open_session(browser, url, max_new, timeout_s) for _ in range(sessions)]
             use = CpuUse(server_pid)
-            together, wall, started = run_at_once(pages, deadline, keep_low)
+            together, wall, started = run_at_once(pages, deadline, keep_low, gate)
             cpu = use.done()
             for page in pages:
                 page.context.close()
-            after = _alone(browser, url, max_new, timeout_s, deadline, keep_low)
+            after = _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)
             out.append(Batch(together, wall, started, before, after, server_cpu=cpu))
             before = after
     finally:
@@ -695,6 +852,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--browser-cpu", type=float, default=BROWSER_CPU,
                     help=f"the share of one core all browsers together get, where a cgroup can be made (default "
                          f"{BROWSER_CPU}): they stand in for laptops, which draw on cores of their own")
+    ap.add_argument("--browsers-always", action="store_true",
+                    help="let the browsers run while the server works too (by default they are stopped then: "
+                         "laptops draw on cores of their own)")
     a = ap.parse_args(argv)
     if not 1 <= a.sessions <= 64:
         ap.error("--sessions must be from 1 to 64")
@@ -702,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--batches must be from 1 to 20")
     if not 0.01 <= a.browser_cpu <= 64:
         ap.error("--browser-cpu must be from 0.01 to 64 (a share of one core)")
-    rep = loadtest(a.sessions, a.models, a.max_new, a.timeout, a.browser_cpu, a.batches)
+    rep = loadtest(a.sessions, a.models, a.max_new, a.timeout, a.browser_cpu, a.batches, not a.browsers_always)
     for line in rep.lines():
         print(line)
     if a.json:

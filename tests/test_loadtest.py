@@ -230,3 +230,84 @@ def test_the_server_cpu_is_read_per_process_and_for_its_main_thread():
     idle = use.done()
     assert idle["main_thread"] <= 0.3 and idle["process_cores"] <= 0.3
     assert CpuUse(None).done() == {"process_cores": None, "main_thread": None}
+
+
+def test_the_browsers_run_only_while_the_server_is_idle():
+    """BrowserGate on real processes: a busy child stands in for a browser and this process for the server.
+    While this process spins the child is stopped (its CPU time stands still), while it sleeps the child
+    runs; and a child stopped for max_stop_s runs for slice_s, whatever the server does."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from specviz import loadtest
+
+    if not Path(f"/proc/{os.getpid()}/stat").exists():
+        pytest.skip("no /proc here")
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+    def spin(s):
+        t = time.monotonic()
+        while time.monotonic() - t < s:
+            pass
+
+    def child_cpu_over(s, work):  # the child's CPU seconds while work(s) runs here
+        c0 = loadtest.cpu_s(child.pid)
+        work(s)
+        return loadtest.cpu_s(child.pid) - c0
+
+    try:
+        gate = loadtest.BrowserGate(os.getpid(), lambda: {child.pid}, max_stop_s=60.0)
+        spin(0.2)  # the server works
+        assert gate.update() is False and gate.stops == 1
+        assert child_cpu_over(0.5, time.sleep) <= 0.02  # stopped: it used no CPU
+        time.sleep(0.1)  # the server is idle
+        assert gate.update() is True
+        assert child_cpu_over(0.5, time.sleep) >= 0.2  # it goes on
+        # a server busy for longer than max_stop_s: the browsers still get a slice now and then
+        always = loadtest.BrowserGate(None, lambda: {child.pid}, busy=lambda: True, max_stop_s=0.3, slice_s=0.4)
+        assert always.update() is False
+        time.sleep(0.35)
+        assert always.update() is True  # stopped too long: it runs ...
+        assert child_cpu_over(0.2, time.sleep) >= 0.05 and always.update() is True  # ... for its slice,
+        time.sleep(0.25)
+        assert always.update() is False and always.stops == 2  # then it is stopped again
+        always.close()
+        assert child_cpu_over(0.3, time.sleep) >= 0.1  # close() lets it go on
+        assert always.stopped_s >= 0.3  # the first stop, at least
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_gates_own_thread_stops_the_browsers_as_soon_as_the_server_works():
+    """start(): the caller does nothing, and a busy child is stopped within a tenth of a second of this
+    process starting to spin, and goes on once it sleeps."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from specviz import loadtest
+
+    if not Path(f"/proc/{os.getpid()}/stat").exists():
+        pytest.skip("no /proc here")
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    gate = loadtest.BrowserGate(os.getpid(), lambda: {child.pid}, max_stop_s=60.0)
+    try:
+        time.sleep(0.2)
+        gate.start()
+        time.sleep(0.2)
+        assert gate.running
+        t = time.monotonic()
+        while gate.running and time.monotonic() - t < 2.0:  # the server works
+            pass
+        assert not gate.running and time.monotonic() - t < 0.1 + 0.05
+        time.sleep(0.3)  # and rests
+        assert gate.running
+    finally:
+        gate.close()
+        child.kill()
+        child.wait()
+    assert gate._thread is not None and not gate._thread.is_alive()
