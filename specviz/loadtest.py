@@ -834,6 +834,8 @@ def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep
             out.append(Batch(together, wall, started, before, after, server_cpu=cpu))
             before = after
     finally:
+        if gate is not None:
+            gate.close()  # a stopped driver would not answer the close
         browser.close()
     return out
 
