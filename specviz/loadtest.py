@@ -539,18 +539,19 @@ def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = l
     if gate is not None:
         gate.run_for(CLICK_GRACE_S + CLICK_LEAD_S * len(pages))
     t0, pressed = press_run_together(pages)
-    last_low = time.monotonic()
-    last = [0] * len(pages)
     try:
-        _poll(pages, results, t0, last, last_low, deadline, keep_low, gate)
+        _poll(pages, results, t0, deadline, keep_low, gate)
     finally:
         if gate is not None:
-            gate.run_for(0.0)  # between runs the browsers go on until the server works again
+            gate.cont()  # between runs the browsers go on until the server works again
     done = [r.finished_s for r in results if r.finished_s is not None]
     return results, max(done) if done else float("nan"), pressed
 
 
-def _poll(pages, results, t0, last, last_low, deadline, keep_low, gate) -> None:
+def _poll(pages, results, t0, deadline, keep_low, gate) -> None:
+    """Read the pages into results until each is finished (or the deadline)."""
+    last_low = time.monotonic()
+    last = [0] * len(pages)  # the round each page showed at its last reading
     while time.monotonic() < deadline:
         pending = [i for i, r in enumerate(results) if r.finished_s is None]
         if not pending:
@@ -793,11 +794,7 @@ def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browse
                 keep_low()
                 pid = min(server) if len(server) == 1 else None  # the streamlit process, where it is clear
                 g = BrowserGate(pid, lambda: started_since(server)).start() if gate and pid is not None else None
-                try:
-                    done = _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low, pid, g)
-                finally:
-                    if g is not None:
-                        g.close()
+                done = _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low, pid, g)
                 for b in done:
                     b.device = trace_holds(trace, b.started, b.started + b.wall_s)
                 return Report(sessions, done, lowered[0], cap.share if cap is not None else None,
@@ -818,7 +815,8 @@ def _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate=None) -> S
 def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low,
              server_pid: int | None = None, gate: BrowserGate | None = None) -> list[Batch]:
     """A warm-up run, then a solo run, and `batches` times: `sessions` pages pressing Run at once, then a solo
-    run again. Each run on a new page, so no page shows an earlier run's figures when its Run is pressed."""
+    run again. Each run on a new page, so no page shows an earlier run's figures when its Run is pressed.
+    Closes the browser, and the gate before it, however it ends."""
     out = []
     try:
         _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)  # the first run loads and warms
