@@ -15,7 +15,7 @@ from typing import Any, Iterator
 from .devqueue import QUEUE, load_text
 from .errors import SpecvizError
 from .records import Round, Run
-from .settings import DecodeSettings, recorded_eos
+from .settings import DecodeSettings
 
 # animation speeds: (seconds the drafted tokens stay pending, seconds after the verdict)
 SPEEDS: dict[str, tuple[float, float]] = {
@@ -74,7 +74,7 @@ class Playback:
              device: str = "cpu", dtype: str = "float32") -> "Playback":
         """Wrap a DecodeStream (specviz.engine.speculative_stream); nothing is computed yet.
 
-        settings: at least max_new_tokens and eos_token_id, to notice the last round at once.
+        The stream's `model_work_left` tells the last round, so the Run is collected with it.
         """
         pb = cls(prompt_ids=list(prompt_ids), prompt_text=prompt_text, settings=dict(settings), source="live",
                  meta=dict(meta or {}), device=device, dtype=dtype)
@@ -141,8 +141,8 @@ class Playback:
             self._it = None
             raise
         self.rounds.append(rnd)
-        if self._is_last(rnd):
-            # the generator ends without more model work: collect the Run now
+        if not getattr(self._stream, "model_work_left", True):
+            # the stream says that was its last round: collect the Run now
             try:
                 extra = next(self._it)
             except StopIteration:
@@ -150,12 +150,6 @@ class Playback:
             else:  # not expected; keep the round rather than lose it
                 self.rounds.append(extra)
         return rnd
-
-    def _is_last(self, rnd: Round) -> bool:
-        n = sum(len(r.emitted) for r in self.rounds)
-        eos = set(recorded_eos(self.settings) or [])
-        limit = self.settings.get("max_new_tokens")  # not given: the stream's own end marks the last round
-        return (limit is not None and n >= limit) or bool(rnd.emitted and rnd.emitted[-1] in eos)
 
     def _finish(self) -> None:
         self._done = True

@@ -467,8 +467,9 @@ def tree_stream(target, draft, input_ids, *, budget: int = 16, branch: int = 2, 
         policy = spine_policy(draft, target, greedy=temperature == 0) if k_policy == "best" else \
             kpolicy.FixedK(max_depth)
         step_kw.update(policy=policy, doubt=doubt)
-    return DecodeStream(_tree(target, draft, ids, Sampler.create(temperature, top_k, top_p, seed), vocab, eos,
-                              max_new_tokens, settings, step_kw))
+    sampler = Sampler.create(temperature, top_k, top_p, seed)
+    return DecodeStream(lambda out: _tree(target, draft, ids, sampler, vocab, eos, max_new_tokens, settings, step_kw,
+                                          out))
 
 
 def spine_policy(draft_model, target_model, greedy: bool) -> kpolicy.KPolicy:
@@ -476,7 +477,7 @@ def spine_policy(draft_model, target_model, greedy: bool) -> kpolicy.KPolicy:
     return kpolicy.prepare(kpolicy.make_k_policy(4, "best"), draft_model, target_model, greedy)
 
 
-def _tree(target_model, draft_model, prompt, sampler, vocab, eos, max_new_tokens, settings, step_kw):
+def _tree(target_model, draft_model, prompt, sampler, vocab, eos, max_new_tokens, settings, step_kw, out):
     target, draft = CachedLM(target_model), CachedLM(draft_model)
     ids = list(prompt)
     rounds, stop = [], "max_new_tokens"
@@ -488,6 +489,7 @@ def _tree(target_model, draft_model, prompt, sampler, vocab, eos, max_new_tokens
         if policy is not None:
             observe_spine(policy, rnd)
         rounds.append(rnd)
+        out.model_work_left = not (hit_eos or len(ids) - len(prompt) >= max_new_tokens)
         t_out = time.perf_counter()
         yield rnd  # the caller may animate here: that time is not decoding
         paused += time.perf_counter() - t_out

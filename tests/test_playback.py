@@ -1,0 +1,51 @@
+"""specviz.playback: a live playback knows its last round from the stream that made it."""
+
+import pytest
+
+from specviz import devqueue, engine, playback
+from specviz.tree import tree_stream
+from tiny import tiny_qwen
+
+PROMPT = [2, 7, 1, 8, 2, 8]
+
+
+def _streams(target, draft, n: int, eos: list[int]):
+    """Each engine's stream over the same prompt, by name."""
+    return {
+        "chain": lambda: engine.speculative_stream(target, draft, PROMPT, k=3, max_new_tokens=n, eos_token_id=eos),
+        "target alone": lambda: engine.autoregressive_stream(target, PROMPT, max_new_tokens=n, eos_token_id=eos),
+        "tree": lambda: tree_stream(target, draft, PROMPT, budget=6, max_depth=3, max_new_tokens=n,
+                                    eos_token_id=eos),
+        "spine": lambda: tree_stream(target, draft, PROMPT, budget=6, max_depth=3, shape="spine",
+                                     max_new_tokens=n, eos_token_id=eos),
+    }
+
+
+@pytest.mark.parametrize("kind", ["chain", "target alone", "tree", "spine"])
+@pytest.mark.parametrize("ends_on", ["max_new_tokens", "eos"])
+def test_the_last_round_brings_the_run_with_it_and_holds_the_device_no_longer(kind, ends_on, tmp_path, monkeypatch):
+    # the playback is given no settings: the stream alone says which round was the last
+    target, draft = tiny_qwen(100), tiny_qwen(200)
+    n = 10
+    eos: list[int] = []
+    if ends_on == "eos":  # a token the target writes third ends the next run there
+        first = _streams(target, draft, n, [])[kind]()
+        for _ in first:
+            pass
+        eos = [first.run.token_ids[2]]
+    stream = _streams(target, draft, n, eos)[kind]()  # made before the trace: the spine's chooser times passes
+    trace = tmp_path / "holds.jsonl"
+    monkeypatch.setattr(devqueue.QUEUE, "trace", str(trace))
+    pb = playback.Playback.live(stream, PROMPT, "", {})
+    revealed = []
+    while not pb.done:
+        rnd = pb.advance()
+        assert rnd is not None, "the stream ended one round late: the last round did not bring the Run"
+        revealed.append(rnd)
+    monkeypatch.setattr(devqueue.QUEUE, "trace", None)
+
+    assert pb.run is not None and pb.advance() is None
+    assert pb.run.stop_reason == ends_on
+    assert len(pb.run.rounds) == len(revealed) == len(pb.rounds)
+    # one hold per round: collecting the Run after the last round did not queue for the device again
+    assert len(trace.read_text().splitlines()) == len(revealed)
