@@ -150,3 +150,35 @@ def test_the_main_page_drafts_its_prompt_as_a_tree_when_asked():
                     seed=0, max_new_tokens=16, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab).rounds[0]
     nodes = drawn_nodes(figure(at, "Round 1: a tree of 8 drafted tokens"))
     assert nodes["accepted path"] == sorted(r.path)
+
+
+def test_the_main_page_drafts_its_first_round_as_a_spine_when_asked():
+    from collections import Counter
+
+    from streamlit.testing.v1 import AppTest
+
+    from specviz import engine, prompts
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    at.radio(key="main.shape").set_value("spine").run()
+    assert not at.exception and not any(s.key == "main.tree_budget" for s in at.select_slider)  # the chooser ends it
+    assert any(e.label.startswith("Spine:") for e in at.expander)
+    press(at, "main.tree_run")
+    rnd, _ = at.session_state["main.spine"]
+    # a spine: one chain (one node expanded per depth) with at most one sibling beside each of its tokens
+    expanded = Counter(rnd.depths[j] for j in set(rnd.parents) if j >= 0)  # expanded nodes, by depth
+    assert set(expanded.values()) == {1}
+    per_depth = Counter(rnd.depths)
+    assert max(per_depth.values()) <= 2 and min(per_depth) == 1 and max(per_depth) == len(per_depth)
+    assert 2 in per_depth.values()  # this tiny draft is unsure somewhere: a sibling is drawn
+    nodes = drawn_nodes(figure(at, "Round 1: a tree of"))
+    assert nodes["accepted path"] == sorted(rnd.path)
+    # greedy (the main page's default): what the round writes is what the target alone writes
+    assert at.slider(key="main.temperature").value == 0
+    text, chat = at.session_state["main.prompt"], at.session_state["main.chat"]
+    pair, _, _ = direct()
+    ids = prompts.encode(pair.tokenizer, text, chat)
+    alone = engine.autoregressive_decode(pair.target, ids, max_new_tokens=len(rnd.emitted),
+                                         eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    assert rnd.emitted == alone.token_ids

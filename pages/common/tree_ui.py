@@ -1,7 +1,7 @@
 """The token tree on the main page: one call from app.py (main_page_tree).
 
-A "drafter shape" choice in the sidebar; with "token tree", a panel drafts and verifies the first round of
-the main page's prompt as a tree, drawn as the Token tree page draws it (which runs whole trees).
+A "drafter shape" choice in the sidebar; with "token tree" or "spine", a panel drafts and verifies the first
+round of the main page's prompt in that shape, drawn as the Token tree page draws it (which runs whole ones).
 """
 
 from __future__ import annotations
@@ -12,28 +12,37 @@ from pages.common import ui
 from pages.common.kept import Kept
 from specviz import prompts
 from specviz.errors import SpecvizError
-from specviz.tree import tree_stream
+from specviz.tree import SPINE as SPINE_SHAPE, tree_stream
 from specviz.tree_charts import fig_tree
 
-CHAIN, TREE = "chain", "token tree"
+CHAIN, TREE, SPINE = "chain", "token tree", "spine"
 
 
 def main_page_tree(pair_name: str | None, dtype: str, draft_precision: str | None, prompt_text: str, chat: bool,
                    *, temperature: float, seed: int, live: bool) -> None:
-    shape = st.sidebar.radio("Drafter shape", [CHAIN, TREE], key="main.shape", horizontal=True, disabled=not live,
+    shape = st.sidebar.radio("Drafter shape", [CHAIN, TREE, SPINE], key="main.shape", horizontal=True,
+                             disabled=not live,
                              help="chain: k drafts in a row (the run above). token tree: alternatives at each "
-                                  "depth, every node verified in the same one target pass.")
-    if shape != TREE or not live or not pair_name:
+                                  "depth, every node verified in the same one target pass. spine: the chain the "
+                                  "best-k chooser drafts, with a second choice beside each token the draft is "
+                                  "unsure of, verified in the same one pass.")
+    if shape == CHAIN or not live or not pair_name:
         return
-    with st.expander("Token tree: the first round of this prompt, drafted as a tree", expanded=True):
-        kept = Kept("main.tree", (pair_name, dtype, draft_precision))  # the round, until the pair changes
-        budget = st.select_slider("node budget", [4, 8, 16, 32], 16, key="main.tree_budget")
-        if st.button("Draft and verify one tree round", key="main.tree_run"):
+    spine = shape == SPINE
+    title = ("Spine: the first round of this prompt, a chain with a sibling where the draft is unsure" if spine
+             else "Token tree: the first round of this prompt, drafted as a tree")
+    with st.expander(title, expanded=True):
+        kept = Kept("main.spine" if spine else "main.tree", (pair_name, dtype, draft_precision))  # until the pair changes
+        if spine:  # the chooser's stop rule ends the chain; the budget only bounds it
+            shape_kw = dict(SPINE_SHAPE, shape="spine")
+        else:
+            shape_kw = dict(budget=int(st.select_slider("node budget", [4, 8, 16, 32], 16, key="main.tree_budget")))
+        if st.button(f"Draft and verify one {shape} round", key="main.tree_run"):
             try:
                 pair = ui.load_pair_cached(pair_name, dtype, draft_precision)
                 pair.check_shared_vocab("A token tree")
                 ids = prompts.encode(pair.tokenizer, prompt_text, chat)
-                stream = tree_stream(pair.target, pair.draft, ids, budget=int(budget), temperature=float(temperature),
+                stream = tree_stream(pair.target, pair.draft, ids, **shape_kw, temperature=float(temperature),
                                      seed=int(seed), max_new_tokens=16, eos_token_id=pair.eos_token_ids,
                                      vocab=pair.shared_vocab)
                 kept.put((next(iter(stream)), ui.decoder(pair.tokenizer)))
