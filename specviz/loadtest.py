@@ -664,6 +664,13 @@ class Report:
     def together(self) -> list[SessionResult]:
         return [r for b in self.batches for r in b.together]
 
+    def solo_noise(self) -> list[float | None]:
+        """Each solo run between two others (two batches or more), its measured speedup over the mean of its
+        two neighbours': what judging a session against the solo runs on either side of it reads when nothing
+        else runs, i.e. how far this machine alone drifts within the tolerance."""
+        v = [r.speedup for r in self.solos]
+        return [b / ((a + c) / 2) if None not in (a, b, c) else None for a, b, c in zip(v, v[1:], v[2:])]
+
     def summary(self) -> dict:
         """The batches' figures together: times summed over the batches (so their ratios weigh each batch by
         its length), speedups each against its own batch's solo runs. One batch gives that batch's figures."""
@@ -673,6 +680,7 @@ class Report:
         server = [p["server_wall_s"] for p in per]
         held = [p["device_held_s"] for p in per]
         solo_speedups = [r.speedup for r in self.solos]
+        solo_noise = self.solo_noise()
         wall = total("wall_s")
         return {
             "sessions": self.sessions,
@@ -693,6 +701,9 @@ class Report:
             "speedups": [v for p in per for v in p["speedups"]],
             "speedup_over_solo": [v for p in per for v in p["speedup_over_solo"]],
             "within_tolerance": total("within_tolerance"),
+            # the same judgement made of the machine alone: each solo run between two others against their mean
+            "solo_over_neighbours": solo_noise,
+            "solo_within_tolerance": sum(_within(v) for v in solo_noise),
             "longest_gap_between_rounds_s": max(p["longest_gap_between_rounds_s"] for p in per),
             "texts_identical_to_solo": all(r.text == self.solo.text for r in self.together + self.solos),
             "outside_load_flagged": [v for p in per for v in p["outside_load_flagged"]],
@@ -733,6 +744,10 @@ class Report:
             f"from Run to its figures, so the best possible wall is the larger of the two: "
             f"{s['wall_over_ideal']:.2f} of it",
             *each,
+            *([f"each solo run between two others, against their mean (the machine alone): "
+               + ", ".join(f"{fmt(v)}" for v in s["solo_over_neighbours"])
+               + f"; within {100 * TOLERANCE:.0f} %: {s['solo_within_tolerance']}/{len(s['solo_over_neighbours'])}"]
+              if s["solo_over_neighbours"] else []),
             "each session's model time at once: " + ", ".join(f"{fmt(v)} s" for v in s["sessions_model_s"]),
             "draft / verify seconds of the speculative runs, alone: " + _split(self.solos)
             + "; at once: " + _split(self.together),

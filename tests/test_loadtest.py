@@ -197,9 +197,30 @@ def test_each_batch_is_judged_against_its_own_solo_runs():
     # the wall over the ideal: 40 s against 2 x 10 s for the first batch and 2 x 9 s for the second
     assert s["wall_over_solo_model_sum"] == pytest.approx(40.0 / 38.0)
     assert s["texts_identical_to_solo"] and s["finished"] == 4
-    assert len(rep.lines()) == 10 and rep.lines()[1].startswith("batch 1: ")
+    assert len(rep.lines()) == 11 and rep.lines()[1].startswith("batch 1: ")
+    # the machine alone, judged the same way: the middle solo run against the mean of the two around it
+    assert s["solo_over_neighbours"] == pytest.approx([2.2 / 2.5]) and s["solo_within_tolerance"] == 1
+    assert rep.lines()[3].endswith("0.88; within 15 %: 1/1")
     one = Report(2, [first]).summary()  # one batch gives that batch's own figures
     assert one["speedup_over_solo"] == first.summary()["speedup_over_solo"] and one["wall_s"] == 24.0
+    assert one["solo_over_neighbours"] == [] and len(Report(2, [first]).lines()) == 9  # two solo runs: no line
+
+
+def test_the_solo_runs_are_judged_against_their_neighbours_as_the_sessions_are():
+    """Four batches: five solo runs, the middle three each against the mean of the two around it."""
+    from specviz.loadtest import Batch, Report, SessionResult
+
+    def run(speedup):
+        return SessionResult(text="t", decode_s=5.0, base_s=5.0, speedup=speedup, finished_s=5.0)
+
+    solos = [run(v) for v in (2.0, 2.6, 2.2, 2.1, None)]  # the last solo run lost its figures
+    rep = Report(1, [Batch([run(2.0)], wall_s=10.0, started=0.0, before=a, after=b)
+                     for a, b in zip(solos, solos[1:])])
+    s = rep.summary()
+    assert s["solo_over_neighbours"][:2] == pytest.approx([2.6 / 2.1, 2.2 / 2.35])
+    assert s["solo_over_neighbours"][2] is None
+    assert s["solo_within_tolerance"] == 1  # 1.24 is out, 0.94 is in, the unknown one is not counted
+    assert "1.24, 0.94, –; within 15 %: 1/3" in "\n".join(rep.lines())
 
 
 def test_the_server_cpu_is_read_per_process_and_for_its_main_thread():
