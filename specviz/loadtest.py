@@ -68,6 +68,7 @@ BUSY_CORES = 0.3  # the server is working while its threads use more than this m
 GATE_WINDOW_S = 0.05  # ... read over at least this long
 GATE_STEP_S = 0.01  # how often the gate reads the server
 GATE_PING_S = 600  # the server's websocket ping interval (and timeout) while the browsers are gated
+TIMEOUT_PER_BATCH_S = 900.0  # the whole test's default time limit, per batch (default_timeout)
 MAX_STOP_S = 10.0  # the browsers go on for GATE_SLICE_S at least this often, so none looks gone for good
 GATE_SLICE_S = 0.3  # to the server or to the driver
 
@@ -771,13 +772,20 @@ class Report:
             if any(c is not None for c in s["server_cores"]) else [])
 
 
+def default_timeout(batches: int) -> float:
+    """Seconds the whole test may take unless told: the warm-up and first solo run, then each batch and the
+    solo run after it (a batch of 4 sessions on the default pair took 7-10 minutes on the 2-core CPU)."""
+    return TIMEOUT_PER_BATCH_S * (batches + 1)
+
+
 def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None = None,
-             timeout_s: float = 1800.0, browser_cpu: float = BROWSER_CPU, batches: int = 1,
+             timeout_s: float | None = None, browser_cpu: float = BROWSER_CPU, batches: int = 1,
              gate: bool = True) -> Report:
-    """gate: the browsers run only while the server is idle (BrowserGate), where the server's process is
-    known; else always, lowered and capped."""
+    """timeout_s: for the whole test (None: default_timeout(batches)). gate: the browsers run only while the
+    server is idle (BrowserGate), where the server's process is known; else always, lowered and capped."""
     if not Path(CHROMIUM).exists():
         raise RuntimeError(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    timeout_s = default_timeout(batches) if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryDirectory() as tmp:
         # the holds go to $SPECVIZ_QUEUE_TRACE where it is set (kept for a closer look), else to a scratch file
@@ -862,7 +870,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=1,
                     help="times the sessions press Run at once, each batch followed by a solo run (default 1): "
                          "each batch is judged against the solo runs on either side of it")
-    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds for the whole test (default 1800)")
+    ap.add_argument("--timeout", type=float, help=f"seconds for the whole test (default {TIMEOUT_PER_BATCH_S:.0f} "
+                                                  f"per batch, and {TIMEOUT_PER_BATCH_S:.0f} more)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--browser-cpu", type=float, default=BROWSER_CPU,
                     help=f"the share of one core all browsers together get, where a cgroup can be made (default "
@@ -875,6 +884,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--sessions must be from 1 to 64")
     if not 1 <= a.batches <= 20:
         ap.error("--batches must be from 1 to 20")
+    if a.timeout is not None and not a.timeout > 0:
+        ap.error("--timeout must be a positive number of seconds")
     if not 0.01 <= a.browser_cpu <= 64:
         ap.error("--browser-cpu must be from 0.01 to 64 (a share of one core)")
     rep = loadtest(a.sessions, a.models, a.max_new, a.timeout, a.browser_cpu, a.batches, not a.browsers_always)

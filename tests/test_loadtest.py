@@ -7,6 +7,8 @@ every session finishes, its text equals the solo text, and the figures are read.
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -168,13 +170,27 @@ def test_a_cpu_cap_holds_a_busy_process_and_what_it_starts_to_its_share():
 
 
 @pytest.mark.parametrize("args, wrong", [(["--sessions", "0"], "--sessions"), (["--browser-cpu", "0"], "--browser-cpu"),
-                                         (["--browser-cpu", "nan"], "--browser-cpu")])
+                                         (["--browser-cpu", "nan"], "--browser-cpu"), (["--timeout", "0"], "--timeout"),
+                                         (["--timeout", "nan"], "--timeout")])
 def test_the_loadtests_own_settings_are_checked_before_anything_starts(args, wrong, capsys):
     from specviz import loadtest
 
     with pytest.raises(SystemExit):
         loadtest.main(args)
     assert wrong in capsys.readouterr().err
+
+
+def test_the_time_limit_grows_with_the_batches_unless_given(monkeypatch):
+    """A four-batch test on the default pair took 29 minutes: it must not run into a limit set for one batch."""
+    from specviz import loadtest
+
+    seen = []
+    monkeypatch.setattr(loadtest, "_loadtest", lambda *a: seen.append(a[4] - time.monotonic()))
+    monkeypatch.setattr(loadtest, "CHROMIUM", sys.executable)  # no browser is started here
+    for batches in (1, 4):
+        loadtest.loadtest(batches=batches)
+    loadtest.loadtest(batches=4, timeout_s=60.0)
+    assert seen == pytest.approx([1800.0, 4500.0, 60.0], abs=5.0)
 
 
 def test_each_batch_is_judged_against_its_own_solo_runs():
