@@ -57,6 +57,22 @@ def tiny_pair():
     return models.load_pair(None)
 
 
+def test_the_server_freezes_the_heap_once_a_pair_is_loaded():
+    """A full garbage collection must not walk the models: the page's load freezes what is alive
+    (devqueue.freeze_heap)."""
+    import gc
+
+    from pages.common import ui
+
+    ui._slot.clear()  # this test's page loads the pair
+    gc.unfreeze()
+    try:
+        start(new_app(), max_new=4)  # Run loads the pair
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
 def direct_run(prompt: str, chat: bool, **kw):
     """The same generation straight from specviz, without the page."""
     from specviz import prompts, speculative_decode

@@ -740,3 +740,21 @@ def test_handover_sets_pythons_switch_interval():
         assert sys.getswitchinterval() == pytest.approx(0.002)
     finally:
         sys.setswitchinterval(was)
+
+
+def test_freeze_heap_takes_what_is_alive_out_of_the_collectors_walk(monkeypatch):
+    import gc
+
+    kept = [[i] for i in range(100_000)]  # like a loaded pair: many objects the collector tracks, all kept
+    gc.unfreeze()
+    try:
+        before = len(gc.get_objects())
+        assert devqueue.freeze_heap() >= len(kept)
+        assert len(gc.get_objects()) < before - len(kept)  # a full collection no longer walks them
+        frozen = gc.get_freeze_count()
+        monkeypatch.setenv(devqueue.ENV_GC_FREEZE, "0")
+        more = [[i] for i in range(1000)]
+        assert devqueue.freeze_heap() == 0 and gc.get_freeze_count() == frozen  # turned off: nothing new
+    finally:
+        gc.unfreeze()
+    assert kept[-1] == [99_999] and more[0] == [0]  # frozen or not, nothing alive was lost

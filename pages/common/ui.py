@@ -373,6 +373,7 @@ def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
                     pair = models.with_draft_precision(base, precision)
                     if pair is not base:
                         _warm_up(pair, lambda *_: None)
+                        devqueue.freeze_heap()  # the new draft, as its pair's load did
                     slot.variants[precision] = pair
             return slot.variants[precision]
 
@@ -381,7 +382,7 @@ _LOADED: "weakref.WeakValueDictionary[tuple[str, str], Any]" = weakref.WeakValue
 
 
 def _load_base(name: str, dtype: str):
-    from specviz import models
+    from specviz import devqueue, models
 
     slot = _slot(name, dtype)
     if slot.pair is not None:
@@ -393,6 +394,7 @@ def _load_base(name: str, dtype: str):
                                 loaded=list(_LOADED.values()))
         _LOADED[(name, dtype)] = pair
         _warm_up(pair, progress)
+        devqueue.freeze_heap()  # the collector need never walk the models again
         return pair
 
     slot.start(load)  # another session may have started it: then this one waits for that load
