@@ -57,11 +57,11 @@ work while it draws stops drawing until the work is done (`paused()`, also for w
 model work, such as a model being loaded by another session); inside model work (a load's progress
 bar) drawing passes straight through.
 
-The garbage collector: once a pair is loaded the server holds about 450,000 objects the collector tracks
-(models, tokenizers, libraries), and a full collection walks them all, holding the GIL for about 0.3 s. Any
-thread's allocations may start one: a page's, in its turn to draw, or the worker's, mid-pass. The server
-calls `freeze_heap()` after each load, which moves what is alive then out of the collector's reach
-(gc.freeze); $SPECVIZ_GC_FREEZE=0 turns it off.
+The garbage collector: once a pair is loaded the collector tracks hundreds of thousands of objects (models,
+tokenizers, libraries), and a full collection walks them all with the GIL held. Any thread's allocations may
+start one: a page's, in its turn to draw, or the worker's, mid-pass, which then waits. The server calls
+`freeze_heap()` after each load, which moves what is alive then out of the collector's reach (gc.freeze);
+$SPECVIZ_GC_FREEZE=0 turns it off.
 
 Outside load: the queue orders this app's work but cannot stop other programs.
 `note_pass` compares a pass's process CPU time with wall time × threads; a CPU
@@ -759,10 +759,10 @@ def freeze_heap() -> int:
     """Keep every object alive now out of all later garbage collections (gc.freeze); the number frozen.
 
     A server calls it once a pair is loaded: a full collection then walks only what was made since (a page's
-    runs and charts), not the models, tokenizers and libraries, which made one take about 0.3 s with the GIL
-    held, on the page thread or the model worker, wherever an allocation set it off. Frozen objects are still
-    freed when nothing refers to them; only a reference cycle among them stays. $SPECVIZ_GC_FREEZE=0: nothing
-    is frozen (0)."""
+    runs and charts), not the models, tokenizers and libraries, so it holds the GIL (on the page thread or the
+    model worker, wherever an allocation set it off) for far less long. Frozen objects are still freed when
+    nothing refers to them; only a reference cycle among them stays. $SPECVIZ_GC_FREEZE=0: nothing is frozen
+    (0)."""
     if os.environ.get(ENV_GC_FREEZE, "1") == "0":
         return 0
     gc.collect()  # what is garbage already goes now: frozen, a cycle would never go

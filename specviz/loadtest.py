@@ -773,8 +773,8 @@ class Report:
 
 
 def default_timeout(batches: int) -> float:
-    """Seconds the whole test may take unless told: the warm-up and first solo run, then each batch and the
-    solo run after it (a batch of 4 sessions on the default pair took 7-10 minutes on the 2-core CPU)."""
+    """Seconds the whole test may take unless told: TIMEOUT_PER_BATCH_S for the warm-up and first solo run, and
+    as much for each batch and the solo run after it."""
     return TIMEOUT_PER_BATCH_S * (batches + 1)
 
 

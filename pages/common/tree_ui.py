@@ -32,7 +32,8 @@ def main_page_tree(pair_name: str | None, dtype: str, draft_precision: str | Non
     title = ("Spine: the first round of this prompt, a chain with a sibling where the draft is unsure" if spine
              else "Token tree: the first round of this prompt, drafted as a tree")
     with st.expander(title, expanded=True):
-        kept = Kept("main.spine" if spine else "main.tree", (pair_name, dtype, draft_precision))  # until the pair changes
+        # the round, until the pair changes; the tree's and the spine's apart, so switching loses neither
+        kept = Kept("main.spine" if spine else "main.tree", (pair_name, dtype, draft_precision))
         if spine:  # the chooser's stop rule ends the chain; the budget only bounds it
             shape_kw = dict(SPINE_SHAPE, shape="spine")
         else:
