@@ -344,13 +344,16 @@ def _slot(name: str, dtype: str) -> _Slot:
 
 
 def _warm_up(pair, progress) -> None:
-    """A 2-token run, so one-time costs (allocations, kernel choice) land in no measured run."""
+    """A 2-token run, so one-time costs (allocations, kernel choice) land in no measured run; then what is
+    alive is frozen (devqueue.freeze_heap), so no garbage collection walks the new models again."""
+    from specviz import devqueue
     from specviz.engine import speculative_decode
 
     progress("warming up", 1.0)
     ids = list(range(1, 9))
     speculative_decode(pair.target, pair.drafter(), ids, k=2, max_new_tokens=2, eos_token_id=[],
                        vocab=pair.shared_vocab)
+    devqueue.freeze_heap()
 
 
 def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
@@ -373,7 +376,6 @@ def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
                     pair = models.with_draft_precision(base, precision)
                     if pair is not base:
                         _warm_up(pair, lambda *_: None)
-                        devqueue.freeze_heap()  # the new draft, as its pair's load did
                     slot.variants[precision] = pair
             return slot.variants[precision]
 
@@ -382,7 +384,7 @@ _LOADED: "weakref.WeakValueDictionary[tuple[str, str], Any]" = weakref.WeakValue
 
 
 def _load_base(name: str, dtype: str):
-    from specviz import devqueue, models
+    from specviz import models
 
     slot = _slot(name, dtype)
     if slot.pair is not None:
@@ -394,7 +396,6 @@ def _load_base(name: str, dtype: str):
                                 loaded=list(_LOADED.values()))
         _LOADED[(name, dtype)] = pair
         _warm_up(pair, progress)
-        devqueue.freeze_heap()  # the collector need never walk the models again
         return pair
 
     slot.start(load)  # another session may have started it: then this one waits for that load
