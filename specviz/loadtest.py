@@ -842,8 +842,8 @@ def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep
     Closes the browser, and the gate before it, however it ends."""
     out = []
     try:
-        _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)  # the first run loads and warms
-        before = _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)  # the models
+        _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)  # loads and warms the models
+        before = _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)
         for _ in range(batches):
             pages = [open_session(browser, url, max_new, timeout_s) for _ in range(sessions)]
             use = CpuUse(server_pid)

@@ -82,7 +82,6 @@ def test_a_page_is_read_as_its_committed_text_without_refused_drafts_or_bonus_ma
 def test_only_the_processes_started_after_the_server_are_lowered():
     import os
     import subprocess
-    import sys
 
     from specviz import loadtest
 
@@ -107,7 +106,6 @@ def test_only_the_processes_started_after_the_server_are_lowered():
 def test_every_thread_of_a_started_process_is_lowered_not_only_its_first():
     import os
     import subprocess
-    import sys
 
     from specviz import loadtest
 
@@ -133,7 +131,6 @@ def test_every_thread_of_a_started_process_is_lowered_not_only_its_first():
 def test_a_cpu_cap_holds_a_busy_process_and_what_it_starts_to_its_share():
     import os
     import subprocess
-    import sys
 
     from specviz import loadtest
 
@@ -244,7 +241,6 @@ def test_the_server_cpu_is_read_per_process_and_for_its_main_thread():
     that sleeps reads about none."""
     import os
     import threading
-    import time
 
     from specviz.loadtest import CpuUse
 
@@ -275,8 +271,6 @@ def test_the_browsers_run_only_while_the_server_is_idle():
     runs; and a child stopped for max_stop_s runs for slice_s, whatever the server does."""
     import os
     import subprocess
-    import sys
-    import time
 
     from specviz import loadtest
 
@@ -323,8 +317,6 @@ def test_the_gates_own_thread_stops_the_browsers_as_soon_as_the_server_works():
     process starting to spin, and goes on once it sleeps."""
     import os
     import subprocess
-    import sys
-    import time
 
     from specviz import loadtest
 
