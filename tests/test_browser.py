@@ -124,9 +124,9 @@ def test_one_generation_with_the_real_pair(server, browser, shots):
 
     text = page.locator(".sv-text").first
     coloured = text.locator('[data-state="accepted"], [data-state="correction"], [data-state="bonus"]')
-    assert coloured.count() >= 3
-    assert page.locator(".js-plotly-plot").count() >= 3  # p vs q, alpha trace, expected tokens
-    assert page.get_by_text("Round log").count() >= 1
+    _at_least(page, coloured, 3)
+    _at_least(page, page.locator(".js-plotly-plot"), 3)  # p vs q, alpha trace, expected tokens
+    _at_least(page, page.get_by_text("Round log"))
     assert page.locator('[data-testid="stException"]').count() == 0
     first, work, load = _latency(page)
     print(f"first run: round on screen {first:.1f} s after Run, model work {work:.1f} s, loading {load:.1f} s")
@@ -191,8 +191,8 @@ def test_recorded_run_replays_in_the_browser(server, browser, shots):
     page.get_by_role("button", name="Play recording", exact=True).click()
     page.get_by_text("✔ finished").first.wait_for()
     page.get_by_text("Round to inspect").first.wait_for()  # the finished page is drawn
-    assert page.locator('.sv-text [data-state="accepted"]').count() >= 1
-    assert page.get_by_text("no model loaded").count() >= 1
+    _at_least(page, page.locator('.sv-text [data-state="accepted"]'))
+    _at_least(page, page.get_by_text("no model loaded"))
     _shot(page, shots / "recorded-replay.png")
     page.close()
 
@@ -213,6 +213,19 @@ def _wait_or_show(page, text: str) -> None:
         shown = page.locator("body").inner_text()[-3000:]
         state = page.locator('[data-testid="stApp"]').get_attribute("data-test-script-state")
         pytest.fail(f"{text!r} did not appear; the script is {state}; the page ends with:\n{shown}")
+
+
+def _at_least(page, locator, n: int = 1) -> None:
+    """Wait until the page holds at least n of locator; on a timeout, fail with what the page shows. A count
+    taken as soon as the script run has ended can miss elements: the lesson's two metrics, inside
+    st.columns, appeared a moment after the run ended in 2 of 13 runs of the presenter test."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        locator.nth(n - 1).wait_for(state="attached")
+    except PlaywrightTimeout:
+        shown = page.locator("body").inner_text()[-3000:]
+        pytest.fail(f"fewer than {n} of {locator} on the page; it ends with:\n{shown}")
 
 
 def _click_until(page, button, text: str, tries: int = 3, quiet_ms: int = 20_000) -> None:
@@ -267,7 +280,8 @@ def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
         else:
             page.get_by_text("Lesson complete").first.wait_for()
         _settled(page)
-        assert page.get_by_text("your prediction").count() >= 1 and page.get_by_text("measured").count() >= 1
+        _at_least(page, page.get_by_text("your prediction"))  # the answer next to the prediction
+        _at_least(page, page.get_by_text("measured"))
         if n == 1:
             _shot(page, shots / "lesson-presenter.png")
     assert page.locator('[data-testid="stException"]').count() == 0
@@ -285,10 +299,10 @@ def test_the_token_tree_page_drafts_verifies_and_colours_a_tree(server, browser,
     page.get_by_role("heading", name="One node: p against q, and the decision").wait_for()
     _settled(page)  # the depth-by-depth animation has ended in the coloured tree
     page.get_by_text("Round 1: a tree of").first.wait_for()
-    assert page.get_by_text("accepted path").count() >= 1  # the legend of the coloured tree
-    assert page.locator('.sv-text [data-state="accepted"], .sv-text [data-state="bonus"], '
-                        '.sv-text [data-state="correction"]').count() >= 1
-    assert page.locator(".js-plotly-plot").count() >= 3  # the tree, p vs q at a node, acceptance
+    _at_least(page, page.get_by_text("accepted path"))  # the legend of the coloured tree
+    _at_least(page, page.locator('.sv-text [data-state="accepted"], .sv-text [data-state="bonus"], '
+                                 '.sv-text [data-state="correction"]'))
+    _at_least(page, page.locator(".js-plotly-plot"), 3)  # the tree, p vs q at a node, acceptance
     assert page.locator('[data-testid="stException"]').count() == 0
     _shot(page, shots / "token-tree.png", page.get_by_role("heading", name="The tree").first)
     # clicking a node in the tree picks it in the node box below
