@@ -52,7 +52,7 @@ def start():
     draft = pair.drafter() if drafter_name == "draft model" else PromptLookupDrafter()
     stream = lab_ui.run_guarded(speculative_stream, pair.target, draft, ids, k=int(k),
                                 temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
-                                eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+                                **pair.run_kw)
     if stream is None:
         return None
     # a Playback: two reruns at once (a click while a round is computed) wait for each other

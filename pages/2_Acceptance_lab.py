@@ -58,8 +58,7 @@ if b1.button("Measure", type="primary", key="lab.run"):
             ids = {d: prompts.encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in domains}
             bar = lab_ui.ProgressBar("starting…")
             sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, temps, k=int(k), max_new_tokens=int(max_new),
-                                         seed=int(seed), eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab,
-                                         existing=existing, progress=bar)
+                                         seed=int(seed), existing=existing, progress=bar, **pair.run_kw)
             agree = lab.agreement_sweep(pair.target, pair.draft, ids, sweep, vocab=pair.shared_vocab,
                                         existing=existing_agree if existing else None, progress=bar)
             bar.done()

@@ -36,8 +36,7 @@ temperature = c1.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, ke
 cap = limits.max_new_tokens()
 max_new = c2.number_input("new tokens per run", 4, cap, min(24, cap), 4, key="speed.max_new")
 seed = c3.number_input("seed", 0, 2**31 - 1, 0, 1, key="speed.seed")
-run_kw = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
-              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+run_kw = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed), **pair.run_kw)
 kept = {name: Kept(f"speed.{name}", ident) for name in ("cost", "sweep", "race", "adaptive")}
 
 # --- 1. c and the verify cost -----------------------------------------------------------------

@@ -43,8 +43,7 @@ c3.caption(f"dtype **{dt}** (change it in the sidebar: in bfloat16 a near-tie ca
 if st.button("Compare with the target alone", type="primary", key="exact.run_greedy") and ids is not None:
     bar = lab_ui.ProgressBar("target alone, then speculative…")
     cmp = lab_ui.run_guarded(lab.compare_with_baseline, pair.target, pair.draft, ids, k=int(k),
-                             temperature=0.0, max_new_tokens=int(max_new), seed=0,
-                             eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+                             temperature=0.0, max_new_tokens=int(max_new), seed=0, **pair.run_kw)
     bar.done()
     kept["greedy"].put({"cmp": cmp, "dtype": dt, "k": int(k)} if cmp is not None else None)
 if (g := kept["greedy"].get()) is not None:

@@ -47,8 +47,7 @@ with right:
     speed = st.select_slider("animation speed", list(playback.SPEEDS), playback.DEFAULT_SPEED, key="tree.speed")
 shape = (dict(SPINE, shape="spine", branch=int(branch), doubt=float(doubt)) if is_spine
          else dict(budget=int(budget), branch=int(branch), max_depth=int(max_depth)))
-common = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
-              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+common = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed), **pair.run_kw)
 
 # the page's run, until the pair or dtype changes; a run that is replaced is stopped, so its KV caches are freed
 kept = Kept("tree.pb", ident, close=lambda old: old.close("replaced"))

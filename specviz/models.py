@@ -163,6 +163,12 @@ class Pair:
         return self.drafter() if self.draft_tokenizer is None else self.draft
 
     @property
+    def run_kw(self) -> dict[str, Any]:
+        """The engine's keyword arguments that come from the pair, not the page: where a run stops
+        (eos_token_id) and which ids mean the same token to both models (vocab)."""
+        return {"eos_token_id": self.eos_token_ids, "vocab": self.shared_vocab}
+
+    @property
     def shares_vocab(self) -> bool:
         """Do the draft's token ids mean the target's tokens (what the labs that compare q with p need)?"""
         return self.draft_tokenizer is None

@@ -44,8 +44,7 @@ def main_page_tree(pair_name: str | None, dtype: str, draft_precision: str | Non
                 pair.check_shared_vocab("A token tree")
                 ids = prompts.encode(pair.tokenizer, prompt_text, chat)
                 stream = tree_stream(pair.target, pair.draft, ids, **shape_kw, temperature=float(temperature),
-                                     seed=int(seed), max_new_tokens=16, eos_token_id=pair.eos_token_ids,
-                                     vocab=pair.shared_vocab)
+                                     seed=int(seed), max_new_tokens=16, **pair.run_kw)
                 kept.put((next(iter(stream)), ui.decoder(pair.tokenizer)))
                 stream.close()  # one round is all this panel shows: let the caches go
             except (SpecvizError, MemoryError) as e:
