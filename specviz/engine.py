@@ -311,8 +311,8 @@ class DecodeStream:
     """
 
     def __init__(self, gen: Iterator[Round] | Callable[["DecodeStream"], Iterator[Round]], device="cpu"):
-        """gen: the rounds' generator, or a function of this stream that makes it (the engine's generators
-        clear `model_work_left` before their last round, so collecting the Run does not queue again)."""
+        """gen: the rounds' generator, or a function of this stream that makes it (`drive` clears
+        `model_work_left` before the last round, so collecting the Run does not queue again)."""
         self.device = devqueue.device_key(device)
         self.run: Run | None = None
         self.waited_s = 0.0
@@ -390,6 +390,29 @@ def recorded_s(*users) -> float:
     return sum(getattr(lm, "recorded_s", 0.0) for lm in lms)
 
 
+def drive(ids: list[int], n_prompt: int, max_new_tokens: int, one_round, out: DecodeStream):
+    """The loop every decoding mode shares: a round at a time, until an end token or the length limit.
+
+    one_round(room, index) -> (round, hit_eos) computes one round and appends its tokens to ids; room is
+    how many tokens the run may still add. Yields each round; returns (rounds, stop_reason, busy_s), busy_s
+    being the seconds spent computing rounds, not in the caller between them.
+    """
+    rounds, stop = [], "max_new_tokens"
+    t0, paused = time.perf_counter(), 0.0
+    while (room := max_new_tokens - (len(ids) - n_prompt)) > 0:
+        rnd, hit_eos = one_round(room, len(rounds))
+        rounds.append(rnd)
+        # the stream queues for the device only while this is set: the last round clears it
+        out.model_work_left = not hit_eos and len(ids) - n_prompt < max_new_tokens
+        t_out = time.perf_counter()
+        yield rnd  # the caller may animate, or wait for the device, here: that time is not decoding
+        paused += time.perf_counter() - t_out
+        if hit_eos:
+            stop = "eos"
+            break
+    return rounds, stop, time.perf_counter() - t0 - paused
+
+
 def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max_new_tokens, settings, out):
     target = open_lm(target_model)
     try:
@@ -408,28 +431,20 @@ def _speculative_on(target, target_model, drafter, prompt, policy, sampler, voca
     prefill_s = time.perf_counter() - t0
     kpolicy.prepare(policy, getattr(getattr(drafter, "lm", None), "model", None), target_model, sampler.greedy)
 
-    rounds, ks, stop = [], [], "max_new_tokens"
-    t_dec, paused = time.perf_counter(), 0.0
-    while len(ids) - len(prompt) < max_new_tokens:
-        room = max_new_tokens - (len(ids) - len(prompt))
+    def one_round(room, index):
         k = min(policy.next_k(drafter.asks_keep), room)  # no point drafting past the length limit
-        rnd, hit_eos = step(target, drafter, policy, ids, k, sampler, vocab, eos, room, len(rounds))
+        rnd, hit_eos = step(target, drafter, policy, ids, k, sampler, vocab, eos, room, index)
         policy.observe(rnd)
-        rounds.append(rnd)
-        ks.append(rnd.k)
-        out.model_work_left = not (hit_eos or len(ids) - len(prompt) >= max_new_tokens)
-        t_out = time.perf_counter()
-        yield rnd  # the caller may animate, or wait for the device, here: that time is not decoding
-        paused += time.perf_counter() - t_out
-        if hit_eos:
-            stop = "eos"
-            break
-    decode_s = time.perf_counter() - t_dec - paused - recorded_s(target, drafter)
+        return rnd, hit_eos
+
+    rounds, stop, busy_s = yield from drive(ids, len(prompt), max_new_tokens, one_round, out)
+    decode_s = busy_s - recorded_s(target, drafter)
     return Run(
         mode="speculative", prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
         settings=settings, stop_reason=stop, prefill_s=prefill_s, decode_s=decode_s,
         target_passes=len(rounds), draft_passes=sum(len(r.drafted) for r in rounds) if drafter.uses_model else 0,
-        ks=ks, device=str(target.device), dtype=str(next(target_model.parameters()).dtype).replace("torch.", ""),
+        ks=[r.k for r in rounds], device=str(target.device),
+        dtype=str(next(target_model.parameters()).dtype).replace("torch.", ""),
     )
 
 
@@ -471,9 +486,8 @@ def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings
 
 def _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, settings, out):
     ids = list(prompt)
-    rounds, stop = [], "max_new_tokens"
-    t_dec, paused = time.perf_counter(), 0.0
-    while len(ids) - len(prompt) < max_new_tokens:
+
+    def one_round(room, index):
         t_round = time.perf_counter()
         prefill = len(ids) - 1 - lm.n  # the first pass reads the whole prompt (no separate prefill)
         with devqueue.watch() as load:
@@ -484,21 +498,16 @@ def _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, s
         tok = am if sampler.greedy else sampler.pick(logits[0], p[0])
         ids.append(tok)
         rnd = Round(
-            index=len(rounds), k=0, drafted=[], q_drafted=[], p_drafted=[], u=[], ratio=[], accepted=[],
+            index=index, k=0, drafted=[], q_drafted=[], p_drafted=[], u=[], ratio=[], accepted=[],
             n_accepted=0, emitted=[tok], extra_id=tok, extra_kind="target", p_top=[_topk(p[0])], q_top=[],
             target_argmax=[am], overlap=[], entropy=_entropy(p), residual_top=None,
             greedy=sampler.greedy, draft_s=0.0, verify_s=dt, round_s=time.perf_counter() - t_round,
             prefill_tokens=prefill, outside_load=load.busy,
         )
-        rounds.append(rnd)
-        out.model_work_left = not (tok in eos or len(ids) - len(prompt) >= max_new_tokens)
-        t_out = time.perf_counter()
-        yield rnd  # the caller may animate, or wait for the device, here: that time is not decoding
-        paused += time.perf_counter() - t_out
-        if tok in eos:
-            stop = "eos"
-            break
-    decode_s = time.perf_counter() - t_dec - paused - recorded_s(lm)
+        return rnd, tok in eos
+
+    rounds, stop, busy_s = yield from drive(ids, len(prompt), max_new_tokens, one_round, out)
+    decode_s = busy_s - recorded_s(lm)
     return Run(
         mode="autoregressive", prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
         settings=settings, stop_reason=stop, prefill_s=0.0, decode_s=decode_s, target_passes=len(rounds),

@@ -55,7 +55,8 @@ from dataclasses import dataclass, field
 import torch
 
 from . import kpolicy, measure
-from .engine import DecodeStream, _cut, _topk, _topk_rows, as_id_list, check_settings, _is_int, pair_vocab
+from .engine import DecodeStream, _cut, _device_of, _topk, _topk_rows, as_id_list, check_settings, _is_int, drive, \
+    pair_vocab
 from .errors import InvalidSetting
 from .lm import CachedLM, eos_ids, sync
 from .sampling import Sampler, accept_token, residual, sample, uniform
@@ -469,7 +470,7 @@ def tree_stream(target, draft, input_ids, *, budget: int = 16, branch: int = 2, 
         step_kw.update(policy=policy, doubt=doubt)
     sampler = Sampler.create(temperature, top_k, top_p, seed)
     return DecodeStream(lambda out: _tree(target, draft, ids, sampler, vocab, eos, max_new_tokens, settings, step_kw,
-                                          out))
+                                          out), _device_of(target))
 
 
 def spine_policy(draft_model, target_model, greedy: bool) -> kpolicy.KPolicy:
@@ -480,25 +481,18 @@ def spine_policy(draft_model, target_model, greedy: bool) -> kpolicy.KPolicy:
 def _tree(target_model, draft_model, prompt, sampler, vocab, eos, max_new_tokens, settings, step_kw, out):
     target, draft = CachedLM(target_model), CachedLM(draft_model)
     ids = list(prompt)
-    rounds, stop = [], "max_new_tokens"
-    t_dec, paused = time.perf_counter(), 0.0
     policy = step_kw.get("policy")
-    while len(ids) - len(prompt) < max_new_tokens:
-        room = max_new_tokens - (len(ids) - len(prompt))
-        rnd, hit_eos = tree_step(target, draft, ids, sampler, vocab, eos, room, len(rounds), **step_kw)
+
+    def one_round(room, index):
+        rnd, hit_eos = tree_step(target, draft, ids, sampler, vocab, eos, room, index, **step_kw)
         if policy is not None:
             observe_spine(policy, rnd)
-        rounds.append(rnd)
-        out.model_work_left = not (hit_eos or len(ids) - len(prompt) >= max_new_tokens)
-        t_out = time.perf_counter()
-        yield rnd  # the caller may animate here: that time is not decoding
-        paused += time.perf_counter() - t_out
-        if hit_eos:
-            stop = "eos"
-            break
+        return rnd, hit_eos
+
+    rounds, stop, busy_s = yield from drive(ids, len(prompt), max_new_tokens, one_round, out)
     return TreeRun(
         prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds, settings=settings, stop_reason=stop,
-        decode_s=time.perf_counter() - t_dec - paused, target_passes=len(rounds),
+        decode_s=busy_s, target_passes=len(rounds),
         draft_passes=sum(len(r.draft_s) for r in rounds), device=str(target.device),
         dtype=str(next(target_model.parameters()).dtype).replace("torch.", ""),
     )

@@ -49,3 +49,13 @@ def test_the_last_round_brings_the_run_with_it_and_holds_the_device_no_longer(ki
     assert len(pb.run.rounds) == len(revealed) == len(pb.rounds)
     # one hold per round: collecting the Run after the last round did not queue for the device again
     assert len(trace.read_text().splitlines()) == len(revealed)
+
+
+@pytest.mark.parametrize("kind", ["chain", "target alone", "tree"])
+def test_each_stream_queues_for_its_models_device(kind):
+    # models on another device than the CPU: "meta" holds shapes only, and the stream is never iterated,
+    # so nothing is computed (the spine is left out: making its chooser times passes)
+    target, draft = tiny_qwen(100).to("meta"), tiny_qwen(200).to("meta")
+    stream = _streams(target, draft, 4, [])[kind]()
+    assert stream.device == "meta", f"the {kind} stream would queue for {stream.device!r}, not its models' device"
+    stream.close()
