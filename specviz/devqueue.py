@@ -160,6 +160,7 @@ class Slot:
     waited_s: float = 0.0
     held_s: float = 0.0
     nested: bool = False  # inside another hold of the same thread: passed straight through
+    what: str | None = None  # what the work is, for the trace (engine.DecodeStream: its Run's mode)
 
 
 @dataclass(eq=False)
@@ -285,10 +286,11 @@ class DeviceQueue:
 
     @contextmanager
     def hold(self, device="cpu", owner: str | None = None, on_wait: OnWait | None = None,
-             turn: bool = True) -> Iterator[Slot]:
+             turn: bool = True, what: str | None = None) -> Iterator[Slot]:
         """Wait for this owner's turn on the device, hold it for the block, then pass it on.
 
-        turn=False: pages may draw meanwhile (a model load, which shows no timing and may take minutes)."""
+        turn=False: pages may draw meanwhile (a model load, which shows no timing and may take minutes).
+        what: a label the trace writes with the hold (trace_holds sorts the holds' times by it)."""
         key = device_key(device)
         ctx = _owner.get()
         if owner is None:
@@ -306,7 +308,7 @@ class DeviceQueue:
                 depth[key] -= 1
             return
         with self.paused():  # a page asking while it draws stops drawing until the work is done
-            slot = Slot(owner, key)
+            slot = Slot(owner, key, what=what)
             t = _Ticket(owner, wake=threading.Condition(self._lock))
             asked = time.time()
             t0 = time.perf_counter()
@@ -384,6 +386,8 @@ class DeviceQueue:
         released = time.time()
         row = {"owner": slot.owner, "device": slot.device, "asked": asked,
                "granted": released - slot.held_s, "released": released}
+        if slot.what is not None:
+            row["what"] = slot.what
         with self._lock:
             try:
                 with open(self.trace, "a") as f:
@@ -473,8 +477,9 @@ QUEUE = DeviceQueue(trace=os.environ.get(ENV_TRACE) or None)  # the one queue of
 def trace_holds(path: str, since: float = 0.0, until: float = math.inf) -> dict:
     """What a trace file (ENV_TRACE) says of [since, until]: the holds, the time the device was held (the union
     of the holds, clipped to the window), each owner's held time, the longest time between the ends of
-    two consecutive holds of one owner (between two of its rounds appearing), and when the last hold ended
-    (None when there was none)."""
+    two consecutive holds of one owner (between two of its rounds appearing), when the last hold ended
+    (None when there was none), and the durations of the holds wholly inside the window by their label
+    (`what_s`: {what: [seconds, ...]} in order; holds without one are left out)."""
     holds = []
     try:
         with open(path) as f:
@@ -484,8 +489,10 @@ def trace_holds(path: str, since: float = 0.0, until: float = math.inf) -> dict:
                     holds.append(row)
     except FileNotFoundError:
         pass
-    held, end, owners, last, gap = 0.0, since, {}, {}, 0.0
+    held, end, owners, last, gap, what = 0.0, since, {}, {}, 0.0, {}
     for h in sorted(holds, key=lambda h: h["granted"]):
+        if "what" in h and h["granted"] >= since and h["released"] <= until:
+            what.setdefault(h["what"], []).append(h["released"] - h["granted"])
         a, b = max(h["granted"], end), min(h["released"], until)
         held += max(0.0, b - a)
         end = max(end, b)
@@ -495,12 +502,12 @@ def trace_holds(path: str, since: float = 0.0, until: float = math.inf) -> dict:
             gap = max(gap, h["released"] - last[o])
         last[o] = h["released"]
     return {"holds": len(holds), "held_s": held, "owners_held_s": owners, "longest_gap_s": gap,
-            "last_released": max((min(h["released"], until) for h in holds), default=None)}
+            "last_released": max((min(h["released"], until) for h in holds), default=None), "what_s": what}
 
 
-def hold(device="cpu"):
-    """QUEUE.hold(device) for the owner of the current session()."""
-    return QUEUE.hold(device)
+def hold(device="cpu", what: str | None = None):
+    """QUEUE.hold(device) for the owner of the current session(); `what` labels the hold in the trace."""
+    return QUEUE.hold(device, what=what)
 
 
 def drawing():

@@ -33,7 +33,7 @@ from .drafters import Drafter, ModelDrafter, Proposal
 from .errors import InvalidSetting
 from .kpolicy import K_MAX, make_k_policy
 from .lm import CachedLM, eos_ids, max_positions, open_lm, vocab_size
-from .records import Round, Run, TopK
+from .records import AUTOREGRESSIVE, SPECULATIVE, Round, Run, TopK
 from .sampling import Sampler, accept_token, residual, uniform
 from .settings import DecodeSettings, is_greedy
 
@@ -310,10 +310,13 @@ class DecodeStream:
     decode_s is only time spent holding the device. `waited_s` sums the waits.
     """
 
-    def __init__(self, gen: Iterator[Round] | Callable[["DecodeStream"], Iterator[Round]], device="cpu"):
+    def __init__(self, gen: Iterator[Round] | Callable[["DecodeStream"], Iterator[Round]], device="cpu",
+                 what: str | None = None):
         """gen: the rounds' generator, or a function of this stream that makes it (`drive` clears
-        `model_work_left` before the last round, so collecting the Run does not queue again)."""
+        `model_work_left` before the last round, so collecting the Run does not queue again).
+        what: what each hold of the device is, for the queue's trace (the Run's mode)."""
         self.device = devqueue.device_key(device)
+        self.what = what
         self.run: Run | None = None
         self.waited_s = 0.0
         self.model_work_left = True
@@ -326,7 +329,7 @@ class DecodeStream:
         if self._gen is None:
             raise StopIteration
         # after the last round only the Run is assembled: no need to queue for the device
-        queue = devqueue.hold(self.device) if self.model_work_left else contextlib.nullcontext()
+        queue = devqueue.hold(self.device, self.what) if self.model_work_left else contextlib.nullcontext()
         with queue as slot:
             if slot is not None:
                 self.waited_s += slot.waited_s
@@ -377,7 +380,7 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
                          top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, **extra)
     sampler = Sampler.create(temperature, top_k, top_p, seed)
     return DecodeStream(lambda out: _speculative(target, drafter, ids, policy, sampler, vocab, eos, max_new_tokens,
-                                                 settings, out), _device_of(target))
+                                                 settings, out), _device_of(target), SPECULATIVE)
 
 
 def _device_of(model):
@@ -440,7 +443,7 @@ def _speculative_on(target, target_model, drafter, prompt, policy, sampler, voca
     rounds, stop, busy_s = yield from drive(ids, len(prompt), max_new_tokens, one_round, out)
     decode_s = busy_s - recorded_s(target, drafter)
     return Run(
-        mode="speculative", prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
+        mode=SPECULATIVE, prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
         settings=settings, stop_reason=stop, prefill_s=prefill_s, decode_s=decode_s,
         target_passes=len(rounds), draft_passes=sum(len(r.drafted) for r in rounds) if drafter.uses_model else 0,
         ks=[r.k for r in rounds], device=str(target.device),
@@ -473,7 +476,7 @@ def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: 
                          top_k=top_k, max_new_tokens=max_new_tokens, seed=seed)
     sampler = Sampler.create(temperature, top_k, top_p, seed)
     return DecodeStream(lambda out: _autoregressive(model, ids, sampler, vocab, eos, max_new_tokens, settings, out),
-                        _device_of(model))
+                        _device_of(model), AUTOREGRESSIVE)
 
 
 def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings, out):
@@ -509,7 +512,7 @@ def _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, s
     rounds, stop, busy_s = yield from drive(ids, len(prompt), max_new_tokens, one_round, out)
     decode_s = busy_s - recorded_s(lm)
     return Run(
-        mode="autoregressive", prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
+        mode=AUTOREGRESSIVE, prompt_ids=list(prompt), token_ids=ids[len(prompt):], rounds=rounds,
         settings=settings, stop_reason=stop, prefill_s=0.0, decode_s=decode_s, target_passes=len(rounds),
         draft_passes=0, ks=[0] * len(rounds), device=str(lm.device),
         dtype=str(next(model.parameters()).dtype).replace("torch.", ""),

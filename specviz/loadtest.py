@@ -19,7 +19,8 @@ It reports the total wall time against the sum of the solo model times (the
 queue wastes nothing when this is near 1), each session's measured speedup
 against the solo one, the longest wait between two rounds of one session (from
 the server's trace of its device queue, which also gives how much of the wall
-the device was held), and whether every greedy text equals the solo text.
+the device was held, and how long one token of the target alone held it, at once and alone), and
+whether every greedy text equals the solo text.
 Every wait is bounded (--timeout for the whole test). The default settings of the page are used;
 --max-new changes only the number of new tokens. The browsers stand in for laptops, which draw on cores
 of their own: they run lowered, capped, and by default only while the server is idle (BrowserGate;
@@ -36,6 +37,7 @@ import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +50,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .devqueue import ENV_TRACE, lower_thread, trace_holds
+from .records import AUTOREGRESSIVE
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -119,6 +122,7 @@ class SessionResult:
     error: bool = False
     finished_s: float | None = None  # seconds from the first Run click to this page's speed figures
     rounds: list[tuple[float, int]] = field(default_factory=list)  # (seconds, round shown) at each change
+    window: tuple[float, float] | None = None  # a solo run's (Run pressed, figures shown), time.time()
 
     @property
     def model_s(self) -> float | None:
@@ -589,6 +593,9 @@ class Batch:
     after: SessionResult
     device: dict = field(default_factory=dict)  # the server's holds while the sessions ran (trace_holds)
     server_cpu: dict = field(default_factory=dict)  # CpuUse.done() while the sessions ran
+    # the median time one token of the target alone held the device, in s, at once and in the solo runs before
+    # and after (target_token_s): the same work every time, so it shows how the machine's speed moved
+    token_s: dict = field(default_factory=dict)
 
     def _solo_mean(self, what: str) -> float | None:
         v = [getattr(r, what) for r in (self.before, self.after)]
@@ -637,7 +644,21 @@ class Batch:
             "sessions_held_s": sorted(self.device.get("owners_held_s", {}).values()),
             "server_cores": self.server_cpu.get("process_cores"),
             "server_main_thread": self.server_cpu.get("main_thread"),
+            "target_token_s": self.token_s.get("at_once"),
+            "target_token_alone_s": [self.token_s.get("before"), self.token_s.get("after")],
+            "target_token_over_alone": _over_mean(self.token_s.get("at_once"),
+                                                  [self.token_s.get("before"), self.token_s.get("after")]),
         }
+
+
+def target_token_s(device: dict) -> float | None:
+    """The median time one token of the target alone held the device, from trace_holds(...): None if none."""
+    held = device.get("what_s", {}).get(AUTOREGRESSIVE)
+    return statistics.median(held) if held else None
+
+
+def _over_mean(v: float | None, around: list[float | None]) -> float | None:
+    return None if v is None or None in around else v / (sum(around) / len(around))
 
 
 def _within(ratio: float | None) -> bool:
@@ -720,6 +741,9 @@ class Report:
             # main thread that serves the browsers (a share of one core)
             "server_cores": [p["server_cores"] for p in per],
             "server_main_thread": [p["server_main_thread"] for p in per],
+            # one token of the target alone, the same work every time: at once and in the solo runs around
+            "target_token_s": [p["target_token_s"] for p in per],
+            "target_token_over_alone": [p["target_token_over_alone"] for p in per],
             "per_batch": per,
         }
 
@@ -769,7 +793,17 @@ class Report:
             ["the server's CPU while the sessions ran: "
              + ", ".join(f"{fmt(c)} cores, its main thread {fmt(m)} of a core"
                          for c, m in zip(s["server_cores"], s["server_main_thread"]))]
-            if any(c is not None for c in s["server_cores"]) else [])
+            if any(c is not None for c in s["server_cores"]) else []) + (
+            ["one token of the target alone held the device (median): "
+             + "; ".join((f"batch {i}: " if n > 1 else "") + f"{_ms(p['target_token_s'])} at once, "
+                         + " and ".join(_ms(v) for v in p["target_token_alone_s"]) + " alone before and after ("
+                         + f"{fmt(p['target_token_over_alone'])}x their mean)"
+                         for i, p in enumerate(s["per_batch"], 1))]
+            if any(v is not None for v in s["target_token_s"]) else [])
+
+
+def _ms(s: float | None) -> str:
+    return "–" if s is None else f"{1000 * s:.0f} ms"
 
 
 def default_timeout(batches: int) -> float:
@@ -820,6 +854,9 @@ def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browse
                 done = _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low, pid, g)
                 for b in done:
                     b.device = trace_holds(trace, b.started, b.started + b.wall_s)
+                    b.token_s = {"at_once": target_token_s(b.device),
+                                 **{k: target_token_s(trace_holds(trace, *r.window)) if r.window else None
+                                    for k, r in (("before", b.before), ("after", b.after))}}
                 return Report(sessions, done, lowered[0], cap.share if cap is not None else None,
                               None if g is None else {"stops": g.stops, "stopped_s": g.stopped_s})
         finally:
@@ -830,8 +867,10 @@ def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browse
 def _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate=None) -> SessionResult:
     """One run on a new page, alone on the server."""
     page = open_session(browser, url, max_new, timeout_s)
-    (res,), _, _ = run_at_once([page], deadline, keep_low, gate)
+    (res,), wall, pressed = run_at_once([page], deadline, keep_low, gate)
     page.context.close()
+    if wall == wall:  # it finished (not NaN): the window its model work lies in, for the trace
+        res.window = (pressed, pressed + wall)
     return res
 
 

@@ -109,6 +109,10 @@ class RunRates:
         return s / n if n > 0 and s > 0 else float("nan")
 
 
+SPECULATIVE, AUTOREGRESSIVE = "speculative", "autoregressive"  # a Run's mode
+MODES = (SPECULATIVE, AUTOREGRESSIVE)
+
+
 @dataclass(frozen=True)
 class Run(RunRates):
     """A whole generation: settings, new token ids, rounds and timings.
@@ -402,7 +406,7 @@ def check_run_dict(d: Any) -> None:
     """
     want_obj(d, "", ("mode", "prompt_ids", "token_ids", "rounds", "settings", "stop_reason", "prefill_s",
                      "decode_s", "target_passes", "draft_passes"))
-    want_str(d["mode"], "mode", options=("speculative", "autoregressive"))
+    want_str(d["mode"], "mode", options=MODES)
     want_str(d["stop_reason"], "stop_reason", options=STOP_REASONS)
     for name in ("prompt_ids", "token_ids"):
         want_list(d[name], name, want_int)

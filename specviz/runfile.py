@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from . import limits, measure, records
 from .errors import SpecvizError
-from .records import Run, TopK, malformed
+from .records import MODES, Run, TopK, malformed
 from .settings import is_greedy
 
 EXPORT_FORMAT = "specviz.export/1"
@@ -170,7 +170,7 @@ def validate_run(run: Run) -> None:
 
 def _check_run_fields(run: Run) -> None:
     """The mode, and the prompt and new tokens as lists of token ids."""
-    if run.mode not in ("speculative", "autoregressive"):
+    if run.mode not in MODES:
         raise malformed("mode", f"must be 'speculative' or 'autoregressive', got {run.mode!r}")
     for name in ("prompt_ids", "token_ids"):
         v = getattr(run, name)

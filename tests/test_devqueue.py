@@ -183,6 +183,25 @@ def test_a_trace_records_each_outer_hold_and_sums_the_time_the_device_was_held(t
     assert devqueue.trace_holds(str(tmp_path / "none"), t0, t1)["holds"] == 0  # no file: nothing held
 
 
+def test_a_trace_labels_each_hold_with_what_it_is_and_sorts_their_times_by_label(tmp_path):
+    trace = tmp_path / "holds.jsonl"
+    q = DeviceQueue(poll_s=0.01, env="", trace=str(trace))
+    t0 = time.time()
+    for what, s in (("token", 0.02), (None, 0.01), ("round", 0.05), ("token", 0.03)):
+        with q.hold("cpu", owner="a", what=what):
+            time.sleep(s)
+    t1 = time.time()
+    rows = [json.loads(r) for r in trace.read_text().splitlines()]
+    assert [r.get("what") for r in rows] == ["token", None, "round", "token"]  # no label: no field
+    got = devqueue.trace_holds(str(trace), t0, t1)["what_s"]
+    assert set(got) == {"token", "round"} and len(got["token"]) == 2 and len(got["round"]) == 1
+    assert got["token"] == pytest.approx([r["released"] - r["granted"] for r in rows if r.get("what") == "token"])
+    assert 0.02 <= got["token"][0] < got["token"][1] and got["round"][0] >= 0.05
+    # only holds wholly inside the window: one cut by its edge would read short
+    mid = (rows[2]["granted"] + rows[2]["released"]) / 2
+    assert devqueue.trace_holds(str(trace), t0, mid)["what_s"] == {"token": got["token"][:1]}
+
+
 def test_a_trace_that_cannot_be_written_never_costs_the_work(tmp_path):
     q = DeviceQueue(poll_s=0.01, env="", trace=str(tmp_path / "no-such-folder" / "holds.jsonl"))
     with q.hold("cpu", owner="a"):

@@ -38,7 +38,10 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     # the page's split of the decode time, and the tokens each run drafted, were read
     assert all(r.draft_s is not None and r.verify_s is not None and r.drafted > 0 for r in [rep.solo, *rep.together])
     assert all(r.draft_s + r.verify_s <= r.decode_s + 0.02 for r in rep.together)  # parts of it (2 decimals)
-    assert len(rep.lines()) == 11 and "main thread" in rep.lines()[-1]  # the server's CPU, read from /proc
+    assert len(rep.lines()) == 12 and "main thread" in rep.lines()[-2]  # the server's CPU, read from /proc
+    # the target alone's one-token holds were told apart in the trace, at once and in both solo runs
+    assert s["target_token_s"][0] and all(s["per_batch"][0]["target_token_alone_s"])
+    assert rep.lines()[-1].startswith("one token of the target alone held the device (median): ")
     assert rep.browser_processes_lowered >= 2  # the Playwright driver and Chromium, not the server
     # the server's queue wrote its holds: each session held the device, never more than the wall in all
     assert s["device_holds"] >= sum(len(r.rounds) for r in rep.together)
@@ -217,6 +220,36 @@ def test_each_batch_is_judged_against_its_own_solo_runs():
     one = Report(2, [first]).summary()  # one batch gives that batch's own figures
     assert one["speedup_over_solo"] == first.summary()["speedup_over_solo"] and one["wall_s"] == 24.0
     assert one["solo_over_neighbours"] == [] and len(Report(2, [first]).lines()) == 9  # two solo runs: no line
+
+
+def test_a_target_alone_token_is_read_from_the_trace_at_once_and_in_the_solo_runs_around():
+    """The same work every time, so its time at once against the solo runs' tells a machine whose speed moved
+    from a queue that slows the sessions."""
+    from specviz.loadtest import Batch, Report, SessionResult, target_token_s
+    from specviz.records import AUTOREGRESSIVE, SPECULATIVE
+
+    assert target_token_s({"what_s": {AUTOREGRESSIVE: [0.3, 0.1, 0.2], SPECULATIVE: [5.0]}}) == 0.2  # the median
+    assert target_token_s({"what_s": {SPECULATIVE: [5.0]}}) is None and target_token_s({}) is None
+
+    def run(speedup):
+        return SessionResult(text="t", decode_s=5.0, base_s=5.0, speedup=speedup, finished_s=5.0)
+
+    a, b, c = run(2.0), run(2.0), run(2.0)
+    first = Batch([run(2.0)], wall_s=10.0, started=0.0, before=a, after=b,
+                  token_s={"at_once": 0.18, "before": 0.12, "after": 0.12})
+    second = Batch([run(2.0)], wall_s=10.0, started=20.0, before=b, after=c,
+                   token_s={"at_once": 0.15, "before": 0.12, "after": None})  # the last solo run had no trace
+    rep = Report(1, [first, second])
+    s = rep.summary()
+    assert s["target_token_s"] == [0.18, 0.15]
+    assert s["target_token_over_alone"][0] == pytest.approx(1.5) and s["target_token_over_alone"][1] is None
+    assert s["per_batch"][0]["target_token_alone_s"] == [0.12, 0.12]
+    line = rep.lines()[-1]
+    assert line.startswith("one token of the target alone held the device (median): batch 1: 180 ms at once")
+    assert "120 ms and 120 ms alone before and after (1.50x their mean); batch 2: 150 ms at once" in line
+    assert line.endswith("120 ms and – alone before and after (–x their mean)")
+    # no trace read: no line
+    assert not any("one token" in v for v in Report(1, [Batch([run(2.0)], 10.0, 0.0, a, b)]).lines())
 
 
 def test_the_solo_runs_are_judged_against_their_neighbours_as_the_sessions_are():

@@ -1,8 +1,10 @@
 """specviz.playback: a live playback knows its last round from the stream that made it."""
 
+import json
+
 import pytest
 
-from specviz import devqueue, engine, playback
+from specviz import devqueue, engine, playback, records
 from specviz.tree import tree_stream
 from tiny import tiny_qwen
 
@@ -48,7 +50,11 @@ def test_the_last_round_brings_the_run_with_it_and_holds_the_device_no_longer(ki
     assert pb.run.stop_reason == ends_on
     assert len(pb.run.rounds) == len(revealed) == len(pb.rounds)
     # one hold per round: collecting the Run after the last round did not queue for the device again
-    assert len(trace.read_text().splitlines()) == len(revealed)
+    rows = [json.loads(r) for r in trace.read_text().splitlines()]
+    assert len(rows) == len(revealed)
+    # each labelled with the Run's mode, so a load test can tell the target alone's one-token holds apart
+    want = {"chain": records.SPECULATIVE, "target alone": records.AUTOREGRESSIVE}.get(kind)
+    assert all(r.get("what") == want for r in rows), (kind, {r.get("what") for r in rows})
 
 
 @pytest.mark.parametrize("kind", ["chain", "target alone", "tree"])
