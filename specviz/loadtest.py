@@ -608,6 +608,7 @@ class Batch:
         ratios = [r.speedup / solo_speedup if r.speedup and solo_speedup else None for r in self.together]
         last = self.device.get("last_released")
         server_wall = last - self.started if last is not None and self.started else None
+        alone = [self.token_s.get("before"), self.token_s.get("after")]  # a target-alone token, solo
         return {
             "sessions": sessions,
             "finished": sum(r.finished_s is not None for r in self.together),
@@ -645,9 +646,8 @@ class Batch:
             "server_cores": self.server_cpu.get("process_cores"),
             "server_main_thread": self.server_cpu.get("main_thread"),
             "target_token_s": self.token_s.get("at_once"),
-            "target_token_alone_s": [self.token_s.get("before"), self.token_s.get("after")],
-            "target_token_over_alone": _over_mean(self.token_s.get("at_once"),
-                                                  [self.token_s.get("before"), self.token_s.get("after")]),
+            "target_token_alone_s": alone,
+            "target_token_over_alone": _over_mean(self.token_s.get("at_once"), alone),
         }
 
 
@@ -658,6 +658,7 @@ def target_token_s(device: dict) -> float | None:
 
 
 def _over_mean(v: float | None, around: list[float | None]) -> float | None:
+    """v over the mean of the values around it (None if any is unknown)."""
     return None if v is None or None in around else v / (sum(around) / len(around))
 
 
@@ -691,7 +692,7 @@ class Report:
         two neighbours': what judging a session against the solo runs on either side of it reads when nothing
         else runs, i.e. how far this machine alone drifts within the tolerance."""
         v = [r.speedup for r in self.solos]
-        return [b / ((a + c) / 2) if None not in (a, b, c) else None for a, b, c in zip(v, v[1:], v[2:])]
+        return [_over_mean(b, [a, c]) for a, b, c in zip(v, v[1:], v[2:])]
 
     def summary(self) -> dict:
         """The batches' figures together: times summed over the batches (so their ratios weigh each batch by

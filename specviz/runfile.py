@@ -171,7 +171,7 @@ def validate_run(run: Run) -> None:
 def _check_run_fields(run: Run) -> None:
     """The mode, and the prompt and new tokens as lists of token ids."""
     if run.mode not in MODES:
-        raise malformed("mode", f"must be 'speculative' or 'autoregressive', got {run.mode!r}")
+        raise malformed("mode", f"must be {' or '.join(map(repr, MODES))}, got {run.mode!r}")
     for name in ("prompt_ids", "token_ids"):
         v = getattr(run, name)
         if not isinstance(v, list) or not all(isinstance(t, int) and t >= 0 for t in v):
