@@ -37,6 +37,13 @@ been seen (a speculative run never makes one) the smallest pass seen stands in
 for it; sizes not seen yet are interpolated, and beyond the largest size seen
 the last measured slope is extended (flat when only one size is known: the
 optimistic guess, which makes the chooser try a larger k and measure it).
+The first round's target pass, which also read the prompt, is one measured
+point far out on the curve (the prompt anchor): its cost in 1-token passes is
+estimated from the draft's own reading of the same prompt (prompt_extra), so
+it gives a 1-token time before any plain pass is timed (the lower of the two
+stands in), and a slope beyond the sizes seen. Without it a confident second
+round drafts K_MAX tokens as if a pass of 33 tokens cost one (real pair, CPU:
+it costs 2.5).
 
 With stop=True (what k_policy="best" uses) the round's k is decided online
 as well, by keep_drafting, from the draft's own confidence: after each
@@ -107,6 +114,10 @@ class KPolicy:
     def keep_drafting(self, confidences: list[float], extra: float = 0.0) -> bool:
         """After drafting len(confidences) tokens (each the draft's probability of its token): one more?"""
         return True
+
+    def read_prompt(self, extra: float, step_s: float) -> None:
+        """In the round that also reads the prompt: the draft's first step cost `extra` 1-token steps more
+        than its later steps, which took `step_s` each (prompt_extra)."""
 
     def observe(self, rnd) -> None:
         """Learn from one finished Round."""
@@ -180,6 +191,8 @@ class BestK(KPolicy):
         self.clock = bool(clock)
         self.k0 = self.k
         self.c_prior: float | None = None  # c before any round is measured (see prime())
+        self.prompt_read: tuple[float, float] | None = None  # (extra, draft step s) from read_prompt
+        self.anchor: tuple[int, float, float] | None = None  # the prompt pass: (tokens, seconds, est. ratio)
         nb = len(CALIB_EDGES) - 1
         self.calib_acc = [CALIB_PRIOR * (CALIB_EDGES[i] + CALIB_EDGES[i + 1]) / 2 for i in range(nb)]
         self.calib_n = [CALIB_PRIOR] * nb
@@ -208,12 +221,16 @@ class BestK(KPolicy):
     @property
     def t1(self) -> float | None:
         """Estimated seconds of a 1-token target pass (or the stand-in; see the module doc)."""
-        if not self.verify_by_n:
-            return None
         if self.profile is not None:
+            if not self.verify_by_n:
+                return None
             # every size seen says t1 = T(n) / ratio(n); take the median over all recent passes
             return statistics.median(t / self._profile_ratio(n) for n, ts in self.verify_by_n.items() for t in ts)
-        return statistics.median(self.verify_by_n[min(self.verify_by_n)])
+        seen = statistics.median(self.verify_by_n[min(self.verify_by_n)]) if self.verify_by_n else None
+        if self.anchor is None:
+            return seen
+        _, seconds, ratio = self.anchor
+        return seconds / ratio if seen is None else min(seen, seconds / ratio)
 
     @property
     def c(self) -> float | None:
@@ -230,7 +247,13 @@ class BestK(KPolicy):
         t1 = self.t1
         if t1 is None:
             return None
-        return {n: statistics.median(ts) / t1 for n, ts in sorted(self.verify_by_n.items())}
+        pts = {n: statistics.median(ts) / t1 for n, ts in sorted(self.verify_by_n.items())}
+        if self.anchor is not None:  # from 1 token at t1 out to the prompt pass (module doc)
+            n0, seconds, _ = self.anchor
+            pts.setdefault(1, 1.0)
+            if n0 > max(pts):
+                pts[n0] = seconds / t1
+        return pts
 
     @staticmethod
     def _bin(q: float) -> int:
@@ -306,16 +329,21 @@ class BestK(KPolicy):
         d_tokens = p * self.accept_chance(confidences[-1])  # the next draft's chance, from the last one's
         return d_tokens * cost > e * d_cost if d_cost > 0 else d_tokens > 0
 
+    def read_prompt(self, extra: float, step_s: float) -> None:
+        if extra > 0 and step_s > 0 and math.isfinite(extra) and math.isfinite(step_s):
+            self.prompt_read = (float(extra), float(step_s))
+
     def observe(self, rnd) -> None:
         """Learn from one Round: acceptance counts, draft time per token, verify time by size."""
         self.learn(rnd.q_drafted[: len(rnd.accepted)], rnd.accepted, measure.draft_step_s(rnd), rnd.verify_s,
-                   rnd.k + 1, timed=not rnd.prefill_tokens)
+                   rnd.k + 1, prompt=rnd.prefill_tokens)
 
     def learn(self, confidences: list[float], verdicts: list[bool], draft_step_s: float | None, verify_s: float,
-              width: int, timed: bool) -> None:
+              width: int, prompt: int = 0) -> None:
         """Learn from one round of any shape: the judged chain drafts (the draft's probability of each, and
         whether it was accepted), the seconds of one draft step (None: not timed), and the target pass
-        over `width` tokens (timed=False: it also read the prompt)."""
+        over `width` tokens and `prompt` earlier ones (the first round's also reads the prompt: it is timed
+        only as the prompt anchor, from what read_prompt was told)."""
         if self.decay < 1.0:
             self.accepted *= self.decay
             self.judged *= self.decay
@@ -323,8 +351,16 @@ class BestK(KPolicy):
         self.judged += len(verdicts)
         if draft_step_s is not None:
             self.draft_per_token.append(draft_step_s)
-        if timed and verify_s > 0 and math.isfinite(verify_s):
+        timed = verify_s > 0 and math.isfinite(verify_s)
+        if timed and not prompt:
             self.verify_by_n.setdefault(width, deque(maxlen=self.window)).append(verify_s)
+        elif timed and self.prompt_read is not None:
+            # the draft read prompt + 1 tokens for 1 + extra steps; the target read prompt + width tokens
+            extra, step_s = self.prompt_read
+            self.anchor = (prompt + width, verify_s, 1.0 + extra * (prompt + width - 1) / prompt)
+            if draft_step_s is None:
+                self.draft_per_token.append(step_s)
+        self.prompt_read = None
         for q, ok in zip(confidences, verdicts):  # the judged drafts: calibrate a(q)
             i = self._bin(q)
             self.calib_acc[i] += bool(ok)
@@ -352,6 +388,8 @@ def keep_rule(policy: KPolicy, reads_prompt: bool) -> Callable[[list[float], lis
 
     def keep(confidences: list[float], step_s: list[float]) -> bool:
         extra = prompt_extra(step_s) if reads_prompt else 0.0  # in 1-token target passes
+        if extra > 0 and len(step_s) > 1:
+            policy.read_prompt(extra, statistics.median(step_s[1:]))
         return policy.keep_drafting(confidences, extra)
 
     return keep

@@ -283,7 +283,7 @@ def observe_spine(policy: kpolicy.KPolicy, rnd: TreeRound) -> None:
         return
     judged = [i for i in spine(rnd) if rnd.verdict[i] != "untried"]
     learn([rnd.q[i] for i in judged], [rnd.verdict[i] == "accepted" for i in judged], measure.draft_step_s(rnd),
-          rnd.verify_s, rnd.n_nodes + 1, timed=not rnd.prefill_tokens)
+          rnd.verify_s, rnd.n_nodes + 1, prompt=rnd.prefill_tokens)
 
 
 # --------------------------------------------------------------------------

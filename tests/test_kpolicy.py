@@ -399,7 +399,8 @@ def test_the_engine_passes_the_prompt_extra_in_the_first_round_only(monkeypatch)
     class Spy(BestK):
         def keep_drafting(self, confidences, extra=0.0):
             self.extras.append((self.round, extra))
-            return super().keep_drafting(confidences, extra)
+            keep = super().keep_drafting(confidences, extra)
+            return keep or (self.round == 0 and len(confidences) < 3)  # a first round of 3: a step to time
 
         def observe(self, rnd):
             super().observe(rnd)
@@ -418,6 +419,62 @@ def test_the_engine_passes_the_prompt_extra_in_the_first_round_only(monkeypatch)
     assert first and all(e == 7.0 for e in first)  # the round whose passes read the prompt
     assert later and all(e == 0.0 for e in later)
     assert [len(s) for s in seen] == list(range(1, len(first) + 1))  # the step times so far, each time
+    # the prompt pass became the anchor of the cost curve: its width, its time, and 1 + extra per token read
+    r0, prompt_read = run.rounds[0], len(prompt) - 1
+    assert r0.prefill_tokens == prompt_read and r0.k >= 2
+    assert pol.anchor == (prompt_read + r0.k + 1, r0.verify_s,
+                          pytest.approx(1 + 7.0 * (prompt_read + r0.k) / prompt_read))
+
+
+def _anchored(extra: float, step_s: float, verify_s: float, prompt: int = 50, k: int = 10) -> BestK:
+    """A stopping chooser after a first round of k drafts whose target pass also read `prompt` tokens."""
+    p = BestK(4, k_max=K_MAX, stop=True)
+    p.prime(0.08)  # the weight-bytes prior (int8 draft, float32 target)
+    p.read_prompt(extra, step_s)
+    p.observe(dataclasses.replace(make_round(k, k, draft_step=step_s, verify=verify_s), prefill_tokens=prompt))
+    return p
+
+
+def test_the_prompt_pass_anchors_the_cost_of_long_passes():
+    """A pass over n tokens costing t1 (1 + 0.04 (n - 1)), as on the real pair on a CPU. The draft read
+    the 50-token prompt (51 tokens) at 1 + 50 * 0.04 = 3 of its steps, so extra = 2, and the target read
+    50 + 11 tokens in one pass of 3.4 t1. The chooser learns t1 and the slope from that pass alone."""
+    t1, step = 0.16, 0.024
+    cost = lambda n: t1 * (1 + 0.04 * (n - 1))  # noqa: E731
+    p = _anchored(extra=2.0, step_s=step, verify_s=cost(61))
+    assert p.anchor == (61, pytest.approx(cost(61)), pytest.approx(3.4))
+    assert p.t1 == pytest.approx(t1)
+    assert p.c == pytest.approx(step / t1)  # the draft's steps after its prompt read
+    assert p.verify_cost == {1: 1.0, 61: pytest.approx(3.4)}
+    assert theory.verify_ratio(33, p.verify_cost) == pytest.approx(cost(33) / t1)
+    # without the anchor (no prompt read reported) nothing is timed: c is the weight-bytes prior and the
+    # pass is taken as flat, so a fairly sure streak drafts on where each draft no longer pays for its
+    # step and its verify token; a sure streak is drafted to the cap either way
+    blind = BestK(4, k_max=K_MAX, stop=True)
+    blind.prime(0.08)
+    blind.observe(dataclasses.replace(make_round(10, 10, draft_step=step, verify=cost(61)), prefill_tokens=50))
+    assert blind.anchor is None and blind.t1 is None and blind.verify_cost is None
+    fairly_sure, sure = [0.95] * K_MAX, [0.999] * K_MAX
+    assert 8 <= drafted_length(p, fairly_sure, cap=K_MAX) < drafted_length(blind, fairly_sure, cap=K_MAX) - 4
+    assert drafted_length(p, sure, cap=K_MAX) == drafted_length(blind, sure, cap=K_MAX) == K_MAX
+
+
+def test_plain_passes_join_the_anchor_and_the_lower_one_time_stands_in():
+    t1 = 0.16
+    cost = lambda n: t1 * (1 + 0.04 * (n - 1))  # noqa: E731
+    p = _anchored(extra=2.0, step_s=0.024, verify_s=cost(61))
+    p.observe(make_round(17, 17, draft_step=0.024, verify=cost(18)))  # a plain 18-token pass
+    assert p.t1 == pytest.approx(t1)  # the anchor's, lower than the 18-token pass
+    assert p.verify_cost == {1: 1.0, 18: pytest.approx(cost(18) / t1), 61: pytest.approx(3.4)}
+    p.observe(make_round(64, 3, draft_step=0.024, verify=cost(65)))  # a pass wider than the anchor's
+    assert 61 not in p.verify_cost and p.verify_cost[65] == pytest.approx(cost(65) / t1)
+    fast = _anchored(extra=2.0, step_s=0.024, verify_s=cost(61) * 2)  # the prompt pass read slow
+    fast.observe(make_round(4, 4, draft_step=0.024, verify=t1))
+    assert fast.t1 == pytest.approx(t1)  # a plain pass that was faster stands in
+    assert fast.verify_cost == {1: 1.0, 5: pytest.approx(1.0), 61: pytest.approx(6.8)}
+    # sampling decides on no timing of the run (clock=False): the anchor changes nothing there
+    p.clock = False
+    assert p._verify_estimate() is None and p._c_estimate() == 0.08
 
 
 def test_a_policy_without_the_stop_rule_drafts_every_k_it_chooses():
