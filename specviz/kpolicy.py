@@ -41,9 +41,9 @@ The first round's target pass, which also read the prompt, is one measured
 point far out on the curve (the prompt anchor): its cost in 1-token passes is
 estimated from the draft's own reading of the same prompt (prompt_extra), so
 it gives a 1-token time before any plain pass is timed (the lower of the two
-stands in), and a slope beyond the sizes seen. Without it a confident second
-round drafts K_MAX tokens as if a pass of 33 tokens cost one (real pair, CPU:
-it costs 2.5).
+stands in), and a slope beyond the sizes seen. Without it, nothing is timed
+after the first round, so a confident second round drafts up to K_MAX as if a
+pass of K_MAX + 1 tokens cost one token's.
 
 With stop=True (what k_policy="best" uses) the round's k is decided online
 as well, by keep_drafting, from the draft's own confidence: after each
