@@ -10,6 +10,7 @@ No streamlit here: the app is a thin layer on top.
 from __future__ import annotations
 
 import html
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -57,6 +58,8 @@ PALETTE = [OKABE_ITO[c] for c in ("blue", "orange", "bluish_green", "vermillion"
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "star", "triangle-down", "cross"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 _FONT = "Arial, Helvetica, sans-serif"
+TOP_MARGIN = 130  # pixels above the plot: the title, one line of subtitle and the legend's band
+LINE_PX = 20  # one more line of subtitle
 
 
 def _axis() -> dict:
@@ -73,7 +76,7 @@ def _make_template() -> go.layout.Template:
         paper_bgcolor="white",
         plot_bgcolor="white",
         height=480,
-        margin=dict(l=75, r=30, t=130, b=70),
+        margin=dict(l=75, r=30, t=TOP_MARGIN, b=70),
         title=dict(x=0, xref="paper", xanchor="left", y=0.975, yref="container", yanchor="top",
                    font=dict(size=19, color="#111"),
                    subtitle=dict(font=dict(size=14, color="#555"))),
@@ -104,12 +107,35 @@ def plotly_config(filename: str = "specviz") -> dict:
 PLOTLY_CONFIG = plotly_config()
 
 
-def _fig(title: str, subtitle: str = "", x: str = "", y: str = "") -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(template=TEMPLATE,
-                      title=dict(text=title, subtitle=dict(text=subtitle)),
-                      xaxis_title=x, yaxis_title=y)
+SUBTITLE_WIDTH = 80  # characters in a line of a subtitle: a full-width chart on a 1024-pixel projector
+HALF_WIDTH = 56  # in a chart drawn in half the page
+
+
+def _wrap(text: str, width: int = SUBTITLE_WIDTH) -> str:
+    """A subtitle broken into lines of at most `width` characters, keeping its own breaks (plotly never
+    wraps a title: a line wider than the chart is cut off)."""
+    return "<br>".join(line for part in text.split("<br>") for line in (textwrap.wrap(part, width) or [""]))
+
+
+def set_title(fig: go.Figure, text: str, subtitle: str = "", width: int = SUBTITLE_WIDTH) -> go.Figure:
+    """Every chart's title goes through here: the subtitle in lines of at most `width` characters, and the
+    room above the plot grown by a line for each line past the first, so the legend's band above the plot
+    (which grows upward when a narrow chart wraps it) does not cover the subtitle."""
+    sub = _wrap(subtitle, width)
+    fig.update_layout(title=dict(text=text, subtitle=dict(text=sub)),
+                      margin_t=TOP_MARGIN + LINE_PX * max(0, sub.count("<br>")))
     return fig
+
+
+def _fig(text: str, subtitle: str = "", x: str = "", y: str = "", width: int = SUBTITLE_WIDTH) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(template=TEMPLATE, xaxis_title=x, yaxis_title=y)
+    return set_title(fig, text, subtitle, width)
+
+
+def _round_ticks(n: int) -> dict:
+    """x-axis ticks for rounds 1..n: whole rounds only (plotly puts ticks at 1.5, 2.5 on a short range)."""
+    return dict(tick0=1, dtick=1) if n <= 12 else dict(tickformat="d")
 
 
 def _empty(title: str, message: str) -> go.Figure:
@@ -296,17 +322,17 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
     (alpha, tpp, tpp_err[, alpha_err]): drawn with error bars on the curve.
     """
     alphas = np.linspace(0.0, 0.99, 199)
-    sub = "E[tokens] = (1 − α^(k+1)) / (1 − α)"
+    sub = ["E[tokens] = (1 − α^(k+1)) / (1 − α)"]
     if measured is not None:
         a, t, te, ae = _parse_measured(measured)
         if not (np.isfinite(a) and np.isfinite(t)):
             measured = None
-            sub += "  ·  no measured point yet (no drafted tokens judged)"
+            sub.append("no measured point yet (no drafted tokens judged)")
     if measured is not None:
-        sub += (f"  ·  measured here: α = {a:.2f} → {t:.2f} ± {te:.2f} tokens/pass"
-                f" (formula: {expected_tokens(min(max(a, 0), 1), k):.2f})")
-    fig = _fig(f"Tokens per target pass vs acceptance α (k = {k})", sub,
-               x="α = per-token acceptance", y="tokens per target pass")
+        sub.append(f"measured here: α = {a:.2f} → {t:.2f} ± {te:.2f} tokens/pass"
+                   f" (formula: {expected_tokens(min(max(a, 0), 1), k):.2f})")
+    fig = _fig(f"Tokens per pass vs acceptance α (k = {k})",
+               "<br>".join(sub), x="α = per-token acceptance", y="tokens per target pass", width=HALF_WIDTH)
     ytop = k + 1.5 if measured is None else max(k + 1.5, t + te + 0.5)
     for kk in other_ks:
         if kk == k:
@@ -361,11 +387,11 @@ def fig_alpha_trace(run: Run) -> go.Figure:
     x = np.arange(1, len(run.rounds) + 1)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         row_heights=[0.55, 0.45])
-    fig.update_layout(template=TEMPLATE, height=540, title=dict(
-        text=f"Acceptance over the run: α = {num(s['alpha'][-1], '.2f')}, accepted/drafted = "
-             f"{num(s['rate'][-1], '.2f')}, {num(s['tpp'][-1], '.2f')} tokens/pass",
-        subtitle=dict(text="α counts only drafted tokens the target judged; "
-                           "accepted/drafted also counts those discarded after a rejection")))
+    fig.update_layout(template=TEMPLATE, height=540)
+    set_title(fig, f"Acceptance over the run: α = {num(s['alpha'][-1], '.2f')}, accepted/drafted = "
+              f"{num(s['rate'][-1], '.2f')}, {num(s['tpp'][-1], '.2f')} tokens/pass",
+              "α counts only drafted tokens the target judged; accepted/drafted also counts those discarded after "
+              "a rejection")
     fig.add_scatter(x=x, y=s["alpha"], name="running α (accepted / judged)", mode="lines",
                     line=dict(color=P_COLOR, width=3), row=1, col=1)
     fig.add_scatter(x=x, y=s["rate"], name="running accepted / drafted", mode="lines",
@@ -375,6 +401,7 @@ def fig_alpha_trace(run: Run) -> go.Figure:
                     row=2, col=1)
     fig.update_yaxes(title_text="fraction", range=[0, 1.05], row=1, col=1)
     fig.update_yaxes(title_text="tokens / pass", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(**_round_ticks(len(run.rounds)))
     fig.update_xaxes(title_text="round", row=2, col=1)
     return fig
 
@@ -747,13 +774,15 @@ def fig_k_trace(run: Run) -> go.Figure:
     x = np.arange(1, len(run.rounds) + 1)
     acc = [r.n_accepted for r in run.rounds]
     fig = _fig(f"k over the run: {min(ks)} to {max(ks)}, mean {np.mean(ks):.1f}",
-               K_TRACE_NOTES.get(run.decode.k_policy, "k drafted in each round"), x="round", y="tokens")
+               K_TRACE_NOTES.get(run.decode.k_policy, "k drafted in each round"), x="round", y="tokens",
+               width=HALF_WIDTH)
     fig.add_bar(x=x, y=acc, name="accepted this round", marker_color=R_COLOR, opacity=0.75,
                 marker_pattern=dict(shape="/", fillmode="overlay", fgcolor="white"),
                 hovertemplate="round %{x}: %{y} accepted<extra></extra>")
     fig.add_scatter(x=x, y=ks, mode="lines+markers", name="k (drafted this round)", line_shape="hv",
                     line=dict(color=P_COLOR, width=3), marker=dict(size=6, symbol="square"),
                     hovertemplate="round %{x}: k = %{y}<extra></extra>")
+    fig.update_xaxes(**_round_ticks(len(run.rounds)))
     fig.update_yaxes(rangemode="tozero", dtick=1 if max(ks) <= 12 else None)
     return fig
 

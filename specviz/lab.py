@@ -350,13 +350,12 @@ def fig_first_position(fp: FirstPosition, decode: Decode, top_n: int = 12) -> go
                  key=lambda i: -max(fp.p.get(i, 0), fp.q.get(i, 0), fp.residual.get(i, 0)))[:top_n]
     labels = charts._labels(ids, decode)
     fig = go.Figure()
-    fig.update_layout(template=charts.TEMPLATE, barmode="group",
-                      title=dict(text=f"First new token: target p, draft q and the residual "
-                                      f"(chance to accept Σ min(p, q) = {fp.overlap:.2f})",
-                                 subtitle=dict(text="a drafted d is kept with probability min(1, p/q); "
-                                                    "otherwise the correction is drawn from norm(max(0, p − q))")),
-                      xaxis_title="token (top candidates)", yaxis_title="probability",
-                      meta={"overlap": fp.overlap})
+    fig.update_layout(template=charts.TEMPLATE, barmode="group", xaxis_title="token (top candidates)",
+                      yaxis_title="probability", meta={"overlap": fp.overlap})
+    charts.set_title(fig, f"First new token: target p, draft q and the residual (chance to accept Σ min(p, q) = "
+                          f"{fp.overlap:.2f})",
+                     "a drafted d is kept with probability min(1, p/q); otherwise the correction is drawn from "
+                     "norm(max(0, p − q))")
     for name, m, col, pat in (("target p", fp.p, charts.P_COLOR, ""), ("draft q", fp.q, charts.Q_COLOR, ""),
                               ("residual norm(max(0, p − q))", fp.residual, charts.R_COLOR, "x")):
         fig.add_bar(x=labels, y=[m.get(i, 0.0) for i in ids], name=name, marker_color=col,

@@ -156,11 +156,9 @@ def fig_early_exit(sweep: EarlyExitSweep) -> go.Figure:
         return charts._empty(title, "No depths measured yet.")
     xs = [pt.layers for pt in sweep.points]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.update_layout(template=charts.TEMPLATE,
-                      title=dict(text=title, subtitle=dict(
-                          text=f"draft = the target's first L of {sweep.n_layers} layers (L = {sweep.n_layers}: "
-                               f"the target itself) · k = {sweep.k}, T = {sweep.temperature:g}")),
-                      meta={"n_layers": sweep.n_layers, "k": sweep.k})
+    fig.update_layout(template=charts.TEMPLATE, meta={"n_layers": sweep.n_layers, "k": sweep.k})
+    charts.set_title(fig, title, f"draft = the target's first L of {sweep.n_layers} layers (L = {sweep.n_layers}: "
+                                 f"the target itself) · k = {sweep.k}, T = {sweep.temperature:g}")
     for name, ys, col, sym in (("α (drafts accepted)", [pt.alpha for pt in sweep.points], charts.R_COLOR, "circle"),
                                ("c (draft step / target step)", [pt.c for pt in sweep.points], charts.Q_COLOR,
                                 "square")):

@@ -166,9 +166,8 @@ def fig_pairs(results: Sequence[PairResult]) -> go.Figure:
                     text=[f"{y:.2f}" if y == y else "–" for y in ys], textposition="outside",
                     hovertemplate=f"%{{x}}<br>{label} = %{{y:.3f}}<extra></extra>")
     fig.add_hline(y=1.0, line=dict(color=charts.GREY, width=1, dash="dot"), row=1, col=4)
-    fig.update_layout(template=charts.TEMPLATE, title=dict(text=title, subtitle=dict(
-        text="each pair next to its own run of the target alone, same prompt and settings")),
-        meta={"pairs": names}, bargap=0.3)
+    fig.update_layout(template=charts.TEMPLATE, meta={"pairs": names}, bargap=0.3)
+    charts.set_title(fig, title, "each pair next to its own run of the target alone, same prompt and settings")
     fig.update_yaxes(rangemode="tozero")
     fig.update_xaxes(tickangle=-30)
     return fig

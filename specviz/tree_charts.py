@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .charts import GREY, P_COLOR, PALETTE, Q_COLOR, TEMPLATE, _fig, _labels, _plain, _tok, _topmap, _union
+from .charts import (GREY, P_COLOR, PALETTE, Q_COLOR, TEMPLATE, _fig, _labels, _plain, _tok, _topmap, _union,
+                     set_title)
 from .explain import num as _fmt
 from .render import STATE_COLORS, visible
 from .tree_lab import FREE_TOL, ChainVsTree, Tally
@@ -153,9 +154,8 @@ def fig_tree_acceptance(depth: Sequence[Tally], rank: Sequence[Tally]) -> go.Fig
     """Acceptance by depth (did the path go on to depth d, once tried?) and by branch rank (child #r accepted,
     once tried?), with how many times each was tried."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("by depth", "by branch rank (1 = the first child tried)"))
-    fig.update_layout(template=TEMPLATE, height=380, showlegend=False, title=dict(
-        text="Acceptance in the tree",
-        subtitle=dict(text="accepted ÷ tried; the number on each bar is how many times it was tried")))
+    fig.update_layout(template=TEMPLATE, height=380, showlegend=False)
+    set_title(fig, "Acceptance in the tree", "accepted ÷ tried; the number on each bar is how many times it was tried")
     for col, tallies, shift in ((1, depth, 0), (2, rank, 1)):
         fig.add_bar(x=[t.label + shift for t in tallies], y=[t.rate for t in tallies],
                     text=[f"{t.accepted}/{t.tried}" for t in tallies], textposition="outside",
@@ -171,10 +171,10 @@ def fig_chain_vs_tree(cmp: ChainVsTree) -> go.Figure:
     fig = make_subplots(rows=1, cols=3, subplot_titles=("tokens per target pass",
                                                         "one verify pass ÷ a one-token pass",
                                                         "tokens per second"))
-    fig.update_layout(template=TEMPLATE, height=400, title=dict(
-        text="Chain against tree at equal node budgets",
-        subtitle=dict(text="same prompt, seed and models; a budget of N nodes = a chain of k = N drafts or a "
-                           "tree of N nodes, both verified in one pass over N + 1 tokens")))
+    fig.update_layout(template=TEMPLATE, height=400)
+    set_title(fig, "Chain against tree at equal node budgets",
+              "same prompt, seed and models; a budget of N nodes = a chain of k = N drafts or a tree of N nodes, "
+              "both verified in one pass over N + 1 tokens")
     colors = {"chain": SHAPE_COLORS[0], "tree": SHAPE_COLORS[1]}
     for shape in ("chain", "tree"):
         runs = [cmp.get(shape, n) for n in b]

@@ -193,6 +193,9 @@ def test_expected_tokens_curve_and_measured_point():
     seeds = trace(f, "k = 4 at α = 0.5, 0.7, 0.8, 0.9")
     assert list(seeds.text) == ["1.94", "2.77", "3.36", "4.10"]
     assert {"k = 1", "k = 2", "k = 8"} <= {t.name for t in f.data}
+    # the main page draws it in half the page: the subtitle comes in short lines (plotly cuts a long one off)
+    lines = f.layout.title.subtitle.text.split("<br>")
+    assert all(len(line) <= 56 for line in lines) and "measured here: α = 0.74 → 2.90" in lines[1]
     # tuple form
     f2 = charts.fig_expected_tokens(3, measured=(0.6, 2.0, 0.1))
     assert trace(f2, "measured (this run)").y[0] == 2.0
@@ -232,12 +235,27 @@ def test_k_trace():
     for policy in ("adaptive", "best", "fixed"):
         run.settings["k_policy"] = policy
         sub[policy] = charts.fig_k_trace(run).layout.title.subtitle.text
+    # it is drawn in half the page, where plotly cuts off a long line instead of wrapping it
+    assert all(len(line) <= 56 for text in sub.values() for line in text.split("<br>"))
+    sub = {p: text.replace("<br>", " ") for p, text in sub.items()}
     assert "grows after full acceptance" in sub["adaptive"]
     assert "best-k chooser" in sub["best"] and "doubtful" in sub["best"]
     assert "grows" not in sub["fixed"] and "chooser" not in sub["fixed"]
 
 
 # --- speedup model ---------------------------------------------------------------
+def test_round_axes_tick_whole_rounds():
+    """A short run's round axis has no tick at 1.5 or 2.5; a long one keeps plotly's spacing, in whole rounds."""
+    for n, whole in ((3, True), (40, False)):
+        run = sim_run(seed=6, ks=[4] * n)
+        for f in (charts.fig_alpha_trace(run), charts.fig_k_trace(run)):
+            for axis in (a for name, a in f.layout.to_plotly_json().items() if name.startswith("xaxis")):
+                if whole:
+                    assert (axis.get("tick0"), axis.get("dtick")) == (1, 1)
+                else:
+                    assert axis.get("dtick") is None and axis.get("tickformat") == "d"
+
+
 def test_speedup_model_best_k_and_measured():
     f = charts.fig_speedup_model(0.8, 0.1, k_max=12, measured={3: 1.9, 5: (2.1, 0.1)})
     pred = trace(f, "predicted speedup")
@@ -331,7 +349,7 @@ def test_alpha_vs_temperature_lines():
     assert list(poem.x) == [0.0, 1.0] and list(poem.y) == [0.62, 0.5]
     assert trace(f, "list").marker.symbol != poem.marker.symbol  # second cue
     assert list(trace(f, "poem (counted)").y) == [0.9] and "list (counted)" not in [t.name for t in f.data]
-    assert f.layout.title.subtitle.text == charts.alpha_summary(data)
+    assert f.layout.title.subtitle.text.replace("<br>", " ") == charts.alpha_summary(data)  # wrapped in lines
 
 
 def test_alpha_subtitle_is_read_from_the_data():
@@ -411,6 +429,11 @@ def test_all_figures_use_theme_and_handle_empty():
         assert isinstance(f, go.Figure)
         assert f.layout.template.layout.font.family.startswith("Arial")
         assert f.layout.title.text
+        # plotly cuts off a subtitle line wider than the chart: every one comes in lines a projector shows
+        lines = (f.layout.title.subtitle.text or "").split("<br>")
+        assert all(len(line) <= charts.SUBTITLE_WIDTH for line in lines)
+        # and each line past the first pushes the plot down, so the legend's band above it does not cover them
+        assert f.layout.margin.t == charts.TOP_MARGIN + charts.LINE_PX * (len(lines) - 1)
         f.to_json()  # serialisable: valid property values throughout
 
 

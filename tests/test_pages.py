@@ -95,7 +95,7 @@ def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
             at.slider(key="theory.c").value) == (0.8, 4, 0.1)
     m = metrics(at)
     assert m["E[tokens per target pass]"] == "3.36" and m["predicted speedup"] == "2.40×"
-    assert names(figure(at, "Tokens per target pass"))[-2:] == ["k = 4 (formula)", "k = 4 at α = 0.5, 0.7, 0.8, 0.9"]
+    assert names(figure(at, "Tokens per pass vs"))[-2:] == ["k = 4 (formula)", "k = 4 at α = 0.5, 0.7, 0.8, 0.9"]
     assert "best k" in " ".join(names(figure(at, "Predicted speedup")))
     table = at.dataframe[0].value
     assert list(table["α"]) == [0.5, 0.7, 0.8, 0.9]
@@ -271,7 +271,7 @@ def test_acceptance_lab_defaults_measure_both_alphas_and_say_what_they_show():
     assert sorted(bars["x"]) == sorted(table["domain"]) and bars["y"] == sorted(bars["y"], reverse=True)
     assert bars["y"] == pytest.approx([table.set_index("domain").loc[d, "expected α (every position)"]
                                        for d in bars["x"]], abs=1e-3)
-    sub = fig["layout"]["title"]["subtitle"]["text"]
+    sub = fig["layout"]["title"]["subtitle"]["text"].replace("<br>", " ")  # charts wrap a subtitle in lines
     top, low = bars["x"][0], bars["x"][-1]
     assert sub.startswith(f"At T = 0: highest α on {top} ({bars['y'][0]:.2f}), lowest on {low} ({bars['y'][-1]:.2f})")
     assert names(fig) == ["expected α", "counted α"]
@@ -342,7 +342,7 @@ def test_speedup_cost_sweep_race_and_adaptive():
     press(at, "speed.run_adaptive")
     traces = [f for f in figures(at) if f["layout"]["title"]["text"].startswith("k over the run")]
     assert [names(f) for f in traces] == [["accepted this round", "k (drafted this round)"]] * 2
-    subtitles = [f["layout"]["title"]["subtitle"]["text"] for f in traces]
+    subtitles = [f["layout"]["title"]["subtitle"]["text"].replace("<br>", " ") for f in traces]
     assert "adaptive k grows" in subtitles[0] and "best-k chooser" in subtitles[1]
     assert num(metrics(at)["adaptive k: tokens/s"]) > 0 and num(metrics(at)["best k: tokens/s"]) > 0
     pngs_ok(at)
@@ -549,7 +549,7 @@ def test_theory_puts_a_run_from_the_acceptance_lab_on_the_curve():
     at.session_state["lab.sweep"] = sweep  # what the Acceptance lab leaves in the session
     at.run()
     at.selectbox(key="theory.measured").set_value("Acceptance lab: code, T = 0, k = 4").run()
-    fig = figure(at, "Tokens per target pass")
+    fig = figure(at, "Tokens per pass vs")
     point = [t for t in fig["data"] if t.get("name") == "measured (this run)"]
     assert point and point[0]["x"][0] == pytest.approx(run.alpha) and point[0]["y"][0] == pytest.approx(
         len(run.token_ids) / len(run.rounds))
