@@ -7,7 +7,7 @@ import streamlit as st
 
 from pages.common import lab_ui, speed_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, devqueue, explain, lab, limits, measure, models, race, render, theory
+from specviz import charts, explain, lab, limits, measure, models, playback, race, render, theory
 
 ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13))
 
@@ -94,10 +94,8 @@ if st.button("Run the k sweep", key="speed.run_sweep") and ids is not None:
     elif kept["sweep"].put(lab_ui.with_bar(lab.k_sweep, pair.target, pair.chain_draft(), ids, ks, **run_kw)[0]) is not None:
         st.rerun()  # so the model above shows the new measured points
 if sw is not None:
-    busy = [r for cmp in sw.values() for r in (cmp.spec, cmp.base)]
-    n_busy = sum(r.outside_load_rounds for r in busy)
-    lab_ui.load_warning(devqueue.load_text(f"{n_busy} of the sweep's {sum(len(r.rounds) for r in busy)} rounds")
-                        if n_busy else None)
+    lab_ui.load_warning(playback.runs_load_note([r for cmp in sw.values() for r in (cmp.spec, cmp.base)],
+                                                "the sweep"))
     rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)
     st.dataframe(rows, hide_index=True)
     st.caption("Measured speedup: over the rounds after the first, whose passes also read the prompt (what the "

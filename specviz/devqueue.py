@@ -98,6 +98,7 @@ ENV_SWITCH = "SPECVIZ_SWITCH_INTERVAL_MS"
 SWITCH_MS = 0.5  # Python's switch interval in a server (ms; Python's own default is 5): see handover()
 POLL_S = 0.05  # how often a waiting hold checks for cancellation and reports its place
 BUSY_SHARE = 0.6  # a CPU pass that got less than this share of wall × threads ran under outside load
+MINOR_SHARE = 0.05  # passes under outside load that took less of the timed time than this: a note, not a warning
 MIN_PASS_S = 0.005  # passes shorter than this are too short to judge
 
 OnWait = Callable[[int | None], None]
@@ -798,6 +799,35 @@ def load_text(what: str) -> str:
             "are not this device's speed: measure again when the machine is quiet.")
 
 
+@dataclass(frozen=True)
+class LoadNote:
+    """What a page says next to figures some of whose passes ran under outside load.
+
+    A pass under load is slower, so it can only add to the timed time: passes that took a small share of it
+    (under MINOR_SHARE) move totals and rates by at most that share, and medians hardly at all. Those figures
+    are still the device's speed, and the page says so in a quiet note; above it, the warning (load_text)."""
+
+    what: str  # which timings, e.g. "1 of 351 timed passes"
+    share: float  # the share of the timed wall time those passes took; NaN when unknown
+
+    @classmethod
+    def of(cls, what: str, busy_s: float, timed_s: float) -> LoadNote:
+        """The note for timings of which busy_s seconds, of timed_s, ran under outside load."""
+        return cls(what, min(1.0, busy_s / timed_s) if timed_s > 0 and busy_s >= 0 else math.nan)
+
+    @property
+    def serious(self) -> bool:
+        return not self.share < MINOR_SHARE  # an unknown share (NaN) is taken as serious
+
+    @property
+    def text(self) -> str:
+        if self.serious:
+            return load_text(self.what)
+        return (f"Outside load on {self.what}: other programs on this machine used the CPU during them, but "
+                f"they took only {self.share:.1%} of the timed time, so they move these figures by at most "
+                "about that.")
+
+
 @dataclass(eq=False)  # watches nest: leaving one must remove that one, not an outer one with equal counts
 class LoadWatch:
     """The passes timed inside one watch(): how many, and how many ran under outside load."""
@@ -806,14 +836,17 @@ class LoadWatch:
     busy_passes: int = 0
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    busy_wall_s: float = 0.0  # the wall time of the passes under outside load
 
     @property
     def busy(self) -> bool:
         return self.busy_passes > 0
 
-    def note(self) -> str | None:
-        """load_text() for these passes, or None when none was under outside load."""
-        return load_text(f"{self.busy_passes} of {self.passes} timed passes") if self.busy else None
+    def note(self) -> LoadNote | None:
+        """The LoadNote of these passes, or None when none was under outside load."""
+        if not self.busy:
+            return None
+        return LoadNote.of(f"{self.busy_passes} of {self.passes} timed passes", self.busy_wall_s, self.wall_s)
 
 
 _watches = threading.local()
@@ -841,6 +874,7 @@ def note_pass(device, wall_s: float, cpu_s: float, threads: int) -> bool:
         w.busy_passes += busy
         w.wall_s += wall_s
         w.cpu_s += cpu_s
+        w.busy_wall_s += wall_s if busy else 0.0
     return busy
 
 

@@ -7,12 +7,13 @@ Run (replay: no model needed). The run files it replays are specviz/runfile.py.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .devqueue import QUEUE, load_text
+from .devqueue import QUEUE, LoadNote
 from .errors import SpecvizError
 from .records import Round, Run
 from .settings import DecodeSettings
@@ -188,15 +189,27 @@ def play(pb: Playback, steps: int | None = None) -> Iterator[Round]:
 # text for the page
 
 
-def load_note(run: Run, baseline: dict | None = None) -> str | None:
-    """A warning when some of these timings were taken while other programs were using the CPU, else None."""
-    parts = []
+def load_note(run: Run, baseline: dict | None = None) -> LoadNote | None:
+    """The LoadNote when some of these timings were taken while other programs were using the CPU, else None."""
+    parts, busy, timed = [], run.outside_load_s, run.rounds_s
     if run.outside_load_rounds:
         parts.append(f"{run.outside_load_rounds} of the run's {len(run.rounds)} rounds")
     b = (baseline or {}).get("base_outside_load")
     if isinstance(b, int) and not isinstance(b, bool) and b > 0:
         parts.append(f"{b} of the target-alone run's {baseline.get('base_target_passes', '?')} passes")
-    return load_text(" and ".join(parts)) if parts else None
+        # a file saved before the seconds were kept: their share is unknown, and taken as serious
+        b_s, base_s = baseline.get("base_outside_load_s"), baseline.get("base_decode_s")
+        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (b_s, base_s))
+        busy, timed = (busy + b_s, timed + base_s) if ok else (math.nan, timed)
+    return LoadNote.of(" and ".join(parts), busy, timed) if parts else None
+
+
+def runs_load_note(runs, what: str) -> LoadNote | None:
+    """The LoadNote of several runs' rounds (a sweep's), named "{n} of {what}'s {N} rounds"; None if none."""
+    runs = list(runs)
+    n = sum(run.outside_load_rounds for run in runs)
+    return LoadNote.of(f"{n} of {what}'s {sum(len(run.rounds) for run in runs)} rounds",
+                       sum(run.outside_load_s for run in runs), sum(run.rounds_s for run in runs)) if n else None
 
 
 def now() -> float:

@@ -177,6 +177,16 @@ class Run(RunRates):
         return sum(r.outside_load for r in self.rounds)
 
     @property
+    def outside_load_s(self) -> float:
+        """The time of those rounds."""
+        return sum(r.round_s for r in self.rounds if r.outside_load)
+
+    @property
+    def rounds_s(self) -> float:
+        """The time of all rounds (what outside_load_s is a share of)."""
+        return sum(r.round_s for r in self.rounds)
+
+    @property
     def draft_s(self) -> float:
         return sum(r.draft_s for r in self.rounds)
 

@@ -572,6 +572,26 @@ def test_a_watch_sees_the_passes_of_a_measurement(tiny_pair):
     assert w.passes == 2 and w.busy_passes == 1
 
 
+def test_a_watch_note_weighs_the_time_of_its_passes_under_outside_load():
+    """One pass under load among many quiet ones is a note, not the warning; its share of the time decides."""
+    with devqueue.watch() as w:
+        devqueue.note_pass("cpu", 0.1, 0.01, 1)  # under load: 10 % of its core
+        for _ in range(39):
+            devqueue.note_pass("cpu", 0.1, 0.1, 1)
+    note = w.note()
+    assert note.what == "1 of 40 timed passes" and note.share == pytest.approx(0.1 / 4.0)
+    assert not note.serious and "2.5%" in note.text and "Taken under outside load" not in note.text
+    with devqueue.watch() as w:
+        devqueue.note_pass("cpu", 0.1, 0.01, 1)
+        for _ in range(9):
+            devqueue.note_pass("cpu", 0.1, 0.1, 1)
+    assert w.note().serious and w.note().text.startswith("Taken under outside load: 1 of 10 timed passes")
+    assert devqueue.LoadNote.of("x", 1.0, 0.0).serious  # nothing timed to weigh it against: unknown, serious
+    with devqueue.watch() as w:
+        devqueue.note_pass("cpu", 0.1, 0.1, 1)
+    assert w.note() is None
+
+
 def test_nested_watches_with_equal_counts_leave_in_order():
     """A measurement around an engine run: both watches start at zero and see the same passes."""
     with devqueue.watch() as outer:

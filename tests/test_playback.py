@@ -65,3 +65,45 @@ def test_each_stream_queues_for_its_models_device(kind):
     stream = _streams(target, draft, 4, [])[kind]()
     assert stream.device == "meta", f"the {kind} stream would queue for {stream.device!r}, not its models' device"
     stream.close()
+
+
+def _flagged(run: records.Run, busy: set[int], busy_s: float, quiet_s: float) -> records.Run:
+    """The run with the rounds in `busy` marked as timed under outside load, each taking busy_s; others quiet_s."""
+    import dataclasses
+
+    rounds = [dataclasses.replace(r, outside_load=i in busy, round_s=busy_s if i in busy else quiet_s)
+              for i, r in enumerate(run.rounds)]
+    return dataclasses.replace(run, rounds=rounds, decode_s=sum(r.round_s for r in rounds))
+
+
+def test_the_load_note_weighs_the_time_under_outside_load():
+    """A round under outside load that took a small share of the timed time gets a quiet note, not the
+    warning that the figures are not the device's speed; a large share, or an unknown one, gets the warning."""
+    from specviz import runfile
+
+    run = engine.speculative_decode(tiny_qwen(100), tiny_qwen(200), PROMPT, k=2, max_new_tokens=24,
+                                    eos_token_id=[])
+    n = len(run.rounds)
+    assert n >= 8
+    assert playback.load_note(_flagged(run, set(), 0.1, 0.1)) is None
+    many = _flagged(run, {0}, 0.01, 0.5)  # a short round under load among long quiet ones: 2 % or less
+    note = playback.load_note(many)
+    assert note.share == pytest.approx(0.01 / (0.01 + 0.5 * (n - 1)))
+    assert not note.serious and "Taken under outside load" not in note.text
+    assert f"1 of the run's {n} rounds" in note.text and f"{note.share:.1%}" in note.text
+    big = playback.load_note(_flagged(run, {0, 1}, 0.5, 0.5))
+    assert big.serious and big.text.startswith("Taken under outside load: 2 of the run's")
+    # the target alone's passes under load count with their seconds
+    base = runfile.baseline_of(run, _flagged(run, {0, 1, 2}, 0.5, 0.5))
+    assert base["base_outside_load"] == 3 and base["base_outside_load_s"] == 1.5
+    both = playback.load_note(many, base)
+    assert both.share == pytest.approx((0.01 + 1.5) / (many.rounds_s + 0.5 * n))
+    assert both.serious and "and 3 of the target-alone run's" in both.text
+    # a file saved before the seconds were kept: the share is unknown, taken as serious
+    old = {k: v for k, v in runfile.baseline_of(run, _flagged(run, {0}, 0.01, 0.5)).items()
+           if k != "base_outside_load_s"}
+    assert playback.load_note(_flagged(run, set(), 0.1, 0.1), old).serious
+    # a sweep's runs together
+    sweep = playback.runs_load_note([many, _flagged(run, set(), 0.1, 0.5)], "the sweep")
+    assert f"1 of the sweep's {2 * n} rounds" in sweep.text and not sweep.serious
+    assert playback.runs_load_note([_flagged(run, set(), 0.1, 0.5)], "the sweep") is None

@@ -174,6 +174,27 @@ def test_the_main_page_says_when_its_timings_were_taken_under_outside_load():
     assert [c for c in at.caption if "under outside load" in c.value and "decode" in c.value]
 
 
+def test_a_load_note_is_a_warning_only_when_it_can_move_the_figures():
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        import streamlit as st
+
+        from pages.common import lab_ui
+        from specviz.devqueue import LoadNote
+
+        lab_ui.load_warning(LoadNote.of(st.session_state["what"], st.session_state["busy_s"], 10.0))
+
+    at = AppTest.from_function(page)
+    at.session_state["what"], at.session_state["busy_s"] = "1 of 351 timed passes", 0.03
+    at.run()
+    assert not at.exception and not at.warning
+    assert [c for c in at.caption if "Outside load on 1 of 351 timed passes" in c.value and "0.3%" in c.value]
+    at.session_state["busy_s"] = 2.0
+    at.run()
+    assert [w for w in at.warning if w.value.startswith("Taken under outside load: 1 of 351 timed passes")]
+
+
 def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp_path, monkeypatch):
     """The main page keeps its target-alone run with the job: the next script run resumes it.
 

@@ -58,6 +58,9 @@ CRAFTED = {
     "extra_id as a string": (edited(set_in(["rounds", 0, "extra_id"], "x")), "rounds[0].extra_id: expected an int"),
     "baseline of the wrong shape": (edited(set_in(["specviz_export", "baseline"], {"x": 1})),
                                     "specviz_export.baseline.spec_tokens_per_s: missing"),
+    "the target alone's seconds under outside load as a string": (
+        edited(set_in(["specviz_export", "baseline", "base_outside_load_s"], "x")),
+        "specviz_export.baseline.base_outside_load_s: expected a number"),
     "a lone surrogate in prompt_text": (edited(set_in(["specviz_export", "prompt_text"], "\ud800")),
                                         "specviz_export.prompt_text: not valid text"),
     "a bool for an integer": (edited(set_in(["rounds", 0, "n_accepted"], True)),

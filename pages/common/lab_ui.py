@@ -8,7 +8,8 @@
   measure(fn, *a, **kw)        run_guarded inside devqueue.watch(): (result, outside-load note or None)
   with_bar(fn, *a, text=, **kw) measure(fn, ..., progress=a progress bar), the bar gone after
   keep_measured(kept, measured) keep measure's (result, note) in a kept.Kept unless the result is None
-  load_warning(note)           the outside-load note as a warning next to the figures (nothing if None)
+  load_warning(note)           the outside-load note next to the figures: a warning, or a caption when the
+                               passes under load took too little of the time to move them (nothing if None)
 """
 
 from __future__ import annotations
@@ -149,9 +150,15 @@ def keep_measured(kept, measured):
     return kept.put((result, note) if result is not None else None)
 
 
-def load_warning(note: str | None) -> None:
-    if note:
-        st.warning(note, icon=":material/warning:")
+def load_warning(note) -> None:
+    """A devqueue.LoadNote next to the figures: a warning when the passes under outside load took enough of
+    the timed time to move them, else a caption that says how little; nothing for None."""
+    if note is None:
+        return
+    if note.serious:
+        st.warning(note.text, icon=":material/warning:")
+    else:
+        st.caption(f"ⓘ {note.text}")
 
 
 def run_guarded(fn, *args, **kw):

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from pages.common import ui
+from pages.common import lab_ui, ui
 from specviz import charts, claims, explain, models, playback, render, runfile
 from specviz.errors import SpecvizError
 
@@ -317,9 +317,7 @@ def _speed_figures(job: playback.Playback) -> None:
                    else "No timing of the target alone for this run.")
         return
     st.caption(f"Target alone: one token per forward pass, same prompt and settings ({job.meta.get('baseline_note')}).")
-    busy = playback.load_note(job.run, base) if job.run is not None else None
-    if busy:
-        st.warning(busy, icon=":material/warning:")
+    lab_ui.load_warning(playback.load_note(job.run, base) if job.run is not None else None)
     c = st.columns(4)
     c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"], ".1f"))
     c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"], ".1f"))
