@@ -113,8 +113,10 @@ HALF_WIDTH = 56  # in a chart drawn in half the page
 
 def _wrap(text: str, width: int = SUBTITLE_WIDTH) -> str:
     """A subtitle broken into lines of at most `width` characters, keeping its own breaks (plotly never
-    wraps a title: a line wider than the chart is cut off)."""
-    return "<br>".join(line for part in text.split("<br>") for line in (textwrap.wrap(part, width) or [""]))
+    wraps a title: a line wider than the chart is cut off). A " · " separator ends a line, never starts one."""
+    tied = text.replace(" · ", "\u00a0· ")  # textwrap breaks at ASCII whitespace only
+    return "<br>".join(line.replace("\u00a0", " ")
+                       for part in tied.split("<br>") for line in (textwrap.wrap(part, width) or [""]))
 
 
 def set_title(fig: go.Figure, text: str, subtitle: str = "", width: int = SUBTITLE_WIDTH) -> go.Figure:
@@ -131,6 +133,25 @@ def _fig(text: str, subtitle: str = "", x: str = "", y: str = "", width: int = S
     fig = go.Figure()
     fig.update_layout(template=TEMPLATE, xaxis_title=x, yaxis_title=y)
     return set_title(fig, text, subtitle, width)
+
+
+def uncrowded_labels(xs: Sequence[float], ys: Sequence[float], texts: Sequence[str], x_span: float,
+                     y_span: float, room: tuple[float, float] = (0.14, 0.05)) -> list[str]:
+    """The texts of a scatter, with "" for each point whose label would print over one already kept.
+
+    A label sits next to its point, about `room` of the plot wide and high (fractions of x_span and y_span),
+    so two labels whose points are closer than that on both axes overlap: the first keeps its label and the
+    later one shows its setting on hover (and in the table beside the chart)."""
+    kept: list[tuple[float, float]] = []
+    out = []
+    for x, y, t in zip(xs, ys, texts):
+        u, v = x / x_span if x_span > 0 else 0.0, y / y_span if y_span > 0 else 0.0
+        if t and all(abs(u - a) >= room[0] or abs(v - b) >= room[1] for a, b in kept):
+            kept.append((u, v))
+            out.append(t)
+        else:
+            out.append("")
+    return out
 
 
 def _round_ticks(n: int) -> dict:
@@ -703,7 +724,7 @@ def fig_alpha_by_domain(data: Mapping[str, Mapping[float, float]], temperature: 
     """α per domain at one temperature, highest first, with 95% error bars; the subtitle reads the data.
 
     data / counted: {domain: {temperature: alpha or (alpha, stderr) or Estimate}},
-    counted drawn as open diamonds beside each bar.
+    counted drawn as open diamonds on each bar.
     """
     title = f"Acceptance α by domain at T = {temperature:g}"
     rows = _ranked(data, temperature)
@@ -714,7 +735,8 @@ def fig_alpha_by_domain(data: Mapping[str, Mapping[float, float]], temperature: 
     fig.add_bar(x=doms, y=[r[1] for r in rows], name="expected α" if counted is not None else "α",
                 marker_color=[PALETTE[list(data).index(d) % len(PALETTE)] for d in doms],
                 error_y=dict(type="data", array=[1.96 * r[2] for r in rows], thickness=1.5),
-                text=[f"{r[1]:.2f}" for r in rows], textposition="inside",
+                # the value at the bar's foot: the error bar and the counted diamond sit at its top
+                text=[f"{r[1]:.2f}" for r in rows], textposition="inside", insidetextanchor="start",
                 hovertemplate="%{x}: α = %{y:.3f}<extra></extra>")
     if counted is not None:
         cd = [(d, _val_err(counted[d][temperature])[0]) for d in doms if temperature in counted.get(d, {})]

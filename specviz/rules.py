@@ -300,6 +300,12 @@ def fig_rules(lab: RuleLab) -> go.Figure:
     if not lab.results:
         return charts._empty("Acceptance rules: speed against faithfulness", "No rules to compare.")
     fig.add_vrect(x0=0, x1=lab.noise_tv95, fillcolor=charts.GREY, opacity=0.2, line_width=0)
+    # room on the right for the labels, and one label where several settings land on the same spot
+    x_max = 1.3 * max([r.tv_exact for r in lab.results] + [r.tv_sampled for r in lab.results]
+                      + [lab.noise_tv95 if math.isfinite(lab.noise_tv95) else 0.0, 0.05])
+    labels = dict(zip((r.label for r in lab.results), charts.uncrowded_labels(
+        [r.tv_exact for r in lab.results], [r.acceptance_exact for r in lab.results],
+        [r.setting for r in lab.results], x_max, 1.05)))
     for kind in KINDS:
         rs = [r for r in lab.results if r.kind == kind]
         if not rs:
@@ -307,7 +313,7 @@ def fig_rules(lab: RuleLab) -> go.Figure:
         col, sym = _STYLE[kind]
         name = f"{kind} ({'lossless' if kind in LOSSLESS else 'lossy'})"
         fig.add_scatter(x=[r.tv_exact for r in rs], y=[r.acceptance_exact for r in rs], mode="markers+text",
-                        name=name, text=[r.setting for r in rs], textposition="top right",
+                        name=name, text=[labels[r.label] for r in rs], textposition="top right",
                         marker=dict(color=col, symbol=sym, size=14, line=dict(color="#222", width=1)),
                         customdata=[r.label for r in rs],
                         hovertemplate="%{customdata}<br>exact: kept %{y:.3f}, TV %{x:.4f}<extra></extra>")
@@ -316,7 +322,7 @@ def fig_rules(lab: RuleLab) -> go.Figure:
                         marker=dict(color=col, symbol=f"{sym}-open", size=14, line=dict(width=2)),
                         customdata=[r.label for r in rs],
                         hovertemplate="%{customdata}<br>sampled: kept %{y:.3f}, TV %{x:.4f}<extra></extra>")
-    fig.update_xaxes(rangemode="tozero")
+    fig.update_xaxes(range=[0, x_max])
     fig.update_yaxes(range=[0, 1.05])
     fig.update_layout(meta={"noise_tv": lab.noise_tv, "n": lab.n})
     return fig

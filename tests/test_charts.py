@@ -244,6 +244,25 @@ def test_k_trace():
 
 
 # --- speedup model ---------------------------------------------------------------
+def test_a_subtitle_wraps_at_spaces_and_never_starts_a_line_with_its_separator():
+    # the rules chart's subtitle, which broke right before its second "·"
+    text = ("first token, T = 1, 2000 seeded trials per rule · filled: exact, hollow: sampled · grey band: "
+            "sampling noise")
+    lines = charts._wrap(text).split("<br>")
+    assert " ".join(lines) == text and all(len(line) <= charts.SUBTITLE_WIDTH for line in lines)
+    assert not any(line.startswith("·") for line in lines)
+    assert charts._wrap("a<br>b c", 3) == "a<br>b c" and charts._wrap("", 10) == ""
+
+
+def test_labels_that_would_print_over_each_other_are_left_to_the_hover():
+    xs, ys = [0.45, 0.452, 0.455, 0.10, 0.45], [0.91, 0.92, 0.90, 0.91, 0.50]
+    texts = ["a", "b", "c", "d", "e"]
+    # b and c sit on a: only a keeps its label; d is far left and e far below, so they keep theirs
+    assert charts.uncrowded_labels(xs, ys, texts, 0.6, 1.05) == ["a", "", "", "d", "e"]
+    assert charts.uncrowded_labels(xs, ys, ["", "b", "c", "d", "e"], 0.6, 1.05) == ["", "b", "", "d", "e"]
+    assert charts.uncrowded_labels(xs[:3], ys[:3], texts[:3], 0.6, 1.05, room=(0.001, 0.001)) == texts[:3]
+
+
 def test_round_axes_tick_whole_rounds():
     """A short run's round axis has no tick at 1.5 or 2.5; a long one keeps plotly's spacing, in whole rounds."""
     for n, whole in ((3, True), (40, False)):
@@ -372,6 +391,7 @@ def test_alpha_by_domain_bars_sorted_with_counted_markers():
     assert list(bars.x) == ["list", "code", "poem"] and list(bars.y) == [0.95, 0.9, 0.6]
     assert list(bars.error_y.array) == pytest.approx([1.96 * 0.02, 1.96 * 0.03, 1.96 * 0.05])
     assert list(trace(f, "counted α").x) == ["list", "poem"] and list(trace(f, "counted α").y) == [1.0, 0.7]
+    assert bars.insidetextanchor == "start"  # each value at its bar's foot, clear of the diamond at the top
     assert f.layout.title.subtitle.text.startswith("At T = 0: highest α on list (0.95), lowest on poem (0.60)")
     assert list(charts.fig_alpha_by_domain(data, 1.0).data[0].x) == ["list"]
     assert charts.fig_alpha_by_domain(data, 0.3).layout.meta["empty"]

@@ -146,6 +146,13 @@ def test_fig_rules_one_point_per_rule_and_setting(lab):
     xs = {r.label: r.tv_exact for r in lab.results}
     assert list(exact[2]["x"]) == [xs[r.label] for r in rules.DEFAULT_RULES if r.kind == "typical"]
     assert fig["layout"]["meta"]["n"] == N
+    # every point inside the plot with room for its label; labels that would overlap are left to the hover
+    shown = [(x, y, t) for tr in exact for x, y, t in zip(tr["x"], tr["y"], tr["text"])]
+    x_max = fig["layout"]["xaxis"]["range"][1]
+    assert max(x for x, _, _ in shown) * 1.25 <= x_max
+    labelled = [(x / x_max, y / 1.05) for x, y, t in shown if t]
+    assert all(abs(a[0] - b[0]) >= 0.14 or abs(a[1] - b[1]) >= 0.05
+               for i, a in enumerate(labelled) for b in labelled[i + 1:])
 
 
 def test_over_a_long_tail_the_noise_band_holds_the_lossless_rules():
