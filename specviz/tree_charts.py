@@ -165,16 +165,23 @@ def fig_tree_acceptance(depth: Sequence[Tally], rank: Sequence[Tally]) -> go.Fig
     return fig
 
 
+SUBPLOT_TITLE_PX = 30  # a subplot's title above its plot
+
+
 def fig_chain_vs_tree(cmp: ChainVsTree) -> go.Figure:
     """Chain (k = N) against tree (N nodes) at each node budget N: tokens per pass, verify cost, tokens/s."""
     b = cmp.budgets
     fig = make_subplots(rows=1, cols=3, subplot_titles=("tokens per target pass",
                                                         "one verify pass ÷ a one-token pass",
                                                         "tokens per second"))
-    fig.update_layout(template=TEMPLATE, height=400)
+    height = 440
+    fig.update_layout(template=TEMPLATE, height=height)
     set_title(fig, "Chain against tree at equal node budgets",
               "same prompt, seed and models; a budget of N nodes = a chain of k = N drafts or a tree of N nodes, "
               "both verified in one pass over N + 1 tokens")
+    # the subplots' titles sit where the legend's band would: the band goes above them
+    top, bottom = fig.layout.margin.t + SUBPLOT_TITLE_PX, fig.layout.template.layout.margin.b
+    fig.update_layout(margin_t=top, legend_y=1 + SUBPLOT_TITLE_PX / (height - top - bottom))
     colors = {"chain": SHAPE_COLORS[0], "tree": SHAPE_COLORS[1]}
     for shape in ("chain", "tree"):
         runs = [cmp.get(shape, n) for n in b]

@@ -180,8 +180,8 @@ def chain_vs_tree_verdict(cmp: ChainVsTree) -> list[str]:
     tree = {b: cmp.get("tree", b) for b in cmp.budgets}
     chain = {b: cmp.get("chain", b) for b in cmp.budgets}
     more = [b for b in cmp.budgets if tree[b].tokens_per_pass > chain[b].tokens_per_pass]
-    out = [f"Tokens per target pass: the tree beat the chain at {len(more)} of {len(cmp.budgets)} budgets "
-           + (f"({', '.join(map(str, more))} nodes)" if more else "") + "; "
+    out = [f"Tokens per target pass: the tree beat the chain at {len(more)} of {len(cmp.budgets)} budgets"
+           + (f" ({', '.join(map(str, more))} nodes)" if more else "") + "; "
            + ", ".join(f"{b} nodes {tree[b].tokens_per_pass:.2f} vs {chain[b].tokens_per_pass:.2f}"
                        for b in cmp.budgets) + "."]
     sizes = sorted(cmp.verify_ratio)
@@ -196,9 +196,10 @@ def chain_vs_tree_verdict(cmp: ChainVsTree) -> list[str]:
                    "of a one-token pass: verifying a wide tree is nearly free here, so extra nodes cost little.")
         return out
     b = costly[0]
-    lost = [c for c in costly if tree[c].tokens_per_s < tree[best_t].tokens_per_s]
+    # the trees wider than the fastest one that paid for a costlier pass and made fewer tokens/s
+    lost = [c for c in costly if c > best_t and tree[c].tokens_per_s < tree[best_t].tokens_per_s]
     out.append(f"The exception, measured here: a target pass stays within {FREE_TOL}× a one-token pass only up "
-               f"to {flat:g} tokens. A tree of {b} nodes needs a pass over {b + 1} tokens, which costs "
+               f"to {flat:g} token{'s' * (flat != 1)}. A tree of {b} nodes needs a pass over {b + 1} tokens, which costs "
                f"{cmp.verify_ratio[b + 1]:.2f}× a one-token pass"
                + (f" (and {cmp.verify_ratio[costly[-1] + 1]:.2f}× for {costly[-1]} nodes)" if len(costly) > 1
                   else "") + ". "

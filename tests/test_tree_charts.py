@@ -78,3 +78,20 @@ def test_token_text_is_html_escaped(rounds):
     # labels and hover texts, re-dumped so '<' is literal, not \u003c
     text = json.dumps(json.loads(fig.to_json()), ensure_ascii=False)
     assert "<a" not in text and "</a>" not in text and "&lt;a" in text
+
+
+def test_chain_vs_tree_keeps_its_legend_above_the_subplot_titles():
+    """The three subplots' titles sit just above their plots, where the theme puts the legend's band."""
+    from specviz import charts
+    from specviz.tree_charts import SUBPLOT_TITLE_PX, fig_chain_vs_tree
+    from specviz.tree_lab import ChainVsTree, ShapeRun
+
+    runs = [ShapeRun(s, b, 30, 10, 3.0, 10.0, 1.0) for b in (4, 8) for s in ("chain", "tree")]
+    fig = fig_chain_vs_tree(ChainVsTree([4, 8], runs, {1: 1.0, 5: 1.1, 9: 1.2}, True, True))
+    lay = fig.layout
+    lines = lay.title.subtitle.text.count("<br>") + 1
+    assert lay.margin.t == charts.TOP_MARGIN + charts.LINE_PX * (lines - 1) + SUBPLOT_TITLE_PX
+    plot_px = lay.height - lay.margin.t - lay.template.layout.margin.b
+    titles = [a for a in lay.annotations if a.text in ("tokens per target pass", "tokens per second")]
+    assert len(titles) == 2 and all(a.y == 1.0 for a in titles)  # plotly's place for a subplot title
+    assert (lay.legend.y - 1) * plot_px >= SUBPLOT_TITLE_PX

@@ -86,5 +86,11 @@ def test_the_verdict_names_where_a_wide_pass_stops_being_free():
     assert "the tree beat the chain at 4 of 4 budgets" in text and "Fastest tree: 8 nodes" in text
     assert "only up to 9 tokens" in text and "A tree of 16 nodes needs a pass over 17 tokens" in text
     assert "2.00×" in text and "3.50× for 32 nodes" in text and "(16, 32 nodes) made fewer tokens/s" in text
+    # the real pair's case: no pass but the 1-token one is free, and the smaller trees are slower only for
+    # drafting fewer tokens, so only the wider one is named as not paying for its pass
+    text = " ".join(chain_vs_tree_verdict(made({1: 1.0, 5: 1.3, 9: 1.4, 17: 1.7, 33: 2.75},
+                                               {4: 6.5, 8: 9.9, 16: 10.9, 32: 10.0})))
+    assert "at 4 of 4 budgets (4, 8, 16, 32 nodes);" in text and "only up to 1 token." in text
+    assert "wider trees (32 nodes) made fewer tokens/s than the 16-node tree" in text
     free = " ".join(chain_vs_tree_verdict(made({1: 1.0, 5: 1.05, 9: 1.1}, {4: 11.0, 8: 14.0})))
     assert "nearly free here" in free and "exception" not in free
