@@ -83,7 +83,9 @@ st.markdown("A server answering many users already puts many sequences in one pa
 b1, b2, b3 = st.columns(3)
 b_tokens = b1.multiselect("Tokens per sequence", [1, 2, 4, 8, 16], default=[1, 4, 8], key="fast.b_tokens")
 b_batches = b2.multiselect("Batch sizes", [1, 2, 4, 8, 16, 32], default=[1, 2, 4, 8], key="fast.b_batches")
-b_reps = b3.number_input("repetitions", 1, 20, 2, 1, key="fast.b_reps")
+b_reps = b3.number_input("repetitions", 1, 20, 3, 1, key="fast.b_reps",
+                         help="Each point is the median of these passes: with 3 or more, one slow pass cannot "
+                              "move it.")
 if st.button("Measure batch cost", key="fast.run_batch"):
     if not b_tokens or not b_batches:
         st.error("Pick at least one size of each.", icon=":material/error:")

@@ -345,6 +345,8 @@ def test_speedup_cost_sweep_race_and_adaptive():
     subtitles = [f["layout"]["title"]["subtitle"]["text"].replace("<br>", " ") for f in traces]
     assert "adaptive k grows" in subtitles[0] and "best-k chooser" in subtitles[1]
     assert num(metrics(at)["adaptive k: tokens/s"]) > 0 and num(metrics(at)["best k: tokens/s"]) > 0
+    # α and the mean k of each policy, in a caption under its metric (a metric cuts a long value off)
+    assert len([c for c in at.caption if c.value.startswith("α = ") and "· mean k = " in c.value]) == 3
     pngs_ok(at)
     at.multiselect(key="speed.ks").set_value([]).run()
     press(at, "speed.run_sweep")

@@ -59,12 +59,10 @@ def k_policies(pair, ids, run_kw: dict) -> None:
     if runs is None:
         return
     s = race.policy_summary(runs)  # engine time only: the progress bar is excluded
-    m = st.columns(5)
-    for col, name in zip(m, race.POLICIES):
+    for col, name in zip(st.columns(3), race.POLICIES):  # α and k under each: a metric cuts a long value off
         col.metric(f"{name} k: tokens/s", f"{s[name].tokens_per_s:.1f}",
                    f"{s[name].gain * 100:+.0f}%" if s[name].gain is not None else None)
-    m[3].metric("mean k: adaptive / best", f"{s['adaptive'].mean_k:.1f} / {s['best'].mean_k:.1f}")
-    m[4].metric("α fixed / adaptive / best", " / ".join(f"{s[n].alpha:.2f}" for n in race.POLICIES))
+        col.caption(f"α = {s[name].alpha:.2f} · mean k = {s[name].mean_k:.1f}")
     for col, name, key in zip(st.columns(2), ("adaptive", "best"), ("speed.fig_k", "speed.fig_k_best")):
         with col:
             ui.show_chart(charts.fig_k_trace(runs[name]), f"{name}_k_trace", key=key)
