@@ -115,18 +115,20 @@ def handle_request(ms: MainSettings, t_script: float) -> int | None:
 
 def buttons(ms: MainSettings, job: playback.Playback | None) -> None:
     playing = bool(S.get("main.playing")) and job is not None and not job.done
-    b = st.columns([1.7, 1.3, 1.2, 1.3, 3.5])
-    b[0].button("Run" if ms.live else "Play recording", type="primary", key="main.run_btn", on_click=_request,
+    # one row of buttons as wide as their labels, wrapping on a narrow screen (in columns of fixed shares a
+    # 1024-pixel projector cut them to "R…" and "S…")
+    row = st.container(horizontal=True)
+    row.button("Run" if ms.live else "Play recording", type="primary", key="main.run_btn", on_click=_request,
                 icon=":material/play_arrow:", args=("run",), disabled=not ms.live and ms.recording is None,
                 help="Start a new run with the settings in the sidebar." if ms.live
                 else "Replay the chosen recording.")
-    b[1].button("Pause" if playing else "Resume", key="main.pause_btn", on_click=_toggle_pause,
+    row.button("Pause" if playing else "Resume", key="main.pause_btn", on_click=_toggle_pause,
                 icon=":material/pause:" if playing else ":material/resume:",
                 disabled=job is None or job.done, help="Pause or resume the animation; nothing computed is lost.")
-    b[2].button("Step", key="main.step_btn", on_click=_request, args=("step",), icon=":material/skip_next:",
+    row.button("Step", key="main.step_btn", on_click=_request, args=("step",), icon=":material/skip_next:",
                 help="Advance one round. With no run in progress: start one, paused after its first round. "
                      "After a run: step through its replay.")
-    b[3].button("Replay", key="main.replay_btn", on_click=_request, args=("replay",), icon=":material/replay:",
+    row.button("Replay", key="main.replay_btn", on_click=_request, args=("replay",), icon=":material/replay:",
                 disabled=job is None or job.run is None, help="Animate the finished run again (no model needed).")
     if ms.live and job is not None and job.source == "live" and not job.done \
             and (job.meta.get("pair"), job.meta.get("dtype")) != (ms.pair_name, ms.dtype):
