@@ -447,7 +447,7 @@ def fig_speedup_model(alpha: float, c: float, k_max: int = 16, verify_cost=None,
     kb, sb = best_k(alpha, c, verify_cost, k_max)
     vc = "measured verify cost" if verify_cost is not None else "verify = 1 target pass"
     fig = _fig(f"Predicted speedup vs k (α = {alpha:.2f}, c = {c:.3f})",
-               f"speedup ≈ E[tokens] / (k·c + verify cost), {vc}  ·  best k = {kb} → {sb:.2f}×",
+               f"speedup ≈ E[tokens] / (k·c + verify cost), {vc}<br>best k = {kb} → {sb:.2f}×",
                x="k = drafted tokens per round", y="speedup over target alone (×)")
     fig.add_scatter(x=ks, y=expected_tokens(alpha, ks), mode="lines", name="tokens per pass (if drafting were free)",
                     line=dict(color=GREY, width=2, dash="dot"),

@@ -251,6 +251,8 @@ def test_a_subtitle_wraps_at_spaces_and_never_starts_a_line_with_its_separator()
     lines = charts._wrap(text).split("<br>")
     assert " ".join(lines) == text and all(len(line) <= charts.SUBTITLE_WIDTH for line in lines)
     assert not any(line.startswith("·") for line in lines)
+    # the speedup model's subtitle, which left "→ 2.47×" alone on a line: the best k has a line of its own
+    assert charts.fig_speedup_model(0.8, 0.1).layout.title.subtitle.text.split("<br>")[-1] == "best k = 6 → 2.47×"
     assert charts._wrap("a<br>b c", 3) == "a<br>b c" and charts._wrap("", 10) == ""
 
 
