@@ -140,18 +140,20 @@ def uncrowded_labels(xs: Sequence[float], ys: Sequence[float], texts: Sequence[s
     """The texts of a scatter, with "" for each point whose label would print over one already kept.
 
     A label sits next to its point, about `room` of the plot wide and high (fractions of x_span and y_span),
-    so two labels whose points are closer than that on both axes overlap: the first keeps its label and the
-    later one shows its setting on hover (and in the table beside the chart)."""
-    kept: list[tuple[float, float]] = []
-    out = []
+    so two labels whose points are closer than that on both axes overlap: the first keeps its label, with
+    "(+n)" for the n points it stands for, and the others show theirs on hover (and in the table beside the
+    chart)."""
+    kept: list[tuple[float, float, int]] = []  # (u, v, index in out) of each label kept
+    out, hidden = [], {}
     for x, y, t in zip(xs, ys, texts):
         u, v = x / x_span if x_span > 0 else 0.0, y / y_span if y_span > 0 else 0.0
-        if t and all(abs(u - a) >= room[0] or abs(v - b) >= room[1] for a, b in kept):
-            kept.append((u, v))
-            out.append(t)
-        else:
-            out.append("")
-    return out
+        near = next((i for a, b, i in kept if abs(u - a) < room[0] and abs(v - b) < room[1]), None)
+        if t and near is None:
+            kept.append((u, v, len(out)))
+        elif t:
+            hidden[near] = hidden.get(near, 0) + 1
+        out.append(t if t and near is None else "")
+    return [f"{t} (+{hidden[i]})" if i in hidden else t for i, t in enumerate(out)]
 
 
 def _round_ticks(n: int) -> dict:

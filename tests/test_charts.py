@@ -259,9 +259,10 @@ def test_a_subtitle_wraps_at_spaces_and_never_starts_a_line_with_its_separator()
 def test_labels_that_would_print_over_each_other_are_left_to_the_hover():
     xs, ys = [0.45, 0.452, 0.455, 0.10, 0.45], [0.91, 0.92, 0.90, 0.91, 0.50]
     texts = ["a", "b", "c", "d", "e"]
-    # b and c sit on a: only a keeps its label; d is far left and e far below, so they keep theirs
-    assert charts.uncrowded_labels(xs, ys, texts, 0.6, 1.05) == ["a", "", "", "d", "e"]
-    assert charts.uncrowded_labels(xs, ys, ["", "b", "c", "d", "e"], 0.6, 1.05) == ["", "b", "", "d", "e"]
+    # b and c sit on a: only a keeps its label, and says it stands for two more; d is far left and e far
+    # below, so they keep theirs
+    assert charts.uncrowded_labels(xs, ys, texts, 0.6, 1.05) == ["a (+2)", "", "", "d", "e"]
+    assert charts.uncrowded_labels(xs, ys, ["", "b", "c", "d", "e"], 0.6, 1.05) == ["", "b (+1)", "", "d", "e"]
     assert charts.uncrowded_labels(xs[:3], ys[:3], texts[:3], 0.6, 1.05, room=(0.001, 0.001)) == texts[:3]
 
 
