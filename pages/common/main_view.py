@@ -94,7 +94,7 @@ class Placeholders:
 
 
 def metrics(run) -> None:
-    c = st.columns(5)
+    c = ui.metric_cells(5)
     c[0].metric("α (per-token acceptance)", fmt(run.alpha),
                 help="α = accepted ÷ drafted tokens the target JUDGED. A rejection ends the round, so "
                      "drafts after it are never judged. This is the α of E[tokens] = (1 − α^(k+1)) / (1 − α).")
@@ -318,7 +318,7 @@ def _speed_figures(job: playback.Playback) -> None:
         return
     st.caption(f"Target alone: one token per forward pass, same prompt and settings ({job.meta.get('baseline_note')}).")
     lab_ui.load_warning(playback.load_note(job.run, base) if job.run is not None else None)
-    c = st.columns(4)
+    c = ui.metric_cells(4)
     c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"], ".1f"))
     c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"], ".1f"))
     c[2].metric("measured speedup", f"{fmt(base['speedup'])}×",

@@ -176,6 +176,16 @@ def show_error(e: BaseException) -> None:
             st.code(error_details(e), language=None)
 
 
+METRIC_PX = 172  # a metric's cell: its label, value and caption fit without being cut
+
+
+def metric_cells(n: int) -> list:
+    """n containers for metrics (and their captions) in one row that wraps on a narrow screen: in n equal
+    columns a 1024-pixel projector cut the labels to "α (per-toke…"."""
+    row = st.container(horizontal=True, wrap=True)
+    return [row.container(width=METRIC_PX) for _ in range(n)]
+
+
 def show_chart(fig, name: str, key: str | None = None, **kw):
     """A plotly figure with the light-theme PNG download button (filename `name`); returns what
     st.plotly_chart returns (the selection, with on_select). Drawn apart from model work (drawing())."""
