@@ -172,6 +172,24 @@ def test_defaults_and_no_exception():
     assert not at.error
 
 
+def test_a_long_round_draws_one_p_vs_q_chart_at_a_time_from_the_decisive_draft():
+    """A best-k round drafts up to 32 tokens: a chart for each made the page slow to draw and scroll. Past
+    six drafted positions the page draws one, with a picker that starts at the first refused draft."""
+    from pages.common.main_view import PQ_CHARTS_MAX
+
+    at = start(new_app(), max_new=24, k=PQ_CHARTS_MAX + 2, baseline=False)
+    job = at.session_state["main.job"]
+    at.number_input(key="main.round_no").set_value(1).run()
+    r = job.rounds[0]
+    assert r.k == PQ_CHARTS_MAX + 2
+    pq = [k for k in figures(at) if k.startswith("main.pq.")]
+    first = r.n_accepted if r.rejected else r.k - 1
+    assert pq == [f"main.pq.{first}"]
+    assert at.select_slider(key=f"main.pq_pos.1.{r.k}").value == first
+    at.select_slider(key=f"main.pq_pos.1.{r.k}").set_value(0).run()
+    assert [k for k in figures(at) if k.startswith("main.pq.")] == ["main.pq.0"]
+
+
 def test_run_draws_tokens_log_charts_and_metrics():
     at = start(new_app(), max_new=24, prompt="hello world", chat=False)
     assert not at.error, [e.value for e in at.error]

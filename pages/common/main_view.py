@@ -158,6 +158,9 @@ def animate(job: playback.Playback, steps: int | None, speed: str, ph: Placehold
     return advanced
 
 
+PQ_CHARTS_MAX = 6  # a round that drafted more shows one position at a time: a best-k round of 27 drew 27 charts
+
+
 def round_detail(job: playback.Playback) -> None:
     """The round chosen in the log (or by number): its decisions and p against q at each drafted position."""
     dec, n = decoder(job), len(job.rounds)
@@ -181,9 +184,12 @@ def round_detail(job: playback.Playback) -> None:
                   else f"Sampling: {explain.ACCEPT_RULE}."))
     st.dataframe(pd.DataFrame(explain.round_rows(r, dec, extra=False)), hide_index=True, width="stretch")
     positions = list(range(r.k))
-    if ui.presenter() and r.k > 1:  # on a projector: one chart at a time
-        positions = [st.select_slider("drafted position", positions, format_func=lambda i: str(i + 1),
-                                      key=f"main.pq_pos.{sel}.{r.k}")]
+    if (ui.presenter() and r.k > 1) or r.k > PQ_CHARTS_MAX:  # one chart at a time, from the decisive one
+        first = r.n_accepted if r.rejected else r.k - 1  # the first refused draft, or the last one drafted
+        positions = [st.select_slider("drafted position", positions, value=first, format_func=lambda i: str(i + 1),
+                                      key=f"main.pq_pos.{sel}.{r.k}",
+                                      help="p against q at one drafted position; it starts at the first refused "
+                                           "draft (or the last one, when all were kept).")]
     for i in positions:
         fig = charts.fig_pq(r, i, dec)
         fig.update_layout(height=380)
