@@ -303,7 +303,7 @@ def fig_rules(lab: RuleLab) -> go.Figure:
     # room on the right for the labels, and one label where several settings land on the same spot
     x_max = 1.3 * max([r.tv_exact for r in lab.results] + [r.tv_sampled for r in lab.results]
                       + [lab.noise_tv95 if math.isfinite(lab.noise_tv95) else 0.0, 0.05])
-    labels = dict(zip((r.label for r in lab.results), charts.uncrowded_labels(
+    labels = dict(zip(map(id, lab.results), charts.uncrowded_labels(
         [r.tv_exact for r in lab.results], [r.acceptance_exact for r in lab.results],
         [r.setting for r in lab.results], x_max, 1.05)))
     for kind in KINDS:
@@ -313,7 +313,7 @@ def fig_rules(lab: RuleLab) -> go.Figure:
         col, sym = _STYLE[kind]
         name = f"{kind} ({'lossless' if kind in LOSSLESS else 'lossy'})"
         fig.add_scatter(x=[r.tv_exact for r in rs], y=[r.acceptance_exact for r in rs], mode="markers+text",
-                        name=name, text=[labels[r.label] for r in rs], textposition="top right",
+                        name=name, text=[labels[id(r)] for r in rs], textposition="top right",
                         marker=dict(color=col, symbol=sym, size=14, line=dict(color="#222", width=1)),
                         customdata=[r.label for r in rs],
                         hovertemplate="%{customdata}<br>exact: kept %{y:.3f}, TV %{x:.4f}<extra></extra>")

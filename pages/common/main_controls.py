@@ -119,17 +119,17 @@ def buttons(ms: MainSettings, job: playback.Playback | None) -> None:
     # 1024-pixel projector cut them to "R…" and "S…")
     row = st.container(horizontal=True)
     row.button("Run" if ms.live else "Play recording", type="primary", key="main.run_btn", on_click=_request,
-                icon=":material/play_arrow:", args=("run",), disabled=not ms.live and ms.recording is None,
-                help="Start a new run with the settings in the sidebar." if ms.live
-                else "Replay the chosen recording.")
+               icon=":material/play_arrow:", args=("run",), disabled=not ms.live and ms.recording is None,
+               help="Start a new run with the settings in the sidebar." if ms.live
+               else "Replay the chosen recording.")
     row.button("Pause" if playing else "Resume", key="main.pause_btn", on_click=_toggle_pause,
-                icon=":material/pause:" if playing else ":material/resume:",
-                disabled=job is None or job.done, help="Pause or resume the animation; nothing computed is lost.")
+               icon=":material/pause:" if playing else ":material/resume:",
+               disabled=job is None or job.done, help="Pause or resume the animation; nothing computed is lost.")
     row.button("Step", key="main.step_btn", on_click=_request, args=("step",), icon=":material/skip_next:",
-                help="Advance one round. With no run in progress: start one, paused after its first round. "
-                     "After a run: step through its replay.")
+               help="Advance one round. With no run in progress: start one, paused after its first round. "
+                    "After a run: step through its replay.")
     row.button("Replay", key="main.replay_btn", on_click=_request, args=("replay",), icon=":material/replay:",
-                disabled=job is None or job.run is None, help="Animate the finished run again (no model needed).")
+               disabled=job is None or job.run is None, help="Animate the finished run again (no model needed).")
     if ms.live and job is not None and job.source == "live" and not job.done \
             and (job.meta.get("pair"), job.meta.get("dtype")) != (ms.pair_name, ms.dtype):
         st.info(f"The run in progress uses the pair **{job.meta.get('pair')}** ({job.meta.get('dtype')}), not the "
