@@ -131,7 +131,7 @@ def tokens_per_s(tokens: float, seconds: float) -> float:
 
 def engine_rate(run) -> float:
     """Tokens per second of engine time (Σ round_s): pauses while a page draws between rounds excluded."""
-    return tokens_per_s(len(run.token_ids), sum(r.round_s for r in run.rounds))
+    return tokens_per_s(len(run.token_ids), run.rounds_s)
 
 
 def speedup_from(base_s_per_token: float, s_per_token: float) -> float:

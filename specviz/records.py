@@ -96,6 +96,11 @@ class RunRates:
         return measure.tokens_per_s(len(self.token_ids), self.decode_s)
 
     @property
+    def rounds_s(self) -> float:
+        """Engine time: the rounds' own seconds (Σ round_s), without pauses while a page draws between them."""
+        return sum(r.round_s for r in self.rounds)
+
+    @property
     def steady_rounds(self) -> list:
         """The rounds after the prompt was read (prefill_tokens == 0): pure draft-and-verify timings."""
         return [r for r in self.rounds if not r.prefill_tokens]
@@ -180,11 +185,6 @@ class Run(RunRates):
     def outside_load_s(self) -> float:
         """The time of those rounds."""
         return sum(r.round_s for r in self.rounds if r.outside_load)
-
-    @property
-    def rounds_s(self) -> float:
-        """The time of all rounds (what outside_load_s is a share of)."""
-        return sum(r.round_s for r in self.rounds)
 
     @property
     def draft_s(self) -> float:
