@@ -119,7 +119,7 @@ for line in explain.round_story(r, decode):
 note = explain.zero_accept_note(r, decode)
 if note:
     st.success(note, icon=":material/check_circle:")
-st.dataframe(explain.round_rows(r, decode), hide_index=True)
+ui.table(explain.round_rows(r, decode), hide_index=True)
 
 if r.k > 0:
     pos = st.selectbox("Drafted position to draw", list(range(1, r.k + 1)), index=min(r.n_accepted, r.k - 1),

@@ -97,7 +97,7 @@ if sw is not None:
     lab_ui.load_warning(playback.runs_load_note([r for cmp in sw.values() for r in (cmp.spec, cmp.base)],
                                                 "the sweep"))
     rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)
-    st.dataframe(rows, hide_index=True)
+    ui.table(rows, hide_index=True)
     st.caption("Measured speedup: over the rounds after the first, whose passes also read the prompt (what the "
                "model describes); end-to-end speedup includes that first round.")
     bench = [{"k": r["k"], "measured": r["measured speedup"], "predicted": r["predicted speedup"]} for r in rows]

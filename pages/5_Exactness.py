@@ -141,4 +141,4 @@ if (rlab := kept["rules"].get()) is not None:
     st.caption("Up is faster (more drafts kept), left is more faithful. The lossless rules sit on the left edge, "
                "inside the grey noise band; the lossy ones buy acceptance with distance from p. A lossy point "
                "inside the band is wrong too, only by less than this many trials can show.")
-    st.dataframe(rules.rule_rows(rlab), hide_index=True)
+    ui.table(rules.rule_rows(rlab), hide_index=True)

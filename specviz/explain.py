@@ -41,6 +41,7 @@ Decode = Callable[[int], str]
 ACCEPT_TEST = "u < min(1, p/q)"
 ACCEPT_RULE = f"a drafted token d is kept iff **{ACCEPT_TEST}**, with u uniform in [0, 1)"
 GREEDY_RULE = "a drafted token is kept iff it is the target's argmax"
+MISSING = "–"  # a number that does not exist here: a cell of a row with nothing to show, a missing figure
 
 
 def accept_check(u: float, ratio: float, accepted: bool, named: bool = False) -> str:
@@ -58,7 +59,7 @@ def num(x: float | None, spec: str = ".3f") -> str:
     """A number for the page in `spec` (3 decimals by default), 2 significant digits when tiny; ∞ / – when
     infinite or missing."""
     if x is None or not math.isfinite(x):
-        return "∞" if x == math.inf else "–"
+        return "∞" if x == math.inf else MISSING
     return f"{x:.1e}" if 0 < abs(x) < 5e-4 else format(x, spec)
 
 

@@ -191,6 +191,8 @@ def test_a_long_round_draws_one_p_vs_q_chart_at_a_time_from_the_decisive_draft()
 
 
 def test_run_draws_tokens_log_charts_and_metrics():
+    from specviz import explain
+
     at = start(new_app(), max_new=24, prompt="hello world", chat=False)
     assert not at.error, [e.value for e in at.error]
     job = at.session_state["main.job"]
@@ -210,6 +212,7 @@ def test_run_draws_tokens_log_charts_and_metrics():
     log = [d for d in at.dataframe if "drafted" in d.value.columns and "round" in d.value.columns]
     assert len(log) == 1 and len(log[0].value) == len(run.rounds)
     assert list(log[0].value["round"]) == list(range(1, len(run.rounds) + 1))
+    assert all(d.proto.placeholder == explain.MISSING for d in at.dataframe)  # no cell reads "None"
 
     # the last round is inspected: one p-vs-q chart per drafted position, with p and q bars
     last = run.rounds[-1]

@@ -75,11 +75,16 @@ def errors(at) -> list[str]:
     return [e.value for e in at.error]
 
 
-def pngs_ok(at) -> None:
-    """Every chart can be saved as PNG (the download button config)."""
+def drawn_ok(at) -> None:
+    """Every chart can be saved as PNG (the download button config), and every table writes a missing cell
+    as explain.MISSING, not "None"."""
+    from specviz import explain
+
     for el in at.get("plotly_chart"):
         cfg = json.loads(el.proto.config)
         assert cfg["toImageButtonOptions"]["format"] == "png"
+    for el in at.dataframe:
+        assert el.proto.placeholder == explain.MISSING
 
 
 # --- 6 · theory: no model ------------------------------------------------------------------------
@@ -100,7 +105,7 @@ def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
     table = at.dataframe[0].value
     assert list(table["α"]) == [0.5, 0.7, 0.8, 0.9]
     assert [round(v, 1) for v in table["(1 − α^(k+1)) / (1 − α)"]] == [1.9, 2.8, 3.4, 4.1]
-    pngs_ok(at)
+    drawn_ok(at)
     at.slider(key="theory.alpha").set_value(0.5).run()
     at.slider(key="theory.c").set_value(0.0).run()
     assert metrics(at)["E[tokens per target pass]"] == "1.94" and metrics(at)["predicted speedup"] == "1.94×"
@@ -170,7 +175,7 @@ def test_slow_motion_steps_rounds_with_the_arithmetic():
     press(at, "slow.next")
     assert any(m.value.startswith("**Round 2**") for m in at.markdown)
     assert [s.value for s in at.selectbox if s.label == "Round to inspect"] == [2]  # the newest round
-    pngs_ok(at)
+    drawn_ok(at)
     press(at, "slow.reset")
     assert any("No round yet" in i.value for i in at.info) and not at.get("plotly_chart")
 
@@ -280,7 +285,7 @@ def test_acceptance_lab_defaults_measure_both_alphas_and_say_what_they_show():
     assert "target entropy" in names(figure(at, "Target entropy along the text"))
     verdict = [m.value for m in at.markdown if m.value.startswith("At T = 0, the target was least sure")]
     assert verdict
-    pngs_ok(at)
+    drawn_ok(at)
 
 
 @needs_tiny
@@ -347,7 +352,7 @@ def test_speedup_cost_sweep_race_and_adaptive():
     assert num(metrics(at)["adaptive k: tokens/s"]) > 0 and num(metrics(at)["best k: tokens/s"]) > 0
     # α and the mean k of each policy, in a caption under its metric (a metric cuts a long value off)
     assert len([c for c in at.caption if c.value.startswith("α = ") and "· mean k = " in c.value]) == 3
-    pngs_ok(at)
+    drawn_ok(at)
     at.multiselect(key="speed.ks").set_value([]).run()
     press(at, "speed.run_sweep")
     assert any("at least one k" in e for e in errors(at))
@@ -403,7 +408,7 @@ def test_speedup_early_exit_alpha_c_against_l():
     direct = engine.speculative_decode(pair.target, selfdraft.early_exit(pair.target, 1), ids, k=4, max_new_tokens=8,
                                        temperature=0.0, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     assert rows["α"].iloc[0] == round(direct.alpha, 3)
-    pngs_ok(at)
+    drawn_ok(at)
     at.multiselect(key="speed.ee_layers").set_value([]).run()
     press(at, "speed.run_early_exit")
     assert any("at least one early-exit depth" in e for e in errors(at)) and figure(at, "Early exit")
@@ -438,7 +443,7 @@ def test_why_it_is_fast_forward_bandwidth_batch():
     fig = figure(at, "Verify cost vs tokens × batch")
     assert names(fig) == ["batch 1", "batch 2"] and fig["layout"]["meta"]["flat_until"] in (1, 2, 4, 8)
     assert figure(at, "Target forward time vs tokens per pass")  # earlier results are kept
-    pngs_ok(at)
+    drawn_ok(at)
     at.multiselect(key="fast.sizes").set_value([4]).run()
     press(at, "fast.run_forward")
     assert any("Pick 1" in e for e in errors(at))
@@ -473,7 +478,7 @@ def test_exactness_greedy_matches_the_engine_and_trials_match_p():
     trials = experiments.first_token_trials(pair.target, pair.draft, ids, n=600, temperature=1.0, seed=0,
                                             vocab=pair.shared_vocab)  # as the page: the pair's shared ids
     assert m["draft token kept"] == f"{trials.accepted / 600:.3f}"  # same seeds, same draws
-    pngs_ok(at)
+    drawn_ok(at)
 
 
 @needs_tiny
@@ -518,7 +523,7 @@ def test_exactness_rule_lab_lossless_on_the_left_lossy_away_from_p():
     assert list(table["TV to p (exact)"][:2]) == [0.0, 0.0] and all(table["TV to p (exact)"][2:] > 0)
     assert list(table["kept (sampled)"]) == [round(r.acceptance_sampled, 4) for r in want.results]  # same seeds
     assert any("Lossless" in i.value for i in at.info)
-    pngs_ok(at)
+    drawn_ok(at)
     # bad input: an empty prompt is an error in the page, and the last result stays
     at.text_area(key="exact.text").set_value("").run()
     press(at, "exact.run_rules")

@@ -85,11 +85,11 @@ class Placeholders:
             if last is None:  # the finished log: a row can be chosen
                 st.caption("One row per round: one target forward pass each. Click a row (or type a round number "
                            "below) to see that round's probabilities.")
-                st.dataframe(pd.DataFrame(rows), key="main.log", on_select=_on_log_select,
+                ui.table(pd.DataFrame(rows), key="main.log", on_select=_on_log_select,
                              selection_mode="single-row", hide_index=True, width="stretch",
                              height=min(38 + 35 * len(rows), 400))
             else:
-                st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
+                ui.table(pd.DataFrame(rows), hide_index=True, width="stretch",
                              height=min(38 + 35 * len(rows), 400))
 
 
@@ -182,7 +182,7 @@ def round_detail(job: playback.Playback) -> None:
                "Σ min(p, q) is the chance that a sampled draft token is accepted. "
                + (f"Greedy (temperature 0): {explain.GREEDY_RULE}." if r.greedy
                   else f"Sampling: {explain.ACCEPT_RULE}."))
-    st.dataframe(pd.DataFrame(explain.round_rows(r, dec, extra=False)), hide_index=True, width="stretch")
+    ui.table(pd.DataFrame(explain.round_rows(r, dec, extra=False)), hide_index=True, width="stretch")
     positions = list(range(r.k))
     if (ui.presenter() and r.k > 1) or r.k > PQ_CHARTS_MAX:  # one chart at a time, from the decisive one
         first = r.n_accepted if r.rejected else r.k - 1  # the first refused draft, or the last one drafted

@@ -93,6 +93,6 @@ def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prom
             return
         lab_ui.load_warning(got["note"])
         ui.show_chart(sidebyside.fig_pairs(got["results"]), "offline-pairs", key="main.pairs_fig")
-        st.dataframe(pd.DataFrame(sidebyside.rows(got["results"])), hide_index=True, width="stretch")
+        ui.table(pd.DataFrame(sidebyside.rows(got["results"])), hide_index=True, width="stretch")
         st.caption(f"Settings: {got['settings']}. The measured speedup is over the rounds after the first (whose "
                    "passes also read the prompt); c is a draft step over a one-token target step in the same run.")

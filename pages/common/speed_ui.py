@@ -41,7 +41,7 @@ def draft_precisions(pair, ids, run_kw: dict) -> None:
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
     if (res := kept.get()) is not None:
-        st.dataframe(explain.precision_rows(res), hide_index=True, width="stretch")
+        ui.table(explain.precision_rows(res), hide_index=True, width="stretch")
         st.markdown(explain.precision_verdict(res))
 
 
@@ -90,4 +90,4 @@ def early_exit(pair, ids, run_kw: dict) -> None:
                                  **run_kw)[0])
     if (sweep := kept.get()) is not None:
         ui.show_chart(selfdraft.fig_early_exit(sweep), "early_exit_alpha_c", key="speed.fig_early_exit")
-        st.dataframe(selfdraft.early_exit_rows(sweep), hide_index=True)
+        ui.table(selfdraft.early_exit_rows(sweep), hide_index=True)

@@ -12,6 +12,7 @@ Stable API (pages import these):
                                            with a progress indicator on the first load
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
     show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config, drawn in a turn
+    table(data, **kw)                   st.dataframe, missing cells shown as explain.MISSING
     drawing()                           a turn to draw, apart from the server's model work
     show_error(e)                       a clear message, never a traceback (details in an expander)
     decoder(tokenizer)                  id -> text, memoised per tokenizer
@@ -33,7 +34,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from specviz import charts, claims
+from specviz import charts, claims, explain
 from specviz.errors import InvalidSetting, SpecvizError
 
 DTYPE_CHOICES = ["float32", "bfloat16"]
@@ -184,6 +185,12 @@ def metric_cells(n: int) -> list:
     columns a 1024-pixel projector cut the labels to "α (per-toke…"."""
     row = st.container(horizontal=True, wrap=True)
     return [row.container(width=METRIC_PX) for _ in range(n)]
+
+
+def table(data, **kw):
+    """st.dataframe with missing cells shown as explain.MISSING: a correction row has no q(d), p(d) or
+    overlap, and Streamlit writes "None" there by default."""
+    return st.dataframe(data, placeholder=explain.MISSING, **kw)
 
 
 def show_chart(fig, name: str, key: str | None = None, **kw):
