@@ -60,6 +60,9 @@ DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 _FONT = "Arial, Helvetica, sans-serif"
 TOP_MARGIN = 130  # pixels above the plot: the title, one line of subtitle and the legend's band
 LINE_PX = 20  # one more line of subtitle
+TITLE_PX, SUBTITLE_PX = 19, 14  # font sizes
+TITLE_LINE_PX = 25  # one more line of title
+TITLE_LIFT_PX = 13  # plotly.js draws a title of several lines this much higher than one line: cut at the top
 
 
 def _axis() -> dict:
@@ -78,8 +81,8 @@ def _make_template() -> go.layout.Template:
         height=480,
         margin=dict(l=75, r=30, t=TOP_MARGIN, b=70),
         title=dict(x=0, xref="paper", xanchor="left", y=0.975, yref="container", yanchor="top",
-                   font=dict(size=19, color="#111"),
-                   subtitle=dict(font=dict(size=14, color="#555"))),
+                   font=dict(size=TITLE_PX, color="#111"),
+                   subtitle=dict(font=dict(size=SUBTITLE_PX, color="#555"))),
         # legend in a band above the plot area: it never covers data
         legend=dict(orientation="h", x=0, xanchor="left", y=1.02, yanchor="bottom",
                     bgcolor="rgba(255,255,255,0.9)", font=dict(size=14), title=dict(text="")),
@@ -120,12 +123,16 @@ def _wrap(text: str, width: int = SUBTITLE_WIDTH) -> str:
 
 
 def set_title(fig: go.Figure, text: str, subtitle: str = "", width: int = SUBTITLE_WIDTH) -> go.Figure:
-    """Every chart's title goes through here: the subtitle in lines of at most `width` characters, and the
-    room above the plot grown by a line for each line past the first, so the legend's band above the plot
-    (which grows upward when a narrow chart wraps it) does not cover the subtitle."""
+    """Every chart's title goes through here: the subtitle in lines of at most `width` characters, the title
+    in lines as wide (fewer, larger characters), and the room above the plot grown by a line for each line
+    past the first, so the legend's band above the plot (which grows upward when a narrow chart wraps it)
+    does not cover the subtitle. (The pixel sizes were measured in Chromium.)"""
+    head = _wrap(text, width * SUBTITLE_PX // TITLE_PX)
     sub = _wrap(subtitle, width)
-    fig.update_layout(title=dict(text=text, subtitle=dict(text=sub)),
-                      margin_t=TOP_MARGIN + LINE_PX * max(0, sub.count("<br>")))
+    lines = head.count("<br>")
+    fig.update_layout(title=dict(text=head, subtitle=dict(text=sub),
+                                 pad_t=TITLE_LIFT_PX if lines else 0),
+                      margin_t=TOP_MARGIN + LINE_PX * sub.count("<br>") + TITLE_LINE_PX * lines)
     return fig
 
 

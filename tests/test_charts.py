@@ -256,6 +256,20 @@ def test_a_subtitle_wraps_at_spaces_and_never_starts_a_line_with_its_separator()
     assert charts._wrap("a<br>b c", 3) == "a<br>b c" and charts._wrap("", 10) == ""
 
 
+def test_a_long_title_wraps_and_is_not_lifted_out_of_the_chart():
+    # plotly cut the acceptance trace's title off at the chart's right edge in a 640-pixel chart
+    text = "Acceptance over the run: α = 0.87, accepted/drafted = 41/47, 3.42 tokens/pass"
+    half = charts.set_title(go.Figure(), text, "one line", width=charts.HALF_WIDTH).layout
+    head = half.title.text.split("<br>")
+    assert " ".join(head) == text and len(head) == 3
+    assert all(len(line) <= charts.HALF_WIDTH * charts.SUBTITLE_PX // charts.TITLE_PX for line in head)
+    assert half.margin.t == charts.TOP_MARGIN + 2 * charts.TITLE_LINE_PX
+    # plotly.js lifts a title of several lines above the chart's top edge; the pad brings it back
+    assert half.title.pad.t == charts.TITLE_LIFT_PX
+    one = charts.set_title(go.Figure(), "Short title", "one line").layout
+    assert one.title.text == "Short title" and one.title.pad.t == 0 and one.margin.t == charts.TOP_MARGIN
+
+
 def test_labels_that_would_print_over_each_other_are_left_to_the_hover():
     xs, ys = [0.45, 0.452, 0.455, 0.10, 0.45], [0.91, 0.92, 0.90, 0.91, 0.50]
     texts = ["a", "b", "c", "d", "e"]
@@ -452,11 +466,15 @@ def test_all_figures_use_theme_and_handle_empty():
         assert isinstance(f, go.Figure)
         assert f.layout.template.layout.font.family.startswith("Arial")
         assert f.layout.title.text
-        # plotly cuts off a subtitle line wider than the chart: every one comes in lines a projector shows
+        # plotly cuts off a title or subtitle line wider than the chart: every one comes in lines a projector
+        # shows, the title's shorter in characters as its type is larger
         lines = (f.layout.title.subtitle.text or "").split("<br>")
+        head = f.layout.title.text.split("<br>")
         assert all(len(line) <= charts.SUBTITLE_WIDTH for line in lines)
+        assert all(len(line) <= charts.SUBTITLE_WIDTH * charts.SUBTITLE_PX // charts.TITLE_PX for line in head)
         # and each line past the first pushes the plot down, so the legend's band above it does not cover them
-        assert f.layout.margin.t == charts.TOP_MARGIN + charts.LINE_PX * (len(lines) - 1)
+        assert f.layout.margin.t == (charts.TOP_MARGIN + charts.LINE_PX * (len(lines) - 1)
+                                     + charts.TITLE_LINE_PX * (len(head) - 1))
         f.to_json()  # serialisable: valid property values throughout
 
 
