@@ -84,7 +84,7 @@ def test_chain_vs_tree_keeps_its_legend_above_the_subplot_titles():
     """The three subplots' titles sit just above their plots, where the theme puts the legend's band."""
     from specviz import charts
     from specviz.tree_charts import SUBPLOT_TITLE_PX, fig_chain_vs_tree
-    from specviz.tree_lab import ChainVsTree, ShapeRun
+    from specviz.tree_lab import FREE_TOL, ChainVsTree, ShapeRun
 
     runs = [ShapeRun(s, b, 30, 10, 3.0, 10.0, 1.0) for b in (4, 8) for s in ("chain", "tree")]
     fig = fig_chain_vs_tree(ChainVsTree([4, 8], runs, {1: 1.0, 5: 1.1, 9: 1.2}, True, True))
@@ -95,3 +95,5 @@ def test_chain_vs_tree_keeps_its_legend_above_the_subplot_titles():
     titles = [a for a in lay.annotations if a.text in ("tokens per target pass", "tokens per second")]
     assert len(titles) == 2 and all(a.y == 1.0 for a in titles)  # plotly's place for a subplot title
     assert (lay.legend.y - 1) * plot_px >= SUBPLOT_TITLE_PX
+    # the "nearly free" line is explained in the subtitle, not by a note on it that the verify curve crossed
+    assert len(lay.annotations) == 3 and f"{FREE_TOL}×" in lay.title.subtitle.text.replace("<br>", " ")
