@@ -10,6 +10,7 @@ No streamlit here: the app is a thin layer on top.
 from __future__ import annotations
 
 import html
+import re
 import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -114,10 +115,15 @@ SUBTITLE_WIDTH = 80  # characters in a line of a subtitle: a full-width chart on
 HALF_WIDTH = 56  # in a chart drawn in half the page
 
 
+SHORT_PARENS = re.compile(r"\([^()<>]{1,20}\)")  # "min(p, q)": one unit, never split across two lines
+
+
 def _wrap(text: str, width: int = SUBTITLE_WIDTH) -> str:
     """A subtitle broken into lines of at most `width` characters, keeping its own breaks (plotly never
-    wraps a title: a line wider than the chart is cut off). A " · " separator ends a line, never starts one."""
+    wraps a title: a line wider than the chart is cut off). A " · " separator ends a line, never starts one,
+    and a short bracket such as "Σ min(p, q)" stays on one line."""
     tied = text.replace(" · ", "\u00a0· ")  # textwrap breaks at ASCII whitespace only
+    tied = SHORT_PARENS.sub(lambda m: m.group(0).replace(" ", "\u00a0"), tied).replace("Σ ", "Σ\u00a0")
     return "<br>".join(line.replace("\u00a0", " ")
                        for part in tied.split("<br>") for line in (textwrap.wrap(part, width) or [""]))
 

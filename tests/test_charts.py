@@ -254,6 +254,10 @@ def test_a_subtitle_wraps_at_spaces_and_never_starts_a_line_with_its_separator()
     # the speedup model's subtitle, which left "→ 2.47×" alone on a line: the best k has a line of its own
     assert charts.fig_speedup_model(0.8, 0.1).layout.title.subtitle.text.split("<br>")[-1] == "best k = 6 → 2.47×"
     assert charts._wrap("a<br>b c", 3) == "a<br>b c" and charts._wrap("", 10) == ""
+    # a p-vs-q chart's title in a narrow column broke "Σ min(p," from "q)"
+    title = "Round 2, draft #2 ‘␣located’: chance to accept = Σ min(p, q) = 0.62"
+    assert charts._wrap(title, 58).split("<br>") == ["Round 2, draft #2 ‘␣located’: chance to accept =",
+                                                     "Σ min(p, q) = 0.62"]
 
 
 def test_a_long_title_wraps_and_is_not_lifted_out_of_the_chart():
