@@ -142,6 +142,16 @@ def set_title(fig: go.Figure, text: str, subtitle: str = "", width: int = SUBTIT
     return fig
 
 
+def subplot_row(titles: Sequence[str], width: int = SUBTITLE_WIDTH, **kw) -> go.Figure:
+    """make_subplots with one row of len(titles) plots, each title in the subtitle's type and wrapped to its
+    plot's share of `width` characters: at 16 px, plotly's size for them, three or four titles ran into each
+    other or past the edge of a chart on a 1024-pixel screen."""
+    cols = len(titles)
+    fig = make_subplots(rows=1, cols=cols, subplot_titles=[_wrap(t, width // cols) for t in titles], **kw)
+    fig.update_annotations(font_size=SUBTITLE_PX)  # only the titles exist yet
+    return fig
+
+
 def _fig(text: str, subtitle: str = "", x: str = "", y: str = "", width: int = SUBTITLE_WIDTH) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(template=TEMPLATE, xaxis_title=x, yaxis_title=y)

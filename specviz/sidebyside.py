@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from . import charts
 from .config import ChunkSource, DerivedSource, PackagedSource, PairSpec, Registry, TinySource, default_registry
@@ -157,7 +156,7 @@ def fig_pairs(results: Sequence[PairResult]) -> go.Figure:
     panels: Mapping[str, Callable[[PairResult], float]] = {
         "α (drafts accepted)": lambda p: p.alpha, "c (draft step / target step)": lambda p: p.c,
         "tokens per target pass": lambda p: p.tokens_per_pass, "measured speedup (×)": lambda p: p.speedup}
-    fig = make_subplots(rows=1, cols=4, subplot_titles=list(panels), horizontal_spacing=0.06)
+    fig = charts.subplot_row(list(panels), horizontal_spacing=0.06)
     names = [p.name for p in results]
     colors = [charts.R_COLOR, charts.Q_COLOR, charts.P_COLOR, charts.MEASURED_COLOR]
     for j, ((label, get), col) in enumerate(zip(panels.items(), colors), start=1):

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from .charts import (GREY, P_COLOR, PALETTE, Q_COLOR, TEMPLATE, _fig, _labels, _plain, _tok, _topmap, _union,
-                     set_title)
+                     set_title, subplot_row)
 from .explain import num as _fmt
 from .render import STATE_COLORS, visible
 from .tree_lab import FREE_TOL, ChainVsTree, Tally
@@ -153,14 +152,15 @@ def fig_node_pq(r: TreeRound, node: int, decode: Callable[[int], str] = str, top
 def fig_tree_acceptance(depth: Sequence[Tally], rank: Sequence[Tally]) -> go.Figure:
     """Acceptance by depth (did the path go on to depth d, once tried?) and by branch rank (child #r accepted,
     once tried?), with how many times each was tried."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("by depth", "by branch rank (1 = the first child tried)"))
+    fig = subplot_row(("by depth", "by branch rank"))
     fig.update_layout(template=TEMPLATE, height=380, showlegend=False)
     set_title(fig, "Acceptance in the tree", "accepted ÷ tried; the number on each bar is how many times it was tried")
     for col, tallies, shift in ((1, depth, 0), (2, rank, 1)):
         fig.add_bar(x=[t.label + shift for t in tallies], y=[t.rate for t in tallies],
                     text=[f"{t.accepted}/{t.tried}" for t in tallies], textposition="outside",
                     marker_color=STATE_COLORS["accepted"], row=1, col=col)
-        fig.update_xaxes(dtick=1, title_text="depth" if col == 1 else "branch rank", row=1, col=col)
+        fig.update_xaxes(dtick=1, title_text="depth" if col == 1 else "branch rank (1 = the first child tried)",
+                         row=1, col=col)
         fig.update_yaxes(range=[0, 1.15], title_text="accepted ÷ tried" if col == 1 else None, row=1, col=col)
     return fig
 
@@ -171,9 +171,7 @@ SUBPLOT_TITLE_PX = 30  # a subplot's title above its plot
 def fig_chain_vs_tree(cmp: ChainVsTree) -> go.Figure:
     """Chain (k = N) against tree (N nodes) at each node budget N: tokens per pass, verify cost, tokens/s."""
     b = cmp.budgets
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("tokens per target pass",
-                                                        "one verify pass ÷ a one-token pass",
-                                                        "tokens per second"))
+    fig = subplot_row(("tokens per target pass", "verify ÷ one-token pass", "tokens per second"))
     height = 440
     fig.update_layout(template=TEMPLATE, height=height)
     set_title(fig, "Chain against tree at equal node budgets",

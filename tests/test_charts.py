@@ -274,6 +274,16 @@ def test_a_long_title_wraps_and_is_not_lifted_out_of_the_chart():
     assert one.title.text == "Short title" and one.title.pad.t == 0 and one.margin.t == charts.TOP_MARGIN
 
 
+def test_subplot_titles_fit_their_share_of_the_chart():
+    # the offline pairs' four panels: "c (draft step / target step)" ran into its neighbours at 1024 px
+    titles = ["α (drafts accepted)", "c (draft step / target step)", "tokens per target pass", "speedup (×)"]
+    fig = charts.subplot_row(titles)
+    got = [a.text for a in fig.layout.annotations]
+    assert [t.replace("<br>", " ") for t in got] == titles
+    assert all(len(line) <= charts.SUBTITLE_WIDTH // 4 for t in got for line in t.split("<br>"))
+    assert all(a.font.size == charts.SUBTITLE_PX for a in fig.layout.annotations)
+
+
 def test_labels_that_would_print_over_each_other_are_left_to_the_hover():
     xs, ys = [0.45, 0.452, 0.455, 0.10, 0.45], [0.91, 0.92, 0.90, 0.91, 0.50]
     texts = ["a", "b", "c", "d", "e"]

@@ -94,6 +94,8 @@ def test_chain_vs_tree_keeps_its_legend_above_the_subplot_titles():
     plot_px = lay.height - lay.margin.t - lay.template.layout.margin.b
     titles = [a for a in lay.annotations if a.text in ("tokens per target pass", "tokens per second")]
     assert len(titles) == 2 and all(a.y == 1.0 for a in titles)  # plotly's place for a subplot title
+    # in the subtitle's type, each fits its third of the chart in one line, so the band above holds it
+    assert all(a.font.size == charts.SUBTITLE_PX and "<br>" not in a.text for a in lay.annotations)
     assert (lay.legend.y - 1) * plot_px >= SUBPLOT_TITLE_PX
     # the "nearly free" line is explained in the subtitle, not by a note on it that the verify curve crossed
     assert len(lay.annotations) == 3 and f"{FREE_TOL}×" in lay.title.subtitle.text.replace("<br>", " ")

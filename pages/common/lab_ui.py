@@ -158,7 +158,7 @@ def load_warning(note) -> None:
     if note.serious:
         st.warning(note.text, icon=":material/warning:")
     else:
-        st.caption(f"ⓘ {note.text}")
+        st.caption(f":material/info: {note.text}")
 
 
 def run_guarded(fn, *args, **kw):
