@@ -99,7 +99,9 @@ if sw is not None:
     rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)
     ui.table(rows, hide_index=True)
     st.caption("Measured speedup: over the rounds after the first, whose passes also read the prompt (what the "
-               "model describes); end-to-end speedup includes that first round.")
+               "model describes); end-to-end speedup includes that first round. A short run has only a few target "
+               "passes, so one rejection more or less moves its point by a whole pass: read the measured curve "
+               "with the passes column, and lengthen the runs to smooth it.")
     bench = [{"k": r["k"], "measured": r["measured speedup"], "predicted": r["predicted speedup"]} for r in rows]
     ui.show_chart(charts.fig_bench_speedup(bench), "k_sweep_measured_vs_predicted", key="speed.fig_bench")
     best = max(rows, key=lambda r: r["measured speedup"])

@@ -227,7 +227,8 @@ def k_sweep(target, draft, input_ids: Sequence[int], ks: Sequence[int], *, tempe
 
 
 def k_sweep_rows(sweep: Mapping[int, object], c: float | None, verify_cost=None) -> list[dict]:
-    """Per k: measured α, tokens/pass, measured speedup and the model's prediction from that α.
+    """Per k: measured α, target passes (rounds), tokens/pass, measured speedup and the model's prediction
+    from that α.
 
     The model describes rounds of drafting and verifying, so "measured speedup" is taken over the
     rounds after the first, whose passes also read the prompt (the bench's decode speedup);
@@ -239,7 +240,8 @@ def k_sweep_rows(sweep: Mapping[int, object], c: float | None, verify_cost=None)
         a = run.alpha
         pred = (expected_speedup(min(max(a, 0.0), 1.0), k, c, verify_cost)
                 if c is not None and math.isfinite(a) else float("nan"))
-        rows.append({"k": k, "α": round(a, 3), "tokens/pass": round(run.tokens_per_pass, 2),
+        rows.append({"k": k, "α": round(a, 3), "target passes": len(run.rounds),
+                     "tokens/pass": round(run.tokens_per_pass, 2),
                      "baseline tok/s": round(cmp.base.tokens_per_s, 2), "speculative tok/s": round(run.tokens_per_s, 2),
                      "measured speedup": round(measure.steady_speedup(cmp.spec, cmp.base), 2),
                      "end-to-end speedup": round(cmp.speedup, 2),

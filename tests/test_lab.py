@@ -170,6 +170,7 @@ def test_k_sweep_rows_and_race_points(models):
         steady = cmp.base.steady_s_per_token / cmp.spec.steady_s_per_token
         assert row["measured speedup"] == pytest.approx(steady, abs=0.006)
         assert row["end-to-end speedup"] == pytest.approx(cmp.speedup, abs=0.006)
+        assert row["target passes"] == len(cmp.spec.rounds) == cmp.spec.target_passes
     assert lab.k_sweep_rows(sw, None)[0]["predicted speedup"] is None
     pts = lab.race_points(sw[2].spec)
     assert [n for _, n in pts] == sorted(n for _, n in pts) and pts[-1][1] == len(sw[2].spec.token_ids)
