@@ -26,6 +26,9 @@ SPEEDS: dict[str, tuple[float, float]] = {
     "slow": (1.5, 1.0),
 }
 DEFAULT_SPEED = "normal"
+# A browser on the same machine builds the page's text, status and round log when the first verdict is drawn,
+# and at "normal" it was still drawing when the second round's passes ran: they read as outside load.
+FIRST_VERDICT_S = 1.0  # the least pause after the first round's verdict at an animated speed (README)
 
 
 # --------------------------------------------------------------------------
@@ -215,6 +218,12 @@ def runs_load_note(runs, what: str) -> LoadNote | None:
 def now() -> float:
     """A monotonic clock in seconds (time.perf_counter)."""
     return time.perf_counter()
+
+
+def after_pause(index: int, after_s: float) -> float:
+    """Seconds to wait after drawing the verdict of round `index`: the speed's pause, and at least
+    FIRST_VERDICT_S after the first round when the speed animates at all ("instant" never waits)."""
+    return max(after_s, FIRST_VERDICT_S) if index == 0 and after_s > 0 else after_s
 
 
 def sleep(seconds: float) -> None:

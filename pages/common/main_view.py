@@ -154,7 +154,7 @@ def animate(job: playback.Playback, steps: int | None, speed: str, ph: Placehold
             ph.round_log(partial, job, last=LOG_TAIL)
             drawn_at = playback.now()
             draw_cost = drawn_at - t_draw
-        playback.sleep(after_s)
+        playback.sleep(playback.after_pause(rnd.index, after_s))
     return advanced
 
 
