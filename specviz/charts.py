@@ -59,6 +59,7 @@ PALETTE = [OKABE_ITO[c] for c in ("blue", "orange", "bluish_green", "vermillion"
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "star", "triangle-down", "cross"]
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 _FONT = "Arial, Helvetica, sans-serif"
+PLOT_HEIGHT = 480  # a figure's height in the theme, with one line of title and one of subtitle
 TOP_MARGIN = 130  # pixels above the plot: the title, one line of subtitle and the legend's band
 LINE_PX = 20  # one more line of subtitle
 TITLE_PX, SUBTITLE_PX = 19, 14  # font sizes
@@ -79,7 +80,7 @@ def _make_template() -> go.layout.Template:
         colorway=PALETTE,
         paper_bgcolor="white",
         plot_bgcolor="white",
-        height=480,
+        height=PLOT_HEIGHT,
         margin=dict(l=75, r=30, t=TOP_MARGIN, b=70),
         title=dict(x=0, xref="paper", xanchor="left", y=0.975, yref="container", yanchor="top",
                    font=dict(size=TITLE_PX, color="#111"),
@@ -132,13 +133,15 @@ def set_title(fig: go.Figure, text: str, subtitle: str = "", width: int = SUBTIT
     """Every chart's title goes through here: the subtitle in lines of at most `width` characters, the title
     in lines as wide (fewer, larger characters), and the room above the plot grown by a line for each line
     past the first, so the legend's band above the plot (which grows upward when a narrow chart wraps it)
-    does not cover the subtitle. (The pixel sizes were measured in Chromium.)"""
+    does not cover the subtitle, and the figure as much taller. (The pixel sizes were measured in Chromium.)"""
     head = _wrap(text, width * SUBTITLE_PX // TITLE_PX)
     sub = _wrap(subtitle, width)
     lines = head.count("<br>")
-    fig.update_layout(title=dict(text=head, subtitle=dict(text=sub),
-                                 pad_t=TITLE_LIFT_PX if lines else 0),
-                      margin_t=TOP_MARGIN + LINE_PX * sub.count("<br>") + TITLE_LINE_PX * lines)
+    extra = LINE_PX * sub.count("<br>") + TITLE_LINE_PX * lines
+    # the figure grows by the lines it adds, so the plot keeps its height (call once per figure)
+    height = fig.layout.height or fig.layout.template.layout.height or PLOT_HEIGHT
+    fig.update_layout(title=dict(text=head, subtitle=dict(text=sub), pad_t=TITLE_LIFT_PX if lines else 0),
+                      margin_t=TOP_MARGIN + extra, height=height + extra)
     return fig
 
 
@@ -208,7 +211,7 @@ def _labels(ids: Sequence[int], decode: Callable[[int], str], maxlen: int = 14) 
     """Unique, whitespace-visible, HTML-escaped category labels for token ids."""
     base = []
     for i in ids:
-        s = visible(decode(i))
+        s = visible(decode(i), runs=True)
         # cut before escaping, so an entity such as &lt; is never cut in half
         base.append(_plain(s if len(s) <= maxlen else s[: maxlen - 1] + "…"))
     seen = Counter(base)
@@ -217,7 +220,7 @@ def _labels(ids: Sequence[int], decode: Callable[[int], str], maxlen: int = 14) 
 
 def _tok(tid: int, decode: Callable[[int], str]) -> str:
     """One token, quoted, for a title or hover text."""
-    return f"‘{_plain(visible(decode(tid)))}’"
+    return f"‘{_plain(visible(decode(tid), runs=True))}’"
 
 
 def _topmap(t: TopK | None) -> dict[int, float]:

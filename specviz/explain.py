@@ -51,8 +51,8 @@ def accept_check(u: float, ratio: float, accepted: bool, named: bool = False) ->
 
 
 def tok(tid: int | None, decode: Decode) -> str:
-    """A token id as quoted, whitespace-visible text: ‘␣Paris’."""
-    return "∅" if tid is None else f"‘{visible(decode(int(tid)))}’"
+    """A token id as quoted, whitespace-visible text: ‘␣Paris’, ‘␣×12’ for twelve spaces."""
+    return "∅" if tid is None else f"‘{visible(decode(int(tid)), runs=True)}’"
 
 
 def num(x: float | None, spec: str = ".3f") -> str:

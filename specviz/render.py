@@ -88,15 +88,20 @@ _CONTAINER = ("white-space:pre-wrap;line-height:2.0;font-size:17px;color:#111;"
 _VISIBLE = {"\n": "⏎", "\r": "␍", "\t": "⇥"}
 
 
-def visible(s: str, spaces: bool = True) -> str:
+_RUN = re.compile(r"([␣⏎⇥])\1{3,}")  # four or more of one whitespace mark
+
+
+def visible(s: str, spaces: bool = True, runs: bool = False) -> str:
     """Make whitespace visible for labels: ' '->'␣', '\\n'->'⏎', tab->'⇥'.
 
-    With spaces=False only control characters are replaced. '' -> '∅'.
+    With spaces=False only control characters are replaced. '' -> '∅'. With runs=True a run of four or more
+    of one mark is written once with its count, '␣×12' (an indentation token, as a chart label or in a table).
     """
     if s == "":
         return "∅"
     out = "".join(_VISIBLE.get(ch, ch) for ch in s)
-    return out.replace(" ", "␣") if spaces else out
+    out = out.replace(" ", "␣") if spaces else out
+    return _RUN.sub(lambda m: f"{m.group(1)}×{len(m.group(0))}", out) if runs else out
 
 
 def md_text(s: str) -> str:

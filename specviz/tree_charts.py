@@ -172,15 +172,15 @@ def fig_chain_vs_tree(cmp: ChainVsTree) -> go.Figure:
     """Chain (k = N) against tree (N nodes) at each node budget N: tokens per pass, verify cost, tokens/s."""
     b = cmp.budgets
     fig = subplot_row(("tokens per target pass", "verify ÷ one-token pass", "tokens per second"))
-    height = 440
-    fig.update_layout(template=TEMPLATE, height=height)
+    fig.update_layout(template=TEMPLATE, height=440)
     set_title(fig, "Chain against tree at equal node budgets",
               "same prompt, seed and models; a budget of N nodes = a chain of k = N drafts or a tree of N nodes, "
               "both verified in one pass over N + 1 tokens · dotted: a verify pass of "
               f"{FREE_TOL}× a one-token pass, nearly free below")
     # the subplots' titles sit where the legend's band would: the band goes above them
     top, bottom = fig.layout.margin.t + SUBPLOT_TITLE_PX, fig.layout.template.layout.margin.b
-    fig.update_layout(margin_t=top, legend_y=1 + SUBPLOT_TITLE_PX / (height - top - bottom))
+    height = fig.layout.height + SUBPLOT_TITLE_PX  # set_title made room for the subtitle's lines
+    fig.update_layout(margin_t=top, height=height, legend_y=1 + SUBPLOT_TITLE_PX / (height - top - bottom))
     colors = {"chain": SHAPE_COLORS[0], "tree": SHAPE_COLORS[1]}
     for shape in ("chain", "tree"):
         runs = [cmp.get(shape, n) for n in b]

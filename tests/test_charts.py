@@ -268,10 +268,14 @@ def test_a_long_title_wraps_and_is_not_lifted_out_of_the_chart():
     assert " ".join(head) == text and len(head) == 3
     assert all(len(line) <= charts.HALF_WIDTH * charts.SUBTITLE_PX // charts.TITLE_PX for line in head)
     assert half.margin.t == charts.TOP_MARGIN + 2 * charts.TITLE_LINE_PX
+    # and the figure grows as much, so the plot keeps its height: a p-vs-q chart with a two-line title and
+    # subtitle left its "▼ drafted" mark no room below the legend
+    assert half.height == charts.PLOT_HEIGHT + 2 * charts.TITLE_LINE_PX
     # plotly.js lifts a title of several lines above the chart's top edge; the pad brings it back
     assert half.title.pad.t == charts.TITLE_LIFT_PX
     one = charts.set_title(go.Figure(), "Short title", "one line").layout
     assert one.title.text == "Short title" and one.title.pad.t == 0 and one.margin.t == charts.TOP_MARGIN
+    assert one.height == charts.PLOT_HEIGHT
 
 
 def test_subplot_titles_fit_their_share_of_the_chart():
@@ -495,6 +499,7 @@ def test_all_figures_use_theme_and_handle_empty():
 def test_labels_make_whitespace_visible_and_unique():
     dec = {1: " a", 2: "\n", 3: " a"}.__getitem__
     assert charts._labels([1, 2, 3], dec) == ["␣a #1", "⏎", "␣a #3"]
+    assert charts._labels([4], {4: " " * 12}.__getitem__) == ["␣×12"]  # not cut to '␣␣␣␣␣␣␣␣␣␣␣␣␣…'
     assert not math.isnan(expected_tokens(0.3, 2))
 
 

@@ -134,6 +134,9 @@ def test_visible():
     assert render.visible(" a\n\t") == "␣a⏎⇥"
     assert render.visible("") == "∅"
     assert render.visible(" a", spaces=False) == " a"
+    # a label or table cell: an indentation token of twelve spaces was cut to '␣␣␣␣␣␣␣␣␣' in the round table
+    assert render.visible(" " * 12, runs=True) == "␣×12" and render.visible(" " * 12) == "␣" * 12
+    assert render.visible("\n\n\n\n  x", runs=True) == "⏎×4␣␣x"  # three or fewer stay as they are
 
 
 def test_the_round_that_read_the_prompt_says_so():
