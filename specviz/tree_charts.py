@@ -179,7 +179,7 @@ def fig_chain_vs_tree(cmp: ChainVsTree) -> go.Figure:
               f"{FREE_TOL}× a one-token pass, nearly free below")
     # the subplots' titles sit where the legend's band would: the band goes above them
     top, bottom = fig.layout.margin.t + SUBPLOT_TITLE_PX, fig.layout.template.layout.margin.b
-    height = fig.layout.height + SUBPLOT_TITLE_PX  # set_title made room for the subtitle's lines
+    height = fig.layout.height + SUBPLOT_TITLE_PX  # the plot keeps its height below the added band
     fig.update_layout(margin_t=top, height=height, legend_y=1 + SUBPLOT_TITLE_PX / (height - top - bottom))
     colors = {"chain": SHAPE_COLORS[0], "tree": SHAPE_COLORS[1]}
     for shape in ("chain", "tree"):

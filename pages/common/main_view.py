@@ -86,11 +86,11 @@ class Placeholders:
                 st.caption("One row per round: one target forward pass each. Click a row (or type a round number "
                            "below) to see that round's probabilities.")
                 ui.table(pd.DataFrame(rows), key="main.log", on_select=_on_log_select,
-                             selection_mode="single-row", hide_index=True, width="stretch",
-                             height=min(38 + 35 * len(rows), 400))
+                         selection_mode="single-row", hide_index=True, width="stretch",
+                         height=min(38 + 35 * len(rows), 400))
             else:
                 ui.table(pd.DataFrame(rows), hide_index=True, width="stretch",
-                             height=min(38 + 35 * len(rows), 400))
+                         height=min(38 + 35 * len(rows), 400))
 
 
 def metrics(run) -> None:
