@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 from . import measure
 from .errors import InvalidSetting
 from .explain import ACCEPT_TEST, num
+from .explain import tok as _quoted
 from .records import Round, Run, TopK
 from .render import OKABE_ITO, STATE_COLORS, visible
 from .theory import (
@@ -219,8 +220,8 @@ def _labels(ids: Sequence[int], decode: Callable[[int], str], maxlen: int = 14) 
 
 
 def _tok(tid: int, decode: Callable[[int], str]) -> str:
-    """One token, quoted, for a title or hover text."""
-    return f"‘{_plain(visible(decode(tid), runs=True))}’"
+    """One token, quoted as the tables quote it (explain.tok), for a title or hover text."""
+    return _plain(_quoted(tid, decode))
 
 
 def _topmap(t: TopK | None) -> dict[int, float]:
