@@ -310,7 +310,7 @@ def test_step_then_resume_keeps_rounds():
     # any other rerun (a widget change) must not lose or advance the paused run
     at.slider(key="main.k").set_value(5).run()
     assert len(job.rounds) == 2
-    at.button(key="main.pause_btn").click().run()  # resume: plays to the end
+    at.button(key="main.resume_btn").click().run()  # resume: plays to the end
     assert job.done and job.rounds[:2] == first_two
     from specviz import prompts
 

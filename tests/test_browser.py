@@ -153,9 +153,12 @@ def test_one_generation_with_the_real_pair(server, browser, shots):
     page.close()
 
 
+def _head(page) -> str:
+    return page.locator("text=/ · round \\d+/").first.inner_text()
+
+
 def _round_shown(page) -> int:
-    head = page.locator("text=/ · round \\d+/").first.inner_text()
-    return int(re.search(r" · round (\d+)", head).group(1))
+    return int(re.search(r" · round (\d+)", _head(page)).group(1))
 
 
 def test_pause_step_resume_keep_the_run(server, browser):
@@ -163,16 +166,20 @@ def test_pause_step_resume_keep_the_run(server, browser):
     page.set_default_timeout(WAIT_MS)
     page.goto(server)
     page.get_by_text("device").first.wait_for()
-    _set_number(page, "max new tokens", 24)
+    _set_number(page, "max new tokens", 48)  # 3 to 5 rounds: a Pause that lands a round late still has one to step
     page.wait_for_timeout(1500)
     page.get_by_role("button", name="Run", exact=True).click()
     page.locator('.sv-text [data-state="pending"]').first.wait_for(state="attached")
-    page.get_by_role("button", name="Pause", exact=True).click()
+    # pressed twice, 30 ms apart: the second press lands on Pause before the browser redraws it as Resume (a
+    # double click, a slow server), and must not resume (a toggle did: the run played on to its end)
+    page.get_by_role("button", name="Pause", exact=True).evaluate(
+        "b => new Promise(done => { b.click(); setTimeout(() => { b.click(); done(); }, 30); })")
     page.get_by_role("button", name="Resume", exact=True).wait_for()
     page.wait_for_timeout(3000)  # a round in progress when Pause was pressed is kept, then nothing moves
     paused = _round_shown(page)
     page.wait_for_timeout(5000)
     assert _round_shown(page) == paused
+    assert "finished" not in _head(page), f"the run played on to its end after Pause: {_head(page)}"
     page.get_by_role("button", name="Step", exact=True).click()
     page.wait_for_function(
         f"() => /· round {paused + 1}\\b/.test(document.body.innerText)", timeout=WAIT_MS)

@@ -23,8 +23,8 @@ def _request(what: str) -> None:
     S["main.request"] = what
 
 
-def _toggle_pause() -> None:
-    S["main.playing"] = not S.get("main.playing", False)
+def _set_playing(playing: bool) -> None:
+    S["main.playing"] = playing
 
 
 def set_job(job: playback.Playback | None) -> None:
@@ -122,9 +122,15 @@ def buttons(ms: MainSettings, job: playback.Playback | None) -> None:
                icon=":material/play_arrow:", args=("run",), disabled=not ms.live and ms.recording is None,
                help="Start a new run with the settings in the sidebar." if ms.live
                else "Replay the chosen recording.")
-    row.button("Pause" if playing else "Resume", key="main.pause_btn", on_click=_toggle_pause,
-               icon=":material/pause:" if playing else ":material/resume:",
-               disabled=job is None or job.done, help="Pause or resume the animation; nothing computed is lost.")
+    # Pause and Resume are two buttons, each setting its own state: one button that toggled let a second press
+    # of Pause, landing before the browser had redrawn it as Resume, undo the first, and the run played on
+    pause_help = "Pause or resume the animation; nothing computed is lost."
+    if playing:
+        row.button("Pause", key="main.pause_btn", on_click=_set_playing, args=(False,), icon=":material/pause:",
+                   help=pause_help)
+    else:
+        row.button("Resume", key="main.resume_btn", on_click=_set_playing, args=(True,), icon=":material/resume:",
+                   disabled=job is None or job.done, help=pause_help)
     row.button("Step", key="main.step_btn", on_click=_request, args=("step",), icon=":material/skip_next:",
                help="Advance one round. With no run in progress: start one, paused after its first round. "
                     "After a run: step through its replay.")
