@@ -180,11 +180,8 @@ def test_pause_step_resume_keep_the_run(server, browser):
     page.wait_for_timeout(5000)
     assert _round_shown(page) == paused
     assert "finished" not in _head(page), f"the run played on to its end after Pause: {_head(page)}"
-    page.get_by_role("button", name="Step", exact=True).click()
-    page.wait_for_function(
-        f"() => /· round {paused + 1}\\b/.test(document.body.innerText)", timeout=WAIT_MS)
-    page.get_by_role("button", name="Resume", exact=True).click()
-    page.get_by_text("✔ finished").first.wait_for()
+    _click_until(page, page.get_by_role("button", name="Step", exact=True), re.compile(rf"· round {paused + 1}\b"))
+    _click_until(page, page.get_by_role("button", name="Resume", exact=True), "✔ finished")
     assert _round_shown(page) >= paused + 1
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()
@@ -210,7 +207,7 @@ def _settled(page) -> None:
     page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
 
 
-def _wait_or_show(page, text: str) -> None:
+def _wait_or_show(page, text: str | re.Pattern) -> None:
     """Wait for text; on a timeout, fail with what the page shows instead (the end of its text)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -235,7 +232,7 @@ def _at_least(page, locator, n: int = 1) -> None:
         pytest.fail(f"fewer than {n} of {locator} on the page; it ends with:\n{shown}")
 
 
-def _click_until(page, button, text: str, tries: int = 3, quiet_ms: int = 20_000) -> None:
+def _click_until(page, button, text: str | re.Pattern, tries: int = 3, quiet_ms: int = 20_000) -> None:
     """Click button and wait for text. A click that lands as the app's websocket delivers a rerun can be
     dropped (the script stays idle, nothing is computed), so when neither the text nor a running script
     shows within quiet_ms, click again; the last try waits as long as the test."""
