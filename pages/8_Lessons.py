@@ -45,8 +45,8 @@ step = les.steps[i]
 done = mine["done"].get(step.key)
 
 
-def go(delta: int) -> None:
-    mine["step"] = max(0, min(n - 1, mine["step"] + delta))
+def go_to(lesson_key: str, to: int) -> None:
+    progress[lesson_key]["step"] = max(0, min(n - 1, to))
 
 
 def restart() -> None:
@@ -105,9 +105,13 @@ except StreamlitAPIException:  # the page was started on its own, without app.py
 
 # --- moving between steps ------------------------------------------------------------------------
 b1, b2, b3 = st.columns(3)
-b1.button("← Previous step", key="lessons.prev", on_click=go, args=(-1,), disabled=i == 0)
+# each button goes to the step it named when it was drawn, and its key names that step, so a second press
+# that lands before the browser redraws the buttons (a double click, a busy server) moves no further
+b1.button("← Previous step", key=f"lessons.prev.{les.key}.{i}", on_click=go_to, args=(les.key, i - 1),
+          disabled=i == 0)
 if i < n - 1:
-    b2.button("Next step →", key="lessons.next", on_click=go, args=(1,), disabled=done is None, type="primary")
+    b2.button("Next step →", key=f"lessons.next.{les.key}.{i}", on_click=go_to, args=(les.key, i + 1),
+              disabled=done is None, type="primary")
 elif done is not None:
     b2.success(f"Lesson complete: {len(mine['done'])} of {n} steps measured.")
 b3.button("Start the lesson again", key="lessons.restart", on_click=restart)

@@ -209,6 +209,13 @@ def ok(at):
     return at
 
 
+def button(at, label: str):
+    """The button with this label (the step buttons' keys name the step they were drawn on)."""
+    found = [b for b in at.button if b.label == label]
+    assert len(found) == 1, f"{len(found)} buttons labelled {label!r}"
+    return found[0]
+
+
 def metrics(at) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
@@ -254,7 +261,7 @@ def walk(at, check=None) -> dict:
             if check:
                 check(les, step, m["measured"], explanation[0])
             if j < n - 1:
-                ok(at.button(key="lessons.next").click().run())
+                ok(button(at, "Next step →").click().run())
         assert any(s.value.startswith(f"Lesson complete: {n} of {n}") for s in at.success)
     return seen
 
@@ -300,7 +307,7 @@ def test_a_lessons_state_survives_reruns_and_lesson_switches():
     creative = lessons.lesson("creative")
     ok(at.selectbox(key="lessons.lesson").set_value(creative.title).run())
     ok(at.button(key="lessons.run").click().run())
-    ok(at.button(key="lessons.next").click().run())
+    ok(button(at, "Next step →").click().run())
     assert [p.proto.text for p in at.get("progress")] == ["step 2 of 3"]
     ok(at.selectbox(key="lessons.lesson").set_value(lessons.LESSONS[0].title).run())
     assert [p.proto.text for p in at.get("progress")] == [f"step 1 of {len(lessons.LESSONS[0].steps)}"]
@@ -308,7 +315,7 @@ def test_a_lessons_state_survives_reruns_and_lesson_switches():
     ok(at.selectbox(key="lessons.lesson").set_value(creative.title).run())
     ok(at.number_input(key="lessons.seed").set_value(5).run())  # any rerun
     assert [p.proto.text for p in at.get("progress")] == ["step 2 of 3"]
-    ok(at.button(key="lessons.prev").click().run())
+    ok(button(at, "← Previous step").click().run())
     assert metrics(at)["measured"] == lessons.run_step(creative.steps[0], lessons.Context()).shown  # kept
     ok(at.button(key="lessons.redo").click().run())
     assert not at.metric and at.button(key="lessons.run")  # predict again: the answer is hidden

@@ -122,8 +122,8 @@ def buttons(ms: MainSettings, job: playback.Playback | None) -> None:
                icon=":material/play_arrow:", args=("run",), disabled=not ms.live and ms.recording is None,
                help="Start a new run with the settings in the sidebar." if ms.live
                else "Replay the chosen recording.")
-    # Pause and Resume are two buttons, each setting its own state: one button that toggled let a second press
-    # of Pause, landing before the browser had redrawn it as Resume, undo the first, and the run played on
+    # Pause and Resume are two buttons, each setting its own state, so a second press of Pause that lands before
+    # the browser redraws it as Resume (a double click, a busy server) pauses again instead of resuming
     pause_help = "Pause or resume the animation; nothing computed is lost."
     if playing:
         row.button("Pause", key="main.pause_btn", on_click=_set_playing, args=(False,), icon=":material/pause:",
