@@ -32,6 +32,7 @@ from .theory import (
     best_k,
     expected_speedup,
     expected_tokens,
+    expected_tokens_over,
     accepted_length_pmf,
     expected_tv_noise,
     flat_until,
@@ -365,11 +366,15 @@ def _parse_measured(m) -> tuple[float, float, float, float]:
     return float(a), float(t), f(te), f(ae)
 
 
-def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 8)) -> go.Figure:
+def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 8),
+                        run_ks: Sequence[int] = ()) -> go.Figure:
     """E[tokens per target pass] vs α for this k (and faint curves for others).
 
     measured: {"alpha", "tpp", "tpp_err"[, "alpha_err"]} or a tuple
     (alpha, tpp, tpp_err[, alpha_err]): drawn with error bars on the curve.
+    run_ks: the k of each round of the measured run, when it did not draft this k in every round (k set
+    by a policy, or the sidebar's k changed since): the formula averaged over those rounds
+    (expected_tokens_over) is drawn too, dashed, and the measured point is read against it.
     """
     alphas = np.linspace(0.0, 0.99, 199)
     sub = ["E[tokens] = (1 − α^(k+1)) / (1 − α)"]
@@ -378,12 +383,15 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
         if not (np.isfinite(a) and np.isfinite(t)):
             measured = None
             sub.append("no measured point yet (no drafted tokens judged)")
+    ks = [int(kr) for kr in run_ks]
     if measured is not None:
+        at = min(max(a, 0), 1)
+        formula = expected_tokens_over(at, ks) if ks else expected_tokens(at, k)
         sub.append(f"measured here: α = {a:.2f} → {t:.2f} ± {te:.2f} tokens/pass"
-                   f" (formula: {expected_tokens(min(max(a, 0), 1), k):.2f})")
+                   + (f" (formula at this run's k per round: {formula:.2f})" if ks else f" (formula: {formula:.2f})"))
     fig = _fig(f"Tokens per pass vs acceptance α (k = {k})",
                "<br>".join(sub), x="α = per-token acceptance", y="tokens per target pass", width=HALF_WIDTH)
-    ytop = k + 1.5 if measured is None else max(k + 1.5, t + te + 0.5)
+    ytop = k + 1.5 if measured is None else max(k + 1.5, t + te + 0.5, formula + 0.5)
     for kk in other_ks:
         if kk == k:
             continue
@@ -405,6 +413,11 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
                     text=[f"{v:.2f}" for v in ys], textposition="top left", textfont=dict(size=14),
                     marker=dict(color=P_COLOR, size=9, symbol="circle-open", line=dict(width=2)),
                     hovertemplate="α = %{x}<br>%{y:.3f} tokens/pass<extra></extra>")
+    if ks:
+        yr = expected_tokens_over(alphas, ks)  # the formula over this run's rounds
+        fig.add_scatter(x=alphas, y=yr, mode="lines", name="this run's k per round (formula)",
+                        line=dict(color=MEASURED_COLOR, width=2, dash="dash"),
+                        hovertemplate="this run's k per round<br>α = %{x:.2f}<br>%{y:.2f} tokens/pass<extra></extra>")
     if measured is not None:
         fig.add_scatter(x=[a], y=[t], mode="markers", name="measured (this run)",
                         marker=dict(color=MEASURED_COLOR, size=14, symbol="diamond",

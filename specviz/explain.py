@@ -31,7 +31,7 @@ from . import claims, measure
 from .errors import InvalidSetting
 from .records import Round, Run
 from .render import md_code, visible
-from .theory import expected_speedup, expected_tokens, flat_until
+from .theory import expected_speedup, expected_tokens, expected_tokens_over, flat_until
 
 Decode = Callable[[int], str]
 
@@ -439,6 +439,26 @@ def theory_summary(alpha: float, k: int, c: float, best: tuple[int, float]) -> s
     if sb < 1:
         out += " Below 1×: a draft this costly or this inaccurate makes decoding slower."
     return out
+
+
+def run_curve_note(k: int, ks: Sequence[int], policy: str, point: Mapping) -> str:
+    """The caption under the tokens-per-pass chart when a run did not draft the sidebar's k in every round:
+    what the dashed curve is (the formula averaged over the rounds' ks), and on which side of it the run's
+    measured point (charts.measured_point: alpha, tpp, tpp_err) fell."""
+    who = {"best": ", whose k the best-k chooser set", "adaptive": ", whose k the adaptive rule set"}.get(policy, "")
+    lo, hi = min(ks), max(ks)
+    kd = f"k = {lo} in each" if lo == hi else f"k from {lo} to {hi}, {sum(ks) / len(ks):.1f} on average"
+    note = (f"The dashed curve is the same formula averaged over this run's rounds{who} ({kd}). "
+            f"The solid curve is for k = {k} (sidebar).")
+    a, t, err = point["alpha"], point["tpp"], point["tpp_err"]
+    if not (math.isfinite(a) and math.isfinite(t)):
+        return note + " The run goes on the dashed curve once a drafted token has been judged."
+    note += " The diamond is what the run measured."
+    if t - (err if math.isfinite(err) else 0.0) > expected_tokens_over(min(max(a, 0.0), 1.0), ks):
+        note += (" It kept more than the formula says: acceptance comes in streaks, not token by token "
+                 "independently as the formula assumes"
+                 + (", and k was longest where the drafts were sure." if policy != "fixed" else "."))
+    return note
 
 
 def precision_rows(results) -> list[dict]:

@@ -45,6 +45,16 @@ def expected_tokens(alpha, k):
     return float(out) if out.ndim == 0 else out
 
 
+def expected_tokens_over(alpha, ks):
+    """E[tokens per target pass] of a run whose rounds drafted ks (k set by a policy, round by round):
+    the formula averaged over its rounds, mean_r (1 - alpha^(k_r+1)) / (1 - alpha). With every k_r = k,
+    expected_tokens(alpha, k). Vectorised over alpha."""
+    ks = [int(k) for k in ks]
+    if not ks:
+        raise InvalidSetting("no rounds: the k of at least one round is needed")
+    return np.mean([np.asarray(expected_tokens(alpha, k), dtype=float) for k in ks], axis=0)
+
+
 def accepted_length_pmf(alpha: float, k: int) -> np.ndarray:
     """P(n drafted tokens accepted in a round), n = 0..k (truncated geometric).
 

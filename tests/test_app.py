@@ -6,11 +6,13 @@ what is drawn against specviz called directly on the same tiny models.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,6 +99,13 @@ def figures(at) -> dict[str, dict]:
     for el in at.get("plotly_chart"):
         out[user_key_from_element_id(el.proto.id) or el.proto.id] = json.loads(el.proto.spec)
     return out
+
+
+def values(v) -> np.ndarray:
+    """A numeric array of a figure's JSON: a list, or plotly's {"dtype", "bdata"} (base64)."""
+    if isinstance(v, dict):
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"])
+    return np.asarray(v, dtype=float)
 
 
 def metric(at, label_start: str) -> str:
@@ -465,6 +474,8 @@ def test_two_sessions_at_once_are_both_correct_and_share_one_load(shared_runtime
 
 
 def test_the_best_k_chooser_runs_in_the_app_and_keeps_the_greedy_text():
+    from specviz import theory
+
     text = "one two three one two three one two"
     at = start(new_app(), k_policy="best", max_new=24, prompt=text, chat=False, baseline=False)
     assert not at.error, [e.value for e in at.error]
@@ -472,7 +483,17 @@ def test_the_best_k_chooser_runs_in_the_app_and_keeps_the_greedy_text():
     assert run.settings["k_policy"] == "best" and run.settings["drafter"] == "model"
     assert run.token_ids == direct_run(text, False, k=4, max_new_tokens=24).token_ids  # greedy: the target's text
     assert any("best-k chooser" in c.value for c in at.caption)
-    assert "main.k_trace" in figures(at)  # k changes from round to round
+    figs = figures(at)
+    assert "main.k_trace" in figs  # k changes from round to round
+    # the run is on the tokens-per-pass chart, against the formula over its own rounds' k (dashed)
+    traces = {t.get("name"): t for t in figs["main.expected"]["data"]}
+    ks = [r.k for r in run.rounds]
+    dashed = traces["this run's k per round (formula)"]
+    x, y = values(dashed["x"]), values(dashed["y"])
+    assert y == pytest.approx(theory.expected_tokens_over(x, ks))
+    assert set(ks) != {4} and y[100] != pytest.approx(theory.expected_tokens(x[100], 4))  # not the k = 4 curve
+    assert traces["measured (this run)"]["y"][0] == pytest.approx(run.tokens_per_pass)
+    assert any("averaged over this run's rounds" in c.value for c in at.caption)
 
 
 def test_prompt_lookup_with_adaptive_k_shows_k_trace():

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from specviz import charts, explain
+from specviz import charts, explain, theory
 from specviz.records import Round, Run, TopK
 from specviz.theory import expected_speedup, expected_tokens
 
@@ -199,6 +199,24 @@ def test_expected_tokens_curve_and_measured_point():
     # tuple form
     f2 = charts.fig_expected_tokens(3, measured=(0.6, 2.0, 0.1))
     assert trace(f2, "measured (this run)").y[0] == 2.0
+
+
+def test_expected_tokens_puts_a_run_of_varying_k_on_the_formula_over_its_rounds():
+    ks = [11, 10, 27]
+    f = charts.fig_expected_tokens(4, measured={"alpha": 0.96, "tpp": 16.0, "tpp_err": 3.0}, run_ks=ks)
+    dashed = trace(f, "this run's k per round (formula)")
+    assert dashed.line.dash == "dash"
+    assert dashed.y == pytest.approx(np.mean([theory.expected_tokens(dashed.x, k) for k in ks], axis=0))
+    assert trace(f, "k = 4 (formula)").y[-1] == pytest.approx(theory.expected_tokens(0.99, 4))  # the sidebar's k
+    m = trace(f, "measured (this run)")
+    assert m.x[0] == 0.96 and m.y[0] == 16.0
+    assert f.layout.yaxis.range[1] >= 16.0 + 3.0  # the point and its error bar fit
+    formula = theory.expected_tokens_over(0.96, ks)
+    assert f"(formula at this run's k per round: {formula:.2f})" in f.layout.title.subtitle.text.replace("<br>", " ")
+    # without run_ks, no dashed curve and the point is read against the sidebar's k
+    g = charts.fig_expected_tokens(4, measured={"alpha": 0.96, "tpp": 16.0, "tpp_err": 3.0})
+    assert "this run's k per round (formula)" not in {t.name for t in g.data}
+    assert f"(formula: {theory.expected_tokens(0.96, 4):.2f})" in g.layout.title.subtitle.text.replace("<br>", " ")
 
 
 def test_measured_point_from_run():

@@ -234,3 +234,22 @@ def test_gpu_advice_only_where_a_pair_lost_on_a_gpu():
     text = explain.gpu_advice("cuda:0", 0.93, seven)
     assert "0.93×" in text and "qwen2.5-0.5b-7b" in text and "Qwen2.5 7B Instruct" in text
     assert "models.yaml" in explain.gpu_advice("cuda", 0.9, None)
+
+
+def test_the_run_curve_note_says_what_the_dashed_curve_is_and_which_side_the_run_fell():
+    from specviz.theory import expected_tokens_over
+
+    ks = [11, 10, 27]
+    at = expected_tokens_over(0.96, ks)
+    above = explain.run_curve_note(4, ks, "best", {"alpha": 0.96, "tpp": at + 2.0, "tpp_err": 1.0})
+    assert "best-k chooser set (k from 10 to 27, 16.0 on average)" in above and "k = 4 (sidebar)" in above
+    assert "kept more than the formula says" in above and "where the drafts were sure" in above
+    # within its error of the curve: nothing to explain
+    near = explain.run_curve_note(4, ks, "best", {"alpha": 0.96, "tpp": at + 0.5, "tpp_err": 1.0})
+    assert "diamond" in near and "kept more" not in near
+    # a fixed k that is not the sidebar's any more: no policy to credit
+    fixed = explain.run_curve_note(4, [6, 6], "fixed", {"alpha": 0.5, "tpp": 5.0, "tpp_err": 0.1})
+    assert "this run's rounds (k = 6 in each)" in fixed and "kept more" in fixed and "drafts were sure" not in fixed
+    # nothing judged yet: no diamond to speak of
+    none = explain.run_curve_note(4, [3], "best", {"alpha": float("nan"), "tpp": 1.0, "tpp_err": 0.0})
+    assert "once a drafted token has been judged" in none and "diamond" not in none

@@ -23,6 +23,22 @@ def test_expected_tokens_matches_sum_of_powers():
             assert theory.expected_tokens(a, k) == pytest.approx(sum(a**i for i in range(k + 1)))
 
 
+def test_expected_tokens_over_a_run_of_varying_k_is_what_iid_acceptance_gives():
+    # a run whose k changed round by round: tokens per pass of i.i.d. drafts accepted with chance alpha,
+    # simulated, against the formula averaged over the rounds' k
+    rng = np.random.default_rng(0)
+    ks = [11, 10, 27, 3, 1]
+    for a in (0.5, 0.9):
+        ok = rng.random((20_000, len(ks), max(ks))) < a  # (trials, rounds, drafts)
+        kept = [np.argmin(np.c_[ok[:, r, :k], np.zeros(len(ok), bool)], axis=1) for r, k in enumerate(ks)]
+        tpp = np.mean([1 + m for m in kept])  # each round: the accepted prefix, then one token from the target
+        assert theory.expected_tokens_over(a, ks) == pytest.approx(tpp, rel=0.01)
+    assert theory.expected_tokens_over(0.8, [4, 4]) == theory.expected_tokens(0.8, 4)
+    assert theory.expected_tokens_over(np.array([0.0, 1.0]), [2, 6]) == pytest.approx([1.0, 5.0])
+    with pytest.raises(InvalidSetting):
+        theory.expected_tokens_over(0.8, [])
+
+
 def test_expected_tokens_edges_and_vectorised():
     assert theory.expected_tokens(1.0, 4) == 5.0
     assert theory.expected_tokens(0.0, 4) == 1.0

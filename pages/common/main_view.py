@@ -210,6 +210,7 @@ def acceptance(run, k: int) -> None:
     run_k = run.decode.k
     fixed = run.decode.k_policy == "fixed"
     same_k = run_k == k and fixed
+    run_ks = [] if same_k else [r_.k for r_ in run.rounds]  # the dashed curve: the formula over these rounds
     varying_k = not fixed or len(set(r_.k for r_ in run.rounds)) > 2
     if ui.presenter():
         c1, c2 = tab_curve, (tab_k if varying_k else None)
@@ -218,12 +219,10 @@ def acceptance(run, k: int) -> None:
     else:
         c1, c2 = st.columns(2) if varying_k else (st.container(), None)
     with c1:
-        ui.show_chart(charts.fig_expected_tokens(k, charts.measured_point(run) if same_k else None),
-                      "expected-tokens", key="main.expected")
-        if not same_k:
-            st.caption(f"The measured point is hidden: the last run used k = {run_k}"
-                       f"{POLICY_NOTE.get(run.decode.k_policy, '')}, the curve is for k = {k} (sidebar). "
-                       f"Press Run with a fixed k to measure at k = {k}.")
+        point = charts.measured_point(run)
+        ui.show_chart(charts.fig_expected_tokens(k, point, run_ks=run_ks), "expected-tokens", key="main.expected")
+        if run_ks:
+            st.caption(explain.run_curve_note(k, run_ks, run.decode.k_policy, point))
         else:
             st.caption(f"Measured at temperature {run.decode.temperature}: α depends on the "
                        "temperature and on the prompt's domain (code and lists accept well, creative text "
