@@ -304,6 +304,40 @@ def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
     page.close()
 
 
+def test_holding_space_in_presenter_mode_acts_once(tiny_server, browser):
+    """A held key repeats its keydown (the keyboard's auto-repeat, after about half a second): presenter mode
+    acts on the first press of space only, so holding it does not pause and resume in turn."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(tiny_server)
+    page.get_by_text("Watch speculative decoding").first.wait_for()
+    _settled(page)
+    page.get_by_text("Recorded runs (no model needed)").first.click()
+    _settled(page)
+    page.get_by_text("Presenter mode").first.click()
+    page.get_by_text("space plays or pauses").first.wait_for()
+    _settled(page)
+    page.wait_for_timeout(1500)  # the key script is in place
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")  # keys go to the page
+    pause = page.get_by_role("button", name="Pause", exact=True)
+    resume = page.get_by_role("button", name="Resume", exact=True)
+    page.keyboard.press(" ")  # plays the recording (slowly, in presenter mode)
+    expect(pause).to_be_visible()
+    page.keyboard.press(" ")  # pauses it
+    expect(resume).to_be_enabled()
+    page.keyboard.down(" ")  # held: the first keydown resumes ...
+    expect(pause).to_be_visible()
+    page.wait_for_timeout(500)
+    page.keyboard.down(" ")  # ... and the auto-repeat, once Pause is drawn again, must not pause it
+    page.keyboard.down(" ")
+    page.keyboard.up(" ")
+    _wait_or_show(page, "✔ finished")  # a paused run would wait here until the timeout
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()
+
+
 def test_the_token_tree_page_drafts_verifies_and_colours_a_tree(server, browser, shots):
     page = browser.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
     page.set_default_timeout(WAIT_MS)

@@ -75,7 +75,8 @@ if (!doc.specvizKeys) {
     const t = e.target, tag = ((t && t.tagName) || '').toLowerCase();
     if (tag === 'input' || tag === 'textarea' || tag === 'select' || (t && t.isContentEditable)) return;
     let done = false;
-    if (e.key === ' ') done = click(['Pause', 'Resume']) || click(['Run', 'Play recording', 'Run the experiment']);
+    if (e.key === ' ' && e.repeat) done = true;  // a held key repeats: act on the first press only
+    else if (e.key === ' ') done = click(['Pause', 'Resume']) || click(['Run', 'Play recording', 'Run the experiment']);
     else if (e.key === 'ArrowRight') done = click(['Step', 'Next step →']);
     if (done) e.preventDefault();
   });
