@@ -40,25 +40,37 @@ st.markdown(explain.theory_summary(alpha, k, c, best))
 
 # runs measured on the other pages of this session can be put on the curve (no model is used here)
 measured = {}
+main_job = st.session_state.get("main.job")  # the main page's run, once it has finished
+if main_job is not None and main_job.done and main_job.run is not None and main_job.run.rounds:
+    measured[f"Main page: the last run ({main_job.run.decode.k_policy} k, {len(main_job.run.rounds)} rounds)"] = (
+        main_job.run)
 for dom, by_t in (kept.latest("lab.sweep") or {}).items():
     for t, run in sorted(by_t.items()):
         measured[f"Acceptance lab: {dom}, T = {t:g}, k = {run.decode.k}"] = run
 for kk, cmp in (kept.latest("speed.sweep") or {}).items():
     measured[f"Speedup k sweep: k = {kk}"] = cmp.spec
-point, k_curve = None, k
+point, k_curve, run_ks = None, k, []
 if measured:
     pick = st.selectbox("Put a run measured on another page on the curve", ["none"] + list(measured),
                         key="theory.measured")
     if pick != "none":
-        point = charts.measured_point(measured[pick])
-        k_curve = point["k"]
-        st.caption(f"The curve is drawn for that run's k = {k_curve}; its point is α measured and tokens per pass "
-                   "measured, with error bars.")
+        picked = measured[pick]
+        point = charts.measured_point(picked)
+        ks = [r.k for r in picked.rounds]
+        if len(set(ks)) == 1:
+            k_curve = ks[0]
+            st.caption(f"The curve is drawn for that run's k = {k_curve}; its point is α measured and tokens per "
+                       "pass measured, with error bars.")
+        else:  # k changed from round to round: the formula over its rounds, dashed
+            run_ks = ks
+            st.caption(explain.run_curve_note(k, ks, picked.decode.k_policy, point, k_from="the slider above"))
 else:
-    st.caption("Measure acceptance on the Acceptance lab or Speedup page to put a real run on the curve.")
+    st.caption("Run the main page, or measure acceptance on the Acceptance lab or Speedup page, to put a real run "
+               "on the curve.")
 
 # charts
-ui.show_chart(charts.fig_expected_tokens(k_curve, measured=point), "expected_tokens", key="theory.fig_tokens")
+ui.show_chart(charts.fig_expected_tokens(k_curve, measured=point, run_ks=run_ks), "expected_tokens",
+              key="theory.fig_tokens")
 ui.show_chart(charts.fig_speedup_model(alpha, c, k_max=16), "speedup_model", key="theory.fig_speedup")
 
 # the worked numbers of claim 8

@@ -441,15 +441,15 @@ def theory_summary(alpha: float, k: int, c: float, best: tuple[int, float]) -> s
     return out
 
 
-def run_curve_note(k: int, ks: Sequence[int], policy: str, point: Mapping) -> str:
-    """The caption under the tokens-per-pass chart when a run did not draft the sidebar's k in every round:
-    what the dashed curve is (the formula averaged over the rounds' ks), and on which side of it the run's
-    measured point (charts.measured_point: alpha, tpp, tpp_err) fell."""
+def run_curve_note(k: int, ks: Sequence[int], policy: str, point: Mapping, k_from: str = "sidebar") -> str:
+    """The caption under the tokens-per-pass chart when a run did not draft the k set in `k_from` in every
+    round: what the dashed curve is (the formula averaged over the rounds' ks), and on which side of it the
+    run's measured point (charts.measured_point: alpha, tpp, tpp_err) fell."""
     who = {"best": ", whose k the best-k chooser set", "adaptive": ", whose k the adaptive rule set"}.get(policy, "")
     lo, hi = min(ks), max(ks)
     kd = f"k = {lo} in each" if lo == hi else f"k from {lo} to {hi}, {sum(ks) / len(ks):.1f} on average"
     note = (f"The dashed curve is the same formula averaged over this run's rounds{who} ({kd}). "
-            f"The solid curve is for k = {k} (sidebar).")
+            f"The solid curve is for k = {k} ({k_from}).")
     a, t, err = point["alpha"], point["tpp"], point["tpp_err"]
     if not (math.isfinite(a) and math.isfinite(t)):
         return note + " The run goes on the dashed curve once a drafted token has been judged."

@@ -560,3 +560,30 @@ def test_theory_puts_a_run_from_the_acceptance_lab_on_the_curve():
     point = [t for t in fig["data"] if t.get("name") == "measured (this run)"]
     assert point and point[0]["x"][0] == pytest.approx(run.alpha) and point[0]["y"][0] == pytest.approx(
         len(run.token_ids) / len(run.rounds))
+
+
+@needs_tiny
+def test_theory_puts_the_main_pages_run_on_the_formula_over_its_rounds():
+    from specviz import theory
+    from test_app import new_app, start, values
+
+    main = start(new_app(), k_policy="adaptive", max_new=24, prompt="one two three one two three", chat=False,
+                 baseline=False)
+    job = main.session_state["main.job"]
+    run = job.run
+    ks = [r.k for r in run.rounds]
+    assert len(set(ks)) > 1  # adaptive k moved: the run is read against the formula over its rounds
+    at = page("6")
+    at.session_state["main.job"] = job  # what the main page leaves in the session
+    at.run()
+    pick = [o for o in at.selectbox(key="theory.measured").options if o.startswith("Main page")]
+    assert pick == [f"Main page: the last run (adaptive k, {len(run.rounds)} rounds)"]
+    at.selectbox(key="theory.measured").set_value(pick[0]).run()
+    assert not at.exception
+    fig = figure(at, "Tokens per pass vs")
+    traces = {t.get("name"): t for t in fig["data"]}
+    dashed = traces["this run's k per round (formula)"]
+    assert values(dashed["y"]) == pytest.approx(theory.expected_tokens_over(values(dashed["x"]), ks))
+    assert traces["measured (this run)"]["y"][0] == pytest.approx(len(run.token_ids) / len(run.rounds))
+    assert "k = 4 (formula)" in traces  # the slider's k stays the solid curve
+    assert any("whose k the adaptive rule set" in c.value and "the slider above" in c.value for c in at.caption)
