@@ -115,7 +115,7 @@ PLOTLY_CONFIG = plotly_config()
 
 
 SUBTITLE_WIDTH = 80  # characters in a line of a subtitle: a full-width chart on a 1024-pixel projector
-HALF_WIDTH = 56  # in a chart drawn in half the page
+HALF_WIDTH = 36  # in a chart drawn in half the page: about 210 px of text at 1024 pixels with the sidebar open
 
 
 SHORT_PARENS = re.compile(r"\([^()<>]{1,20}\)")  # "min(p, q)": one unit, never split across two lines
@@ -387,9 +387,9 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
     if measured is not None:
         at = min(max(a, 0), 1)
         formula = expected_tokens_over(at, ks) if ks else expected_tokens(at, k)
-        sub.append(f"measured here: α = {a:.2f} → {t:.2f} ± {te:.2f} tokens/pass"
-                   + (f" (formula at this run's k per round: {formula:.2f})" if ks else f" (formula: {formula:.2f})"))
-    fig = _fig(f"Tokens per pass vs acceptance α (k = {k})",
+        sub.append(f"measured: α = {a:.2f} → {t:.2f} ± {te:.2f}<br>"
+                   + (f"formula at this run's k: {formula:.2f}" if ks else f"formula: {formula:.2f}"))
+    fig = _fig(f"Tokens per pass vs α (k = {k})",
                "<br>".join(sub), x="α = per-token acceptance", y="tokens per target pass", width=HALF_WIDTH)
     ytop = k + 1.5 if measured is None else max(k + 1.5, t + te + 0.5, formula + 0.5)
     for kk in other_ks:
@@ -409,15 +409,16 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
                     hovertemplate=f"k = {k}<br>α = %{{x:.2f}}<br>%{{y:.2f}} tokens/pass<extra></extra>")
     seeds = np.array([0.5, 0.7, 0.8, 0.9])
     ys = expected_tokens(seeds, k)
-    fig.add_scatter(x=seeds, y=ys, mode="markers+text", name=f"k = {k} at α = 0.5, 0.7, 0.8, 0.9",
+    fig.add_scatter(x=seeds, y=ys, mode="markers+text", name=f"k = {k} at α = 0.5, 0.7, 0.8, 0.9", showlegend=False,
                     text=[f"{v:.2f}" for v in ys], textposition="top left", textfont=dict(size=14),
                     marker=dict(color=P_COLOR, size=9, symbol="circle-open", line=dict(width=2)),
                     hovertemplate="α = %{x}<br>%{y:.3f} tokens/pass<extra></extra>")
     if ks:
         yr = expected_tokens_over(alphas, ks)  # the formula over this run's rounds
-        fig.add_scatter(x=alphas, y=yr, mode="lines", name="this run's k per round (formula)",
+        fig.add_scatter(x=alphas, y=yr, mode="lines", name="this run's k (formula)",
                         line=dict(color=MEASURED_COLOR, width=2, dash="dash"),
-                        hovertemplate="this run's k per round<br>α = %{x:.2f}<br>%{y:.2f} tokens/pass<extra></extra>")
+                        hovertemplate="formula at this run's k per round<br>α = %{x:.2f}<br>%{y:.2f} tokens/pass"
+                                      "<extra></extra>")
     if measured is not None:
         fig.add_scatter(x=[a], y=[t], mode="markers", name="measured (this run)",
                         marker=dict(color=MEASURED_COLOR, size=14, symbol="diamond",

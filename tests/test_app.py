@@ -488,7 +488,7 @@ def test_the_best_k_chooser_runs_in_the_app_and_keeps_the_greedy_text():
     # the run is on the tokens-per-pass chart, against the formula over its own rounds' k (dashed)
     traces = {t.get("name"): t for t in figs["main.expected"]["data"]}
     ks = [r.k for r in run.rounds]
-    dashed = traces["this run's k per round (formula)"]
+    dashed = traces["this run's k (formula)"]
     x, y = values(dashed["x"]), values(dashed["y"])
     assert y == pytest.approx(theory.expected_tokens_over(x, ks))
     assert set(ks) != {4} and y[100] != pytest.approx(theory.expected_tokens(x[100], 4))  # not the k = 4 curve

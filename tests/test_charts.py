@@ -195,7 +195,8 @@ def test_expected_tokens_curve_and_measured_point():
     assert {"k = 1", "k = 2", "k = 8"} <= {t.name for t in f.data}
     # the main page draws it in half the page: the subtitle comes in short lines (plotly cuts a long one off)
     lines = f.layout.title.subtitle.text.split("<br>")
-    assert all(len(line) <= 56 for line in lines) and "measured here: α = 0.74 → 2.90" in lines[1]
+    assert all(len(line) <= charts.HALF_WIDTH for line in lines) and lines[1] == "measured: α = 0.74 → 2.90 ± 0.15"
+    assert lines[2] == f"formula: {expected_tokens(0.74, 4):.2f}"
     # tuple form
     f2 = charts.fig_expected_tokens(3, measured=(0.6, 2.0, 0.1))
     assert trace(f2, "measured (this run)").y[0] == 2.0
@@ -204,7 +205,7 @@ def test_expected_tokens_curve_and_measured_point():
 def test_expected_tokens_puts_a_run_of_varying_k_on_the_formula_over_its_rounds():
     ks = [11, 10, 27]
     f = charts.fig_expected_tokens(4, measured={"alpha": 0.96, "tpp": 16.0, "tpp_err": 3.0}, run_ks=ks)
-    dashed = trace(f, "this run's k per round (formula)")
+    dashed = trace(f, "this run's k (formula)")
     assert dashed.line.dash == "dash"
     assert dashed.y == pytest.approx(np.mean([theory.expected_tokens(dashed.x, k) for k in ks], axis=0))
     assert trace(f, "k = 4 (formula)").y[-1] == pytest.approx(theory.expected_tokens(0.99, 4))  # the sidebar's k
@@ -212,11 +213,11 @@ def test_expected_tokens_puts_a_run_of_varying_k_on_the_formula_over_its_rounds(
     assert m.x[0] == 0.96 and m.y[0] == 16.0
     assert f.layout.yaxis.range[1] >= 16.0 + 3.0  # the point and its error bar fit
     formula = theory.expected_tokens_over(0.96, ks)
-    assert f"(formula at this run's k per round: {formula:.2f})" in f.layout.title.subtitle.text.replace("<br>", " ")
+    assert f"formula at this run's k: {formula:.2f}" in f.layout.title.subtitle.text.split("<br>")
     # without run_ks, no dashed curve and the point is read against the sidebar's k
     g = charts.fig_expected_tokens(4, measured={"alpha": 0.96, "tpp": 16.0, "tpp_err": 3.0})
-    assert "this run's k per round (formula)" not in {t.name for t in g.data}
-    assert f"(formula: {theory.expected_tokens(0.96, 4):.2f})" in g.layout.title.subtitle.text.replace("<br>", " ")
+    assert "this run's k (formula)" not in {t.name for t in g.data}
+    assert f"formula: {theory.expected_tokens(0.96, 4):.2f}" in g.layout.title.subtitle.text.split("<br>")
 
 
 def test_measured_point_from_run():
@@ -254,7 +255,7 @@ def test_k_trace():
         run.settings["k_policy"] = policy
         sub[policy] = charts.fig_k_trace(run).layout.title.subtitle.text
     # it is drawn in half the page, where plotly cuts off a long line instead of wrapping it
-    assert all(len(line) <= 56 for text in sub.values() for line in text.split("<br>"))
+    assert all(len(line) <= charts.HALF_WIDTH for text in sub.values() for line in text.split("<br>"))
     sub = {p: text.replace("<br>", " ") for p, text in sub.items()}
     assert "grows after full acceptance" in sub["adaptive"]
     assert "best-k chooser" in sub["best"] and "doubtful" in sub["best"]

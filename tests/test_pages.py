@@ -582,7 +582,7 @@ def test_theory_puts_the_main_pages_run_on_the_formula_over_its_rounds():
     assert not at.exception
     fig = figure(at, "Tokens per pass vs")
     traces = {t.get("name"): t for t in fig["data"]}
-    dashed = traces["this run's k per round (formula)"]
+    dashed = traces["this run's k (formula)"]
     assert values(dashed["y"]) == pytest.approx(theory.expected_tokens_over(values(dashed["x"]), ks))
     assert traces["measured (this run)"]["y"][0] == pytest.approx(len(run.token_ids) / len(run.rounds))
     assert "k = 4 (formula)" in traces  # the slider's k stays the solid curve
