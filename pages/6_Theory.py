@@ -56,7 +56,7 @@ if measured:
     if pick != "none":
         picked = measured[pick]
         point = charts.measured_point(picked)
-        ks = [r.k for r in picked.rounds]
+        ks = picked.k_per_round
         if len(set(ks)) == 1:
             k_curve = ks[0]
             st.caption(f"The curve is drawn for that run's k = {k_curve}; its point is α measured and tokens per "

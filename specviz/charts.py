@@ -348,7 +348,7 @@ def measured_point(run: Run) -> dict:
     """The measured (α, tokens per pass) of a run, with standard errors."""
     tpp = tokens_per_pass_ci(run)
     a = alpha_from_counts(run.n_accepted, run.n_judged)
-    ks = run.ks or [r.k for r in run.rounds]
+    ks = run.k_per_round
     k = Counter(ks).most_common(1)[0][0] if ks else 0
     return {"alpha": a.value, "alpha_err": a.stderr, "tpp": tpp.value, "tpp_err": tpp.stderr, "k": k}
 
@@ -835,7 +835,7 @@ def fig_k_trace(run: Run) -> go.Figure:
     """k per round (run.ks) as a step line, with accepted tokens per round as bars."""
     if not run.rounds:
         return _empty("k over the run", "No rounds yet.")
-    ks = run.ks if len(run.ks) == len(run.rounds) else [r.k for r in run.rounds]
+    ks = run.k_per_round
     x = np.arange(1, len(run.rounds) + 1)
     acc = [r.n_accepted for r in run.rounds]
     fig = _fig(f"k over the run: {min(ks)} to {max(ks)}, mean {np.mean(ks):.1f}",

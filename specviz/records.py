@@ -151,6 +151,11 @@ class Run(RunRates):
     def eos_token_ids(self) -> list[int] | None:
         return recorded_eos(self.settings)
 
+    @property
+    def k_per_round(self) -> list[int]:
+        """k drafted in each round: `ks` as recorded, else read from the rounds (a file without `ks`)."""
+        return list(self.ks) if len(self.ks) == len(self.rounds) else [r.k for r in self.rounds]
+
     # --- acceptance measures (see module docstring) ---------------------
     @property
     def n_drafted(self) -> int:

@@ -210,8 +210,8 @@ def acceptance(run, k: int) -> None:
     run_k = run.decode.k
     fixed = run.decode.k_policy == "fixed"
     same_k = run_k == k and fixed
-    run_ks = [] if same_k else [r_.k for r_ in run.rounds]  # the dashed curve: the formula over these rounds
-    varying_k = not fixed or len(set(r_.k for r_ in run.rounds)) > 2
+    run_ks = [] if same_k else run.k_per_round  # the dashed curve: the formula over these rounds
+    varying_k = not fixed or len(set(run.k_per_round)) > 2
     if ui.presenter():
         c1, c2 = tab_curve, (tab_k if varying_k else None)
         if c2 is None:
