@@ -259,7 +259,7 @@ def predicted_speedup(runs, alpha: float, c: float, verify_cost, refeed: float =
                 continue  # the round that also read the prompt: not in decode_speedup either
             last = i == len(run.rounds) - 1
             tokens += len(r.emitted) if last else theory.expected_tokens(alpha, r.k)
-            cost += r.k * c + theory.verify_ratio(r.k + 1, verify_cost)
+            cost += theory.round_cost(r.k, c, verify_cost)
             if i > 0 and r.k > 0:
                 cost += alpha ** run.rounds[i - 1].k * refeed  # the draft re-reads after a full acceptance
     return tokens / cost if cost > 0 else float("nan")
@@ -273,7 +273,7 @@ def predicted_from_tokens_per_pass(runs, c: float, verify_cost, refeed: float = 
             if r.prefill_tokens:
                 continue
             tokens += len(r.emitted)
-            cost += r.k * c + theory.verify_ratio(r.k + 1, verify_cost)
+            cost += theory.round_cost(r.k, c, verify_cost)
             if i > 0 and r.k > 0 and run.rounds[i - 1].extra_kind == "bonus":
                 cost += refeed
     if cost <= 0 or not math.isfinite(c):

@@ -19,7 +19,7 @@ The speedup model (theory.expected_speedup) needs three numbers, and a run
 measures all three as it goes, so the chooser estimates them live from the
 Rounds so far and asks theory.best_k for the k that maximises
 
-    E[tokens per pass](alpha, k) / (k * c + verify_ratio(k + 1))
+    E[tokens per pass](alpha, k) / round_cost(k, c)   (k * c + verify_ratio(k + 1))
 
   alpha   per-token acceptance, a Beta(a0, b0) prior updated with each round's
           accepted / judged drafts (the same estimate as Run.alpha), with
@@ -324,8 +324,8 @@ class BestK(KPolicy):
             e += p
         vc = self._verify_estimate()
         extra = max(0.0, extra) if self.clock else 0.0  # `extra` comes from this run's timings
-        cost = j * c + float(theory.verify_ratio(j + 1, vc)) + extra
-        d_cost = c + float(theory.verify_ratio(j + 2, vc)) - float(theory.verify_ratio(j + 1, vc))
+        cost = theory.round_cost(j, c, vc) + extra
+        d_cost = theory.round_cost(j + 1, c, vc) - theory.round_cost(j, c, vc)  # one draft step more
         d_tokens = p * self.accept_chance(confidences[-1])  # the next draft's chance, from the last one's
         return d_tokens * cost > e * d_cost if d_cost > 0 else d_tokens > 0
 

@@ -104,17 +104,23 @@ def verify_ratio(n_tokens, verify_cost: VerifyCost = None):
     return float(out) if out.ndim == 0 else out
 
 
-def expected_speedup(alpha, k, c, verify_cost: VerifyCost = None):
-    """Predicted wall-time speedup over target-only decoding.
-
-    = E[tokens per pass] / (k*c + verify_ratio(k+1)). With verify_cost=None
-    this is the classic E[tokens] / (1 + k*c).
-    """
+def round_cost(k, c, verify_cost: VerifyCost = None):
+    """Cost of one round in 1-token target passes: k draft steps and one pass over k+1 tokens,
+    k*c + verify_ratio(k+1). Vectorised over k (and c)."""
     if np.any(np.asarray(c, dtype=float) < 0):
         raise InvalidSetting(f"c must be >= 0, got {c!r}")
     kk = np.asarray(k, dtype=float)
-    out = np.asarray(expected_tokens(alpha, k)) / (kk * np.asarray(c, dtype=float)
-                                                   + verify_ratio(kk + 1, verify_cost))
+    out = kk * np.asarray(c, dtype=float) + verify_ratio(kk + 1, verify_cost)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def expected_speedup(alpha, k, c, verify_cost: VerifyCost = None):
+    """Predicted wall-time speedup over target-only decoding.
+
+    = E[tokens per pass] / round_cost(k, c). With verify_cost=None
+    this is the classic E[tokens] / (1 + k*c).
+    """
+    out = np.asarray(expected_tokens(alpha, k)) / np.asarray(round_cost(k, c, verify_cost))
     return float(out) if np.ndim(out) == 0 else out
 
 

@@ -95,6 +95,20 @@ def test_speedup_classic_and_measured_verify_cost():
     assert theory.verify_ratio(14, vc) == pytest.approx(1.7 + 0.1 * 6)
 
 
+def test_round_cost_is_k_draft_steps_and_one_pass_over_k_plus_1_tokens():
+    vc = {1: 1.0, 2: 1.1, 8: 1.7}
+    assert theory.round_cost(0, 0.2) == pytest.approx(1.0)  # no drafts: the pass that emits one token
+    assert theory.round_cost(4, 0.1) == pytest.approx(1.4)
+    assert theory.round_cost(4, 0.1, vc) == pytest.approx(0.4 + 1.4)
+    ks = np.arange(1, 10)
+    assert np.allclose(theory.round_cost(ks, 0.15, vc), [k * 0.15 + theory.verify_ratio(k + 1, vc) for k in ks])
+    # the speedup divides by it
+    assert theory.expected_speedup(0.7, ks, 0.15, vc) == pytest.approx(
+        theory.expected_tokens(0.7, ks) / theory.round_cost(ks, 0.15, vc))
+    with pytest.raises(InvalidSetting):
+        theory.round_cost(4, -0.1)
+
+
 def test_best_k_is_brute_force_argmax():
     vc = {1: 1.0, 2: 1.02, 4: 1.05, 8: 1.3, 16: 2.0}
     for a in (0.5, 0.7, 0.9):
