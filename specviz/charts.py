@@ -209,13 +209,16 @@ def _plain(text: str) -> str:
     return html.escape(text, quote=False)
 
 
-def _labels(ids: Sequence[int], decode: Callable[[int], str], maxlen: int = 14) -> list[str]:
-    """Unique, whitespace-visible, HTML-escaped category labels for token ids."""
+def _labels(ids: Sequence[int], decode: Callable[[int], str], maxlen: int = 14, unique: bool = True) -> list[str]:
+    """Whitespace-visible, HTML-escaped labels for token ids. unique: two ids that read alike get their id
+    added, as a chart's categories must (unique=False: text beside points, where the same token may recur)."""
     base = []
     for i in ids:
         s = visible(decode(i), runs=True)
         # cut before escaping, so an entity such as &lt; is never cut in half
         base.append(_plain(s if len(s) <= maxlen else s[: maxlen - 1] + "…"))
+    if not unique:
+        return base
     seen = Counter(base)
     return [s if seen[s] == 1 else f"{s} #{i}" for s, i in zip(base, ids)]
 

@@ -85,7 +85,8 @@ def fig_tree(r: TreeRound, decode: Callable[[int], str] = str, depth: int | None
     state = {i: DRAFTED if drafting else r.verdict[i] for i in range(n)}
     if has_extra:
         state[n] = r.extra_kind
-    labels = _labels(list(r.tokens) + ([r.extra_id] if has_extra else []), decode, maxlen=10)
+    # the same token may sit in two branches: each node is labelled by its own text alone
+    labels = _labels(list(r.tokens) + ([r.extra_id] if has_extra else []), decode, maxlen=10, unique=False)
 
     if drafting:
         fig = _fig(f"Round {r.index + 1}, drafting: depth {depth}, {len(shown)} of {n} nodes",

@@ -99,3 +99,12 @@ def test_chain_vs_tree_keeps_its_legend_above_the_subplot_titles():
     assert (lay.legend.y - 1) * plot_px >= SUBPLOT_TITLE_PX
     # the "nearly free" line is explained in the subtitle, not by a note on it that the verify curve crossed
     assert len(lay.annotations) == 3 and f"{FREE_TOL}×" in lay.title.subtitle.text.replace("<br>", " ")
+
+
+def test_a_token_in_two_branches_reads_the_same_in_both(rounds):
+    # the same token drafted under two parents is two nodes with one text: no id is added to tell them apart
+    r = next(r for r in rounds if len(set(r.tokens)) < len(r.tokens))
+    fig = fig_tree(r, decode=lambda i: f"t{i}")
+    text = {int(c): t for tr in fig.data if tr.customdata is not None and tr.text is not None
+            for c, t in zip(tr.customdata, tr.text)}
+    assert all(text[i] == f"t{tok}" for i, tok in enumerate(r.tokens))
