@@ -74,7 +74,7 @@ def take(n: int = 1, until_zero: bool = False, bar=None) -> None:
         ui.show_error(e)
 
 
-b1, b2, b3, b4 = st.columns(4)
+b1, b2, b3, b4 = st.columns([1.1, 1.1, 2, 0.8])  # room for the third button's label
 if b1.button("First round", icon=":material/play_arrow:", type="primary", key="slow.start",
              help="Start a new run and take its first round") and kept.put(start()) is not None:
     take()
@@ -98,7 +98,7 @@ if state is None or not state["pb"].rounds:
 rounds = state["pb"].rounds
 s = state["settings"]
 st.subheader("The text so far")
-st.caption(f"{len(rounds)} round(s) = {len(rounds)} target pass(es) · "
+st.caption(f"{explain.count(len(rounds), 'round')} = {explain.count(len(rounds), 'target pass', 'target passes')} · "
            f"{sum(len(r.emitted) for r in rounds)} new tokens · k = {s['k']}, T = {s['temperature']:g}, "
            f"seed {s['seed']}, {s['drafter']}" + (" · run finished" if state["pb"].done else ""))
 st.markdown(render.legend_html(), unsafe_allow_html=True)

@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, lab, limits, prompts
+from specviz import charts, explain, lab, limits, prompts
 
 ui.page_setup("Acceptance lab: where drafts are accepted", shows=(10,))
 
@@ -74,8 +74,8 @@ if b2.button("Clear results", key="lab.clear"):
 
 sweep = kept_sweep.get() or kept_sweep.stale()
 if not sweep:
-    st.info(f"No measurements yet: press **Measure**. With these settings that is {len(domains) * len(temps)} "
-            f"run(s) of up to {int(max_new)} tokens.")
+    st.info(f"No measurements yet: press **Measure**. With these settings that is "
+            f"{explain.count(len(domains) * len(temps), 'run')} of up to {int(max_new)} tokens.")
     st.stop()
 if kept_sweep.get() is None:
     st.warning("The results below were measured with other settings (pair, k, tokens or seed); "

@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import limits, playback, render, tree_lab
+from specviz import explain, limits, playback, render, tree_lab
 from specviz.tree import BRANCH_MAX, DOUBT, SPINE, tree_stream
 from specviz.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
 
@@ -99,7 +99,7 @@ def show_rounds(pb, fresh) -> None:
     st.markdown(render.legend_html(("accepted", "correction", "bonus")), unsafe_allow_html=True)
     st.caption("In a tree, the bonus comes when the accepted path reaches a leaf: the whole branch was accepted.")
     st.markdown(tree_lab.text_html(text, rounds, decode), unsafe_allow_html=True)
-    st.caption(f"{n} round(s) = {n} target pass(es), {sum(len(x.emitted) for x in rounds)} new tokens, "
+    st.caption(f"{explain.count(n, 'round')} = {explain.count(n, 'target pass', 'target passes')}, {sum(len(x.emitted) for x in rounds)} new tokens, "
                f"{sum(x.n_nodes for x in rounds)} nodes drafted" + (" · run finished" if pb.done else ""))
 
     # --- one node --------------------------------------------------------------------------------------------

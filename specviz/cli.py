@@ -19,7 +19,7 @@ import sys
 import time
 from typing import TextIO
 
-from . import limits, prompts, render
+from . import explain, limits, prompts, render
 from .errors import InvalidSetting, SpecvizError
 from .settings import DecodeSettings
 
@@ -109,8 +109,8 @@ def tree_stats_lines(run) -> list[str]:
     corrections = sum(1 for r in run.rounds if r.extra_kind == "correction")
     s = run.settings
     if s.get("shape") == "spine":
-        shape = (f"spine           a chain ({s.get('k_policy')} k, depth <= {s['max_depth']}), {s['branch'] - 1} "
-                 f"sibling(s) where the draft's top probability < {s.get('doubt')}; {run.n_nodes} nodes in all")
+        shape = (f"spine           a chain ({s.get('k_policy')} k, depth <= {s['max_depth']}), "
+                 f"{explain.count(s['branch'] - 1, 'sibling')} where the draft's top probability < {s.get('doubt')}; {run.n_nodes} nodes in all")
     else:
         shape = (f"tree            up to {s['budget']} nodes, {s['branch']} children per node, depth <= "
                  f"{s['max_depth']}; {run.n_nodes} nodes drafted in all")

@@ -7,7 +7,7 @@ Every sentence is built from the numbers it is given, never canned. Pure: no
 streamlit, no models.
 
   ACCEPT_TEST, ACCEPT_RULE, accept_check   the sampling acceptance test, as sampling.accept_token does it
-  num, tok, format_bytes                   numbers, tokens and byte counts for the page
+  num, tok, format_bytes, count            numbers, tokens, byte counts and "3 rounds" for the page
   round_summary                            one round in one sentence (the main page)
   round_story, zero_accept_note            one round told decision by decision (slow motion)
   round_rows                               one round's decisions as a table, arithmetic written out
@@ -53,6 +53,12 @@ def accept_check(u: float, ratio: float, accepted: bool, named: bool = False) ->
 def tok(tid: int | None, decode: Decode) -> str:
     """A token id as quoted, whitespace-visible text: ‘␣Paris’, ‘␣×12’ for twelve spaces."""
     return "∅" if tid is None else f"‘{visible(decode(int(tid)), runs=True)}’"
+
+
+def count(n: float, noun: str, plural: str | None = None) -> str:
+    """A count and its noun, plural unless it is one: "1 round", "3 rounds", "2 target passes"."""
+    n_text = f"{n:g}" if isinstance(n, float) else str(n)
+    return f"{n_text} {noun if n == 1 else plural or noun + 's'}"
 
 
 def num(x: float | None, spec: str = ".3f") -> str:
@@ -125,7 +131,7 @@ def round_story(r: Round, decode: Decode) -> list[str]:
     """
     out = []
     mode = "greedy (temperature 0)" if r.greedy else "sampling"
-    out.append(f"**Round {r.index + 1}** ({mode}): the draft proposed k = {r.k} token(s) "
+    out.append(f"**Round {r.index + 1}** ({mode}): the draft proposed k = {count(r.k, 'token')} "
                f"{' '.join(tok(d, decode) for d in r.drafted) or '(none)'}; the target scored all "
                f"{r.k + 1} positions in **one** forward pass ({r.verify_s * 1000:.1f} ms; drafting took "
                f"{r.draft_s * 1000:.1f} ms)."
@@ -148,8 +154,9 @@ def round_story(r: Round, decode: Decode) -> list[str]:
         j = r.n_accepted
         left = r.k - j - 1
         if left > 0:
-            out.append(f"The {left} draft(s) after the rejection are discarded without being judged: "
-                       "they were built on a token the target refused.")
+            out.append(f"The {left} drafts after the rejection are discarded without being judged: they were built "
+                       "on a token the target refused." if left > 1 else "The draft after the rejection is discarded "
+                       "without being judged: it was built on a token the target refused.")
         if r.extra_kind == "correction":
             c = r.extra_id
             if r.greedy:
@@ -171,7 +178,7 @@ def round_story(r: Round, decode: Decode) -> list[str]:
         out.append(f"All {r.k} drafts accepted: the same pass also gives the target's distribution after the "
                    f"last draft, so a **bonus** token comes free: {how}, {tok(r.extra_id, decode)}"
                    + (f" (p = {pb:.3f})." if pb is not None else "."))
-    out.append(f"This round emitted **{len(r.emitted)}** token(s) for one target pass: "
+    out.append(f"This round emitted **{len(r.emitted)}** token{'s' * (len(r.emitted) != 1)} for one target pass: "
                f"{' '.join(tok(t, decode) for t in r.emitted)}.")
     return out
 
@@ -338,7 +345,8 @@ def batch_verdict(timings: Mapping[tuple[int, int], Sequence[float]], tol: float
     flat = flat_until([p[0] for p in pts], [p[1] for p in pts], tol=tol)
     (n0, t0), (n1, t1) = pts[0], pts[-1]
     grow = t1 / t0
-    text = (f"{n0} token(s) per pass took {t0 * 1000:.1f} ms; {n1} took {t1 * 1000:.1f} ms ({grow:.1f}× the time "
+    text = (f"{count(n0, 'token')} per pass took {t0 * 1000:.1f} ms; {n1} took {t1 * 1000:.1f} ms "
+            f"({grow:.1f}× the time "
             f"for {n1 / n0:.0f}× the tokens). Cost stays within {tol:.2f}× of the smallest pass up to ≈ {flat:g} "
             "tokens × batch. ")
     if flat >= n1:
@@ -375,7 +383,7 @@ def exactness_verdict(spec_ids: Sequence[int], base: Run, dtype: str, decode: De
                        f"({len(spec_ids)} vs {n} tokens), at an end-of-text token or the length limit.")
     a, b = spec_ids[i], base.token_ids[i]
     m = _margin(base, i)
-    s = (f"The texts match for {i} token(s), then differ at token {i + 1}: speculative {tok(a, decode)}, "
+    s = (f"The texts match for {count(i, 'token')}, then differ at token {i + 1}: speculative {tok(a, decode)}, "
          f"target alone {tok(b, decode)}. ")
     if m is not None:
         gap, t1, t2 = m
@@ -497,9 +505,9 @@ def round_summary(r: Round, decode: Decode) -> str:
         lead = "The drafter found nothing to propose, so the target made one token itself"
         tail = f": {q(r.extra_id)}." if r.extra_id is not None else "."
         return f"**Round {r.index + 1}.** {lead}{tail}"
-    also = (f", a pass that also read the prompt's {r.prefill_tokens} earlier token{'s' * (r.prefill_tokens != 1)}"
+    also = (f", a pass that also read the prompt's {count(r.prefill_tokens, 'earlier token')}"
             if r.prefill_tokens else "")
-    parts = [f"**Round {r.index + 1}.** Drafted {r.k} token{'s' * (r.k != 1)} "
+    parts = [f"**Round {r.index + 1}.** Drafted {count(r.k, 'token')} "
              f"({r.draft_s * 1000:.0f} ms), the target checked {'them all' if r.k > 1 else 'it'} in **one** pass "
              f"({r.verify_s * 1000:.0f} ms{also}): {r.n_accepted} accepted"]
     if r.rejected:
@@ -508,7 +516,7 @@ def round_summary(r: Round, decode: Decode) -> str:
         parts.append(f", the target's correction {q(r.extra_id)}")
     elif r.extra_kind == "bonus":
         parts.append(f", all accepted so the target adds a bonus token {q(r.extra_id)}")
-    parts.append(f" → **{len(r.emitted)} new token{'s' * (len(r.emitted) != 1)}** for one target pass.")
+    parts.append(f" → **{count(len(r.emitted), 'new token')}** for one target pass.")
     return "".join(parts)
 
 

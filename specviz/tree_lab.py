@@ -10,7 +10,7 @@ import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import measure, theory
+from . import explain, measure, theory
 from .engine import K_MAX, speculative_decode
 from .experiments import forward_cost
 from .settings import is_greedy
@@ -199,7 +199,7 @@ def chain_vs_tree_verdict(cmp: ChainVsTree) -> list[str]:
     # the trees wider than the fastest one that paid for a costlier pass and made fewer tokens/s
     lost = [c for c in costly if c > best_t and tree[c].tokens_per_s < tree[best_t].tokens_per_s]
     out.append(f"The exception, measured here: a target pass stays within {FREE_TOL}× a one-token pass only up "
-               f"to {flat:g} token{'s' * (flat != 1)}. A tree of {b} nodes needs a pass over {b + 1} tokens, which costs "
+               f"to {explain.count(flat, 'token')}. A tree of {b} nodes needs a pass over {b + 1} tokens, which costs "
                f"{cmp.verify_ratio[b + 1]:.2f}× a one-token pass"
                + (f" (and {cmp.verify_ratio[costly[-1] + 1]:.2f}× for {costly[-1]} nodes)" if len(costly) > 1
                   else "") + ". "

@@ -137,7 +137,7 @@ def test_run_spine_prints_the_targets_own_text_and_its_shape(tiny_cli, capsys):
     assert run.settings["shape"] == "spine" and run.settings["doubt"] == 1.0 and run.settings["k_policy"] == "best"
     assert all(len(r.children[-1]) == 2 for r in run.rounds)  # doubt 1: a sibling at every node
     assert cli.main([*args, "--color", "never"]) == 0
-    assert "1 sibling(s) where the draft's top probability < 1.0" in capsys.readouterr().out
+    assert "1 sibling where the draft's top probability < 1.0" in capsys.readouterr().out
     assert cli.main([*args[:-1], "1.5"]) == 2 and "doubt must be a number from 0 to 1" in capsys.readouterr().err
     assert cli.main([*args[:-2], "--max-depth", "0"]) == 2 and "max_depth must be" in capsys.readouterr().err
     assert cli.main([*args[:-3], "--doubt", "0.5"]) == 2 and "add --spine" in capsys.readouterr().err

@@ -117,6 +117,14 @@ def test_round_rows_sampling_arithmetic_is_the_rule(models):
     assert checked >= 5
 
 
+def test_count_says_one_in_the_singular_and_every_other_number_in_the_plural():
+    assert explain.count(1, "round") == "1 round"
+    assert [explain.count(n, "round") for n in (0, 2, 12)] == ["0 rounds", "2 rounds", "12 rounds"]
+    assert explain.count(3, "target pass", "target passes") == "3 target passes"
+    assert explain.count(1, "target pass", "target passes") == "1 target pass"
+    assert explain.count(2.5, "token") == "2.5 tokens" and explain.count(1.0, "token") == "1 token"
+
+
 def test_round_story_tells_every_decision_and_the_extra_token(models):
     run = spec(models, temperature=1.0, seed=1, max_new_tokens=24)
     for r in run.rounds:
@@ -124,7 +132,8 @@ def test_round_story_tells_every_decision_and_the_extra_token(models):
         text = "\n".join(story)
         assert text.count("**accept**") == r.n_accepted
         assert text.count("**reject**") == (1 if r.rejected else 0)
-        assert f"emitted **{len(r.emitted)}** token(s)" in story[-1]
+        assert f"emitted **{len(r.emitted)}** token{'s' * (len(r.emitted) != 1)} for" in story[-1]
+        assert "(s)" not in text
         if r.extra_kind == "correction":
             assert "norm(max(0, p − q))" in text and f"‘t{r.extra_id}’" in text
         if r.extra_kind == "bonus":

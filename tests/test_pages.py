@@ -253,7 +253,7 @@ def test_acceptance_lab_defaults_measure_both_alphas_and_say_what_they_show():
     assert at.multiselect(key="lab.domains").value == ["code", "list", "factual", "creative"]
     assert at.multiselect(key="lab.temps").value == [0.0]
     assert at.slider(key="lab.k").value == 4 and at.number_input(key="lab.max_new").value == 48
-    assert "4 run(s) of up to 48 tokens" in at.info[0].value
+    assert "4 runs of up to 48 tokens" in at.info[0].value
     press(at, "lab.run")  # the defaults, as a new user meets them
     table = at.dataframe[0].value
     assert list(table["domain"]) == ["code", "list", "factual", "creative"] and (table["temperature"] == 0.0).all()

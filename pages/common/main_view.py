@@ -113,7 +113,7 @@ def metrics(run) -> None:
                 help="Wall-clock speed of this run, reading the prompt included (the first round's passes "
                      "do it; replays show the recorded timings).")
     c[4].caption(f"decode {run.decode_s:.2f} s (draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)"
-                 + (f" · ⚠ {run.outside_load_rounds} round{'s' * (run.outside_load_rounds != 1)} under outside "
+                 + (f" · ⚠ {explain.count(run.outside_load_rounds, 'round')} under outside "
                     "load" if run.outside_load_rounds else ""))
 
 
@@ -139,7 +139,7 @@ def animate(job: playback.Playback, steps: int | None, speed: str, ph: Placehold
                 ph.head_line(job)
                 ph.tokens(job, pending=rnd)
                 _first_drawn(job)
-                ph.status.info(f"Round {rnd.index + 1}: the drafter proposed {rnd.k} token{'s' * (rnd.k != 1)} "
+                ph.status.info(f"Round {rnd.index + 1}: the drafter proposed {explain.count(rnd.k, 'token')} "
                                f"({rnd.draft_s * 1000:.0f} ms) — pending the target's verdict from one forward "
                                "pass…", icon=":material/hourglass_top:")
             playback.sleep(pend_s)

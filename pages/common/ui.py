@@ -142,7 +142,7 @@ def join_device_queue() -> None:
         if ahead is None:
             notice.empty()
         else:
-            who = f"{ahead} session{'s' * (ahead != 1)} ahead of you" if ahead else "the device is busy"
+            who = f"{explain.count(ahead, 'session')} ahead of you" if ahead else "the device is busy"
             notice.info(f"Waiting for the device: {who}. The device runs one piece of model work at a time, "
                         "in turn, so every figure here counts only this session's own time on it.",
                         icon=":material/hourglass_top:")
