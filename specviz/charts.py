@@ -157,10 +157,27 @@ def subplot_row(titles: Sequence[str], width: int = SUBTITLE_WIDTH, **kw) -> go.
     return fig
 
 
-def _fig(text: str, subtitle: str = "", x: str = "", y: str = "", width: int = SUBTITLE_WIDTH) -> go.Figure:
+def _fig(text: str, subtitle: str = "", x: str = "", y: str = "", width: int = SUBTITLE_WIDTH,
+         height: int | None = None) -> go.Figure:
+    """A figure in the theme with its title; height: before the title's extra lines (PLOT_HEIGHT)."""
     fig = go.Figure()
-    fig.update_layout(template=TEMPLATE, xaxis_title=x, yaxis_title=y)
+    fig.update_layout(template=TEMPLATE, xaxis_title=x, yaxis_title=y, height=height)
     return set_title(fig, text, subtitle, width)
+
+
+MARK_PX = 44  # a mark above a bar ("▼ drafted"): its arrow (ay) and a line of text
+MARK_ARROW_PX = 24
+TOKEN_AXIS_PX = 130  # below the plot of a chart with a token on each bar: the axis title and tick labels
+# slanted as plotly slants them when they crowd (a 14-character token at 45°)
+
+
+def y_top_for_marks(fig: go.Figure, ymax: float, marks: Sequence[tuple[float, float]]) -> float:
+    """The top of the y range of a token bar chart that leaves each mark (y, pixels above y it takes) under the
+    plot's top edge, where the legend's band begins. Pixels become data units on the plot area's height:
+    the figure's height less the room above (set_title's) and below (TOKEN_AXIS_PX, the most it takes)."""
+    plot_px = max(1.0, fig.layout.height - fig.layout.margin.t - TOKEN_AXIS_PX)
+    tops = [y / (1 - px / plot_px) for y, px in marks if px < plot_px]
+    return max([ymax * 1.1, 1e-9, *tops])
 
 
 def uncrowded_labels(xs: Sequence[float], ys: Sequence[float], texts: Sequence[str], x_span: float,
@@ -247,7 +264,7 @@ def _union(*maps: Mapping[int, float], must: Iterable[int] = (), top_n: int = 12
 
 # --- claim 7: one position, p vs q --------------------------------------------
 def fig_pq(round: Round, position: int, decode: Callable[[int], str] = str,
-           top_n: int = 12) -> go.Figure:
+           top_n: int = 12, height: int | None = None) -> go.Figure:
     """Target p vs draft q at one drafted position, the drafted token marked.
 
     The title gives the chance to accept at this position, Σ min(p, q); the
@@ -281,7 +298,7 @@ def fig_pq(round: Round, position: int, decode: Callable[[int], str] = str,
                     f";  u = {u:.3f} → {verdict}")
     title = (f"Round {r.index + 1}, draft #{position + 1} {_tok(d, decode)}: "
              f"chance to accept = Σ min(p, q) = {r.overlap[position]:.2f}")
-    fig = _fig(title, decision, x="token (top candidates)", y="probability")
+    fig = _fig(title, decision, x="token (top candidates)", y="probability", height=height)
 
     pattern = ["/" if i == d else "" for i in ids]
     for name, m, col in (("target p", pm, P_COLOR), ("draft q", qm, Q_COLOR)):
@@ -290,15 +307,16 @@ def fig_pq(round: Round, position: int, decode: Callable[[int], str] = str,
                     customdata=ids,
                     hovertemplate=f"%{{x}} (id %{{customdata}})<br>{name} = %{{y:.4f}}<extra></extra>")
     ymax = max([*pm.values(), *qm.values(), 1e-9])
-    fig.add_annotation(x=xs[ids.index(d)], y=max(pm.get(d, 0), qm.get(d, 0)),
-                       text="▼ drafted", showarrow=True, arrowhead=2, ax=0, ay=-32,
-                       font=dict(size=15, color="#111"), name="drafted")
+    at = max(pm.get(d, 0), qm.get(d, 0))
+    fig.add_annotation(x=xs[ids.index(d)], y=at, text="▼ drafted", showarrow=True, arrowhead=2, ax=0,
+                       ay=-MARK_ARROW_PX, font=dict(size=15, color="#111"), name="drafted")
     fig.update_layout(barmode="group", meta={"drafted_id": d, "decision": verdict if judged else "not judged"})
-    fig.update_yaxes(range=[0, ymax * 1.25])
+    fig.update_yaxes(range=[0, y_top_for_marks(fig, ymax, [(at, MARK_PX)])])
     return fig
 
 
-def fig_residual(round: Round, decode: Callable[[int], str] = str, top_n: int = 12) -> go.Figure:
+def fig_residual(round: Round, decode: Callable[[int], str] = str, top_n: int = 12,
+                 height: int | None = None) -> go.Figure:
     """At the rejected position: p, q and the residual norm(max(0, p − q)).
 
     The correction token (sampled from the residual) and the rejected draft are
@@ -328,21 +346,23 @@ def fig_residual(round: Round, decode: Callable[[int], str] = str, top_n: int = 
                "the mass the target wanted more than the draft gave")
     ctext = _tok(corr, decode) if corr is not None else "(cut by EOS / length)"
     fig = _fig(f"Round {r.index + 1}, draft #{j + 1} {_tok(d, decode)} rejected → correction {ctext}",
-               sub, x="token (top candidates)", y="probability")
+               sub, x="token (top candidates)", y="probability", height=height)
     for name, m, col, pat in series:
         fig.add_bar(x=xs, y=[m.get(i, 0.0) for i in ids], name=name, marker_color=col,
                     marker_pattern=dict(shape=pat, fillmode="overlay", fgcolor="#fff"),
                     customdata=ids,
                     hovertemplate=f"%{{x}} (id %{{customdata}})<br>{name} = %{{y:.4f}}<extra></extra>")
     top = lambda i: max(m.get(i, 0.0) for _, m, _, _ in series)  # noqa: E731
+    # the correction's mark above the rejected one's, where the two share a bar or stand side by side
+    marks = [(top(d), MARK_PX)] + ([(top(corr), MARK_PX + MARK_ARROW_PX)] if corr is not None else [])
     fig.add_annotation(x=xs[ids.index(d)], y=top(d), text="✗ rejected draft", showarrow=True,
-                       arrowhead=2, ax=0, ay=-32, font=dict(size=15, color=STATE_COLORS["rejected"]))
+                       arrowhead=2, ax=0, ay=-MARK_ARROW_PX, font=dict(size=15, color=STATE_COLORS["rejected"]))
     if corr is not None:
-        fig.add_annotation(x=xs[ids.index(corr)], y=top(corr), text="◆ correction", showarrow=True,
-                           arrowhead=2, ax=0, ay=-56, font=dict(size=15, color=STATE_COLORS["correction"]))
+        fig.add_annotation(x=xs[ids.index(corr)], y=top(corr), text="◆ correction", showarrow=True, arrowhead=2,
+                           ax=0, ay=-2 * MARK_ARROW_PX, font=dict(size=15, color=STATE_COLORS["correction"]))
     ymax = max(top(i) for i in ids)
     fig.update_layout(barmode="group", meta={"rejected_id": d, "correction_id": corr})
-    fig.update_yaxes(range=[0, max(ymax, 1e-9) * 1.35])
+    fig.update_yaxes(range=[0, y_top_for_marks(fig, ymax, marks)])
     return fig
 
 

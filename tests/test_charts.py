@@ -174,6 +174,19 @@ def test_fig_residual_marks_correction():
     assert notes["✗ rejected draft"] == "␣city"
 
 
+@pytest.mark.parametrize("height", [None, 400])  # the theme's height, and the main page's shorter charts
+def test_marks_above_bars_stay_under_the_legend_band(height):
+    # At T = 0.7 on code a drafted token has p = q = 1: the main page drew its "▼ drafted" over the legend.
+    def room_px(fig, y):  # pixels from y to the plot's top edge, on the smallest plot area the figure can get:
+        top = fig.layout.yaxis.range[1]  # its height less the title's room and 130 px of slanted token labels
+        return round((top - y) / top * (fig.layout.height - fig.layout.margin.t - 130), 6)
+
+    pq = charts.fig_pq(france_round(), 1, decode, height=height)  # the drafted bar is the tallest: q = 1
+    assert room_px(pq, 1.0) >= 24 + 20  # the arrow and a line of text
+    res = charts.fig_residual(france_round(), decode, height=height)
+    assert room_px(res, 0.8) >= 24 + 20 and room_px(res, 0.7) >= 48 + 20  # rejected draft; correction above it
+
+
 def test_fig_residual_without_rejection_is_informative():
     r = next(x for x in sim_run(seed=1, agree=0.9).rounds if not x.rejected)
     f = charts.fig_residual(r, decode)

@@ -158,6 +158,7 @@ def animate(job: playback.Playback, steps: int | None, speed: str, ph: Placehold
     return advanced
 
 
+PQ_HEIGHT = 400  # p-vs-q charts a little shorter than the theme's, as up to PQ_CHARTS_MAX stand one under another
 PQ_CHARTS_MAX = 6  # a round that drafted more shows one position at a time: a best-k round of 27 drew 27 charts
 
 
@@ -191,9 +192,7 @@ def round_detail(job: playback.Playback) -> None:
                                       help="p against q at one drafted position; it starts at the first refused "
                                            "draft (or the last one, when all were kept).")]
     for i in positions:
-        fig = charts.fig_pq(r, i, dec)
-        fig.update_layout(height=380)
-        ui.show_chart(fig, f"round{sel}-pq-{i + 1}", key=f"main.pq.{i}")
+        ui.show_chart(charts.fig_pq(r, i, dec, height=PQ_HEIGHT), f"round{sel}-pq-{i + 1}", key=f"main.pq.{i}")
     if r.rejected:
         ui.show_chart(charts.fig_residual(r, dec), f"round{sel}-residual", key="main.residual")
 
