@@ -67,8 +67,8 @@ pkey = f"lessons.{les.key}.{step.key}.prediction"
 prediction = None
 if done is None:  # once measured, the prediction is shown next to the measurement instead
     if pr.kind == "choice":
-        prediction = st.radio(pr.label, list(pr.choices), index=list(pr.choices).index(pr.default), key=pkey,
-                              horizontal=True)
+        prediction = st.radio(pr.label, list(pr.choices), index=None, key=pkey, horizontal=True,
+                              help="Pick your answer before the experiment: the measurement is shown next to it.")
     elif isinstance(pr.step, int) and isinstance(pr.lo, int):
         prediction = st.slider(pr.label, pr.lo, pr.hi, int(pr.default), pr.step, key=pkey)
     else:

@@ -40,16 +40,17 @@ class Prediction:
     lo: float = 0.0
     hi: float = 1.0
     step: float = 0.05
-    default: float | str = 0.5
+    default: float | str | None = 0.5  # a slider's value at first; None for a choice
     choices: tuple[str, ...] = ()
     fmt: str = ".2f"  # how a number is shown
     close: float = 0.1  # |prediction - measured| up to this counts as close
     unit: str = ""  # shown after a number: "×", " %"
 
 
-def choice(label: str, choices: tuple[str, ...], default: str) -> Prediction:
-    """A prediction picked from a few answers (default: the one selected at first)."""
-    return Prediction(label, "choice", choices=tuple(choices), default=default)
+def choice(label: str, choices: tuple[str, ...]) -> Prediction:
+    """A prediction picked from a few answers. None is selected at first: a learner commits to an answer of
+    their own, not one put there for them (a room predicting aloud may leave it empty)."""
+    return Prediction(label, "choice", choices=tuple(choices), default=None)
 
 
 @dataclass(frozen=True)
@@ -525,8 +526,7 @@ LESSONS: tuple[Lesson, ...] = (
            "A small draft guesses, the target checks. Does the text come out different from the target's own?", (
         Step("same_text",
              "With greedy decoding (T = 0), will the speculative text equal the target alone, token for token?",
-             choice("The speculative text is…", ("identical", "a few tokens differ", "mostly different"),
-                    "a few tokens differ"),
+             choice("The speculative text is…", ("identical", "a few tokens differ", "mostly different")),
              "greedy_identity",
              "The speculative text was {verdict}: {n_same} of {n_runs} greedy runs gave the same {tokens} tokens as "
              "the target alone.{detail} A drafted "
@@ -547,7 +547,7 @@ LESSONS: tuple[Lesson, ...] = (
              "At T = 1 the draft samples a token x, the target keeps it with probability min(1, p(x) / q(x)) and "
              "otherwise draws from max(0, p − q). Repeat it {n} times at one position: whose distribution do the "
              "tokens follow?",
-             choice("The tokens follow…", ("the target's p", "the draft's q", "in between"), "in between"),
+             choice("The tokens follow…", ("the target's p", "the draft's q", "in between")),
              "sampling_follows_p",
              "{lead}. In {n} seeded draws of the rule the draft's token was kept "
              "{kept:.0%} of the time; otherwise the target drew a correction. The frequencies are {tv_p:.3f} "
@@ -591,7 +591,7 @@ LESSONS: tuple[Lesson, ...] = (
              LAB),
         Step("entropy",
              "Which text made the target itself less sure of its next token (higher entropy)?",
-             choice("Less sure on…", ("the poem", "the code", "about the same"), "about the same"),
+             choice("Less sure on…", ("the poem", "the code", "about the same")),
              "entropy_poem_code",
              "{lead}. Mean target entropy where drafts were judged: poem {h_poem:.2f} nats "
              "(α = {alpha_poem:.2f}), code "
@@ -680,16 +680,23 @@ def explain(step: Step, outcome: Outcome) -> str:
     return step.explanation.format(**outcome.values)
 
 
-def format_prediction(step: Step, value: float | str) -> str:
+NO_PREDICTION = "none picked"
+
+
+def format_prediction(step: Step, value: float | str | None) -> str:
     pr = step.prediction
+    if value is None:  # a choice left empty
+        return NO_PREDICTION
     if pr.kind == "choice":
         return str(value)
     return format(float(value), pr.fmt) + pr.unit
 
 
-def compare(step: Step, prediction: float | str, outcome: Outcome) -> str:
+def compare(step: Step, prediction: float | str | None, outcome: Outcome) -> str:
     """One sentence: the learner's prediction against the measured answer."""
     shown = format_prediction(step, prediction)
+    if prediction is None:
+        return f"No answer was picked before the experiment; measured: **{outcome.shown}**."
     if step.prediction.kind == "choice":
         if prediction == outcome.measured:
             return f"You predicted **{shown}**, and that is what was measured."

@@ -61,7 +61,7 @@ def test_every_step_links_an_existing_page_and_names_an_experiment_that_resolves
         assert s.text and "{" not in s.text  # the question's placeholders are all filled
         pr = s.prediction
         if pr.kind == "choice":
-            assert pr.default in pr.choices and len(pr.choices) >= 2
+            assert pr.default is None and len(pr.choices) >= 2  # nothing picked for the learner
         else:
             assert pr.kind == "slider" and pr.lo <= pr.default <= pr.hi
         assert len({st.key for st in les.steps}) == len(les.steps)
@@ -321,6 +321,21 @@ def test_a_lessons_state_survives_reruns_and_lesson_switches():
     assert not at.metric and at.button(key="lessons.run")  # predict again: the answer is hidden
     ok(at.button(key="lessons.restart").click().run())
     assert [p.proto.text for p in at.get("progress")] == ["step 1 of 3"]
+
+
+def test_a_choice_starts_empty_and_an_experiment_run_without_one_says_so():
+    # A choice pre-picked the misconception ("a few tokens differ"): a learner who pressed Run at once was
+    # told they had predicted it.
+    at = lessons_page(RECORDED)
+    les = lessons.LESSONS[0]
+    step = les.steps[0]
+    assert step.prediction.kind == "choice"
+    assert at.radio(key=f"lessons.{les.key}.{step.key}.prediction").value is None
+    ok(at.button(key="lessons.run").click().run())
+    m = metrics(at)
+    assert m["your prediction"] == lessons.NO_PREDICTION
+    assert any(i.value.startswith("No answer was picked before the experiment; measured: ") for i in at.info)
+    assert not any("You predicted" in i.value for i in at.info)
 
 
 def test_page_started_on_its_own_still_runs():
