@@ -74,24 +74,29 @@ st.caption("Each trial is one seeded speculative first step with the engine's ow
 if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials") and ids is not None:
     with st.spinner(f"{int(n)} seeded trials…"):
         trials = lab_ui.run_guarded(experiments.first_token_trials, pair.target, pair.draft, ids, n=int(n),
-                                    temperature=float(temperature), seed=int(seed), vocab=pair.shared_vocab)
-        # same vocabulary as first_token_trials, so p, the overlap and the noise yardstick match the trials
+                                    temperature=float(temperature), seed=int(seed), vocab=pair.shared_vocab,
+                                    noise_reps=theory.NOISE_REPS)
+        # same vocabulary as first_token_trials, so p and the overlap match the trials
         fp = lab_ui.run_guarded(lab.first_position, pair.target, pair.draft, ids, temperature=float(temperature),
-                                noise_n=int(n), vocab=pair.shared_vocab) if trials is not None else None
+                                vocab=pair.shared_vocab) if trials is not None else None
     kept["trials"].put({"trials": trials, "fp": fp} if trials is not None and fp is not None else None)
 if (res := kept["trials"].get()) is not None:
     trials, fp = res["trials"], res["fp"]
-    tv = theory.total_variation(trials.p, trials.counts)
-    noise = theory.expected_tv_noise(trials.p, trials.n)
+    tv, noise = theory.total_variation(trials.p, trials.counts), trials.noise
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("total variation distance", f"{tv:.3f}")
-    m2.metric("expected from noise alone", f"{noise:.3f}", help="The expected TV of that many exact samples of p (theory.expected_tv_noise).")
-    m3.metric("noise, simulated (95%)", f"{fp.noise_tv[1]:.3f}" if fp.noise_tv else "–",
-              help=f"TV of {trials.n} tokens drawn directly from p, 200 times: 95% were below this.")
+    m2.metric("expected from noise alone", f"{noise.expected:.3f}",
+              help=f"The expected TV of {trials.n} tokens drawn straight from p, over the whole vocabulary "
+                   "(theory.expected_tv_noise); a simulation of it gives the give-or-take.")
+    m3.metric("more than noise beyond", f"{noise.limit:.3f}",
+              help=f"TV of {trials.n} tokens drawn straight from p, {len(noise.tvs)} times: the average plus "
+                   f"{theory.NOISE_SPREADS:g} times its spread, which noise alone almost never reaches. 95% of those "
+                   f"samplings were below {noise.p95:.3f}.")
     m4.metric("draft token kept", f"{trials.accepted / trials.n:.3f}", f"theory {fp.overlap:.3f}", delta_color="off")
-    v = explain.tv_verdict(tv, noise, trials.n, trials.accepted, fp.overlap, fp.noise_tv)
+    v = explain.tv_verdict(tv, noise, trials.accepted, fp.overlap)
     (st.success if v.kind == "within noise" else st.warning)(v.text)
-    ui.show_chart(charts.fig_exactness(trials.counts, trials.p, decode), "exactness_histogram", key="exact.fig_hist")
+    ui.show_chart(charts.fig_exactness(trials.counts, trials.p, decode, noise=noise.expected), "exactness_histogram",
+                  key="exact.fig_hist")
     st.caption("How often each token came out of the speculative step, next to the target's p.")
     ui.show_chart(lab.fig_first_position(fp, decode), "first_token_p_q_residual", key="exact.fig_pq")
     st.caption("Where that comes from: the draft's q, the target's p, and the residual the corrections are drawn "

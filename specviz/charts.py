@@ -877,18 +877,21 @@ def fig_k_trace(run: Run) -> go.Figure:
 
 # --- claim 7: exactness ------------------------------------------------------
 def fig_exactness(counts: Mapping[int, int], p: Mapping[int, float],
-                  decode: Callable[[int], str] = str, top_n: int = 15) -> go.Figure:
+                  decode: Callable[[int], str] = str, top_n: int = 15, noise: float | None = None) -> go.Figure:
     """Empirical token frequencies from many seeded runs vs the target p.
 
     The title gives the total variation distance, the subtitle what sampling
-    noise alone would give with that many samples.
+    noise alone would give with that many samples: `noise`, or else
+    expected_tv_noise over p as given, which is that only when p lists the
+    whole distribution (FirstTokenTrials.p lists its top tokens: pass
+    FirstTokenTrials.noise.expected).
     """
     n = int(sum(counts.values()))
     if n == 0:
         return _empty("Sampled tokens vs target p", "No samples yet.")
     f = {i: c / n for i, c in counts.items()}
     tv = total_variation(p, counts)
-    noise = expected_tv_noise(p, n)
+    noise = expected_tv_noise(p, n) if noise is None else float(noise)
     ids = _union(dict(p), f, top_n=top_n)
     rest_p = max(0.0, 1.0 - sum(p.get(i, 0.0) for i in ids))
     rest_f = max(0.0, 1.0 - sum(f.get(i, 0.0) for i in ids))

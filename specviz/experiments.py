@@ -36,7 +36,7 @@ from .lm import CachedLM, sync, vocab_size
 from .records import Run
 from .sampling import Sampler, logits_to_probs
 from .settings import is_greedy
-from .theory import Estimate, alpha_from_counts
+from .theory import Estimate, TVNoise, alpha_from_counts, simulate_tv_noise
 
 Progress = Callable[[str, float | None], None] | None
 
@@ -168,6 +168,7 @@ class FirstTokenTrials:
     q: dict[int, float]  # the draft's distribution (top tokens)
     n: int
     accepted: int  # how many trials kept the drafted token
+    noise: TVNoise | None = None  # the TV that n tokens drawn straight from the whole p give (noise_reps > 0)
 
 
 @torch.inference_mode()
@@ -184,22 +185,24 @@ def first_logits(target, draft, input_ids: list[int], vocab: int | None = None) 
 @torch.inference_mode()
 def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, temperature: float = 1.0,
                        top_k: int = 0, top_p: float = 1.0, seed: int = 0, top: int = 50,
-                       vocab: int | None = None) -> FirstTokenTrials:
+                       vocab: int | None = None, noise_reps: int = 0) -> FirstTokenTrials:
     """Run the engine's own acceptance step `n` times with seeds seed..seed+n-1.
 
     The forward passes are deterministic, so q (draft) and p (target) for the
     first position are computed once; each trial then draws d ~ q, and the
     engine's `decide` keeps it with probability min(1, p/q) or draws a
-    correction from norm(max(0, p - q)), exactly as in a full run.
+    correction from norm(max(0, p - q)), exactly as in a full run. With noise_reps, also the yardstick:
+    noise_reps samplings of n tokens straight from the whole p (theory.simulate_tv_noise).
     """
     p_logits, q_logits = first_logits(target, draft, input_ids, vocab)
     return trials_from_logits(p_logits.float(), q_logits.float(), n=n, temperature=temperature, top_k=top_k,
-                              top_p=top_p, seed=seed, top=top)
+                              top_p=top_p, seed=seed, top=top, noise_reps=noise_reps)
 
 
 @torch.inference_mode()
 def trials_from_logits(p_logits: torch.Tensor, q_logits: torch.Tensor, n: int = 2000, temperature: float = 1.0,
-                       top_k: int = 0, top_p: float = 1.0, seed: int = 0, top: int = 50) -> FirstTokenTrials:
+                       top_k: int = 0, top_p: float = 1.0, seed: int = 0, top: int = 50,
+                       noise_reps: int = 0) -> FirstTokenTrials:
     """first_token_trials' decisions on given target and draft logits (V,): no model needed."""
     vocab = p_logits.shape[-1]
     both = torch.stack([p_logits, p_logits])  # (2, V): position 1 and an unused bonus row
@@ -217,7 +220,9 @@ def trials_from_logits(p_logits: torch.Tensor, q_logits: torch.Tensor, n: int = 
     p = logits_to_probs(p_logits, t, top_k, top_p)
     q = logits_to_probs(q_logits, t, top_k, top_p)
     keep = set(torch.topk(p, min(top, vocab)).indices.tolist()) | set(counts)
-    return FirstTokenTrials(counts, {i: float(p[i]) for i in keep}, {i: float(q[i]) for i in keep}, n, accepted)
+    noise = simulate_tv_noise(p.double().numpy(), n, noise_reps) if noise_reps > 0 else None
+    return FirstTokenTrials(counts, {i: float(p[i]) for i in keep}, {i: float(q[i]) for i in keep}, n, accepted,
+                            noise)
 
 
 @dataclass(frozen=True)

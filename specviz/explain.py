@@ -31,7 +31,7 @@ from . import claims, measure
 from .errors import InvalidSetting
 from .records import Round, Run
 from .render import md_code, visible
-from .theory import expected_speedup, expected_tokens, expected_tokens_over, flat_until
+from .theory import NOISE_SPREADS, TVNoise, expected_speedup, expected_tokens, expected_tokens_over, flat_until
 
 Decode = Callable[[int], str]
 
@@ -405,30 +405,27 @@ def exactness_verdict(spec_ids: Sequence[int], base: Run, dtype: str, decode: De
     return Verdict(0.0, "near-tie" if near else "differs", s)
 
 
-def tv_verdict(tv: float, noise: float, n: int, accepted: int | None = None, overlap: float | None = None,
-               simulated: tuple[float, float] | None = None) -> Verdict:
-    """Total variation against what sampling noise alone gives with n samples: kind "within noise" or "more than noise".
-
-    noise: the expected TV from noise alone (theory.expected_tv_noise);
-    simulated: (mean, 95th percentile) from drawing n samples from p directly,
-    which decides the verdict when given.
-    """
+def tv_verdict(tv: float, noise: TVNoise, accepted: int | None = None, overlap: float | None = None) -> Verdict:
+    """A measured total variation against what sampling noise alone gives with as many samples (noise:
+    theory.simulate_tv_noise): kind "within noise", or "more than noise" beyond noise.limit."""
+    n, reps = noise.n, len(noise.tvs)
     s = (f"Over {n} seeded trials, the total variation distance between the emitted first tokens and the target's "
-         f"p is {tv:.3f}. ")
-    if simulated is not None:
-        mean, hi = simulated
-        s += (f"Drawing {n} tokens straight from p gives {mean:.3f} on average (95% of draws below {hi:.3f}); "
-              f"the quick formula says about {noise:.3f}")
-        s += (", an underestimate here because many rare tokens each show up once. " if mean > 1.3 * noise else ". ")
-        ok = tv <= hi
-    else:
-        s += f"Sampling noise alone, sampling the target directly {n} times, gives about {noise:.3f}. "
-        ok = tv <= 2.0 * noise + 0.01
-    if ok:
+         f"p is {tv:.3f}. Drawing {n} tokens straight from p, {reps} times, gives {noise.mean:.3f} on average, "
+         f"give or take {noise.sd:.3f}")
+    share = noise.share_at_least(tv)
+    s += f" ({share:.0%} of those samplings reached {tv:.3f}). " if share >= 0.005 else ". "
+    ok = tv <= noise.limit
+    if tv <= noise.p95:
         s += "They agree within noise: the speculative output has the target's distribution, not the draft's."
+    elif ok:
+        s += ("That is higher than 95% of the samplings, as one run in 20 of a correct sampler is, and still within "
+              f"noise: a wrong rule lands far beyond {noise.limit:.3f} ({NOISE_SPREADS:g} times the give-or-take "
+              "above the average). Another first seed gives another draw.")
     else:
-        s += ("That is more than noise explains: with this many samples a gap this large points to a real "
-              "difference (check top-k/top-p settings, or report it).")
+        far = (f"{(tv - noise.mean) / noise.sd:.0f} times the give-or-take above the average" if noise.sd > 0
+               else "above every sampling")
+        s += (f"That is {far}, beyond the {noise.limit:.3f} that noise alone almost never reaches: a real difference "
+              "(check top-k/top-p settings, or report it).")
     if accepted is not None and overlap is not None and n:
         s += (f" The draft's token was kept in {accepted}/{n} = {accepted / n:.3f} of the trials; the theory says "
               f"Σ min(p, q) = {overlap:.3f}.")

@@ -296,34 +296,11 @@ class FirstPosition:
     residual: dict[int, float]  # norm(max(0, p - q))
     overlap: float  # Σ min(p, q): the chance the drafted token is accepted
     temperature: float
-    noise_tv: tuple[float, float] | None = None  # (mean, 95th percentile) TV of n direct samples from p
-
-
-def simulate_tv_noise(p, n: int, reps: int = 200, seed: int = 12345) -> tuple[float, float]:
-    """TV between p and the frequencies of n samples drawn from p itself: (mean, 95th percentile).
-
-    The mean is theory.expected_tv_noise over the same buckets; the 95th percentile is
-    what a verdict needs, and has no closed form here.
-    """
-    import torch
-
-    p = torch.as_tensor(p, dtype=torch.float64)
-    g = torch.Generator().manual_seed(seed)
-    tvs = []
-    for _ in range(reps):
-        f = torch.bincount(torch.multinomial(p, n, replacement=True, generator=g), minlength=p.numel()) / n
-        tvs.append(0.5 * float((p - f).abs().sum()))
-    tvs.sort()
-    return float(np.mean(tvs)), float(tvs[min(len(tvs) - 1, int(0.95 * len(tvs)))])
 
 
 def first_position(target, draft, input_ids: Sequence[int], temperature: float = 1.0, top_k: int = 0,
-                   top_p: float = 1.0, vocab: int | None = None, top: int = 12,
-                   noise_n: int | None = None) -> FirstPosition:
-    """p, q and norm(max(0, p − q)) for the first token after the prompt, under the run's settings.
-
-    With noise_n, also the TV that noise_n direct samples from p give (simulate_tv_noise).
-    """
+                   top_p: float = 1.0, vocab: int | None = None, top: int = 12) -> FirstPosition:
+    """p, q and norm(max(0, p − q)) for the first token after the prompt, under the run's settings."""
     import torch
 
     from .sampling import logits_to_probs
@@ -342,8 +319,7 @@ def first_position(target, draft, input_ids: Sequence[int], temperature: float =
     for x in (p, q, r):
         keep |= set(torch.topk(x, min(top, v)).indices.tolist())
     as_d = lambda x: {int(i): float(x[i]) for i in sorted(keep, key=lambda i: -float(p[i]))}  # noqa: E731
-    noise = simulate_tv_noise(p, noise_n) if noise_n else None
-    return FirstPosition(as_d(p), as_d(q), as_d(r), float(torch.minimum(p, q).sum()), float(temperature), noise)
+    return FirstPosition(as_d(p), as_d(q), as_d(r), float(torch.minimum(p, q).sum()), float(temperature))
 
 
 def fig_first_position(fp: FirstPosition, decode: Decode, top_n: int = 12) -> go.Figure:

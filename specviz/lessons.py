@@ -266,12 +266,11 @@ def sampling_follows_p(ctx: Context, n: int) -> Outcome:
     import torch
 
     from .experiments import first_token_trials, trials_from_logits
-    from .lab import simulate_tv_noise
 
     if ctx.live:
         pair = ctx.pair
         tr = first_token_trials(pair.target, pair.draft, _ids(ctx, "The capital of France"), n=n, temperature=1.0,
-                                seed=ctx.seed, vocab=pair.shared_vocab)
+                                seed=ctx.seed, vocab=pair.shared_vocab, noise_reps=theory.NOISE_REPS)
         src = f"live: {pair.name}, The capital of France, first new token, T = 1, seeds {ctx.seed}–{ctx.seed + n - 1}"
     else:
         name = RECORDED[("Creative story", 1.0)]
@@ -285,23 +284,23 @@ def sampling_follows_p(ctx: Context, n: int) -> Outcome:
         pv.append(max(0.0, 1.0 - sum(pv)))
         qv.append(max(0.0, 1.0 - sum(qv)))
         logits = [torch.tensor(v, dtype=torch.float64).clamp_min(1e-30).log() for v in (pv, qv)]  # (len(ids)+1,)
-        tr = trials_from_logits(*logits, n=n, temperature=1.0, seed=ctx.seed)
+        tr = trials_from_logits(*logits, n=n, temperature=1.0, seed=ctx.seed, noise_reps=theory.NOISE_REPS)
         src = (f"recorded: {name}, first position: its top {len(p_top)} of p and q, the rest as one token; "
                f"{n} draws of the rule from seed {ctx.seed}")
     tv_p, tv_q = theory.total_variation(tr.p, tr.counts), theory.total_variation(tr.q, tr.counts)
-    shown_p = list(tr.p.values())
-    _, noise = simulate_tv_noise(shown_p + [max(0.0, 1.0 - sum(shown_p))], n)  # the same buckets as tv_p
-    if tv_p <= noise:
+    noise = tr.noise  # n tokens drawn straight from the same p, over the same tokens as the trials
+    if tv_p <= noise.limit:
         measured, lead = "the target's p", "The tokens followed the target's p"
         verdict = "Within sampling noise of p: the output follows the target, and the draft only sets the speed."
     else:
         measured = "the draft's q" if tv_q < tv_p else "in between"
         lead = ("The tokens were closer to the draft's q" if tv_q < tv_p else
-                "The tokens were between p and q: closer to p, but further from it than noise usually is")
-        verdict = ("Exact sampling lands this far from p one time in twenty by chance: change the seed and run the "
-                   "step again, or run more trials on the Exactness page.")
+                "The tokens were between p and q: closer to p, but further from it than noise reaches")
+        verdict = ("Exact sampling almost never lands this far from p: something bends the distribution (check "
+                   "the Exactness page, and report it).")
     return Outcome(measured, measured, {"lead": lead, "n": n, "kept": tr.accepted / n, "tv_p": tv_p,
-                                        "tv_q": tv_q, "noise": noise, "verdict": verdict}, src)
+                                        "tv_q": tv_q, "noise": noise.mean, "limit": noise.limit,
+                                        "verdict": verdict}, src)
 
 
 def verify_cost(ctx: Context) -> Outcome:
@@ -551,8 +550,9 @@ LESSONS: tuple[Lesson, ...] = (
              "sampling_follows_p",
              "{lead}. In {n} seeded draws of the rule the draft's token was kept "
              "{kept:.0%} of the time; otherwise the target drew a correction. The frequencies are {tv_p:.3f} "
-             "(total variation) from the target's p and {tv_q:.3f} from the draft's q, and sampling noise alone "
-             "gives up to {noise:.3f} (95 %). {verdict}",
+             "(total variation) from the target's p and {tv_q:.3f} from the draft's q; drawing as many tokens "
+             "straight from p gives {noise:.3f} on average, and noise alone almost never reaches {limit:.3f}. "
+             "{verdict}",
              EXACTNESS, (("n", 2000),)),
     )),
     Lesson("one_pass", "Why checking five tokens costs about one pass",

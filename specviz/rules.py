@@ -33,7 +33,7 @@ import torch
 from . import charts
 from .errors import InvalidSetting
 from .sampling import accept_token, logits_to_probs, residual
-from .theory import expected_tv_noise
+from .theory import expected_tv_noise, simulate_tv_noise
 
 KINDS = ("rejection", "exact-match", "typical", "threshold")
 LOSSLESS = frozenset({"rejection", "exact-match"})
@@ -243,10 +243,8 @@ def compare_rules(p: torch.Tensor, q: torch.Tensor, rules: Sequence[Rule] = DEFA
         keep |= set(r.counts)
     ids = sorted(keep, key=lambda i: -float(p[i]))
     pd = {int(i): float(p[i]) for i in ids}
-    from .lab import simulate_tv_noise
-
     return RuleLab(pd, {int(i): float(q[i]) for i in ids}, float(temperature), n, int(seed),
-                   expected_tv_noise(p.numpy(), n), tuple(results), noise_tv95=simulate_tv_noise(p, n)[1])
+                   expected_tv_noise(p.numpy(), n), tuple(results), noise_tv95=simulate_tv_noise(p.numpy(), n).p95)
 
 
 @torch.inference_mode()

@@ -482,6 +482,9 @@ def test_fig_exactness():
     assert dict(zip(tp.x, tp.y))["The"] == 0.5
     assert dict(zip(ob.x, ob.y))["␣a"] == pytest.approx(0.1)
     assert f.layout.meta["n"] == 100 and 0 < f.layout.meta["noise_tv"] < 0.2
+    # p listing its top tokens only: the page passes the whole distribution's noise, and the subtitle says it
+    g = charts.fig_exactness(counts, {0: 0.5}, decode, noise=0.083)
+    assert g.layout.meta["noise_tv"] == 0.083 and "TV ≈ 0.083" in g.layout.title.subtitle.text
 
 
 # --- race ----------------------------------------------------------------------

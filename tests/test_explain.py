@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from specviz import explain, measure, runfile, speculative_decode
 from specviz.errors import InvalidSetting
@@ -216,15 +218,44 @@ def test_batch_verdict_finds_the_end_of_the_flat_part():
 
 
 def test_tv_verdict_branches():
-    ok = explain.tv_verdict(0.02, 0.02, 2000, 900, 0.45)
-    assert ok.kind == "within noise" and ok.value == 0.02
+    from specviz.theory import TVNoise
+
+    noise = TVNoise(2000, tuple(0.080 + 0.001 * i for i in range(-10, 11)), 0.080)  # mean 0.080, sd ~0.006
+    ok = explain.tv_verdict(0.079, noise, 900, 0.45)
+    assert ok.kind == "within noise" and ok.value == 0.079
     assert "agree within noise" in ok.text and "900/2000" in ok.text and "0.450" in ok.text
-    far = explain.tv_verdict(0.3, 0.02, 2000)
-    assert far.kind == "more than noise" and "more than noise" in far.text
-    # with a simulated yardstick, the verdict follows its 95th percentile, not the formula
-    sim = explain.tv_verdict(0.075, 0.046, 2000, simulated=(0.07, 0.08))
-    assert sim.kind == "within noise" and "agree within noise" in sim.text and "underestimate" in sim.text
-    assert explain.tv_verdict(0.09, 0.046, 2000, simulated=(0.07, 0.08)).kind == "more than noise"
+    assert "0.080 on average" in ok.text and "21 times" in ok.text
+    tail = explain.tv_verdict(0.0905, noise)  # above every sampling, but within the limit (mean + 4 sd)
+    assert noise.p95 < 0.0905 <= noise.limit
+    assert tail.kind == "within noise" and "one run in 20" in tail.text and "agree within noise" not in tail.text
+    far = explain.tv_verdict(0.3, noise)
+    assert far.kind == "more than noise" and "a real difference" in far.text
+    flat = TVNoise(2000, (0.0, 0.0, 0.0), 0.0)  # p on one token: noise never moves the TV
+    assert explain.tv_verdict(0.01, flat).kind == "more than noise" and "above every sampling" in \
+        explain.tv_verdict(0.01, flat).text
+
+
+def test_an_exact_sampler_is_almost_never_called_wrong_and_a_lossy_rule_always_is():
+    # The verdict's yardstick (noise of 2000 draws from p, 200 samplings) against 2000 further samplings of
+    # exact draws from p: at the 95th percentile, as before, one in 20 was called "more than noise".
+    from specviz.theory import TVNoise, simulate_tv_noise
+
+    rng = torch.Generator().manual_seed(0)
+    z = torch.randn(5000, generator=rng)
+    p = torch.softmax(z * 3, 0).double().numpy()  # a long tail, like a vocabulary
+    noise = simulate_tv_noise(p, 2000)
+    assert isinstance(noise, TVNoise)
+    exact = simulate_tv_noise(p, 2000, reps=2000, seed=7).tvs
+    flagged = [explain.tv_verdict(tv, noise).kind == "more than noise" for tv in exact]
+    assert sum(flagged) <= 4  # under 0.2 %; the 95th percentile flagged 112
+    # two broken rules, with a draft surer than the target (Σ min(p, q) = 0.57): one keeps every draft (its
+    # output is q), one draws the correction from p instead of the residual (min(p, q) + (1 − Σ min) p)
+    q = torch.softmax(z * 4.8 + 0.5 * torch.randn(5000, generator=rng), 0).double().numpy()
+    m = np.minimum(p, q)
+    for wrong in (q, m + (1 - m.sum()) * p):
+        for seed in range(10):
+            f = np.bincount(np.random.default_rng(seed).choice(p.size, 2000, p=wrong / wrong.sum()), minlength=p.size)
+            assert explain.tv_verdict(0.5 * float(np.abs(p - f / 2000).sum()), noise).kind == "more than noise"
 
 
 def test_theory_summary_states_speedup_and_best_k():

@@ -213,7 +213,7 @@ def test_exactness_verdict_and_diff_html(models):
 
 def test_first_position_matches_the_models_and_the_trials(models):
     target, draft = models
-    fp = lab.first_position(target, draft, PROMPT, temperature=1.0, top=VOCAB, noise_n=3000)
+    fp = lab.first_position(target, draft, PROMPT, temperature=1.0, top=VOCAB)
     with torch.no_grad():
         p = logits_to_probs(target(torch.tensor([PROMPT])).logits[0, -1].double(), 1.0)
         q = logits_to_probs(draft(torch.tensor([PROMPT])).logits[0, -1].double(), 1.0)
@@ -225,12 +225,13 @@ def test_first_position_matches_the_models_and_the_trials(models):
             assert fp.residual[i] == 0.0  # the residual lives only where the target wants more
     # the engine's acceptance rate over many seeded trials agrees with Σ min(p, q)
     n = 3000
-    trials = first_token_trials(target, draft, PROMPT, n=n, temperature=1.0)
+    trials = first_token_trials(target, draft, PROMPT, n=n, temperature=1.0, noise_reps=200)
     se = math.sqrt(fp.overlap * (1 - fp.overlap) / n)
     assert abs(trials.accepted / n - fp.overlap) < 4.5 * se
     from specviz.theory import total_variation
 
-    assert total_variation(trials.p, trials.counts) <= fp.noise_tv[1] * 1.5  # same distribution as p
+    assert total_variation(trials.p, trials.counts) <= trials.noise.limit  # same distribution as p
+    assert trials.noise.n == n and trials.noise.expected == pytest.approx(trials.noise.mean, rel=0.1)
     fig = lab.fig_first_position(fp, decode)
     assert [t.name for t in fig.data] == ["target p", "draft q", "residual norm(max(0, p − q))"]
     with pytest.raises(InvalidSetting):
@@ -242,13 +243,16 @@ def test_the_expected_noise_matches_simulation_on_a_small_vocabulary_and_on_a_lo
 
     from specviz.theory import expected_tv_noise
 
+    from specviz.theory import simulate_tv_noise
+
     p = torch.softmax(torch.randn(64, generator=torch.Generator().manual_seed(0)) * 2, 0).double()
-    mean, hi = lab.simulate_tv_noise(p, 2000, reps=300)
+    noise = simulate_tv_noise(p.numpy(), 2000, reps=300)
+    mean = noise.mean
     assert mean == pytest.approx(expected_tv_noise({i: float(v) for i, v in enumerate(p)}, 2000), rel=0.05)
-    assert hi > mean
+    assert noise.expected == pytest.approx(mean, rel=0.05) and noise.limit > noise.p95 > mean
     tail = torch.full((50_000,), 0.5 / 50_000, dtype=torch.float64)
     tail[0] = 0.5  # half the mass on one token, half spread thin: every rare draw is a new token
-    mean, _ = lab.simulate_tv_noise(tail, 2000, reps=50)
+    mean = simulate_tv_noise(tail.numpy(), 2000, reps=50).mean
     assert mean > 0.4 and mean == pytest.approx(expected_tv_noise(tail, 2000), rel=0.05)
     # the same tail lumped into one bucket, or a normal approximation per token, is far off
     assert mean > 3 * expected_tv_noise({0: 0.5}, 2000)
