@@ -69,7 +69,7 @@ def use_measured_alpha():
 
 st.subheader("2 · The model: predicted speedup against k")
 if cost is not None:
-    a1, a2, a3 = st.columns([2, 1, 1])
+    a1, a2, a3 = st.columns([2, 1, 1.4])  # room for the checkbox's label at 1280 pixels
     st.session_state.setdefault("speed.alpha", 0.8)  # set here, so the "use measured α" button can change it
     alpha = a1.slider("α for the model", 0.0, 0.99, step=0.01, key="speed.alpha")
     if measured_alpha is not None and math.isfinite(measured_alpha):
