@@ -288,6 +288,9 @@ def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
             page.get_by_text(f"step {n} of {total}").first.wait_for()
         expect(run).to_be_visible(timeout=60_000)  # this step, not yet measured
         _settled(page)
+        if n == 1:  # the room's answer, clicked by the presenter (a choice starts with none picked)
+            page.get_by_text("identical", exact=True).first.click()
+            _settled(page)
         page.evaluate("() => document.activeElement && document.activeElement.blur()")
         page.keyboard.press(" ")  # space: run the experiment
         expect(run).to_have_count(0, timeout=60_000)  # measured: the button gives way to the answer
@@ -299,6 +302,7 @@ def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
         _at_least(page, page.get_by_text("your prediction"))  # the answer next to the prediction
         _at_least(page, page.get_by_text("measured"))
         if n == 1:
+            expect(page.get_by_text("You predicted identical, and that is what was measured.")).to_be_visible()
             _shot(page, shots / "lesson-presenter.png")
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()
