@@ -98,7 +98,7 @@ def round_rows(r: Round, decode: Decode, extra: bool = True) -> list[dict]:
                 row["u"] = None
                 row["test"] = "not judged"
         row["decision"] = ("accept ✓" if r.accepted[i] else "reject ✗") if judged else \
-            "discarded (after a rejection)"
+            "discarded"  # after a rejection, as the round story says
         rows.append(row)
     if extra and r.extra_kind is not None and r.extra_id is not None:
         j = r.n_accepted
