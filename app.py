@@ -76,8 +76,10 @@ if job is not None and steps != 0:
             st.rerun()  # draw the finished page once more, buttons included (no model work)
 
 if job is None:
-    ph.text.info("Press **Run** to watch the draft propose and the target verify, round by round"
-                 + (" (the first run loads the models)." if ms.live else "."))
+    ph.text.info((f"Press **{controls.RUN}** to watch the draft propose and the target verify, round by round "
+                  "(the first run loads the models)." if ms.live else
+                  f"Press **{controls.PLAY}** to replay the chosen recorded run, round by round: the draft "
+                  "proposing and the target verifying, with the timings it was recorded with."))
     controls.save_load(job)
     st.stop()
 

@@ -389,7 +389,10 @@ def test_recorded_runs_replay_without_loading_a_model(monkeypatch):
     monkeypatch.setattr(models, "load_pair", no_load)
     calls = ui.LOAD_CALLS
     at = new_app()
+    assert "Press **Run** to watch" in at.info[0].value
     at.radio(key="main.source").set_value("Recorded runs (no model needed)").run()
+    # the page names the button it shows: "Run" read wrong beside a button labelled "Play recording"
+    assert at.button(key="main.run_btn").label == "Play recording" and "Press **Play recording**" in at.info[0].value
     at.selectbox(key="main.recording").set_value(recs[0].name)
     at.select_slider(key="main.speed").set_value("instant")
     at.button(key="main.run_btn").click().run()

@@ -16,6 +16,7 @@ from specviz.engine import speculative_stream
 from specviz.errors import SpecvizError
 
 S = st.session_state
+RUN, PLAY = "Run", "Play recording"  # the main button's label: live models, or a recorded run
 
 
 # --- callbacks: they run before the script, so the page draws the new state ------------------
@@ -118,7 +119,7 @@ def buttons(ms: MainSettings, job: playback.Playback | None) -> None:
     # one row of buttons as wide as their labels, wrapping on a narrow screen (in columns of fixed shares a
     # 1024-pixel projector cut them to "R…" and "S…")
     row = st.container(horizontal=True)
-    row.button("Run" if ms.live else "Play recording", type="primary", key="main.run_btn", on_click=_request,
+    row.button(RUN if ms.live else PLAY, type="primary", key="main.run_btn", on_click=_request,
                icon=":material/play_arrow:", args=("run",), disabled=not ms.live and ms.recording is None,
                help="Start a new run with the settings in the sidebar." if ms.live
                else "Replay the chosen recording.")
