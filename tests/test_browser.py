@@ -255,6 +255,14 @@ def _click_until(page, button, text: str | re.Pattern, tries: int = 3, quiet_ms:
     _wait_or_show(page, text)
 
 
+# the font size of the first metric's value and label, as drawn (normal mode: 36 and 14 pixels)
+METRIC_PX = """() => {
+  const m = document.querySelector('[data-testid="stMetric"]');
+  const px = (sel) => parseFloat(getComputedStyle(m.querySelector(sel + ' p')).fontSize);
+  return [px('[data-testid="stMetricValue"]'), px('[data-testid="stMetricLabel"]')];
+}"""
+
+
 def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
     """Presenter mode on, a whole lesson from the recorded runs, driven by the keyboard: space runs
     each experiment, → goes to the next step. Screenshots for slides go to $SPECVIZ_SCREENSHOTS."""
@@ -303,6 +311,9 @@ def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
         _at_least(page, page.get_by_text("measured"))
         if n == 1:
             expect(page.get_by_text("You predicted identical, and that is what was measured.")).to_be_visible()
+            # the figures are what the room reads: larger than in normal mode, and larger than their labels
+            value_px, label_px = page.evaluate(METRIC_PX)
+            assert value_px > 36 and value_px > 2 * label_px, (value_px, label_px)
             _shot(page, shots / "lesson-presenter.png")
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()

@@ -54,7 +54,9 @@ h1 { font-size: 2.9rem !important; }
 .sv-tok { padding: 2px 5px !important; margin: 0 3px !important; border-width: 4px !important; }
 .sv-accepted, .sv-bonus { border-bottom-width: 6px !important; }
 .sv-legend { font-size: 1.2rem !important; }
-</style>"""
+[data-testid="stMetricValue"] [data-testid="stMarkdownContainer"] p,
+[data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"] p { font-size: inherit !important; }
+</style>"""  # the last rule: a metric's value and label are markdown too, and 1.2rem made values smaller, labels cut
 
 
 # presenter mode's keys, on the page around the component's frame: space plays or pauses (or runs),
