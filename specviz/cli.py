@@ -110,7 +110,8 @@ def tree_stats_lines(run) -> list[str]:
     s = run.settings
     if s.get("shape") == "spine":
         shape = (f"spine           a chain ({s.get('k_policy')} k, depth <= {s['max_depth']}), "
-                 f"{explain.count(s['branch'] - 1, 'sibling')} where the draft's top probability < {s.get('doubt')}; {run.n_nodes} nodes in all")
+                 f"{explain.count(s['branch'] - 1, 'sibling')} where the draft's top probability < {s.get('doubt')}; "
+                 f"{run.n_nodes} nodes in all")
     else:
         shape = (f"tree            up to {s['budget']} nodes, {s['branch']} children per node, depth <= "
                  f"{s['max_depth']}; {run.n_nodes} nodes drafted in all")

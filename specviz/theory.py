@@ -252,9 +252,8 @@ def expected_tv_noise(p, n: int) -> float:
 
 # A measured TV this many spreads (standard deviations of the simulated noise) above noise's mean is more than
 # noise. Sampling alone gets there about once in 30,000 samplings (a normal tail), so a correct sampler is almost
-# never called wrong; the 95th percentile, used before, called it wrong once in 20 runs (the Exactness page's
-# own default run read 0.094 against a 95th percentile of 0.093). A wrong rule lands far beyond: the lossy
-# rules of the rule lab sit at 10x the noise.
+# never called wrong, where a bar at the 95th percentile would call it wrong once in 20 runs. A wrong rule lands
+# far beyond: the lossy rules of the rule lab sit at 10x the noise.
 NOISE_SPREADS = 4.0
 NOISE_REPS = 200  # simulated samplings of noise alone
 
@@ -298,8 +297,9 @@ def simulate_tv_noise(p, n: int, reps: int = NOISE_REPS, seed: int = 12345) -> T
     this must be over the same tokens: total_variation over every token drawn is (the tokens never drawn add
     their p either way)."""
     ps = np.asarray(p, dtype=np.float64).ravel()
-    if n <= 0 or ps.size == 0 or not ps.sum() > 0:
-        raise InvalidSetting("the noise of sampling needs n >= 1 and a distribution with some mass")
+    if n <= 0 or reps < 2 or ps.size == 0 or not ps.sum() > 0:
+        raise InvalidSetting("the noise of sampling needs n >= 1, two samplings or more and a distribution with "
+                             "some mass")
     ps = ps / ps.sum()
     cdf = np.cumsum(ps)
     cdf /= cdf[-1]
