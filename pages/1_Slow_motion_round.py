@@ -98,7 +98,7 @@ if state is None or not state["pb"].rounds:
 rounds = state["pb"].rounds
 s = state["settings"]
 st.subheader("The text so far")
-st.caption(f"{explain.count(len(rounds), 'round')} = {explain.count(len(rounds), 'target pass', 'target passes')} · "
+st.caption(f"{explain.rounds_are_passes(len(rounds))} · "
            f"{sum(len(r.emitted) for r in rounds)} new tokens · k = {s['k']}, T = {s['temperature']:g}, "
            f"seed {s['seed']}, {s['drafter']}" + (" · run finished" if state["pb"].done else ""))
 st.markdown(render.legend_html(), unsafe_allow_html=True)

@@ -8,6 +8,7 @@ streamlit, no models.
 
   ACCEPT_TEST, ACCEPT_RULE, accept_check   the sampling acceptance test, as sampling.accept_token does it
   num, tok, format_bytes, count            numbers, tokens, byte counts and "3 rounds" for the page
+  rounds_are_passes                        "3 rounds = 3 target passes"
   round_summary                            one round in one sentence (the main page)
   round_story, zero_accept_note            one round told decision by decision (slow motion)
   round_rows                               one round's decisions as a table, arithmetic written out
@@ -59,6 +60,11 @@ def count(n: float, noun: str, plural: str | None = None) -> str:
     """A count and its noun, plural unless it is one: "1 round", "3 rounds", "2 target passes"."""
     n_text = f"{n:g}" if isinstance(n, float) else str(n)
     return f"{n_text} {noun if n == 1 else plural or noun + 's'}"
+
+
+def rounds_are_passes(n: int) -> str:
+    """"3 rounds = 3 target passes": one verifying pass per round, as the step-by-step pages count them."""
+    return f"{count(n, 'round')} = {count(n, 'target pass', 'target passes')}"
 
 
 def num(x: float | None, spec: str = ".3f") -> str:

@@ -125,6 +125,8 @@ def test_count_says_one_in_the_singular_and_every_other_number_in_the_plural():
     assert explain.count(3, "target pass", "target passes") == "3 target passes"
     assert explain.count(1, "target pass", "target passes") == "1 target pass"
     assert explain.count(2.5, "token") == "2.5 tokens" and explain.count(1.0, "token") == "1 token"
+    assert explain.rounds_are_passes(1) == "1 round = 1 target pass"
+    assert explain.rounds_are_passes(3) == "3 rounds = 3 target passes"
 
 
 def test_round_story_tells_every_decision_and_the_extra_token(models):
