@@ -73,13 +73,12 @@ st.caption("Each trial is one seeded speculative first step with the engine's ow
            "passes for this prompt are computed **once**; only the random draws change between trials.")
 if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials") and ids is not None:
     with st.spinner(f"{int(n)} seeded trials…"):
-        trials = lab_ui.run_guarded(experiments.first_token_trials, pair.target, pair.draft, ids, n=int(n),
-                                    temperature=float(temperature), seed=int(seed), vocab=pair.shared_vocab,
-                                    noise_reps=theory.NOISE_REPS)
-        # same vocabulary as first_token_trials, so p and the overlap match the trials
-        fp = lab_ui.run_guarded(lab.first_position, pair.target, pair.draft, ids, temperature=float(temperature),
-                                vocab=pair.shared_vocab) if trials is not None else None
-    kept["trials"].put({"trials": trials, "fp": fp} if trials is not None and fp is not None else None)
+        # one forward pass of each model; the trials and the p/q/residual chart both read these logits
+        logits = lab_ui.run_guarded(experiments.first_logits, pair.target, pair.draft, ids, pair.shared_vocab)
+        trials = lab_ui.run_guarded(experiments.trials_from_logits, *logits, n=int(n), temperature=float(temperature),
+                                    seed=int(seed), noise_reps=theory.NOISE_REPS) if logits is not None else None
+        fp = lab.position_from_logits(*logits, temperature=float(temperature)) if trials is not None else None
+    kept["trials"].put({"trials": trials, "fp": fp} if trials is not None else None)
 if (res := kept["trials"].get()) is not None:
     trials, fp = res["trials"], res["fp"]
     tv, noise = theory.total_variation(trials.p, trials.counts), trials.noise

@@ -32,6 +32,7 @@ import torch
 from . import devqueue, measure, quant
 from .drafters import ModelDrafter, Proposal
 from .engine import autoregressive_decode, decide, pair_vocab, speculative_decode
+from .errors import InvalidSetting
 from .lm import CachedLM, sync, vocab_size
 from .records import Run
 from .sampling import Sampler, logits_to_probs
@@ -174,12 +175,15 @@ class FirstTokenTrials:
 @torch.inference_mode()
 def first_logits(target, draft, input_ids: list[int], vocab: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's and the draft's logits (V,) for the first token after the prompt, on the CPU,
-    over the ids both models (and the tokenizer) share."""
-    vocab = pair_vocab(target, draft, vocab)
+    in float32 or wider, over the ids both models (and the tokenizer) share: one forward pass of each."""
     ids = list(input_ids)
+    if not ids:
+        raise InvalidSetting("The prompt is empty: type something for the model to continue.")
+    vocab = pair_vocab(target, draft, vocab)
     p_logits = CachedLM(target).feed(ids, keep=1)[-1, :vocab].cpu()  # (V,)
     q_logits = CachedLM(draft).feed(ids, keep=1)[-1, :vocab].cpu()  # (V,)
-    return p_logits, q_logits
+    at_least_32 = lambda x: x.to(torch.promote_types(x.dtype, torch.float32))  # noqa: E731 - bf16 up, float64 kept
+    return at_least_32(p_logits), at_least_32(q_logits)
 
 
 @torch.inference_mode()
@@ -195,7 +199,7 @@ def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, tempe
     noise_reps samplings of n tokens straight from the whole p (theory.simulate_tv_noise).
     """
     p_logits, q_logits = first_logits(target, draft, input_ids, vocab)
-    return trials_from_logits(p_logits.float(), q_logits.float(), n=n, temperature=temperature, top_k=top_k,
+    return trials_from_logits(p_logits, q_logits, n=n, temperature=temperature, top_k=top_k,
                               top_p=top_p, seed=seed, top=top, noise_reps=noise_reps)
 
 

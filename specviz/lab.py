@@ -13,6 +13,7 @@ are explain.py's; the figures (α, c, speedup) are measure.py's.
   race_points                   cumulative (seconds, tokens) of a run, for the race
   diff_html                     a text with its first difference from another marked
   first_position, fig_first_position  p, q and the residual at the first new position
+  position_from_logits          the same from logits already computed (experiments.first_logits)
   entropy_verdict               which domain the target was least sure on, against α
   seed_table
 """
@@ -301,20 +302,23 @@ class FirstPosition:
 def first_position(target, draft, input_ids: Sequence[int], temperature: float = 1.0, top_k: int = 0,
                    top_p: float = 1.0, vocab: int | None = None, top: int = 12) -> FirstPosition:
     """p, q and norm(max(0, p − q)) for the first token after the prompt, under the run's settings."""
+    p_logits, q_logits = first_logits(target, draft, list(input_ids), vocab)  # (V,) each
+    return position_from_logits(p_logits, q_logits, temperature, top_k, top_p, top)
+
+
+def position_from_logits(p_logits, q_logits, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                         top: int = 12) -> FirstPosition:
+    """first_position from the target's and the draft's logits (V,) (experiments.first_logits): no model needed."""
     import torch
 
     from .sampling import logits_to_probs
 
-    ids = list(input_ids)
-    if not ids:
-        raise InvalidSetting("The prompt is empty: type something for the model to continue.")
-    p_logits, q_logits = first_logits(target, draft, ids, vocab)  # (V,) each
     v = p_logits.shape[-1]
     t = 1.0 if is_greedy(temperature) else temperature
-    p = logits_to_probs(p_logits.double(), t, top_k, top_p)
-    q = logits_to_probs(q_logits.double(), t, top_k, top_p)
+    p = logits_to_probs(p_logits.double(), t, top_k, top_p)  # (V,)
+    q = logits_to_probs(q_logits.double(), t, top_k, top_p)  # (V,)
     r = torch.clamp(p - q, min=0.0)
-    r = r / r.sum() if r.sum() > 0 else p.clone()
+    r = r / r.sum() if r.sum() > 0 else p.clone()  # (V,) the residual corrections are drawn from
     keep = set()
     for x in (p, q, r):
         keep |= set(torch.topk(x, min(top, v)).indices.tolist())

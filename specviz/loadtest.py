@@ -770,7 +770,7 @@ class Report:
             f"from Run to its figures, so the best possible wall is the larger of the two: "
             f"{s['wall_over_ideal']:.2f} of it",
             *each,
-            *([f"each solo run between two others, against their mean (the machine alone): "
+            *(["each solo run between two others, against their mean (the machine alone): "
                + ", ".join(f"{fmt(v)}" for v in s["solo_over_neighbours"])
                + f"; within {100 * TOLERANCE:.0f} %: {s['solo_within_tolerance']}/{len(s['solo_over_neighbours'])}"]
               if s["solo_over_neighbours"] else []),

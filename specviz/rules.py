@@ -251,18 +251,13 @@ def compare_rules(p: torch.Tensor, q: torch.Tensor, rules: Sequence[Rule] = DEFA
 def first_distributions(target, draft, input_ids: Sequence[int], temperature: float = 1.0, top_k: int = 0,
                         top_p: float = 1.0, vocab: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(p, q): the target's and the draft's distributions (V,) for the first token after the prompt."""
-    from .engine import pair_vocab
-    from .lm import CachedLM
+    from .experiments import first_logits
 
-    ids = list(input_ids)
-    if not ids:
-        raise InvalidSetting("The prompt is empty: type something for the model to continue.")
     if not temperature > 0:
         raise InvalidSetting("The rule lab compares sampling rules: pick a temperature above 0.")
-    v = pair_vocab(target, draft, vocab)  # ids both models share
-    p = logits_to_probs(CachedLM(target).feed(ids, keep=1)[-1, :v].double().cpu(), temperature, top_k, top_p)
-    q = logits_to_probs(CachedLM(draft).feed(ids, keep=1)[-1, :v].double().cpu(), temperature, top_k, top_p)
-    return p, q
+    p_logits, q_logits = first_logits(target, draft, list(input_ids), vocab)  # (V,) each, over the shared ids
+    return (logits_to_probs(p_logits.double(), temperature, top_k, top_p),
+            logits_to_probs(q_logits.double(), temperature, top_k, top_p))
 
 
 def rule_lab(target, draft, input_ids: Sequence[int], rules: Sequence[Rule] = DEFAULT_RULES, *, n: int = 20_000,

@@ -451,8 +451,9 @@ def test_why_it_is_fast_forward_bandwidth_batch():
 
 # --- 5 · exactness --------------------------------------------------------------------------------------
 @needs_tiny
-def test_exactness_greedy_matches_the_engine_and_trials_match_p():
+def test_exactness_greedy_matches_the_engine_and_trials_match_p(monkeypatch):
     from specviz import experiments, lab, prompts
+    from specviz.lm import CachedLM
 
     at = page("5")
     assert at.slider(key="exact.k").value == 4 and at.number_input(key="exact.n").value == 2000
@@ -467,7 +468,11 @@ def test_exactness_greedy_matches_the_engine_and_trials_match_p():
     verdict = [e.value for e in [*at.success, *at.warning]][0]
     assert verdict.startswith("Identical") == cmp.identical
     at.number_input(key="exact.n").set_value(600).run()
+    feeds, feed = [], CachedLM.feed
+    monkeypatch.setattr(CachedLM, "feed", lambda self, ids, keep=None: feeds.append(len(ids)) or feed(self, ids, keep))
     press(at, "exact.run_trials")
+    monkeypatch.undo()
+    assert len(feeds) == 2  # one prompt pass per model: the trials and the p/q/residual chart share them
     m = metrics(at)
     tv, noise = num(m["total variation distance"]), num(m["expected from noise alone"])
     limit = num(m["more than noise beyond"])
