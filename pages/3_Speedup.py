@@ -60,20 +60,30 @@ speed_ui.draft_precisions(pair, ids, run_kw)  # 1b
 
 # --- 2. the model, with the best k ------------------------------------------------------------
 sw = kept["sweep"].get()
-measured_alpha = measure.pooled_alpha([cmp.spec for cmp in sw.values()]) if sw else None
+# α measured on this page with the sidebar's draft and a fixed k: the sweep (3), the precision comparison (1b), 5
+alpha_runs = {**speed_ui.fixed_k_runs(pair), **({"3": [cmp.spec for cmp in sw.values()]} if sw else {})}
+measured_alpha = measure.pooled_alpha([r for runs in alpha_runs.values() for r in runs]) if alpha_runs else None
+if measured_alpha is not None and not math.isfinite(measured_alpha):
+    measured_alpha = None  # no drafts were judged
 
 
 def use_measured_alpha():
-    st.session_state["speed.alpha"] = round(float(measured_alpha), 2)
+    st.session_state["speed.alpha"] = st.session_state["speed.alpha_auto"] = round(float(measured_alpha), 2)
 
 
 st.subheader("2 · The model: predicted speedup against k")
 if cost is not None:
     a1, a2, a3 = st.columns([2, 1, 1.4])  # room for the checkbox's label at 1280 pixels
     st.session_state.setdefault("speed.alpha", 0.8)  # set here, so the "use measured α" button can change it
-    alpha = a1.slider("α for the model", 0.0, 0.99, step=0.01, key="speed.alpha")
-    if measured_alpha is not None and math.isfinite(measured_alpha):
-        a2.button(f"use measured α = {measured_alpha:.2f}", key="speed.use_alpha", on_click=use_measured_alpha)
+    if measured_alpha is not None and st.session_state["speed.alpha"] == st.session_state.get("speed.alpha_auto", 0.8):
+        use_measured_alpha()  # a new measurement moves the slider, unless the learner has moved it
+    alpha = a1.slider("α for the model", 0.0, 0.99, step=0.01, key="speed.alpha",
+                      help="Starts at 0.80; once α is measured on this page with a fixed k (sections 1b, 3 or 5), "
+                           "at the measured α, until you move it.")
+    if measured_alpha is not None:
+        a2.button(f"use measured α = {measured_alpha:.2f}", key="speed.use_alpha", on_click=use_measured_alpha,
+                  help="α over every run of this page with the sidebar's draft and a fixed k: sections "
+                       + ", ".join(sorted(alpha_runs)))
     use_vr = a3.checkbox("use the measured verify cost", value=True, key="speed.use_vr",
                          help="Off: assume checking k+1 tokens costs one 1-token pass (the textbook 1 + k·c).")
     vc = cost.verify if use_vr else None

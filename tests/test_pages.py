@@ -392,6 +392,39 @@ def test_speedup_compares_draft_precisions_on_one_prompt():
 
 
 @needs_tiny
+def test_speedup_model_starts_at_the_alpha_measured_on_the_page_until_the_learner_moves_it():
+    from specviz import measure, quant
+
+    def model_alpha(at) -> float:  # the α section 2 drew with, read from its words (the slider reads the state)
+        return float(next(re.search(r"At α = ([\d.]+)", m.value).group(1) for m in at.markdown if "At α = " in m.value))
+
+    at = page("3")
+    at.number_input(key="speed.max_new").set_value(8).run()
+    press(at, "speed.run_cost")
+    assert at.slider(key="speed.alpha").value == model_alpha(at) == 0.8  # nothing measured yet
+    sidebar = quant.default_precision("cpu")  # the sidebar's draft: only its run counts, not float32's
+    at.multiselect(key="speed.precisions").set_value(["float32", sidebar]).run()
+    press(at, "speed.run_precisions")  # 1b, above section 2
+    spec = next(r.comparison.spec for r in at.session_state["speed.precision"] if r.precision == sidebar)
+    assert at.slider(key="speed.alpha").value == model_alpha(at) == round(spec.alpha, 2)
+    at.slider(key="speed.k0").set_value(2).run()  # another k than 1b's 4: on the tiny pair, another α
+    press(at, "speed.run_adaptive")  # 5, below section 2: its fixed-k run is pooled with 1b's
+    fixed = at.session_state["speed.adaptive"]["fixed"]
+    pooled = round(measure.pooled_alpha([spec, fixed]), 2)
+    assert pooled != round(spec.alpha, 2)  # else this step could not tell whether section 2 saw the new run
+    assert at.slider(key="speed.alpha").value == model_alpha(at) == pooled
+    mine = 0.33 if pooled != 0.33 else 0.34
+    at.slider(key="speed.alpha").set_value(mine).run()
+    at.multiselect(key="speed.ks").set_value([1]).run()
+    press(at, "speed.run_sweep")  # a new measurement leaves the learner's α alone; the button offers it
+    assert at.slider(key="speed.alpha").value == model_alpha(at) == mine
+    runs = [spec, fixed, *(cmp.spec for cmp in at.session_state["speed.sweep"].values())]
+    assert at.button(key="speed.use_alpha").label == f"use measured α = {measure.pooled_alpha(runs):.2f}"
+    press(at, "speed.use_alpha")
+    assert at.slider(key="speed.alpha").value == model_alpha(at) == round(measure.pooled_alpha(runs), 2)
+
+
+@needs_tiny
 def test_speedup_early_exit_alpha_c_against_l():
     from specviz import engine, prompts, selfdraft
 

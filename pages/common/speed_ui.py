@@ -3,6 +3,7 @@
   draft_precisions(pair, ids, run_kw)   1b · the same prompt with the draft in each precision: c against α
   k_policies(pair, ids, run_kw)         5  · fixed k, adaptive k and the best-k chooser (specviz.race)
   early_exit(pair, ids, run_kw)         6  · the target's own first L layers as the draft (specviz.selfdraft)
+  fixed_k_runs(pair)                    the runs of 1b and 5 with the sidebar's draft and a fixed k (section 2's α)
 
 Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it.
 run_kw: the page's decoding settings (temperature, max_new_tokens, seed, eos_token_id, vocab).
@@ -21,6 +22,17 @@ from specviz.errors import SpecvizError
 
 def _ident(pair) -> tuple:
     return pair.name, lab_ui.dtype_name(pair), pair.draft_precision
+
+
+def fixed_k_runs(pair) -> dict[str, list]:
+    """Speculative runs kept by 1b and 5 with the sidebar's draft and a fixed k: where each came from -> runs."""
+    out = {}
+    for res in Kept("speed.precision", _ident(pair)[:2]).get() or []:
+        if res.precision == pair.draft_precision:
+            out["1b"] = [res.comparison.spec]
+    if (runs := Kept("speed.adaptive", _ident(pair)).get()) is not None:
+        out["5"] = [runs["fixed"]]
+    return out
 
 
 def draft_precisions(pair, ids, run_kw: dict) -> None:
@@ -53,8 +65,9 @@ def k_policies(pair, ids, run_kw: dict) -> None:
     k0 = st.slider("starting k", 1, 12, 4, key="speed.k0")
     kept = Kept("speed.adaptive", _ident(pair))
     if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_adaptive") and ids is not None:
-        kept.put(lab_ui.with_bar(race.compare_policies, pair.target, pair.chain_draft(), ids, k0, text="fixed k…",
-                                 **run_kw)[0])
+        if kept.put(lab_ui.with_bar(race.compare_policies, pair.target, pair.chain_draft(), ids, k0,
+                                    text="fixed k…", **run_kw)[0]) is not None:
+            st.rerun()  # so section 2 above can use the measured α
     runs = kept.get()
     if runs is None:
         return
