@@ -67,6 +67,9 @@ if measured_alpha is not None and not math.isfinite(measured_alpha):
     measured_alpha = None  # no drafts were judged
 
 
+START_ALPHA = 0.8  # section 2's α before anything is measured
+
+
 def use_measured_alpha():
     st.session_state["speed.alpha"] = st.session_state["speed.alpha_auto"] = round(float(measured_alpha), 2)
 
@@ -74,12 +77,13 @@ def use_measured_alpha():
 st.subheader("2 · The model: predicted speedup against k")
 if cost is not None:
     a1, a2, a3 = st.columns([2, 1, 1.4])  # room for the checkbox's label at 1280 pixels
-    st.session_state.setdefault("speed.alpha", 0.8)  # set here, so the "use measured α" button can change it
-    if measured_alpha is not None and st.session_state["speed.alpha"] == st.session_state.get("speed.alpha_auto", 0.8):
+    st.session_state.setdefault("speed.alpha", START_ALPHA)  # set here, so the "use measured α" button can change it
+    untouched = st.session_state["speed.alpha"] == st.session_state.get("speed.alpha_auto", START_ALPHA)
+    if measured_alpha is not None and untouched:
         use_measured_alpha()  # a new measurement moves the slider, unless the learner has moved it
     alpha = a1.slider("α for the model", 0.0, 0.99, step=0.01, key="speed.alpha",
-                      help="Starts at 0.80; once α is measured on this page with a fixed k (sections 1b, 3 or 5), "
-                           "at the measured α, until you move it.")
+                      help=f"Starts at {START_ALPHA:.2f}; once α is measured on this page with a fixed k "
+                           "(sections 1b, 3 or 5), at the measured α, until you move it.")
     if measured_alpha is not None:
         a2.button(f"use measured α = {measured_alpha:.2f}", key="speed.use_alpha", on_click=use_measured_alpha,
                   help="α over every run of this page with the sidebar's draft and a fixed k: sections "
