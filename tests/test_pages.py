@@ -396,7 +396,8 @@ def test_speedup_model_starts_at_the_alpha_measured_on_the_page_until_the_learne
     from specviz import measure, quant
 
     def model_alpha(at) -> float:  # the α section 2 drew with, read from its words (the slider reads the state)
-        return float(next(re.search(r"At α = ([\d.]+)", m.value).group(1) for m in at.markdown if "At α = " in m.value))
+        words = next(m.value for m in at.markdown if "At α = " in m.value)
+        return float(re.search(r"At α = ([\d.]+)", words).group(1))
 
     at = page("3")
     at.number_input(key="speed.max_new").set_value(8).run()
