@@ -390,7 +390,7 @@ def _parse_measured(m) -> tuple[float, float, float, float]:
 
 
 def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 8),
-                        run_ks: Sequence[int] = ()) -> go.Figure:
+                        run_ks: Sequence[int] = (), width: int = SUBTITLE_WIDTH) -> go.Figure:
     """E[tokens per target pass] vs α for this k (and faint curves for others).
 
     measured: {"alpha", "tpp", "tpp_err"[, "alpha_err"]} or a tuple
@@ -398,6 +398,7 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
     run_ks: the k of each round of the measured run, when it did not draft this k in every round (k set
     by a policy, or the sidebar's k changed since): the formula averaged over those rounds
     (expected_tokens_over) is drawn too, dashed, and the measured point is read against it.
+    width: the title's line length (HALF_WIDTH in half the page).
     """
     alphas = np.linspace(0.0, 0.99, 199)
     sub = ["E[tokens] = (1 − α^(k+1)) / (1 − α)"]
@@ -413,7 +414,7 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
         sub.append(f"measured: α = {a:.2f} → {t:.2f} ± {te:.2f}<br>"
                    + (f"formula at this run's k: {formula:.2f}" if ks else f"formula: {formula:.2f}"))
     fig = _fig(f"Tokens per pass vs α (k = {k})",
-               "<br>".join(sub), x="α = per-token acceptance", y="tokens per target pass", width=HALF_WIDTH)
+               "<br>".join(sub), x="α = per-token acceptance", y="tokens per target pass", width=width)
     ytop = k + 1.5 if measured is None else max(k + 1.5, t + te + 0.5, formula + 0.5)
     for kk in other_ks:
         if kk == k:
@@ -854,8 +855,9 @@ K_TRACE_NOTES = {  # the k trace's subtitle, by the run's k policy
 }
 
 
-def fig_k_trace(run: Run) -> go.Figure:
-    """k per round (run.ks) as a step line, with accepted tokens per round as bars."""
+def fig_k_trace(run: Run, width: int = SUBTITLE_WIDTH) -> go.Figure:
+    """k per round (run.ks) as a step line, with accepted tokens per round as bars; width: the title's line
+    length (HALF_WIDTH in half the page)."""
     if not run.rounds:
         return _empty("k over the run", "No rounds yet.")
     ks = run.k_per_round
@@ -863,7 +865,7 @@ def fig_k_trace(run: Run) -> go.Figure:
     acc = [r.n_accepted for r in run.rounds]
     fig = _fig(f"k over the run: {min(ks)} to {max(ks)}, mean {np.mean(ks):.1f}",
                K_TRACE_NOTES.get(run.decode.k_policy, "k drafted in each round"), x="round", y="tokens",
-               width=HALF_WIDTH)
+               width=width)
     fig.add_bar(x=x, y=acc, name="accepted this round", marker_color=R_COLOR, opacity=0.75,
                 marker_pattern=dict(shape="/", fillmode="overlay", fgcolor="white"),
                 hovertemplate="round %{x}: %{y} accepted<extra></extra>")

@@ -266,9 +266,11 @@ def test_k_trace():
     sub = {}
     for policy in ("adaptive", "best", "fixed"):
         run.settings["k_policy"] = policy
-        sub[policy] = charts.fig_k_trace(run).layout.title.subtitle.text
-    # it is drawn in half the page, where plotly cuts off a long line instead of wrapping it
+        sub[policy] = charts.fig_k_trace(run, charts.HALF_WIDTH).layout.title.subtitle.text
+    # drawn in half the page, where plotly cuts off a long line instead of wrapping it
     assert all(len(line) <= charts.HALF_WIDTH for text in sub.values() for line in text.split("<br>"))
+    assert all(len(line) > charts.HALF_WIDTH for line in charts.fig_k_trace(run).layout.title.subtitle.text.split(
+        "<br>")[:-1])  # across the page (the default), lines as long as the page has room for
     sub = {p: text.replace("<br>", " ") for p, text in sub.items()}
     assert "grows after full acceptance" in sub["adaptive"]
     assert "best-k chooser" in sub["best"] and "doubtful" in sub["best"]

@@ -100,7 +100,9 @@ def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
             at.slider(key="theory.c").value) == (0.8, 4, 0.1)
     m = metrics(at)
     assert m["E[tokens per target pass]"] == "3.36" and m["predicted speedup"] == "2.40×"
-    assert names(figure(at, "Tokens per pass vs"))[-2:] == ["k = 4 (formula)", "k = 4 at α = 0.5, 0.7, 0.8, 0.9"]
+    tokens = figure(at, "Tokens per pass vs")
+    assert names(tokens)[-2:] == ["k = 4 (formula)", "k = 4 at α = 0.5, 0.7, 0.8, 0.9"]
+    assert "<br>" not in tokens["layout"]["title"]["text"]  # drawn across the page: its title on one line
     assert "best k" in " ".join(names(figure(at, "Predicted speedup")))
     table = at.dataframe[0].value
     assert list(table["α"]) == [0.5, 0.7, 0.8, 0.9]

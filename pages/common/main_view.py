@@ -217,9 +217,11 @@ def acceptance(run, k: int) -> None:
             tab_k.caption(f"k was {run_k} in every round of this run.")
     else:
         c1, c2 = st.columns(2) if varying_k else (st.container(), None)
+    width = charts.HALF_WIDTH if varying_k and not ui.presenter() else charts.SUBTITLE_WIDTH  # the titles' lines
     with c1:
         point = charts.measured_point(run)
-        ui.show_chart(charts.fig_expected_tokens(k, point, run_ks=run_ks), "expected-tokens", key="main.expected")
+        ui.show_chart(charts.fig_expected_tokens(k, point, run_ks=run_ks, width=width), "expected-tokens",
+                      key="main.expected")
         if run_ks:
             st.caption(explain.run_curve_note(k, run_ks, run.decode.k_policy, point))
         else:
@@ -228,7 +230,7 @@ def acceptance(run, k: int) -> None:
                        "poorly). Change them and run again; the curve follows k in the sidebar.")
     if c2 is not None:
         with c2:
-            ui.show_chart(charts.fig_k_trace(run), "k-trace", key="main.k_trace")
+            ui.show_chart(charts.fig_k_trace(run, width), "k-trace", key="main.k_trace")
 
 
 def _baseline(job: playback.Playback) -> None:

@@ -78,7 +78,7 @@ def k_policies(pair, ids, run_kw: dict) -> None:
         col.caption(f"α = {s[name].alpha:.2f} · mean k = {s[name].mean_k:.1f}")
     for col, name, key in zip(st.columns(2), ("adaptive", "best"), ("speed.fig_k", "speed.fig_k_best")):
         with col:
-            ui.show_chart(charts.fig_k_trace(runs[name]), f"{name}_k_trace", key=key)
+            ui.show_chart(charts.fig_k_trace(runs[name], charts.HALF_WIDTH), f"{name}_k_trace", key=key)
 
 
 def early_exit(pair, ids, run_kw: dict) -> None:
