@@ -57,8 +57,9 @@ def _tint(hex_colour: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-# Inline styles, so the HTML renders the same with or without the CSS block.
-_BASE = "border-radius:3px;padding:0 1px;margin:0 1px;"
+# Inline styles, so the HTML renders the same with or without the CSS block. A token never wraps inside
+# (white-space:pre): the text breaks between tokens (text_block), so no box is cut in two.
+_BASE = "border-radius:3px;padding:0 1px;margin:0 1px;white-space:pre;"
 STATE_STYLES = {
     "accepted": _BASE + f"background:{_tint(STATE_COLORS['accepted'], 0.14)};"
     f"border-bottom:3px solid {STATE_COLORS['accepted']};",
@@ -180,16 +181,20 @@ def tokens_html(prompt_text: str, rounds: Sequence[Round], decode: Callable[[int
     rounds; pending: drafted ids (or a Round, whose .drafted is used) not yet
     verified, drawn with a dashed border at the end.
     """
-    parts = [f'<span class="sv-prompt" style="{STATE_STYLES["prompt"]}">'
-             + html.escape(prompt_text, quote=False).replace("\n", "⏎<br>") + "</span>"]
-    for r in list(rounds)[:upto]:
-        for tok, state, title in _round_tokens(r):
-            parts.append(_tok_html(decode(tok), state, title))
+    toks = [(decode(tok), state, title) for r in list(rounds)[:upto] for tok, state, title in _round_tokens(r)]
     if pending is not None:
         ids = pending.drafted if isinstance(pending, Round) else list(pending)
-        for j, tok in enumerate(ids):
-            parts.append(_tok_html(decode(tok), "pending", f"drafted #{j + 1}, awaiting verification"))
-    return f'<div class="sv-text" style="{_CONTAINER}">{"".join(parts)}</div>'
+        toks += [(decode(tok), "pending", f"drafted #{j + 1}, awaiting verification") for j, tok in enumerate(ids)]
+    return text_block(prompt_text, toks)
+
+
+def text_block(prompt_text: str, toks: Iterable[tuple[str, str, str]]) -> str:
+    """The prompt, then each token (text, state, hover title) as a <span>, in the text's box. A line breaks
+    only between tokens (<wbr>; a token is white-space:pre), so a token's box is never cut in two."""
+    parts = [f'<span class="sv-prompt" style="{STATE_STYLES["prompt"]}">'
+             + html.escape(prompt_text, quote=False).replace("\n", "⏎<br>") + "</span>"]
+    parts += [_tok_html(text, state, title) for text, state, title in toks]
+    return f'<div class="sv-text" style="{_CONTAINER}">{"<wbr>".join(parts)}</div>'
 
 
 def legend_html(states: Sequence[str] = ("accepted", "rejected", "correction", "bonus", "pending")) -> str:

@@ -6,7 +6,6 @@ Plain data in, plain data and sentences out; the Token tree page and the bench c
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -215,12 +214,11 @@ def chain_vs_tree_verdict(cmp: ChainVsTree) -> list[str]:
 
 def text_html(prompt_text: str, rounds: Sequence[TreeRound], decode: Callable[[int], str]) -> str:
     """The text so far as HTML (like render.tokens_html for chains): accepted path tokens, then the target's own."""
-    from .render import _CONTAINER, STATE_STYLES, _tok_html
+    from .render import text_block
 
-    parts = [f'<span class="sv-prompt" style="{STATE_STYLES["prompt"]}">'
-             + html.escape(prompt_text, quote=False).replace("\n", "⏎<br>") + "</span>"]
+    toks = []
     for r in rounds:
         for j, tok in enumerate(r.emitted):
             state = "accepted" if j < r.n_accepted else (r.extra_kind or "accepted")
-            parts.append(_tok_html(decode(tok), state, f"round {r.index + 1} · {state}"))
-    return f'<div class="sv-text" style="{_CONTAINER}">{"".join(parts)}</div>'
+            toks.append((decode(tok), state, f"round {r.index + 1} · {state}"))
+    return text_block(prompt_text, toks)

@@ -43,8 +43,42 @@ def mk_run(rounds):
 
 def spans(html, state):
     """Text inside the spans of one state (tags stripped)."""
-    out = re.findall(rf'<span class="sv-tok sv-{state}"[^>]*>(.*?)</span>(?=<span|</div>)', html, re.S)
+    out = re.findall(rf'<span class="sv-tok sv-{state}"[^>]*>(.*?)</span>(?=<wbr>|</div>)', html, re.S)
     return [re.sub(r"<[^>]+>", "", s) for s in out]
+
+
+def test_a_token_box_is_never_cut_across_two_lines():
+    """In a narrow column with the presenter's type, the text wraps between tokens: each token is one box on one
+    line (a correction ' largest' used to end one line with its space and begin the next with 'largest')."""
+    from pathlib import Path
+
+    import pytest
+
+    from specviz import loadtest
+
+    pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+    if not Path(loadtest.CHROMIUM).exists():
+        pytest.skip(f"{loadtest.CHROMIUM} is missing")
+    from playwright.sync_api import sync_playwright
+
+    rounds = [france(), bonus_round()] * 6
+    html = render.tokens_html("The capital of France is", rounds, decode, pending=[4, 5, 1])
+    big = "<style>.sv-text{font-size:30px!important} .sv-tok{padding:2px 5px!important;margin:0 3px!important}</style>"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=loadtest.CHROMIUM, args=loadtest.CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 420, "height": 800})
+            page.set_content(big + html)
+            boxes = page.evaluate("""() => [...document.querySelectorAll('.sv-tok')].map(e => ({
+                text: e.textContent, rects: [...e.getClientRects()].filter(r => r.width > 0).length,
+                right: e.getBoundingClientRect().right, top: e.getBoundingClientRect().top}))""")
+            width = page.evaluate("() => document.querySelector('.sv-text').getBoundingClientRect().right")
+        finally:
+            browser.close()
+    assert len({b["top"] for b in boxes}) > 4  # it did wrap, over several lines
+    cut = [b["text"] for b in boxes if b["rects"] != 1 and "\n" not in b["text"] and "⏎" not in b["text"]]
+    assert not cut, f"token boxes cut across lines: {cut}"
+    assert max(b["right"] for b in boxes) <= width + 1  # and none runs past the column
 
 
 def test_states_in_order_with_second_cues():
