@@ -263,6 +263,15 @@ METRIC_PX = """() => {
 }"""
 
 
+# metric labels that end in '…' (their text cut), and token boxes drawn in two pieces across a line break
+CUT_SHORT = """() => ({
+  labels: [...document.querySelectorAll('[data-testid="stMetricLabel"]')].filter(l =>
+    [l, ...l.querySelectorAll('*')].some(e =>
+      e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflow !== 'visible')).map(l => l.textContent),
+  boxes: [...document.querySelectorAll('.sv-tok')].filter(e => !e.textContent.includes('⏎') &&
+    [...e.getClientRects()].filter(r => r.width > 0).length > 1).map(e => e.textContent)})"""
+
+
 def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
     """Presenter mode on, a whole lesson from the recorded runs, driven by the keyboard: space runs
     each experiment, → goes to the next step. Screenshots for slides go to $SPECVIZ_SCREENSHOTS."""
@@ -324,7 +333,7 @@ def test_holding_space_in_presenter_mode_acts_once(tiny_server, browser):
     acts on the first press of space only, so holding it does not pause and resume in turn."""
     from playwright.sync_api import expect
 
-    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})  # a projector's width
     page.set_default_timeout(60_000)
     page.goto(tiny_server)
     page.get_by_text("Watch speculative decoding").first.wait_for()
@@ -350,6 +359,9 @@ def test_holding_space_in_presenter_mode_acts_once(tiny_server, browser):
     page.keyboard.up(" ")
     _wait_or_show(page, "✔ finished")  # a paused run would wait here until the timeout
     assert page.locator('[data-testid="stException"]').count() == 0
+    _settled(page)
+    # in the presenter's type at 1280 pixels, every metric label is whole and every token one box
+    assert page.evaluate(CUT_SHORT) == {"labels": [], "boxes": []}
     page.close()
 
 

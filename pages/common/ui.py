@@ -56,7 +56,12 @@ h1 { font-size: 2.9rem !important; }
 .sv-legend { font-size: 1.2rem !important; }
 [data-testid="stMetricValue"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"] p { font-size: inherit !important; }
-</style>"""  # the last rule: a metric's value and label are markdown too, and 1.2rem made values smaller, labels cut
+[data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"],
+[data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"] p { white-space: normal !important; }
+[data-testid="stMetricLabel"] { min-height: 2.6em; align-items: flex-start !important; }
+</style>"""  # the metric rules: a metric's value and label are markdown too, and 1.2rem made values smaller, labels
+# cut; the larger labels wrap to two lines instead of ending in '…', and each keeps room for two, so the figures
+# in a row stay level
 
 
 # presenter mode's keys, on the page around the component's frame: space plays or pauses (or runs),
