@@ -76,7 +76,7 @@ def use_measured_alpha():
 
 st.subheader("2 · The model: predicted speedup against k")
 if cost is not None:
-    a1, a2, a3 = st.columns([2, 1, 1.4])  # room for the checkbox's label at 1280 pixels
+    a1, a2 = st.columns([2, 1], vertical_alignment="bottom")  # the button's label whole, in presenter type too
     st.session_state.setdefault("speed.alpha", START_ALPHA)  # set here, so the "use measured α" button can change it
     untouched = st.session_state["speed.alpha"] == st.session_state.get("speed.alpha_auto", START_ALPHA)
     if measured_alpha is not None and untouched:
@@ -88,14 +88,15 @@ if cost is not None:
         a2.button(f"use measured α = {measured_alpha:.2f}", key="speed.use_alpha", on_click=use_measured_alpha,
                   help="α over every run of this page with the sidebar's draft and a fixed k: sections "
                        + ", ".join(sorted(alpha_runs)))
-    use_vr = a3.checkbox("use the measured verify cost", value=True, key="speed.use_vr",
+    use_vr = st.checkbox("use the measured verify cost", value=True, key="speed.use_vr",
                          help="Off: assume checking k+1 tokens costs one 1-token pass (the textbook 1 + k·c).")
     vc = cost.verify if use_vr else None
     measured = {k: measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sw.items()} if sw else None
     ui.show_chart(charts.fig_speedup_model(alpha, cost.c, k_max=12, verify_cost=vc, measured=measured),
                   "speedup_model", key="speed.fig_model")
     kb, sb = theory.best_k(alpha, cost.c, vc, k_max=12)
-    st.markdown(f"At α = {alpha:.2f} and the measured c = {cost.c:.3f}, the model's best k is **{kb}** "
+    which = "the measured " if measured_alpha is not None and alpha == round(measured_alpha, 2) else ""
+    st.markdown(f"At {which}α = {alpha:.2f} and the measured c = {cost.c:.3f}, the model's best k is **{kb}** "
                 f"({sb:.2f}×)." + (" Below 1×: speculation does not pay on this device at these settings."
                                    if sb < 1 else ""))
 

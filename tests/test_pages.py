@@ -397,34 +397,38 @@ def test_speedup_compares_draft_precisions_on_one_prompt():
 def test_speedup_model_starts_at_the_alpha_measured_on_the_page_until_the_learner_moves_it():
     from specviz import measure, quant
 
-    def model_alpha(at) -> float:  # the α section 2 drew with, read from its words (the slider reads the state)
-        words = next(m.value for m in at.markdown if "At α = " in m.value)
-        return float(re.search(r"At α = ([\d.]+)", words).group(1))
+    def model_alpha(at) -> tuple[float, bool]:
+        """The slider's α, which must be the one section 2 drew with (read from its words: AppTest reads a slider's
+        value from the session state), and whether the words call it measured."""
+        words = next(m.value for m in at.markdown if " α = " in m.value and "best k is" in m.value)
+        drawn = float(re.search(r"α = ([\d.]+)", words).group(1))
+        assert at.slider(key="speed.alpha").value == drawn
+        return drawn, "At the measured α = " in words
 
     at = page("3")
     at.number_input(key="speed.max_new").set_value(8).run()
     press(at, "speed.run_cost")
-    assert at.slider(key="speed.alpha").value == model_alpha(at) == 0.8  # nothing measured yet
+    assert model_alpha(at) == (0.8, False)  # nothing measured yet
     sidebar = quant.default_precision("cpu")  # the sidebar's draft: only its run counts, not float32's
     at.multiselect(key="speed.precisions").set_value(["float32", sidebar]).run()
     press(at, "speed.run_precisions")  # 1b, above section 2
     spec = next(r.comparison.spec for r in at.session_state["speed.precision"] if r.precision == sidebar)
-    assert at.slider(key="speed.alpha").value == model_alpha(at) == round(spec.alpha, 2)
+    assert model_alpha(at) == (round(spec.alpha, 2), True)
     at.slider(key="speed.k0").set_value(2).run()  # another k than 1b's 4: on the tiny pair, another α
     press(at, "speed.run_adaptive")  # 5, below section 2: its fixed-k run is pooled with 1b's
     fixed = at.session_state["speed.adaptive"]["fixed"]
     pooled = round(measure.pooled_alpha([spec, fixed]), 2)
     assert pooled != round(spec.alpha, 2)  # else this step could not tell whether section 2 saw the new run
-    assert at.slider(key="speed.alpha").value == model_alpha(at) == pooled
+    assert model_alpha(at) == (pooled, True)
     mine = 0.33 if pooled != 0.33 else 0.34
     at.slider(key="speed.alpha").set_value(mine).run()
     at.multiselect(key="speed.ks").set_value([1]).run()
     press(at, "speed.run_sweep")  # a new measurement leaves the learner's α alone; the button offers it
-    assert at.slider(key="speed.alpha").value == model_alpha(at) == mine
+    assert model_alpha(at) == (mine, False)
     runs = [spec, fixed, *(cmp.spec for cmp in at.session_state["speed.sweep"].values())]
     assert at.button(key="speed.use_alpha").label == f"use measured α = {measure.pooled_alpha(runs):.2f}"
     press(at, "speed.use_alpha")
-    assert at.slider(key="speed.alpha").value == model_alpha(at) == round(measure.pooled_alpha(runs), 2)
+    assert model_alpha(at) == (round(measure.pooled_alpha(runs), 2), True)
 
 
 @needs_tiny
