@@ -46,7 +46,7 @@ __all__ = [
     "fig_forward_cost", "fig_batch_cost", "fig_accept_by_position", "fig_accept_lengths",
     "fig_entropy_acceptance", "alpha_summary", "fig_alpha_by_domain", "fig_alpha_vs_temperature",
     "fig_k_trace", "fig_exactness",
-    "fig_race", "fig_bench_speedup",
+    "fig_race", "fig_bench_speedup", "for_presenter",
 ]
 
 # --- theme ------------------------------------------------------------------
@@ -155,6 +155,51 @@ def subplot_row(titles: Sequence[str], width: int = SUBTITLE_WIDTH, **kw) -> go.
     fig = make_subplots(rows=1, cols=cols, subplot_titles=[_wrap(t, width // cols) for t in titles], **kw)
     fig.update_annotations(font_size=SUBTITLE_PX)  # only the titles exist yet
     return fig
+
+
+PRESENTER_SCALE = 1.3  # presenter mode's charts: the page's type grows about as much (ui.PRESENTER_CSS)
+
+
+def for_presenter(fig: go.Figure, scale: float = PRESENTER_SCALE) -> go.Figure:
+    """A copy of fig for a projector: every font, every marker, the figure's height, its margins and its
+    annotations' offsets in pixels `scale` times larger. The width is the page's, and the titles' lines fit it
+    still (they are wrapped for a 1024-pixel screen with the sidebar open; presenter mode collapses it). As
+    everything in pixels grows alike, what was measured in pixels keeps its room: a mark above a bar
+    (y_top_for_marks), a title's lines above the legend (set_title)."""
+    f = go.Figure(fig)
+    t = (f.layout.template or pio.templates[TEMPLATE]).layout
+    big = lambda v, default: None if v is None and default is None else (default if v is None else v) * scale  # noqa: E731
+    lay = f.layout
+    lay.font.size = big(lay.font.size, t.font.size)
+    lay.title.font.size = big(lay.title.font.size, t.title.font.size)
+    lay.title.subtitle.font.size = big(lay.title.subtitle.font.size, t.title.subtitle.font.size)
+    lay.title.pad.t = big(lay.title.pad.t, 0)
+    lay.legend.font.size = big(lay.legend.font.size, t.legend.font.size)
+    lay.hoverlabel.font.size = big(lay.hoverlabel.font.size, t.hoverlabel.font.size)
+    lay.height = big(lay.height, t.height)
+    for side in ("t", "b", "l", "r"):
+        lay.margin[side] = big(lay.margin[side], t.margin[side])
+
+    def axis(ax, default) -> None:
+        ax.tickfont.size = big(ax.tickfont.size, default.tickfont.size)
+        ax.title.font.size = big(ax.title.font.size, default.title.font.size)
+        ax.title.standoff = big(ax.title.standoff, default.title.standoff)
+
+    f.for_each_xaxis(lambda ax: axis(ax, t.xaxis))
+    f.for_each_yaxis(lambda ax: axis(ax, t.yaxis))
+    for a in lay.annotations:
+        a.font.size = big(a.font.size, None)  # none set: it takes the layout's, grown above
+        for off, ref in (("ax", a.axref), ("ay", a.ayref)):
+            if a[off] is not None and ref in (None, "pixel"):
+                a[off] = a[off] * scale
+        a.xshift, a.yshift = big(a.xshift, None), big(a.yshift, None)
+    for tr in f.data:
+        if "textfont" in tr and tr.textfont.size is not None:
+            tr.textfont.size = big(tr.textfont.size, None) if isinstance(tr.textfont.size, (int, float)) else [
+                v * scale for v in tr.textfont.size]
+        if "marker" in tr and "size" in tr.marker and isinstance(tr.marker.size, (int, float)):  # not bars
+            tr.marker.size = tr.marker.size * scale
+    return f
 
 
 def _fig(text: str, subtitle: str = "", x: str = "", y: str = "", width: int = SUBTITLE_WIDTH,

@@ -134,9 +134,8 @@ def test_presenter_mode_large_type_slow_animation_and_back():
 
 
 def test_presenter_mode_shows_one_chart_at_a_time_and_binds_keys():
-    import json
-
     from pages.common import ui
+    from specviz import charts
 
     def pq_charts(at) -> int:  # p vs q charts of the round shown in detail
         return sum("chance to accept" in json.loads(c.proto.spec)["layout"]["title"]["text"]
@@ -146,8 +145,20 @@ def test_presenter_mode_shows_one_chart_at_a_time_and_binds_keys():
     at.number_input(key="main.round_no").set_value(1).run()  # the first round drafted k = 4
     drafted = at.session_state["main.job"].rounds[0].k
     assert pq_charts(at) == drafted > 1  # without presenter mode: one p/q chart per drafted position
+    def layouts(at) -> dict[str, dict]:  # title (its lines joined: a chart in half the page wraps it) -> layout
+        return {(lay := json.loads(c.proto.spec)["layout"])["title"]["text"].replace("<br>", " "): lay
+                for c in at.get("plotly_chart")}
+
+    base = layouts(at)
     at.toggle(key="ui.presenter").set_value(True).run()
     assert not at.exception and pq_charts(at) == 1
+    # every chart grows with the room's type: its title and its plot (charts.for_presenter)
+    big = layouts(at)
+    assert big and set(big) <= set(base)
+    for title, lay in big.items():
+        assert lay["title"]["font"]["size"] == pytest.approx(charts.TITLE_PX * charts.PRESENTER_SCALE)
+        plot = lambda lay: lay["height"] - lay["margin"]["t"]  # noqa: E731 - the part under the title's lines
+        assert plot(lay) == pytest.approx(plot(base[title]) * charts.PRESENTER_SCALE)
     assert [t.label for t in at.tabs] == ["α over the run", "tokens per pass", "k per round"]
     assert any("space plays or pauses" in c.value for c in at.sidebar.caption)
     assert "keydown" in ui.PRESENTER_KEYS and "'Step'" in ui.PRESENTER_KEYS

@@ -362,6 +362,11 @@ def test_holding_space_in_presenter_mode_acts_once(tiny_server, browser):
     _settled(page)
     # in the presenter's type at 1280 pixels, every metric label is whole and every token one box
     assert page.evaluate(CUT_SHORT) == {"labels": [], "boxes": []}
+    # and the round log, drawn in presenter mode with taller rows, shows as many rows as in normal mode (10)
+    rounds = int(re.search(r"round \d+/(\d+)", page.get_by_text(re.compile(r"round \d+/\d+")).first.inner_text())[1])
+    shown = page.evaluate("""(n) => { const s = document.querySelector('[data-testid="stDataFrame"] .dvn-scroller');
+        return s.clientHeight / (s.scrollHeight / (n + 1)) - 1; }""", rounds)  # rows under the header
+    assert rounds > 10 and shown >= 10, (rounds, shown)
     page.close()
 
 

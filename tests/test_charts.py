@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 import pytest
 
 from specviz import charts, explain, theory
@@ -175,16 +177,22 @@ def test_fig_residual_marks_correction():
 
 
 @pytest.mark.parametrize("height", [None, 400])  # the theme's height, and the main page's shorter charts
-def test_marks_above_bars_stay_under_the_legend_band(height):
+@pytest.mark.parametrize("presenter", [False, True])  # presenter mode: every size in pixels grown alike
+def test_marks_above_bars_stay_under_the_legend_band(height, presenter):
     # At T = 0.7 on code a drafted token has p = q = 1: the main page drew its "▼ drafted" over the legend.
+    s = charts.PRESENTER_SCALE if presenter else 1.0
+
     def room_px(fig, y):  # pixels from y to the plot's top edge, on the smallest plot area the figure can get:
         top = fig.layout.yaxis.range[1]  # its height less the title's room and 130 px of slanted token labels
-        return round((top - y) / top * (fig.layout.height - fig.layout.margin.t - 130), 6)
+        return round((top - y) / top * (fig.layout.height - fig.layout.margin.t - 130 * s), 6)
 
-    pq = charts.fig_pq(france_round(), 1, decode, height=height)  # the drafted bar is the tallest: q = 1
-    assert room_px(pq, 1.0) >= 24 + 20  # the arrow and a line of text
-    res = charts.fig_residual(france_round(), decode, height=height)
-    assert room_px(res, 0.8) >= 24 + 20 and room_px(res, 0.7) >= 48 + 20  # rejected draft; correction above it
+    def drawn(fig):
+        return charts.for_presenter(fig) if presenter else fig
+
+    pq = drawn(charts.fig_pq(france_round(), 1, decode, height=height))  # the drafted bar is the tallest: q = 1
+    assert room_px(pq, 1.0) >= (24 + 20) * s  # the arrow and a line of text
+    res = drawn(charts.fig_residual(france_round(), decode, height=height))
+    assert room_px(res, 0.8) >= (24 + 20) * s and room_px(res, 0.7) >= (48 + 20) * s  # rejected; correction above
 
 
 def test_fig_residual_without_rejection_is_informative():
@@ -497,6 +505,33 @@ def test_race_speedup_in_title():
     assert "4.00×" in f.layout.title.text  # 12 tokens: 1.2 s vs 0.3 s
     s = [t for t in f.data if t.name and t.name.startswith("speculative")][0]
     assert s.x[0] == 0 and s.y[-1] == 12 and s.line.shape == "hv"
+
+
+# --- presenter mode ---------------------------------------------------------------
+def test_for_presenter_grows_every_size_in_pixels_alike_and_leaves_the_figure_alone():
+    run = sim_run(seed=8)
+    s = charts.PRESENTER_SCALE
+    figs = [charts.fig_pq(run.rounds[0], 0, decode, height=400), charts.fig_speedup_model(0.7, 0.2),
+            charts.fig_k_trace(run), charts.fig_alpha_trace(run)]
+    t = pio.templates[charts.TEMPLATE].layout
+    for f in figs:
+        before = json.loads(f.to_json())
+        g = charts.for_presenter(f)
+        assert json.loads(f.to_json()) == before  # a copy: the figure a page keeps is not grown twice
+        assert g.layout.height == pytest.approx(f.layout.height * s)
+        for side in "tblr":
+            assert g.layout.margin[side] == pytest.approx((f.layout.margin[side] or t.margin[side]) * s)
+        assert g.layout.title.font.size == pytest.approx(charts.TITLE_PX * s)
+        assert g.layout.title.subtitle.font.size == pytest.approx(charts.SUBTITLE_PX * s)
+        assert g.layout.xaxis.tickfont.size == pytest.approx(t.xaxis.tickfont.size * s)
+        assert g.layout.yaxis.title.font.size == pytest.approx(t.yaxis.title.font.size * s)
+        assert g.layout.legend.font.size == pytest.approx(t.legend.font.size * s)
+        for a, b in zip(f.layout.annotations, g.layout.annotations):  # the marks above the bars, and notes
+            assert b.font.size == (None if a.font.size is None else pytest.approx(a.font.size * s))
+            assert b.ay == (None if a.ay is None else pytest.approx(a.ay * s))
+        for a, b in zip(f.data, g.data):
+            if "marker" in a and "size" in a.marker and isinstance(a.marker.size, (int, float)):
+                assert b.marker.size == pytest.approx(a.marker.size * s)
 
 
 # --- every figure: a Figure in the theme; empty inputs don't crash ---------------

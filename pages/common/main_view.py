@@ -87,10 +87,9 @@ class Placeholders:
                            "below) to see that round's probabilities.")
                 ui.table(pd.DataFrame(rows), key="main.log", on_select=_on_log_select,
                          selection_mode="single-row", hide_index=True, width="stretch",
-                         height=min(38 + 35 * len(rows), 400))
+                         height=ui.table_height(len(rows)))
             else:
-                ui.table(pd.DataFrame(rows), hide_index=True, width="stretch",
-                         height=min(38 + 35 * len(rows), 400))
+                ui.table(pd.DataFrame(rows), hide_index=True, width="stretch", height=ui.table_height(len(rows)))
 
 
 def metrics(run) -> None:

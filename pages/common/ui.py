@@ -46,8 +46,9 @@ _load_lock = threading.Lock()
 
 # presenter mode: for projecting to a room. Type and token boxes grow; the sidebar starts collapsed.
 PRESENTER = "presenter"  # session key: a widget's own key does not survive a change of page
+PRESENTER_ROOT_PX = 21  # the root type size in presenter mode (16 otherwise)
 PRESENTER_CSS = """<style>
-html, [data-testid="stAppViewContainer"] { font-size: 21px; }
+html, [data-testid="stAppViewContainer"] { font-size: ROOT_PX; }
 [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li { font-size: 1.2rem; }
 h1 { font-size: 2.9rem !important; }
 .sv-text { font-size: 30px !important; line-height: 2.3 !important; }
@@ -62,6 +63,7 @@ h1 { font-size: 2.9rem !important; }
 </style>"""  # the metric rules: a metric's value and label are markdown too, and 1.2rem made values smaller, labels
 # cut; the larger labels wrap to two lines instead of ending in '…', and each keeps room for two, so the figures
 # in a row stay level
+PRESENTER_CSS = PRESENTER_CSS.replace("ROOT_PX", f"{PRESENTER_ROOT_PX}px")
 
 
 # presenter mode's keys, on the page around the component's frame: space plays or pauses (or runs),
@@ -195,6 +197,13 @@ def metric_cells(n: int) -> list:
     return [row.container(width=METRIC_PX) for _ in range(n)]
 
 
+def table_height(n_rows: int, cap: int = 400) -> int:
+    """Pixels that show a table's header and n_rows rows (at most `cap`, in normal type) without scrolling:
+    Streamlit draws a row in 35 px at the normal 16 px root size, more in presenter mode's larger type."""
+    scale = PRESENTER_ROOT_PX / 16 if presenter() else 1.0
+    return round(min(38 + 35 * n_rows, cap) * scale)
+
+
 def table(data, **kw):
     """st.dataframe with missing cells shown as explain.MISSING: a correction row has no q(d), p(d) or
     overlap, and Streamlit writes "None" there by default."""
@@ -203,7 +212,10 @@ def table(data, **kw):
 
 def show_chart(fig, name: str, key: str | None = None, **kw):
     """A plotly figure with the light-theme PNG download button (filename `name`); returns what
-    st.plotly_chart returns (the selection, with on_select). Drawn apart from model work (drawing())."""
+    st.plotly_chart returns (the selection, with on_select). Drawn apart from model work (drawing()). In
+    presenter mode the chart grows with the page's type (charts.for_presenter)."""
+    if presenter():
+        fig = charts.for_presenter(fig)
     with drawing():
         return st.plotly_chart(fig, config=charts.plotly_config(name), key=key, **kw)
 
