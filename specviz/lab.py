@@ -284,8 +284,8 @@ def diff_html(ids: Sequence[int], other: Sequence[int], decode: Decode) -> str:
             parts.append(f'<span style="color:#777">{s}</span>')
         else:
             parts.append(s)
-    return ('<div style="white-space:pre-wrap;line-height:1.9;font-size:16px;'
-            'font-family:ui-monospace,Menlo,Consolas,monospace">' + "".join(parts) + "</div>")
+    return ('<div class="sv-diff" style="white-space:pre-wrap;line-height:1.9;font-size:16px;'
+            'font-family:ui-monospace,Menlo,Consolas,monospace;margin-bottom:1rem">' + "".join(parts) + "</div>")
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ h1 { font-size: 2.9rem !important; }
 .sv-tok { padding: 2px 5px !important; margin: 0 3px !important; border-width: 4px !important; }
 .sv-accepted, .sv-bonus { border-bottom-width: 6px !important; }
 .sv-legend { font-size: 1.2rem !important; }
+.sv-diff { font-size: 1rem !important; }
 [data-testid="stMetricValue"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"] p { font-size: inherit !important; }
 [data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"],
