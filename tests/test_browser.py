@@ -280,7 +280,7 @@ def test_a_lesson_in_presenter_mode_with_the_keys(server, browser, shots):
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.set_default_timeout(60_000)
     page.goto(f"{server}/Lessons")
-    page.get_by_text("step 1 of").first.wait_for()
+    page.get_by_text("step 1 of").first.wait_for(timeout=WAIT_MS)  # run alone, the page loads the pair first
     page.get_by_text("Recorded runs and theory (no model needed)").first.click()
     page.get_by_text("Presenter mode").first.click()
     page.get_by_text("space plays or pauses").first.wait_for()
