@@ -429,6 +429,10 @@ def test_speedup_model_starts_at_the_alpha_measured_on_the_page_until_the_learne
     assert at.button(key="speed.use_alpha").label == f"use measured α = {measure.pooled_alpha(runs):.2f}"
     press(at, "speed.use_alpha")
     assert model_alpha(at) == (round(measure.pooled_alpha(runs), 2), True)
+    # at another temperature those runs measure nothing: the model keeps its α, and no longer calls it measured
+    at.number_input(key="speed.temperature").set_value(1.0).run()
+    assert model_alpha(at) == (round(measure.pooled_alpha(runs), 2), False)
+    assert not [b for b in at.button if b.key == "speed.use_alpha"]
 
 
 @needs_tiny
