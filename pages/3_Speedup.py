@@ -117,6 +117,7 @@ if st.button("Run the k sweep", key="speed.run_sweep") and ids is not None:
     elif kept["sweep"].put(lab_ui.with_bar(lab.k_sweep, pair.target, pair.chain_draft(), ids, ks, **run_kw)[0]) is not None:
         st.rerun()  # so the model above shows the new measured points
 if sw is not None:
+    speed_ui.note_other_settings([cmp.spec for cmp in sw.values()], ids, run_kw)
     lab_ui.load_warning(playback.runs_load_note([r for cmp in sw.values() for r in (cmp.spec, cmp.base)],
                                                 "the sweep"))
     rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)
@@ -154,6 +155,7 @@ if r1.button("Start the race", type="primary", key="speed.run_race") and ids is 
     kept["race"].put(lab_ui.run_guarded(race.race, pair.target, pair.chain_draft(), ids, race_k, show_text, **run_kw))
 rc = kept["race"].get()
 if rc is not None:
+    speed_ui.note_other_settings([rc.spec], ids, run_kw)
     show_text("base", rc.base.rounds)
     show_text("spec", rc.spec.rounds)
     ui.show_chart(charts.fig_race(lab.race_points(rc.spec), lab.race_points(rc.base)), "race", key="speed.fig_race")

@@ -436,6 +436,23 @@ def test_speedup_model_starts_at_the_alpha_measured_on_the_page_until_the_learne
 
 
 @needs_tiny
+def test_speedup_says_when_a_kept_result_came_from_other_settings():
+    def notes(at) -> int:
+        return sum("Measured with another prompt" in c.value for c in at.caption)
+
+    at = page("3")
+    at.number_input(key="speed.max_new").set_value(8)
+    at.multiselect(key="speed.ks").set_value([1]).run()
+    press(at, "speed.run_sweep")
+    press(at, "speed.run_race")
+    assert notes(at) == 0  # measured with the settings on screen
+    at.number_input(key="speed.seed").set_value(3).run()
+    assert notes(at) == 2 and at.dataframe  # the sweep and the race stay, each marked
+    at.number_input(key="speed.seed").set_value(0).run()
+    assert notes(at) == 0
+
+
+@needs_tiny
 def test_speedup_early_exit_alpha_c_against_l():
     from specviz import engine, prompts, selfdraft
 

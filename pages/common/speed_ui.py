@@ -4,6 +4,7 @@
   k_policies(pair, ids, run_kw)         5  · fixed k, adaptive k and the best-k chooser (specviz.race)
   early_exit(pair, ids, run_kw)         6  · the target's own first L layers as the draft (specviz.selfdraft)
   fixed_k_runs(pair)                    the runs of 1b and 5 with the sidebar's draft and a fixed k (section 2's α)
+  note_other_settings(runs, ids, run_kw)  a kept result measured with another prompt or settings says so
 
 Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it.
 run_kw: the page's decoding settings (temperature, max_new_tokens, seed, eos_token_id, vocab).
@@ -35,6 +36,14 @@ def fixed_k_runs(pair) -> dict[str, list]:
     return out
 
 
+def note_other_settings(runs, ids, run_kw: dict) -> None:
+    """A result stays on the page when the prompt or the settings above change: say so when it came from others."""
+    now = (list(ids or []), float(run_kw["temperature"]), int(run_kw["max_new_tokens"]), int(run_kw["seed"]))
+    if any((list(r.prompt_ids), r.decode.temperature, r.decode.max_new_tokens, r.decode.seed) != now for r in runs):
+        st.caption(":material/history: Measured with another prompt, temperature, length or seed than the ones "
+                   "above; press the button again to measure these.")
+
+
 def draft_precisions(pair, ids, run_kw: dict) -> None:
     st.subheader("1b · A cheaper draft: the same prompt with the draft in each precision")
     st.caption("The draft's precision never changes the output (the target decides every token); it changes c, "
@@ -53,6 +62,7 @@ def draft_precisions(pair, ids, run_kw: dict) -> None:
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
     if (res := kept.get()) is not None:
+        note_other_settings([r.comparison.spec for r in res], ids, run_kw)
         ui.table(explain.precision_rows(res), hide_index=True, width="stretch")
         st.markdown(explain.precision_verdict(res))
 
@@ -71,6 +81,7 @@ def k_policies(pair, ids, run_kw: dict) -> None:
     runs = kept.get()
     if runs is None:
         return
+    note_other_settings(runs.values(), ids, run_kw)
     s = race.policy_summary(runs)  # engine time only: the progress bar is excluded
     for col, name in zip(st.columns(3), race.POLICIES):  # α and k under each: a metric cuts a long value off
         col.metric(f"{name} k: tokens/s", f"{s[name].tokens_per_s:.1f}",
