@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, explain, limits, playback, render, tree_lab
+from specviz import explain, limits, playback, render, tree_lab
 from specviz.tree import BRANCH_MAX, DOUBT, SPINE, tree_stream
 from specviz.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
 
@@ -88,8 +88,7 @@ def show_rounds(pb, fresh) -> None:
     pend_s = playback.SPEEDS[speed][0]  # the pause between depths
     if fresh is not None and pend_s > 0:
         for d in range(1, max(r.depths, default=0) + 1):
-            fig = fig_tree(r, decode, depth=d)
-            box.plotly_chart(charts.for_presenter(fig) if ui.presenter() else fig, key=f"tree.draft.{d}")
+            box.plotly_chart(ui.presented(fig_tree(r, decode, depth=d)), key=f"tree.draft.{d}")
             playback.sleep(pend_s)
     with box.container():  # clicking a node picks it below
         event = ui.show_chart(fig_tree(r, decode), f"tree_round{r.index + 1}", key=f"tree.fig.{r.index}",

@@ -12,6 +12,7 @@ Stable API (pages import these):
                                            with a progress indicator on the first load
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
     show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config, drawn in a turn
+    presented(fig)                      a figure as this session shows it (grown in presenter mode)
     table(data, **kw)                   st.dataframe, missing cells shown as explain.MISSING
     drawing()                           a turn to draw, apart from the server's model work
     show_error(e)                       a clear message, never a traceback (details in an expander)
@@ -214,11 +215,14 @@ def table(data, **kw):
 def show_chart(fig, name: str, key: str | None = None, **kw):
     """A plotly figure with the light-theme PNG download button (filename `name`); returns what
     st.plotly_chart returns (the selection, with on_select). Drawn apart from model work (drawing()). In
-    presenter mode the chart grows with the page's type (charts.for_presenter)."""
-    if presenter():
-        fig = charts.for_presenter(fig)
+    presenter mode the chart grows with the page's type (presented)."""
     with drawing():
-        return st.plotly_chart(fig, config=charts.plotly_config(name), key=key, **kw)
+        return st.plotly_chart(presented(fig), config=charts.plotly_config(name), key=key, **kw)
+
+
+def presented(fig):
+    """fig as this session shows it: grown with the room's type in presenter mode (charts.for_presenter)."""
+    return charts.for_presenter(fig) if presenter() else fig
 
 
 def drawing():
