@@ -60,16 +60,11 @@ speed_ui.draft_precisions(pair, ids, run_kw)  # 1b
 
 # --- 2. the model, with the best k ------------------------------------------------------------
 sw = kept["sweep"].get()
-# α measured on this page with the sidebar's draft and a fixed k: the sweep (3), the precision comparison (1b), 5
-
-
-def on_this_prompt(runs) -> list:
-    """The runs on this prompt at this temperature: a result stays on the page when these change."""
-    return [r for r in runs if r.decode.temperature == float(temperature) and list(r.prompt_ids) == list(ids or [])]
-
-
+# α measured on this page, with the sidebar's draft and a fixed k, on the prompt and settings above: the sweep (3),
+# the precision comparison (1b), 5
 sources = {**speed_ui.fixed_k_runs(pair), "3": [cmp.spec for cmp in (sw or {}).values()]}
-alpha_runs = {where: on_this_prompt(runs) for where, runs in sources.items() if on_this_prompt(runs)}
+alpha_runs = {where: here for where, runs in sources.items()
+              if (here := [r for r in runs if speed_ui.measured_here(r, ids, run_kw)])}
 measured_alpha = measure.pooled_alpha([r for runs in alpha_runs.values() for r in runs]) if alpha_runs else None
 if measured_alpha is not None and not math.isfinite(measured_alpha):
     measured_alpha = None  # no drafts were judged

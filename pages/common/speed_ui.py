@@ -4,6 +4,7 @@
   k_policies(pair, ids, run_kw)         5  · fixed k, adaptive k and the best-k chooser (specviz.race)
   early_exit(pair, ids, run_kw)         6  · the target's own first L layers as the draft (specviz.selfdraft)
   fixed_k_runs(pair)                    the runs of 1b and 5 with the sidebar's draft and a fixed k (section 2's α)
+  measured_here(run, ids, run_kw)       whether a kept run came from the prompt and settings above
   note_other_settings(runs, ids, run_kw)  a kept result measured with another prompt or settings says so
 
 Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it.
@@ -36,10 +37,16 @@ def fixed_k_runs(pair) -> dict[str, list]:
     return out
 
 
-def note_other_settings(runs, ids, run_kw: dict) -> None:
-    """A result stays on the page when the prompt or the settings above change: say so when it came from others."""
+def measured_here(run, ids, run_kw: dict) -> bool:
+    """Whether a kept run came from the prompt and the settings above: a result stays on the page when they
+    change, so a page must ask before it calls the result this prompt's."""
     now = (list(ids or []), float(run_kw["temperature"]), int(run_kw["max_new_tokens"]), int(run_kw["seed"]))
-    if any((list(r.prompt_ids), r.decode.temperature, r.decode.max_new_tokens, r.decode.seed) != now for r in runs):
+    return (list(run.prompt_ids), run.decode.temperature, run.decode.max_new_tokens, run.decode.seed) == now
+
+
+def note_other_settings(runs, ids, run_kw: dict) -> None:
+    """A caption under a kept result when any of its runs came from another prompt or other settings."""
+    if not all(measured_here(r, ids, run_kw) for r in runs):
         st.caption(":material/history: Measured with another prompt, temperature, length or seed than the ones "
                    "above; press the button again to measure these.")
 
