@@ -137,7 +137,8 @@ r1, r2 = st.columns([1, 3])
 race_k = r1.slider("k for the race", 1, 12, 4, key="speed.race_k")
 left, right = st.columns(2)
 left.markdown("**Target alone**")
-right.markdown(f"**Speculative** (k = {race_k})")
+spec_head = right.empty()  # the k of the race shown: the slider's until a race is kept, then that race's
+spec_head.markdown(f"**Speculative** (k = {race_k})")
 shown = {"base": left.empty(), "spec": right.empty()}
 
 
@@ -150,7 +151,8 @@ if r1.button("Start the race", type="primary", key="speed.run_race") and ids is 
     kept["race"].put(lab_ui.run_guarded(race.race, pair.target, pair.chain_draft(), ids, race_k, show_text, **run_kw))
 rc = kept["race"].get()
 if rc is not None:
-    speed_ui.note_other_settings([rc.spec], ids, run_kw)
+    speed_ui.note_other_settings([rc.spec], ids, run_kw, k=race_k)
+    spec_head.markdown(f"**Speculative** (k = {rc.spec.decode.k})")
     show_text("base", rc.base.rounds)
     show_text("spec", rc.spec.rounds)
     ui.show_chart(charts.fig_race(lab.race_points(rc.spec), lab.race_points(rc.base)), "race", key="speed.fig_race")

@@ -30,8 +30,10 @@ if pair is None:
 decode = lab_ui.decoder(pair)
 dt = lab_ui.dtype_name(pair)
 ids, text = lab_ui.prompt_input("exact", pair, default="The capital of France")
-# the results stay until another pair is picked (the greedy check names its dtype, so it stays across dtypes)
+# the results stay until another pair is picked (the greedy check names its dtype, so it stays across dtypes);
+# one measured with other settings than those above says which
 kept = {what: Kept(f"exact.{what}", pair.name) for what in ("greedy", "trials", "rules")}
+prompt = {"prompt": list(ids or [])}
 
 # --- greedy: identical text -------------------------------------------------------------------
 st.subheader(f"Greedy: the same text as the target alone ({claims.link(6)})")
@@ -40,14 +42,16 @@ k = c1.slider("k", 1, 12, 4, key="exact.k")
 cap = limits.max_new_tokens()
 max_new = c2.number_input("new tokens", 1, cap, min(32, cap), 1, key="exact.max_new")
 c3.caption(f"dtype **{dt}** (change it in the sidebar: in bfloat16 a near-tie can flip the argmax)")
+greedy_now = {**prompt, "k": int(k), "number of new tokens": int(max_new)}
 if st.button("Compare with the target alone", type="primary", key="exact.run_greedy") and ids is not None:
     bar = lab_ui.ProgressBar("target alone, then speculative…")
     cmp = lab_ui.run_guarded(lab.compare_with_baseline, pair.target, pair.draft, ids, k=int(k),
                              temperature=0.0, max_new_tokens=int(max_new), seed=0, **pair.run_kw)
     bar.done()
-    kept["greedy"].put({"cmp": cmp, "dtype": dt, "k": int(k)} if cmp is not None else None)
+    kept["greedy"].put({"cmp": cmp, "dtype": dt, "k": int(k)} if cmp is not None else None, settings=greedy_now)
 if (g := kept["greedy"].get()) is not None:
     cmp = g["cmp"]
+    ui.note_other_settings(kept["greedy"].changed(greedy_now))
     v = explain.exactness_verdict(cmp.spec.token_ids, cmp.base, g["dtype"], decode)
     (st.success if v.kind == "identical" else st.warning)(v.text)
     m1, m2, m3 = st.columns(3)
@@ -71,6 +75,7 @@ seed = s3.number_input("first seed", 0, 2**31 - 1, 0, 1, key="exact.seed")
 st.caption("Each trial is one seeded speculative first step with the engine's own acceptance rule: the draft "
            "samples d from q, the rule keeps it or draws a correction. It is fast because both models' forward "
            "passes for this prompt are computed **once**; only the random draws change between trials.")
+trials_now = {**prompt, "temperature": float(temperature), "number of trials": int(n), "seed": int(seed)}
 if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials") and ids is not None:
     with st.spinner(f"{int(n)} seeded trials…"):
         # one forward pass of each model; the trials and the p/q/residual chart both read these logits
@@ -78,9 +83,10 @@ if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials") and
         trials = lab_ui.run_guarded(experiments.trials_from_logits, *logits, n=int(n), temperature=float(temperature),
                                     seed=int(seed), noise_reps=theory.NOISE_REPS) if logits is not None else None
         fp = lab.position_from_logits(*logits, temperature=float(temperature)) if trials is not None else None
-    kept["trials"].put({"trials": trials, "fp": fp} if trials is not None else None)
+    kept["trials"].put({"trials": trials, "fp": fp} if trials is not None else None, settings=trials_now)
 if (res := kept["trials"].get()) is not None:
     trials, fp = res["trials"], res["fp"]
+    ui.note_other_settings(kept["trials"].changed(trials_now))
     tv, noise = theory.total_variation(trials.p, trials.counts), trials.noise
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("total variation distance", f"{tv:.3f}")
@@ -132,14 +138,17 @@ r5, r6, r7 = st.columns(3)
 eps = r5.number_input("typical: ε", 0.0, 1.0, 0.05, 0.01, key="exact.rules.epsilon")
 delta = r6.number_input("typical: δ", 0.0, 1.0, 0.2, 0.05, key="exact.rules.delta")
 tau = r7.number_input("threshold: τ", 0.0, 1.0, 0.1, 0.01, key="exact.rules.tau")
+rules_now = {**prompt, "temperature": float(r_temp), "number of trials": int(r_n), "seed": int(r_seed),
+             "ε": float(eps), "δ": float(delta), "τ": float(tau)}
 if st.button("Compare the rules", type="primary", key="exact.run_rules") and ids is not None:
     own = (rules.Rule("typical", epsilon=float(eps), delta=float(delta)), rules.Rule("threshold", tau=float(tau)))
     chosen = list(rules.DEFAULT_RULES) + [r for r in own if r not in rules.DEFAULT_RULES]
     with st.spinner("every rule, exactly and on seeded trials…"):
         rlab = lab_ui.run_guarded(rules.rule_lab, pair.target, pair.draft, ids, chosen, n=int(r_n),
                                   temperature=float(r_temp), seed=int(r_seed), vocab=pair.shared_vocab)
-    kept["rules"].put(rlab)
+    kept["rules"].put(rlab, settings=rules_now)
 if (rlab := kept["rules"].get()) is not None:
+    ui.note_other_settings(kept["rules"].changed(rules_now))
     st.info(rules.rules_verdict(rlab))
     ui.show_chart(rules.fig_rules(rlab), "acceptance_rules", key="exact.fig_rules")
     st.caption("Up is faster (more drafts kept), left is more faithful. The lossless rules sit on the left edge, "

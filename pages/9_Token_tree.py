@@ -130,15 +130,18 @@ st.markdown("The same prompt, seed and settings, at each node budget N: a chain 
             "of N nodes. Both verify N drafted tokens in one target pass; the tree spends them on alternatives.")
 budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], [4, 8, 16, 32], key="tree.budgets")
 kept_cmp = Kept("tree.cmp", ident)
+cmp_now = {"prompt": list(ids or []), "temperature": float(temperature), "number of new tokens": int(max_new),
+           "seed": int(seed), "b": int(branch), "max depth": int(max_depth)}
 if st.button("Measure chain against tree", key="tree.measure"):
     if not budgets or ids is None:
         st.error("Pick at least one node budget (and give a prompt).", icon=":material/error:")
     else:
         lab_ui.keep_measured(kept_cmp, lab_ui.with_bar(tree_lab.chain_vs_tree, pair.target, pair.draft, ids,
                                                        budgets=budgets, branch=int(branch), max_depth=int(max_depth),
-                                                       **common))
+                                                       **common), settings=cmp_now)
 if kept_cmp.get() is not None:
     cmp, note = kept_cmp.get()
+    ui.note_other_settings(kept_cmp.changed(cmp_now))
     lab_ui.load_warning(note)
     ui.show_chart(fig_chain_vs_tree(cmp), "chain_vs_tree", key="tree.fig_cmp")
     for line in tree_lab.chain_vs_tree_verdict(cmp):

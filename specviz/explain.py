@@ -17,6 +17,7 @@ streamlit, no models.
   forward_cost_verdict, dtype_comparison, bandwidth_verdict, batch_verdict   why it is fast
   exactness_verdict, tv_verdict            greedy identity and the sampled distribution
   precision_rows, precision_verdict        draft precisions side by side
+  other_settings                           a kept result measured with other settings than those on screen
   gpu_advice                               a pair too small to win on a GPU, and a pair that can
 """
 
@@ -60,6 +61,19 @@ def count(n: float, noun: str, plural: str | None = None) -> str:
     """A count and its noun, plural unless it is one: "1 round", "3 rounds", "2 target passes"."""
     n_text = f"{n:g}" if isinstance(n, float) else str(n)
     return f"{n_text} {noun if n == 1 else plural or noun + 's'}"
+
+
+def and_list(words: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join(filter(None, (", ".join(words[:-1]), words[-1]))) if words else ""
+
+
+def other_settings(changed: Sequence[str]) -> str | None:
+    """Under a kept result: the settings on screen that differ from those it was measured with (None: none do)."""
+    if not changed:
+        return None
+    return (f"Measured with a different {and_list(changed)} from the one{'s' if len(changed) > 1 else ''} above; "
+            "press the button again to measure with these.")
 
 
 def rounds_are_passes(n: int) -> str:

@@ -129,6 +129,15 @@ def test_count_says_one_in_the_singular_and_every_other_number_in_the_plural():
     assert explain.rounds_are_passes(3) == "3 rounds = 3 target passes"
 
 
+def test_other_settings_names_each_setting_that_differs_and_nothing_when_none_does():
+    assert explain.other_settings([]) is None
+    assert explain.other_settings(["seed"]).startswith("Measured with a different seed from the one above;")
+    assert explain.other_settings(["prompt", "seed"]).startswith("Measured with a different prompt and seed from the "
+                                                                 "ones above;")
+    assert "a different prompt, k and seed from the ones" in explain.other_settings(["prompt", "k", "seed"])
+    assert [explain.and_list(w) for w in ([], ["a"], ["a", "b"], ["a", "b", "c"])] == ["", "a", "a and b", "a, b and c"]
+
+
 def test_round_story_tells_every_decision_and_the_extra_token(models):
     run = spec(models, temperature=1.0, seed=1, max_new_tokens=24)
     for r in run.rounds:

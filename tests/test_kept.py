@@ -15,19 +15,21 @@ def demo_app():
     from pages.common.kept import Kept
 
     setting = int(st.number_input("setting", 0, 10, 1, key="setting"))
+    now = {"seed": int(st.number_input("seed", 0, 10, 0, key="seed")), "k": int(st.number_input("k", 1, 9, 4, key="k"))}
     closed = st.session_state.setdefault("closed", [])  # results closed, in order (made_with of each)
     close = (lambda old: closed.append(old["made_with"])) if st.session_state.get("live") else None
     box = Kept("demo.result", setting, close=close)
     if st.button("compute", key="compute"):
         st.session_state["made"] = st.session_state.get("made", 0) + 1
-        box.put({"made_with": setting, "n": st.session_state["made"]})
+        box.put({"made_with": setting, "n": st.session_state["made"]}, settings=now)
     if st.button("fail", key="fail"):
-        box.put(None)  # a run that failed: its error was shown, nothing is lost
+        box.put(None, settings=now)  # a run that failed: its error was shown, nothing is lost
     if st.button("clear", key="clear"):
         box.clear()
     got, stale = box.get(), box.stale()
     st.text(f"kept: {got and got['made_with']} #{got and got['n']}")
     st.text(f"stale: {stale and stale['made_with']}")
+    st.text(f"changed: {box.changed(now)}")
 
 
 def app(live: bool = False):
@@ -94,3 +96,25 @@ def test_a_live_result_is_closed_when_replaced_cleared_or_its_settings_change():
     act(at, "compute")
     act(at, "clear")
     assert at.session_state["closed"] == [1, 1, 1]
+
+
+def test_changed_names_the_settings_that_differ_from_those_the_result_was_made_with():
+    def changed(at) -> str:
+        return at.text[2].value
+
+    at = app()
+    assert changed(at) == "changed: []"  # nothing kept
+    act(at, "compute")
+    assert changed(at) == "changed: []"
+    at.number_input(key="k").set_value(2).run()
+    assert changed(at) == "changed: ['k']" and shown(at)[0] == "kept: 1 #1"  # the result stays, marked
+    at.number_input(key="seed").set_value(5).run()
+    assert changed(at) == "changed: ['seed', 'k']"  # in the order the page names them
+    act(at, "fail")  # a failed run keeps the result and the settings it was made with
+    assert changed(at) == "changed: ['seed', 'k']"
+    act(at, "compute")  # a new result, made with these settings
+    assert changed(at) == "changed: []"
+    at.number_input(key="k").set_value(4).run()
+    assert changed(at) == "changed: ['k']"
+    act(at, "clear")
+    assert changed(at) == "changed: []"

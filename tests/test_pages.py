@@ -57,6 +57,12 @@ def names(fig: dict) -> list[str]:
     return [t.get("name") for t in fig["data"]]
 
 
+def other_settings(at) -> list[str]:
+    """The settings each "measured with other settings" caption names, top to bottom (ui.note_other_settings)."""
+    found = (re.search(r"Measured with a different (.+?) from the one", c.value) for c in at.caption)
+    return [m.group(1) for m in found if m]
+
+
 def metrics(at) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
@@ -437,19 +443,27 @@ def test_speedup_model_starts_at_the_alpha_measured_on_the_page_until_the_learne
 
 @needs_tiny
 def test_speedup_says_when_a_kept_result_came_from_other_settings():
-    def notes(at) -> int:
-        return sum("Measured with another prompt" in c.value for c in at.caption)
+    def spec_head(at) -> str:
+        return next(m.value for m in at.markdown if m.value.startswith("**Speculative** (k ="))
 
     at = page("3")
     at.number_input(key="speed.max_new").set_value(8)
     at.multiselect(key="speed.ks").set_value([1]).run()
     press(at, "speed.run_sweep")
     press(at, "speed.run_race")
-    assert notes(at) == 0  # measured with the settings on screen
+    at.multiselect(key="speed.ee_layers").set_value([1]).run()
+    press(at, "speed.run_early_exit")
+    assert other_settings(at) == []  # measured with the settings on screen
     at.number_input(key="speed.seed").set_value(3).run()
-    assert notes(at) == 2 and at.dataframe  # the sweep and the race stay, each marked
+    assert other_settings(at) == ["seed"] * 3 and at.dataframe  # the sweep, the race and early exit stay, marked
     at.number_input(key="speed.seed").set_value(0).run()
-    assert notes(at) == 0
+    assert other_settings(at) == []
+    at.slider(key="speed.race_k").set_value(2).run()  # the race's own k: the race shown keeps the k it ran with
+    assert other_settings(at) == ["k"] and spec_head(at) == "**Speculative** (k = 4)"
+    at.slider(key="speed.ee_k").set_value(2).run()
+    assert other_settings(at) == ["k", "k"]
+    at.number_input(key="speed.temperature").set_value(0.5).run()
+    assert other_settings(at) == ["temperature", "temperature and k", "temperature and k"]
 
 
 @needs_tiny
@@ -545,6 +559,16 @@ def test_exactness_greedy_matches_the_engine_and_trials_match_p(monkeypatch):
                                             vocab=pair.shared_vocab)  # as the page: the pair's shared ids
     assert m["draft token kept"] == f"{trials.accepted / 600:.3f}"  # same seeds, same draws
     drawn_ok(at)
+    # the results stay when the settings above change, and each says which setting it was not measured with
+    assert other_settings(at) == []
+    text = at.text_area(key="exact.text").value
+    at.text_area(key="exact.text").set_value("The capital of Spain is").run()
+    at.number_input(key="exact.n").set_value(700).run()
+    assert other_settings(at) == ["prompt", "prompt and number of trials"] and metrics(at)["identical"] == "yes"
+    at.text_area(key="exact.text").set_value(text).run()
+    assert other_settings(at) == ["number of trials"]
+    at.number_input(key="exact.n").set_value(600).run()
+    assert other_settings(at) == []
 
 
 @needs_tiny
@@ -572,6 +596,10 @@ def test_exactness_rule_lab_lossless_on_the_left_lossy_away_from_p():
     assert at.number_input(key="exact.rules.n").value == 20_000
     at.number_input(key="exact.rules.n").set_value(4000).run()
     press(at, "exact.run_rules")
+    assert other_settings(at) == []
+    at.number_input(key="exact.rules.tau").set_value(0.2).run()
+    assert other_settings(at) == ["τ"]  # the comparison stays, marked
+    at.number_input(key="exact.rules.tau").set_value(0.1).run()
     fig = figure(at, "Acceptance rules")
     shown = [t for t in fig["data"] if t.get("showlegend") is not False]
     assert [t["name"] for t in shown] == ["rejection (lossless)", "exact-match (lossless)", "typical (lossy)",

@@ -115,6 +115,10 @@ def test_chain_against_tree_is_measured_on_the_same_prompt_and_seed():
     text = " ".join(m.value for m in at.markdown)
     assert "Tokens per target pass: the tree beat the chain at" in text and "Fastest tree:" in text
     assert at.success and "same text" in at.success[0].value  # greedy: chains and trees agree
+    marked = lambda: [c.value for c in at.caption if "Measured with a different" in c.value]  # noqa: E731
+    assert marked() == []
+    at.slider(key="tree.branch").set_value(3).run()  # the comparison stays, and says what it was not measured with
+    assert len(marked()) == 1 and "a different b from the one above" in marked()[0] and figure(at, "Chain against")
 
 
 def test_same_seed_same_sampled_tree_and_bad_input_is_an_error():

@@ -144,10 +144,11 @@ def with_bar(fn, *args, text: str = "starting…", **kw):
     return out
 
 
-def keep_measured(kept, measured):
-    """Keep the (result, outside-load note) of measure or with_bar in kept (a kept.Kept); a failed run keeps nothing."""
+def keep_measured(kept, measured, settings=None):
+    """Keep the (result, outside-load note) of measure or with_bar in kept (a kept.Kept), with the named settings
+    it was measured with (Kept.put); a failed run keeps nothing."""
     result, note = measured
-    return kept.put((result, note) if result is not None else None)
+    return kept.put((result, note) if result is not None else None, settings=settings)
 
 
 def load_warning(note) -> None:

@@ -5,7 +5,7 @@
   early_exit(pair, ids, run_kw)         6  · the target's own first L layers as the draft (specviz.selfdraft)
   fixed_k_runs(pair)                    the runs of 1b and 5 with the sidebar's draft and a fixed k (section 2's α)
   measured_here(run, ids, run_kw)       whether a kept run came from the prompt and settings above
-  note_other_settings(runs, ids, run_kw)  a kept result measured with another prompt or settings says so
+  note_other_settings(runs, ids, run_kw, k)  a kept result measured with another prompt or settings says which
 
 Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it.
 run_kw: the page's decoding settings (temperature, max_new_tokens, seed, eos_token_id, vocab).
@@ -37,18 +37,32 @@ def fixed_k_runs(pair) -> dict[str, list]:
     return out
 
 
+def _settings(run) -> dict:
+    """What a kept run was measured with, named as the page's words name them (explain.other_settings)."""
+    return {"prompt": list(run.prompt_ids), "temperature": run.decode.temperature,
+            "number of new tokens": run.decode.max_new_tokens, "seed": run.decode.seed, "k": run.decode.k}
+
+
+def _settings_now(ids, run_kw: dict, k: int | None = None) -> dict:
+    """The page's settings as they are now, named as _settings names them (k only where a section has one)."""
+    return {"prompt": list(ids or []), "temperature": float(run_kw["temperature"]),
+            "number of new tokens": int(run_kw["max_new_tokens"]), "seed": int(run_kw["seed"]),
+            **({"k": int(k)} if k is not None else {})}
+
+
 def measured_here(run, ids, run_kw: dict) -> bool:
     """Whether a kept run came from the prompt and the settings above: a result stays on the page when they
     change, so a page must ask before it calls the result this prompt's."""
-    now = (list(ids or []), float(run_kw["temperature"]), int(run_kw["max_new_tokens"]), int(run_kw["seed"]))
-    return (list(run.prompt_ids), run.decode.temperature, run.decode.max_new_tokens, run.decode.seed) == now
+    now = _settings_now(ids, run_kw)
+    return all(_settings(run)[name] == value for name, value in now.items())
 
 
-def note_other_settings(runs, ids, run_kw: dict) -> None:
-    """A caption under a kept result when any of its runs came from another prompt or other settings."""
-    if not all(measured_here(r, ids, run_kw) for r in runs):
-        st.caption(":material/history: Measured with another prompt, temperature, length or seed than the ones "
-                   "above; press the button again to measure these.")
+def note_other_settings(runs, ids, run_kw: dict, k: int | None = None) -> None:
+    """A caption under a kept result naming the settings above (and the section's k, if given) that differ from
+    any of its runs'."""
+    now = _settings_now(ids, run_kw, k)
+    then = [_settings(r) for r in runs]
+    ui.note_other_settings(name for name in now if any(t[name] != now[name] for t in then))
 
 
 def draft_precisions(pair, ids, run_kw: dict) -> None:
@@ -69,7 +83,7 @@ def draft_precisions(pair, ids, run_kw: dict) -> None:
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
     if (res := kept.get()) is not None:
-        note_other_settings([r.comparison.spec for r in res], ids, run_kw)
+        note_other_settings([r.comparison.spec for r in res], ids, run_kw, k=st.session_state.get("speed.k0", 4))
         ui.table(explain.precision_rows(res), hide_index=True, width="stretch")
         st.markdown(explain.precision_verdict(res))
 
@@ -88,7 +102,7 @@ def k_policies(pair, ids, run_kw: dict) -> None:
     runs = kept.get()
     if runs is None:
         return
-    note_other_settings(runs.values(), ids, run_kw)
+    note_other_settings(runs.values(), ids, run_kw, k=k0)
     s = race.policy_summary(runs)  # engine time only: the progress bar is excluded
     for col, name in zip(st.columns(3), race.POLICIES):  # α and k under each: a metric cuts a long value off
         col.metric(f"{name} k: tokens/s", f"{s[name].tokens_per_s:.1f}",
@@ -116,9 +130,11 @@ def early_exit(pair, ids, run_kw: dict) -> None:
                             default=selfdraft.default_layers(n_layers), key="speed.ee_layers")
     ek = e2.slider("k", 1, 8, 4, key="speed.ee_k")
     kept = Kept("speed.early_exit", _ident(pair))
+    now = _settings_now(ids, run_kw, int(ek))  # the sweep's runs are not kept: what it was measured with is
     if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit") and ids is not None:
         kept.put(lab_ui.with_bar(selfdraft.early_exit_sweep, pair.target, ids, depths, k=int(ek), text="early exit…",
-                                 **run_kw)[0])
+                                 **run_kw)[0], settings=now)
     if (sweep := kept.get()) is not None:
+        ui.note_other_settings(kept.changed(now))
         ui.show_chart(selfdraft.fig_early_exit(sweep), "early_exit_alpha_c", key="speed.fig_early_exit")
         ui.table(selfdraft.early_exit_rows(sweep), hide_index=True)

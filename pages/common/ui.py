@@ -14,6 +14,7 @@ Stable API (pages import these):
     show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config, drawn in a turn
     presented(fig)                      a figure as this session shows it (grown in presenter mode)
     table(data, **kw)                   st.dataframe, missing cells shown as explain.MISSING
+    note_other_settings(changed)        a caption under a kept result measured with other settings (by name)
     drawing()                           a turn to draw, apart from the server's model work
     show_error(e)                       a clear message, never a traceback (details in an expander)
     decoder(tokenizer)                  id -> text, memoised per tokenizer
@@ -210,6 +211,13 @@ def table(data, **kw):
     """st.dataframe with missing cells shown as explain.MISSING: a correction row has no q(d), p(d) or
     overlap, and Streamlit writes "None" there by default."""
     return st.dataframe(data, placeholder=explain.MISSING, **kw)
+
+
+def note_other_settings(changed) -> None:
+    """A caption under a kept result, naming the settings above that differ from the ones it was measured with
+    (Kept.changed); nothing when none do. The result stays: going back to those settings shows it unmarked."""
+    if words := explain.other_settings(list(changed)):
+        st.caption(f":material/history: {words}")
 
 
 def show_chart(fig, name: str, key: str | None = None, **kw):
