@@ -63,6 +63,7 @@ DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 _FONT = "Arial, Helvetica, sans-serif"
 PLOT_HEIGHT = 480  # a figure's height in the theme, with one line of title and one of subtitle
 TOP_MARGIN = 130  # pixels above the plot: the title, one line of subtitle and the legend's band
+BOTTOM_MARGIN = 70  # pixels below the plot: the x axis's ticks and title
 LINE_PX = 20  # one more line of subtitle
 TITLE_PX, SUBTITLE_PX = 19, 14  # font sizes
 TITLE_LINE_PX = 25  # one more line of title
@@ -83,7 +84,7 @@ def _make_template() -> go.layout.Template:
         paper_bgcolor="white",
         plot_bgcolor="white",
         height=PLOT_HEIGHT,
-        margin=dict(l=75, r=30, t=TOP_MARGIN, b=70),
+        margin=dict(l=75, r=30, t=TOP_MARGIN, b=BOTTOM_MARGIN),
         title=dict(x=0, xref="paper", xanchor="left", y=0.975, yref="container", yanchor="top",
                    font=dict(size=TITLE_PX, color="#111"),
                    subtitle=dict(font=dict(size=SUBTITLE_PX, color="#555"))),

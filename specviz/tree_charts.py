@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
 
-from .charts import (GREY, P_COLOR, PALETTE, Q_COLOR, TEMPLATE, _fig, _labels, _plain, _tok, _topmap, _union,
-                     set_title, subplot_row)
+from .charts import (BOTTOM_MARGIN, GREY, P_COLOR, PALETTE, PLOT_HEIGHT, Q_COLOR, TEMPLATE, TOP_MARGIN, _fig, _labels,
+                     _plain, _tok, _topmap, _union, set_title, subplot_row)
 from .explain import num as _fmt
 from .render import STATE_COLORS, visible
 from .tree_lab import FREE_TOL, ChainVsTree, Tally
@@ -30,6 +30,10 @@ NODE_STATES = {  # state -> (legend label, colour, opacity)
     "correction": ("correction (target's token)", STATE_COLORS["correction"], 1.0),
     "bonus": ("bonus (target's token)", STATE_COLORS["bonus"], 1.0),
 }
+# a node's label sits above its marker: two nodes of one depth, one leaf apart, are ROW_PX apart so that the
+# lower one's label (about 18 px of text) clears the upper one's marker (16 px), with a gap
+ROW_PX = 40
+ROOM_ABOVE, ROOM_BELOW = 0.8, 0.4  # rows above the top node (its label) and below the bottom one (its marker)
 DRAFTED = "drafted"
 DRAFTED_STATE = {DRAFTED: ("drafted, not verified yet", STATE_COLORS["pending"], 1.0)}
 
@@ -68,8 +72,17 @@ def _hover(r: TreeRound, i: int, decode: Callable[[int], str], drafting: bool = 
     return "<br>".join(lines)
 
 
+def tree_height(y: dict[int, float]) -> tuple[int, list[float]]:
+    """The figure's height (before its title's extra lines) and its y range (reversed: the root's side up) that
+    keep ROW_PX between neighbouring nodes of one depth, and room for the top node's label."""
+    top, bottom = min(y.values()) - ROOM_ABOVE, max(y.values()) + ROOM_BELOW
+    plot_px = ROW_PX * (bottom - top)
+    return max(PLOT_HEIGHT, round(TOP_MARGIN + plot_px + BOTTOM_MARGIN)), [bottom, top]
+
+
 def fig_tree(r: TreeRound, decode: Callable[[int], str] = str, depth: int | None = None) -> go.Figure:
-    """One round's token tree: nodes by depth, coloured by what verification made of them.
+    """One round's token tree: nodes by depth, coloured by what verification made of them. The figure is as tall
+    as its widest depth needs (tree_height), so no label is drawn over a neighbour.
 
     depth: draw the tree as drafting left it after that depth (nodes up to it, none verified yet).
     """
@@ -78,6 +91,7 @@ def fig_tree(r: TreeRound, decode: Callable[[int], str] = str, depth: int | None
     has_extra = r.extra_id is not None and not drafting
     parents = list(r.parents) + ([r.path[-1] if r.path else -1] if has_extra else [])
     y = tree_layout(parents)  # the whole tree's layout, so nodes stay put while it grows
+    height, y_range = tree_height(y)
     x = {-1: 0, **{i: r.depths[i] for i in range(n)}}
     if has_extra:
         x[n] = len(r.path) + 1
@@ -91,11 +105,11 @@ def fig_tree(r: TreeRound, decode: Callable[[int], str] = str, depth: int | None
     if drafting:
         fig = _fig(f"Round {r.index + 1}, drafting: depth {depth}, {len(shown)} of {n} nodes",
                    "one draft pass per depth expands the most probable nodes; nothing is verified yet",
-                   x="depth (tokens after the committed context)", y="")
+                   x="depth (tokens after the committed context)", y="", height=height)
     else:
         fig = _fig(f"Round {r.index + 1}: a tree of {n} drafted tokens, {r.n_accepted} accepted",
                    "one target pass judged every node; each node saw only its own ancestors",
-                   x="depth (tokens after the committed context)", y="")
+                   x="depth (tokens after the committed context)", y="", height=height)
     # edges: parent -> child, with the path drawn thicker
     on_path = set() if drafting else set(r.path) | ({n} if has_extra else set())
     for thick in (False, True):
@@ -123,7 +137,7 @@ def fig_tree(r: TreeRound, decode: Callable[[int], str] = str, depth: int | None
             marker=dict(size=16, color=color, opacity=opacity, line=dict(color="white", width=1)),
             textfont=dict(color="#222" if opacity == 1.0 else "#999"), hovertext=hover, hoverinfo="text"))
     fig.update_xaxes(dtick=1, range=[-0.6, max(x.values()) + 0.6])
-    fig.update_yaxes(visible=False, autorange="reversed")
+    fig.update_yaxes(visible=False, range=y_range)
     return fig
 
 

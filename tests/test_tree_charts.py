@@ -108,3 +108,52 @@ def test_a_token_in_two_branches_reads_the_same_in_both(rounds):
     text = {int(c): t for tr in fig.data if tr.customdata is not None and tr.text is not None
             for c, t in zip(tr.customdata, tr.text)}
     assert all(text[i] == f"t{tok}" for i, tok in enumerate(r.tokens))
+
+
+WORDS = ["␣capital", "␣France", "␣Paris", "␣is", "␣prime", "␣the", "␣largest", "python", "def", "␣simple"]
+DRAWN = """() => {
+  const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const each = sel => [...document.querySelectorAll('.scatterlayer .trace')].flatMap((tr, t) =>
+    [...tr.querySelectorAll(sel)].map((e, i) => ({id: t + ':' + i, box: box(e), text: e.textContent})));
+  return {labels: each('.textpoint'), markers: each('path.point'), plot: box(document.querySelector('.xgrid'))};
+}"""
+
+
+def test_no_node_label_is_drawn_over_another_label_or_a_neighbours_marker(rounds):
+    """Drawn by plotly.js in Chromium, normal and in presenter mode: a label clears every other node's label and
+    marker, and the top node's label stays inside the plot. Budget 12 with b = 3 puts nine leaves at one depth."""
+    from pathlib import Path
+
+    from specviz import charts, loadtest
+
+    pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+    if not Path(loadtest.CHROMIUM).exists():
+        pytest.skip(f"{loadtest.CHROMIUM} is missing")
+    from playwright.sync_api import sync_playwright
+
+    def hit(a, b, gap=1.0) -> bool:
+        return a[0] < b[2] - gap and b[0] < a[2] - gap and a[1] < b[3] - gap and b[1] < a[3] - gap
+
+    crowded = [r for r in rounds if r.n_nodes == 12][:4]
+    assert crowded
+    over, clipped = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=loadtest.CHROMIUM, args=loadtest.CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1000, "height": 1200})
+            for r in crowded:
+                fig = fig_tree(r, decode=lambda t: WORDS[t % len(WORDS)])
+                for shown in (fig, charts.for_presenter(fig)):
+                    page.set_content(shown.to_html(include_plotlyjs=True, config={"staticPlot": True}))
+                    page.wait_for_selector(".scatterlayer .textpoint")
+                    d = page.evaluate(DRAWN)
+                    labels, markers = d["labels"], d["markers"]
+                    over += [(a["text"], b["text"]) for i, a in enumerate(labels) for b in labels[i + 1:]
+                             if hit(a["box"], b["box"])]
+                    over += [(a["text"], "a marker") for a in labels for m in markers
+                             if m["id"] != a["id"] and hit(a["box"], m["box"])]
+                    clipped += [a["text"] for a in labels if a["box"][1] < d["plot"][1] - 1]
+        finally:
+            browser.close()
+    assert not over, f"labels drawn over a neighbour: {over[:6]}"
+    assert not clipped, f"labels cut at the top of the plot: {clipped}"
