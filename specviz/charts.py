@@ -158,7 +158,7 @@ def subplot_row(titles: Sequence[str], width: int = SUBTITLE_WIDTH, **kw) -> go.
     return fig
 
 
-PRESENTER_SCALE = 1.3  # presenter mode's charts: the page's type grows about as much (ui.PRESENTER_CSS)
+PRESENTER_SCALE = 1.3  # presenter mode: its charts, and the page's type (ui.PRESENTER_ROOT_PX, 16 px × 1.3)
 
 
 def for_presenter(fig: go.Figure, scale: float = PRESENTER_SCALE) -> go.Figure:

@@ -48,7 +48,8 @@ _load_lock = threading.Lock()
 
 # presenter mode: for projecting to a room. Type and token boxes grow; the sidebar starts collapsed.
 PRESENTER = "presenter"  # session key: a widget's own key does not survive a change of page
-PRESENTER_ROOT_PX = 21  # the root type size in presenter mode (16 otherwise)
+ROOT_PX = 16  # the browser's root type size
+PRESENTER_ROOT_PX = round(ROOT_PX * charts.PRESENTER_SCALE)  # presenter mode's (21): the page grows as its charts
 PRESENTER_CSS = """<style>
 html, [data-testid="stAppViewContainer"] { font-size: ROOT_PX; }
 [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li { font-size: 1.2rem; }
@@ -203,7 +204,7 @@ def metric_cells(n: int) -> list:
 def table_height(n_rows: int, cap: int = 400) -> int:
     """Pixels that show a table's header and n_rows rows (at most `cap`, in normal type) without scrolling:
     Streamlit draws a row in 35 px at the normal 16 px root size, more in presenter mode's larger type."""
-    scale = PRESENTER_ROOT_PX / 16 if presenter() else 1.0
+    scale = PRESENTER_ROOT_PX / ROOT_PX if presenter() else 1.0
     return round(min(38 + 35 * n_rows, cap) * scale)
 
 
