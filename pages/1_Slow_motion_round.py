@@ -74,19 +74,19 @@ def take(n: int = 1, until_zero: bool = False, bar=None) -> None:
         ui.show_error(e)
 
 
-b1, b2, b3, b4 = st.columns([1.1, 1.1, 2, 0.8])  # room for the third button's label
-if b1.button("First round", icon=":material/play_arrow:", type="primary", key="slow.start",
-             help="Start a new run and take its first round") and kept.put(start()) is not None:
+row = ui.button_row()
+if row.button("First round", icon=":material/play_arrow:", type="primary", key="slow.start",
+              help="Start a new run and take its first round") and kept.put(start()) is not None:
     take()
 next_ok = kept.get() is not None and not kept.get()["pb"].done
-if b2.button("Next round", icon=":material/skip_next:", key="slow.next", disabled=not next_ok):
+if row.button("Next round", icon=":material/skip_next:", key="slow.next", disabled=not next_ok):
     take()
-if b3.button("Run until a round accepts nothing", key="slow.until_zero", disabled=not next_ok,
-             help="Claim 5: step until the target refuses the very first draft, then stop there."):
+if row.button("Run until a round accepts nothing", key="slow.until_zero", disabled=not next_ok,
+              help="Claim 5: step until the target refuses the very first draft, then stop there."):
     bar = lab_ui.ProgressBar("stepping…")
     take(n=10_000, until_zero=True, bar=bar)
     bar.done()
-if b4.button("Reset", key="slow.reset"):
+if row.button("Reset", key="slow.reset"):
     kept.clear()
 
 state = kept.get()

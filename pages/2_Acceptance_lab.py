@@ -48,8 +48,8 @@ seed = c2.number_input("seed", 0, 2**31 - 1, 0, 1, key="lab.seed")
 key = (pair.name, lab_ui.dtype_name(pair), int(k), int(max_new), int(seed))
 kept_sweep, kept_agree = Kept("lab.sweep", key), Kept("lab.agree", key)
 
-b1, b2 = st.columns([1, 4])
-if b1.button("Measure", type="primary", key="lab.run"):
+row = ui.button_row()
+if row.button("Measure", type="primary", key="lab.run"):
     if not domains or not temps:
         st.error("Pick at least one domain and one temperature.", icon=":material/error:")
     else:
@@ -68,7 +68,7 @@ if b1.button("Measure", type="primary", key="lab.run"):
             kept_agree.put(agree)
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
-if b2.button("Clear results", key="lab.clear"):
+if row.button("Clear results", key="lab.clear"):
     kept_sweep.clear()
     kept_agree.clear()
 

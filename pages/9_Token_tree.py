@@ -61,17 +61,17 @@ def step():
         ui.show_error(e)
 
 
-b1, b2, b3 = st.columns(3)
+row = ui.button_row()
 fresh = None  # the round computed in this script run, to animate
-if b1.button("First round", icon=":material/play_arrow:", type="primary", key="tree.start") and ids is not None:
+if row.button("First round", icon=":material/play_arrow:", type="primary", key="tree.start") and ids is not None:
     stream = lab_ui.run_guarded(tree_stream, pair.target, pair.draft, ids, **shape, **common)
     if stream is not None:
         kept.put(playback.Playback.live(stream, ids, text, common))
 pb = kept.get()
-if b2.button("Next round", icon=":material/skip_next:", key="tree.next", disabled=pb is None or pb.done) or (
+if row.button("Next round", icon=":material/skip_next:", key="tree.next", disabled=pb is None or pb.done) or (
         pb is not None and not pb.rounds):
     fresh = step()
-if b3.button("Reset", key="tree.reset"):
+if row.button("Reset", key="tree.reset"):
     kept.clear()
     pb = None
 

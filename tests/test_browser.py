@@ -400,6 +400,36 @@ def test_the_token_tree_page_drafts_verifies_and_colours_a_tree(server, browser,
     page.close()
 
 
+# the labels of metrics and buttons that end in '…' (their text cut short)
+CUT_LABELS = """() => [...document.querySelectorAll('[data-testid="stMetricLabel"], [data-testid="stButton"] button')]
+  .filter(l => [l, ...l.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1 &&
+    getComputedStyle(e).textOverflow === 'ellipsis')).map(l => l.textContent)"""
+
+
+def test_a_laptop_screen_cuts_no_label(tiny_server, browser):
+    """At 1024 pixels with the sidebar open (a laptop), the Slow motion page's buttons and the Exactness
+    page's metrics read whole: they wrap onto another line instead of ending in '…'."""
+    page = browser.new_page(viewport={"width": 1024, "height": 900})
+    page.set_default_timeout(WAIT_MS)
+    page.goto(tiny_server.rstrip("/") + "/Slow_motion_round")
+    first = page.get_by_role("button", name="First round", exact=True)
+    first.wait_for()
+    _settled(page)
+    assert page.locator('[data-testid="stSidebar"]').bounding_box()["width"] > 200  # open, taking its room
+    _click_until(page, first, "The text so far")
+    _settled(page)
+    assert page.evaluate(CUT_LABELS) == []
+    page.goto(tiny_server.rstrip("/") + "/Exactness")
+    trials = page.get_by_role("button", name=re.compile(r"^Run \d+ trials$"))
+    trials.wait_for()
+    _settled(page)
+    _click_until(page, trials, "expected from noise alone")
+    _settled(page)
+    assert page.locator('[data-testid="stMetricLabel"]').count() >= 4
+    assert page.evaluate(CUT_LABELS) == []
+    page.close()
+
+
 def test_offline_pairs_side_by_side_and_the_rule_lab(tiny_server, browser, shots):
     """The main page's side-by-side of the offline pairs, and the Exactness page's acceptance-rule lab:
     each runs, draws its chart and table without an exception; screenshots for docs/."""

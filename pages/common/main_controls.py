@@ -116,9 +116,7 @@ def handle_request(ms: MainSettings, t_script: float) -> int | None:
 
 def buttons(ms: MainSettings, job: playback.Playback | None) -> None:
     playing = bool(S.get("main.playing")) and job is not None and not job.done
-    # one row of buttons as wide as their labels, wrapping on a narrow screen (in columns of fixed shares a
-    # 1024-pixel projector cut them to "R…" and "S…")
-    row = st.container(horizontal=True)
+    row = ui.button_row()
     row.button(RUN if ms.live else PLAY, type="primary", key="main.run_btn", on_click=_request,
                icon=":material/play_arrow:", args=("run",), disabled=not ms.live and ms.recording is None,
                help="Start a new run with the settings in the sidebar." if ms.live

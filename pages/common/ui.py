@@ -13,6 +13,7 @@ Stable API (pages import these):
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
     show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config, drawn in a turn
     presented(fig)                      a figure as this session shows it (grown in presenter mode)
+    button_row(), metric_cells(n)       a row of buttons, or of n metrics, that wraps on a narrow screen
     table(data, **kw)                   st.dataframe, missing cells shown as explain.MISSING
     note_other_settings(changed)        a caption under a kept result measured with other settings (by name)
     drawing()                           a turn to draw, apart from the server's model work
@@ -61,13 +62,16 @@ h1 { font-size: 2.9rem !important; }
 .sv-diff { font-size: 1rem !important; }
 [data-testid="stMetricValue"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"] p { font-size: inherit !important; }
+</style>"""  # the metric rule: a metric's value and label are markdown too, and 1.2rem made values smaller
+PRESENTER_CSS = PRESENTER_CSS.replace("ROOT_PX", f"{PRESENTER_ROOT_PX}px")
+# every page, in both modes: a metric's label wraps to a second line instead of ending in '…' ("total variation
+# dista…" in a quarter of a 1024-pixel laptop's page), and each keeps room for two, so the figures of a row stay
+# level. Style tags alone in st.html take no room on the page.
+PAGE_CSS = """<style>
 [data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"],
 [data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"] p { white-space: normal !important; }
 [data-testid="stMetricLabel"] { min-height: 2.6em; align-items: flex-start !important; }
-</style>"""  # the metric rules: a metric's value and label are markdown too, and 1.2rem made values smaller, labels
-# cut; the larger labels wrap to two lines instead of ending in '…', and each keeps room for two, so the figures
-# in a row stay level
-PRESENTER_CSS = PRESENTER_CSS.replace("ROOT_PX", f"{PRESENTER_ROOT_PX}px")
+</style>"""
 
 
 # presenter mode's keys, on the page around the component's frame: space plays or pauses (or runs),
@@ -122,6 +126,7 @@ def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple
     the place where this session's wait for the device is shown."""
     st.set_page_config(page_title=f"{title} · specviz", page_icon=icon, layout=layout,
                        initial_sidebar_state="collapsed" if presenter() else "auto")
+    st.html(PAGE_CSS)
     _presenter_toggle()
     st.title(title)
     if shows:
@@ -192,6 +197,12 @@ def show_error(e: BaseException) -> None:
 
 
 METRIC_PX = 172  # a metric's cell: its label, value and caption fit without being cut
+
+
+def button_row():
+    """A row for buttons, each as wide as its label, that wraps on a narrow screen: in columns of fixed shares a
+    1024-pixel laptop with the sidebar open cut them to "First rou…" and "R…"."""
+    return st.container(horizontal=True)
 
 
 def metric_cells(n: int) -> list:
