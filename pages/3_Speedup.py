@@ -95,13 +95,14 @@ if cost is not None:
                          help="Off: assume checking k+1 tokens costs one 1-token pass (the textbook 1 + k·c).")
     vc = cost.verify if use_vr else None
     measured = {k: measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sw.items()} if sw else None
-    ui.show_chart(charts.fig_speedup_model(alpha, cost.c, k_max=12, verify_cost=vc, measured=measured),
+    k_max = 12  # the largest k of this page's sliders
+    ui.show_chart(charts.fig_speedup_model(alpha, cost.c, k_max=k_max, verify_cost=vc, measured=measured),
                   "speedup_model", key="speed.fig_model")
-    kb, sb = theory.best_k(alpha, cost.c, vc, k_max=12)
+    kb, sb = theory.best_k(alpha, cost.c, vc, k_max=k_max)
     which = "the measured " if measured_alpha is not None and alpha == round(measured_alpha, 2) else ""
-    st.markdown(f"At {which}α = {alpha:.2f} and the measured c = {cost.c:.3f}, the model's best k is **{kb}** "
-                f"({sb:.2f}×)." + (" Below 1×: speculation does not pay on this device at these settings."
-                                   if sb < 1 else ""))
+    st.markdown(f"At {which}α = {alpha:.2f} and the measured c = {cost.c:.3f}, the model's best k is "
+                f"{explain.best_k_words((kb, sb), k_max)}." + (" Below 1×: speculation does not pay on this device at "
+                                                             "these settings." if sb < 1 else ""))
 
 # --- 3. a measured k sweep --------------------------------------------------------------------
 st.subheader("3 · Measured: one prompt, several k, each against a warmed target-only run")

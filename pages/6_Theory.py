@@ -26,17 +26,18 @@ the other pages measure α and c on real models.
 )
 
 # sliders
+K_MAX = 16  # the largest k the slider and the model try
 c1, c2, c3 = st.columns(3)
 alpha = c1.slider("α: chance the target accepts a drafted token", 0.0, 0.99, 0.8, 0.01, key="theory.alpha")
-k = c2.slider("k: tokens drafted per round", 1, 16, 4, key="theory.k")
+k = c2.slider("k: tokens drafted per round", 1, K_MAX, 4, key="theory.k")
 c = c3.slider("c: draft step cost ÷ target step cost", 0.0, 1.0, 0.1, 0.01, key="theory.c")
 
-best = theory.best_k(alpha, c, k_max=16)
+best = theory.best_k(alpha, c, k_max=K_MAX)
 m1, m2, m3 = st.columns(3)
 m1.metric("E[tokens per target pass]", f"{theory.expected_tokens(alpha, k):.2f}")
 m2.metric("predicted speedup", f"{theory.expected_speedup(alpha, k, c):.2f}×")
 m3.metric("best k", f"{best[0]}", f"{best[1]:.2f}×", delta_color="off")
-st.markdown(explain.theory_summary(alpha, k, c, best))
+st.markdown(explain.theory_summary(alpha, k, c, best, K_MAX))
 
 # runs measured on the other pages of this session can be put on the curve (no model is used here)
 measured = {}

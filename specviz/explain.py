@@ -14,6 +14,7 @@ streamlit, no models.
   round_rows                               one round's decisions as a table, arithmetic written out
   time_breakdown                           where a run's time went, against the target alone
   speedup_verdict, theory_summary          the cost model's prediction against a measurement
+  best_k_words                             the model's best k, said to be the bound when it is
   forward_cost_verdict, dtype_comparison, bandwidth_verdict, batch_verdict   why it is fast
   exactness_verdict, tv_verdict            greedy identity and the sampled distribution
   precision_rows, precision_verdict        draft precisions side by side
@@ -452,15 +453,22 @@ def tv_verdict(tv: float, noise: TVNoise, accepted: int | None = None, overlap: 
     return Verdict(tv, "within noise" if ok else "more than noise", s)
 
 
-def theory_summary(alpha: float, k: int, c: float, best: tuple[int, float]) -> str:
-    """The slider values in words: tokens per pass, speedup, and the best k."""
+def best_k_words(best: tuple[int, float], k_max: int) -> str:
+    """'**5** (2.46×)'; at k_max, also that it is only the best k tried: the prediction still rises there."""
+    kb, sb = best
+    edge = f", the largest k tried here: the prediction still rises at k = {kb}" if kb == k_max else ""
+    return f"**{kb}** ({sb:.2f}×{edge})"
+
+
+def theory_summary(alpha: float, k: int, c: float, best: tuple[int, float], k_max: int = 16) -> str:
+    """The slider values in words: tokens per pass, speedup, and the best k (of 1..k_max)."""
     e = expected_tokens(alpha, k)
     s = expected_speedup(alpha, k, c)
     kb, sb = best
     out = (f"With α = {alpha:.2f} and k = {k}, each target pass yields {e:.2f} tokens on average, but a round also "
            f"costs k·c = {k * c:.2f} target passes of drafting, so the speedup is {e:.2f} / (1 + {k * c:.2f}) = "
            f"**{s:.2f}×**. ")
-    out += f"The best k at these α and c is **{kb}** ({sb:.2f}×)."
+    out += f"The best k at these α and c is {best_k_words(best, k_max)}."
     if sb < 1:
         out += " Below 1×: a draft this costly or this inaccurate makes decoding slower."
     return out

@@ -273,6 +273,14 @@ def test_theory_summary_states_speedup_and_best_k():
     text = explain.theory_summary(0.8, 4, 0.1, (5, 2.46))
     assert f"{expected_speedup(0.8, 4, 0.1):.2f}×" in text and "best k at these α and c is **5**" in text
     assert "Below 1×" in explain.theory_summary(0.1, 4, 0.9, (1, 0.6))
+    assert "largest k tried" not in text
+    # at the bound of the k searched, the best k is only the best tried, and the words say so
+    from specviz import theory
+
+    best = theory.best_k(0.99, 0.01, k_max=16)
+    assert best[0] == 16 and best[1] > theory.expected_speedup(0.99, 15, 0.01)
+    edge = explain.theory_summary(0.99, 4, 0.01, best, k_max=16)
+    assert "is **16** (" in edge and "the largest k tried here: the prediction still rises at k = 16" in edge
 
 
 def test_gpu_advice_only_where_a_pair_lost_on_a_gpu():

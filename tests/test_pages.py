@@ -117,6 +117,8 @@ def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
     at.slider(key="theory.alpha").set_value(0.5).run()
     at.slider(key="theory.c").set_value(0.0).run()
     assert metrics(at)["E[tokens per target pass]"] == "1.94" and metrics(at)["predicted speedup"] == "1.94×"
+    # free drafting: the best k is the largest the page tries, and the words say it is only that
+    assert "is **16** (2.00×, the largest k tried here" in " ".join(m.value for m in at.markdown)
     assert not calls and ui.LOAD_CALLS == before and not at.exception
 
 
