@@ -191,6 +191,31 @@ def test_slow_motion_steps_rounds_with_the_arithmetic():
 
 
 @needs_tiny
+def test_presenter_mode_draws_a_whole_table_in_the_rooms_type():
+    """st.dataframe draws on a canvas whose type does not grow: in presenter mode the round's decisions are an
+    HTML table (which does), with the same cells; missing cells read as in the dataframe."""
+    from pages.common import ui
+    from specviz import explain
+
+    normal = press(page("1"), "slow.start")
+    want = normal.dataframe[0].value
+    at = page("1")
+    at.session_state[ui.PRESENTER] = True
+    at.run()
+    press(at, "slow.start")
+    assert not at.dataframe and len(at.table) == 1
+    shown = at.table[0].value
+    assert list(shown.columns) == list(want.columns) and len(shown) == len(want)
+    assert list(shown["drafted"]) == list(want["drafted"]) and list(shown["decision"]) == list(want["decision"])
+    # what the browser shows: a probability with its digits (not pandas' fixed "0.3017000"), a missing one as –
+    import pyarrow as pa
+
+    cells = pa.ipc.open_stream(at.table[0].proto.arrow_data.styler.display_values).read_pandas()
+    q = want["q(d)"]
+    assert list(cells["q(d)"]) == [explain.MISSING if v != v else f"{v:.6g}" for v in q] and q.isna().any()
+
+
+@needs_tiny
 def test_slow_motion_with_prompt_lookup_drafts_with_certainty():
     at = page("1")
     at.radio(key="slow.drafter").set_value("prompt lookup (no model)").run()

@@ -221,8 +221,28 @@ def table_height(n_rows: int, cap: int = 400) -> int:
 
 def table(data, **kw):
     """st.dataframe with missing cells shown as explain.MISSING: a correction row has no q(d), p(d) or
-    overlap, and Streamlit writes "None" there by default."""
+    overlap, and Streamlit writes "None" there by default.
+
+    In presenter mode a table drawn whole (no selection, no fixed height) is an HTML table in the room's type:
+    st.dataframe draws on a canvas whose 14-pixel type does not grow with the page's. A table with rows to
+    pick, or one that scrolls (the round log), stays a dataframe."""
+    if presenter() and "on_select" not in kw and "height" not in kw:
+        return st.table(_cells(data), hide_index=kw.get("hide_index"))
     return st.dataframe(data, placeholder=explain.MISSING, **kw)
+
+
+def _cells(data):
+    """data as st.table shows it like st.dataframe: a float with up to 6 significant digits (not pandas' fixed
+    4 decimals, "347.1600"), a missing cell as explain.MISSING."""
+    import pandas as pd
+
+    def cell(v):
+        if v is None or (isinstance(v, float) and v != v):
+            return explain.MISSING
+        return f"{v:.6g}" if isinstance(v, float) else v
+
+    df = pd.DataFrame(data)
+    return df.style.format(cell)
 
 
 def note_other_settings(changed) -> None:
