@@ -457,9 +457,15 @@ def slow_draft_theory(ctx: Context, k: int, c: float) -> Outcome:
                                     "cost": 1 + k * c, "best_any": max(grid)}, "theory")
 
 
+EVEN = 0.02  # a speedup within this of 1× reads as "no faster", not "slower" (0.998 is shown as 1.00×)
+
+
 def _moral(s: float) -> str:
-    if s < 1:
+    if s < 1 - EVEN:
         return "Slower than the target alone: a draft has to be much cheaper than the target, not only right."
+    if s <= 1 + EVEN:
+        return ("No faster than the target alone: the drafting cost what the kept drafts saved. A draft has to be "
+                "much cheaper than the target, not only right.")
     return ("Not slower here, which the cost model does not expect at c = 1: timing noise, or a target-alone run "
             "slowed by other work on this machine. Run it again.")
 

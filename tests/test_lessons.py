@@ -347,3 +347,10 @@ def test_page_started_on_its_own_still_runs():
     ok(at.button(key="lessons.run").click().run())
     assert "measured" in metrics(at)
     assert any(c.value.startswith("Go deeper:") for c in at.caption)  # no page list: the link is a caption
+
+
+@pytest.mark.parametrize("s, words", [(0.9, "Slower than"), (0.998, "No faster than"), (1.01, "No faster than"),
+                                      (1.1, "Not slower here")])
+def test_the_self_draft_moral_agrees_with_the_speedup_as_shown(s, words):
+    # 0.998 is shown as 1.00×: calling it "slower" next to that figure read as a contradiction
+    assert lessons._moral(s).startswith(words)
