@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from . import limits, measure, records
 from .errors import SpecvizError
+from .prompts import FIRST_RUN
 from .records import MODES, Run, TopK, malformed
 from .settings import is_greedy
 
@@ -330,6 +331,8 @@ DEFAULT_RECORDINGS = [
     RecordSpec("creative-greedy", "Creative story"),
     RecordSpec("creative-sampling-t1", "Creative story", temperature=1.0, seed=1),
 ]
+# what "Recorded runs" plays first: the recording of the main page's first live run's prompt, greedy
+FIRST_RECORDING = next(s.name for s in DEFAULT_RECORDINGS if s.preset == FIRST_RUN.preset and s.temperature == 0)
 
 
 def list_recorded(folder: Path | str = RECORDED_DIR) -> list[Recording]:
@@ -364,6 +367,7 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
       python -c "from specviz import models, runfile; runfile.record_presets(models.load_pair())"
     """
     from .engine import speculative_decode
+    from .explain import drafter_words
     from .prompts import encode, preset
 
     out = Path(out_dir)
@@ -379,9 +383,10 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
         # a short warm-up so one-time costs do not land in the recorded timings
         speculative_decode(pair.target, pair.drafter(), ids, **{**kw, "max_new_tokens": 2}, vocab=pair.shared_vocab)
         run = speculative_decode(pair.target, pair.drafter(), ids, **kw, vocab=pair.shared_vocab)
+        run.settings["drafter"] = drafter_words(pair.draft_precision, pair.draft_head_name)  # the replay's header
         base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
         temp = "greedy" if is_greedy(s.temperature) else f"temperature {s.temperature:g}, seed {s.seed}"
-        title = f"{p.name} · {temp} · k={s.k} · {pair.name} ({run.device}, {run.dtype})"
+        title = f"{p.name} · {temp} · k={s.k} · {pair.name} ({run.device}, {run.dtype}, {pair.draft_precision} draft)"
         d = _round_floats(export_dict(run, decode, p.text if not p.chat else p.text, pair.name, title, base))
         d["specviz_export"]["chat"] = p.chat
         path = out / f"{s.name}.json"

@@ -191,9 +191,8 @@ def test_token_texts_from_a_file_cannot_plant_markdown_in_the_round_summary():
     MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt  # a CommonMark parser (via huggingface_hub's CLI)
 
     rec = runfile.load_export(GOOD.read_bytes())
-    r = rec.run.rounds[0]
+    r = next(r for r in rec.run.rounds if r.extra_kind == "bonus")  # the summary quotes the bonus token
     evil = "a` [x](http://evil.example) `b"
     tokens = {**rec.tokens, r.extra_id: evil}
-    assert r.extra_kind == "bonus"  # the summary quotes the bonus token
     html = MarkdownIt().render(explain.round_summary(r, runfile.table_decoder(tokens)))
     assert "href" not in html and "<code>a`␣[x](http://evil.example)␣`b</code>" in html

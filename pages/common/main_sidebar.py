@@ -65,8 +65,9 @@ def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None]:
         sb.warning("No recorded runs found in specviz/recorded/.")
         return False, None, None, None, None
     by_name = {r.name: r for r in recs}
-    chosen = sb.selectbox("Recorded run", list(by_name), key="main.recording",
-                          format_func=lambda n: by_name[n].title or n)
+    names = list(by_name)
+    chosen = sb.selectbox("Recorded run", names, key="main.recording", format_func=lambda n: by_name[n].title or n,
+                          index=names.index(runfile.FIRST_RECORDING) if runfile.FIRST_RECORDING in names else 0)
     recording = by_name[chosen]
     rs = recording.run
     sb.caption(f"Recorded with {recording.pair} on {rs.device}, {rs.dtype}: k={rs.decode.k}, "
