@@ -85,6 +85,9 @@ def draft_precisions(pair, ids, run_kw: dict) -> None:
     if (res := kept.get()) is not None:
         note_other_settings([r.comparison.spec for r in res], ids, run_kw, k=st.session_state.get("speed.k0", 4))
         ui.table(explain.precision_rows(res), hide_index=True, width="stretch")
+        st.caption("c here is each run's own: its draft steps against its target-alone run's one-token passes. "
+                   "Section 1 times single steps apart from any run, so the two can differ a little for the same "
+                   "draft.")
         st.markdown(explain.precision_verdict(res))
 
 
