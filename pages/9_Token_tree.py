@@ -130,8 +130,7 @@ st.markdown("The same prompt, seed and settings, at each node budget N: a chain 
             "of N nodes. Both verify N drafted tokens in one target pass; the tree spends them on alternatives.")
 budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], [4, 8, 16, 32], key="tree.budgets")
 kept_cmp = Kept("tree.cmp", ident)
-cmp_now = {"prompt": list(ids or []), "temperature": float(temperature), "number of new tokens": int(max_new),
-           "seed": int(seed), "b": int(branch), "max depth": int(max_depth)}
+cmp_now = lab_ui.run_settings(ids, temperature, max_new, seed, **{"b": int(branch), "max depth": int(max_depth)})
 if st.button("Measure chain against tree", key="tree.measure"):
     if not budgets or ids is None:
         st.error("Pick at least one node budget (and give a prompt).", icon=":material/error:")

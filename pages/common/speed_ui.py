@@ -38,16 +38,15 @@ def fixed_k_runs(pair) -> dict[str, list]:
 
 
 def _settings(run) -> dict:
-    """What a kept run was measured with, named as the page's words name them (explain.other_settings)."""
-    return {"prompt": list(run.prompt_ids), "temperature": run.decode.temperature,
-            "number of new tokens": run.decode.max_new_tokens, "seed": run.decode.seed, "k": run.decode.k}
+    """What a kept run was measured with."""
+    d = run.decode
+    return lab_ui.run_settings(run.prompt_ids, d.temperature, d.max_new_tokens, d.seed, k=d.k)
 
 
 def _settings_now(ids, run_kw: dict, k: int | None = None) -> dict:
-    """The page's settings as they are now, named as _settings names them (k only where a section has one)."""
-    return {"prompt": list(ids or []), "temperature": float(run_kw["temperature"]),
-            "number of new tokens": int(run_kw["max_new_tokens"]), "seed": int(run_kw["seed"]),
-            **({"k": int(k)} if k is not None else {})}
+    """The page's settings as they are now (k only where a section has one)."""
+    return lab_ui.run_settings(ids, run_kw["temperature"], run_kw["max_new_tokens"], run_kw["seed"],
+                               **({"k": int(k)} if k is not None else {}))
 
 
 def measured_here(run, ids, run_kw: dict) -> bool:
