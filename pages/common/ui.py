@@ -236,13 +236,8 @@ def _cells(data):
     4 decimals, "347.1600"), a missing cell as explain.MISSING."""
     import pandas as pd
 
-    def cell(v):
-        if v is None or (isinstance(v, float) and v != v):
-            return explain.MISSING
-        return f"{v:.6g}" if isinstance(v, float) else v
-
-    df = pd.DataFrame(data)
-    return df.style.format(cell)
+    return pd.DataFrame(data).style.format(lambda v: f"{v:.6g}" if isinstance(v, float) else v,
+                                           na_rep=explain.MISSING)
 
 
 def note_other_settings(changed) -> None:
