@@ -216,13 +216,15 @@ def round_log_rows(run: Run, decode: Callable[[int], str], last: int | None = No
         rows.append({
             "round": r.index + 1,
             "k": r.k,
-            "drafted": " | ".join(visible(decode(t)) for t in r.drafted),
             "accepted": r.n_accepted,
             "rejected": visible(decode(r.drafted[r.n_accepted])) if r.rejected else "",
             "correction/bonus": extra,
             "emitted": len(r.emitted),
             "draft ms": round(r.draft_s * 1000, 2),
             "verify ms": round(r.verify_s * 1000, 2),
+            # the long text last: a best-k round drafts up to K_MAX tokens, and a table a screen wide
+            # would hide every column after it
+            "drafted": " | ".join(visible(decode(t)) for t in r.drafted),
             # the first round's passes also read the prompt: its times are not a plain round's
             "note": f"passes also read the prompt ({r.prefill_tokens + 1} tokens)" if r.prefill_tokens else "",
         })
