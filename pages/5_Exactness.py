@@ -48,7 +48,8 @@ if st.button("Compare with the target alone", type="primary", key="exact.run_gre
     cmp = lab_ui.run_guarded(lab.compare_with_baseline, pair.target, pair.draft, ids, k=int(k),
                              temperature=0.0, max_new_tokens=int(max_new), seed=0, **pair.run_kw)
     bar.done()
-    kept["greedy"].put({"cmp": cmp, "dtype": dt} if cmp is not None else None, settings=greedy_now)
+    kept["greedy"].put({"cmp": cmp, "dtype": dt, "draft": pair.draft_precision} if cmp is not None else None,
+                       settings=greedy_now)
 if (g := kept["greedy"].get()) is not None:
     cmp = g["cmp"]
     ui.note_other_settings(kept["greedy"].changed(greedy_now))
@@ -60,7 +61,9 @@ if (g := kept["greedy"].get()) is not None:
     m3.metric("speedup (this run)", f"{cmp.speedup:.2f}×")
     left, right = st.columns(2)
     with left:
-        st.markdown(f"**Speculative** (k = {cmp.spec.decode.k}, {g['dtype']})")
+        # the draft's precision, when it is not the target's: a cheaper draft, the same text
+        draft = f", {g['draft']} draft" if g["draft"] != g["dtype"] else ""
+        st.markdown(f"**Speculative** (k = {cmp.spec.decode.k}, {g['dtype']}{draft})")
         st.markdown(lab.diff_html(cmp.spec.token_ids, cmp.base.token_ids, decode), unsafe_allow_html=True)
     with right:
         st.markdown(f"**Target alone** ({g['dtype']})")

@@ -554,7 +554,7 @@ def test_why_it_is_fast_forward_bandwidth_batch():
 # --- 5 · exactness --------------------------------------------------------------------------------------
 @needs_tiny
 def test_exactness_greedy_matches_the_engine_and_trials_match_p(monkeypatch):
-    from specviz import experiments, lab, prompts
+    from specviz import experiments, lab, prompts, quant
     from specviz.lm import CachedLM
 
     at = page("5")
@@ -569,6 +569,10 @@ def test_exactness_greedy_matches_the_engine_and_trials_match_p(monkeypatch):
     assert metrics(at)["identical"] == "yes"
     verdict = [e.value for e in [*at.success, *at.warning]][0]
     assert verdict.startswith("Identical") == cmp.identical
+    # the heads name the draft's precision beside the target's: a cheaper draft, the same text
+    drafted = quant.default_precision("cpu")
+    heads = [m.value for m in at.markdown if m.value.startswith(("**Speculative**", "**Target alone**"))]
+    assert heads == [f"**Speculative** (k = 4, float32, {drafted} draft)", "**Target alone** (float32)"]
     at.number_input(key="exact.n").set_value(600).run()
     feeds, feed = [], CachedLM.feed
     monkeypatch.setattr(CachedLM, "feed", lambda self, ids, keep=None: feeds.append(len(ids)) or feed(self, ids, keep))
