@@ -64,8 +64,8 @@ through boilerplate and stops right after a doubtful token (transformers'
 assisted generation stops after a draft token with probability < 0.4, a fixed
 threshold). The stopping decision depends only on the draft's side, so the
 output distribution is still exactly the target's. Before the first round
-nothing is measured: the engine primes c with the ratio of the two models'
-parameter counts (prime()), and the verify cost is taken as flat. The first
+nothing is measured: the engine primes c with measure.c_prior, what a step of
+each model streams (prime()), and the verify cost is taken as flat. The first
 round's target pass also reads the prompt, so it costs several 1-token passes
 and each draft is cheap next to it: the cost of the round gets that `extra`,
 estimated from the draft's own first step, which read the same prompt
@@ -270,8 +270,8 @@ class BestK(KPolicy):
     def prime(self, c: float | None) -> None:
         """A first-round estimate of c, before any round is measured.
 
-        The engine passes measure.c_prior, draft weight bytes / target weight bytes (decoding
-        a token streams every weight once). With it the stop rule already
+        The engine passes measure.c_prior: what a step of each model streams, weights and a cost per
+        layer (decoding a token streams every weight once). With it the stop rule already
         decides the first round (verify cost taken as flat) instead of drafting the
         starting k.
         """

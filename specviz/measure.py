@@ -11,7 +11,7 @@ compare_with_baseline, ...) are in experiments.py and call this module.
   draft_step_s       one round's draft step (seconds), by the rule below
   c_ratio            c = median draft step ÷ median 1-token target pass
   c_from_runs        c from speculative runs' rounds and target-alone runs' passes
-  c_prior            draft weight bytes ÷ target weight bytes: a prior for c, before anything is timed
+  prior_c, c_prior   what a step streams (weights, and a cost per layer), draft ÷ target: c before any timing
   verify_ratios      the verify cost against tokens: {n: cost(n) ÷ cost(smallest n)}
   speedup_from       (baseline seconds per token) ÷ (seconds per token)
   speedup            end to end: whole runs, reading the prompt included
@@ -99,15 +99,39 @@ def c_from_runs(spec_runs: Iterable, base_runs: Iterable) -> float:
     return c_ratio(steps, target)
 
 
-def c_prior(draft_model, target_model) -> float:
-    """A prior for c before any pass is timed: draft weight bytes ÷ target weight bytes.
+# What a decoding step costs beyond streaming its weights, per decoder layer (the kernel launches and the
+# Python between a layer's operations), counted as the bytes the device streams in that time. Fitted to
+# one-token passes timed on the project's machines (README, "Draft precision"); a device type not listed
+# gets the CPU's.
+LAYER_COST_BYTES = {"cpu": 16e6, "cuda": 5e8}
 
-    Decoding one token streams every weight once, so on a memory-bound device a step
-    costs about its weight bytes (an int8 draft streams a quarter of its float32 bytes).
+
+def prior_c(draft_bytes: float, draft_layers: int, target_bytes: float, target_layers: int,
+            device: str = "cpu") -> float:
+    """What one decoding step streams, draft over target: each model's weight bytes plus its layers'
+    fixed cost (LAYER_COST_BYTES for the device type)."""
+    per_layer = LAYER_COST_BYTES.get(device, LAYER_COST_BYTES["cpu"])
+    return (draft_bytes + draft_layers * per_layer) / (target_bytes + target_layers * per_layer)
+
+
+def decoder_layers(model) -> int:
+    """How many decoder layers a step runs through (0 when the config does not say)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(getattr(config, "num_hidden_layers", 0) or 0)
+
+
+def c_prior(draft_model, target_model) -> float:
+    """A prior for c before any pass is timed: prior_c of the two models, on the target's device.
+
+    Decoding one token streams every weight once, so on a memory-bound device a step costs about its
+    weight bytes (an int8 draft streams a quarter of its float32 bytes), plus a fixed cost per layer
+    that bytes alone leave out: the whole cost of a small model's step on a GPU.
     """
     from .quant import weight_bytes  # torch lives there; this module stays pure until a model is given
 
-    return weight_bytes(draft_model) / weight_bytes(target_model)
+    device = next(target_model.parameters()).device.type
+    return prior_c(weight_bytes(draft_model), decoder_layers(draft_model),
+                   weight_bytes(target_model), decoder_layers(target_model), device)
 
 
 # --- the verify cost against tokens ---------------------------------------------

@@ -26,6 +26,16 @@ def _tokenizer(words: list[str], specials=("<|endoftext|>", "<|im_end|>")):
 
 
 @pytest.fixture
+def bytes_only(monkeypatch):
+    """A device where a step costs its weight bytes only: a float32 draft of a float64 tiny target is then
+    primed at c = 0.5. With the CPU's fixed cost per layer, a model of a few kilobytes is all layer cost
+    (c about 1), and the best-k chooser would draft one token a round."""
+    from specviz import measure
+
+    monkeypatch.setitem(measure.LAYER_COST_BYTES, "cpu", 0.0)
+
+
+@pytest.fixture
 def make_tokenizer():
     """make_tokenizer(words, specials=...) -> a real fast tokenizer built offline."""
     return _tokenizer

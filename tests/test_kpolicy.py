@@ -296,7 +296,7 @@ def _cheap_close_draft(target):
     return draft
 
 
-def test_engine_best_stops_model_drafts_early_and_stays_exact():
+def test_engine_best_stops_model_drafts_early_and_stays_exact(bytes_only):
     from specviz.drafters import ModelDrafter
 
     target = tiny_qwen(100)
@@ -342,7 +342,7 @@ def test_same_seed_and_settings_give_the_same_text_under_every_k_policy(tiny_pai
     assert len(texts) == 1 and len(ks) == 1
 
 
-def test_seeded_sampling_with_best_k_repeats_while_its_rounds_vary():
+def test_seeded_sampling_with_best_k_repeats_while_its_rounds_vary(bytes_only):
     target = tiny_qwen(100)
     draft = _cheap_close_draft(target)
     runs = [speculative_decode(target, draft, [2, 7, 1, 8], k=4, temperature=0.7, max_new_tokens=40, seed=3,
@@ -350,7 +350,7 @@ def test_seeded_sampling_with_best_k_repeats_while_its_rounds_vary():
     assert len({tuple(r.token_ids) for r in runs}) == 1 and len(set(runs[0].ks)) > 1
 
 
-def test_sampling_with_early_stops_keeps_the_target_distribution():
+def test_sampling_with_early_stops_keeps_the_target_distribution(bytes_only):
     """The stop decision uses only the draft's side: the output must still be distributed as p."""
     import collections
     import copy

@@ -134,3 +134,40 @@ def test_the_bench_row_reports_measures_figures():
     assert row["decode_speedup"] == pytest.approx(measure.speedup_from(base[0].steady_s_per_token,
                                                                        spec[0].steady_s_per_token))
     assert row["tokens_per_s"] == pytest.approx(statistics.median([spec[0].tokens_per_s]))
+
+
+# Weight bytes (quant.weight_bytes) and decoder layers of the models whose one-token passes were timed
+# (README, "Draft precision"): the default pair's target and drafts on the project's 2-core CPU, and
+# the Qwen2.5 shapes in bf16 on an H200 with CUDA graphs.
+TARGET_CPU = (6_174_857_728, 28)  # Qwen2.5-Coder 1.5B, float32
+DRAFTS_CPU = {  # draft: (bytes, layers), the c its timed passes measured (low, high)
+    "Qwen 0.5B int8": ((496_071_936, 24), (0.11, 0.16)),
+    "Qwen 0.5B float32": ((1_976_131_328, 24), (0.32, 0.45)),
+    "SmolLM2 135M int8": ((135_439_360, 30), (0.075, 0.11)),
+}
+GPU_DRAFT = (988_065_664, 24)  # Qwen2.5 0.5B, bf16
+TARGETS_GPU = {"1.5B": ((3_087_428_864, 28), (0.60, 0.80)), "7B": ((14_150_000_000, 28), (0.38, 0.52))}
+
+
+def test_the_prior_for_c_lands_where_the_timed_passes_did():
+    """Bytes alone said 0.080 for the int8 draft against 0.14 timed, and 0.02 for SmolLM2 against 0.09: a
+    small model's step is mostly the fixed cost of its layers, all of it on a GPU."""
+    for name, ((b, n), (lo, hi)) in DRAFTS_CPU.items():
+        assert lo <= measure.prior_c(b, n, *TARGET_CPU, "cpu") <= hi, name
+    for name, ((b, n), (lo, hi)) in TARGETS_GPU.items():
+        assert lo <= measure.prior_c(*GPU_DRAFT, b, n, "cuda") <= hi, name
+    assert measure.prior_c(*GPU_DRAFT, *TARGETS_GPU["1.5B"][0], "mps") == \
+        measure.prior_c(*GPU_DRAFT, *TARGETS_GPU["1.5B"][0], "cpu")  # a device not fitted: the CPU's cost
+
+
+def test_c_prior_reads_bytes_layers_and_the_device_from_the_models():
+    from specviz.quant import weight_bytes
+    from specviz.tiny import tiny_model
+
+    draft, target = tiny_model(0, layers=2), tiny_model(1, layers=4)
+    assert measure.decoder_layers(draft) == 2 and measure.decoder_layers(target) == 4
+    assert measure.c_prior(draft, target) == pytest.approx(
+        measure.prior_c(weight_bytes(draft), 2, weight_bytes(target), 4, "cpu"))
+    # the same weights through more layers cost more: a prior from bytes alone would not move
+    assert measure.c_prior(tiny_model(0), tiny_model(1)) == pytest.approx(1.0)
+    assert measure.c_prior(tiny_model(0, layers=4), tiny_model(1)) > 1.5

@@ -156,7 +156,7 @@ def test_the_main_page_drafts_its_prompt_as_a_tree_when_asked():
     assert nodes["accepted path"] == sorted(r.path)
 
 
-def test_the_main_page_drafts_its_first_round_as_a_spine_when_asked():
+def test_the_main_page_drafts_its_first_round_as_a_spine_when_asked(bytes_only):
     from collections import Counter
 
     from streamlit.testing.v1 import AppTest
