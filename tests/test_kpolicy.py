@@ -142,7 +142,7 @@ def test_engine_best_policy_is_exact_and_recorded():
     run = speculative_decode(target, draft, prompt, k=3, max_new_tokens=30, k_policy="best")
     assert run.token_ids == hf_greedy(target, prompt, 30)
     assert run.settings["k_policy"] == "best"
-    # a one-token prompt: the first round is still the stop rule's (primed from the parameter counts)
+    # a one-token prompt: the first round is still the stop rule's (primed with measure.c_prior)
     assert speculative_decode(target, draft, [3], k=3, max_new_tokens=8, k_policy="best").token_ids == \
         hf_greedy(target, [3], 8)
     # a self-draft accepts everything (but costs as much as the target, so k need not grow)
