@@ -488,6 +488,8 @@ def bench(args, pair=None, progress=None) -> dict:
             "target_forward_s": {n: measure.median(v) for n, v in costs.target.items()},
             "draft_forward_s": {n: measure.median(v) for n, v in costs.draft.items()},
             "verify_ratio": costs.verify_ratio, "c_forward": costs.c_forward, "refeed": costs.refeed,
+            # what the best-k chooser takes c to be before a round is timed (and through a sampling run)
+            "c_prior": measure.c_prior(pair.draft, pair.target),
         },
         "results": results,
         "summary": summary,
@@ -616,7 +618,8 @@ def markdown(report: dict) -> str:
     lines.append("target forward: " + ", ".join(f"{n} tok {1000 * s:.0f} ms"
                                                 for n, s in costs["target_forward_s"].items())
                  + f"; draft 1 tok {1000 * _at(costs['draft_forward_s'], 1):.0f} ms, 2 tok "
-                 f"{1000 * _at(costs['draft_forward_s'], 2):.0f} ms; c = {costs['c_forward']:.3f}; the draft's "
+                 f"{1000 * _at(costs['draft_forward_s'], 2):.0f} ms; c = {costs['c_forward']:.3f} (the chooser's prior "
+                 f"before any timing, {_f(costs.get('c_prior'), '{:.3f}')}); the draft's "
                  f"two-token step after a wholly accepted round costs {_f(costs.get('refeed'), '{:.3f}')} more")
     domains = cfg["domains"]
     for mode in cfg["modes"]:

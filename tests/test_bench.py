@@ -49,6 +49,9 @@ def test_json_has_the_expected_keys_and_finite_numbers(outputs):
     assert all(math.isfinite(v) for v in _numbers(report))  # nan/inf are written as null, never as NaN
     assert set(report["costs"]["verify_ratio"]) >= {"1", "2", "4"}
     assert report["costs"]["verify_ratio"]["1"] == 1.0
+    # the prior the best-k chooser starts from, next to the c the passes measured
+    assert 0 < report["costs"]["c_prior"] and f"(the chooser's prior before any timing, " \
+        f"{report['costs']['c_prior']:.3f})" in outputs[1]
     # every (mode, domain, method) has a row
     keys = {(r["mode"], r["domain"], r["method"]) for r in report["results"]}
     assert keys == {(m, d, n) for m in cfg["modes"] for d in cfg["domains"] for n in cfg["methods"]}
