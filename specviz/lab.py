@@ -145,9 +145,17 @@ def mean_entropy(run: Run) -> float:
     return float(np.mean(vals)) if vals else float("nan")
 
 
+# the lesson's figures first (α both ways, and the target's uncertainty beside them), then the detail: a table
+# wider than a laptop's page hid the entropy and tokens per pass behind its intervals
+SWEEP_COLUMNS = ("domain", "temperature", "expected α (every position)", "counted α", "mean target entropy (nats)",
+                 "tokens/pass", "its 95% interval", "counted 95% interval", "positions", "judged drafts",
+                 "new tokens")
+
+
 def sweep_rows(sweep: Mapping[str, Mapping[float, Run]],
                agree: Mapping[str, Mapping[float, Agreement]] | None = None) -> list[dict]:
-    """A summary row per (domain, temperature): counted α, expected α along the text, tokens/pass, entropy."""
+    """A summary row per (domain, temperature): counted α, expected α along the text, tokens/pass, entropy
+    (SWEEP_COLUMNS, without the expected α's when `agree` is not given)."""
     rows = []
     for dom, by_t in sweep.items():
         for t, run in sorted(by_t.items()):
@@ -164,7 +172,7 @@ def sweep_rows(sweep: Mapping[str, Mapping[float, Run]],
                         "judged drafts": run.n_judged, "tokens/pass": round(run.tokens_per_pass, 2),
                         "mean target entropy (nats)": round(_cell_entropy(run, a), 2),
                         "new tokens": len(run.token_ids)})
-            rows.append(row)
+            rows.append({**{name: row[name] for name in SWEEP_COLUMNS if name in row}, **row})  # any other last
     return rows
 
 

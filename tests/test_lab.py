@@ -152,6 +152,9 @@ def test_agreement_sweep_reads_each_runs_text_and_keeps_measured_cells(models):
     rows = lab.sweep_rows(sweep, agree)
     assert {"expected α (every position)", "counted α", "positions"} <= set(rows[0])
     assert rows[0]["positions"] == 6
+    # the lesson's figures lead: both α's and the target's entropy, before any interval
+    assert list(rows[0])[2:6] == ["expected α (every position)", "counted α", "mean target entropy (nats)",
+                                  "tokens/pass"] and len(rows[0]) == len(lab.SWEEP_COLUMNS)
 
 
 # --- page 3: speedup -------------------------------------------------------------------------------------
