@@ -114,10 +114,11 @@ def prior_c(draft_bytes: float, draft_layers: int, target_bytes: float, target_l
     return (draft_bytes + draft_layers * per_layer) / (target_bytes + target_layers * per_layer)
 
 
-def decoder_layers(model) -> int:
-    """How many decoder layers a step runs through (0 when the config does not say)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return int(getattr(config, "num_hidden_layers", 0) or 0)
+def decoder_layers(model) -> int | None:
+    """How many decoder layers a step of a transformers causal LM runs through (config.num_hidden_layers);
+    None when its config does not say."""
+    n = getattr(model.config, "num_hidden_layers", None)
+    return n if isinstance(n, int) else None
 
 
 def c_prior(draft_model, target_model) -> float:
@@ -130,8 +131,8 @@ def c_prior(draft_model, target_model) -> float:
     from .quant import weight_bytes  # torch lives there; this module stays pure until a model is given
 
     device = next(target_model.parameters()).device.type
-    return prior_c(weight_bytes(draft_model), decoder_layers(draft_model),
-                   weight_bytes(target_model), decoder_layers(target_model), device)
+    return prior_c(weight_bytes(draft_model), decoder_layers(draft_model) or 0,
+                   weight_bytes(target_model), decoder_layers(target_model) or 0, device)
 
 
 # --- the verify cost against tokens ---------------------------------------------

@@ -32,9 +32,9 @@ from .errors import InvalidSetting
 
 
 def num_layers(model) -> int:
-    """The decoder depth of a transformers causal LM (config.num_hidden_layers)."""
-    n = getattr(model.config, "num_hidden_layers", None)
-    if not isinstance(n, int):
+    """The decoder depth of a transformers causal LM (measure.decoder_layers), which early exit needs."""
+    n = measure.decoder_layers(model)
+    if n is None:
         raise InvalidSetting(f"{type(model).__name__}: its config has no num_hidden_layers, so no early exit")
     return n
 
