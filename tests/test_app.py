@@ -164,6 +164,45 @@ def test_presenter_mode_shows_one_chart_at_a_time_and_binds_keys():
     assert "keydown" in ui.PRESENTER_KEYS and "'Step'" in ui.PRESENTER_KEYS
 
 
+def test_presenter_mode_round_log_in_the_rooms_type():
+    """On a projector the round log is an HTML table (st.table), whose type grows with the page's; the
+    dataframe's canvas stays at 14 px. Its rounds are chosen by number there."""
+    from pages.common import main_view
+
+    def log_rounds(elements) -> list[list[int]]:  # the "round" column of each table drawn as a round log
+        return [list(e.value["round"]) for e in elements if "verify ms" in e.value.columns]
+
+    at = start(new_app(), max_new=12, k=4, baseline=False)
+    n = len(at.session_state["main.job"].rounds)
+    assert log_rounds(at.dataframe) == [list(range(1, n + 1))] and log_rounds(at.table) == []
+    at.toggle(key="ui.presenter").set_value(True).run()
+    assert not at.exception
+    assert log_rounds(at.table) == [list(range(1, n + 1))] and log_rounds(at.dataframe) == []
+    assert any("Type a round number below" in c.value for c in at.caption)
+    # round 1's note (it read the prompt) is said above the table, not in a column cut off at the edge
+    assert "note" not in next(t for t in at.table if "verify ms" in t.value.columns).value.columns
+    assert any("Round 1: passes also read the prompt" in c.value for c in at.caption)
+    # st.table renders each cell's shown text as markdown: the drafted text is shown escaped, every character
+    # literal (a drafted "```" opened a code block, and a file's token could plant a link)
+    from streamlit import dataframe_util
+    from specviz import render
+
+    log = next(t for t in at.table if "verify ms" in t.value.columns)
+    shown = dataframe_util.convert_arrow_bytes_to_pandas_df(log.proto.arrow_data.styler.display_values)
+    drafted = list(log.value["drafted"])
+    assert any(set(d) & set("|`*_[]()") for d in drafted)  # " | " joins the drafted tokens
+    assert list(shown["drafted"]) == [render.md_text(d) for d in drafted]
+    at.number_input(key="main.round_no").set_value(1).run()
+    assert not at.exception and any(s.value == "Round 1 in detail" for s in at.subheader)
+    # a log longer than the room's table stays a dataframe, which scrolls
+    main_view.PRESENTER_LOG_ROWS, old = n - 1, main_view.PRESENTER_LOG_ROWS
+    try:
+        at.run()
+        assert log_rounds(at.dataframe) == [list(range(1, n + 1))] and log_rounds(at.table) == []
+    finally:
+        main_view.PRESENTER_LOG_ROWS = old
+
+
 # --------------------------------------------------------------------------------------------
 def test_defaults_and_no_exception():
     from specviz import models, prompts, quant

@@ -17,6 +17,9 @@ from specviz.errors import SpecvizError
 S = st.session_state
 POLICY_NOTE = {"adaptive": " (adaptive)", "best": " (best-k chooser, starting k)"}
 LOG_TAIL = 30  # rounds in the round log while animating (the whole log is drawn at the end)
+# presenter mode draws the round log in the room's type (ui.table) up to this many rows; a longer log stays a
+# dataframe, whose canvas scrolls but whose 14-pixel type does not grow
+PRESENTER_LOG_ROWS = 50
 
 
 def fmt(v: float | None, spec: str = ".2f") -> str:
@@ -82,7 +85,14 @@ class Placeholders:
         with self.log.container():
             st.subheader("Round log")
             rows = render.round_log_rows(run, decoder(job), last=last)
-            if last is None:  # the finished log: a row can be chosen
+            if ui.presenter() and len(rows) <= PRESENTER_LOG_ROWS:  # on a projector: the room's type
+                # the notes (round 1 read the prompt) go above the table: a column of them in the room's type
+                # was cut off at a 1024-pixel projector's edge
+                notes = "".join(f" Round {r['round']}: {note}." for r in rows if (note := r.pop("note")))
+                pick = " Type a round number below to see that round's probabilities." if last is None else ""
+                st.caption("One row per round: one target forward pass each." + pick + notes)
+                ui.table(pd.DataFrame(rows), hide_index=True)
+            elif last is None:  # the finished log: a row can be chosen
                 st.caption("One row per round: one target forward pass each. Click a row (or type a round number "
                            "below) to see that round's probabilities.")
                 ui.table(pd.DataFrame(rows), key="main.log", on_select=_on_log_select,

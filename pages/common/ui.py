@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from specviz import charts, claims, explain
+from specviz import charts, claims, explain, render
 from specviz.errors import InvalidSetting, SpecvizError
 
 DTYPE_CHOICES = ["float32", "bfloat16"]
@@ -225,7 +225,7 @@ def table(data, **kw):
 
     In presenter mode a table drawn whole (no selection, no fixed height) is an HTML table in the room's type:
     st.dataframe draws on a canvas whose 14-pixel type does not grow with the page's. A table with rows to
-    pick, or one that scrolls (the round log), stays a dataframe."""
+    pick, or one that scrolls (a round log longer than main_view.PRESENTER_LOG_ROWS), stays a dataframe."""
     if presenter() and "on_select" not in kw and "height" not in kw:
         return st.table(_cells(data), hide_index=kw.get("hide_index"))
     return st.dataframe(data, placeholder=explain.MISSING, **kw)
@@ -233,11 +233,17 @@ def table(data, **kw):
 
 def _cells(data):
     """data as st.table shows it like st.dataframe: a float with up to 6 significant digits (not pandas' fixed
-    4 decimals, "347.1600"), a missing cell as explain.MISSING."""
+    4 decimals, "347.1600"), a missing cell as explain.MISSING, and text as it is. st.table renders its cells as
+    markdown: a drafted "```" opened a code block, and a token from an uploaded file could plant a link or a
+    remote image, so text is escaped (render.md_text)."""
     import pandas as pd
 
-    return pd.DataFrame(data).style.format(lambda v: f"{v:.6g}" if isinstance(v, float) else v,
-                                           na_rep=explain.MISSING)
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        return render.md_text(v) if isinstance(v, str) else v
+
+    return pd.DataFrame(data).style.format(cell, na_rep=explain.MISSING)
 
 
 def note_other_settings(changed) -> None:
