@@ -180,9 +180,10 @@ def decode_settings(args) -> DecodeSettings:
         from .tree import check_tree
 
         check_tree(shape["budget"], shape["branch"], shape["max_depth"], shape["shape"], shape["doubt"])
-    kpolicy.make_k_policy(args.k, args.k_policy)  # InvalidSetting for an unknown policy
+    k_policy = args.k_policy or prompts.FIRST_RUN.k_policy  # not given: the main page's first run's
+    kpolicy.make_k_policy(args.k, k_policy)  # InvalidSetting for an unknown policy
     limits.check_max_new_tokens(args.max_new_tokens)
-    return DecodeSettings(k=args.k, k_policy=args.k_policy, temperature=args.temperature, top_p=args.top_p,
+    return DecodeSettings(k=args.k, k_policy=k_policy, temperature=args.temperature, top_p=args.top_p,
                           top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed)
 
 
@@ -226,7 +227,7 @@ def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
     if (shape := tree_shape(args)) is not None:
         from .tree import tree_decode
 
-        if lookup or args.k_policy != "fixed":
+        if lookup or args.k_policy is not None:
             print("note: --tree and --spine draft with the draft model (a spine with the best-k chooser); "
                   "--drafter and --k-policy apply to chains", file=sys.stderr)
         pair.check_shared_vocab(TREE_WHAT)
@@ -238,7 +239,7 @@ def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
     drafter = PromptLookupDrafter() if lookup else pair.drafter()
     head = getattr(drafter, "head_name", "full")
     who = "prompt lookup" if lookup else f"{pair.draft_precision} draft" + (f", {head} head" if head != "full" else "")
-    print(f"generating with {pair.name}, {who} (k={args.k}, k policy {args.k_policy}, "
+    print(f"generating with {pair.name}, {who} (k={decode.k}, k policy {decode.k_policy}, "
           f"temperature={args.temperature}) ...", file=sys.stderr)
     return engine.speculative_decode(pair.target, drafter, input_ids, **decode.engine_kwargs(), **common)
 
@@ -387,7 +388,8 @@ def add_run_parser(sub) -> None:
                    "`self` (the target drafts for itself) or `early-exit:L` (its first L layers)")
     r.add_argument("--target", help="override the target: a local folder or a hub id (local HF cache only)")
     r.add_argument("--prompt", required=True, help='the prompt ("-" reads stdin)')
-    r.add_argument("--k", type=int, default=4, help="tokens drafted per round (default 4)")
+    r.add_argument("--k", type=int, default=prompts.FIRST_RUN.k,
+                   help=f"tokens drafted per round (default {prompts.FIRST_RUN.k})")
     r.add_argument("--tree", type=int, metavar="N", help="draft a token tree of N nodes per round instead of a "
                    "chain of k, all verified in one target pass")
     r.add_argument("--branch", type=int, default=2, help="with --tree: children per expanded node; with --spine: 1 + the "
@@ -401,9 +403,10 @@ def add_run_parser(sub) -> None:
     add_decoding_options(r, 0.0, "0 = greedy (default 0)", "default 0")
     r.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
     r.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens only (default 0 = off)")
-    r.add_argument("--k-policy", default="fixed", metavar="{fixed,adaptive,best}",
+    r.add_argument("--k-policy", metavar="{fixed,adaptive,best}",
                    help="k per round: fixed (--k every round), adaptive (+1 after a fully accepted round, -1 after "
-                        "a rejection) or best (the best-k chooser; --k is where it starts). Default fixed")
+                        "a rejection) or best (the best-k chooser; --k is where it starts). Default "
+                        f"{prompts.FIRST_RUN.k_policy}, as on the main page")
     r.add_argument("--drafter", choices=[ModelDrafter.name, PromptLookupDrafter.name], default=ModelDrafter.name,
                    help="who drafts: the pair's draft model (default) or prompt lookup (copies what followed the "
                         "last earlier match of the latest n-gram; no second model)")

@@ -157,6 +157,18 @@ def test_run_takes_the_apps_k_policies(tiny_cli, capsys, policy):
     assert (set(run.ks[:-1]) == {2}) == (policy == "fixed")  # only fixed keeps k=2 every round
 
 
+def test_run_defaults_to_the_main_pages_first_run(tiny_cli, capsys):
+    """Without --k and --k-policy, run drafts as the main page's first run does (prompts.FIRST_RUN)."""
+    from specviz import prompts
+
+    run = _run_json(capsys)
+    assert (run.settings["k"], run.settings["k_policy"]) == (prompts.FIRST_RUN.k, prompts.FIRST_RUN.k_policy)
+    # a tree says that --k-policy applies to chains only when one was given
+    tree = ["run", "--prompt", "w1 w2", "--raw", "--max-new-tokens", "4", "--tree", "4", "--json"]
+    assert cli.main(tree) == 0 and "note:" not in capsys.readouterr().err
+    assert cli.main([*tree, "--k-policy", "fixed"]) == 0 and "--k-policy apply to chains" in capsys.readouterr().err
+
+
 def test_run_drafts_by_prompt_lookup(tiny_cli, capsys):
     run = _run_json(capsys, "--drafter", "prompt-lookup")
     assert run.settings["drafter"] == "prompt-lookup" and run.draft_passes == 0
