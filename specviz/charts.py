@@ -616,16 +616,20 @@ def fig_forward_cost(timings: Mapping[int, Sequence[float]]) -> go.Figure:
                     line=dict(color=GREY, dash="dash", width=2), hoverinfo="skip")
     fig.add_scatter(x=ns, y=[base * n / n0 for n in ns], mode="lines", name="∝ tokens (compute-bound)",
                     line=dict(color=OKABE_ITO["vermillion"], dash="dot", width=2), hoverinfo="skip")
-    fig.add_scatter(x=ns, y=med, mode="lines+markers+text", name="measured (median, IQR bars)",
-                    text=[""] + [f"×{r:.2f}" for r in ratios[1:]], textposition="top center",
+    fig.add_scatter(x=ns, y=med, mode="lines+markers", name="measured (median, IQR bars)",
                     line=dict(color=P_COLOR, width=3), marker=dict(size=10),
                     error_y=dict(type="data", symmetric=False,
                                  array=[hi - m for m, _, hi in stats],
                                  arrayminus=[m - lo for m, lo, _ in stats], thickness=1.5),
                     customdata=ratios,
                     hovertemplate="%{x} tokens: %{y:.2f} ms (×%{customdata:.2f})<extra></extra>")
+    # each ratio above its point's upper quartile: at the median it sat on the IQR bar
+    hi = np.array([h for _, _, h in stats])
+    fig.add_scatter(x=ns[1:], y=hi[1:], mode="text", name="cost(n) ÷ " + ref, showlegend=False,
+                    text=[f"×{r:.2f}" for r in ratios[1:]], textposition="top center",
+                    textfont=dict(color=P_COLOR), hoverinfo="skip")
     fig.update_xaxes(type="log", tickvals=ns, ticktext=[str(n) for n in ns])
-    fig.update_yaxes(range=[0, max(med.max() * 1.3, base * 2.3)])
+    fig.update_yaxes(range=[0, max(med.max() * 1.3, hi.max() * 1.15, base * 2.3)])
     fig.update_layout(meta={"ratios": {n: float(r) for n, r in zip(ns, ratios)}})
     return fig
 

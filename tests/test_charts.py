@@ -386,6 +386,17 @@ def test_forward_cost_ratios_and_references():
     assert f.layout.meta["ratios"][16] == pytest.approx(2.0)
 
 
+def test_forward_cost_ratios_stand_above_their_iqr_bars():
+    t = {1: [0.010, 0.010, 0.011], 8: [0.009, 0.012, 0.016, 0.020], 16: [0.020, 0.021]}
+    f = charts.fig_forward_cost(t)
+    labels = trace(f, "cost(n) ÷ cost(1)")
+    m = trace(f, "measured (median, IQR bars)")
+    upper = [y + e for y, e in zip(m.y, m.error_y.array)]  # the top of each point's IQR bar
+    assert list(labels.x) == [8, 16] and list(labels.text) == ["×1.40", "×2.05"]
+    assert list(labels.y) == pytest.approx(upper[1:]) and labels.textposition == "top center"
+    assert f.layout.yaxis.range[1] > max(upper)
+
+
 def test_batch_cost_finds_flat_end():
     t = {}
     for b in (1, 4, 16):

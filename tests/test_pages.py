@@ -525,7 +525,8 @@ def test_why_it_is_fast_forward_bandwidth_batch():
     at.number_input(key="fast.reps").set_value(2).run()
     press(at, "fast.run_forward")
     fig = figure(at, "Target forward time vs tokens per pass")
-    assert names(fig) == ["flat = memory-bound", "∝ tokens (compute-bound)", "measured (median, IQR bars)"]
+    assert names(fig) == ["flat = memory-bound", "∝ tokens (compute-bound)", "measured (median, IQR bars)",
+                          "cost(n) ÷ cost(1)"]  # the ratios' labels, above the IQR bars
     ratio = num(metrics(at)["cost(2 tokens) ÷ cost(1 token)"])
     assert ratio > 0 and metrics(at)["this device here is"] in (
         "memory-bound", "compute-bound", "partly memory-bound", "irregular")
