@@ -7,6 +7,7 @@ long run renders in linear time; switching the pair mid-run is said.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -204,3 +205,38 @@ def test_a_failed_model_load_is_reported_once_then_retried():
         slot.wait(lambda *a: None)
     slot.start(load)
     assert slot.wait(lambda *a: None) == "pair" and calls == [1, 1]
+
+
+EVIL_TOKENS = ["[x](http://evil.example)", "![i](http://evil.example/i.png)", "<a href='http://evil.example'>y</a>",
+               "```", "**b**", ":red[big]", "\n\n[z](http://evil.example)\n\n"]  # a blank line ends an HTML block
+
+
+@pytest.mark.parametrize("presenter", [False, True])
+def test_token_texts_from_a_file_plant_no_link_image_or_directive_anywhere_on_the_page(presenter):
+    """Every token of an uploaded run is hostile markdown; nothing the page renders as markdown (text, captions,
+    headings, notices, and st.table's cells in presenter mode) may turn one into a link, an image or a
+    Streamlit directive. Its HTML (the coloured text) escapes them itself."""
+    MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt
+    from streamlit import dataframe_util
+
+    d = json.loads(GOOD.read_text(encoding="utf-8"))
+    table = d["specviz_export"]["tokens"]
+    d["specviz_export"]["tokens"] = {t: EVIL_TOKENS[i % len(EVIL_TOKENS)] for i, t in enumerate(table)}
+    at = new_app()
+    if presenter:
+        at.toggle(key="ui.presenter").set_value(True).run()
+    at.select_slider(key="main.speed").set_value("instant")
+    upload(at, "evil.json", json.dumps(d).encode())
+    job = at.session_state["main.job"]
+    assert not at.exception and job.done and len(job.rounds) == len(d["rounds"])  # played to its end
+    texts = [e.value for kind in ("markdown", "caption", "subheader", "header", "title", "info", "success",
+                                  "warning", "error") for e in at.get(kind)]
+    cells = [v for t in at.table for v in dataframe_util.convert_arrow_bytes_to_pandas_df(
+        t.proto.arrow_data.styler.display_values).astype(str).to_numpy().ravel()]
+    assert cells or not presenter  # presenter mode draws its tables as st.table
+    md = MarkdownIt()
+    for text in [*texts, *cells]:
+        html = md.render(text)  # a token's text may show, literally: never as a link or an image
+        assert not re.search(r"<(a|img)\b[^>]*evil\.example", html), text
+        raw_html = text.startswith("<") and "\n" not in text  # one HTML block: no directive is read inside it
+        assert raw_html or ":red[big]" not in text, text
