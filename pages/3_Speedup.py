@@ -79,7 +79,7 @@ def use_measured_alpha():
 
 st.subheader("2 · The model: predicted speedup against k")
 if cost is not None:
-    a1, a2 = st.columns([2, 1], vertical_alignment="bottom")  # the button's label whole, in presenter type too
+    a1, a2 = st.columns([3, 2], vertical_alignment="bottom")  # the button's label whole, in presenter type at 1024 px
     st.session_state.setdefault("speed.alpha", START_ALPHA)  # set here, so the "use measured α" button can change it
     untouched = st.session_state["speed.alpha"] == st.session_state.get("speed.alpha_auto", START_ALPHA)
     if measured_alpha is not None and untouched:

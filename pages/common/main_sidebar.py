@@ -125,9 +125,7 @@ def _prompt(sb, live: bool) -> tuple[str, bool]:
                  disabled=not live)
     text = sb.text_area("Prompt", key="main.prompt", height=120, disabled=not live,
                         max_chars=limits.max_prompt_chars())
-    chat = sb.checkbox("chat template", key="main.chat", disabled=not live,
-                       help="Wrap the prompt in the model's chat template (instruct models). "
-                            "Off: the model simply continues the raw text.")
+    chat = sb.checkbox(ui.CHAT_LABEL, key="main.chat", disabled=not live, help=ui.CHAT_HELP)
     return text, chat
 
 

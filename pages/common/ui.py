@@ -212,6 +212,11 @@ def metric_cells(n: int) -> list:
     return [row.container(width=METRIC_PX) for _ in range(n)]
 
 
+CHAT_LABEL = "chat template"  # the prompt's chat-template checkbox, on every page that has one
+CHAT_HELP = ("Wrap the prompt in the model's chat template (instruct models). "
+             "Off: the model simply continues the raw text.")
+
+
 def table_height(n_rows: int, cap: int = 400) -> int:
     """Pixels that show a table's header and n_rows rows (at most `cap`, in normal type) without scrolling:
     Streamlit draws a row in 35 px at the normal 16 px root size, more in presenter mode's larger type."""
