@@ -104,14 +104,14 @@ except StreamlitAPIException:  # the page was started on its own, without app.py
     st.caption(f"Go deeper: {step.link.label}")
 
 # --- moving between steps ------------------------------------------------------------------------
-b1, b2, b3 = st.columns(3)
+row = ui.button_row()  # each button as wide as its label: in thirds, presenter type cut "Start the lesson aga…"
 # each button goes to the step it named when it was drawn, and its key names that step, so a second press
 # that lands before the browser redraws the buttons (a double click, a busy server) moves no further
-b1.button("← Previous step", key=f"lessons.prev.{les.key}.{i}", on_click=go_to, args=(les.key, i - 1),
-          disabled=i == 0)
+row.button("← Previous step", key=f"lessons.prev.{les.key}.{i}", on_click=go_to, args=(les.key, i - 1),
+           disabled=i == 0)
 if i < n - 1:
-    b2.button("Next step →", key=f"lessons.next.{les.key}.{i}", on_click=go_to, args=(les.key, i + 1),
-              disabled=done is None, type="primary")
+    row.button("Next step →", key=f"lessons.next.{les.key}.{i}", on_click=go_to, args=(les.key, i + 1),
+               disabled=done is None, type="primary")
 elif done is not None:
-    b2.success(f"Lesson complete: {len(mine['done'])} of {n} steps measured.")
-b3.button("Start the lesson again", key="lessons.restart", on_click=restart)
+    row.success(f"Lesson complete: {len(mine['done'])} of {n} steps measured.")
+row.button("Start the lesson again", key="lessons.restart", on_click=restart)
