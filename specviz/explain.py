@@ -7,7 +7,7 @@ Every sentence is built from the numbers it is given, never canned. Pure: no
 streamlit, no models.
 
   ACCEPT_TEST, ACCEPT_RULE, accept_check   the sampling acceptance test, as sampling.accept_token does it
-  num, tok, format_bytes, count            numbers, tokens, byte counts and "3 rounds" for the page
+  num, tok, tok_md, format_bytes, count    numbers, tokens (tok_md inside markdown), byte counts, "3 rounds"
   rounds_are_passes                        "3 rounds = 3 target passes"
   round_summary                            one round in one sentence (the main page)
   round_story, zero_accept_note            one round told decision by decision (slow motion)
@@ -33,7 +33,7 @@ import numpy as np
 from . import claims, measure
 from .errors import InvalidSetting
 from .records import Round, Run
-from .render import md_code, visible
+from .render import md_code, md_text, visible
 from .theory import NOISE_SPREADS, TVNoise, expected_speedup, expected_tokens, expected_tokens_over, flat_until
 
 Decode = Callable[[int], str]
@@ -56,6 +56,11 @@ def accept_check(u: float, ratio: float, accepted: bool, named: bool = False) ->
 def tok(tid: int | None, decode: Decode) -> str:
     """A token id as quoted, whitespace-visible text: ‘␣Paris’, ‘␣×12’ for twelve spaces."""
     return "∅" if tid is None else f"‘{visible(decode(int(tid)), runs=True)}’"
+
+
+def tok_md(tid: int | None, decode: Decode) -> str:
+    """tok for a markdown sentence: a token such as ‘**’, ‘_’, ‘`’ or ‘$’ shows as itself, not as formatting."""
+    return md_text(tok(tid, decode))
 
 
 def count(n: float, noun: str, plural: str | None = None) -> str:
@@ -153,18 +158,18 @@ def round_story(r: Round, decode: Decode) -> list[str]:
     out = []
     mode = "greedy (temperature 0)" if r.greedy else "sampling"
     out.append(f"**Round {r.index + 1}** ({mode}): the draft proposed k = {count(r.k, 'token')} "
-               f"{' '.join(tok(d, decode) for d in r.drafted) or '(none)'}; the target scored all "
+               f"{' '.join(tok_md(d, decode) for d in r.drafted) or '(none)'}; the target scored all "
                f"{r.k + 1} positions in **one** forward pass ({r.verify_s * 1000:.1f} ms; drafting took "
                f"{r.draft_s * 1000:.1f} ms)."
                + (f" This first round's passes also read the prompt ({r.prefill_tokens} earlier tokens): "
                   f"there is no separate prefill pass, so its times include that." if r.prefill_tokens else ""))
     for i, ok in enumerate(r.accepted):
         d, p, q = r.drafted[i], r.p_drafted[i], r.q_drafted[i]
-        head = f"Draft #{i + 1} {tok(d, decode)}: q(d) = {num(q)}, p(d) = {num(p)}"
+        head = f"Draft #{i + 1} {tok_md(d, decode)}: q(d) = {num(q)}, p(d) = {num(p)}"
         if r.greedy:
             a = r.target_argmax[i]
-            out.append(f"{head}. Greedy test: draft token == target argmax? {tok(d, decode)} vs "
-                       f"{tok(a, decode)} → {'yes → **accept**' if ok else 'no → **reject**'}.")
+            out.append(f"{head}. Greedy test: draft token == target argmax? {tok_md(d, decode)} vs "
+                       f"{tok_md(a, decode)} → {'yes → **accept**' if ok else 'no → **reject**'}.")
         else:
             ratio = r.ratio[i]
             out.append(f"{head}, p/q = {num(ratio)}. Draw u = {r.u[i]:.3f}; "
@@ -181,26 +186,26 @@ def round_story(r: Round, decode: Decode) -> list[str]:
         if r.extra_kind == "correction":
             c = r.extra_id
             if r.greedy:
-                out.append(f"Correction: the target's own argmax at that position, {tok(c, decode)}, "
+                out.append(f"Correction: the target's own argmax at that position, {tok_md(c, decode)}, "
                            "read from the same pass.")
             else:
                 top = r.residual_top
-                shown = ", ".join(f"{tok(i, decode)} {p:.3f}" for i, p in zip(top.ids[:5], top.probs[:5])) \
+                shown = ", ".join(f"{tok_md(i, decode)} {p:.3f}" for i, p in zip(top.ids[:5], top.probs[:5])) \
                     if top else "–"
                 rc = _prob_in(top, c)
                 out.append("Correction: sampled from the residual norm(max(0, p − q)), the probability the "
                            f"target wanted more than the draft gave. Residual top: {shown}. Sampled "
-                           f"{tok(c, decode)}" + (f" (residual probability {rc:.3f})." if rc is not None else "."))
+                           f"{tok_md(c, decode)}" + (f" (residual probability {rc:.3f})." if rc is not None else "."))
         else:
             out.append("The correction was cut: the text reached EOS or the length limit.")
     elif r.extra_kind == "bonus":
         pb = _prob_in(r.p_top[r.k], r.extra_id) if r.k < len(r.p_top) else None
         how = "its argmax" if r.greedy else "a sample from p"
         out.append(f"All {r.k} drafts accepted: the same pass also gives the target's distribution after the "
-                   f"last draft, so a **bonus** token comes free: {how}, {tok(r.extra_id, decode)}"
+                   f"last draft, so a **bonus** token comes free: {how}, {tok_md(r.extra_id, decode)}"
                    + (f" (p = {pb:.3f})." if pb is not None else "."))
     out.append(f"This round emitted **{len(r.emitted)}** token{'s' * (len(r.emitted) != 1)} for one target pass: "
-               f"{' '.join(tok(t, decode) for t in r.emitted)}.")
+               f"{' '.join(tok_md(t, decode) for t in r.emitted)}.")
     return out
 
 
@@ -209,8 +214,8 @@ def zero_accept_note(r: Round, decode: Decode) -> str | None:
     if r.k == 0 or r.n_accepted > 0 or len(r.emitted) == 0:
         return None
     return (f"**Zero drafts accepted, still one token ({claims.link(5)}).** "
-            f"The first draft {tok(r.drafted[0], decode)} "
-            f"was rejected, yet the round emitted {tok(r.emitted[0], decode)}: the pass that judged the drafts "
+            f"The first draft {tok_md(r.drafted[0], decode)} "
+            f"was rejected, yet the round emitted {tok_md(r.emitted[0], decode)}: the pass that judged the drafts "
             "also computed the target's own distribution at that position, so the correction costs nothing "
             "extra. Every round makes progress; the worst case is one token per target pass, like plain "
             + (f"decoding, plus the {r.draft_s * 1000:.1f} ms of drafting that was wasted." if not r.prefill_tokens
@@ -404,11 +409,11 @@ def exactness_verdict(spec_ids: Sequence[int], base: Run, dtype: str, decode: De
                        f"({len(spec_ids)} vs {n} tokens), at an end-of-text token or the length limit.")
     a, b = spec_ids[i], base.token_ids[i]
     m = _margin(base, i)
-    s = (f"The texts match for {count(i, 'token')}, then differ at token {i + 1}: speculative {tok(a, decode)}, "
-         f"target alone {tok(b, decode)}. ")
+    s = (f"The texts match for {count(i, 'token')}, then differ at token {i + 1}: speculative {tok_md(a, decode)}, "
+         f"target alone {tok_md(b, decode)}. ")
     if m is not None:
         gap, t1, t2 = m
-        s += (f"There the target's top two were {tok(t1, decode)} and {tok(t2, decode)}, "
+        s += (f"There the target's top two were {tok_md(t1, decode)} and {tok_md(t2, decode)}, "
               f"{gap:.2e} apart in probability. ")
         near = gap < (2e-2 if dtype in ("bfloat16", "float16") else 1e-4)
     else:

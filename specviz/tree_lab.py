@@ -19,10 +19,6 @@ from .tree_records import TreeRound
 FREE_TOL = 1.25  # a verify pass is "nearly free" while it costs at most this × a one-token pass
 
 
-def _tok(tid: int, decode: Callable[[int], str]) -> str:
-    return repr(decode(int(tid)))
-
-
 # --------------------------------------------------------------------------
 # acceptance by depth and by branch rank
 
@@ -88,15 +84,18 @@ def rank_summary(tallies: Sequence[Tally]) -> str:
 
 
 def node_label(r: TreeRound, i: int, decode: Callable[[int], str]) -> str:
-    return f"node {i}: depth {r.depths[i]}, {_tok(r.tokens[i], decode)} ({r.verdict[i]})"
+    return f"node {i}: depth {r.depths[i]}, {explain.tok(r.tokens[i], decode)} ({r.verdict[i]})"
 
 
 def node_story(r: TreeRound, i: int, decode: Callable[[int], str]) -> list[str]:
     """The decision at node i: who drafted it, p and q there, and why it was accepted, rejected or never judged."""
+    def tok(tid: int) -> str:
+        return explain.tok_md(tid, decode)
+
     par = r.parents[i]
-    above = "the committed context" if par < 0 else f"node {par} {_tok(r.tokens[par], decode)}"
+    above = "the committed context" if par < 0 else f"node {par} {tok(r.tokens[par])}"
     rank = ranks(r)[i]
-    lines = [f"Node {i} {_tok(r.tokens[i], decode)} is child #{rank + 1} of {above}, at depth {r.depths[i]}: "
+    lines = [f"Node {i} {tok(r.tokens[i])} is child #{rank + 1} of {above}, at depth {r.depths[i]}: "
              f"the draft gave it q = {r.q[i]:.3f} there (q along its path = {r.cum_q[i]:.3f}); the target, "
              f"reading the same ancestors in the one verify pass, gave it p = {r.p[i]:.3f}."]
     if r.verdict[i] == "untried":
@@ -105,7 +104,7 @@ def node_story(r: TreeRound, i: int, decode: Callable[[int], str]) -> list[str]:
         lines.append(f"Never judged: {why}, so this branch was pruned.")
     elif r.greedy:
         a = r.target_argmax[par + 1]
-        lines.append(f"Greedy: the target's top token after {above} is {_tok(a, decode)}; "
+        lines.append(f"Greedy: the target's top token after {above} is {tok(a)}; "
                      + ("it matches, so the node is **accepted**." if r.verdict[i] == "accepted"
                         else "it does not match, so the node is **rejected**."))
     else:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from specviz import explain, measure, runfile, speculative_decode
+from specviz import autoregressive_decode, explain, measure, runfile, speculative_decode
 from specviz.errors import InvalidSetting
 from specviz.experiments import BandwidthCheck
 from specviz.sampling import accept_token
@@ -164,6 +164,36 @@ def test_zero_accept_note_exactly_when_nothing_was_accepted(models):
         assert len(r.emitted) == 1 and f"‘t{r.emitted[0]}’" in note  # still one token
     for r in some:
         assert explain.zero_accept_note(r, decode) is None
+
+
+MARKUP_TOKENS = ["**", "_", "`", "$x$", "[x](http://evil.example)", "<b>", "~~", "# h"]  # common in code
+
+
+def markup_tags(text: str) -> list[str]:
+    """The HTML tags a CommonMark renderer makes of a markdown sentence (Streamlit renders them so)."""
+    MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt
+    return re.findall(r"</?\w+", MarkdownIt().render(text))
+
+
+def test_a_tokens_text_changes_no_markup_in_the_sentences(models):
+    """round_story, zero_accept_note and exactness_verdict go to st.markdown: tokens such as ‘**’, ‘_’ or ‘`’
+    (common in code) must show as themselves, so each sentence has the same markup as with plain-word tokens."""
+    target, _ = models
+    hostile = lambda i: MARKUP_TOKENS[i % len(MARKUP_TOKENS)]  # noqa: E731
+    run = spec(models, temperature=1.0, seed=1, max_new_tokens=24)
+    greedy = spec(models, k=4, max_new_tokens=40)
+    base = autoregressive_decode(target, PROMPT, max_new_tokens=10, eos_token_id=[])
+    changed = list(base.token_ids)
+    changed[4] = (changed[4] + 1) % VOCAB
+    sentences = [lambda d, r=r: explain.round_story(r, d) for r in run.rounds + greedy.rounds]
+    sentences += [lambda d, r=r: [explain.zero_accept_note(r, d)] for r in greedy.rounds if r.n_accepted == 0]
+    sentences += [lambda d: [explain.exactness_verdict(changed, base, "float32", d).text]]
+    assert len(sentences) > len(run.rounds) + len(greedy.rounds) + 1  # a zero-accept note was among them
+    for say in sentences:
+        for plain, marked in zip(say(decode), say(hostile)):
+            assert markup_tags(marked) == markup_tags(plain), marked
+    story = "\n".join(explain.round_story(run.rounds[0], hostile))
+    assert "‘\\*\\*’" in story  # shown literally: ‘**’ escaped, not dropped
 
 
 def test_draft_equal_to_target_accepts_all_and_gets_bonus(models):

@@ -53,6 +53,17 @@ def test_node_story_says_why(rounds):
     assert "**accepted**" in say(sampled, "accepted") and "u = " in say(sampled, "accepted")
 
 
+def test_node_story_shows_a_tokens_text_as_itself(rounds):
+    """The story goes to st.markdown: tokens such as ‘**’, ‘_’ or ‘`’ change no markup (test_explain's check)."""
+    from test_explain import MARKUP_TOKENS, markup_tags
+
+    hostile = lambda i: MARKUP_TOKENS[i % len(MARKUP_TOKENS)]  # noqa: E731
+    for r in rounds:
+        for i in range(r.n_nodes):
+            for plain, marked in zip(node_story(r, i, lambda t: f"w{t}"), node_story(r, i, hostile)):
+                assert markup_tags(marked) == markup_tags(plain), marked
+
+
 def test_drafting_view_grows_by_depth_with_nothing_verified(rounds):
     r = max(rounds, key=lambda x: max(x.depths))
     label = DRAFTED_STATE["drafted"][0]
