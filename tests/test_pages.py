@@ -225,8 +225,10 @@ def test_slow_motion_with_prompt_lookup_drafts_with_certainty():
     rounds = at.session_state["slow.state"]["pb"].rounds
     assert len(rounds) == 4 and any(r.k > 0 for r in rounds)
     assert all(q == 1.0 for r in rounds for q in r.q_drafted)  # copied tokens are proposed with certainty
+    from specviz import explain
+
     rows = at.dataframe[0].value
-    assert (rows[rows["drafted"] != "—"]["q(d)"] == 1.0).all()
+    assert (rows[rows["drafted"] != explain.MISSING]["q(d)"] == 1.0).all()
 
 
 @needs_tiny
