@@ -128,7 +128,8 @@ def round_rows(r: Round, decode: Decode, extra: bool = True) -> list[dict]:
         rows.append(row)
     if extra and r.extra_kind is not None and r.extra_id is not None:
         j = r.n_accepted
-        row = {"position": j + 1, "drafted": MISSING, "q(d)": None, "p(d)": None, "Σ min(p, q) = chance to accept": None}
+        row = {"position": j + 1, "drafted": MISSING, "q(d)": None, "p(d)": None,
+               "Σ min(p, q) = chance to accept": None}
         if r.greedy:
             row["target argmax"] = tok(r.extra_id, decode)
         else:
