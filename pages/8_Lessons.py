@@ -104,7 +104,7 @@ except StreamlitAPIException:  # the page was started on its own, without app.py
     st.caption(f"Go deeper: {step.link.label}")
 
 # --- moving between steps ------------------------------------------------------------------------
-row = ui.button_row()  # each button as wide as its label: in thirds, presenter type cut "Start the lesson aga…"
+row = ui.button_row()  # each button as wide as its label: thirds would cut "Start the lesson again" in presenter type
 # each button goes to the step it named when it was drawn, and its key names that step, so a second press
 # that lands before the browser redraws the buttons (a double click, a busy server) moves no further
 row.button("← Previous step", key=f"lessons.prev.{les.key}.{i}", on_click=go_to, args=(les.key, i - 1),

@@ -87,7 +87,7 @@ def prompt_input(prefix: str, pair, default: str = "The capital of France", wher
                     help="Each preset is a domain: code, list, factual, creative, repetition. "
                          "Pick one, then edit the text if you like.")
     text = where.text_area("Prompt", key=key_t, height=90, max_chars=limits.max_prompt_chars())
-    chat = where.checkbox(ui.CHAT_LABEL, key=key_c, help=ui.CHAT_HELP)  # a long label was cut in presenter type
+    chat = where.checkbox(ui.CHAT_LABEL, key=key_c, help=ui.CHAT_HELP)  # a short label: it fits in presenter type
     try:
         ids = prompts.encode(pair.tokenizer, text, chat)
     except SpecvizError as e:

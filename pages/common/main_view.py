@@ -86,8 +86,8 @@ class Placeholders:
             st.subheader("Round log")
             rows = render.round_log_rows(run, decoder(job), last=last)
             if ui.presenter() and len(rows) <= PRESENTER_LOG_ROWS:  # on a projector: the room's type
-                # the notes (round 1 read the prompt) go above the table: a column of them in the room's type
-                # was cut off at a 1024-pixel projector's edge
+                # the notes (round 1 read the prompt) go above the table: as a column in the room's type they
+                # would run past a 1024-pixel projector's edge
                 notes = "".join(f" Round {r['round']}: {note}." for r in rows if (note := r.pop("note")))
                 pick = " Type a round number below to see that round's probabilities." if last is None else ""
                 st.caption("One row per round: one target forward pass each." + pick + notes)

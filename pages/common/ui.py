@@ -239,8 +239,8 @@ def table(data, **kw):
 def _cells(data):
     """data as st.table shows it like st.dataframe: a float with up to 6 significant digits (not pandas' fixed
     4 decimals, "347.1600"), a missing cell as explain.MISSING, and text as it is. st.table renders its cells as
-    markdown: a drafted "```" opened a code block, and a token from an uploaded file could plant a link or a
-    remote image, so text is escaped (render.md_text)."""
+    markdown, where a drafted "```" would open a code block and a token from an uploaded file could plant a link
+    or a remote image, so text is escaped (render.md_text)."""
     import pandas as pd
 
     def cell(v):
