@@ -115,9 +115,10 @@ def prior_c(draft_bytes: float, draft_layers: int, target_bytes: float, target_l
 
 
 def decoder_layers(model) -> int | None:
-    """How many decoder layers a step of a transformers causal LM runs through (config.num_hidden_layers);
-    None when its config does not say."""
-    n = getattr(model.config, "num_hidden_layers", None)
+    """How many decoder layers a step of a transformers causal LM runs through (num_hidden_layers of its text
+    config: a multimodal config keeps it there); None when its config does not say."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n = getattr(config, "num_hidden_layers", None)
     return n if isinstance(n, int) else None
 
 

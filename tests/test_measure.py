@@ -166,6 +166,12 @@ def test_c_prior_reads_bytes_layers_and_the_device_from_the_models():
 
     draft, target = tiny_model(0, layers=2), tiny_model(1, layers=4)
     assert measure.decoder_layers(draft) == 2 and measure.decoder_layers(target) == 4
+    # a multimodal config (Gemma 3's, say) keeps the depth in its text config; a config without one says nothing
+    from types import SimpleNamespace as NS
+
+    text = NS(num_hidden_layers=18)
+    assert measure.decoder_layers(NS(config=NS(get_text_config=lambda: text, vision_config=NS()))) == 18
+    assert measure.decoder_layers(NS(config=NS(hidden_size=64))) is None
     assert measure.c_prior(draft, target) == pytest.approx(
         measure.prior_c(weight_bytes(draft), 2, weight_bytes(target), 4, "cpu"))
     assert measure.c_prior(tiny_model(0), tiny_model(1)) == pytest.approx(1.0)  # the same shape
