@@ -183,7 +183,7 @@ def test_presenter_mode_round_log_in_the_rooms_type():
     assert "note" not in next(t for t in at.table if "verify ms" in t.value.columns).value.columns
     assert any("Round 1: passes also read the prompt" in c.value for c in at.caption)
     # st.table renders each cell's shown text as markdown: the drafted text is shown escaped, every character
-    # literal (a drafted "```" opened a code block, and a file's token could plant a link)
+    # literal (a drafted "```" would open a code block, and a file's token could plant a link)
     from streamlit import dataframe_util
     from specviz import render
 
