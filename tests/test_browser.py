@@ -362,11 +362,19 @@ def test_holding_space_in_presenter_mode_acts_once(tiny_server, browser):
     _settled(page)
     # in the presenter's type at 1280 pixels, every metric label is whole and every token one box
     assert page.evaluate(CUT_SHORT) == {"labels": [], "boxes": []}
-    # and the round log, drawn in presenter mode with taller rows, shows as many rows as in normal mode (10)
+    # and the round log is an HTML table in the room's type (a dataframe's canvas keeps 14-pixel type): one row
+    # per round, none of it past the page's right edge
     rounds = int(re.search(r"round \d+/(\d+)", page.get_by_text(re.compile(r"round \d+/\d+")).first.inner_text())[1])
-    shown = page.evaluate("""(n) => { const s = document.querySelector('[data-testid="stDataFrame"] .dvn-scroller');
-        return s.clientHeight / (s.scrollHeight / (n + 1)) - 1; }""", rounds)  # rows under the header
-    assert rounds > 10 and shown >= 10, (rounds, shown)
+    log = page.evaluate("""() => {
+        const t = [...document.querySelectorAll('[data-testid="stTable"] table')].find(t =>
+            [...t.querySelectorAll('th')].some(h => h.textContent.trim() === 'verify ms'));
+        if (!t) return null;
+        const td = t.querySelector('tbody td');
+        return {rows: t.querySelectorAll('tbody tr').length, px: parseFloat(getComputedStyle(td).fontSize),
+                right: t.getBoundingClientRect().right, width: document.documentElement.clientWidth,
+                canvas: document.querySelectorAll('[data-testid="stDataFrame"]').length}; }""")
+    assert log is not None and log["rows"] == rounds > 10, (rounds, log)
+    assert log["px"] > 14 and log["right"] <= log["width"] and log["canvas"] == 0, log
     page.close()
 
 
