@@ -57,7 +57,7 @@ def start():
         return None
     # a Playback: two reruns at once (a click while a round is computed) wait for each other
     pb = playback.Playback.live(stream, ids, text, {"max_new_tokens": int(max_new), "eos_token_id": pair.eos_token_ids})
-    return {"pb": pb, "prompt_text": text,
+    return {"pb": pb, "prompt_text": text, "chat": lab_ui.chat_on("slow"),
             "settings": dict(k=int(k), temperature=float(temperature), seed=int(seed), max_new=int(max_new),
                              drafter=drafter_name)}
 
@@ -102,7 +102,8 @@ st.caption(f"{explain.rounds_are_passes(len(rounds))} · "
            f"{sum(len(r.emitted) for r in rounds)} new tokens · k = {s['k']}, T = {s['temperature']:g}, "
            f"seed {s['seed']}, {s['drafter']}" + (" · run finished" if state["pb"].done else ""))
 st.markdown(render.legend_html(), unsafe_allow_html=True)
-st.markdown(render.tokens_html(state["prompt_text"], rounds, decode), unsafe_allow_html=True)
+st.markdown(render.tokens_html(state["prompt_text"], rounds, decode, reply=state.get("chat", False)),
+            unsafe_allow_html=True)
 zeros = [r.index + 1 for r in rounds if r.k > 0 and r.n_accepted == 0]
 if zeros:
     st.caption(f"Rounds that accepted no draft but still emitted a token ({claims.link(5)}): "

@@ -66,7 +66,7 @@ fresh = None  # the round computed in this script run, to animate
 if row.button("First round", icon=":material/play_arrow:", type="primary", key="tree.start") and ids is not None:
     stream = lab_ui.run_guarded(tree_stream, pair.target, pair.draft, ids, **shape, **common)
     if stream is not None:
-        kept.put(playback.Playback.live(stream, ids, text, common))
+        kept.put(playback.Playback.live(stream, ids, text, common, {"chat": lab_ui.chat_on("tree")}))
 pb = kept.get()
 if row.button("Next round", icon=":material/skip_next:", key="tree.next", disabled=pb is None or pb.done) or (
         pb is not None and not pb.rounds):
@@ -98,7 +98,8 @@ def show_rounds(pb, fresh) -> None:
         st.session_state[f"tree.node.{r.index}"] = clicked[0]
     st.markdown(render.legend_html(("accepted", "correction", "bonus")), unsafe_allow_html=True)
     st.caption("In a tree, the bonus comes when the accepted path reaches a leaf: the whole branch was accepted.")
-    st.markdown(tree_lab.text_html(text, rounds, decode), unsafe_allow_html=True)
+    st.markdown(tree_lab.text_html(pb.prompt_text, rounds, decode, reply=bool(pb.meta.get("chat"))),
+                unsafe_allow_html=True)
     st.caption(f"{explain.rounds_are_passes(n)}, {sum(len(x.emitted) for x in rounds)} new tokens, "
                f"{sum(x.n_nodes for x in rounds)} nodes drafted" + (" · run finished" if pb.done else ""))
 

@@ -174,25 +174,30 @@ def _hover(r: Round, j: int, state: str) -> str:
 
 
 def tokens_html(prompt_text: str, rounds: Sequence[Round], decode: Callable[[int], str],
-                upto: int | None = None, pending: Round | Iterable[int] | None = None) -> str:
+                upto: int | None = None, pending: Round | Iterable[int] | None = None, reply: bool = False) -> str:
     """The text so far as HTML, each generated token a <span> styled by state.
 
     rounds: Rounds in order (a Run's .rounds); upto: show only the first `upto`
     rounds; pending: drafted ids (or a Round, whose .drafted is used) not yet
-    verified, drawn with a dashed border at the end.
+    verified, drawn with a dashed border at the end; reply: the prompt was a chat
+    message (text_block).
     """
     toks = [(decode(tok), state, title) for r in list(rounds)[:upto] for tok, state, title in _round_tokens(r)]
     if pending is not None:
         ids = pending.drafted if isinstance(pending, Round) else list(pending)
         toks += [(decode(tok), "pending", f"drafted #{j + 1}, awaiting verification") for j, tok in enumerate(ids)]
-    return text_block(prompt_text, toks)
+    return text_block(prompt_text, toks, reply)
 
 
-def text_block(prompt_text: str, toks: Iterable[tuple[str, str, str]]) -> str:
+def text_block(prompt_text: str, toks: Iterable[tuple[str, str, str]], reply: bool = False) -> str:
     """The prompt, then each token (text, state, hover title) as a <span>, in the text's box. A line breaks
-    only between tokens (<wbr>; a token is white-space:pre), so a token's box is never cut in two."""
+    only between tokens (<wbr>; a token is white-space:pre), so a token's box is never cut in two.
+
+    reply: the prompt went in as a chat message, so the model's text is its reply, a turn of its own: it starts
+    on a new line, not as a continuation of the prompt's last line."""
     parts = [f'<span class="sv-prompt" style="{STATE_STYLES["prompt"]}">'
-             + html.escape(prompt_text, quote=False).replace("\n", "⏎<br>") + "</span>"]
+             + html.escape(prompt_text, quote=False).replace("\n", "⏎<br>") + "</span>"
+             + ('<br class="sv-reply">' if reply and prompt_text else "")]
     parts += [_tok_html(text, state, title) for text, state, title in toks]
     return f'<div class="sv-text" style="{_CONTAINER}">{"<wbr>".join(parts)}</div>'
 

@@ -78,6 +78,7 @@ class Recording:
     title: str = ""
     baseline: dict | None = None  # summary of the target-only run, when it was measured
     name: str = ""  # file stem, for shipped recordings
+    chat: bool | None = None  # the prompt went in through the chat template (None: the file does not say)
 
     def decode(self, fallback: Callable[[int], str] | None = None) -> Callable[[int], str]:
         return table_decoder(self.tokens, fallback)
@@ -127,20 +128,21 @@ def baseline_of(spec: Run, base: Run) -> dict:
 
 
 def export_dict(run: Run, decode: Callable[[int], str], prompt_text: str, pair: str = "", title: str = "",
-                baseline: dict | None = None) -> dict:
+                baseline: dict | None = None, chat: bool | None = None) -> dict:
     d = run.to_dict()
     d["specviz_export"] = {
         "format": EXPORT_FORMAT, "prompt_text": prompt_text, "pair": pair, "title": title,
         "tokens": {str(i): s for i, s in token_table(run, decode).items()},
-        "baseline": records.json_safe(baseline) if baseline else None,
+        "baseline": records.json_safe(baseline) if baseline else None, "chat": chat,
     }  # fmt: skip
     return d
 
 
 def export_json(run: Run, decode: Callable[[int], str], prompt_text: str, pair: str = "", title: str = "",
-                baseline: dict | None = None, indent: int | None = None) -> str:
-    """The run as specviz.run/1 JSON plus the token texts needed to replay it anywhere."""
-    return json.dumps(export_dict(run, decode, prompt_text, pair, title, baseline), indent=indent,
+                baseline: dict | None = None, indent: int | None = None, chat: bool | None = None) -> str:
+    """The run as specviz.run/1 JSON plus the token texts needed to replay it anywhere; chat: whether the prompt
+    went in through the chat template."""
+    return json.dumps(export_dict(run, decode, prompt_text, pair, title, baseline, chat), indent=indent,
                       ensure_ascii=False)
 
 
@@ -308,7 +310,7 @@ def load_export(text: str | bytes) -> Recording:
     if prompt is None:
         prompt = "".join(table_decoder(tokens)(t) for t in run.prompt_ids)
     return Recording(run=run, tokens=tokens, prompt_text=prompt, pair=extra.get("pair") or "",
-                     title=extra.get("title") or "", baseline=extra.get("baseline"))
+                     title=extra.get("title") or "", baseline=extra.get("baseline"), chat=extra.get("chat"))
 
 
 # --------------------------------------------------------------------------
@@ -387,8 +389,7 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
         base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
         temp = "greedy" if is_greedy(s.temperature) else f"temperature {s.temperature:g}, seed {s.seed}"
         title = f"{p.name} · {temp} · k={s.k} · {pair.name} ({run.device}, {run.dtype}, {pair.draft_precision} draft)"
-        d = _round_floats(export_dict(run, decode, p.text if not p.chat else p.text, pair.name, title, base))
-        d["specviz_export"]["chat"] = p.chat
+        d = _round_floats(export_dict(run, decode, p.text, pair.name, title, base, chat=p.chat))
         path = out / f"{s.name}.json"
         path.write_text(json.dumps(d, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
         progress(f"{path}: {len(run.token_ids)} tokens, α={run.alpha:.2f}, {path.stat().st_size // 1024} KiB")

@@ -211,8 +211,10 @@ def chain_vs_tree_verdict(cmp: ChainVsTree) -> list[str]:
 # the text so far
 
 
-def text_html(prompt_text: str, rounds: Sequence[TreeRound], decode: Callable[[int], str]) -> str:
-    """The text so far as HTML (like render.tokens_html for chains): accepted path tokens, then the target's own."""
+def text_html(prompt_text: str, rounds: Sequence[TreeRound], decode: Callable[[int], str],
+              reply: bool = False) -> str:
+    """The text so far as HTML (like render.tokens_html for chains): accepted path tokens, then the target's own;
+    reply: the prompt was a chat message (render.text_block)."""
     from .render import text_block
 
     toks = []
@@ -220,4 +222,4 @@ def text_html(prompt_text: str, rounds: Sequence[TreeRound], decode: Callable[[i
         for j, tok in enumerate(r.emitted):
             state = "accepted" if j < r.n_accepted else (r.extra_kind or "accepted")
             toks.append((decode(tok), state, f"round {r.index + 1} · {state}"))
-    return text_block(prompt_text, toks)
+    return text_block(prompt_text, toks, reply)

@@ -378,13 +378,26 @@ def test_step_then_resume_keeps_rounds():
     assert job.run.token_ids == ref.token_ids  # greedy: the same text whatever k each round drafted
 
 
+@pytest.mark.parametrize("chat", [True, False])
+def test_the_reply_to_a_chat_message_starts_on_its_own_line(chat):
+    """A run whose prompt went in through the chat template shows the model's text as a reply, on a new line;
+    raw text continues the prompt's line. A shipped recording says which it was."""
+    at = start(new_app(), max_new=8, chat=chat, baseline=False)
+    assert ('<br class="sv-reply">' in text_html(at)) is chat
+    from specviz import runfile
+
+    recs = {r.name: r for r in runfile.list_recorded()}
+    assert recs["code-greedy"].chat is True and recs["capital-of-france-greedy"].chat is False
+
+
 def test_export_then_load_replays_same_tokens():
     from specviz import runfile
 
     at = start(new_app(), max_new=16, temperature=0.7, seed=3, baseline=False)
     job = at.session_state["main.job"]
     assert at.get("download_button"), "no download button"
-    data = runfile.export_json(job.run, job.meta["decode"], job.prompt_text, job.meta["pair"])
+    data = runfile.export_json(job.run, job.meta["decode"], job.prompt_text, job.meta["pair"],
+                               chat=job.meta["chat"])  # as the page's download button does
     html_live = text_html(at)
 
     at2 = new_app()

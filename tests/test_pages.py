@@ -188,6 +188,16 @@ def test_slow_motion_steps_rounds_with_the_arithmetic():
     drawn_ok(at)
     press(at, "slow.reset")
     assert any("No round yet" in i.value for i in at.info) and not at.get("plotly_chart")
+    # the France prompt is raw text, continued on its line; a chat message gets a reply on a line of its own
+    def reply_break() -> bool:
+        return any('class="sv-reply"' in m.value for m in at.markdown if 'class="sv-text"' in m.value)
+
+    press(at, "slow.start")
+    assert not reply_break()
+    at.checkbox(key="slow.chat").check()
+    press(at, "slow.reset")
+    press(at, "slow.start")
+    assert reply_break()
 
 
 @needs_tiny

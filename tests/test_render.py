@@ -110,6 +110,18 @@ def test_escapes_html_and_shows_newlines():
     assert "\n" not in h2 and h2.count("<br>") == 5
 
 
+def test_a_reply_to_a_chat_message_starts_on_its_own_line():
+    """With the chat template the model answers a message: its text starts on a new line, not glued to the
+    prompt's last word ("...Only the code.```python"). Raw text is a continuation and stays on the line."""
+    rounds = [france()]
+    chat = render.tokens_html("Only the code.", rounds, decode, reply=True)
+    raw = render.tokens_html("Only the code.", rounds, decode)
+    assert re.search(r'class="sv-prompt"[^>]*>Only the code\.</span><br class="sv-reply">(<wbr>)?<span', chat)
+    assert "sv-reply" not in raw and chat.replace('<br class="sv-reply">', "") == raw
+    assert "sv-reply" not in render.tokens_html("", rounds, decode, reply=True)  # no prompt shown, no break
+    assert "\n" not in chat  # still one line of HTML (a blank line would end the raw-HTML block)
+
+
 def test_upto_and_pending():
     rounds = [france(), bonus_round()]
     h1 = render.tokens_html("", rounds, decode, upto=1)

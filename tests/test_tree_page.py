@@ -83,6 +83,13 @@ def test_rounds_draw_the_engines_tree_and_explain_a_node():
     by_rank = [t for t in acc["data"] if t["xaxis"] == "x2"][0]
     assert by_rank["x"][0] == 1  # rank 1 = the first child tried
     assert any("accepted drafted tokens" in i.value for i in at.info)
+    # the Python-function preset is a chat message: the text shows the reply on a line of its own, and the
+    # prompt the run was started with, whatever the box says now
+    text = [m.value for m in at.markdown if 'class="sv-text"' in m.value]
+    assert len(text) == 1 and 'class="sv-reply"' in text[0]
+    at.text_area(key="tree.text").set_value("something else").run()
+    text = [m.value for m in at.markdown if 'class="sv-text"' in m.value]
+    assert "something else" not in text[0] and "is_prime" in text[0]
 
 
 def test_the_spine_shape_drafts_a_chain_with_a_sibling_at_each_unsure_node():

@@ -76,6 +76,14 @@ CRAFTED = {
 def test_the_untouched_file_loads():
     rec = runfile.load_export(GOOD.read_bytes())
     assert rec.run.token_ids and rec.baseline["speedup"] > 0 and rec.title
+    assert rec.chat is False  # the France prompt is raw text; the file says so
+
+
+@pytest.mark.parametrize("chat", [True, False, None])
+def test_an_export_keeps_whether_the_prompt_was_a_chat_message(chat):
+    rec = runfile.load_export(GOOD.read_bytes())
+    again = runfile.load_export(runfile.export_json(rec.run, rec.decode(), rec.prompt_text, chat=chat))
+    assert again.chat is chat and again.run.token_ids == rec.run.token_ids
 
 
 @pytest.mark.parametrize("name", list(CRAFTED))

@@ -97,6 +97,11 @@ def prompt_input(prefix: str, pair, default: str = "The capital of France", wher
     return ids, text
 
 
+def chat_on(prefix: str) -> bool:
+    """Whether prompt_input(prefix, ...)'s chat-template box is ticked: a run started now answers a chat message."""
+    return bool(st.session_state.get(f"{prefix}.chat"))
+
+
 def stepping_setup(prefix: str, default_prompt: str, shared_vocab: bool = True):
     """(pair, decode, ident, ids, text, right column) for a page that steps one run round by round.
 

@@ -56,7 +56,7 @@ def _on_upload() -> None:
         return
     _start_replay(rec.run, rec.prompt_text, {
         "origin": f"file {f.name}", "title": rec.title or f.name, "pair": rec.pair, "tokens": rec.tokens,
-        "baseline": rec.baseline, "baseline_note": "measured when the file was saved",
+        "baseline": rec.baseline, "baseline_note": "measured when the file was saved", "chat": rec.chat,
     })
 
 
@@ -85,7 +85,7 @@ def start_live(ms: MainSettings, t_script: float) -> playback.Playback:
 def _start_recording(recording) -> playback.Playback:
     return playback.Playback.replay(recording.run, recording.prompt_text, {
         "origin": "recording", "title": recording.title, "pair": recording.pair, "tokens": recording.tokens,
-        "baseline": recording.baseline, "baseline_note": "measured when it was recorded"})
+        "baseline": recording.baseline, "baseline_note": "measured when it was recorded", "chat": recording.chat})
 
 
 def handle_request(ms: MainSettings, t_script: float) -> int | None:
@@ -158,7 +158,7 @@ def save_load(job: playback.Playback | None) -> None:
     with c1:
         if job is not None and job.done and job.run is not None:
             data = runfile.export_json(job.run, decoder(job), job.prompt_text, job.meta.get("pair", ""),
-                                      job.meta.get("title", ""), job.meta.get("baseline"))
+                                      job.meta.get("title", ""), job.meta.get("baseline"), chat=job.meta.get("chat"))
             st.download_button("⬇ Download this run (JSON)", data=data, file_name="specviz-run.json",
                                mime="application/json", key="main.download",
                                help="Everything needed to replay it exactly, on any machine, with no model.")
