@@ -459,8 +459,10 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
         formula = expected_tokens_over(at, ks) if ks else expected_tokens(at, k)
         sub.append(f"measured: α = {a:.2f} → {t:.2f} ± {te:.2f}<br>"
                    + (f"formula at this run's k: {formula:.2f}" if ks else f"formula: {formula:.2f}"))
-    # a run whose k varied (a k policy) is drawn against its own k too, so the title names both
-    title = f"Tokens per pass vs α (k = {k}" + (f"; this run's k {min(ks)}–{max(ks)})" if ks else ")")
+    # a run whose k varied (a k policy) is drawn against its own k too, so the title names both, in brackets
+    # kept on one line (no break inside "k = 4")
+    span = (str(min(ks)) if min(ks) == max(ks) else f"{min(ks)}–{max(ks)}") if ks else ""
+    title = "Tokens per pass vs α (" + (f"k = {k}; this run {span}" if ks else f"k = {k}").replace(" ", "\u00a0") + ")"
     fig = _fig(title,
                "<br>".join(sub), x="α = per-token acceptance", y="tokens per target pass", width=width)
     ytop = k + 1.5 if measured is None else max(k + 1.5, t + te + 0.5, formula + 0.5)

@@ -235,7 +235,10 @@ def test_expected_tokens_puts_a_run_of_varying_k_on_the_formula_over_its_rounds(
     assert f.layout.yaxis.range[1] >= 16.0 + 3.0  # the point and its error bar fit
     formula = theory.expected_tokens_over(0.96, ks)
     assert f"formula at this run's k: {formula:.2f}" in f.layout.title.subtitle.text.split("<br>")
-    assert f.layout.title.text.startswith("Tokens per pass vs α (k = 4; this run's k 10–27)")  # not "k = 4" alone
+    # not "k = 4" alone; in half the page the brackets go whole to the second line
+    assert f.layout.title.text == "Tokens per pass vs α (k = 4; this run 10–27)"
+    half = charts.fig_expected_tokens(4, measured={"alpha": 0.96, "tpp": 16.0}, run_ks=ks, width=charts.HALF_WIDTH)
+    assert half.layout.title.text == "Tokens per pass vs α<br>(k = 4; this run 10–27)"
     # without run_ks, no dashed curve and the point is read against the sidebar's k
     g = charts.fig_expected_tokens(4, measured={"alpha": 0.96, "tpp": 16.0, "tpp_err": 3.0})
     assert g.layout.title.text.startswith("Tokens per pass vs α (k = 4)")
