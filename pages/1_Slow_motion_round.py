@@ -74,9 +74,11 @@ def take(n: int = 1, until_zero: bool = False, bar=None) -> None:
         ui.show_error(e)
 
 
+# the settings a run is started with, kept with it: the page says which differ when the widgets change
+run_now = lab_ui.run_settings(ids, temperature, max_new, seed, k=int(k), drafter=drafter_name)
 row = ui.button_row()
 if row.button("First round", icon=":material/play_arrow:", type="primary", key="slow.start",
-              help="Start a new run and take its first round") and kept.put(start()) is not None:
+              help="Start a new run and take its first round") and kept.put(start(), settings=run_now) is not None:
     take()
 next_ok = kept.get() is not None and not kept.get()["pb"].done
 if row.button("Next round", icon=":material/skip_next:", key="slow.next", disabled=not next_ok):
@@ -101,6 +103,7 @@ st.subheader("The text so far")
 st.caption(f"{explain.rounds_are_passes(len(rounds))} · "
            f"{sum(len(r.emitted) for r in rounds)} new tokens · k = {s['k']}, T = {s['temperature']:g}, "
            f"seed {s['seed']}, {s['drafter']}" + (" · run finished" if state["pb"].done else ""))
+ui.note_other_settings(kept.changed(run_now), button="First round")
 st.markdown(render.legend_html(), unsafe_allow_html=True)
 st.markdown(render.tokens_html(state["prompt_text"], rounds, decode, reply=state.get("chat", False)),
             unsafe_allow_html=True)

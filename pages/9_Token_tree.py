@@ -61,12 +61,17 @@ def step():
         ui.show_error(e)
 
 
+# the settings a run is started with, kept with it: the page says which differ when the widgets change
+run_now = lab_ui.run_settings(ids, temperature, max_new, seed, shape=layout, b=int(branch),
+                              **({"sibling threshold": float(doubt)} if is_spine else
+                                 {"node budget": int(budget), "max depth": int(max_depth)}))
 row = ui.button_row()
 fresh = None  # the round computed in this script run, to animate
 if row.button("First round", icon=":material/play_arrow:", type="primary", key="tree.start") and ids is not None:
     stream = lab_ui.run_guarded(tree_stream, pair.target, pair.draft, ids, **shape, **common)
     if stream is not None:
-        kept.put(playback.Playback.live(stream, ids, text, common, {"chat": lab_ui.chat_on("tree")}))
+        kept.put(playback.Playback.live(stream, ids, text, common, {"chat": lab_ui.chat_on("tree")}),
+                 settings=run_now)
 pb = kept.get()
 if row.button("Next round", icon=":material/skip_next:", key="tree.next", disabled=pb is None or pb.done) or (
         pb is not None and not pb.rounds):
@@ -81,6 +86,7 @@ def show_rounds(pb, fresh) -> None:
     # --- the round: drafted depth by depth, then coloured by the one verify pass -----------------------------
     rounds = pb.rounds
     st.subheader("The tree")
+    ui.note_other_settings(kept.changed(run_now), button="First round")
     n = len(rounds)
     r = rounds[st.selectbox("Round", list(range(n)), index=n - 1, format_func=lambda i: f"round {i + 1}",
                             key=f"tree.round.{n}")]

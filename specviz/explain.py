@@ -74,12 +74,15 @@ def and_list(words: Sequence[str]) -> str:
     return " and ".join(filter(None, (", ".join(words[:-1]), words[-1]))) if words else ""
 
 
-def other_settings(changed: Sequence[str]) -> str | None:
-    """Under a kept result: the settings on screen that differ from those it was measured with (None: none do)."""
+def other_settings(changed: Sequence[str], button: str | None = None) -> str | None:
+    """Under a kept result: the settings on screen that differ from those it was measured with (None: none do).
+    button: the result is a run stepped round by round, which that button starts anew."""
     if not changed:
         return None
-    return (f"Measured with a different {and_list(changed)} from the one{'s' if len(changed) > 1 else ''} above; "
-            "press the button again to measure with these.")
+    which = f"a different {and_list(changed)} from the one{'s' if len(changed) > 1 else ''} above"
+    if button:
+        return f"This run was started with {which}; press **{button}** to start one with these."
+    return f"Measured with {which}; press the button again to measure with these."
 
 
 def rounds_are_passes(n: int) -> str:

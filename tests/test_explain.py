@@ -135,6 +135,10 @@ def test_other_settings_names_each_setting_that_differs_and_nothing_when_none_do
     assert explain.other_settings(["prompt", "seed"]).startswith("Measured with a different prompt and seed from the "
                                                                  "ones above;")
     assert "a different prompt, k and seed from the ones" in explain.other_settings(["prompt", "k", "seed"])
+    assert explain.other_settings(["seed"], button="First round") == (
+        "This run was started with a different seed from the one above; press **First round** to start one with "
+        "these.")  # a run stepped round by round
+    assert explain.other_settings([], button="First round") is None
     assert [explain.and_list(w) for w in ([], ["a"], ["a", "b"], ["a", "b", "c"])] == ["", "a", "a and b", "a, b and c"]
 
 

@@ -63,6 +63,12 @@ def other_settings(at) -> list[str]:
     return [m.group(1) for m in found if m]
 
 
+def started_with_other(at) -> list[str]:
+    """The same, for a run stepped round by round ("This run was started with a different ...")."""
+    found = (re.search(r"This run was started with a different (.+?) from the one", c.value) for c in at.caption)
+    return [m.group(1) for m in found if m]
+
+
 def metrics(at) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
@@ -186,6 +192,14 @@ def test_slow_motion_steps_rounds_with_the_arithmetic():
     assert any(m.value.startswith("**Round 2**") for m in at.markdown)
     assert [s.value for s in at.selectbox if s.label == "Round to inspect"] == [2]  # the newest round
     drawn_ok(at)
+    # the run stays when a setting changes, and says which differ from those it was started with
+    assert started_with_other(at) == []
+    at.number_input(key="slow.seed").set_value(5).run()
+    at.slider(key="slow.k").set_value(3).run()
+    assert started_with_other(at) == ["seed and k"] and any(m.value.startswith("**Round 2**") for m in at.markdown)
+    at.number_input(key="slow.seed").set_value(0).run()
+    at.slider(key="slow.k").set_value(4).run()
+    assert started_with_other(at) == []  # back to them: unmarked
     press(at, "slow.reset")
     assert any("No round yet" in i.value for i in at.info) and not at.get("plotly_chart")
     # the France prompt is raw text, continued on its line; a chat message gets a reply on a line of its own

@@ -90,6 +90,8 @@ def test_rounds_draw_the_engines_tree_and_explain_a_node():
     at.text_area(key="tree.text").set_value("something else").run()
     text = [m.value for m in at.markdown if 'class="sv-text"' in m.value]
     assert "something else" not in text[0] and "is_prime" in text[0]
+    started = [c.value for c in at.caption if "This run was started with a different" in c.value]
+    assert len(started) == 1 and "a different prompt from the one above" in started[0]  # and the page says so
 
 
 def test_the_spine_shape_drafts_a_chain_with_a_sibling_at_each_unsure_node():

@@ -251,10 +251,11 @@ def _cells(data):
     return pd.DataFrame(data).style.format(cell, na_rep=explain.MISSING)
 
 
-def note_other_settings(changed) -> None:
+def note_other_settings(changed, button: str | None = None) -> None:
     """A caption under a kept result, naming the settings above that differ from the ones it was measured with
-    (Kept.changed); nothing when none do. The result stays: going back to those settings shows it unmarked."""
-    if words := explain.other_settings(list(changed)):
+    (Kept.changed); nothing when none do. The result stays: going back to those settings shows it unmarked.
+    button: a run stepped round by round, started anew by that button (explain.other_settings)."""
+    if words := explain.other_settings(list(changed), button):
         st.caption(f":material/history: {words}")
 
 
