@@ -56,8 +56,9 @@ def start():
     if stream is None:
         return None
     # a Playback: two reruns at once (a click while a round is computed) wait for each other
-    pb = playback.Playback.live(stream, ids, text, {"max_new_tokens": int(max_new), "eos_token_id": pair.eos_token_ids})
-    return {"pb": pb, "prompt_text": text, "chat": lab_ui.chat_on("slow"),
+    pb = playback.Playback.live(stream, ids, text, {"max_new_tokens": int(max_new), "eos_token_id": pair.eos_token_ids},
+                                {"chat": lab_ui.chat_on("slow")})
+    return {"pb": pb, "prompt_text": text,
             "settings": dict(k=int(k), temperature=float(temperature), seed=int(seed), max_new=int(max_new),
                              drafter=drafter_name)}
 
@@ -105,7 +106,7 @@ st.caption(f"{explain.rounds_are_passes(len(rounds))} · "
            f"seed {s['seed']}, {s['drafter']}" + (" · run finished" if state["pb"].done else ""))
 ui.note_other_settings(kept.changed(run_now), button="First round")
 st.markdown(render.legend_html(), unsafe_allow_html=True)
-st.markdown(render.tokens_html(state["prompt_text"], rounds, decode, reply=state.get("chat", False)),
+st.markdown(render.tokens_html(state["prompt_text"], rounds, decode, reply=bool(state["pb"].meta.get("chat"))),
             unsafe_allow_html=True)
 zeros = [r.index + 1 for r in rounds if r.k > 0 and r.n_accepted == 0]
 if zeros:
