@@ -64,9 +64,13 @@ start one: a page's, in its turn to draw, or the worker's, mid-pass, which then 
 $SPECVIZ_GC_FREEZE=0 turns it off.
 
 Outside load: the queue orders this app's work but cannot stop other programs.
-`note_pass` compares a pass's process CPU time with wall time × threads; a CPU
-pass that got well under its share of the cores ran while something else was
-using them. `watch()` collects the verdicts of the passes made inside it.
+`note_pass` judges a CPU pass two ways: its process CPU time against wall time × threads (a pass that got well
+under its share of the cores ran while something else was using them), and the CPU time the machine's other
+programs used meanwhile (`machine_cpu_s`). The first alone misses most of it: PyTorch's threads spin while they
+wait for each other, so a pass slowed 2.7× by another program still used two thirds of its share. The kernel
+counts the machine's CPU time in ticks of 10 ms, so other programs' time is judged over at least OTHERS_MIN_S of
+passes: a long pass on its own, short ones (draft steps) summed in each `watch()`, which collects the verdicts of
+the passes made inside it.
 """
 
 from __future__ import annotations
@@ -100,6 +104,8 @@ POLL_S = 0.05  # how often a waiting hold checks for cancellation and reports it
 BUSY_SHARE = 0.6  # a CPU pass that got less than this share of wall × threads ran under outside load
 MINOR_SHARE = 0.05  # passes under outside load that took less of the timed time than this: a note, not a warning
 MIN_PASS_S = 0.005  # passes shorter than this are too short to judge
+OTHERS_SHARE = 0.25  # other programs that used this share of the model threads' cores during passes: outside load
+OTHERS_MIN_S = 0.25  # the least pass time other programs' CPU time is judged over (it is counted in 10 ms ticks)
 
 OnWait = Callable[[int | None], None]
 
@@ -792,11 +798,38 @@ def outside_load(cpu_s: float, wall_s: float, threads: int) -> bool:
     return wall_s >= MIN_PASS_S and cpu_share(cpu_s, wall_s, threads) < BUSY_SHARE
 
 
+def crowded(others_s: float, wall_s: float, threads: int) -> bool:
+    """True when, over wall_s seconds of passes (at least OTHERS_MIN_S), the machine's other programs used at
+    least OTHERS_SHARE of the cores the passes' threads run on. On the 2-core machine this project is measured on
+    (two threads), a program busy 25 % of the time used 0.2 cores and made a pass 1.25× slower, 0.35 cores
+    1.7×, 0.5 cores 2.3×, a whole core's worth (0.65-0.9) 2.7× to 6×. A browser drawing this app on the
+    same machine used 0.05-0.27 cores during a round of the main page's run and up to 0.46 during its
+    target-alone run: a lower share would flag the learner's own browser."""
+    return wall_s >= OTHERS_MIN_S and others_s >= OTHERS_SHARE * wall_s * max(1, threads)
+
+
+_TICK_S = 1 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
+def machine_cpu_s() -> float:
+    """The CPU seconds every program on this machine has used since it started, time taken by the host of a
+    virtual machine ('steal') included (/proc/stat); NaN where that cannot be read."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError):
+        return math.nan
+    if len(ticks) < 5:
+        return math.nan
+    return (sum(ticks) - ticks[3] - ticks[4]) * _TICK_S  # all but idle and waiting for disks
+
+
 def load_text(what: str) -> str:
     """The warning shown next to figures taken under outside load; `what` says which timings."""
     return (f"Taken under outside load: {what} ran while other programs on this machine were using the CPU "
-            "(a pass got well under its share of the cores). These timings, and the figures made from them, "
-            "are not this device's speed: measure again when the machine is quiet.")
+            "(they used a good part of the cores meanwhile, or a pass got well under its share of them). "
+            "These timings, and the figures made from them, are not this device's speed: measure again when "
+            "the machine is quiet.")
 
 
 @dataclass(frozen=True)
@@ -837,15 +870,26 @@ class LoadWatch:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     busy_wall_s: float = 0.0  # the wall time of the passes under outside load
+    others_s: float = 0.0  # the CPU time other programs used during the passes where it could be read
+    others_wall_s: float = 0.0  # the wall time of those passes
+    others_cores_s: float = 0.0  # and their wall time × threads
+
+    @property
+    def crowded(self) -> bool:
+        """Other programs used a good part of the cores over these passes taken together (short passes,
+        such as draft steps, can only be judged together)."""
+        return self.others_wall_s >= OTHERS_MIN_S and self.others_s >= OTHERS_SHARE * self.others_cores_s
 
     @property
     def busy(self) -> bool:
-        return self.busy_passes > 0
+        return self.busy_passes > 0 or self.crowded
 
     def note(self) -> LoadNote | None:
         """The LoadNote of these passes, or None when none was under outside load."""
         if not self.busy:
             return None
+        if self.crowded and self.busy_wall_s < self.others_wall_s:  # then the load was spread over them all
+            return LoadNote.of(f"the {self.passes} timed passes", self.others_wall_s, self.wall_s)
         return LoadNote.of(f"{self.busy_passes} of {self.passes} timed passes", self.busy_wall_s, self.wall_s)
 
 
@@ -866,15 +910,24 @@ def watch() -> Iterator[LoadWatch]:
         stack.remove(w)
 
 
-def note_pass(device, wall_s: float, cpu_s: float, threads: int) -> bool:
-    """Judge one timed pass (CPU passes only) and tell every open watch(); return the verdict."""
-    busy = device_key(device) == "cpu" and outside_load(cpu_s, wall_s, threads)
+def note_pass(device, wall_s: float, cpu_s: float, threads: int, others_s: float = math.nan) -> bool:
+    """Judge one timed pass (CPU passes only) and tell every open watch(); return the verdict.
+
+    others_s: the CPU time the machine's other programs used during the pass (machine_cpu_s() after, less
+    before, less cpu_s); NaN when unknown."""
+    cpu = device_key(device) == "cpu"
+    known = cpu and not math.isnan(others_s)
+    busy = cpu and (outside_load(cpu_s, wall_s, threads) or (known and crowded(others_s, wall_s, threads)))
     for w in getattr(_watches, "stack", None) or []:
         w.passes += 1
         w.busy_passes += busy
         w.wall_s += wall_s
         w.cpu_s += cpu_s
         w.busy_wall_s += wall_s if busy else 0.0
+        if known:
+            w.others_s += others_s
+            w.others_wall_s += wall_s
+            w.others_cores_s += wall_s * max(1, threads)
     return busy
 
 

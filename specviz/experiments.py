@@ -102,9 +102,9 @@ def batch_cost(model, n_tokens=(1, 4, 8), batches=(1, 2, 4, 8, 16), reps: int = 
             times = []
             for r in range(reps + 1):
                 # one pass per turn, on the device's own thread: the clock starts once the device is ours
-                dt, cpu = devqueue.run(device, lambda: _timed(device, lambda: model(
+                dt, cpu, others = devqueue.run(device, lambda: _timed(device, lambda: model(
                     input_ids=ids[:, context:context + n], past_key_values=cache, use_cache=True, logits_to_keep=n)))
-                devqueue.note_pass(device, dt, cpu, devqueue.model_threads(device))
+                devqueue.note_pass(device, dt, cpu, devqueue.model_threads(device), others)
                 if r > 0:  # the first is a warm-up
                     times.append(dt)
                 cache.crop(-n)
@@ -125,13 +125,15 @@ def memory_bandwidth(device="cpu", megabytes: int = 256, reps: int = 5) -> float
     return 2 * n * 4 / best
 
 
-def _timed(device, fn) -> tuple[float, float]:
-    """(wall seconds, process CPU seconds) of fn(), with the device's work synchronized."""
+def _timed(device, fn) -> tuple[float, float, float]:
+    """(wall seconds, process CPU seconds, other programs' CPU seconds) of fn(), with the device's work
+    synchronized."""
     sync(device)
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0, m0 = time.perf_counter(), time.process_time(), devqueue.machine_cpu_s()
     fn()
     sync(device)
-    return time.perf_counter() - t0, time.process_time() - c0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return dt, cpu, devqueue.machine_cpu_s() - m0 - cpu
 
 
 @dataclass(frozen=True)

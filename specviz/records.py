@@ -72,7 +72,7 @@ class Round:
     verify_s: float  # wall time of the one target forward pass
     round_s: float  # wall time of the whole round, bookkeeping included
     prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read (the first round: prompt length - 1)
-    outside_load: bool = False  # a pass of this round got well under its share of the CPU: other programs were busy
+    outside_load: bool = False  # other programs used the CPU during this round's passes (devqueue.note_pass)
 
     @property
     def rejected(self) -> bool:

@@ -566,6 +566,8 @@ def test_a_watch_sees_the_passes_of_a_measurement(tiny_pair):
         forward_cost(tiny_pair.target, n_tokens=(1, 2), reps=2, context=8)
         batch_cost(tiny_pair.target, n_tokens=(1,), batches=(1, 2), reps=1, context=8)
     assert w.passes == 2 * 2 + 1 + 2 * 2  # busy or not depends on this machine's other work
+    if not devqueue.machine_cpu_s() != devqueue.machine_cpu_s():  # /proc/stat read: every pass saw other programs
+        assert w.others_wall_s == pytest.approx(w.wall_s)
     with torch.inference_mode(), devqueue.watch() as w:
         devqueue.note_pass("cpu", 0.1, 0.01, 1)
         devqueue.note_pass("cuda:0", 0.1, 0.01, 1)  # a GPU pass leaves the CPU idle by design
@@ -599,6 +601,84 @@ def test_nested_watches_with_equal_counts_leave_in_order():
             devqueue.note_pass("cpu", 0.1, 0.1, 1)
         devqueue.note_pass("cpu", 0.1, 0.1, 1)
     assert (outer.passes, inner.passes) == (2, 1)
+
+
+def test_the_crowding_rule():
+    """Other programs' CPU time, against the cores the passes' threads run on, over enough time to count it."""
+    share = devqueue.OTHERS_SHARE
+    assert devqueue.crowded(others_s=0.5 * 2 * share * 1.1, wall_s=0.5, threads=2)  # a little more than the share
+    assert not devqueue.crowded(others_s=0.5 * 2 * share * 0.6, wall_s=0.5, threads=2)
+    assert devqueue.crowded(others_s=0.5 * 2 * share * 0.6, wall_s=0.5, threads=1)  # the same, beside one thread
+    assert not devqueue.crowded(others_s=0.2, wall_s=0.2, threads=2)  # too short: the kernel counts 10 ms ticks
+
+
+def test_short_passes_are_judged_on_other_programs_time_together():
+    """Draft steps are too short to judge one by one; a round's passes, taken together, are not. A pass whose
+    process got its whole share of the cores still ran under outside load when other programs ran beside it
+    (PyTorch's threads spin while they wait for each other, so the share alone misses it)."""
+    with devqueue.watch() as w:
+        verdicts = [devqueue.note_pass("cpu", 0.03, 0.06, 2, others_s=0.03 * 2 * devqueue.OTHERS_SHARE * 1.2)
+                    for _ in range(10)]
+    assert not any(verdicts) and w.busy_passes == 0  # each too short alone
+    assert w.crowded and w.busy and w.others_wall_s == pytest.approx(0.3)
+    note = w.note()
+    assert note.serious and note.text.startswith("Taken under outside load: the 10 timed passes")
+    with devqueue.watch() as w:  # as many passes, other programs using less than OTHERS_SHARE
+        for _ in range(10):
+            devqueue.note_pass("cpu", 0.03, 0.06, 2, others_s=0.03 * 2 * devqueue.OTHERS_SHARE * 0.5)
+    assert not w.busy and w.note() is None
+    with devqueue.watch() as w:  # too little time to judge
+        for _ in range(5):
+            devqueue.note_pass("cpu", 0.03, 0.06, 2, others_s=0.03 * 2 * 0.9)
+    assert not w.busy
+    with devqueue.watch() as w:  # unknown (no /proc/stat) or a GPU pass: not judged on it
+        devqueue.note_pass("cpu", 0.5, 1.0, 2)
+        devqueue.note_pass("cuda:0", 0.5, 0.01, 2, others_s=1.0)
+    assert not w.busy and w.others_wall_s == 0
+    with devqueue.watch() as w:  # a long pass is judged on its own
+        assert devqueue.note_pass("cpu", 0.3, 0.6, 2, others_s=0.3)
+    assert w.busy_passes == 1 and w.note().text.startswith("Taken under outside load: 1 of 1 timed passes")
+
+
+@pytest.fixture
+def other_program():
+    """Another program on this machine, busy on one core until the test ends."""
+    import subprocess
+    import sys
+
+    if devqueue.machine_cpu_s() != devqueue.machine_cpu_s():  # NaN: no /proc/stat here
+        pytest.skip("this machine does not say how much CPU time its programs use")
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.2)  # started and spinning
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_other_programs_cpu_time_is_read_from_the_machine(other_program):
+    m0, c0 = devqueue.machine_cpu_s(), time.process_time()
+    time.sleep(0.5)
+    others = devqueue.machine_cpu_s() - m0 - (time.process_time() - c0)
+    assert 0.3 <= others <= 0.8, others  # the other program's half second of one core, give or take ticks
+
+
+def test_passes_beside_another_program_are_flagged(tiny_pair, other_program):
+    """Through the model's own timed passes: a round's passes, beside a program busy on a core, are judged
+    on that program's CPU time, whatever share of the cores they got themselves."""
+    from specviz.lm import open_lm
+
+    lm = open_lm(tiny_pair.target)
+    try:
+        lm.feed(list(range(2, 10)), keep=1)
+        with devqueue.watch() as w:
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < 0.6:
+                lm.timed_feed([3], keep=1)
+                lm.rollback(8)
+    finally:
+        lm.close()
+    assert w.others_wall_s == pytest.approx(w.wall_s) and w.others_wall_s >= devqueue.OTHERS_MIN_S
+    assert w.crowded and w.busy, (w.others_s, w.others_cores_s)
 
 
 def test_a_short_run_finishes_long_before_a_k_sweep_started_ahead_of_it(tiny_pair):
