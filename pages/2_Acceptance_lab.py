@@ -90,7 +90,7 @@ all_t = sorted({t for by_t in sweep.values() for t in by_t})
 t_pick = st.selectbox("Temperature to look at", all_t, key="lab.t_detail", format_func=lambda t: f"{t:g}")
 ui.show_chart(charts.fig_alpha_by_domain(expected, t_pick, counted), f"alpha_by_domain_T{t_pick:g}",
               key="lab.fig_domain")
-ui.table(lab.sweep_rows(sweep, agree), hide_index=True)
+ui.table(lab.sweep_rows(sweep, agree), room_columns=lab.SWEEP_ROOM_COLUMNS, hide_index=True)
 st.caption("Bars: the expected α at every position of each run's text (error bars: 95% interval; neighbouring "
            "positions are not independent, so read it as a guide). Diamonds: the counted α, accepted ÷ judged "
            "drafts, which rests on far fewer positions and so moves more from run to run.")

@@ -85,6 +85,12 @@ def other_settings(changed: Sequence[str], button: str | None = None) -> str | N
     return f"Measured with {which}; press the button again to measure with these."
 
 
+def room_columns_note(hidden: Sequence[str]) -> str:
+    """Under a table that presenter mode draws with its first columns only: which columns the desk view adds."""
+    names = and_list([f"“{h}”" for h in hidden])
+    return f"Presenter mode shows this table's first columns, in the room's type; turn it off to see the rest: {names}."
+
+
 def rounds_are_passes(n: int) -> str:
     """"3 rounds = 3 target passes": one verifying pass per round, as the step-by-step pages count them."""
     return f"{count(n, 'round')} = {count(n, 'target pass', 'target passes')}"

@@ -150,6 +150,7 @@ def mean_entropy(run: Run) -> float:
 SWEEP_COLUMNS = ("domain", "temperature", "expected α (every position)", "counted α", "mean target entropy (nats)",
                  "tokens/pass", "its 95% interval", "counted 95% interval", "positions", "judged drafts",
                  "new tokens")
+SWEEP_ROOM_COLUMNS = 6  # presenter mode's: the lesson's figures, up to tokens/pass (wider scrolls on a projector)
 
 
 def sweep_rows(sweep: Mapping[str, Mapping[float, Run]],

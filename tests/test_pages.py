@@ -350,6 +350,30 @@ def test_acceptance_lab_defaults_measure_both_alphas_and_say_what_they_show():
 
 
 @needs_tiny
+def test_acceptance_lab_in_presenter_mode_shows_the_lessons_columns_and_names_the_rest():
+    """In the room's type the lab's eleven columns scroll sideways on a 1024-pixel projector: presenter mode
+    draws the first six (α both ways, entropy, tokens/pass), with the same cells, and names the others."""
+    from pages.common import ui
+    from specviz import lab
+
+    want = lab_page(temps=(0.0,)).dataframe[0].value
+    assert list(want.columns) == list(lab.SWEEP_COLUMNS)
+    at = page("2")
+    at.session_state[ui.PRESENTER] = True
+    at.run()
+    at.multiselect(key="lab.domains").set_value(["code", "creative"])
+    at.number_input(key="lab.max_new").set_value(8).run()
+    press(at, "lab.run")
+    assert not at.dataframe and len(at.table) == 1
+    shown = at.table[0].value
+    room = list(lab.SWEEP_COLUMNS[:lab.SWEEP_ROOM_COLUMNS])
+    assert list(shown.columns) == room and "tokens/pass" in room and "counted α" in room
+    assert shown.astype(str).values.tolist() == want[room].astype(str).values.tolist()
+    note = [c.value for c in at.caption if c.value.startswith("Presenter mode shows this table's first columns")]
+    assert len(note) == 1 and all(f"“{c}”" in note[0] for c in lab.SWEEP_COLUMNS[lab.SWEEP_ROOM_COLUMNS:])
+
+
+@needs_tiny
 def test_acceptance_lab_grows_by_temperature_and_keeps_measured_cells():
     at = lab_page()
     fig = figure(at, "Acceptance α vs temperature")

@@ -224,15 +224,26 @@ def table_height(n_rows: int, cap: int = 400) -> int:
     return round(min(38 + 35 * n_rows, cap) * scale)
 
 
-def table(data, **kw):
+def table(data, room_columns: int | None = None, **kw):
     """st.dataframe with missing cells shown as explain.MISSING: a correction row has no q(d), p(d) or
     overlap, and Streamlit writes "None" there by default.
 
     In presenter mode a table drawn whole (no selection, no fixed height) is an HTML table in the room's type:
     st.dataframe draws on a canvas whose 14-pixel type does not grow with the page's. A table with rows to
-    pick, or one that scrolls (a round log longer than main_view.PRESENTER_LOG_ROWS), stays a dataframe."""
+    pick, or one that scrolls (a round log longer than main_view.PRESENTER_LOG_ROWS), stays a dataframe.
+    room_columns: a wide table (rows as dicts) shows only its first room_columns columns there, and says which
+    the desk view adds: in the room's type it would scroll sideways on a 1024-pixel projector."""
     if presenter() and "on_select" not in kw and "height" not in kw:
-        return st.table(_cells(data), hide_index=kw.get("hide_index"))
+        hidden: list[str] = []
+        if room_columns is not None:
+            rows = [dict(r) for r in data]
+            names = list(rows[0]) if rows else []
+            hidden = names[room_columns:]
+            data = [{c: r.get(c) for c in names[:room_columns]} for r in rows]
+        shown = st.table(_cells(data), hide_index=kw.get("hide_index"))
+        if hidden:
+            st.caption(explain.room_columns_note(hidden))
+        return shown
     return st.dataframe(data, placeholder=explain.MISSING, **kw)
 
 
