@@ -164,6 +164,7 @@ class Sample:
     tokens: list[int]
     wall_s: float  # the whole call, prefill included
     run: Any = None  # the engine's Run (None for transformers)
+    outside_load: bool = False  # other programs used the CPU meanwhile: its time is not this machine's speed
 
 
 def _hf_generate(target, ids, max_new_tokens, eos, mode, temperature, seed, assistant=None) -> Sample:
@@ -193,6 +194,20 @@ def _hf_generate(target, ids, max_new_tokens, eos, mode, temperature, seed, assi
 
 
 def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> Sample:
+    """One generation, judged for outside load as the pages judge theirs: the engine's timed passes
+    (devqueue.watch), and the whole call against the CPU time other programs used meanwhile (transformers'
+    generate times no pass of its own)."""
+    device = pair.target.device
+    m0, c0 = devqueue.machine_cpu_s(), time.process_time()
+    with devqueue.watch() as load:
+        s = _generate(pair, name, ids, mode, args, seed)
+    others = devqueue.machine_cpu_s() - m0 - (time.process_time() - c0)
+    s.outside_load = devqueue.device_key(device) == "cpu" and (
+        load.busy or devqueue.crowded(others, s.wall_s, devqueue.model_threads(device)))
+    return s
+
+
+def _generate(pair, name: str, ids: list[int], mode: str, args, seed: int) -> Sample:
     temperature = 0.0 if mode == "greedy" else args.temperature
     n = args.max_new_tokens
     eos = list(pair.eos_token_ids)
@@ -292,6 +307,7 @@ def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
         "s_per_token": measure.median(spt),
         "reps_wall_s": [s.wall_s for s in samples],
         "reps_tokens": toks,
+        "outside_load_reps": sum(getattr(s, "outside_load", False) for s in samples),
     }
     row["tokens_per_s"] = measure.tokens_per_s(1.0, row["s_per_token"])
     row["speedup"] = measure.speedup_from(base["s_per_token"], row["s_per_token"]) if base else float("nan")
@@ -335,7 +351,8 @@ def aggregate(name: str, rows: list[dict], base_rows: list[dict]) -> dict:
     wall = sum(r["s_per_token"] * r["tokens"] for r in rows)
     btok = sum(r["tokens"] for r in base_rows)
     bwall = sum(r["s_per_token"] * r["tokens"] for r in base_rows)
-    out = {"method": name, "tokens": tok, "wall_s": wall, "tokens_per_s": measure.tokens_per_s(tok, wall)}
+    out = {"method": name, "tokens": tok, "wall_s": wall, "tokens_per_s": measure.tokens_per_s(tok, wall),
+           "outside_load_reps": sum(r.get("outside_load_reps", 0) for r in rows)}
     out["speedup"] = measure.speedup_from(bwall / btok, wall / tok) if tok and btok else float("nan")
     if all("decode_s_per_token" in r for r in rows):
         dec = sum(r["decode_s_per_token"] * r["tokens"] for r in rows)
@@ -401,7 +418,7 @@ def run_all(pair, args, prompts: dict[str, list[int]], say) -> dict[tuple[str, s
                     done += 1
                     say(f"[{done}/{total}] rep {rep + 1} {mode:6s} {dom:8s} {name:13s} "
                         f"{len(s.tokens):3d} tokens {len(s.tokens) / s.wall_s:6.2f} tok/s "
-                        f"(load {_load_avg():.1f})")
+                        f"(load {_load_avg():.1f}{'; under outside load' if s.outside_load else ''})")
     return samples
 
 
@@ -635,9 +652,11 @@ def markdown(report: dict) -> str:
         rows = {(r["domain"], r["method"]): r for r in report["results"] if r["mode"] == mode}
         for name in cfg["methods"]:
             s = summ[name]
-            cells = [name] + [_f(rows[(d, name)]["speedup"]) + ("" if rows[(d, name)].get("same_as_baseline", True)
-                                                               else " ≠") for d in domains]
-            cells += [_f(s["tokens_per_s"]), _f(s["speedup"]), _f(s.get("decode_speedup")),
+            cells = [name] + [_f(rows[(d, name)]["speedup"])
+                              + ("" if rows[(d, name)].get("same_as_baseline", True) else " ≠")
+                              + (" †" if _loaded(rows, d, name) else "") for d in domains]
+            marked = s.get("outside_load_reps") or summ.get(ENGINE_BASELINE, {}).get("outside_load_reps")
+            cells += [_f(s["tokens_per_s"]), _f(s["speedup"]) + (" †" if marked else ""), _f(s.get("decode_speedup")),
                       _f(s.get("alpha"), "{:.3f}"), _f(s.get("mean_k"), "{:.1f}"), _f(s.get("tokens_per_pass")),
                       _f(s.get("predicted")), _f(s.get("predicted_from_tokens_per_pass")),
                       _f(s.get("efficiency")), _f(s.get("bookkeeping_pct"), "{:.1f}")]
@@ -650,7 +669,19 @@ def markdown(report: dict) -> str:
     if any(r.get("same_as_baseline") is False for r in report["results"]):
         lines += ["", "≠: greedy output differs from the target alone (float rounding between batched and "
                       "one-token passes can flip a near-tie)"]
+    loaded = sum(r.get("outside_load_reps", 0) for r in report["results"])
+    if loaded:
+        runs = sum(len(r["reps_wall_s"]) for r in report["results"])
+        lines += ["", f"†: taken under outside load. The figure rests on a generation (the method's, or the target "
+                      "alone's on that prompt) that ran while other programs on this machine used the CPU, so it is "
+                      f"not this machine's speed; {loaded} of the {runs} generations did. Measure again when the "
+                      "machine is quiet."]
     return "\n".join(lines) + "\n"
+
+
+def _loaded(rows: dict, domain: str, name: str) -> bool:
+    """Whether a speedup cell rests on a generation under outside load: the method's or its baseline's."""
+    return any(rows.get((domain, n), {}).get("outside_load_reps", 0) for n in (name, ENGINE_BASELINE))
 
 
 def figure(report: dict):

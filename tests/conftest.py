@@ -135,3 +135,21 @@ def tiny_app_registry():
         os.environ.pop("SPECVIZ_MODELS", None)
     else:
         os.environ["SPECVIZ_MODELS"] = old
+
+
+@pytest.fixture
+def other_program():
+    """Another program on this machine, busy on one core until the test ends (outside load)."""
+    import subprocess
+    import sys
+    import time
+
+    from specviz import devqueue
+
+    if devqueue.machine_cpu_s() != devqueue.machine_cpu_s():  # NaN: no /proc/stat here
+        pytest.skip("this machine does not say how much CPU time its programs use")
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.2)  # started and spinning
+    yield proc
+    proc.kill()
+    proc.wait()

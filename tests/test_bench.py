@@ -94,6 +94,56 @@ def test_markdown_table_lists_every_method(outputs):
         assert text.count(f"| {name} |") == 2  # one row per mode
 
 
+def test_markdown_marks_the_speedups_taken_under_outside_load(outputs):
+    """A cell rests on its method's generations and on the target alone's on the same prompt: either under
+    outside load marks it, and a note says how many generations were."""
+    import copy
+
+    report = copy.deepcopy(outputs[0])
+    for r in report["results"] + report["summary"]:
+        r["outside_load_reps"] = 0
+    assert "†" not in bench.markdown(report)
+
+    def row(mode, dom, name):
+        return next(r for r in report["results"] if (r["mode"], r["domain"], r["method"]) == (mode, dom, name))
+
+    def cells(text, mode_title, name):
+        part = text.split(mode_title)[1].split("## ")[0]
+        return next(line for line in part.splitlines() if line.startswith(f"| {name} |")).split(" | ")
+
+    row("greedy", "code", "k=1")["outside_load_reps"] = 1
+    text = bench.markdown(report)
+    k1 = cells(text, "## greedy", "k=1")
+    assert k1[1].endswith("†") and not k1[2].endswith("†")  # code marked, creative not
+    assert "†" not in "".join(cells(text, "## greedy", "k=3")) and "†" not in "".join(cells(text, "## sampling", "k=1"))
+    runs = sum(len(r["reps_wall_s"]) for r in report["results"])
+    assert "†: taken under outside load." in text and f"; 1 of the {runs} generations did." in text
+    row("greedy", "creative", bench.ENGINE_BASELINE)["outside_load_reps"] = 1  # the baseline: every method's cell
+    text = bench.markdown(report)
+    assert all(cells(text, "## greedy", n)[2].endswith("†") for n in report["config"]["methods"])
+
+
+def test_a_generation_beside_another_program_is_marked(other_program):
+    """transformers' generate times no pass of its own: the whole call is judged on other programs' CPU time."""
+    import time
+    from types import SimpleNamespace
+
+    pair = bench.tiny_pair()
+
+    def slow(module, args):  # a pass that takes 10 ms of this process's CPU, like a real model's
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.01:
+            pass
+
+    handle = pair.target.register_forward_pre_hook(slow)
+    try:
+        s = bench.run_method(pair, bench.HF_TARGET, list(range(2, 10)), "greedy",
+                             SimpleNamespace(temperature=0.0, max_new_tokens=40), seed=0)
+    finally:
+        handle.remove()
+    assert s.wall_s >= 0.3 and s.run is None and s.outside_load
+
+
 def test_figure_has_measured_and_predicted_traces(outputs):
     _, _, fig = outputs
     names = {t.get("name") for t in fig["data"]}
