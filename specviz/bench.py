@@ -656,7 +656,8 @@ def markdown(report: dict) -> str:
                               + ("" if rows[(d, name)].get("same_as_baseline", True) else " ≠")
                               + (" †" if _loaded(rows, d, name) else "") for d in domains]
             marked = s.get("outside_load_reps") or summ.get(ENGINE_BASELINE, {}).get("outside_load_reps")
-            cells += [_f(s["tokens_per_s"]), _f(s["speedup"]) + (" †" if marked else ""), _f(s.get("decode_speedup")),
+            cells += [_f(s["tokens_per_s"]) + (" †" if s.get("outside_load_reps") else ""),
+                      _f(s["speedup"]) + (" †" if marked else ""), _f(s.get("decode_speedup")),
                       _f(s.get("alpha"), "{:.3f}"), _f(s.get("mean_k"), "{:.1f}"), _f(s.get("tokens_per_pass")),
                       _f(s.get("predicted")), _f(s.get("predicted_from_tokens_per_pass")),
                       _f(s.get("efficiency")), _f(s.get("bookkeeping_pct"), "{:.1f}")]
