@@ -19,7 +19,7 @@ import sys
 import time
 from typing import TextIO
 
-from . import explain, limits, prompts, render
+from . import explain, limits, playback, prompts, render
 from .errors import InvalidSetting, SpecvizError
 from .settings import DecodeSettings
 
@@ -258,6 +258,8 @@ def _print_run(args, run, tokenizer) -> None:
     end = RESET if color else ""
     for line in (stats_lines if tree_shape(args) is None else tree_stats_lines)(run):
         print(f"{dim}{line}{end}")
+    if tree_shape(args) is None and (note := playback.load_note(run)) is not None:
+        print(note.text)  # as the pages say it next to their figures: the speed above may not be this machine's
 
 
 TREE_WHAT = "--tree or --spine (a token tree)"
