@@ -258,7 +258,7 @@ def _print_run(args, run, tokenizer) -> None:
     end = RESET if color else ""
     for line in (stats_lines if tree_shape(args) is None else tree_stats_lines)(run):
         print(f"{dim}{line}{end}")
-    if tree_shape(args) is None and (note := playback.load_note(run)) is not None:
+    if (note := playback.load_note(run)) is not None:
         print(note.text)  # as the pages say it next to their figures: the speed above may not be this machine's
 
 

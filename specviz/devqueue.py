@@ -824,6 +824,19 @@ def machine_cpu_s() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) * _TICK_S  # all but idle and waiting for disks
 
 
+class PassClock:
+    """Times one pass from its creation: wall seconds, this process's CPU seconds, and the CPU seconds the
+    machine's other programs used meanwhile (what note_pass judges)."""
+
+    def __init__(self) -> None:
+        self.t0, self.c0, self.m0 = time.perf_counter(), time.process_time(), machine_cpu_s()
+
+    def stop(self, less_s: float = 0.0) -> tuple[float, float, float]:
+        """(wall, cpu, others) seconds until now; less_s: wall time not to count (a CUDA graph being recorded)."""
+        wall, cpu = time.perf_counter() - self.t0 - less_s, time.process_time() - self.c0
+        return wall, cpu, machine_cpu_s() - self.m0 - cpu
+
+
 def load_text(what: str) -> str:
     """The warning shown next to figures taken under outside load; `what` says which timings."""
     return (f"Taken under outside load: {what} ran while other programs on this machine were using the CPU "

@@ -23,7 +23,6 @@ steps of a long measurement and no wait is ever timed.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -129,11 +128,10 @@ def _timed(device, fn) -> tuple[float, float, float]:
     """(wall seconds, process CPU seconds, other programs' CPU seconds) of fn(), with the device's work
     synchronized."""
     sync(device)
-    t0, c0, m0 = time.perf_counter(), time.process_time(), devqueue.machine_cpu_s()
+    clock = devqueue.PassClock()
     fn()
     sync(device)
-    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return dt, cpu, devqueue.machine_cpu_s() - m0 - cpu
+    return clock.stop()
 
 
 @dataclass(frozen=True)

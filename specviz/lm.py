@@ -153,11 +153,10 @@ class CachedLM:
         """
         with devqueue.hold(self.device):
             sync(self.device)
-            t0, c0, m0, r0 = time.perf_counter(), time.process_time(), devqueue.machine_cpu_s(), self.recorded_s
+            clock, r0 = devqueue.PassClock(), self.recorded_s
             logits = self.feed(ids, keep)
             sync(self.device)
-            dt, cpu = time.perf_counter() - t0 - (self.recorded_s - r0), time.process_time() - c0
-            others = devqueue.machine_cpu_s() - m0 - cpu
+            dt, cpu, others = clock.stop(less_s=self.recorded_s - r0)
         devqueue.note_pass(self.device, dt, cpu, devqueue.model_threads(self.device), others)
         return logits, dt
 

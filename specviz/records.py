@@ -81,7 +81,7 @@ class Round:
 
 class RunRates:
     """Per-run rates, one definition for a chain Run and a TreeRun (token_ids, rounds, target_passes,
-    decode_s; each round's emitted, round_s and prefill_tokens)."""
+    decode_s; each round's emitted, round_s, prefill_tokens and outside_load)."""
 
     @property
     def n_accepted(self) -> int:
@@ -94,6 +94,16 @@ class RunRates:
     @property
     def tokens_per_s(self) -> float:
         return measure.tokens_per_s(len(self.token_ids), self.decode_s)
+
+    @property
+    def outside_load_rounds(self) -> int:
+        """Rounds timed while other programs were using the CPU (their timings are not the device's speed)."""
+        return sum(r.outside_load for r in self.rounds)
+
+    @property
+    def outside_load_s(self) -> float:
+        """The time of those rounds."""
+        return sum(r.round_s for r in self.rounds if r.outside_load)
 
     @property
     def rounds_s(self) -> float:
@@ -180,16 +190,6 @@ class Run(RunRates):
     def acceptance_rate(self) -> float:
         """accepted / drafted, counting drafted tokens discarded after a rejection."""
         return self.n_accepted / self.n_drafted if self.n_drafted else float("nan")
-
-    @property
-    def outside_load_rounds(self) -> int:
-        """Rounds timed while other programs were using the CPU (their timings are not the device's speed)."""
-        return sum(r.outside_load for r in self.rounds)
-
-    @property
-    def outside_load_s(self) -> float:
-        """The time of those rounds."""
-        return sum(r.round_s for r in self.rounds if r.outside_load)
 
     @property
     def draft_s(self) -> float:

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import kpolicy, measure
+from . import devqueue, kpolicy, measure
 from .engine import DecodeStream, _cut, _device_of, _topk, _topk_rows, as_id_list, check_settings, _is_int, drive, \
     pair_vocab
 from .errors import InvalidSetting
@@ -157,12 +157,15 @@ def as_float(logits: torch.Tensor) -> torch.Tensor:
 
 
 def timed(lm: CachedLM, fn, *args, **kw):
-    """fn(*args, **kw) and its wall seconds, with GPU work synchronized."""
+    """fn(*args, **kw) and its wall seconds, with GPU work synchronized; the pass is judged for outside load
+    (devqueue.note_pass), as CachedLM.timed_feed judges its own."""
     sync(lm.device)
-    t0 = time.perf_counter()
+    clock = devqueue.PassClock()
     out = fn(*args, **kw)
     sync(lm.device)
-    return out, time.perf_counter() - t0
+    dt, cpu, others = clock.stop()
+    devqueue.note_pass(lm.device, dt, cpu, devqueue.model_threads(lm.device), others)
+    return out, dt
 
 
 # --------------------------------------------------------------------------
@@ -387,13 +390,14 @@ def tree_step(target: CachedLM, draft: CachedLM, ids: list[int], sampler: Sample
     t0 = time.perf_counter()
     prefill = max(0, len(ids) - 1 - target.n)
     depth = min(max_depth, room)  # a deeper path could not be emitted
-    if policy is None:
-        tree = draft_tree(draft, ids, sampler, vocab, eos, budget=budget, branch=branch, max_depth=depth)
-    else:
-        tree = draft_spine(draft, ids, sampler, vocab, eos, budget=budget, branch=branch,
-                           max_depth=min(depth, policy.next_k(True)), doubt=doubt,
-                           keep=kpolicy.keep_rule(policy, reads_prompt=prefill > 0))
-    logits, verify_s = verify_tree(target, ids, tree, vocab)  # (N+1, V)
+    with devqueue.watch() as load:  # did any pass of this round run while other programs used the cores?
+        if policy is None:
+            tree = draft_tree(draft, ids, sampler, vocab, eos, budget=budget, branch=branch, max_depth=depth)
+        else:
+            tree = draft_spine(draft, ids, sampler, vocab, eos, budget=budget, branch=branch,
+                               max_depth=min(depth, policy.next_k(True)), doubt=doubt,
+                               keep=kpolicy.keep_rule(policy, reads_prompt=prefill > 0))
+        logits, verify_s = verify_tree(target, ids, tree, vocab)  # (N+1, V)
     p = sampler.probs(logits)  # (N+1, V)
     w = walk(tree, logits, p, sampler)
 
@@ -422,6 +426,7 @@ def tree_step(target: CachedLM, draft: CachedLM, ids: list[int], sampler: Sample
         p_top=_topk_rows(p), q_top=q_top, target_argmax=torch.argmax(logits, dim=-1).tolist(),
         residual_top=_topk(w.residual) if w.residual is not None else None, greedy=sampler.greedy,
         draft_s=list(tree.step_s), verify_s=verify_s, round_s=time.perf_counter() - t0, prefill_tokens=prefill,
+        outside_load=load.busy,
     )
     return rnd, hit_eos
 

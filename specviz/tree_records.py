@@ -49,6 +49,7 @@ class TreeRound:
     verify_s: float  # wall time of the one target pass
     round_s: float
     prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read
+    outside_load: bool = False  # other programs used the CPU during this round's passes (devqueue.note_pass)
 
     @property
     def n_nodes(self) -> int:
@@ -115,7 +116,9 @@ class TreeRun(RunRates):
 
 
 def _check_round(d: Any, w: str) -> None:
-    want_obj(d, w, tuple(f.name for f in fields(TreeRound)))
+    want_obj(d, w, tuple(f.name for f in fields(TreeRound) if f.name != "outside_load"))
+    if "outside_load" in d:  # optional: a round saved before the check was not flagged
+        want_bool(d["outside_load"], f"{w}.outside_load")
     for name in ("index", "prefill_tokens"):
         want_int(d[name], f"{w}.{name}", 0, LIST_MAX)
     for name in ("tokens", "emitted", "target_argmax", "path"):
@@ -184,7 +187,7 @@ def check_tree_run_dict(d: Any) -> None:
 
 
 def _round(d: dict[str, Any]) -> TreeRound:
-    kw = {f.name: d[f.name] for f in fields(TreeRound)}
+    kw = {f.name: d[f.name] for f in fields(TreeRound) if f.name in d}
     kw["p_top"] = [_topk(t) for t in d["p_top"]]
     kw["q_top"] = [_topk(t) for t in d["q_top"]]
     kw["residual_top"] = _topk(d["residual_top"])

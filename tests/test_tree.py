@@ -422,6 +422,33 @@ def test_records_are_consistent_and_round_trip_through_json():
     assert back == run and json.loads(run.to_json())["format"] == "specviz.treerun/1"
 
 
+def test_tree_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json():
+    """As chain rounds are: a round whose passes lose the CPU (a sleep: wall time passes, no CPU time is used,
+    as when another program takes the cores mid-pass) says so, and the flag goes through a run file."""
+    import time
+
+    from specviz.errors import SpecvizError
+
+    target, draft = close_pair(0.1)
+    quiet = tree_decode(target, draft, [1, 2, 3], budget=6, max_new_tokens=8)
+    handle = target.register_forward_pre_hook(lambda m, a: time.sleep(0.02))  # the verify pass (masked)
+    try:
+        busy = tree_decode(target, draft, [1, 2, 3], budget=6, max_new_tokens=8)
+    finally:
+        handle.remove()
+    assert busy.token_ids == quiet.token_ids
+    assert busy.outside_load_rounds == len(busy.rounds) > 0
+    assert busy.outside_load_s == pytest.approx(busy.rounds_s)
+    assert TreeRun.from_json(busy.to_json()).outside_load_rounds == len(busy.rounds)
+    d = quiet.to_dict()
+    for r in d["rounds"]:
+        del r["outside_load"]  # a file saved before the check
+    assert TreeRun.from_dict(d).outside_load_rounds == 0
+    d["rounds"][0]["outside_load"] = "yes"
+    with pytest.raises(SpecvizError, match=r"rounds\[0\]\.outside_load"):
+        TreeRun.from_dict(d)
+
+
 def test_same_seed_same_run():
     target, draft = close_pair(0.1)
     a, b, c = (tree_decode(target, draft, [1, 2, 3], temperature=1.0, max_new_tokens=20, seed=s) for s in (4, 4, 5))
