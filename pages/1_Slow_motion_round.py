@@ -106,7 +106,7 @@ st.caption(f"{explain.rounds_are_passes(len(rounds))} · "
            f"seed {s['seed']}, {s['drafter']}" + (" · run finished" if state["pb"].done else ""))
 ui.note_other_settings(kept.changed(run_now), button="First round")
 st.markdown(render.legend_html(), unsafe_allow_html=True)
-st.markdown(render.tokens_html(state["prompt_text"], rounds, decode, reply=bool(state["pb"].meta.get("chat"))),
+st.markdown(render.tokens_html(state["prompt_text"], rounds, decode, reply=state["pb"].reply),
             unsafe_allow_html=True)
 zeros = [r.index + 1 for r in rounds if r.k > 0 and r.n_accepted == 0]
 if zeros:

@@ -104,7 +104,7 @@ def show_rounds(pb, fresh) -> None:
         st.session_state[f"tree.node.{r.index}"] = clicked[0]
     st.markdown(render.legend_html(("accepted", "correction", "bonus")), unsafe_allow_html=True)
     st.caption("In a tree, the bonus comes when the accepted path reaches a leaf: the whole branch was accepted.")
-    st.markdown(tree_lab.text_html(pb.prompt_text, rounds, decode, reply=bool(pb.meta.get("chat"))),
+    st.markdown(tree_lab.text_html(pb.prompt_text, rounds, decode, reply=pb.reply),
                 unsafe_allow_html=True)
     st.caption(f"{explain.rounds_are_passes(n)}, {sum(len(x.emitted) for x in rounds)} new tokens, "
                f"{sum(x.n_nodes for x in rounds)} nodes drafted" + (" · run finished" if pb.done else ""))

@@ -198,10 +198,10 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
     (devqueue.watch), and the whole call against the CPU time other programs used meanwhile (transformers'
     generate times no pass of its own)."""
     device = pair.target.device
-    m0, c0 = devqueue.machine_cpu_s(), time.process_time()
+    clock = devqueue.PassClock(device)
     with devqueue.watch() as load:
         s = _generate(pair, name, ids, mode, args, seed)
-    others = devqueue.machine_cpu_s() - m0 - (time.process_time() - c0)
+    _, _, others = clock.stop()
     s.outside_load = devqueue.device_key(device) == "cpu" and (
         load.busy or devqueue.crowded(others, s.wall_s, devqueue.model_threads(device)))
     return s

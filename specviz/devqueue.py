@@ -67,7 +67,7 @@ Outside load: the queue orders this app's work but cannot stop other programs.
 `note_pass` judges a CPU pass two ways: its process CPU time against wall time × threads (a pass that got well
 under its share of the cores ran while something else was using them), and the CPU time the machine's other
 programs used meanwhile (`machine_cpu_s`). The first alone misses most of it: PyTorch's threads spin while they
-wait for each other, so a pass slowed 2.7× by another program still used two thirds of its share. The kernel
+wait for each other, so a pass slowed by another program still uses most of its share. The kernel
 counts the machine's CPU time in ticks of 10 ms, so other programs' time is judged over at least OTHERS_MIN_S of
 passes: a long pass on its own, short ones (draft steps) summed in each `watch()`, which collects the verdicts of
 the passes made inside it.
@@ -800,11 +800,9 @@ def outside_load(cpu_s: float, wall_s: float, threads: int) -> bool:
 
 def crowded(others_s: float, wall_s: float, threads: int) -> bool:
     """True when, over wall_s seconds of passes (at least OTHERS_MIN_S), the machine's other programs used at
-    least OTHERS_SHARE of the cores the passes' threads run on. On the 2-core machine this project is measured on
-    (two threads), a program busy 25 % of the time used 0.2 cores and made a pass 1.25× slower, 0.35 cores
-    1.7×, 0.5 cores 2.3×, a whole core's worth (0.65-0.9) 2.7× to 6×. A browser drawing this app on the
-    same machine used 0.05-0.27 cores during a round of the main page's run and up to 0.46 during its
-    target-alone run: a lower share would flag the learner's own browser."""
+    least OTHERS_SHARE of the cores the passes' threads run on. The share is set above what a browser drawing
+    this app on the same machine uses, so the learner's own browser is not taken for outside load (README,
+    "Load from outside the app")."""
     return wall_s >= OTHERS_MIN_S and others_s >= OTHERS_SHARE * wall_s * max(1, threads)
 
 
@@ -825,16 +823,19 @@ def machine_cpu_s() -> float:
 
 
 class PassClock:
-    """Times one pass from its creation: wall seconds, this process's CPU seconds, and the CPU seconds the
-    machine's other programs used meanwhile (what note_pass judges)."""
+    """Times one pass on `device` from its creation: wall seconds, this process's CPU seconds, and the CPU
+    seconds the machine's other programs used meanwhile (what note_pass judges; NaN off the CPU, where a pass
+    leaves the cores idle by design and /proc/stat is not read)."""
 
-    def __init__(self) -> None:
-        self.t0, self.c0, self.m0 = time.perf_counter(), time.process_time(), machine_cpu_s()
+    def __init__(self, device="cpu") -> None:
+        self.cpu = device_key(device) == "cpu"
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+        self.m0 = machine_cpu_s() if self.cpu else math.nan
 
     def stop(self, less_s: float = 0.0) -> tuple[float, float, float]:
         """(wall, cpu, others) seconds until now; less_s: wall time not to count (a CUDA graph being recorded)."""
         wall, cpu = time.perf_counter() - self.t0 - less_s, time.process_time() - self.c0
-        return wall, cpu, machine_cpu_s() - self.m0 - cpu
+        return wall, cpu, (machine_cpu_s() - self.m0 - cpu) if self.cpu else math.nan
 
 
 def load_text(what: str) -> str:

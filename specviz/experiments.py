@@ -128,7 +128,7 @@ def _timed(device, fn) -> tuple[float, float, float]:
     """(wall seconds, process CPU seconds, other programs' CPU seconds) of fn(), with the device's work
     synchronized."""
     sync(device)
-    clock = devqueue.PassClock()
+    clock = devqueue.PassClock(device)
     fn()
     sync(device)
     return clock.stop()

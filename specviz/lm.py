@@ -29,6 +29,7 @@ import inspect
 import os
 import time
 import weakref
+from typing import Any
 from dataclasses import dataclass, field
 
 import torch
@@ -145,20 +146,25 @@ class CachedLM:
             self.cache.crop(n - self.n)  # negative: tokens to remove
             self.n = n
 
-    def timed_feed(self, ids: list[int], keep: int | None = None) -> tuple[torch.Tensor, float]:
-        """feed(), returning (logits, wall seconds) with GPU work synchronized.
+    def timed(self, fn, *args, **kw) -> tuple[Any, float]:
+        """fn(*args, **kw), one of this model's passes, and its wall seconds, with GPU work synchronized; the
+        pass is judged for outside load (devqueue.note_pass).
 
         The clock starts once the device is held, so waiting for a turn is never timed, nor is recording
         a CUDA graph (a one-off, like loading).
         """
         with devqueue.hold(self.device):
             sync(self.device)
-            clock, r0 = devqueue.PassClock(), self.recorded_s
-            logits = self.feed(ids, keep)
+            clock, r0 = devqueue.PassClock(self.device), self.recorded_s
+            out = fn(*args, **kw)
             sync(self.device)
             dt, cpu, others = clock.stop(less_s=self.recorded_s - r0)
         devqueue.note_pass(self.device, dt, cpu, devqueue.model_threads(self.device), others)
-        return logits, dt
+        return out, dt
+
+    def timed_feed(self, ids: list[int], keep: int | None = None) -> tuple[torch.Tensor, float]:
+        """feed(), returning (logits, wall seconds): timed()."""
+        return self.timed(self.feed, ids, keep)
 
     @torch.inference_mode()
     def feed_masked(self, ids: list[int], allowed: torch.Tensor, positions: list[int],

@@ -92,6 +92,12 @@ class Playback:
                    source="replay", meta=dict(meta or {}), run=run, device=run.device, dtype=run.dtype)
 
     @property
+    def reply(self) -> bool:
+        """Whether the prompt went in as a chat message (meta["chat"]), so the text is the model's reply
+        (render.text_block starts it on its own line); False when unknown."""
+        return bool(self.meta.get("chat"))
+
+    @property
     def decode(self) -> DecodeSettings:
         """The run's decoding settings, typed (`settings` is the dict its Run records)."""
         return DecodeSettings.from_record(self.settings)

@@ -58,7 +58,7 @@ from . import devqueue, kpolicy, measure
 from .engine import DecodeStream, _cut, _device_of, _topk, _topk_rows, as_id_list, check_settings, _is_int, drive, \
     pair_vocab
 from .errors import InvalidSetting
-from .lm import CachedLM, eos_ids, sync
+from .lm import CachedLM, eos_ids
 from .sampling import Sampler, accept_token, residual, sample, uniform
 from .tree_records import TreeRound, TreeRun
 
@@ -156,18 +156,6 @@ def as_float(logits: torch.Tensor) -> torch.Tensor:
     return logits if logits.dtype == torch.float64 else logits.float()
 
 
-def timed(lm: CachedLM, fn, *args, **kw):
-    """fn(*args, **kw) and its wall seconds, with GPU work synchronized; the pass is judged for outside load
-    (devqueue.note_pass), as CachedLM.timed_feed judges its own."""
-    sync(lm.device)
-    clock = devqueue.PassClock()
-    out = fn(*args, **kw)
-    sync(lm.device)
-    dt, cpu, others = clock.stop()
-    devqueue.note_pass(lm.device, dt, cpu, devqueue.model_threads(lm.device), others)
-    return out, dt
-
-
 # --------------------------------------------------------------------------
 # step 1: draft the tree, one draft pass per depth
 
@@ -230,7 +218,7 @@ def draft_tree(lm: CachedLM, ids: list[int], sampler: Sampler, vocab: int, eos: 
         positions = [n_ctx - 1 + tree.depths[i] for i in frontier]
         for j, i in enumerate(frontier):
             tree.slots[i] = lm.n + j
-        logits, dt = timed(lm, lm.feed_masked, [tree.tokens[i] for i in frontier], allowed, positions)
+        logits, dt = lm.timed(lm.feed_masked, [tree.tokens[i] for i in frontier], allowed, positions)
         tree.step_s.append(dt)
         rows = as_float(logits[:, :vocab])  # (R, V)
     return tree
@@ -301,7 +289,7 @@ def verify_tree(lm: CachedLM, ids: list[int], tree: DraftTree, vocab: int) -> tu
     pending = ids[lm.n:]  # the root (ids[-1]) and any earlier tokens the target has not read
     allowed = verify_mask(lm.n, len(pending), tree.parents)  # (P + N, n + P + N)
     positions = list(range(lm.n, len(ids))) + [len(ids) - 1 + d for d in tree.depths]
-    logits, dt = timed(lm, lm.feed_masked, pending + tree.tokens, allowed, positions, keep=len(tree) + 1)
+    logits, dt = lm.timed(lm.feed_masked, pending + tree.tokens, allowed, positions, keep=len(tree) + 1)
     return as_float(logits[:, :vocab]), dt
 
 

@@ -75,7 +75,7 @@ class Placeholders:
     def tokens(self, job: playback.Playback, pending=None) -> None:
         rounds = job.rounds if pending is None else job.rounds[:-1]
         self.text.markdown(render.tokens_html(job.prompt_text, rounds, decoder(job), pending=pending,
-                                              reply=bool(job.meta.get("chat"))), unsafe_allow_html=True)
+                                              reply=job.reply), unsafe_allow_html=True)
 
     def numbers(self, run) -> None:
         with self.metrics.container():
