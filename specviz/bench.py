@@ -162,7 +162,7 @@ class Sample:
     """One generation of one method: what came out and how long it took."""
 
     tokens: list[int]
-    wall_s: float  # the whole call, prefill included
+    wall_s: float  # the whole call, prefill included, less the time other programs held its cores
     run: Any = None  # the engine's Run (None for transformers)
     outside_load: bool = False  # other programs used the CPU meanwhile: its time is not this machine's speed
 
@@ -201,9 +201,10 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
     clock = devqueue.PassClock(device)
     with devqueue.watch() as load:
         s = _generate(pair, name, ids, mode, args, seed)
-    _, _, others = clock.stop()
+    t = clock.stop()
     s.outside_load = devqueue.device_key(device) == "cpu" and (
-        load.busy or devqueue.crowded(others, s.wall_s, devqueue.model_threads(device)))
+        load.busy or devqueue.crowded(t.others, t.wall, devqueue.model_threads(device)))
+    s.wall_s = max(0.0, s.wall_s - t.stalled)  # as the pages count it: the engine's and transformers' calls alike
     return s
 
 

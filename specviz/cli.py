@@ -260,6 +260,8 @@ def _print_run(args, run, tokenizer) -> None:
         print(f"{dim}{line}{end}")
     if (note := playback.load_note(run)) is not None:
         print(note.text)  # as the pages say it next to their figures: the speed above may not be this machine's
+    if (waited := explain.stalled_note(run.stalled_s, run.rounds_s)) is not None:
+        print(waited)
 
 
 TREE_WHAT = "--tree or --spine (a token tree)"

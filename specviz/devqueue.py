@@ -71,6 +71,14 @@ wait for each other, so a pass slowed by another program still uses most of its 
 counts the machine's CPU time in ticks of 10 ms, so other programs' time is judged over at least OTHERS_MIN_S of
 passes: a long pass on its own, short ones (draft steps) summed in each `watch()`, which collects the verdicts of
 the passes made inside it.
+
+Time other programs held the cores is not counted: a CPU pass's time is its wall less the time the model's
+threads (the worker and its OpenMP team, `team()`) were ready to run but waited for a core (the kernel's run
+delay, /proc/self/task/<tid>/schedstat). The team works in lockstep, so while another program holds one of its
+threads off a core the others spin at the next barrier, and the pass is late by that wait. At most
+MAX_STALL_SHARE of a pass's wall is taken off: past that, several programs may have held several threads off
+at once (their waits overlap, and their sum overstates the delay), and the pass is marked as under outside
+load anyway.
 """
 
 from __future__ import annotations
@@ -88,7 +96,7 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from .errors import InvalidSetting, SpecvizError
 
@@ -106,6 +114,7 @@ MINOR_SHARE = 0.05  # passes under outside load that took less of the timed time
 MIN_PASS_S = 0.005  # passes shorter than this are too short to judge
 OTHERS_SHARE = 0.25  # other programs that used this share of the model threads' cores during passes: outside load
 OTHERS_MIN_S = 0.25  # the least pass time other programs' CPU time is judged over (it is counted in 10 ms ticks)
+MAX_STALL_SHARE = 0.75  # at most this share of a pass's wall is taken off as time its threads waited for a core
 
 OnWait = Callable[[int | None], None]
 
@@ -536,6 +545,7 @@ class _Workers:
         self._mine = threading.local()  # set on a worker: the key of its device
         self._orders: queue.SimpleQueue = queue.SimpleQueue()
         self.threads: dict[str, int] = {}  # a device's workers' OpenMP threads, where they were set apart
+        self.team: dict[str, frozenset[int]] = {}  # the thread ids of a device's worker and its OpenMP team
         # the threads are made by one thread started now, at import, before any page lowers its
         # own priority: a thread inherits its maker's niceness
         threading.Thread(target=self._maker, name="specviz-device-maker", daemon=True).start()
@@ -669,7 +679,64 @@ def share_cores() -> int | None:
         with _WORKERS._lock:
             _WORKERS.threads.pop("cpu", None)
         return None
+    _find_team("cpu")
     return n
+
+
+def _native_ids() -> set[int]:
+    """The ids of this process's threads that Python did not start (OpenMP's, among others); empty where
+    /proc cannot be read."""
+    try:
+        tids = {int(t) for t in os.listdir("/proc/self/task")}
+    except (OSError, ValueError):
+        return set()
+    return tids - {t.native_id for t in threading.enumerate()}
+
+
+def _find_team(key: str) -> frozenset[int]:
+    """Record the thread ids of the device's worker and of the OpenMP team it runs model work with.
+
+    The team is made by the worker's first parallel region: the threads that appear across one are its own.
+    A grown team adds threads; a shrunk one leaves idle threads, which never wait for a core. No team (no
+    correction of pass times) where the model's threads outnumber the cores this process may use: they would
+    then wait for each other, which is no other program's doing."""
+    import torch
+
+    def find() -> frozenset[int]:
+        before = _native_ids()
+        torch.ones(1 << 20).add_(1)  # (2^20,): big enough for every thread of the team to take a share
+        return frozenset({threading.get_native_id()} | (_native_ids() - before))
+
+    found = run(key, find)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    readable = not math.isnan(run_delay_s(found))
+    with _WORKERS._lock:
+        team = _WORKERS.team.get(key, frozenset()) | found
+        _WORKERS.team[key] = team if readable and model_threads(key) <= cores else frozenset()
+        return _WORKERS.team[key]
+
+
+def team(device="cpu") -> frozenset[int]:
+    """The thread ids whose waits for a core are taken off the device's pass times (empty: none are)."""
+    return _WORKERS.team.get(device_key(device), frozenset())
+
+
+def run_delay_s(tids) -> float:
+    """The seconds the threads `tids` have spent ready to run but waiting for a core since they started
+    (the kernel's run delay, summed); a thread that has ended counts 0; NaN where it cannot be read."""
+    total = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])  # on-cpu ns, run-delay ns, time slices
+        except FileNotFoundError:
+            continue  # the thread has ended
+        except (OSError, ValueError, IndexError):
+            return math.nan
+    return total / 1e9
 
 
 def model_threads(device="cpu") -> int:
@@ -693,6 +760,7 @@ def set_model_threads(n: int, device="cpu") -> int:
     got = run(key, lambda: _own_threads(n))
     with _WORKERS._lock:
         _WORKERS.threads[key] = got
+    _find_team(key)
     return got
 
 
@@ -822,20 +890,41 @@ def machine_cpu_s() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) * _TICK_S  # all but idle and waiting for disks
 
 
+class PassTime(NamedTuple):
+    """One timed pass (PassClock.stop): seconds of wall, of this process's CPU, of other programs' CPU meanwhile
+    (NaN off the CPU), and of the wall during which the model's threads waited for a core (0 off the CPU)."""
+
+    wall: float
+    cpu: float
+    others: float
+    stalled: float = 0.0
+
+    @property
+    def held(self) -> float:
+        """The pass's time: its wall, less the time other programs held its cores."""
+        return self.wall - self.stalled
+
+
 class PassClock:
-    """Times one pass on `device` from its creation: wall seconds, this process's CPU seconds, and the CPU
-    seconds the machine's other programs used meanwhile (what note_pass judges; NaN off the CPU, where a pass
-    leaves the cores idle by design and /proc/stat is not read)."""
+    """Times one pass on `device` from its creation: a PassTime. On the CPU it also reads the CPU time the
+    machine's other programs use meanwhile (what note_pass judges) and how long the model's threads wait for a
+    core (what is taken off). Off the CPU a pass leaves the cores idle by design, and neither is read."""
 
     def __init__(self, device="cpu") -> None:
         self.cpu = device_key(device) == "cpu"
+        self.team = team("cpu") if self.cpu else frozenset()
         self.t0, self.c0 = time.perf_counter(), time.process_time()
         self.m0 = machine_cpu_s() if self.cpu else math.nan
+        self.d0 = run_delay_s(self.team) if self.team else 0.0
 
-    def stop(self, less_s: float = 0.0) -> tuple[float, float, float]:
-        """(wall, cpu, others) seconds until now; less_s: wall time not to count (a CUDA graph being recorded)."""
+    def stop(self, less_s: float = 0.0) -> PassTime:
+        """The pass until now; less_s: wall time not to count (a CUDA graph being recorded)."""
+        d1 = run_delay_s(self.team) if self.team else 0.0
         wall, cpu = time.perf_counter() - self.t0 - less_s, time.process_time() - self.c0
-        return wall, cpu, (machine_cpu_s() - self.m0 - cpu) if self.cpu else math.nan
+        others = (machine_cpu_s() - self.m0 - cpu) if self.cpu else math.nan
+        waited = d1 - self.d0
+        stalled = min(MAX_STALL_SHARE * wall, waited) if waited > 0 else 0.0  # NaN (unreadable): 0
+        return PassTime(wall, cpu, others, max(0.0, stalled))
 
 
 def load_text(what: str) -> str:
@@ -887,6 +976,7 @@ class LoadWatch:
     others_s: float = 0.0  # the CPU time other programs used during the passes where it could be read
     others_wall_s: float = 0.0  # the wall time of those passes
     others_cores_s: float = 0.0  # and their wall time × threads
+    stalled_s: float = 0.0  # wall time taken off the passes: their threads waited for a core (PassTime.stalled)
 
     @property
     def crowded(self) -> bool:
@@ -924,11 +1014,13 @@ def watch() -> Iterator[LoadWatch]:
         stack.remove(w)
 
 
-def note_pass(device, wall_s: float, cpu_s: float, threads: int, others_s: float = math.nan) -> bool:
+def note_pass(device, wall_s: float, cpu_s: float, threads: int, others_s: float = math.nan,
+              stalled_s: float = 0.0) -> bool:
     """Judge one timed pass (CPU passes only) and tell every open watch(); return the verdict.
 
     others_s: the CPU time the machine's other programs used during the pass (machine_cpu_s() after, less
-    before, less cpu_s); NaN when unknown."""
+    before, less cpu_s); NaN when unknown. stalled_s: the part of wall_s taken off its time (PassTime.stalled).
+    The verdict is on the whole wall."""
     cpu = device_key(device) == "cpu"
     known = cpu and not math.isnan(others_s)
     busy = cpu and (outside_load(cpu_s, wall_s, threads) or (known and crowded(others_s, wall_s, threads)))
@@ -938,6 +1030,7 @@ def note_pass(device, wall_s: float, cpu_s: float, threads: int, others_s: float
         w.wall_s += wall_s
         w.cpu_s += cpu_s
         w.busy_wall_s += wall_s if busy else 0.0
+        w.stalled_s += stalled_s
         if known:
             w.others_s += others_s
             w.others_wall_s += wall_s

@@ -292,7 +292,8 @@ def step(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[
         target_argmax=argmax, overlap=overlap,
         entropy=_entropy(p), residual_top=_topk(d.residual) if d.residual is not None else None,
         greedy=sampler.greedy, draft_s=sum(prop.step_s), verify_s=verify_s,
-        round_s=time.perf_counter() - t0, prefill_tokens=prefill, outside_load=load.busy,
+        round_s=time.perf_counter() - t0 - load.stalled_s, prefill_tokens=prefill, outside_load=load.busy,
+        stalled_s=load.stalled_s,
     )
     return rnd, hit_eos
 
@@ -398,7 +399,8 @@ def drive(ids: list[int], n_prompt: int, max_new_tokens: int, one_round, out: De
 
     one_round(room, index) -> (round, hit_eos) computes one round and appends its tokens to ids; room is
     how many tokens the run may still add. Yields each round; returns (rounds, stop_reason, busy_s), busy_s
-    being the seconds spent computing rounds, not in the caller between them.
+    being the seconds spent computing rounds, not in the caller between them, nor while other programs held the
+    cores (each round's stalled_s).
     """
     rounds, stop = [], "max_new_tokens"
     t0, paused = time.perf_counter(), 0.0
@@ -413,7 +415,7 @@ def drive(ids: list[int], n_prompt: int, max_new_tokens: int, one_round, out: De
         if hit_eos:
             stop = "eos"
             break
-    return rounds, stop, time.perf_counter() - t0 - paused
+    return rounds, stop, time.perf_counter() - t0 - paused - sum(r.stalled_s for r in rounds)
 
 
 def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max_new_tokens, settings, out):
@@ -504,8 +506,8 @@ def _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, s
             index=index, k=0, drafted=[], q_drafted=[], p_drafted=[], u=[], ratio=[], accepted=[],
             n_accepted=0, emitted=[tok], extra_id=tok, extra_kind="target", p_top=[_topk(p[0])], q_top=[],
             target_argmax=[am], overlap=[], entropy=_entropy(p), residual_top=None,
-            greedy=sampler.greedy, draft_s=0.0, verify_s=dt, round_s=time.perf_counter() - t_round,
-            prefill_tokens=prefill, outside_load=load.busy,
+            greedy=sampler.greedy, draft_s=0.0, verify_s=dt, round_s=time.perf_counter() - t_round - load.stalled_s,
+            prefill_tokens=prefill, outside_load=load.busy, stalled_s=load.stalled_s,
         )
         return rnd, tok in eos
 

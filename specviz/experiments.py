@@ -101,11 +101,11 @@ def batch_cost(model, n_tokens=(1, 4, 8), batches=(1, 2, 4, 8, 16), reps: int = 
             times = []
             for r in range(reps + 1):
                 # one pass per turn, on the device's own thread: the clock starts once the device is ours
-                dt, cpu, others = devqueue.run(device, lambda: _timed(device, lambda: model(
+                t = devqueue.run(device, lambda: _timed(device, lambda: model(
                     input_ids=ids[:, context:context + n], past_key_values=cache, use_cache=True, logits_to_keep=n)))
-                devqueue.note_pass(device, dt, cpu, devqueue.model_threads(device), others)
+                devqueue.note_pass(device, t.wall, t.cpu, devqueue.model_threads(device), t.others, t.stalled)
                 if r > 0:  # the first is a warm-up
-                    times.append(dt)
+                    times.append(t.held)
                 cache.crop(-n)
             out[(n, b)] = times
             _say(progress, f"batch {b} × {n} token(s)", (i * len(n_tokens) + j + 1) / total)
@@ -120,13 +120,12 @@ def memory_bandwidth(device="cpu", megabytes: int = 256, reps: int = 5) -> float
     dst = torch.empty_like(src)
     best = float("inf")
     for _ in range(reps + 1):
-        best = min(best, devqueue.run(device, lambda: _timed(device, lambda: dst.copy_(src)))[0])
+        best = min(best, devqueue.run(device, lambda: _timed(device, lambda: dst.copy_(src))).held)
     return 2 * n * 4 / best
 
 
-def _timed(device, fn) -> tuple[float, float, float]:
-    """(wall seconds, process CPU seconds, other programs' CPU seconds) of fn(), with the device's work
-    synchronized."""
+def _timed(device, fn) -> devqueue.PassTime:
+    """fn()'s PassTime, with the device's work synchronized."""
     sync(device)
     clock = devqueue.PassClock(device)
     fn()

@@ -13,6 +13,7 @@ streamlit, no models.
   round_story, zero_accept_note            one round told decision by decision (slow motion)
   round_rows                               one round's decisions as a table, arithmetic written out
   time_breakdown                           where a run's time went, against the target alone
+  stalled_note                             the wall time left out because other programs held the cores
   speedup_verdict, theory_summary          the cost model's prediction against a measurement
   best_k_words                             the model's best k, said to be the bound when it is
   forward_cost_verdict, dtype_comparison, bandwidth_verdict, batch_verdict   why it is fast
@@ -589,7 +590,33 @@ def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None) ->
         c = measure.c_ratio(steps, b_ms / 1000)
         out += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
                 f"(c = {c:.2f} of a target pass{f', {precision} draft' if precision else ''})")
-    return out + ". Tokens per pass is not speedup: see the Speedup page for the cost model."
+    out += ". Tokens per pass is not speedup: see the Speedup page for the cost model."
+    waited = stalled_note(run.stalled_s, run.rounds_s, baseline.get("base_stalled_s"), baseline.get("base_decode_s"))
+    return out + (f" {waited}" if waited else "")
+
+
+STALLED_SHARE = 0.05  # waits for a core are mentioned once they were this share of the time counted
+
+
+def stalled_note(run_s: float, run_timed_s: float, base_s=None, base_timed_s=None) -> str | None:
+    """The sentence that says how much wall time was left out of a run's times (and its target-alone run's)
+    because other programs held the cores (devqueue.PassTime.stalled); None when it was under STALLED_SHARE of
+    the time counted."""
+    def num(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    def secs(v: float) -> str:
+        return f"{v:.1f} s" if v >= 1 else f"{1000 * v:.0f} ms"
+
+    parts = []
+    if num(run_s) and num(run_timed_s) and run_s >= STALLED_SHARE * run_timed_s and run_s > 0:
+        parts.append(f"{secs(run_s)} of the run")
+    if num(base_s) and num(base_timed_s) and base_s >= STALLED_SHARE * base_timed_s and base_s > 0:
+        parts.append(f"{secs(base_s)} of the target alone")
+    if not parts:
+        return None
+    return (f"Not counted: {' and '.join(parts)}, while other programs on this machine held the cores the "
+            "model's threads were waiting for. The times above are what the passes took less those waits.")
 
 
 def gpu_advice(device: str, speedup: float | None, suggestion=None) -> str | None:

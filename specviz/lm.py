@@ -147,23 +147,23 @@ class CachedLM:
             self.n = n
 
     def timed(self, fn, *args, **kw) -> tuple[Any, float]:
-        """fn(*args, **kw), one of this model's passes, and its wall seconds, with GPU work synchronized; the
+        """fn(*args, **kw), one of this model's passes, and its seconds, with GPU work synchronized; the
         pass is judged for outside load (devqueue.note_pass).
 
         The clock starts once the device is held, so waiting for a turn is never timed, nor is recording
-        a CUDA graph (a one-off, like loading).
+        a CUDA graph (a one-off, like loading), nor the time other programs held the cores (PassTime.held).
         """
         with devqueue.hold(self.device):
             sync(self.device)
             clock, r0 = devqueue.PassClock(self.device), self.recorded_s
             out = fn(*args, **kw)
             sync(self.device)
-            dt, cpu, others = clock.stop(less_s=self.recorded_s - r0)
-        devqueue.note_pass(self.device, dt, cpu, devqueue.model_threads(self.device), others)
-        return out, dt
+            t = clock.stop(less_s=self.recorded_s - r0)
+        devqueue.note_pass(self.device, t.wall, t.cpu, devqueue.model_threads(self.device), t.others, t.stalled)
+        return out, t.held
 
     def timed_feed(self, ids: list[int], keep: int | None = None) -> tuple[torch.Tensor, float]:
-        """feed(), returning (logits, wall seconds): timed()."""
+        """feed(), returning (logits, seconds): timed()."""
         return self.timed(self.feed, ids, keep)
 
     @torch.inference_mode()

@@ -68,11 +68,12 @@ class Round:
     entropy: list[float]  # target entropy (nats) per position (k+1)
     residual_top: TopK | None  # norm(max(0, p - q)) at the rejected position
     greedy: bool
-    draft_s: float  # wall time of all draft forward passes this round
-    verify_s: float  # wall time of the one target forward pass
-    round_s: float  # wall time of the whole round, bookkeeping included
+    draft_s: float  # time of all draft forward passes this round
+    verify_s: float  # time of the one target forward pass
+    round_s: float  # time of the whole round, bookkeeping included
     prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read (the first round: prompt length - 1)
     outside_load: bool = False  # other programs used the CPU during this round's passes (devqueue.note_pass)
+    stalled_s: float = 0.0  # wall time not counted in the times above: other programs held the passes' cores
 
     @property
     def rejected(self) -> bool:
@@ -81,7 +82,7 @@ class Round:
 
 class RunRates:
     """Per-run rates, one definition for a chain Run and a TreeRun (token_ids, rounds, target_passes,
-    decode_s; each round's emitted, round_s, prefill_tokens and outside_load)."""
+    decode_s; each round's emitted, round_s, prefill_tokens, outside_load and stalled_s)."""
 
     @property
     def n_accepted(self) -> int:
@@ -104,6 +105,12 @@ class RunRates:
     def outside_load_s(self) -> float:
         """The time of those rounds."""
         return sum(r.round_s for r in self.rounds if r.outside_load)
+
+    @property
+    def stalled_s(self) -> float:
+        """Wall time not counted in the rounds' times, because other programs held the cores their passes ran
+        on (devqueue.PassTime.stalled)."""
+        return sum(r.stalled_s for r in self.rounds)
 
     @property
     def rounds_s(self) -> float:
@@ -355,8 +362,11 @@ def _topk_dict(v: Any, path: str) -> None:
         raise malformed(path, "ids and probs differ in length")
 
 
+_OPTIONAL = ("prefill_tokens", "outside_load", "stalled_s")  # Round fields a file may leave out (older files)
+
+
 def _check_round_dict(d: Any, w: str) -> None:
-    want_obj(d, w, tuple(f.name for f in fields(Round) if f.name not in ("prefill_tokens", "outside_load")))
+    want_obj(d, w, tuple(f.name for f in fields(Round) if f.name not in _OPTIONAL))
     want_int(d["index"], f"{w}.index", 0, LIST_MAX)
     for name in ("k", "n_accepted"):
         want_int(d[name], f"{w}.{name}", 0, LIST_MAX)
@@ -379,6 +389,8 @@ def _check_round_dict(d: Any, w: str) -> None:
         want_int(d["prefill_tokens"], f"{w}.prefill_tokens", 0, LIST_MAX)
     if "outside_load" in d:  # optional: a round without it was not flagged
         want_bool(d["outside_load"], f"{w}.outside_load")
+    if "stalled_s" in d:  # optional: a round without it had nothing taken off
+        want_num(d["stalled_s"], f"{w}.stalled_s")
 
 
 # settings a run records, and the type of each; other keys may hold a short scalar
@@ -443,9 +455,10 @@ def _topk(d: dict | None) -> TopK | None:
 
 
 def _round_from_dict(d: dict[str, Any]) -> Round:
-    kw = {f.name: d[f.name] for f in fields(Round) if f.name not in ("prefill_tokens", "outside_load")}
+    kw = {f.name: d[f.name] for f in fields(Round) if f.name not in _OPTIONAL}
     kw["prefill_tokens"] = int(d.get("prefill_tokens", 0))  # optional: absent means it read no prompt
     kw["outside_load"] = d.get("outside_load") is True  # optional: absent means not flagged
+    kw["stalled_s"] = float(d.get("stalled_s", 0.0))  # optional: absent means nothing was taken off
     kw["p_top"] = [_topk(t) for t in d["p_top"]]
     kw["q_top"] = [_topk(t) for t in d["q_top"]]
     kw["residual_top"] = _topk(d["residual_top"])

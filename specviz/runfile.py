@@ -97,6 +97,7 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
         "first_difference": measure.first_difference(spec.token_ids, base.token_ids),
         "base_outside_load": base.outside_load_rounds,  # rounds timed while other programs used the CPU
         "base_outside_load_s": base.outside_load_s,  # and their time, a share of base_decode_s
+        "base_stalled_s": base.stalled_s,  # wall time not in base_decode_s: other programs held the cores
     }  # fmt: skip
 
 
@@ -257,7 +258,7 @@ _BASELINE = {
     "base_decode_s": _NUM_OR_NULL, "spec_decode_s": _NUM_OR_NULL, "base_step_s": _NUM_OR_NULL,
     "first_difference": records.want_opt(records.want_int),
     "base_outside_load": lambda v, p: records.want_int(v, p, 0, records.LIST_MAX),
-    "base_outside_load_s": records.want_num,
+    "base_outside_load_s": records.want_num, "base_stalled_s": records.want_num,
 }  # fmt: skip
 _BASELINE_REQUIRED = ("spec_tokens_per_s", "base_tokens_per_s", "speedup", "spec_target_passes",
                       "base_target_passes")

@@ -50,6 +50,7 @@ class TreeRound:
     round_s: float
     prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read
     outside_load: bool = False  # other programs used the CPU during this round's passes (devqueue.note_pass)
+    stalled_s: float = 0.0  # wall time not counted in the times above: other programs held the passes' cores
 
     @property
     def n_nodes(self) -> int:
@@ -116,9 +117,11 @@ class TreeRun(RunRates):
 
 
 def _check_round(d: Any, w: str) -> None:
-    want_obj(d, w, tuple(f.name for f in fields(TreeRound) if f.name != "outside_load"))
+    want_obj(d, w, tuple(f.name for f in fields(TreeRound) if f.name not in ("outside_load", "stalled_s")))
     if "outside_load" in d:  # optional: a round saved before the check was not flagged
         want_bool(d["outside_load"], f"{w}.outside_load")
+    if "stalled_s" in d:  # optional: a round saved before it had nothing taken off
+        want_num(d["stalled_s"], f"{w}.stalled_s")
     for name in ("index", "prefill_tokens"):
         want_int(d[name], f"{w}.{name}", 0, LIST_MAX)
     for name in ("tokens", "emitted", "target_argmax", "path"):

@@ -141,7 +141,7 @@ def test_a_generation_beside_another_program_is_marked(other_program):
                              SimpleNamespace(temperature=0.0, max_new_tokens=40), seed=0)
     finally:
         handle.remove()
-    assert s.wall_s >= 0.3 and s.run is None and s.outside_load
+    assert s.wall_s > 0 and s.run is None and s.outside_load  # judged on the call's wall (≥ OTHERS_MIN_S)
 
 
 def test_figure_has_measured_and_predicted_traces(outputs):

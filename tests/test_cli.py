@@ -114,6 +114,24 @@ def test_run_says_when_its_speed_was_taken_under_outside_load(tiny_cli, capsys):
     assert out.index("tokens/s") < out.index("Taken under outside load")
 
 
+def test_run_says_what_waits_for_a_core_it_left_out(tiny_cli, capsys):
+    """Beside programs busy on every core, the passes' threads wait for a core; the speed leaves that out, and
+    the CLI says how much."""
+    import os
+
+    from busy import busy_programs
+    from specviz import devqueue
+
+    if not devqueue.team("cpu"):
+        pytest.skip("no worker team here (one core, another OpenMP runtime, or no /proc schedstat)")
+    args = ["run", "--prompt", "w1 w2 w3", "--raw", "--max-new-tokens", "24", "--k", "2", "--k-policy", "fixed"]
+    with busy_programs(os.cpu_count() or 2):
+        assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "Not counted: " in out and " of the run, while other programs on this machine held the cores" in out
+    assert out.index("tokens/s") < out.index("Not counted")
+
+
 def test_run_json_round_trips(tiny_cli, capsys):
     rc = cli.main(["run", "--prompt", "w5 w6", "--raw", "--max-new-tokens", "8", "--json", "--temperature", "0.8"])
     out, _ = capsys.readouterr()

@@ -8,12 +8,14 @@ the queue's fault, not load.
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 
 import pytest
 import torch
 
+from busy import busy_programs
 from specviz import devqueue
 from specviz.devqueue import Cancelled, DeviceQueue
 
@@ -675,6 +677,77 @@ def test_passes_beside_another_program_are_flagged(tiny_pair, other_program):
     assert w.crowded and w.busy, (w.others_s, w.others_cores_s)
 
 
+def _parallel_pass() -> devqueue.PassTime:
+    """A pass of parallel work on the CPU's model worker (its whole OpenMP team), timed as passes are."""
+    x = torch.rand(1 << 23, generator=torch.Generator().manual_seed(0))  # (8M,)
+    y = torch.empty_like(x)
+
+    def work():
+        clock = devqueue.PassClock("cpu")
+        for _ in range(40):
+            torch.exp(x, out=y)  # (8M,): split across the team's threads (at::parallel_for)
+        return clock.stop()
+    return devqueue.run("cpu", work)
+
+
+def _team_or_skip() -> frozenset:
+    team = devqueue.team("cpu")
+    if not team:
+        pytest.skip("no worker team here (one core, another OpenMP runtime, or no /proc schedstat)")
+    return team
+
+
+def test_the_model_threads_are_the_workers_openmp_team():
+    import os
+
+    team = _team_or_skip()
+    worker = devqueue.run("cpu", threading.get_native_id)
+    python_threads = {t.native_id for t in threading.enumerate()}
+    assert worker in team and not (team - {worker}) & python_threads  # the worker and threads Python did not start
+    assert len(team) >= devqueue.model_threads("cpu") >= 2
+    assert {str(t) for t in team} <= set(os.listdir("/proc/self/task"))
+    assert devqueue.run_delay_s(team) >= 0.0 and devqueue.run_delay_s([2**31 - 1]) == 0.0  # an ended thread: 0
+
+
+def test_time_another_program_holds_the_cores_is_not_counted():
+    """Beside a program busy half the time on one core, a parallel pass takes far longer on the clock; less
+    the time its threads waited for a core, it takes what it takes alone (README, "Load from outside the app")."""
+    _team_or_skip()
+    quiet, loaded = [], []
+    for _ in range(3):  # interleaved, so drift hits both alike
+        quiet.append(_parallel_pass())
+        with busy_programs(1, duty=0.5):
+            loaded.append(_parallel_pass())
+    alone = statistics.median(t.held for t in quiet)
+    assert statistics.median(t.wall for t in loaded) > 1.3 * alone, (quiet, loaded)  # the program did slow it
+    assert statistics.median(t.held for t in loaded) == pytest.approx(alone, rel=0.25), (quiet, loaded)
+    assert statistics.median(t.stalled / t.wall for t in loaded) < devqueue.MAX_STALL_SHARE  # not the cap's doing
+    for t in quiet + loaded:
+        assert 0.0 <= t.stalled <= devqueue.MAX_STALL_SHARE * t.wall and t.held == t.wall - t.stalled
+
+
+def test_a_runs_time_leaves_out_the_waits_for_a_core(tiny_pair):
+    """Rounds record the time their passes' threads waited for a core, and neither the rounds' times nor the
+    run's decoding time count it."""
+    import os
+
+    from specviz.engine import speculative_decode
+
+    _team_or_skip()
+    ids = list(range(2, 12))
+    kw = dict(max_new_tokens=24, eos_token_id=[], vocab=tiny_pair.shared_vocab)
+    quiet = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=2, **kw)
+    with busy_programs(os.cpu_count() or 2):
+        t0 = time.perf_counter()
+        run = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=2, **kw)
+        clock = time.perf_counter() - t0
+    assert run.token_ids == quiet.token_ids
+    stalled = run.stalled_s
+    assert stalled >= 0.05 * clock, (stalled, clock)  # each pass's thread waited its turn beside them
+    assert all(r.round_s >= 0 and r.stalled_s >= 0 for r in run.rounds)
+    assert run.decode_s + stalled <= clock + 1e-3 and run.rounds_s + stalled <= clock + 1e-3
+
+
 def test_a_short_run_finishes_long_before_a_k_sweep_started_ahead_of_it(tiny_pair):
     """The issue's case, on the engine: a short run is not held up until another session's sweep ends."""
     from specviz import lab
@@ -723,6 +796,13 @@ def test_run_files_without_the_flag_load_and_a_bad_flag_is_named():
         runfile.load_export(json.dumps(d))
     d["rounds"][0]["outside_load"] = True
     assert runfile.load_export(json.dumps(d)).run.outside_load_rounds == 1
+    assert "stalled_s" not in d["rounds"][0] and runfile.load_export(json.dumps(d)).run.stalled_s == 0.0
+    for bad in (-1, "x", float("inf")):
+        d["rounds"][0]["stalled_s"] = bad
+        with pytest.raises(SpecvizError, match="stalled_s"):
+            runfile.load_export(json.dumps(d))
+    d["rounds"][0]["stalled_s"] = 0.25
+    assert runfile.load_export(json.dumps(d)).run.stalled_s == 0.25
 
 
 # --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from specviz.sampling import Sampler
 from specviz.tiny import tiny_model
 from specviz.tree import ROOT, DraftTree, draft_mask, draft_tree, tree_decode, tree_step, verify_mask, verify_tree
 from specviz.tree_records import TreeRun
+from busy import busy_programs
 from stats import passes, total_variation
 from tiny import hf_greedy, tiny_gpt2, tiny_qwen
 
@@ -447,6 +448,34 @@ def test_tree_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(
     d["rounds"][0]["outside_load"] = "yes"
     with pytest.raises(SpecvizError, match=r"rounds\[0\]\.outside_load"):
         TreeRun.from_dict(d)
+
+
+def test_a_tree_runs_time_leaves_out_the_waits_for_a_core():
+    """As a chain run's: rounds record the time their passes' threads waited for a core beside programs busy
+    on every core, and neither the rounds' times nor the run's decoding time count it."""
+    import os
+    import time
+
+    from specviz import devqueue
+    from specviz.errors import SpecvizError
+
+    if not devqueue.team("cpu"):
+        pytest.skip("no worker team here (one core, another OpenMP runtime, or no /proc schedstat)")
+    target, draft = close_pair(0.1)
+    with busy_programs(os.cpu_count() or 2):
+        t0 = time.perf_counter()
+        run = tree_decode(target, draft, [1, 2, 3], budget=6, max_new_tokens=16)
+        clock = time.perf_counter() - t0
+    assert run.stalled_s >= 0.05 * clock, (run.stalled_s, clock)
+    assert run.rounds_s + run.stalled_s <= clock + 1e-3 and run.decode_s + run.stalled_s <= clock + 1e-3
+    back = TreeRun.from_json(run.to_json())
+    assert back.stalled_s == run.stalled_s
+    d = run.to_dict()
+    d["rounds"][0]["stalled_s"] = -0.5
+    with pytest.raises(SpecvizError, match=r"rounds\[0\]\.stalled_s"):
+        TreeRun.from_dict(d)
+    del d["rounds"][0]["stalled_s"]  # a file saved before it
+    assert TreeRun.from_dict(d).rounds[0].stalled_s == 0.0
 
 
 def test_same_seed_same_run():

@@ -1,0 +1,31 @@
+"""Other programs on this machine, busy while a test measures (outside load)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+_DUTY = """import sys, time
+duty = float(sys.argv[1])
+while True:  # busy for duty of every 10 ms
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < duty * 0.01:
+        pass
+    time.sleep((1 - duty) * 0.01)
+"""
+
+
+@contextmanager
+def busy_programs(n: int, duty: float = 1.0):
+    """n other programs on this machine, each busy on a core (for `duty` of the time) while the block runs."""
+    code = "while True: pass" if duty >= 1 else _DUTY
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(duty)]) for _ in range(n)]
+    time.sleep(0.3)  # started and spinning
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
