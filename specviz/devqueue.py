@@ -628,11 +628,12 @@ def _on_worker(key: str, fn: Callable[[], object]):
 # the CPU's cores: one team of OpenMP threads, on the CPU's worker
 
 
-def _libgomp():
-    """The GNU OpenMP runtime this process loaded (for PyTorch), through ctypes; None if there is not one."""
+def _loaded(prefix: str):
+    """The one shared library this process loaded whose file name starts with `prefix`, through ctypes; None
+    if there is not exactly one."""
     try:
         with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if os.path.basename(line.split()[-1]).startswith("libgomp")}
+            paths = {line.split()[-1] for line in f if os.path.basename(line.split()[-1]).startswith(prefix)}
     except OSError:
         return None
     if len(paths) != 1:
@@ -643,12 +644,31 @@ def _libgomp():
         return None
 
 
+def _libgomp():
+    """The GNU OpenMP runtime this process loaded (for PyTorch), through ctypes; None if there is not one."""
+    return _loaded("libgomp")
+
+
+def _mkl_threads(n: int) -> int | None:
+    """Give this thread alone n threads in MKL (which PyTorch links into libtorch_cpu for float32 matrix
+    products); the count MKL has for it then, or None where this build has no MKL.
+
+    MKL keeps its own count, set process-wide by torch.set_num_threads: after share_cores() set 1, a
+    float32 Linear that goes to MKL (transformers as shipped: fastlinear off) ran on one core on the worker."""
+    lib = _loaded("libtorch_cpu")
+    if lib is None or not hasattr(lib, "mkl_set_num_threads_local") or not hasattr(lib, "mkl_get_max_threads"):
+        return None
+    lib.mkl_set_num_threads_local(ctypes.byref(ctypes.c_int(n)))  # the Fortran name: its argument by reference
+    return int(lib.mkl_get_max_threads())
+
+
 def _own_threads(n: int) -> int:
-    """On a worker: give this thread alone n OpenMP threads; the count it has then."""
+    """On a worker: give this thread alone n OpenMP threads (and n in MKL); the count it has then."""
     import torch
 
     torch.get_num_threads()  # PyTorch sets a thread's count from its process-wide one on first use: do it now
     _libgomp().omp_set_num_threads(n)  # then this thread's own count (OpenMP keeps one per thread)
+    _mkl_threads(n)
     return torch.get_num_threads()
 
 

@@ -856,6 +856,25 @@ def test_model_work_from_any_thread_runs_on_one_worker_with_all_the_cores_thread
     assert _on_new_thread(torch.get_num_threads) == 1  # a page's own work runs on one core
 
 
+def test_a_float32_product_in_mkl_runs_on_all_the_workers_cores():
+    """transformers as shipped sends a float32 Linear to MKL, which keeps its own thread count: on the worker
+    it must use the worker's threads, not the one a page gets."""
+    n = _cores_shared()
+    if devqueue._mkl_threads(1) is None:
+        pytest.skip("no MKL in this PyTorch build")
+    x, w = torch.randn(8, 1024), torch.randn(4096, 1024)  # (8, 1024) @ (1024, 4096): MKL's sgemm
+
+    def cores_used():
+        torch.nn.functional.linear(x, w)
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(40):
+            torch.nn.functional.linear(x, w)
+        return (time.process_time() - c0) / (time.perf_counter() - t0)
+
+    assert devqueue.run("cpu", cores_used) > 0.7 * n, n  # the team's threads run (or spin) alongside
+    assert cores_used() < 1.3  # a page's thread: one core
+
+
 def test_run_carries_the_callers_context_and_modes_and_raises_its_errors():
     import contextvars
 
