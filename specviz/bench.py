@@ -57,7 +57,7 @@ from typing import Any
 
 import torch
 
-from . import devqueue, measure, quant, theory, tree
+from . import devqueue, explain, measure, quant, theory, tree
 from .drafters import ModelDrafter, PromptLookupDrafter
 from .engine import autoregressive_decode, speculative_decode
 from .errors import InvalidSetting
@@ -165,6 +165,7 @@ class Sample:
     wall_s: float  # the whole call, prefill included, less the time other programs held its cores
     run: Any = None  # the engine's Run (None for transformers)
     outside_load: bool = False  # other programs used the CPU meanwhile: its time is not this machine's speed
+    stalled_s: float = 0.0  # wall time left out of wall_s: other programs held the cores its threads waited for
 
 
 def _hf_generate(target, ids, max_new_tokens, eos, mode, temperature, seed, assistant=None) -> Sample:
@@ -204,7 +205,8 @@ def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> S
     t = clock.stop()
     s.outside_load = devqueue.device_key(device) == "cpu" and (
         load.busy or devqueue.crowded(t.others, t.wall, devqueue.model_threads(device)))
-    s.wall_s = max(0.0, s.wall_s - t.stalled)  # as the pages count it: the engine's and transformers' calls alike
+    s.stalled_s = min(t.stalled, s.wall_s)
+    s.wall_s -= s.stalled_s  # as the pages count it: the engine's and transformers' calls alike
     return s
 
 
@@ -309,6 +311,7 @@ def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
         "reps_wall_s": [s.wall_s for s in samples],
         "reps_tokens": toks,
         "outside_load_reps": sum(getattr(s, "outside_load", False) for s in samples),
+        "reps_stalled_s": [getattr(s, "stalled_s", 0.0) for s in samples],
     }
     row["tokens_per_s"] = measure.tokens_per_s(1.0, row["s_per_token"])
     row["speedup"] = measure.speedup_from(base["s_per_token"], row["s_per_token"]) if base else float("nan")
@@ -678,7 +681,21 @@ def markdown(report: dict) -> str:
                       "alone's on that prompt) that ran while other programs on this machine used the CPU, so it is "
                       f"not this machine's speed; {loaded} of the {runs} generations did. Measure again when the "
                       "machine is quiet."]
+    if (waited := stalled_line(report["results"])) is not None:
+        lines += ["", waited]
     return "\n".join(lines) + "\n"
+
+
+def stalled_line(results: list[dict]) -> str | None:
+    """What the generations' times left out because other programs held the cores (devqueue.PassTime.stalled),
+    once it is explain.STALLED_SHARE of the time counted or more; None otherwise."""
+    left = sum(sum(r.get("reps_stalled_s", [])) for r in results)
+    counted = sum(sum(r["reps_wall_s"]) for r in results)
+    if not (counted > 0 and left >= explain.STALLED_SHARE * counted):
+        return None
+    return (f"Not counted: {left:.1f} s of the generations' {left + counted:.1f} s on the clock, while other "
+            "programs on this machine held the cores their threads were waiting for; the times above leave those "
+            "waits out (README, \"Load from outside the app\").")
 
 
 def _loaded(rows: dict, domain: str, name: str) -> bool:
