@@ -362,7 +362,17 @@ def _topk_dict(v: Any, path: str) -> None:
         raise malformed(path, "ids and probs differ in length")
 
 
-_OPTIONAL = ("prefill_tokens", "outside_load", "stalled_s")  # Round fields a file may leave out (older files)
+LOAD_FIELDS = ("outside_load", "stalled_s")  # a round's load record (chain or tree): optional, older files lack it
+_OPTIONAL = ("prefill_tokens",) + LOAD_FIELDS  # Round fields a file may leave out (older files)
+
+
+def check_load_fields(d: dict, w: str) -> None:
+    """The optional load record of a round dict, chain or tree: absent, a round was not flagged and had
+    nothing taken off."""
+    if "outside_load" in d:
+        want_bool(d["outside_load"], f"{w}.outside_load")
+    if "stalled_s" in d:
+        want_num(d["stalled_s"], f"{w}.stalled_s")
 
 
 def _check_round_dict(d: Any, w: str) -> None:
@@ -387,10 +397,7 @@ def _check_round_dict(d: Any, w: str) -> None:
         want_num(d[name], f"{w}.{name}")
     if "prefill_tokens" in d:
         want_int(d["prefill_tokens"], f"{w}.prefill_tokens", 0, LIST_MAX)
-    if "outside_load" in d:  # optional: a round without it was not flagged
-        want_bool(d["outside_load"], f"{w}.outside_load")
-    if "stalled_s" in d:  # optional: a round without it had nothing taken off
-        want_num(d["stalled_s"], f"{w}.stalled_s")
+    check_load_fields(d, w)
 
 
 # settings a run records, and the type of each; other keys may hold a short scalar

@@ -14,8 +14,9 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from .records import (RunRates, TopK, _kind, _topk, _prob, _topk_dict, check_settings_dict, malformed, parse_json,
-                      want_bool, want_int, want_list, want_num, want_obj, want_opt, want_str, LIST_MAX, STOP_REASONS)
+from .records import (LOAD_FIELDS, RunRates, TopK, _kind, _topk, _prob, _topk_dict, check_load_fields,
+                      check_settings_dict, malformed, parse_json, want_bool, want_int, want_list, want_num,
+                      want_obj, want_opt, want_str, LIST_MAX, STOP_REASONS)
 
 FORMAT = "specviz.treerun/1"
 VERDICTS = ("accepted", "rejected", "untried")
@@ -117,11 +118,8 @@ class TreeRun(RunRates):
 
 
 def _check_round(d: Any, w: str) -> None:
-    want_obj(d, w, tuple(f.name for f in fields(TreeRound) if f.name not in ("outside_load", "stalled_s")))
-    if "outside_load" in d:  # optional: a round saved before the check was not flagged
-        want_bool(d["outside_load"], f"{w}.outside_load")
-    if "stalled_s" in d:  # optional: a round saved before it had nothing taken off
-        want_num(d["stalled_s"], f"{w}.stalled_s")
+    want_obj(d, w, tuple(f.name for f in fields(TreeRound) if f.name not in LOAD_FIELDS))
+    check_load_fields(d, w)
     for name in ("index", "prefill_tokens"):
         want_int(d[name], f"{w}.{name}", 0, LIST_MAX)
     for name in ("tokens", "emitted", "target_argmax", "path"):

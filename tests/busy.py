@@ -29,3 +29,16 @@ def busy_programs(n: int, duty: float = 1.0):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def team_or_skip() -> frozenset:
+    """The CPU worker's team (devqueue.team), or skip: there is none with one core, another OpenMP runtime,
+    or no /proc schedstat, and then no waits are taken off."""
+    import pytest
+
+    from specviz import devqueue
+
+    team = devqueue.team("cpu")
+    if not team:
+        pytest.skip("no worker team here (one core, another OpenMP runtime, or no /proc schedstat)")
+    return team

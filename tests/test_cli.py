@@ -119,11 +119,9 @@ def test_run_says_what_waits_for_a_core_it_left_out(tiny_cli, capsys):
     the CLI says how much."""
     import os
 
-    from busy import busy_programs
-    from specviz import devqueue
+    from busy import busy_programs, team_or_skip
 
-    if not devqueue.team("cpu"):
-        pytest.skip("no worker team here (one core, another OpenMP runtime, or no /proc schedstat)")
+    team_or_skip()
     args = ["run", "--prompt", "w1 w2 w3", "--raw", "--max-new-tokens", "24", "--k", "2", "--k-policy", "fixed"]
     with busy_programs(os.cpu_count() or 2):
         assert cli.main(args) == 0

@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from busy import busy_programs
+from busy import busy_programs, team_or_skip
 from specviz import devqueue
 from specviz.devqueue import Cancelled, DeviceQueue
 
@@ -693,17 +693,10 @@ def _parallel_pass() -> devqueue.PassTime:
     return devqueue.run("cpu", work)
 
 
-def _team_or_skip() -> frozenset:
-    team = devqueue.team("cpu")
-    if not team:
-        pytest.skip("no worker team here (one core, another OpenMP runtime, or no /proc schedstat)")
-    return team
-
-
 def test_the_model_threads_are_the_workers_openmp_team():
     import os
 
-    team = _team_or_skip()
+    team = team_or_skip()
     worker = devqueue.run("cpu", threading.get_native_id)
     python_threads = {t.native_id for t in threading.enumerate()}
     assert worker in team and not (team - {worker}) & python_threads  # the worker and threads Python did not start
@@ -719,7 +712,7 @@ def test_time_another_program_holds_the_cores_is_not_counted():
     Locally the counted time read 1.06-1.13× alone (the clock 1.7-2.0×); in one CI run, after 700 other
     tests in the same process, 1.40× (the clock 1.94×): so the test asks for most of the slowdown to go,
     not all of it, and for no more than all."""
-    _team_or_skip()
+    team_or_skip()
     quiet, loaded = [], []
     for _ in range(5):  # interleaved, so drift hits both alike
         quiet.append(_parallel_pass())
@@ -743,7 +736,7 @@ def test_a_runs_time_leaves_out_the_waits_for_a_core(tiny_pair):
 
     from specviz.engine import speculative_decode
 
-    _team_or_skip()
+    team_or_skip()
     ids = list(range(2, 12))
     kw = dict(max_new_tokens=24, eos_token_id=[], vocab=tiny_pair.shared_vocab)
     quiet = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=2, **kw)

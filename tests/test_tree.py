@@ -21,7 +21,7 @@ from specviz.sampling import Sampler
 from specviz.tiny import tiny_model
 from specviz.tree import ROOT, DraftTree, draft_mask, draft_tree, tree_decode, tree_step, verify_mask, verify_tree
 from specviz.tree_records import TreeRun
-from busy import busy_programs
+from busy import busy_programs, team_or_skip
 from stats import passes, total_variation
 from tiny import hf_greedy, tiny_gpt2, tiny_qwen
 
@@ -456,11 +456,9 @@ def test_a_tree_runs_time_leaves_out_the_waits_for_a_core():
     import os
     import time
 
-    from specviz import devqueue
     from specviz.errors import SpecvizError
 
-    if not devqueue.team("cpu"):
-        pytest.skip("no worker team here (one core, another OpenMP runtime, or no /proc schedstat)")
+    team_or_skip()
     target, draft = close_pair(0.1)
     with busy_programs(os.cpu_count() or 2):
         t0 = time.perf_counter()
