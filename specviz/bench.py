@@ -687,15 +687,10 @@ def markdown(report: dict) -> str:
 
 
 def stalled_line(results: list[dict]) -> str | None:
-    """What the generations' times left out because other programs held the cores (devqueue.PassTime.stalled),
-    once it is explain.STALLED_SHARE of the time counted or more; None otherwise."""
+    """What the generations' times left out because other programs held the cores (explain.stalled_note)."""
     left = sum(sum(r.get("reps_stalled_s", [])) for r in results)
     counted = sum(sum(r["reps_wall_s"]) for r in results)
-    if not (counted > 0 and left >= explain.STALLED_SHARE * counted):
-        return None
-    return (f"Not counted: {left:.1f} s of the generations' {left + counted:.1f} s on the clock, while other "
-            "programs on this machine held the cores their threads were waiting for; the times above leave those "
-            "waits out (README, \"Load from outside the app\").")
+    return explain.stalled_note(left, counted, what="the generations") if counted > 0 else None
 
 
 def _loaded(rows: dict, domain: str, name: str) -> bool:

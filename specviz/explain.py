@@ -598,10 +598,11 @@ def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None) ->
 STALLED_SHARE = 0.05  # waits for a core are mentioned once they were this share of the time counted
 
 
-def stalled_note(run_s: float, run_timed_s: float, base_s=None, base_timed_s=None) -> str | None:
+def stalled_note(run_s: float, run_timed_s: float, base_s=None, base_timed_s=None, *,
+                 what: str = "the run") -> str | None:
     """The sentence that says how much wall time was left out of a run's times (and its target-alone run's)
     because other programs held the cores (devqueue.PassTime.stalled); None when it was under STALLED_SHARE of
-    the time counted."""
+    the time counted. `what` names the timed work (the bench: "the generations")."""
     def num(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -610,7 +611,7 @@ def stalled_note(run_s: float, run_timed_s: float, base_s=None, base_timed_s=Non
 
     parts = []
     if num(run_s) and num(run_timed_s) and run_s >= STALLED_SHARE * run_timed_s and run_s > 0:
-        parts.append(f"{secs(run_s)} of the run")
+        parts.append(f"{secs(run_s)} of {what}")
     if num(base_s) and num(base_timed_s) and base_s >= STALLED_SHARE * base_timed_s and base_s > 0:
         parts.append(f"{secs(base_s)} of the target alone")
     if not parts:
