@@ -1008,6 +1008,15 @@ class LoadWatch:
     def busy(self) -> bool:
         return self.busy_passes > 0 or self.crowded
 
+    def held_since(self, t0: float) -> float:
+        """Seconds since perf_counter() read t0, less the waits for a core of the passes watched: a round's
+        round_s."""
+        return time.perf_counter() - t0 - self.stalled_s
+
+    def record(self) -> dict:
+        """A round's load record (records.LOAD_FIELDS): whether it ran under outside load, and the wait left out."""
+        return {"outside_load": self.busy, "stalled_s": self.stalled_s}
+
     def note(self) -> LoadNote | None:
         """The LoadNote of these passes, or None when none was under outside load."""
         if not self.busy:

@@ -292,8 +292,7 @@ def step(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[
         target_argmax=argmax, overlap=overlap,
         entropy=_entropy(p), residual_top=_topk(d.residual) if d.residual is not None else None,
         greedy=sampler.greedy, draft_s=sum(prop.step_s), verify_s=verify_s,
-        round_s=time.perf_counter() - t0 - load.stalled_s, prefill_tokens=prefill, outside_load=load.busy,
-        stalled_s=load.stalled_s,
+        round_s=load.held_since(t0), prefill_tokens=prefill, **load.record(),
     )
     return rnd, hit_eos
 
@@ -506,8 +505,8 @@ def _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, s
             index=index, k=0, drafted=[], q_drafted=[], p_drafted=[], u=[], ratio=[], accepted=[],
             n_accepted=0, emitted=[tok], extra_id=tok, extra_kind="target", p_top=[_topk(p[0])], q_top=[],
             target_argmax=[am], overlap=[], entropy=_entropy(p), residual_top=None,
-            greedy=sampler.greedy, draft_s=0.0, verify_s=dt, round_s=time.perf_counter() - t_round - load.stalled_s,
-            prefill_tokens=prefill, outside_load=load.busy, stalled_s=load.stalled_s,
+            greedy=sampler.greedy, draft_s=0.0, verify_s=dt, round_s=load.held_since(t_round),
+            prefill_tokens=prefill, **load.record(),
         )
         return rnd, tok in eos
 

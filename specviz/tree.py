@@ -413,8 +413,8 @@ def tree_step(target: CachedLM, draft: CachedLM, ids: list[int], sampler: Sample
         path=list(w.path), emitted=emitted, extra_id=extra, extra_kind=kind,
         p_top=_topk_rows(p), q_top=q_top, target_argmax=torch.argmax(logits, dim=-1).tolist(),
         residual_top=_topk(w.residual) if w.residual is not None else None, greedy=sampler.greedy,
-        draft_s=list(tree.step_s), verify_s=verify_s, round_s=time.perf_counter() - t0 - load.stalled_s,
-        prefill_tokens=prefill, outside_load=load.busy, stalled_s=load.stalled_s,
+        draft_s=list(tree.step_s), verify_s=verify_s, round_s=load.held_since(t0),
+        prefill_tokens=prefill, **load.record(),
     )
     return rnd, hit_eos
 
