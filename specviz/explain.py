@@ -19,6 +19,7 @@ streamlit, no models.
   forward_cost_verdict, dtype_comparison, bandwidth_verdict, batch_verdict   why it is fast
   exactness_verdict, tv_verdict            greedy identity and the sampled distribution
   precision_rows, precision_verdict        draft precisions side by side
+  drafter_words, k_words                   the draft, and how a run chose k, as headers and captions say them
   other_settings                           a kept result measured with other settings than those on screen
   gpu_advice                               a pair too small to win on a GPU, and a pair that can
 """
@@ -569,6 +570,14 @@ def drafter_words(precision: str, head: str = "full") -> str:
         words += (f", proposing among its {int(head.split('-', 1)[1]):,} most written tokens and the "
                   f"prompt's and the reply's own")
     return words
+
+
+K_POLICY_WORDS = {"adaptive": " (adaptive)", "best": " (best-k chooser, starting k)"}  # engine k_policy -> words
+
+
+def k_words(k: int, k_policy: str) -> str:
+    """How a run's k is named in headers and captions: "k=4", or "k=4 (best-k chooser, starting k)"."""
+    return f"k={k}" + K_POLICY_WORDS.get(k_policy, "")
 
 
 def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None) -> str | None:

@@ -326,16 +326,20 @@ class RecordSpec:
     seed: int = 0
     k: int = 4
     top_p: float = 1.0
+    k_policy: str = "fixed"  # the lessons read fixed-k rounds (lessons.K) from the other recordings
 
 
 DEFAULT_RECORDINGS = [
+    # the main page's first live run, as Run makes it: its prompt, k policy and length
+    RecordSpec("first-run-greedy", FIRST_RUN.preset, k=FIRST_RUN.k, k_policy=FIRST_RUN.k_policy),
     RecordSpec("capital-of-france-greedy", "The capital of France"),
     RecordSpec("code-greedy", "Python function"),
     RecordSpec("creative-greedy", "Creative story"),
     RecordSpec("creative-sampling-t1", "Creative story", temperature=1.0, seed=1),
 ]
-# what "Recorded runs" plays first: the recording of the main page's first live run's prompt, greedy
-FIRST_RECORDING = next(s.name for s in DEFAULT_RECORDINGS if s.preset == FIRST_RUN.preset and s.temperature == 0)
+# what "Recorded runs" plays first: the recording of the main page's first live run
+FIRST_RECORDING = next(s.name for s in DEFAULT_RECORDINGS if s.preset == FIRST_RUN.preset and s.temperature == 0
+                       and (s.k, s.k_policy) == (FIRST_RUN.k, FIRST_RUN.k_policy))
 
 
 def list_recorded(folder: Path | str = RECORDED_DIR) -> list[Recording]:
@@ -370,7 +374,7 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
       python -c "from specviz import models, runfile; runfile.record_presets(models.load_pair())"
     """
     from .engine import speculative_decode
-    from .explain import drafter_words
+    from .explain import drafter_words, k_words
     from .prompts import encode, preset
 
     out = Path(out_dir)
@@ -381,15 +385,16 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
     for s in specs:
         p = preset(s.preset)
         ids = encode(tok, p.text, p.chat)
-        kw = dict(k=s.k, temperature=s.temperature, top_p=s.top_p, max_new_tokens=max_new_tokens, seed=s.seed,
-                  eos_token_id=pair.eos_token_ids)
+        kw = dict(k=s.k, k_policy=s.k_policy, temperature=s.temperature, top_p=s.top_p,
+                  max_new_tokens=max_new_tokens, seed=s.seed, eos_token_id=pair.eos_token_ids)
         # a short warm-up so one-time costs do not land in the recorded timings
         speculative_decode(pair.target, pair.drafter(), ids, **{**kw, "max_new_tokens": 2}, vocab=pair.shared_vocab)
         run = speculative_decode(pair.target, pair.drafter(), ids, **kw, vocab=pair.shared_vocab)
         run.settings["drafter"] = drafter_words(pair.draft_precision, pair.draft_head_name)  # the replay's header
         base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
         temp = "greedy" if is_greedy(s.temperature) else f"temperature {s.temperature:g}, seed {s.seed}"
-        title = f"{p.name} · {temp} · k={s.k} · {pair.name} ({run.device}, {run.dtype}, {pair.draft_precision} draft)"
+        title = (f"{p.name} · {temp} · {k_words(s.k, s.k_policy)} · {pair.name} "
+                 f"({run.device}, {run.dtype}, {pair.draft_precision} draft)")
         d = _round_floats(export_dict(run, decode, p.text, pair.name, title, base, chat=p.chat))
         path = out / f"{s.name}.json"
         path.write_text(json.dumps(d, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")

@@ -471,7 +471,7 @@ def test_the_first_recording_is_the_first_runs_prompt_and_shows_the_effect():
     """"Recorded runs" plays first the recording of the prompt the first live run uses (a room with no models
     sees the lesson first, its exceptions one click away): recorded with the default draft, faster than the
     target alone and with the same text."""
-    from specviz import prompts, quant, runfile
+    from specviz import explain, prompts, quant, runfile
 
     at = new_app()
     at.radio(key="main.source").set_value("Recorded runs (no model needed)").run()
@@ -479,6 +479,11 @@ def test_the_first_recording_is_the_first_runs_prompt_and_shows_the_effect():
     rec = recs[at.selectbox(key="main.recording").value]
     first = prompts.preset(prompts.FIRST_RUN.preset)
     assert rec.prompt_text == first.text and rec.run.decode.greedy
+    # the first live run itself, as Run makes it: its k policy and length too (the other recordings are fixed k)
+    fr = prompts.FIRST_RUN
+    assert (rec.run.decode.k, rec.run.decode.k_policy, rec.run.decode.max_new_tokens) == (fr.k, fr.k_policy,
+                                                                                          fr.max_new_tokens)
+    assert any(explain.k_words(fr.k, fr.k_policy) in c.value for c in at.sidebar.caption)
     assert rec.run.settings["drafter"] == f"{quant.default_precision('cpu')} draft model"
     assert rec.baseline["speedup"] > 1 and rec.baseline["identical"] is True
     # every shipped recording names its draft, as the live header does

@@ -52,8 +52,8 @@ def test_the_shipped_recordings_read_their_settings():
     assert len(recs) == len(runfile.DEFAULT_RECORDINGS)
     for rec in recs:
         spec = next(r for r in runfile.DEFAULT_RECORDINGS if r.name == rec.name)
-        assert rec.run.decode == DecodeSettings(k=spec.k, temperature=spec.temperature, top_p=spec.top_p,
-                                                max_new_tokens=48, seed=spec.seed)
+        assert rec.run.decode == DecodeSettings(k=spec.k, k_policy=spec.k_policy, temperature=spec.temperature,
+                                                top_p=spec.top_p, max_new_tokens=48, seed=spec.seed)
 
 
 def test_the_target_alone_baseline_of_a_run_without_max_new_tokens_uses_the_one_default():

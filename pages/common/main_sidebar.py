@@ -8,7 +8,7 @@ from typing import Any
 import streamlit as st
 
 from pages.common import ui
-from specviz import claims, limits, playback, prompts, runfile
+from specviz import claims, explain, limits, playback, prompts, runfile
 from specviz.settings import DecodeSettings, is_greedy
 
 S = st.session_state
@@ -70,7 +70,8 @@ def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None]:
                           index=names.index(runfile.FIRST_RECORDING) if runfile.FIRST_RECORDING in names else 0)
     recording = by_name[chosen]
     rs = recording.run
-    sb.caption(f"Recorded with {recording.pair} on {rs.device}, {rs.dtype}: k={rs.decode.k}, "
+    sb.caption(f"Recorded with {recording.pair} on {rs.device}, {rs.dtype}: "
+               f"{explain.k_words(rs.decode.k, rs.decode.k_policy)}, "
                f"temperature {rs.decode.temperature}, seed {rs.decode.seed}, "
                f"{len(rs.token_ids)} tokens. No model is loaded to replay it.")
     return False, recording, None, None, None

@@ -15,7 +15,6 @@ from specviz import charts, claims, explain, models, playback, render, runfile
 from specviz.errors import SpecvizError
 
 S = st.session_state
-POLICY_NOTE = {"adaptive": " (adaptive)", "best": " (best-k chooser, starting k)"}
 LOG_TAIL = 30  # rounds in the round log while animating (the whole log is drawn at the end)
 # presenter mode draws the round log in the room's type (ui.table) up to this many rows; a longer log stays a
 # dataframe, whose canvas scrolls but whose 14-pixel type does not grow
@@ -67,7 +66,7 @@ class Placeholders:
             where = f"replay of {render.md_text(m.get('title') or m.get('origin'))} · no model loaded"
         mode = "greedy" if s.greedy else f"temperature {s.temperature}, top-p {s.top_p}"
         drafter = render.md_text(m.get("drafter") or job.settings.get("drafter", ""))
-        kdesc = f"k={s.k}" + POLICY_NOTE.get(s.k_policy, "")
+        kdesc = explain.k_words(s.k, s.k_policy)
         total = f"/{job.total}" if job.total else ""
         self.head.caption(f"**{where}** · drafter: {drafter} · {kdesc} · {mode} · seed {s.seed} · "
                           f"round {len(job.rounds)}{total}" + (" · ✔ finished" if job.done else ""))
