@@ -97,15 +97,16 @@ def test_time_breakdown_says_what_waits_for_a_core_were_left_out(models):
     base = runfile.baseline_summary(run, autoregressive_decode(target, PROMPT, max_new_tokens=16, eos_token_id=[]),
                                    1.0, None)
     quiet = dataclasses.replace(run, rounds=[dataclasses.replace(r, stalled_s=0.0) for r in run.rounds])
-    assert "Not counted" not in explain.time_breakdown(quiet, {**base, "base_stalled_s": 0.0})  # the real run's own
-    # waits are whatever this machine's load made them (tiny passes: 23 ms of them beside a test run)
+    # zeroed: the real run's own waits are whatever this machine's load made them (23 ms of a tiny run, quiet)
+    assert "Not counted" not in explain.time_breakdown(quiet, {**base, "base_stalled_s": 0.0})
     waited = dataclasses.replace(run, rounds=[dataclasses.replace(r, stalled_s=r.round_s) for r in run.rounds])
     text = explain.time_breakdown(waited, {**base, "base_stalled_s": 2 * base["base_decode_s"]})
     assert f"Not counted: {1000 * waited.stalled_s:.0f} ms of the run and {2000 * base['base_decode_s']:.0f} ms " \
            "of the target alone, while other programs" in text
     assert explain.stalled_note(2.5, 4.0).startswith("Not counted: 2.5 s of the run, while")
     small = dataclasses.replace(run, rounds=[dataclasses.replace(r, stalled_s=0.01 * r.round_s) for r in run.rounds])
-    assert "Not counted" not in explain.time_breakdown(small, {**base, "base_stalled_s": 0.0})  # 1 %: a quiet machine's own
+    quiet_base = {**base, "base_stalled_s": 0.0}
+    assert "Not counted" not in explain.time_breakdown(small, quiet_base)  # 1 %: a quiet machine's own
     assert explain.stalled_note(0.0, 1.0, 0.3, 3.0) == explain.stalled_note(0.0, 1.0, 0.3, 3.0) is not None
     assert explain.stalled_note(0.0, 1.0, "x", 3.0) is None  # a file's bad value says nothing
 
