@@ -194,11 +194,15 @@ def test_presenter_mode_round_log_in_the_rooms_type():
     assert list(shown["drafted"]) == [render.md_text(d) for d in drafted]
     at.number_input(key="main.round_no").set_value(1).run()
     assert not at.exception and any(s.value == "Round 1 in detail" for s in at.subheader)
-    # a log longer than the room's table stays a dataframe, which scrolls
+    # a log longer than the room's table: its last rows, in the room's type, and the page says which
     main_view.PRESENTER_LOG_ROWS, old = n - 1, main_view.PRESENTER_LOG_ROWS
     try:
         at.run()
-        assert log_rounds(at.dataframe) == [list(range(1, n + 1))] and log_rounds(at.table) == []
+        assert log_rounds(at.table) == [list(range(2, n + 1))] and log_rounds(at.dataframe) == []
+        assert any(f"The last {n - 1} of {n} rounds (rounds 2–{n})" in c.value for c in at.caption)
+        assert not any("Round 1: passes also read the prompt" in c.value for c in at.caption)  # not shown
+        at.number_input(key="main.round_no").set_value(1).run()  # a round not in the table is still picked
+        assert not at.exception and any(s.value == "Round 1 in detail" for s in at.subheader)
     finally:
         main_view.PRESENTER_LOG_ROWS = old
 

@@ -16,8 +16,8 @@ from specviz.errors import SpecvizError
 
 S = st.session_state
 LOG_TAIL = 30  # rounds in the round log while animating (the whole log is drawn at the end)
-# presenter mode draws the round log in the room's type (ui.table) up to this many rows; a longer log stays a
-# dataframe, whose canvas scrolls but whose 14-pixel type does not grow
+# presenter mode draws the round log in the room's type (ui.table), its last this many rows: a dataframe's canvas
+# scrolls, but its 14-pixel type does not grow, and any round can be picked by number below the log
 PRESENTER_LOG_ROWS = 50
 
 
@@ -84,13 +84,16 @@ class Placeholders:
         with self.log.container():
             st.subheader("Round log")
             rows = render.round_log_rows(run, decoder(job), last=last)
-            if ui.presenter() and len(rows) <= PRESENTER_LOG_ROWS:  # on a projector: the room's type
+            if ui.presenter():  # on a projector: the room's type
+                shown = rows[-PRESENTER_LOG_ROWS:]
+                part = (f" The last {len(shown)} of {len(rows)} rounds (rounds {shown[0]['round']}–"
+                        f"{shown[-1]['round']})." if len(shown) < len(rows) else "")
                 # the notes (round 1 read the prompt) go above the table: as a column in the room's type they
                 # would run past a 1024-pixel projector's edge
-                notes = "".join(f" Round {r['round']}: {note}." for r in rows if (note := r.pop("note")))
+                notes = "".join(f" Round {r['round']}: {note}." for r in shown if (note := r.pop("note")))
                 pick = " Type a round number below to see that round's probabilities." if last is None else ""
-                st.caption("One row per round: one target forward pass each." + pick + notes)
-                ui.table(pd.DataFrame(rows), hide_index=True)
+                st.caption("One row per round: one target forward pass each." + part + pick + notes)
+                ui.table(pd.DataFrame(shown), hide_index=True)
             elif last is None:  # the finished log: a row can be chosen
                 st.caption("One row per round: one target forward pass each. Click a row (or type a round number "
                            "below) to see that round's probabilities.")

@@ -230,7 +230,7 @@ def table(data, room_columns: int | None = None, **kw):
 
     In presenter mode a table drawn whole (no selection, no fixed height) is an HTML table in the room's type:
     st.dataframe draws on a canvas whose 14-pixel type does not grow with the page's. A table with rows to
-    pick, or one that scrolls (a round log longer than main_view.PRESENTER_LOG_ROWS), stays a dataframe.
+    pick, or one that scrolls (a fixed height), stays a dataframe.
     room_columns: a wide table (rows as dicts) shows only its first room_columns columns there, and says which
     the desk view adds: in the room's type it would scroll sideways on a 1024-pixel projector."""
     if presenter() and "on_select" not in kw and "height" not in kw:
