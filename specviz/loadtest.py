@@ -19,8 +19,8 @@ It reports the total wall time against the sum of the solo model times (the
 queue wastes nothing when this is near 1), each session's measured speedup
 against the solo one, the longest wait between two rounds of one session (from
 the server's trace of its device queue, which also gives how much of the wall
-the device was held, and how long one token of the target alone held it, at once and alone), and
-whether every greedy text equals the solo text.
+the device was held, and how long one token of the target alone held it, at once and alone),
+whether every greedy text equals the solo text, and how many pages left waits for a core out of their times.
 Every wait is bounded (--timeout for the whole test). The default settings of the page are used;
 --max-new changes only the number of new tokens. The browsers stand in for laptops, which draw on cores
 of their own: they run lowered, capped, and by default only while the server is idle (BrowserGate;
@@ -104,6 +104,7 @@ _READ = """() => {
           draft_s: dec ? +dec[2] : null, verify_s: dec ? +dec[3] : null,
           drafted: document.querySelectorAll('.sv-text [data-state="accepted"], .sv-text [data-state="rejected"]').length,
           outside_load: body.includes('Taken under outside load'),
+          left_out: (body.match(/Not counted: (.*?), while other programs/) || [null, null])[1],
           error: body.includes('The run stopped early') || !!document.querySelector('[data-testid="stException"]'),
           text: text && finished ? committed(text) : ''};
 }"""
@@ -119,6 +120,7 @@ class SessionResult:
     base_s: float | None = None  # the target-alone run's model time (new tokens / its tokens per second)
     speedup: float | None = None
     outside_load: bool = False
+    left_out_s: float = 0.0  # waits for a core the page's times left out (its run's and its target alone's)
     error: bool = False
     finished_s: float | None = None  # seconds from the first Run click to this page's speed figures
     rounds: list[tuple[float, int]] = field(default_factory=list)  # (seconds, round shown) at each change
@@ -143,6 +145,11 @@ def _number(s: str | None) -> float | None:
         return None
 
 
+def _left_out_s(words: str | None) -> float:
+    """Seconds in the page's "Not counted: 1.2 s of the run and 350 ms of the target alone" (explain.stalled_note)."""
+    return sum(float(v) / (1000 if unit == "ms" else 1) for v, unit in re.findall(r"([\d.]+) (ms|s) of ", words or ""))
+
+
 def _all_figures(shown: dict) -> bool:
     """Every figure the report needs is on the page (a page drawn again shows them one by one)."""
     return all(shown[k] is not None for k in ("speed", "base_rate", "tokens", "decode_s"))
@@ -160,6 +167,7 @@ def fill_result(res: SessionResult, shown: dict) -> None:
     rate, n = _number(shown["base_rate"]), _number(shown["tokens"])
     res.base_s = n / rate if rate and n else None
     res.outside_load, res.error = shown["outside_load"], shown["error"]
+    res.left_out_s = _left_out_s(shown.get("left_out"))
 
 
 def _free_port() -> int:
@@ -637,6 +645,7 @@ class Batch:
                                                             max((r.longest_gap_s for r in self.together),
                                                                 default=0.0)),
             "outside_load_flagged": [r.outside_load for r in self.together],
+            "left_out_s": [r.left_out_s for r in self.together],
             "errors": sum(r.error for r in self.together),
             # how much of the wall the device was held for, by anyone: the rest it stood idle while pages drew,
             # slept between animated rounds or waited for a browser
@@ -730,6 +739,7 @@ class Report:
             "longest_gap_between_rounds_s": max(p["longest_gap_between_rounds_s"] for p in per),
             "texts_identical_to_solo": all(r.text == self.solo.text for r in self.together + self.solos),
             "outside_load_flagged": [v for p in per for v in p["outside_load_flagged"]],
+            "left_out_s": [v for p in per for v in p["left_out_s"]],
             "errors": total("errors"),
             "browser_processes_at_nice": (self.browser_processes_lowered, BROWSER_NICE),
             "browsers_cpu_cap": self.browser_cpu,
@@ -782,7 +792,10 @@ class Report:
              else "at the server: no trace of the device queue was read"),
             f"longest wait between two rounds of one session: {s['longest_gap_between_rounds_s']:.1f} s",
             f"every text identical to the solo text: {s['texts_identical_to_solo']}",
-            f"pages that flagged outside load: {sum(s['outside_load_flagged'])}; pages with an error: {s['errors']}",
+            f"pages that flagged outside load: {sum(s['outside_load_flagged'])}; "
+            f"that left waits for a core out of their times: {sum(v > 0 for v in s['left_out_s'])}"
+            + (f" (up to {max(s['left_out_s']):.1f} s)" if any(s["left_out_s"]) else "")
+            + f"; pages with an error: {s['errors']}",
             f"browser processes at nice {BROWSER_NICE}: {self.browser_processes_lowered} (and their children); "
             + (f"all browsers capped at {self.browser_cpu:.2f} of a core" if self.browser_cpu is not None
                else "no cap on the browsers' CPU (no cgroup could be made here)")

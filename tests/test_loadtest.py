@@ -56,7 +56,7 @@ def test_a_page_is_read_as_its_committed_text_without_refused_drafts_or_bonus_ma
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
     from playwright.sync_api import sync_playwright
 
-    from specviz import autoregressive_decode, loadtest, speculative_decode
+    from specviz import autoregressive_decode, explain, loadtest, speculative_decode
     from specviz.render import tokens_html
     from tiny import tiny_qwen
 
@@ -78,6 +78,13 @@ def test_a_page_is_read_as_its_committed_text_without_refused_drafts_or_bonus_ma
             assert loadtest.read(page)["text"] == "prompt " + "".join(decode(t) for r in rounds for t in r.emitted)
             page.set_content(html)  # not finished: no text is read yet
             assert loadtest.read(page)["text"] == ""
+            # the waits for a core the page's times left out, as the page says them (explain's sentence)
+            for note, left in ((explain.stalled_note(1.5, 10.0, 0.25, 2.0), 1.75),
+                               (explain.stalled_note(0.0, 10.0, 3.0, 20.0), 3.0), ("", 0.0)):
+                page.set_content(f"<div>{html}<p>Where the time went: ... {note}</p></div>")
+                res = loadtest.SessionResult()
+                loadtest.fill_result(res, loadtest.read(page))
+                assert res.left_out_s == pytest.approx(left), note
         finally:
             browser.close()
 
