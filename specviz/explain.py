@@ -625,8 +625,9 @@ def stalled_note(run_s: float, run_timed_s: float, base_s=None, base_timed_s=Non
         parts.append(f"{secs(base_s)} of the target alone")
     if not parts:
         return None
-    return (f"Not counted: {' and '.join(parts)}, while other programs on this machine held the cores the "
-            "model's threads were waiting for. The times above are what the passes took less those waits.")
+    return (f"Not counted: {' and '.join(parts)}, while other work held the cores the model's threads were "
+            "waiting for (other programs on this machine, or other sessions' pages drawn by this server). The "
+            "times above are what the passes took less those waits.")
 
 
 def gpu_advice(device: str, speedup: float | None, suggestion=None) -> str | None:

@@ -104,7 +104,7 @@ _READ = """() => {
           draft_s: dec ? +dec[2] : null, verify_s: dec ? +dec[3] : null,
           drafted: document.querySelectorAll('.sv-text [data-state="accepted"], .sv-text [data-state="rejected"]').length,
           outside_load: body.includes('Taken under outside load'),
-          left_out: (body.match(/Not counted: (.*?), while other programs/) || [null, null])[1],
+          left_out: (body.match(/Not counted: (.*?), while other work/) || [null, null])[1],
           error: body.includes('The run stopped early') || !!document.querySelector('[data-testid="stException"]'),
           text: text && finished ? committed(text) : ''};
 }"""

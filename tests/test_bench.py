@@ -138,7 +138,7 @@ def test_markdown_says_what_the_generations_times_left_out(outputs):
     left = 0.5 * counted + sum(sum(r["reps_stalled_s"]) for r in report["results"][1:])
     text = bench.markdown(report)
     note = explain.stalled_note(left, counted, what="the generations")  # the sentence the pages use, these totals
-    assert note is not None and " of the generations, while other programs" in note and note in text
+    assert note is not None and " of the generations, while other work" in note and note in text
 
 
 def test_a_generation_beside_another_program_is_marked():

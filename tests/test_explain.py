@@ -102,7 +102,7 @@ def test_time_breakdown_says_what_waits_for_a_core_were_left_out(models):
     waited = dataclasses.replace(run, rounds=[dataclasses.replace(r, stalled_s=r.round_s) for r in run.rounds])
     text = explain.time_breakdown(waited, {**base, "base_stalled_s": 2 * base["base_decode_s"]})
     assert f"Not counted: {1000 * waited.stalled_s:.0f} ms of the run and {2000 * base['base_decode_s']:.0f} ms " \
-           "of the target alone, while other programs" in text
+           "of the target alone, while other work" in text
     assert explain.stalled_note(2.5, 4.0).startswith("Not counted: 2.5 s of the run, while")
     small = dataclasses.replace(run, rounds=[dataclasses.replace(r, stalled_s=0.01 * r.round_s) for r in run.rounds])
     quiet_base = {**base, "base_stalled_s": 0.0}
