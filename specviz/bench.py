@@ -162,10 +162,10 @@ class Sample:
     """One generation of one method: what came out and how long it took."""
 
     tokens: list[int]
-    wall_s: float  # the whole call, prefill included, less the time other programs held its cores
+    wall_s: float  # the whole call, prefill included, less the time other threads held its cores
     run: Any = None  # the engine's Run (None for transformers)
     outside_load: bool = False  # other programs used the CPU meanwhile: its time is not this machine's speed
-    stalled_s: float = 0.0  # wall time left out of wall_s: other programs held the cores its threads waited for
+    stalled_s: float = 0.0  # wall time left out of wall_s: other threads held the cores its threads waited for
 
 
 def _hf_generate(target, ids, max_new_tokens, eos, mode, temperature, seed, assistant=None) -> Sample:
@@ -687,7 +687,7 @@ def markdown(report: dict) -> str:
 
 
 def stalled_line(results: list[dict]) -> str | None:
-    """What the generations' times left out because other programs held the cores (explain.stalled_note)."""
+    """What the generations' times left out because other threads held the cores (explain.stalled_note)."""
     left = sum(sum(r.get("reps_stalled_s", [])) for r in results)
     counted = sum(sum(r["reps_wall_s"]) for r in results)
     return explain.stalled_note(left, counted, what="the generations") if counted > 0 else None

@@ -72,9 +72,10 @@ counts the machine's CPU time in ticks of 10 ms, so other programs' time is judg
 passes: a long pass on its own, short ones (draft steps) summed in each `watch()`, which collects the verdicts of
 the passes made inside it.
 
-Time other programs held the cores is not counted: a CPU pass's time is its wall less the time the model's
+Time other work held the cores is not counted (other programs', or this server's other threads', such as other
+sessions' pages being drawn): a CPU pass's time is its wall less the time the model's
 threads (the worker and its OpenMP team, `team()`) were ready to run but waited for a core (the kernel's run
-delay, /proc/self/task/<tid>/schedstat). The team works in lockstep, so while another program holds one of its
+delay, /proc/self/task/<tid>/schedstat). The team works in lockstep, so while another thread holds one of its
 threads off a core the others spin at the next barrier, and the pass is late by that wait. At most
 MAX_STALL_SHARE of a pass's wall is taken off: past that, several programs may have held several threads off
 at once (their waits overlap, and their sum overstates the delay), and the pass is marked as under outside
@@ -921,7 +922,7 @@ class PassTime(NamedTuple):
 
     @property
     def held(self) -> float:
-        """The pass's time: its wall, less the time other programs held its cores."""
+        """The pass's time: its wall, less the time other threads held its cores."""
         return self.wall - self.stalled
 
 

@@ -398,7 +398,7 @@ def drive(ids: list[int], n_prompt: int, max_new_tokens: int, one_round, out: De
 
     one_round(room, index) -> (round, hit_eos) computes one round and appends its tokens to ids; room is
     how many tokens the run may still add. Yields each round; returns (rounds, stop_reason, busy_s), busy_s
-    being the seconds spent computing rounds, not in the caller between them, nor while other programs held the
+    being the seconds spent computing rounds, not in the caller between them, nor while other threads held the
     cores (each round's stalled_s).
     """
     rounds, stop = [], "max_new_tokens"

@@ -13,7 +13,7 @@ streamlit, no models.
   round_story, zero_accept_note            one round told decision by decision (slow motion)
   round_rows                               one round's decisions as a table, arithmetic written out
   time_breakdown                           where a run's time went, against the target alone
-  stalled_note                             the wall time left out because other programs held the cores
+  stalled_note                             the wall time left out because other threads held the cores
   speedup_verdict, theory_summary          the cost model's prediction against a measurement
   best_k_words                             the model's best k, said to be the bound when it is
   forward_cost_verdict, dtype_comparison, bandwidth_verdict, batch_verdict   why it is fast
@@ -610,7 +610,7 @@ STALLED_SHARE = 0.05  # waits for a core are mentioned once they were this share
 def stalled_note(run_s: float, run_timed_s: float, base_s=None, base_timed_s=None, *,
                  what: str = "the run") -> str | None:
     """The sentence that says how much wall time was left out of a run's times (and its target-alone run's)
-    because other programs held the cores (devqueue.PassTime.stalled); None when it was under STALLED_SHARE of
+    because other threads held the cores (devqueue.PassTime.stalled); None when it was under STALLED_SHARE of
     the time counted. `what` names the timed work (the bench: "the generations")."""
     def num(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

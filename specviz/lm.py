@@ -151,7 +151,7 @@ class CachedLM:
         pass is judged for outside load (devqueue.note_pass).
 
         The clock starts once the device is held, so waiting for a turn is never timed, nor is recording
-        a CUDA graph (a one-off, like loading), nor the time other programs held the cores (PassTime.held).
+        a CUDA graph (a one-off, like loading), nor the time other threads held the cores (PassTime.held).
         """
         with devqueue.hold(self.device):
             sync(self.device)

@@ -73,7 +73,7 @@ class Round:
     round_s: float  # time of the whole round, bookkeeping included
     prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read (the first round: prompt length - 1)
     outside_load: bool = False  # other programs used the CPU during this round's passes (devqueue.note_pass)
-    stalled_s: float = 0.0  # wall time not counted in the times above: other programs held the passes' cores
+    stalled_s: float = 0.0  # wall time not counted in the times above: other threads held the passes' cores
 
     @property
     def rejected(self) -> bool:
@@ -108,7 +108,7 @@ class RunRates:
 
     @property
     def stalled_s(self) -> float:
-        """Wall time not counted in the rounds' times, because other programs held the cores their passes ran
+        """Wall time not counted in the rounds' times, because other threads held the cores their passes ran
         on (devqueue.PassTime.stalled)."""
         return sum(r.stalled_s for r in self.rounds)
 

@@ -97,7 +97,7 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
         "first_difference": measure.first_difference(spec.token_ids, base.token_ids),
         "base_outside_load": base.outside_load_rounds,  # rounds timed while other programs used the CPU
         "base_outside_load_s": base.outside_load_s,  # and their time, a share of base_decode_s
-        "base_stalled_s": base.stalled_s,  # wall time not in base_decode_s: other programs held the cores
+        "base_stalled_s": base.stalled_s,  # wall time not in base_decode_s: other threads held the cores
     }  # fmt: skip
 
 

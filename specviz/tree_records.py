@@ -51,7 +51,7 @@ class TreeRound:
     round_s: float
     prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read
     outside_load: bool = False  # other programs used the CPU during this round's passes (devqueue.note_pass)
-    stalled_s: float = 0.0  # wall time not counted in the times above: other programs held the passes' cores
+    stalled_s: float = 0.0  # wall time not counted in the times above: other threads held the passes' cores
 
     @property
     def n_nodes(self) -> int:
