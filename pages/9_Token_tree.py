@@ -102,6 +102,7 @@ def show_rounds(pb, fresh) -> None:
     clicked = [p.get("customdata") for p in (event.selection.points if event else [])]
     if clicked and isinstance(clicked[0], int) and 0 <= clicked[0] < r.n_nodes:
         st.session_state[f"tree.node.{r.index}"] = clicked[0]
+    st.markdown(explain.tree_round_summary(r, decode))
     st.markdown(render.legend_html(("accepted", "correction", "bonus")), unsafe_allow_html=True)
     st.caption("In a tree, the bonus comes when the accepted path reaches a leaf: the whole branch was accepted.")
     st.markdown(tree_lab.text_html(pb.prompt_text, rounds, decode, reply=pb.reply),

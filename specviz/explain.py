@@ -9,7 +9,7 @@ streamlit, no models.
   ACCEPT_TEST, ACCEPT_RULE, accept_check   the sampling acceptance test, as sampling.accept_token does it
   num, tok, tok_md, format_bytes, count    numbers, tokens (tok_md inside markdown), byte counts, "3 rounds"
   rounds_are_passes                        "3 rounds = 3 target passes"
-  round_summary                            one round in one sentence (the main page)
+  round_summary, tree_round_summary        one round, chain or tree, in one sentence (main page, Token tree)
   round_story, zero_accept_note            one round told decision by decision (slow motion)
   round_rows                               one round's decisions as a table, arithmetic written out
   time_breakdown                           where a run's time went, against the target alone
@@ -35,6 +35,7 @@ import numpy as np
 from . import claims, measure
 from .errors import InvalidSetting
 from .records import Round, Run
+from .tree_records import TreeRound
 from .render import md_code, md_text, visible
 from .theory import NOISE_SPREADS, TVNoise, expected_speedup, expected_tokens, expected_tokens_over, flat_until
 
@@ -537,27 +538,48 @@ def precision_verdict(results) -> str:
 
 
 
+def code_tok(tid: int, decode: Decode) -> str:
+    """A token as inline code in a markdown sentence (the round summaries)."""
+    return md_code(visible(decode(tid)))
+
+
+def _also_read(prefill_tokens: int) -> str:
+    """After a verify pass's time: that the pass also read the prompt (the first round)."""
+    return f", a pass that also read the prompt's {count(prefill_tokens, 'earlier token')}" if prefill_tokens else ""
+
+
 def round_summary(r: Round, decode: Decode) -> str:
     """One sentence on what happened in a round (markdown)."""
-
-    def q(t: int) -> str:
-        return md_code(visible(decode(t)))
-
     if r.k == 0:
         lead = "The drafter found nothing to propose, so the target made one token itself"
-        tail = f": {q(r.extra_id)}." if r.extra_id is not None else "."
+        tail = f": {code_tok(r.extra_id, decode)}." if r.extra_id is not None else "."
         return f"**Round {r.index + 1}.** {lead}{tail}"
-    also = (f", a pass that also read the prompt's {count(r.prefill_tokens, 'earlier token')}"
-            if r.prefill_tokens else "")
     parts = [f"**Round {r.index + 1}.** Drafted {count(r.k, 'token')} "
              f"({r.draft_s * 1000:.0f} ms), the target checked {'them all' if r.k > 1 else 'it'} in **one** pass "
-             f"({r.verify_s * 1000:.0f} ms{also}): {r.n_accepted} accepted"]
+             f"({r.verify_s * 1000:.0f} ms{_also_read(r.prefill_tokens)}): {r.n_accepted} accepted"]
     if r.rejected:
-        parts.append(f", {q(r.drafted[r.n_accepted])} rejected")
+        parts.append(f", {code_tok(r.drafted[r.n_accepted], decode)} rejected")
     if r.extra_kind == "correction":
-        parts.append(f", the target's correction {q(r.extra_id)}")
+        parts.append(f", the target's correction {code_tok(r.extra_id, decode)}")
     elif r.extra_kind == "bonus":
-        parts.append(f", all accepted so the target adds a bonus token {q(r.extra_id)}")
+        parts.append(f", all accepted so the target adds a bonus token {code_tok(r.extra_id, decode)}")
+    parts.append(f" → **{count(len(r.emitted), 'new token')}** for one target pass.")
+    return "".join(parts)
+
+
+def tree_round_summary(r: TreeRound, decode: Decode) -> str:
+    """One sentence on a tree round (markdown): what was drafted and in how many draft passes, the one
+    verify pass over every node, and what it kept; with each step's time, as round_summary gives a chain's."""
+
+    checked = "every node" if r.n_nodes > 1 else "it"
+    parts = [f"**Round {r.index + 1}.** Drafted {count(r.n_nodes, 'node')} in "
+             f"{count(len(r.draft_s), 'draft pass', 'draft passes')} ({sum(r.draft_s) * 1000:.0f} ms), the target "
+             f"checked {checked} in **one** pass ({r.verify_s * 1000:.0f} ms{_also_read(r.prefill_tokens)}): "
+             + (f"a path of {r.n_accepted} accepted" if r.n_accepted else "no node accepted")]
+    if r.extra_kind == "correction":
+        parts.append(f", then the target's correction {code_tok(r.extra_id, decode)}")
+    elif r.extra_kind == "bonus":
+        parts.append(f", to a leaf, so the target adds a bonus token {code_tok(r.extra_id, decode)}")
     parts.append(f" → **{count(len(r.emitted), 'new token')}** for one target pass.")
     return "".join(parts)
 

@@ -69,6 +69,27 @@ def test_round_summary_counts_what_the_round_did(models):
         assert ("rejected" in s) == r.rejected and ("bonus" in s) == (r.extra_kind == "bonus")
 
 
+def test_tree_round_summary_counts_and_times_what_the_round_did(models):
+    from specviz.tree import tree_decode
+
+    rounds = [r for t in (0.0, 1.0) for r in tree_decode(*models, PROMPT, budget=8, branch=2, temperature=t,
+                                                          max_new_tokens=40, seed=3, eos_token_id=[]).rounds]
+    seen = set()
+    for r in rounds:
+        s = explain.tree_round_summary(r, decode)
+        assert s.startswith(f"**Round {r.index + 1}.** Drafted {explain.count(r.n_nodes, 'node')} in "
+                            f"{len(r.draft_s)} draft pass")
+        # each step's own time: every draft pass summed, and the one verify pass
+        assert f"({sum(r.draft_s) * 1000:.0f} ms)" in s and f"**one** pass ({r.verify_s * 1000:.0f} ms" in s
+        assert ("also read the prompt" in s) == (r.prefill_tokens > 0)
+        assert (f"a path of {r.n_accepted} accepted" in s) == (r.n_accepted > 0)
+        assert ("no node accepted" in s) == (r.n_accepted == 0)
+        assert ("bonus" in s) == (r.extra_kind == "bonus") and ("correction" in s) == (r.extra_kind == "correction")
+        assert f"**{explain.count(len(r.emitted), 'new token')}** for one target pass" in s
+        seen |= {r.extra_kind, "none accepted" if r.n_accepted == 0 else "some accepted"}
+    assert {"bonus", "correction", "none accepted", "some accepted"} <= seen  # the rounds cover every case
+
+
 # --- where the time went ----------------------------------------------------------------------
 def test_time_breakdown_quotes_measures_c(models):
     target, draft = models

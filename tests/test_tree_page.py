@@ -71,6 +71,11 @@ def test_rounds_draw_the_engines_tree_and_explain_a_node():
     assert nodes.get("never judged (pruned)", []) == [i for i, v in enumerate(r.verdict) if v == "untried"]
     press(at, "tree.next")
     assert figure(at, "Round 2: a tree of")
+    # the round in one sentence, with its draft passes' and its one verify pass's own times
+    summary = next(m.value for m in at.markdown if m.value.startswith("**Round 2.**"))
+    r2 = run.rounds[1]
+    assert f"Drafted {r2.n_nodes} nodes in {len(r2.draft_s)} draft passes" in summary
+    assert "ms), the target checked every node in **one** pass (" in summary
     # the node picked by default is the end of the path: accepted, in words
     story = " ".join(m.value for m in at.markdown)
     assert "Greedy: the target's top token" in story and "**accepted**" in story
