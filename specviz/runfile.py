@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -109,16 +110,24 @@ def target_alone(target, spec: Run, vocab: int | None = None, warm: bool = True)
     return baseline_of(spec, stream.run)
 
 
+# the targets whose target-alone path this process has warmed (target_alone_stream)
+_WARMED: weakref.WeakSet = weakref.WeakSet()
+
+
 def target_alone_stream(target, spec: Run, vocab: int | None = None, warm: bool = True):
     """The target alone with the spec run's prompt and settings (Run.decode), one token per round, as an
-    engine.DecodeStream: a page keeps it across reruns and goes on where it stopped. `warm` first decodes
-    2 tokens, so one-time costs (allocations, kernel selection) land in neither run. Its Run goes to
-    baseline_of()."""
+    engine.DecodeStream: a page keeps it across reruns and goes on where it stopped. Its Run goes to
+    baseline_of().
+
+    `warm`: the first time this process times this target alone, 2 tokens are decoded first, so one-time
+    costs (allocations, kernel selection) land in neither run. They are paid once per process, so later
+    runs, every session's on a shared server, go straight to the timed run."""
     from .engine import autoregressive_decode, autoregressive_stream
 
     kw = dict(spec.decode.baseline_kwargs(), eos_token_id=spec.eos_token_ids, vocab=vocab)
-    if warm:
+    if warm and target not in _WARMED:
         autoregressive_decode(target, spec.prompt_ids, **{**kw, "max_new_tokens": 2})
+        _WARMED.add(target)
     return autoregressive_stream(target, spec.prompt_ids, **kw)
 
 

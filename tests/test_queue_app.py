@@ -230,6 +230,30 @@ def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp
     assert base["base_token_ids"] == whole["base_token_ids"] and base["identical"] == whole["identical"]
 
 
+def test_the_target_alone_path_is_warmed_once_per_target_not_once_per_run(tmp_path, monkeypatch):
+    """A shared server times the target alone after every session's Run. Its warm-up (2 tokens, the prompt
+    read again) is device time no figure counts, so it is paid the first time only: a workshop's later Runs
+    go straight to the timed tokens. The holds are read from the device queue's trace."""
+    from specviz import devqueue, engine, runfile
+    from tiny import tiny_qwen
+
+    target, draft = tiny_qwen(300), tiny_qwen(301)
+    ids, n = [2, 7, 1, 8], 6
+    spec = engine.speculative_decode(target, draft, ids, k=2, max_new_tokens=n, eos_token_id=[])
+
+    def holds(model) -> int:
+        trace = tmp_path / f"holds-{len(list(tmp_path.iterdir()))}.jsonl"
+        monkeypatch.setattr(devqueue.QUEUE, "trace", str(trace))
+        base = runfile.target_alone(model, spec)
+        monkeypatch.setattr(devqueue.QUEUE, "trace", None)
+        assert base["base_tokens"] == n and base["identical"]
+        return len(trace.read_text().splitlines())
+
+    assert holds(target) == n + 2  # the first time: the 2 warm-up tokens, then one hold per token
+    assert holds(target) == n  # warm now: the timed tokens only
+    assert holds(tiny_qwen(300)) == n + 2  # another model (the same weights, another object) is warmed anew
+
+
 def test_a_target_alone_run_that_failed_in_an_earlier_script_run_is_a_message_not_a_traceback():
     from pages.common import main_view
     from specviz import engine, models, playback
