@@ -462,6 +462,16 @@ class DeviceQueue:
                     return self._ahead(line, w)
             return None
 
+    def others(self, device="cpu", owner: str | None = None) -> int:
+        """How many other owners hold the device or wait for it now; owner: the current session()'s (or, outside
+        one, this thread's, as hold() names it)."""
+        if owner is None:
+            ctx = _owner.get()
+            owner = ctx[0] if ctx else f"thread-{threading.get_ident()}"
+        with self._cond:
+            line = self._line(device_key(device))
+            return len({t.owner for t in (*line.holders, *line.waiting) if t.owner != owner})
+
     def cancel(self, owner: str) -> int:
         """Drop every queued ticket of `owner` (each hold raises Cancelled); return how many.
 

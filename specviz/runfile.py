@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from . import limits, measure, records
+from . import devqueue, limits, measure, records
 from .errors import SpecvizError
 from .prompts import FIRST_RUN
 from .records import MODES, Run, TopK, malformed
@@ -119,13 +119,15 @@ def target_alone_stream(target, spec: Run, vocab: int | None = None, warm: bool 
     engine.DecodeStream: a page keeps it across reruns and goes on where it stopped. Its Run goes to
     baseline_of().
 
-    `warm`: the first time this process times this target alone, 2 tokens are decoded first, so one-time
-    costs (allocations, kernel selection) land in neither run. They are paid once per process, so later
-    runs, every session's on a shared server, go straight to the timed run."""
+    `warm` first decodes 2 tokens, so one-time costs (allocations, kernel selection) and the change from the
+    speculative run's passes land in neither run: always the first time this process times this target
+    alone, and after that while no other session is in line for the device. With others in line, the
+    timed tokens take turns with their rounds anyway, so a warm-up would only keep them waiting."""
     from .engine import autoregressive_decode, autoregressive_stream
 
     kw = dict(spec.decode.baseline_kwargs(), eos_token_id=spec.eos_token_ids, vocab=vocab)
-    if warm and target not in _WARMED:
+    device = next(target.parameters()).device
+    if warm and (target not in _WARMED or not devqueue.QUEUE.others(device)):
         autoregressive_decode(target, spec.prompt_ids, **{**kw, "max_new_tokens": 2})
         _WARMED.add(target)
     return autoregressive_stream(target, spec.prompt_ids, **kw)

@@ -60,6 +60,31 @@ def test_the_device_is_granted_in_the_order_it_was_asked_for():
     assert q.stats()["max_holders"] == 1
 
 
+def test_others_counts_the_other_owners_holding_or_waiting_never_the_asker():
+    q = DeviceQueue(poll_s=0.01, env="")
+    assert q.others("cpu", "me") == 0
+    gate = threading.Event()
+
+    def job(name):
+        with q.hold("cpu", owner=name):
+            gate.wait(10)
+
+    threads = [threading.Thread(target=job, args=(name,)) for name in ("me", "a", "a", "b")]
+    threads[0].start()
+    _wait_until(lambda: q.stats()["holders"] == ["me"])
+    assert q.others("cpu", "me") == 0  # holding the device itself: nobody else
+    for i, t in enumerate(threads[1:]):
+        t.start()
+        _queued(q, i + 1)
+    assert q.others("cpu", "me") == 2 and q.others("cpu", "a") == 2  # owners, not tickets; the holder counts
+    with devqueue.session("b"):
+        assert q.others("cpu") == 2  # the current session's owner by default
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert q.others("cpu", "me") == 0
+
+
 def test_a_short_job_is_not_starved_behind_a_long_sweep_that_yields_per_step():
     q = DeviceQueue(poll_s=0.01, env="")
     steps_done = []

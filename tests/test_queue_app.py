@@ -230,28 +230,48 @@ def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp
     assert base["base_token_ids"] == whole["base_token_ids"] and base["identical"] == whole["identical"]
 
 
-def test_the_target_alone_path_is_warmed_once_per_target_not_once_per_run(tmp_path, monkeypatch):
+def test_the_target_alone_is_warmed_up_unless_other_sessions_wait_for_the_device():
     """A shared server times the target alone after every session's Run. Its warm-up (2 tokens, the prompt
-    read again) is device time no figure counts, so it is paid the first time only: a workshop's later Runs
-    go straight to the timed tokens. The holds are read from the device queue's trace."""
+    read again) is device time no figure counts. It is always run the first time a process times a target,
+    and after that while the device is otherwise idle; with another session in line it is skipped, since
+    the timed tokens take turns with that session's rounds anyway. Passes are counted by a forward hook."""
     from specviz import devqueue, engine, runfile
     from tiny import tiny_qwen
 
-    target, draft = tiny_qwen(300), tiny_qwen(301)
     ids, n = [2, 7, 1, 8], 6
+    target, draft = tiny_qwen(300), tiny_qwen(301)
     spec = engine.speculative_decode(target, draft, ids, k=2, max_new_tokens=n, eos_token_id=[])
 
-    def holds(model) -> int:
-        trace = tmp_path / f"holds-{len(list(tmp_path.iterdir()))}.jsonl"
-        monkeypatch.setattr(devqueue.QUEUE, "trace", str(trace))
-        base = runfile.target_alone(model, spec)
-        monkeypatch.setattr(devqueue.QUEUE, "trace", None)
+    def passes(model, others_waiting: bool) -> int:
+        calls = []
+        hook = model.register_forward_hook(lambda *_: calls.append(1))
+        try:
+            if not others_waiting:
+                base = runfile.target_alone(model, spec)
+            else:  # this session holds the device, and another session waits in line behind it
+                with devqueue.QUEUE.hold("cpu"):
+                    other = threading.Thread(target=lambda: _hold_as("another session"), daemon=True)
+                    other.start()
+                    while "another session" not in devqueue.QUEUE.stats("cpu")["waiting"]:
+                        time.sleep(0.001)
+                    base = runfile.target_alone(model, spec)
+                other.join(10)
+        finally:
+            hook.remove()
         assert base["base_tokens"] == n and base["identical"]
-        return len(trace.read_text().splitlines())
+        return len(calls)
 
-    assert holds(target) == n + 2  # the first time: the 2 warm-up tokens, then one hold per token
-    assert holds(target) == n  # warm now: the timed tokens only
-    assert holds(tiny_qwen(300)) == n + 2  # another model (the same weights, another object) is warmed anew
+    assert passes(target, others_waiting=True) == n + 2  # the first time: warmed up, whoever waits
+    assert passes(target, others_waiting=True) == n  # others in line: straight to the timed tokens
+    assert passes(target, others_waiting=False) == n + 2  # the device otherwise idle: warmed up
+    assert passes(tiny_qwen(300), others_waiting=True) == n + 2  # another model object: its first time
+
+
+def _hold_as(owner: str) -> None:
+    from specviz import devqueue
+
+    with devqueue.session(owner), devqueue.QUEUE.hold("cpu"):
+        pass
 
 
 def test_a_target_alone_run_that_failed_in_an_earlier_script_run_is_a_message_not_a_traceback():
