@@ -213,6 +213,12 @@ def session(owner: str, on_wait: OnWait | None = None) -> Iterator[None]:
         _owner.reset(token)
 
 
+def _current_owner() -> str:
+    """Who a hold made here belongs to: the current session(), or else this thread."""
+    ctx = _owner.get()
+    return ctx[0] if ctx else f"thread-{threading.get_ident()}"
+
+
 def set_session(owner: str, on_wait: OnWait | None = None) -> None:
     """session() for the rest of this context (a page script sets it once per run)."""
     _owner.set((str(owner), on_wait))
@@ -310,8 +316,7 @@ class DeviceQueue:
         what: a label the trace writes with the hold (trace_holds sorts the holds' times by it)."""
         key = device_key(device)
         ctx = _owner.get()
-        if owner is None:
-            owner = ctx[0] if ctx else f"thread-{threading.get_ident()}"
+        owner = _current_owner() if owner is None else owner
         if on_wait is None and ctx is not None:
             on_wait = ctx[1]
         depth = getattr(self._depth, "d", None)
@@ -465,9 +470,7 @@ class DeviceQueue:
     def others(self, device="cpu", owner: str | None = None) -> int:
         """How many other owners hold the device or wait for it now; owner: the current session()'s (or, outside
         one, this thread's, as hold() names it)."""
-        if owner is None:
-            ctx = _owner.get()
-            owner = ctx[0] if ctx else f"thread-{threading.get_ident()}"
+        owner = _current_owner() if owner is None else owner
         with self._cond:
             line = self._line(device_key(device))
             return len({t.owner for t in (*line.holders, *line.waiting) if t.owner != owner})
