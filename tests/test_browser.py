@@ -397,6 +397,8 @@ def test_the_token_tree_page_drafts_verifies_and_colours_a_tree(server, browser,
     _at_least(page, page.locator('.sv-text [data-state="accepted"], .sv-text [data-state="bonus"], '
                                  '.sv-text [data-state="correction"]'))
     _at_least(page, page.locator(".js-plotly-plot"), 3)  # the tree, p vs q at a node, acceptance
+    # the round in a sentence, with its draft passes' and its one verify pass's own times
+    _at_least(page, page.get_by_text(re.compile(r"Drafted \d+ nodes? in \d+ draft pass.* in one pass \(\d+ ms")))
     assert page.locator('[data-testid="stException"]').count() == 0
     _shot(page, shots / "token-tree.png", page.get_by_role("heading", name="The tree").first)
     # clicking a node in the tree picks it in the node box below
