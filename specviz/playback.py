@@ -215,10 +215,15 @@ def load_note(run: Run, baseline: dict | None = None) -> LoadNote | None:
 
 def runs_load_note(runs, what: str) -> LoadNote | None:
     """The LoadNote of several runs' rounds (a sweep's), named "{n} of {what}'s {N} rounds"; None if none."""
-    runs = list(runs)
-    n = sum(run.outside_load_rounds for run in runs)
-    return LoadNote.of(f"{n} of {what}'s {sum(len(run.rounds) for run in runs)} rounds",
-                       sum(run.outside_load_s for run in runs), sum(run.rounds_s for run in runs)) if n else None
+    return rounds_load_note([r for run in runs for r in run.rounds], what)
+
+
+def rounds_load_note(rounds, what: str) -> LoadNote | None:
+    """The LoadNote of some rounds, chain or tree (each with outside_load and round_s), named
+    "{n} of {what}'s {N} rounds"; None if none ran under outside load."""
+    busy = [r for r in rounds if r.outside_load]
+    return LoadNote.of(f"{len(busy)} of {what}'s {len(rounds)} rounds", sum(r.round_s for r in busy),
+                       sum(r.round_s for r in rounds)) if busy else None
 
 
 def now() -> float:
