@@ -548,6 +548,14 @@ def _also_read(prefill_tokens: int) -> str:
     return f", a pass that also read the prompt's {count(prefill_tokens, 'earlier token')}" if prefill_tokens else ""
 
 
+def _round_end(r: Round | TreeRound, decode: Decode, correction: str, bonus: str) -> str:
+    """How a round's sentence ends: its correction or bonus token (in the words given), if it made one, and
+    how many new tokens its one target pass gave."""
+    words = {"correction": correction, "bonus": bonus}.get(r.extra_kind)
+    extra = f", {words} {code_tok(r.extra_id, decode)}" if words else ""
+    return f"{extra} → **{count(len(r.emitted), 'new token')}** for one target pass."
+
+
 def round_summary(r: Round, decode: Decode) -> str:
     """One sentence on what happened in a round (markdown)."""
     if r.k == 0:
@@ -559,11 +567,7 @@ def round_summary(r: Round, decode: Decode) -> str:
              f"({r.verify_s * 1000:.0f} ms{_also_read(r.prefill_tokens)}): {r.n_accepted} accepted"]
     if r.rejected:
         parts.append(f", {code_tok(r.drafted[r.n_accepted], decode)} rejected")
-    if r.extra_kind == "correction":
-        parts.append(f", the target's correction {code_tok(r.extra_id, decode)}")
-    elif r.extra_kind == "bonus":
-        parts.append(f", all accepted so the target adds a bonus token {code_tok(r.extra_id, decode)}")
-    parts.append(f" → **{count(len(r.emitted), 'new token')}** for one target pass.")
+    parts.append(_round_end(r, decode, "the target's correction", "all accepted so the target adds a bonus token"))
     return "".join(parts)
 
 
@@ -576,11 +580,7 @@ def tree_round_summary(r: TreeRound, decode: Decode) -> str:
              f"{count(len(r.draft_s), 'draft pass', 'draft passes')} ({sum(r.draft_s) * 1000:.0f} ms), the target "
              f"checked {checked} in **one** pass ({r.verify_s * 1000:.0f} ms{_also_read(r.prefill_tokens)}): "
              + (f"a path of {r.n_accepted} accepted" if r.n_accepted else "no node accepted")]
-    if r.extra_kind == "correction":
-        parts.append(f", then the target's correction {code_tok(r.extra_id, decode)}")
-    elif r.extra_kind == "bonus":
-        parts.append(f", to a leaf, so the target adds a bonus token {code_tok(r.extra_id, decode)}")
-    parts.append(f" → **{count(len(r.emitted), 'new token')}** for one target pass.")
+    parts.append(_round_end(r, decode, "then the target's correction", "to a leaf, so the target adds a bonus token"))
     return "".join(parts)
 
 
