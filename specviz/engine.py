@@ -38,6 +38,7 @@ from .sampling import Sampler, accept_token, residual, uniform
 from .settings import DecodeSettings, is_greedy
 
 TOP_N = 10  # how many of the most likely tokens are recorded per position
+WARM_TOKENS = 2  # a warm-up run: enough for a prefill and one round
 
 
 # --------------------------------------------------------------------------
@@ -529,3 +530,14 @@ def autoregressive_decode(model, input_ids, *, temperature: float = 0.0, top_p: 
     for _ in stream:
         pass
     return stream.run
+
+
+def warm_up(target, input_ids, draft=None, **kw) -> None:
+    """An untimed run of WARM_TOKENS new tokens, of the target alone or (with a draft) speculative, with the
+    settings of the run about to be timed (kw), so one-time costs (allocations, kernel selection) and the
+    change from whatever the models ran before land in no timed run."""
+    kw = {**kw, "max_new_tokens": WARM_TOKENS}
+    if draft is None:
+        autoregressive_decode(target, input_ids, **kw)
+    else:
+        speculative_decode(target, draft, input_ids, **kw)

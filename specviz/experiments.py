@@ -30,7 +30,7 @@ import torch
 
 from . import devqueue, measure, quant
 from .drafters import ModelDrafter, Proposal
-from .engine import autoregressive_decode, decide, pair_vocab, speculative_decode
+from .engine import autoregressive_decode, decide, pair_vocab, speculative_decode, warm_up
 from .errors import InvalidSetting
 from .lm import CachedLM, sync, vocab_size
 from .records import Run
@@ -322,11 +322,11 @@ def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: floa
     common = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, eos_token_id=eos_token_id,
                   vocab=vocab)
     if warm:
-        autoregressive_decode(target, input_ids, max_new_tokens=2, **common)
+        warm_up(target, input_ids, **common)
     base = autoregressive_decode(target, input_ids, max_new_tokens=max_new_tokens, **common)
     if spec is None:
         if warm:
-            speculative_decode(target, draft, input_ids, k=k, max_new_tokens=2, **common, **kw)
+            warm_up(target, input_ids, draft, k=k, **common, **kw)
         spec = speculative_decode(target, draft, input_ids, k=k, max_new_tokens=max_new_tokens, **common, **kw)
     identical = spec.token_ids == base.token_ids if is_greedy(temperature) else None
     return Comparison(spec, base, measure.speedup(spec, base), identical)

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from . import experiments, lab, measure
-from .engine import autoregressive_decode, autoregressive_stream, speculative_decode, speculative_stream
+from .engine import autoregressive_stream, speculative_stream, warm_up
 from .records import Round, Run
 
 Progress = Callable[[str, "float | None"], None] | None
-WARM_TOKENS = 2  # a warm-up run: enough for a prefill and one round
 POLICIES = ("fixed", "adaptive", "best")
 
 
@@ -65,8 +64,8 @@ def race(target, draft, input_ids, k: int, on_round: Callable[[str, list[Round]]
     on_round(name, rounds so far) is called after each round ("base" or "spec"), to draw it live.
     """
     # warm both paths first so one-time costs land in neither
-    autoregressive_decode(target, input_ids, **{**run_kw, "max_new_tokens": WARM_TOKENS})
-    speculative_decode(target, draft, input_ids, k=int(k), **{**run_kw, "max_new_tokens": WARM_TOKENS})
+    warm_up(target, input_ids, **run_kw)
+    warm_up(target, input_ids, draft, k=int(k), **run_kw)
     streams = {"base": autoregressive_stream(target, input_ids, **run_kw),
                "spec": speculative_stream(target, draft, input_ids, k=int(k), **run_kw)}
     runs = {}
@@ -89,7 +88,7 @@ def replay_schedule(r: Race) -> list[tuple[float, str, int]]:
 
 def compare_policies(target, draft, input_ids, k: int, progress: Progress = None, **run_kw) -> dict[str, Run]:
     """One warmed speculative run for each k policy in POLICIES, all starting at k, same prompt and settings."""
-    speculative_decode(target, draft, input_ids, k=int(k), **{**run_kw, "max_new_tokens": WARM_TOKENS})
+    warm_up(target, input_ids, draft, k=int(k), **run_kw)
     n = int(run_kw.get("max_new_tokens", 64))
     out = {}
     for i, policy in enumerate(POLICIES):

@@ -123,12 +123,12 @@ def target_alone_stream(target, spec: Run, vocab: int | None = None, warm: bool 
     speculative run's passes land in neither run: always the first time this process times this target
     alone, and after that while no other session is in line for the device. With others in line, the
     timed tokens take turns with their rounds anyway, so a warm-up would only keep them waiting."""
-    from .engine import autoregressive_decode, autoregressive_stream
+    from .engine import autoregressive_stream, warm_up
 
     kw = dict(spec.decode.baseline_kwargs(), eos_token_id=spec.eos_token_ids, vocab=vocab)
     device = next(target.parameters()).device
     if warm and (target not in _WARMED or not devqueue.QUEUE.others(device)):
-        autoregressive_decode(target, spec.prompt_ids, **{**kw, "max_new_tokens": 2})
+        warm_up(target, spec.prompt_ids, **kw)
         _WARMED.add(target)
     return autoregressive_stream(target, spec.prompt_ids, **kw)
 
@@ -384,7 +384,7 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
     Regenerate the shipped files with:
       python -c "from specviz import models, runfile; runfile.record_presets(models.load_pair())"
     """
-    from .engine import speculative_decode
+    from .engine import speculative_decode, warm_up
     from .explain import drafter_words, k_words
     from .prompts import encode, preset
 
@@ -399,7 +399,7 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
         kw = dict(k=s.k, k_policy=s.k_policy, temperature=s.temperature, top_p=s.top_p,
                   max_new_tokens=max_new_tokens, seed=s.seed, eos_token_id=pair.eos_token_ids)
         # a short warm-up so one-time costs do not land in the recorded timings
-        speculative_decode(pair.target, pair.drafter(), ids, **{**kw, "max_new_tokens": 2}, vocab=pair.shared_vocab)
+        warm_up(pair.target, ids, pair.drafter(), **kw, vocab=pair.shared_vocab)
         run = speculative_decode(pair.target, pair.drafter(), ids, **kw, vocab=pair.shared_vocab)
         run.settings["drafter"] = drafter_words(pair.draft_precision, pair.draft_head_name)  # the replay's header
         base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
