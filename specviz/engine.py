@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -532,12 +533,26 @@ def autoregressive_decode(model, input_ids, *, temperature: float = 0.0, top_p: 
     return stream.run
 
 
-def warm_up(target, input_ids, draft=None, **kw) -> None:
+# what warm_up has warmed in this process: targets (for the target alone) and drafts (for speculative runs)
+_WARMED: weakref.WeakSet = weakref.WeakSet()
+
+
+def warm_up(target, input_ids, draft=None, **kw) -> bool:
     """An untimed run of WARM_TOKENS new tokens, of the target alone or (with a draft) speculative, with the
     settings of the run about to be timed (kw), so one-time costs (allocations, kernel selection) and the
-    change from whatever the models ran before land in no timed run."""
+    change from whatever the models ran before land in no timed run. True when it ran.
+
+    It always runs the first time this process warms that path (the target alone, or this draft), and after
+    that while no other session holds or waits for the device. With others in line, the timed run's passes
+    take turns with their work anyway, so the change a warm-up would absorb comes before each pass, and a
+    warm-up would only keep them waiting."""
+    key = target if draft is None else draft
+    if key in _WARMED and devqueue.QUEUE.others(_device_of(target)):
+        return False
     kw = {**kw, "max_new_tokens": WARM_TOKENS}
     if draft is None:
         autoregressive_decode(target, input_ids, **kw)
     else:
         speculative_decode(target, draft, input_ids, **kw)
+    _WARMED.add(key)
+    return True

@@ -315,8 +315,8 @@ def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: floa
 
     Both runs see the same (shared) vocabulary, so a target whose embedding
     has padded rows cannot pick an id the speculative run could not. `warm`
-    runs a few tokens of each first so one-time costs (allocations, kernel
-    selection) land in neither measurement. `kw` goes to the speculative run
+    runs a few tokens of each first (engine.warm_up) so one-time costs
+    (allocations, kernel selection) land in neither measurement. `kw` goes to the speculative run
     only (k_policy, ...).
     """
     common = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, eos_token_id=eos_token_id,

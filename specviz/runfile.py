@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from . import devqueue, limits, measure, records
+from . import limits, measure, records
 from .errors import SpecvizError
 from .prompts import FIRST_RUN
 from .records import MODES, Run, TopK, malformed
@@ -110,26 +109,19 @@ def target_alone(target, spec: Run, vocab: int | None = None, warm: bool = True)
     return baseline_of(spec, stream.run)
 
 
-# the targets whose target-alone path this process has warmed (target_alone_stream)
-_WARMED: weakref.WeakSet = weakref.WeakSet()
-
-
 def target_alone_stream(target, spec: Run, vocab: int | None = None, warm: bool = True):
     """The target alone with the spec run's prompt and settings (Run.decode), one token per round, as an
     engine.DecodeStream: a page keeps it across reruns and goes on where it stopped. Its Run goes to
     baseline_of().
 
-    `warm` first decodes 2 tokens, so one-time costs (allocations, kernel selection) and the change from the
-    speculative run's passes land in neither run: always the first time this process times this target
-    alone, and after that while no other session is in line for the device. With others in line, the
-    timed tokens take turns with their rounds anyway, so a warm-up would only keep them waiting."""
+    `warm` first decodes a few tokens (engine.warm_up), so one-time costs (allocations, kernel selection) and
+    the change from the speculative run's passes land in neither run; while other sessions are in line for
+    the device, only the first time this process times this target alone."""
     from .engine import autoregressive_stream, warm_up
 
     kw = dict(spec.decode.baseline_kwargs(), eos_token_id=spec.eos_token_ids, vocab=vocab)
-    device = next(target.parameters()).device
-    if warm and (target not in _WARMED or not devqueue.QUEUE.others(device)):
+    if warm:
         warm_up(target, spec.prompt_ids, **kw)
-        _WARMED.add(target)
     return autoregressive_stream(target, spec.prompt_ids, **kw)
 
 

@@ -267,6 +267,49 @@ def test_the_target_alone_is_warmed_up_unless_other_sessions_wait_for_the_device
     assert passes(tiny_qwen(300), others_waiting=True) == n + 2  # another model object: its first time
 
 
+def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
+    """compare_with_baseline (the Speedup page's sweeps and comparisons, the offline pairs) warms the target
+    alone and the speculative run before timing them. Each path is warmed the first time this process runs
+    it (the target alone per target, speculative per draft) and while the device is otherwise idle; with
+    another session in line it goes straight to the timed runs. Target passes are counted by a forward hook."""
+    from specviz import devqueue, experiments
+    from tiny import tiny_qwen
+
+    ids, n = [2, 7, 1, 8], 6
+    target, draft = tiny_qwen(310), tiny_qwen(311)
+
+    def passes(others_waiting: bool, d=draft, warm: bool = True) -> int:
+        calls = []
+        hook = target.register_forward_hook(lambda *_: calls.append(1))
+
+        def compare():
+            return experiments.compare_with_baseline(target, d, ids, k=2, max_new_tokens=n, eos_token_id=[],
+                                                     warm=warm)
+        try:
+            if not others_waiting:
+                cmp = compare()
+            else:  # this session holds the device, and another session waits in line behind it
+                with devqueue.QUEUE.hold("cpu"):
+                    other = threading.Thread(target=lambda: _hold_as("another session"), daemon=True)
+                    other.start()
+                    while "another session" not in devqueue.QUEUE.stats("cpu")["waiting"]:
+                        time.sleep(0.001)
+                    cmp = compare()
+                other.join(10)
+        finally:
+            hook.remove()
+        assert cmp.identical and len(cmp.base.token_ids) == n
+        return len(calls)
+
+    timed = passes(others_waiting=False, warm=False)  # the timed runs alone
+    both = passes(others_waiting=True)  # the first time: both paths warmed, whoever waits
+    assert both > timed + 2  # the target alone's warm-up reads the prompt and makes a token, then the speculative
+    assert passes(others_waiting=True) == timed  # others in line: straight to the timed runs
+    assert passes(others_waiting=False) == both  # the device otherwise idle: both warmed
+    # another draft's first time: its speculative path is warmed, the target alone (already warmed) is not
+    assert passes(others_waiting=True, d=tiny_qwen(311)) == both - 2
+
+
 def _hold_as(owner: str) -> None:
     from specviz import devqueue
 
