@@ -121,6 +121,7 @@ pick = st.selectbox("Round to inspect", list(range(1, n + 1)), index=n - 1,
 r = rounds[pick - 1]
 for line in explain.round_story(r, decode):
     st.markdown(line)
+lab_ui.timing_notes(rounds, "the run")  # the times above: under outside load? waits left out?
 note = explain.zero_accept_note(r, decode)
 if note:
     st.success(note, icon=":material/check_circle:")

@@ -7,7 +7,7 @@ import streamlit as st
 
 from pages.common import lab_ui, speed_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, explain, lab, limits, measure, models, playback, race, render, theory
+from specviz import charts, explain, lab, limits, measure, models, race, render, theory
 
 ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13))
 
@@ -114,8 +114,7 @@ if st.button("Run the k sweep", key="speed.run_sweep") and ids is not None:
         st.rerun()  # so the model above shows the new measured points
 if sw is not None:
     speed_ui.note_other_settings([cmp.spec for cmp in sw.values()], ids, run_kw)
-    lab_ui.load_warning(playback.runs_load_note([r for cmp in sw.values() for r in (cmp.spec, cmp.base)],
-                                                "the sweep"))
+    lab_ui.timing_notes((r for cmp in sw.values() for run in (cmp.spec, cmp.base) for r in run.rounds), "the sweep")
     rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)
     ui.table(rows, hide_index=True)
     st.caption("Measured speedup: over the rounds after the first, whose passes also read the prompt (what the "
@@ -154,6 +153,7 @@ rc = kept["race"].get()
 if rc is not None:
     speed_ui.note_other_settings([rc.spec], ids, run_kw, k=race_k)
     spec_head.markdown(f"**Speculative** (k = {rc.spec.decode.k})")
+    lab_ui.timing_notes(rc.base.rounds + rc.spec.rounds, "the race")
     show_text("base", rc.base.rounds)
     show_text("spec", rc.spec.rounds)
     ui.show_chart(charts.fig_race(lab.race_points(rc.spec), lab.race_points(rc.base)), "race", key="speed.fig_race")

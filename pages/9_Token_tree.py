@@ -103,12 +103,7 @@ def show_rounds(pb, fresh) -> None:
     if clicked and isinstance(clicked[0], int) and 0 <= clicked[0] < r.n_nodes:
         st.session_state[f"tree.node.{r.index}"] = clicked[0]
     st.markdown(explain.tree_round_summary(r, decode))
-    # the times above are the device's speed only without outside load, and less the waits for a core
-    lab_ui.load_warning(playback.rounds_load_note(rounds, "the tree run"))
-    waited = explain.stalled_note(sum(x.stalled_s for x in rounds), sum(x.round_s for x in rounds),
-                                  what="the tree run")
-    if waited:
-        st.caption(waited)
+    lab_ui.timing_notes(rounds, "the tree run")  # the times above: under outside load? waits left out?
     st.markdown(render.legend_html(("accepted", "correction", "bonus")), unsafe_allow_html=True)
     st.caption("In a tree, the bonus comes when the accepted path reaches a leaf: the whole branch was accepted.")
     st.markdown(tree_lab.text_html(pb.prompt_text, rounds, decode, reply=pb.reply),

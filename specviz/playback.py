@@ -213,11 +213,6 @@ def load_note(run: Run, baseline: dict | None = None) -> LoadNote | None:
     return LoadNote.of(" and ".join(parts), busy, timed) if parts else None
 
 
-def runs_load_note(runs, what: str) -> LoadNote | None:
-    """The LoadNote of several runs' rounds (a sweep's), named "{n} of {what}'s {N} rounds"; None if none."""
-    return rounds_load_note([r for run in runs for r in run.rounds], what)
-
-
 def rounds_load_note(rounds, what: str) -> LoadNote | None:
     """The LoadNote of some rounds, chain or tree (each with outside_load and round_s), named
     "{n} of {what}'s {N} rounds"; None if none ran under outside load."""

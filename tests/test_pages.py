@@ -544,6 +544,34 @@ def test_speedup_says_when_a_kept_result_came_from_other_settings():
 
 
 @needs_tiny
+def test_every_timed_section_says_when_its_times_ran_under_outside_load():
+    """A target whose passes lose the CPU for 20 ms (a sleep: wall time, no CPU time), as under another program:
+    each section that shows figures timed from its runs says so next to them: the Speedup page's precisions,
+    race, k policies and early exit, and the Slow motion page's round."""
+    import time
+
+    from pages.common import ui
+    from specviz import models
+
+    speed, slow = page("3"), page("1")
+    speed.number_input(key="speed.max_new").set_value(8)
+    speed.multiselect(key="speed.ee_layers").set_value([1]).run()
+    pair = ui.load_pair_cached(models.list_pairs()[0].name, "float32")  # the pages' target, shared by sessions
+    handle = pair.target.register_forward_pre_hook(lambda m, a: time.sleep(0.02))
+    try:
+        for key in ("speed.run_precisions", "speed.run_race", "speed.run_adaptive", "speed.run_early_exit"):
+            press(speed, key)
+        press(slow, "slow.start")
+    finally:
+        handle.remove()
+    warned = [w.value for w in speed.warning if w.value.startswith("Taken under outside load: ")]
+    assert len([w for w in warned if "of the comparison's" in w]) == 2  # the precisions, the k policies
+    assert [w for w in warned if "of the race's" in w]
+    assert [w for w in warned if "timed passes ran while" in w]  # early exit keeps no runs: its passes' note
+    assert [w for w in slow.warning if w.value.startswith("Taken under outside load: 1 of the run's 1 rounds")]
+
+
+@needs_tiny
 def test_speedup_early_exit_alpha_c_against_l():
     from specviz import engine, prompts, selfdraft
 

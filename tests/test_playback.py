@@ -104,6 +104,6 @@ def test_the_load_note_weighs_the_time_under_outside_load():
            if k != "base_outside_load_s"}
     assert playback.load_note(_flagged(run, set(), 0.1, 0.1), old).serious
     # a sweep's runs together
-    sweep = playback.runs_load_note([many, _flagged(run, set(), 0.1, 0.5)], "the sweep")
+    sweep = playback.rounds_load_note([*many.rounds, *_flagged(run, set(), 0.1, 0.5).rounds], "the sweep")
     assert f"1 of the sweep's {2 * n} rounds" in sweep.text and not sweep.serious
-    assert playback.runs_load_note([_flagged(run, set(), 0.1, 0.5)], "the sweep") is None
+    assert playback.rounds_load_note(_flagged(run, set(), 0.1, 0.5).rounds, "the sweep") is None

@@ -11,6 +11,8 @@
   run_settings(ids, temperature, max_new_tokens, seed, **more)  a run's settings by the names the pages say
   load_warning(note)           the outside-load note next to the figures: a warning, or a caption when the
                                passes under load took too little of the time to move them (nothing if None)
+  timing_notes(rounds, what)   next to figures timed from these rounds: load_warning, and what waits for a core
+                               were left out of their times
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import streamlit as st
 
 from pages.common import ui
-from specviz import limits, prompts
+from specviz import explain, limits, playback, prompts
 from specviz.errors import SpecvizError
 
 
@@ -173,6 +175,17 @@ def load_warning(note) -> None:
         st.warning(note.text, icon=":material/warning:")
     else:
         st.caption(f":material/info: {note.text}")
+
+
+def timing_notes(rounds, what: str) -> None:
+    """Next to figures timed from these rounds (chain, target-alone or tree rounds, of one run or several):
+    the outside-load note (playback.rounds_load_note) and, when the waits for a core left out of their times
+    were a noticeable share, the sentence that says how much (explain.stalled_note). what: "the race", ..."""
+    rounds = list(rounds)
+    load_warning(playback.rounds_load_note(rounds, what))
+    waited = explain.stalled_note(sum(r.stalled_s for r in rounds), sum(r.round_s for r in rounds), what=what)
+    if waited:
+        st.caption(waited)
 
 
 def run_guarded(fn, *args, **kw):

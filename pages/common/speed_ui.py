@@ -83,6 +83,8 @@ def draft_precisions(pair, ids, run_kw: dict) -> None:
             ui.show_error(e)
     if (res := kept.get()) is not None:
         note_other_settings([r.comparison.spec for r in res], ids, run_kw, k=st.session_state.get("speed.k0", 4))
+        lab_ui.timing_notes((x for r in res for run in (r.comparison.spec, r.comparison.base) for x in run.rounds),
+                            "the comparison")
         ui.table(explain.precision_rows(res), hide_index=True, width="stretch")
         st.caption("c here is each run's own: its draft steps against its target-alone run's one-token passes. "
                    "Section 1 times single steps apart from any run, so the two can differ a little for the same "
@@ -105,6 +107,7 @@ def k_policies(pair, ids, run_kw: dict) -> None:
     if runs is None:
         return
     note_other_settings(runs.values(), ids, run_kw, k=k0)
+    lab_ui.timing_notes((r for run in runs.values() for r in run.rounds), "the comparison")
     s = race.policy_summary(runs)  # engine time only: the progress bar is excluded
     for col, name in zip(st.columns(3), race.POLICIES):  # α and k under each: a metric cuts a long value off
         col.metric(f"{name} k: tokens/s", f"{s[name].tokens_per_s:.1f}",
@@ -134,9 +137,11 @@ def early_exit(pair, ids, run_kw: dict) -> None:
     kept = Kept("speed.early_exit", _ident(pair))
     now = _settings_now(ids, run_kw, int(ek))  # the sweep's runs are not kept: what it was measured with is
     if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit") and ids is not None:
-        kept.put(lab_ui.with_bar(selfdraft.early_exit_sweep, pair.target, ids, depths, k=int(ek), text="early exit…",
-                                 **run_kw)[0], settings=now)
-    if (sweep := kept.get()) is not None:
+        lab_ui.keep_measured(kept, lab_ui.with_bar(selfdraft.early_exit_sweep, pair.target, ids, depths, k=int(ek),
+                                                   text="early exit…", **run_kw), settings=now)
+    if kept.get() is not None:
+        sweep, note = kept.get()
         ui.note_other_settings(kept.changed(now))
+        lab_ui.load_warning(note)  # its runs are not kept: the note of every pass it timed
         ui.show_chart(selfdraft.fig_early_exit(sweep), "early_exit_alpha_c", key="speed.fig_early_exit")
         ui.table(selfdraft.early_exit_rows(sweep), hide_index=True)
