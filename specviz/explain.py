@@ -649,7 +649,7 @@ def stalled_note(run_s: float, run_timed_s: float, base_s=None, base_timed_s=Non
         return None
     return (f"Not counted: {' and '.join(parts)}, while other work held the cores the model's threads were "
             "waiting for (other programs on this machine, or other sessions' pages drawn by this server). The "
-            "times above are what the passes took less those waits.")
+            "times shown are what the passes took less those waits.")
 
 
 def gpu_advice(device: str, speedup: float | None, suggestion=None) -> str | None:
