@@ -235,7 +235,7 @@ def test_the_target_alone_is_warmed_up_unless_other_sessions_wait_for_the_device
     read again) is device time no figure counts. It is always run the first time a process times a target,
     and after that while the device is otherwise idle; with another session in line it is skipped, since
     the timed tokens take turns with that session's rounds anyway. Passes are counted by a forward hook."""
-    from specviz import devqueue, engine, runfile
+    from specviz import engine, runfile
     from tiny import tiny_qwen
 
     ids, n = [2, 7, 1, 8], 6
@@ -243,23 +243,9 @@ def test_the_target_alone_is_warmed_up_unless_other_sessions_wait_for_the_device
     spec = engine.speculative_decode(target, draft, ids, k=2, max_new_tokens=n, eos_token_id=[])
 
     def passes(model, others_waiting: bool) -> int:
-        calls = []
-        hook = model.register_forward_hook(lambda *_: calls.append(1))
-        try:
-            if not others_waiting:
-                base = runfile.target_alone(model, spec)
-            else:  # this session holds the device, and another session waits in line behind it
-                with devqueue.QUEUE.hold("cpu"):
-                    other = threading.Thread(target=lambda: _hold_as("another session"), daemon=True)
-                    other.start()
-                    while "another session" not in devqueue.QUEUE.stats("cpu")["waiting"]:
-                        time.sleep(0.001)
-                    base = runfile.target_alone(model, spec)
-                other.join(10)
-        finally:
-            hook.remove()
+        calls, base = _forward_passes(model, lambda: runfile.target_alone(model, spec), others_waiting)
         assert base["base_tokens"] == n and base["identical"]
-        return len(calls)
+        return calls
 
     assert passes(target, others_waiting=True) == n + 2  # the first time: warmed up, whoever waits
     assert passes(target, others_waiting=True) == n  # others in line: straight to the timed tokens
@@ -272,34 +258,17 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     alone and the speculative run before timing them. Each path is warmed the first time this process runs
     it (the target alone per target, speculative per draft) and while the device is otherwise idle; with
     another session in line it goes straight to the timed runs. Target passes are counted by a forward hook."""
-    from specviz import devqueue, experiments
+    from specviz import experiments
     from tiny import tiny_qwen
 
     ids, n = [2, 7, 1, 8], 6
     target, draft = tiny_qwen(310), tiny_qwen(311)
 
     def passes(others_waiting: bool, d=draft, warm: bool = True) -> int:
-        calls = []
-        hook = target.register_forward_hook(lambda *_: calls.append(1))
-
-        def compare():
-            return experiments.compare_with_baseline(target, d, ids, k=2, max_new_tokens=n, eos_token_id=[],
-                                                     warm=warm)
-        try:
-            if not others_waiting:
-                cmp = compare()
-            else:  # this session holds the device, and another session waits in line behind it
-                with devqueue.QUEUE.hold("cpu"):
-                    other = threading.Thread(target=lambda: _hold_as("another session"), daemon=True)
-                    other.start()
-                    while "another session" not in devqueue.QUEUE.stats("cpu")["waiting"]:
-                        time.sleep(0.001)
-                    cmp = compare()
-                other.join(10)
-        finally:
-            hook.remove()
+        calls, cmp = _forward_passes(target, lambda: experiments.compare_with_baseline(
+            target, d, ids, k=2, max_new_tokens=n, eos_token_id=[], warm=warm), others_waiting)
         assert cmp.identical and len(cmp.base.token_ids) == n
-        return len(calls)
+        return calls
 
     timed = passes(others_waiting=False, warm=False)  # the timed runs alone
     both = passes(others_waiting=True)  # the first time: both paths warmed, whoever waits
@@ -308,6 +277,29 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     assert passes(others_waiting=False) == both  # the device otherwise idle: both warmed
     # another draft's first time: its speculative path is warmed, the target alone (already warmed) is not
     assert passes(others_waiting=True, d=tiny_qwen(311)) == both - 2
+
+
+def _forward_passes(model, fn, others_waiting: bool):
+    """(model's forward passes during fn(), what fn returned); others_waiting: fn runs while this thread holds
+    the device and another session waits in line behind it."""
+    from specviz import devqueue
+
+    calls = []
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        if not others_waiting:
+            out = fn()
+        else:
+            with devqueue.QUEUE.hold("cpu"):
+                other = threading.Thread(target=lambda: _hold_as("another session"), daemon=True)
+                other.start()
+                while "another session" not in devqueue.QUEUE.stats("cpu")["waiting"]:
+                    time.sleep(0.001)
+                out = fn()
+            other.join(10)
+    finally:
+        hook.remove()
+    return len(calls), out
 
 
 def _hold_as(owner: str) -> None:
