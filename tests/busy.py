@@ -31,6 +31,17 @@ def busy_programs(n: int, duty: float = 1.0):
             p.wait()
 
 
+@contextmanager
+def passes_losing_the_cpu(model, seconds: float = 0.02):
+    """While the block runs, each forward pass of `model` first loses the CPU for `seconds` (a sleep: wall time
+    passes, no CPU time is used), as when another program takes the cores mid-pass: outside load."""
+    handle = model.register_forward_pre_hook(lambda m, a: time.sleep(seconds))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 def team_or_skip() -> frozenset:
     """The CPU worker's team (devqueue.team), or skip: there is none with one core, another OpenMP runtime,
     or no /proc schedstat, and then no waits are taken off."""

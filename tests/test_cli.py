@@ -99,15 +99,12 @@ def test_run_prints_coloured_text_and_stats(tiny_cli, capsys):
 
 def test_run_says_when_its_speed_was_taken_under_outside_load(tiny_cli, capsys):
     """The CLI prints its speed, so it says, as the pages do, when other programs took the CPU during it."""
-    import time
+    from busy import passes_losing_the_cpu
 
     args = ["run", "--prompt", "w1 w2 w3", "--raw", "--max-new-tokens", "6", "--k", "2", "--k-policy", "fixed"]
     # passes that lose the CPU for 20 ms (sleep: wall time passes, no CPU time is used), as under another program
-    handle = tiny_cli.target.register_forward_pre_hook(lambda m, a: time.sleep(0.02))
-    try:
+    with passes_losing_the_cpu(tiny_cli.target):
         assert cli.main(args) == 0
-    finally:
-        handle.remove()
     out = capsys.readouterr().out
     n = int(out.split("rounds          ")[1].split()[0])
     assert f"Taken under outside load: {n} of the run's {n} rounds ran while other programs" in out

@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from busy import busy_programs, team_or_skip
+from busy import busy_programs, passes_losing_the_cpu, team_or_skip
 from specviz import devqueue, explain
 from specviz.devqueue import Cancelled, DeviceQueue
 
@@ -570,12 +570,9 @@ def test_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(tiny_
     quiet = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=2, **kw)
     # a target whose passes lose the CPU for 20 ms (sleep: wall time passes, no CPU time is used),
     # as when another program takes the cores mid-pass
-    handle = tiny_pair.target.register_forward_pre_hook(lambda m, a: time.sleep(0.02))
-    try:
+    with passes_losing_the_cpu(tiny_pair.target):
         busy = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=2, **kw)
         base = autoregressive_decode(tiny_pair.target, ids, **kw)
-    finally:
-        handle.remove()
     assert busy.token_ids == quiet.token_ids
     assert busy.outside_load_rounds == len(busy.rounds) and base.outside_load_rounds == len(base.rounds)
     back = Run.from_json(busy.to_json())

@@ -548,8 +548,7 @@ def test_every_timed_section_says_when_its_times_ran_under_outside_load():
     """A target whose passes lose the CPU for 20 ms (a sleep: wall time, no CPU time), as under another program:
     each section that shows figures timed from its runs says so next to them: the Speedup page's precisions,
     race, k policies and early exit, and the Slow motion page's round."""
-    import time
-
+    from busy import passes_losing_the_cpu
     from pages.common import ui
     from specviz import models
 
@@ -557,13 +556,10 @@ def test_every_timed_section_says_when_its_times_ran_under_outside_load():
     speed.number_input(key="speed.max_new").set_value(8)
     speed.multiselect(key="speed.ee_layers").set_value([1]).run()
     pair = ui.load_pair_cached(models.list_pairs()[0].name, "float32")  # the pages' target, shared by sessions
-    handle = pair.target.register_forward_pre_hook(lambda m, a: time.sleep(0.02))
-    try:
+    with passes_losing_the_cpu(pair.target):
         for key in ("speed.run_precisions", "speed.run_race", "speed.run_adaptive", "speed.run_early_exit"):
             press(speed, key)
         press(slow, "slow.start")
-    finally:
-        handle.remove()
     warned = [w.value for w in speed.warning if w.value.startswith("Taken under outside load: ")]
     assert len([w for w in warned if "of the comparison's" in w]) == 2  # the precisions, the k policies
     assert [w for w in warned if "of the race's" in w]

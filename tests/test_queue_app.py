@@ -157,16 +157,14 @@ def test_the_waiting_notice_says_how_many_sessions_are_ahead():
 
 def test_the_main_page_says_when_its_timings_were_taken_under_outside_load():
     """A target whose passes lose the CPU for 20 ms (a sleep: wall time, no CPU time), as under another program."""
+    from busy import passes_losing_the_cpu
     from pages.common import ui
 
     at = start(new_app(), prompt="one fish", chat=False, max_new=6, baseline=True)
     job = at.session_state["main.job"]
     pair = ui._slot(job.meta["pair"], job.meta["dtype"]).pair
-    handle = pair.target.register_forward_pre_hook(lambda m, a: time.sleep(0.02))
-    try:
+    with passes_losing_the_cpu(pair.target):
         at.button(key="main.run_btn").click().run()
-    finally:
-        handle.remove()
     assert not at.exception, at.exception
     run = at.session_state["main.job"].run
     assert run.outside_load_rounds == len(run.rounds)
