@@ -139,8 +139,8 @@ def early_exit(pair, ids, run_kw: dict) -> None:
     if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit") and ids is not None:
         lab_ui.keep_measured(kept, lab_ui.with_bar(selfdraft.early_exit_sweep, pair.target, ids, depths, k=int(ek),
                                                    text="early exit…", **run_kw), settings=now)
-    if kept.get() is not None:
-        sweep, note = kept.get()
+    if (got := kept.get()) is not None:
+        sweep, note = got
         ui.note_other_settings(kept.changed(now))
         lab_ui.load_warning(note)  # its runs are not kept: the note of every pass it timed
         ui.show_chart(selfdraft.fig_early_exit(sweep), "early_exit_alpha_c", key="speed.fig_early_exit")
