@@ -533,8 +533,23 @@ def autoregressive_decode(model, input_ids, *, temperature: float = 0.0, top_p: 
     return stream.run
 
 
-# what warm_up has warmed in this process: targets (for the target alone) and drafts (for speculative runs)
-_WARMED: weakref.WeakSet = weakref.WeakSet()
+# what warm_up has warmed in this process: model -> the paths warmed on it (warm_path)
+_WARMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def warm_path(target, draft=None) -> tuple[object, str]:
+    """(model, path): what a warm-up warms. The target alone is warmed per target. A speculative run is warmed
+    per draft model and kind of drafter: a drafter's first-time costs are its model's and its head's, so a new
+    drafter around a model already warmed the same way (the frequent head's and another tokenizer's are made
+    anew for each run) needs none."""
+    if draft is None:
+        return target, "target alone"
+    if not isinstance(draft, Drafter):  # a draft model: the engine drafts with a ModelDrafter around it
+        return draft, "ModelDrafter, full"
+    model = getattr(getattr(draft, "lm", None), "model", None)  # a ModelDrafter's, a CrossTokenizerDrafter's
+    if model is None:
+        return draft, type(draft).__name__  # a drafter with no model (prompt lookup): per drafter
+    return model, f"{type(draft).__name__}, {getattr(draft, 'head_name', 'full')}"
 
 
 def warm_up(target, input_ids, draft=None, **kw) -> bool:
@@ -542,17 +557,17 @@ def warm_up(target, input_ids, draft=None, **kw) -> bool:
     settings of the run about to be timed (kw), so one-time costs (allocations, kernel selection) and the
     change from whatever the models ran before land in no timed run. True when it ran.
 
-    It always runs the first time this process warms that path (the target alone, or this draft), and after
-    that while no other session holds or waits for the device. With others in line, the timed run's passes
-    take turns with their work anyway, so the change a warm-up would absorb comes before each pass, and a
-    warm-up would only keep them waiting."""
-    key = target if draft is None else draft
-    if key in _WARMED and devqueue.QUEUE.others(_device_of(target)):
+    It always runs the first time this process warms that path (warm_path: the target alone, or this draft),
+    and after that while no other session holds or waits for the device. With others in line, the timed run's
+    passes take turns with their work anyway, so the change a warm-up would absorb comes before each pass, and
+    a warm-up would only keep them waiting."""
+    model, path = warm_path(target, draft)
+    if path in _WARMED.get(model, ()) and devqueue.QUEUE.others(_device_of(target)):
         return False
     kw = {**kw, "max_new_tokens": WARM_TOKENS}
     if draft is None:
         autoregressive_decode(target, input_ids, **kw)
     else:
         speculative_decode(target, draft, input_ids, **kw)
-    _WARMED.add(key)
+    _WARMED.setdefault(model, set()).add(path)
     return True

@@ -257,6 +257,7 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     it (the target alone per target, speculative per draft) and while the device is otherwise idle; with
     another session in line it goes straight to the timed runs. Target passes are counted by a forward hook."""
     from specviz import experiments
+    from specviz.drafters import ModelDrafter
     from tiny import tiny_qwen
 
     ids, n = [2, 7, 1, 8], 6
@@ -275,6 +276,10 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     assert passes(others_waiting=False) == both  # the device otherwise idle: both warmed
     # another draft's first time: its speculative path is warmed, the target alone (already warmed) is not
     assert passes(others_waiting=True, d=tiny_qwen(311)) == both - 2
+    # a new drafter around the warmed draft, as the frequent head's and another tokenizer's are made for each
+    # run: the same path on the same model, so it is not warmed again while others wait
+    assert passes(others_waiting=True, d=ModelDrafter(draft)) == timed
+    assert passes(others_waiting=False, d=ModelDrafter(draft)) == both
 
 
 def _forward_passes(model, fn, others_waiting: bool):
