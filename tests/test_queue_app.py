@@ -282,6 +282,26 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     assert passes(others_waiting=False, d=ModelDrafter(draft)) == both
 
 
+def test_loading_a_pair_counts_as_its_speculative_warm_up():
+    """Loading a pair ends with a speculative warm-up run (ui._warm_up, through engine.warm_up), so a lab's
+    first timed speculative run, with another session in line, needs no second one. Draft passes are counted
+    by a forward hook."""
+    from pages.common import ui
+    from specviz import experiments, models
+
+    pair = ui.load_pair_cached(models.list_pairs()[0].name, "float32")  # the tiny registry's default pair
+    ids, n = [2, 7, 1, 8], 6
+
+    def draft_passes(warm: bool) -> int:
+        calls, cmp = _forward_passes(pair.draft, lambda: experiments.compare_with_baseline(
+            pair.target, pair.drafter(), ids, k=2, max_new_tokens=n, warm=warm, **{**pair.run_kw, "eos_token_id": []}),
+            others_waiting=True)
+        assert cmp.identical
+        return calls
+
+    assert draft_passes(warm=True) == draft_passes(warm=False)
+
+
 def _forward_passes(model, fn, others_waiting: bool):
     """(model's forward passes during fn(), what fn returned); others_waiting: fn runs while this thread holds
     the device and another session waits in line behind it."""

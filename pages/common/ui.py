@@ -444,15 +444,14 @@ def _slot(name: str, dtype: str) -> _Slot:
 
 
 def _warm_up(pair, progress) -> None:
-    """A 2-token run, so one-time costs (allocations, kernel choice) land in no measured run; then what is
-    alive is frozen (devqueue.freeze_heap), so no garbage collection walks the new models again."""
+    """A speculative warm-up run (engine.warm_up, which then counts the pair's draft as warmed), so one-time
+    costs (allocations, kernel choice) land in no measured run; then what is alive is frozen
+    (devqueue.freeze_heap), so no garbage collection walks the new models again."""
     from specviz import devqueue
-    from specviz.engine import speculative_decode
+    from specviz.engine import warm_up
 
     progress("warming up", 1.0)
-    ids = list(range(1, 9))
-    speculative_decode(pair.target, pair.drafter(), ids, k=2, max_new_tokens=2, eos_token_id=[],
-                       vocab=pair.shared_vocab)
+    warm_up(pair.target, list(range(1, 9)), pair.drafter(), k=2, eos_token_id=[], vocab=pair.shared_vocab)
     devqueue.freeze_heap()
 
 
