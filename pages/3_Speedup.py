@@ -1,13 +1,12 @@
 """Speedup (claims 9, 13): the cost model with c measured here, a measured k sweep, a race, adaptive k, early exit."""
 
-import math
 import time
 
 import streamlit as st
 
 from pages.common import lab_ui, speed_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, explain, lab, limits, measure, models, race, render, theory
+from specviz import charts, explain, lab, limits, models, race, render, theory
 
 ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13))
 
@@ -58,51 +57,8 @@ else:
 
 speed_ui.draft_precisions(pair, ids, run_kw)  # 1b
 
-# --- 2. the model, with the best k ------------------------------------------------------------
 sw = kept["sweep"].get()
-# α measured on this page, with the sidebar's draft and a fixed k, on the prompt and settings above: the sweep (3),
-# the precision comparison (1b), 5
-sources = {**speed_ui.fixed_k_runs(pair), "3": [cmp.spec for cmp in (sw or {}).values()]}
-alpha_runs = {where: here for where, runs in sources.items()
-              if (here := [r for r in runs if speed_ui.measured_here(r, ids, run_kw)])}
-measured_alpha = measure.pooled_alpha([r for runs in alpha_runs.values() for r in runs]) if alpha_runs else None
-if measured_alpha is not None and not math.isfinite(measured_alpha):
-    measured_alpha = None  # no drafts were judged
-
-
-START_ALPHA = 0.8  # section 2's α before anything is measured
-
-
-def use_measured_alpha():
-    st.session_state["speed.alpha"] = st.session_state["speed.alpha_auto"] = round(float(measured_alpha), 2)
-
-
-st.subheader("2 · The model: predicted speedup against k")
-if cost is not None:
-    a1, a2 = st.columns([3, 2], vertical_alignment="bottom")  # the button's label whole, in presenter type at 1024 px
-    st.session_state.setdefault("speed.alpha", START_ALPHA)  # set here, so the "use measured α" button can change it
-    untouched = st.session_state["speed.alpha"] == st.session_state.get("speed.alpha_auto", START_ALPHA)
-    if measured_alpha is not None and untouched:
-        use_measured_alpha()  # a new measurement moves the slider, unless the learner has moved it
-    alpha = a1.slider("α for the model", 0.0, 0.99, step=0.01, key="speed.alpha",
-                      help=f"Starts at {START_ALPHA:.2f}; once α is measured on this page with a fixed k "
-                           "(sections 1b, 3 or 5), at the measured α, until you move it.")
-    if measured_alpha is not None:
-        a2.button(f"use measured α = {measured_alpha:.2f}", key="speed.use_alpha", on_click=use_measured_alpha,
-                  help="α over every run of this page with the sidebar's draft and a fixed k: sections "
-                       + ", ".join(sorted(alpha_runs)))
-    use_vr = st.checkbox("use the measured verify cost", value=True, key="speed.use_vr",
-                         help="Off: assume checking k+1 tokens costs one 1-token pass (the textbook 1 + k·c).")
-    vc = cost.verify if use_vr else None
-    measured = {k: measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sw.items()} if sw else None
-    k_max = 12  # the largest k of this page's sliders
-    ui.show_chart(charts.fig_speedup_model(alpha, cost.c, k_max=k_max, verify_cost=vc, measured=measured),
-                  "speedup_model", key="speed.fig_model")
-    kb, sb = theory.best_k(alpha, cost.c, vc, k_max=k_max)
-    which = "the measured " if measured_alpha is not None and alpha == round(measured_alpha, 2) else ""
-    st.markdown(f"At {which}α = {alpha:.2f} and the measured c = {cost.c:.3f}, the model's best k is "
-                f"{explain.best_k_words((kb, sb), k_max)}." + (" Below 1×: speculation does not pay on this device at "
-                                                             "these settings." if sb < 1 else ""))
+speed_ui.cost_model(pair, ids, run_kw, cost, sw)  # 2
 
 # --- 3. a measured k sweep --------------------------------------------------------------------
 st.subheader("3 · Measured: one prompt, several k, each against a warmed target-only run")

@@ -1,6 +1,7 @@
 """The Speedup page's self-contained sections, one call each from pages/3_Speedup.py.
 
   draft_precisions(pair, ids, run_kw)   1b · the same prompt with the draft in each precision: c against α
+  cost_model(pair, ids, run_kw, cost, sweep)  2 · predicted speedup against k, at the α measured on the page
   k_policies(pair, ids, run_kw)         5  · fixed k, adaptive k and the best-k chooser (specviz.race)
   early_exit(pair, ids, run_kw)         6  · the target's own first L layers as the draft (specviz.selfdraft)
   fixed_k_runs(pair)                    the runs of 1b and 5 with the sidebar's draft and a fixed k (section 2's α)
@@ -13,11 +14,13 @@ run_kw: the page's decoding settings (temperature, max_new_tokens, seed, eos_tok
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, claims, experiments, explain, quant, race, selfdraft
+from specviz import charts, claims, experiments, explain, measure, quant, race, selfdraft, theory
 from specviz.config import DerivedSource
 from specviz.errors import SpecvizError
 
@@ -90,6 +93,56 @@ def draft_precisions(pair, ids, run_kw: dict) -> None:
                    "Section 1 times single steps apart from any run, so the two can differ a little for the same "
                    "draft.")
         st.markdown(explain.precision_verdict(res))
+
+
+START_ALPHA = 0.8  # section 2's α before anything is measured
+K_MAX = 12  # the largest k of the page's sliders
+
+
+def measured_alpha(pair, ids, run_kw: dict, sweep) -> tuple[float | None, list[str]]:
+    """α over the page's runs with the sidebar's draft and a fixed k, on the prompt and settings above (the
+    sweep, 3; the precision comparison, 1b; 5), and the sections it came from; None where no draft was judged."""
+    sources = {**fixed_k_runs(pair), "3": [cmp.spec for cmp in (sweep or {}).values()]}
+    here = {where: got for where, runs in sources.items()
+            if (got := [r for r in runs if measured_here(r, ids, run_kw)])}
+    alpha = measure.pooled_alpha([r for runs in here.values() for r in runs]) if here else None
+    return (alpha if alpha is not None and math.isfinite(alpha) else None), sorted(here)
+
+
+def cost_model(pair, ids, run_kw: dict, cost, sweep) -> None:
+    """2 · predicted speedup against k, with c and the verify cost of section 1 (cost), at an α the learner
+    sets: the α measured on the page until the slider is moved; the sweep's (3) measured points on it."""
+    st.subheader("2 · The model: predicted speedup against k")
+    if cost is None:
+        return
+    alpha_now, where = measured_alpha(pair, ids, run_kw, sweep)
+
+    def use_measured_alpha():
+        st.session_state["speed.alpha"] = st.session_state["speed.alpha_auto"] = round(float(alpha_now), 2)
+
+    a1, a2 = st.columns([3, 2], vertical_alignment="bottom")  # the button's label whole, in presenter type at 1024 px
+    st.session_state.setdefault("speed.alpha", START_ALPHA)  # set here, so the "use measured α" button can change it
+    untouched = st.session_state["speed.alpha"] == st.session_state.get("speed.alpha_auto", START_ALPHA)
+    if alpha_now is not None and untouched:
+        use_measured_alpha()  # a new measurement moves the slider, unless the learner has moved it
+    alpha = a1.slider("α for the model", 0.0, 0.99, step=0.01, key="speed.alpha",
+                      help=f"Starts at {START_ALPHA:.2f}; once α is measured on this page with a fixed k "
+                           "(sections 1b, 3 or 5), at the measured α, until you move it.")
+    if alpha_now is not None:
+        a2.button(f"use measured α = {alpha_now:.2f}", key="speed.use_alpha", on_click=use_measured_alpha,
+                  help="α over every run of this page with the sidebar's draft and a fixed k: sections "
+                       + ", ".join(where))
+    use_vr = st.checkbox("use the measured verify cost", value=True, key="speed.use_vr",
+                         help="Off: assume checking k+1 tokens costs one 1-token pass (the textbook 1 + k·c).")
+    vc = cost.verify if use_vr else None
+    measured = {k: measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()} if sweep else None
+    ui.show_chart(charts.fig_speedup_model(alpha, cost.c, k_max=K_MAX, verify_cost=vc, measured=measured),
+                  "speedup_model", key="speed.fig_model")
+    kb, sb = theory.best_k(alpha, cost.c, vc, k_max=K_MAX)
+    which = "the measured " if alpha_now is not None and alpha == round(alpha_now, 2) else ""
+    st.markdown(f"At {which}α = {alpha:.2f} and the measured c = {cost.c:.3f}, the model's best k is "
+                f"{explain.best_k_words((kb, sb), K_MAX)}." + (" Below 1×: speculation does not pay on this device at "
+                                                             "these settings." if sb < 1 else ""))
 
 
 def k_policies(pair, ids, run_kw: dict) -> None:
