@@ -30,7 +30,11 @@ from specviz import devqueue, models, prompts
 
 
 class Model:
-    """One model with a prompt read into its cache; each pass is undone after (the cache stays the prompt)."""
+    """One model with a prompt read into its cache; each pass is undone after (the cache stays the prompt).
+
+    Not specviz.lm.CachedLM: its passes run on the device's one worker thread (devqueue.run), so two of them
+    could never overlap, which is what this measures. Threads per pass are set with devqueue._own_threads,
+    the per-thread count the worker itself is given."""
 
     def __init__(self, model, ids: list[int]):
         self.model, self.cache = model, DynamicCache()
