@@ -210,6 +210,21 @@ def _settled(page) -> None:
     page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
 
 
+def _text_changes(page, locator, before: str, seconds: float = 10.0) -> bool:
+    """Whether locator's text moves away from `before` within `seconds`, looked at once each script run has
+    settled. Right after a click the app can still read "notRunning" from the last run (the rerun the click
+    asks for has not started), so a single look after _settled() can see the old text: in a full CI run the
+    node box had not followed any of five clicks when looked at that way."""
+    end = time.monotonic() + seconds
+    while True:
+        _settled(page)
+        if locator.inner_text() != before:
+            return True
+        if time.monotonic() >= end:
+            return False
+        page.wait_for_timeout(200)
+
+
 def _wait_or_show(page, text: str | re.Pattern) -> None:
     """Wait for text; on a timeout, fail with what the page shows instead (the end of its text)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -406,8 +421,7 @@ def test_the_token_tree_page_drafts_verifies_and_colours_a_tree(server, browser,
     before = story.first.inner_text()
     for point in page.locator(".js-plotly-plot").first.locator("path.point").all()[1:6]:
         point.click(force=True)
-        _settled(page)
-        if story.first.inner_text() != before:
+        if _text_changes(page, story.first, before):
             break
     assert story.first.inner_text() != before
     assert page.locator('[data-testid="stException"]').count() == 0
