@@ -1,7 +1,7 @@
 """specviz main page: watch speculative decoding run, one round at a time.
 
 Widgets in (pages/common/main_sidebar), specviz out, drawn by pages/common/main_view. The live stream and
-the rounds so far are kept in st.session_state["main.job"] (a specviz.playback.Playback), so a rerun (pause,
+the rounds so far are kept in st.session_state["main.job"] (a specviz.data.playback.Playback), so a rerun (pause,
 step, any widget) resumes instead of losing work. Models are the only thing cached across sessions
 (pages/common/ui.load_pair_cached).
 """
@@ -29,8 +29,9 @@ from pages.common import main_view as view  # noqa: E402
 from pages.common import pairs_ui  # noqa: E402
 from pages.common import tree_ui  # noqa: E402
 from pages.common.main_sidebar import sidebar  # noqa: E402
-from specviz import explain, playback  # noqa: E402
-from specviz.errors import SpecvizError  # noqa: E402
+from specviz.teaching import explain  # noqa: E402
+from specviz.data import playback  # noqa: E402
+from specviz.core.errors import SpecvizError  # noqa: E402
 
 S = st.session_state
 S.setdefault("main.playing", False)

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from pages.common import ui
-from specviz import claims
+from specviz.core import claims
 
 ui.page_setup(claims.PAGE_TITLE)
 

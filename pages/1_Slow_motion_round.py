@@ -4,9 +4,12 @@ import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, claims, explain, limits, playback, render
-from specviz.drafters import PromptLookupDrafter
-from specviz.engine import K_MAX, speculative_stream
+from specviz.teaching import charts, explain, render
+from specviz.core import claims, limits
+from specviz.data import playback
+from specviz.decoding.drafters import PromptLookupDrafter
+from specviz.core.limits import K_MAX
+from specviz.decoding.engine import speculative_stream
 
 ui.page_setup("Slow motion: one round at a time", shows=(3, 4, 5, 7))
 

@@ -4,7 +4,8 @@ import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, explain, lab, limits, prompts
+from specviz.teaching import charts, explain, lab
+from specviz.core import limits, prompts
 
 ui.page_setup("Acceptance lab: where drafts are accepted", shows=(10,))
 

@@ -6,7 +6,9 @@ import streamlit as st
 
 from pages.common import lab_ui, speed_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, explain, lab, limits, models, race, render, theory
+from specviz.teaching import charts, explain, lab, race, render
+from specviz.core import limits, theory
+from specviz.decoding import models
 
 ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13))
 

@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, experiments, explain
+from specviz.teaching import charts, experiments, explain
 
 ui.page_setup("Why it is fast: one pass, many tokens", shows=(1, 2, 12))
 

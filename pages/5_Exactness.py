@@ -1,13 +1,14 @@
 """Exactness (claims 6, 7, 15): the same text in greedy mode, the same distribution when sampling.
 
-And the acceptance-rule lab: which ways of keeping a draft keep that distribution (specviz.rules).
+And the acceptance-rule lab: which ways of keeping a draft keep that distribution (specviz.teaching.rules).
 """
 
 import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, claims, experiments, explain, lab, limits, rules, theory
+from specviz.teaching import charts, experiments, explain, lab, rules
+from specviz.core import claims, limits, theory
 
 ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15))
 

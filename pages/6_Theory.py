@@ -3,7 +3,8 @@
 import streamlit as st
 
 from pages.common import kept, ui
-from specviz import charts, claims, explain, lab, theory
+from specviz.teaching import charts, explain, lab
+from specviz.core import claims, theory
 
 ui.page_setup("Theory: tokens per pass and speedup", shows=(8, 9))
 

@@ -1,4 +1,4 @@
-"""Lessons: predict, run the experiment, compare, read why. The lessons are data in specviz/lessons.py.
+"""Lessons: predict, run the experiment, compare, read why. The lessons are data in specviz/teaching/lessons.py.
 
 Each step: a question, the learner's prediction (slider or choice), the experiment (live on the
 loaded pair, or from the shipped recorded runs and theory when no model is loaded), the measured
@@ -11,7 +11,7 @@ from streamlit.errors import StreamlitAPIException
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import lessons
+from specviz.teaching import lessons
 
 ui.page_setup("Lessons: predict, measure, explain")
 S = st.session_state

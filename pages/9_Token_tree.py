@@ -4,9 +4,11 @@ import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import explain, limits, playback, render, tree_lab
-from specviz.tree import BRANCH_MAX, DOUBT, SPINE, tree_stream
-from specviz.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
+from specviz.teaching import explain, render, tree_lab
+from specviz.core import limits
+from specviz.data import playback
+from specviz.decoding.tree import BRANCH_MAX, DOUBT, SPINE, tree_stream
+from specviz.teaching.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
 
 ui.page_setup("Token tree: many drafts, one pass")
 

@@ -2,7 +2,7 @@
 
 There is no text corpus on these machines, and the one a user has may not match what the draft
 writes. So the draft ranks its own vocabulary: from each seed instruction below (none of them a
-bench or held-out prompt of specviz/prompts.py), it writes GEN_TOKENS tokens, sampled at T = 1, and
+bench or held-out prompt of specviz/core/prompts.py), it writes GEN_TOKENS tokens, sampled at T = 1, and
 at every position the whole next-token distribution is added up. A token's score is the total
 probability the draft gave it; ties (tokens it never gave any weight) go by id, which in a BPE
 vocabulary is the order the merges were learned, roughly the training corpus's frequency.
@@ -10,7 +10,7 @@ vocabulary is the order the merges were learned, roughly the training corpus's f
     python scripts/frequent_vocab.py [--pair NAME] [--rows 65536] [--out specviz/vocab/<family>.txt.gz]
 
 The output keeps the first --rows ids, most frequent first, one per line (gzip). It is data, built
-once per tokenizer family; specviz/vocabhead.py reads it.
+once per tokenizer family; specviz/modeling/vocabhead.py reads it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import time
 
 import torch
 
-from specviz import prompts
-from specviz.lm import CachedLM
-from specviz.models import load_pair
-from specviz.vocabhead import ranked_path
+from specviz.core import prompts
+from specviz.modeling.lm import CachedLM
+from specviz.decoding.models import load_pair
+from specviz.modeling.vocabhead import ranked_path
 
 GEN_TOKENS = 96
 SEED = 0

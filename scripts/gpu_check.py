@@ -26,7 +26,9 @@ import time
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from specviz import engine, lm as L, models, theory
+from specviz.decoding import engine, models
+from specviz.modeling import lm as L
+from specviz.core import theory
 
 COMMON = dict(hidden_act="silu", max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
               use_sliding_window=False, bos_token_id=151643, eos_token_id=151645, initializer_range=0.02)
@@ -176,7 +178,7 @@ def queue_ab(target, draft, prompt, other: str, counts: str, rounds: int = 2) ->
     """N sessions at once through devqueue's queue and through another's, interleaved (wall ÷ N solo)."""
     import importlib.util
 
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     spec = importlib.util.spec_from_file_location("other_queue", other)
     mod = sys.modules["other_queue"] = importlib.util.module_from_spec(spec)  # its dataclasses look it up

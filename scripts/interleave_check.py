@@ -17,7 +17,9 @@ import argparse
 import statistics
 import time
 
-from specviz import devqueue, engine, models, prompts
+from specviz.device import devqueue
+from specviz.decoding import engine, models
+from specviz.core import prompts
 
 
 def streams(pair, ids: list[int], target_only: bool) -> list:

@@ -26,13 +26,15 @@ import time
 import torch
 from transformers import DynamicCache
 
-from specviz import devqueue, models, prompts
+from specviz.device import devqueue
+from specviz.decoding import models
+from specviz.core import prompts
 
 
 class Model:
     """One model with a prompt read into its cache; each pass is undone after (the cache stays the prompt).
 
-    Not specviz.lm.CachedLM: its passes run on the device's one worker thread (devqueue.run), so two of them
+    Not specviz.modeling.lm.CachedLM: its passes run on the device's one worker thread (devqueue.run), so two of them
     could never overlap, which is what this measures. Threads per pass are set with devqueue._own_threads,
     the per-thread count the worker itself is given."""
 

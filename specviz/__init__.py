@@ -10,7 +10,7 @@ Public API (other code depends on these names):
 This package never imports streamlit: the app and pages are thin layers on top.
 """
 
-from .errors import (  # noqa: F401
+from specviz.core.errors import (  # noqa: F401
     ChecksumMismatch,
     ConfigError,
     InvalidSetting,
@@ -19,9 +19,9 @@ from .errors import (  # noqa: F401
     SpecvizError,
     TokenizerMismatch,
 )
-from .records import Round, Run, TopK  # noqa: F401
-from .drafters import Drafter, ModelDrafter, PromptLookupDrafter  # noqa: F401
-from .engine import (  # noqa: F401
+from specviz.data.records import Round, Run, TopK  # noqa: F401
+from specviz.decoding.drafters import Drafter, ModelDrafter, PromptLookupDrafter  # noqa: F401
+from specviz.decoding.engine import (  # noqa: F401
     autoregressive_decode,
     autoregressive_stream,
     speculative_decode,
@@ -32,7 +32,7 @@ from .engine import (  # noqa: F401
 def __getattr__(name):
     # model loading (transformers' GGUF path, yaml) is imported on first use
     if name in ("Pair", "load_pair"):
-        from . import models
+        from specviz.decoding import models
 
         return getattr(models, name)
     raise AttributeError(f"module 'specviz' has no attribute {name!r}")

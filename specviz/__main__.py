@@ -1,7 +1,7 @@
-"""`python -m specviz`: the command line (see specviz/cli.py)."""
+"""`python -m specviz`: the command line (see specviz/tools/cli.py)."""
 
 import sys
 
-from .cli import main
+from specviz.tools.cli import main
 
 sys.exit(main())

@@ -47,7 +47,7 @@ def team_or_skip() -> frozenset:
     or no /proc schedstat, and then no waits are taken off."""
     import pytest
 
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     team = devqueue.team("cpu")
     if not team:

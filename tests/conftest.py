@@ -30,7 +30,7 @@ def bytes_only(monkeypatch):
     """A device where a step costs its weight bytes only: a float32 draft of a float64 tiny target is then
     primed at c = 0.5. With the CPU's fixed cost per layer, a model of a few kilobytes is all layer cost
     (c about 1), and the best-k chooser would draft one token a round."""
-    from specviz import measure
+    from specviz.core import measure
 
     monkeypatch.setitem(measure.LAYER_COST_BYTES, "cpu", 0.0)
 
@@ -62,8 +62,8 @@ def tiny_models():
 @pytest.fixture
 def tiny_pair():
     """A Pair of two tiny random Qwen2 models (float64, CPU) sharing a 64-word tokenizer."""
-    from specviz.config import ModelSpec, PairSpec, PathSource
-    from specviz.models import Pair
+    from specviz.modeling.config import ModelSpec, PairSpec, PathSource
+    from specviz.decoding.models import Pair
 
     tok = _tokenizer([f"w{i}" for i in range(TINY_VOCAB - 2)])
     assert len(tok) == TINY_VOCAB
@@ -82,7 +82,8 @@ def default_pair_load():
     prepare() runs first (it converts and caches on a first run, ~2 min), so the
     load itself is always the warm load from the cache.
     """
-    from specviz import models, store
+    from specviz.decoding import models
+    from specviz.modeling import store
 
     status = models.pair_status(None)
     if not status.available:
@@ -103,7 +104,7 @@ def default_pair_fp32(default_pair_load):
 @pytest.fixture(scope="session")
 def default_pair(default_pair_load):
     """The real pair as the app runs it: the draft in the device's default precision (same target)."""
-    from specviz import models
+    from specviz.decoding import models
 
     return models.with_draft_precision(default_pair_load[0], None)
 
@@ -144,7 +145,7 @@ def other_program():
     import sys
     import time
 
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     if devqueue.machine_cpu_s() != devqueue.machine_cpu_s():  # NaN: no /proc/stat here
         pytest.skip("this machine does not say how much CPU time its programs use")

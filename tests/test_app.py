@@ -54,7 +54,7 @@ def start(at, **settings):
 
 
 def tiny_pair():
-    from specviz import models
+    from specviz.decoding import models
 
     return models.load_pair(None)
 
@@ -77,7 +77,8 @@ def test_the_server_freezes_the_heap_once_a_pair_is_loaded():
 
 def direct_run(prompt: str, chat: bool, **kw):
     """The same generation straight from specviz, without the page."""
-    from specviz import prompts, speculative_decode
+    from specviz.core import prompts
+    from specviz import speculative_decode
 
     pair = tiny_pair()
     ids = prompts.encode(pair.tokenizer, prompt, chat)
@@ -135,7 +136,7 @@ def test_presenter_mode_large_type_slow_animation_and_back():
 
 def test_presenter_mode_shows_one_chart_at_a_time_and_binds_keys():
     from pages.common import ui
-    from specviz import charts
+    from specviz.teaching import charts
 
     def pq_charts(at) -> int:  # p vs q charts of the round shown in detail
         return sum("chance to accept" in json.loads(c.proto.spec)["layout"]["title"]["text"]
@@ -185,7 +186,7 @@ def test_presenter_mode_round_log_in_the_rooms_type():
     # st.table renders each cell's shown text as markdown: the drafted text is shown escaped, every character
     # literal (a drafted "```" would open a code block, and a file's token could plant a link)
     from streamlit import dataframe_util
-    from specviz import render
+    from specviz.teaching import render
 
     log = next(t for t in at.table if "verify ms" in t.value.columns)
     shown = dataframe_util.convert_arrow_bytes_to_pandas_df(log.proto.arrow_data.styler.display_values)
@@ -209,7 +210,9 @@ def test_presenter_mode_round_log_in_the_rooms_type():
 
 # --------------------------------------------------------------------------------------------
 def test_defaults_and_no_exception():
-    from specviz import models, prompts, quant
+    from specviz.decoding import models
+    from specviz.core import prompts
+    from specviz.modeling import quant
     from pages.common import ui
 
     at = new_app()
@@ -254,7 +257,7 @@ def test_a_long_round_draws_one_p_vs_q_chart_at_a_time_from_the_decisive_draft()
 
 
 def test_run_draws_tokens_log_charts_and_metrics():
-    from specviz import explain
+    from specviz.teaching import explain
 
     at = start(new_app(), max_new=24, prompt="hello world", chat=False)
     assert not at.error, [e.value for e in at.error]
@@ -328,7 +331,7 @@ def test_rejected_round_shows_residual():
 def test_the_first_verdict_gets_a_longer_pause_so_a_local_browser_can_draw_it(monkeypatch):
     """In Chromium on the same 2-core machine, at "normal" the second round's passes ran while the browser still
     built the page from the first verdict, and were flagged as outside load in 6 of 6 runs (README)."""
-    from specviz import playback
+    from specviz.data import playback
 
     pauses = []
     monkeypatch.setattr(playback, "sleep", pauses.append)
@@ -375,7 +378,7 @@ def test_step_then_resume_keeps_rounds():
     assert len(job.rounds) == 2
     at.button(key="main.resume_btn").click().run()  # resume: plays to the end
     assert job.done and job.rounds[:2] == first_two
-    from specviz import prompts
+    from specviz.core import prompts
 
     first = prompts.preset(prompts.FIRST_RUN.preset)
     ref = direct_run(first.text, first.chat, k=4, temperature=0.0, max_new_tokens=20, seed=0)
@@ -388,14 +391,14 @@ def test_the_reply_to_a_chat_message_starts_on_its_own_line(chat):
     raw text continues the prompt's line. A shipped recording says which it was."""
     at = start(new_app(), max_new=8, chat=chat, baseline=False)
     assert ('<br class="sv-reply">' in text_html(at)) is chat
-    from specviz import runfile
+    from specviz.data import runfile
 
     recs = {r.name: r for r in runfile.list_recorded()}
     assert recs["code-greedy"].chat is True and recs["capital-of-france-greedy"].chat is False
 
 
 def test_export_then_load_replays_same_tokens():
-    from specviz import runfile
+    from specviz.data import runfile
 
     at = start(new_app(), max_new=16, temperature=0.7, seed=3, baseline=False)
     job = at.session_state["main.job"]
@@ -430,7 +433,7 @@ def test_malformed_upload_gives_error(content, message):
 
 
 def test_inconsistent_run_file_is_refused():
-    from specviz import runfile
+    from specviz.data import runfile
 
     at = start(new_app(), max_new=12, baseline=False)
     job = at.session_state["main.job"]
@@ -444,7 +447,8 @@ def test_inconsistent_run_file_is_refused():
 
 
 def test_recorded_runs_replay_without_loading_a_model(monkeypatch):
-    from specviz import models, runfile
+    from specviz.decoding import models
+    from specviz.data import runfile
     from pages.common import ui
 
     recs = runfile.list_recorded()
@@ -475,7 +479,10 @@ def test_the_first_recording_is_the_first_runs_prompt_and_shows_the_effect():
     """"Recorded runs" plays first the recording of the prompt the first live run uses (a room with no models
     sees the lesson first, its exceptions one click away): recorded with the default draft, faster than the
     target alone and with the same text."""
-    from specviz import explain, prompts, quant, runfile
+    from specviz.teaching import explain
+    from specviz.core import prompts
+    from specviz.modeling import quant
+    from specviz.data import runfile
 
     at = new_app()
     at.radio(key="main.source").set_value("Recorded runs (no model needed)").run()
@@ -567,7 +574,7 @@ def test_two_sessions_at_once_are_both_correct_and_share_one_load(shared_runtime
 
 
 def test_the_best_k_chooser_runs_in_the_app_and_keeps_the_greedy_text():
-    from specviz import theory
+    from specviz.core import theory
 
     text = "one two three one two three one two"
     at = start(new_app(), k_policy="best", max_new=24, prompt=text, chat=False, baseline=False)
@@ -590,8 +597,9 @@ def test_the_best_k_chooser_runs_in_the_app_and_keeps_the_greedy_text():
 
 
 def test_prompt_lookup_with_adaptive_k_shows_k_trace():
-    from specviz import prompts, speculative_decode
-    from specviz.drafters import PromptLookupDrafter
+    from specviz.core import prompts
+    from specviz import speculative_decode
+    from specviz.decoding.drafters import PromptLookupDrafter
 
     text = "abc abc abc abc"
     at = start(new_app(), drafter="prompt lookup (no second model)", k_policy="adaptive", max_new=24, prompt=text,
@@ -642,7 +650,7 @@ def test_unavailable_pair_explains_how_to_get_it(tmp_path, monkeypatch):
 
 
 def test_a_run_that_lost_on_a_gpu_says_why_and_names_a_pair_that_can_win():
-    from specviz import runfile
+    from specviz.data import runfile
 
     d = json.loads(runfile.RECORDED_DIR.joinpath("capital-of-france-greedy.json").read_text())
     b = d["specviz_export"]["baseline"]

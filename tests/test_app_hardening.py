@@ -74,7 +74,9 @@ def test_a_live_run_replaced_by_an_upload_is_stopped():
 
 def long_run_file(n: int) -> bytes:
     """A valid run of n one-token rounds (plain decoding of the tiny target), as a file."""
-    from specviz import autoregressive_decode, models, runfile
+    from specviz import autoregressive_decode
+    from specviz.decoding import models
+    from specviz.data import runfile
 
     pair = models.load_pair(None)
     run = autoregressive_decode(pair.target, [5, 6, 7], max_new_tokens=n, eos_token_id=[],
@@ -108,7 +110,7 @@ def test_streamlit_config_caps_uploads_and_hides_tracebacks():
 
     from streamlit import config
 
-    from specviz import limits
+    from specviz.core import limits
 
     cfg = tomllib.loads((Path(APP).parent / ".streamlit" / "config.toml").read_text(encoding="utf-8"))
     options = {f"{section}.{key}": v for section, table in cfg.items() for key, v in table.items()}
@@ -150,7 +152,7 @@ def test_switching_the_pair_mid_run_is_said():
 
 
 def test_a_prompt_over_the_token_limit_is_refused_and_the_run_stays(monkeypatch):
-    from specviz import limits
+    from specviz.core import limits
 
     at = start(new_app(), max_new=8, baseline=False)
     job = at.session_state["main.job"]

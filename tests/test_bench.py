@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from specviz import bench, cli, explain, fastlinear, measure
-from specviz.errors import InvalidSetting
+from specviz.tools import bench, cli
+from specviz.teaching import explain
+from specviz.modeling import fastlinear
+from specviz.core import measure
+from specviz.core.errors import InvalidSetting
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--tiny", "--reps", "1", "--max-new-tokens", "6", "--ks", "1,3", "--domains", "code,creative",
@@ -41,7 +44,7 @@ def _numbers(x):
 
 def test_json_has_the_expected_keys_and_finite_numbers(outputs):
     report, _, _ = outputs
-    assert report["format"] == "specviz.bench/1"
+    assert report["format"] == "specviz.tools.bench/1"
     assert {"config", "prompts", "costs", "results", "summary", "checks", "figure_rows"} <= set(report)
     cfg = report["config"]
     assert cfg["modes"] == ["greedy", "sample"] and cfg["domains"] == ["code", "creative"]
@@ -260,7 +263,7 @@ def test_steady_figures_leave_out_the_round_that_read_the_prompt():
 
 
 def theory_tokens(alpha, k):
-    from specviz import theory
+    from specviz.core import theory
 
     return theory.expected_tokens(alpha, k)
 
@@ -270,7 +273,7 @@ def test_the_prediction_charges_the_draft_re_read_after_a_full_acceptance():
     the bonus): the expected extra cost is alpha^(k of the previous round) * refeed per round."""
     import dataclasses
 
-    from specviz.records import Run
+    from specviz.data.records import Run
     from test_kpolicy import make_round
 
     rounds = [dataclasses.replace(make_round(4, 4), prefill_tokens=9), make_round(4, 4), make_round(4, 2),
@@ -294,7 +297,7 @@ def test_c_from_the_runs_counts_every_round_after_the_prompt_round():
     and never the round that also read the prompt."""
     import dataclasses
 
-    from specviz.records import Run
+    from specviz.data.records import Run
     from test_kpolicy import make_round
 
     def run_of(rounds):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.loadtest import serve
+from specviz.tools.loadtest import serve
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
@@ -36,8 +36,8 @@ def server():
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
-    from specviz import models
-    from specviz.config import DEFAULT_PATH
+    from specviz.decoding import models
+    from specviz.modeling.config import DEFAULT_PATH
 
     registry = DEFAULT_PATH  # the real default pair, whatever SPECVIZ_MODELS says
     if os.environ.get("SPECVIZ_BROWSER_MODELS"):  # a quick check of the test itself, e.g. the tiny pair

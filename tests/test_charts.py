@@ -1,4 +1,4 @@
-"""Tests for specviz.charts: the figures carry the right traces and numbers."""
+"""Tests for specviz.teaching.charts: the figures carry the right traces and numbers."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from specviz import charts, explain, theory
-from specviz.records import Round, Run, TopK
-from specviz.theory import expected_speedup, expected_tokens
+from specviz.teaching import charts, explain
+from specviz.core import theory
+from specviz.data.records import Round, Run, TopK
+from specviz.core.theory import expected_speedup, expected_tokens
 
 VOCAB = ["The", " Paris", ",", " a", " city", " major", "\n", " of", "<s>"]
 decode = VOCAB.__getitem__
@@ -586,8 +587,8 @@ def test_all_figures_use_theme_and_handle_empty():
 
 def test_labels_make_whitespace_visible_and_unique():
     dec = {1: " a", 2: "\n", 3: " a"}.__getitem__
-    assert charts._labels([1, 2, 3], dec) == ["␣a #1", "⏎", "␣a #3"]
-    assert charts._labels([4], {4: " " * 12}.__getitem__) == ["␣×12"]  # not cut to '␣␣␣␣␣␣␣␣␣␣␣␣␣…'
+    assert charts.token_labels([1, 2, 3], dec) == ["␣a #1", "⏎", "␣a #3"]
+    assert charts.token_labels([4], {4: " " * 12}.__getitem__) == ["␣×12"]  # not cut to '␣␣␣␣␣␣␣␣␣␣␣␣␣…'
     assert not math.isnan(expected_tokens(0.3, 2))
 
 
@@ -627,7 +628,7 @@ EVIL = "<a href='x'>y</a>"
 def test_token_text_is_html_escaped_in_every_figure():
     import json
 
-    from specviz import lab
+    from specviz.teaching import lab
 
     # every token, and a run's label (both can come from an uploaded file), is a link
     evil = lambda i: f"{EVIL}{i}"  # noqa: E731 (distinct texts: no '#id' suffixes needed)

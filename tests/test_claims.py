@@ -1,4 +1,4 @@
-"""The project's own list of claims (specviz/claims.py): complete, in agreement with docs/claims.md,
+"""The project's own list of claims (specviz/core/claims.py): complete, in agreement with docs/claims.md,
 and every page it names, or that names a claim, exists."""
 
 from __future__ import annotations
@@ -6,14 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specviz import claims
+from specviz.core import claims
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_docs_claims_md_is_generated_from_the_module():
     text = (ROOT / "docs" / "claims.md").read_text(encoding="utf-8")
-    assert text == claims.markdown(), "docs/claims.md is stale: python -m specviz.claims > docs/claims.md"
+    assert text == claims.markdown(), "docs/claims.md is stale: python -m specviz.core.claims > docs/claims.md"
 
 
 def test_claims_are_numbered_one_to_n_and_complete():

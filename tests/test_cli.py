@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from specviz import cli, models, prompts, render
-from specviz.records import Run
+from specviz.tools import cli
+from specviz.decoding import models
+from specviz.core import prompts
+from specviz.teaching import render
+from specviz.data.records import Run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +65,7 @@ def test_bench_help_prints_its_options():
 
 @pytest.fixture
 def tiny_cli(monkeypatch, tiny_pair):
-    pytest.importorskip("specviz.engine")
+    pytest.importorskip("specviz.decoding.engine")
     monkeypatch.setattr(models, "load_pair", lambda *a, **k: tiny_pair)
     return tiny_pair
 
@@ -136,8 +139,8 @@ def test_run_json_round_trips(tiny_cli, capsys):
 
 
 def test_run_tree_prints_the_targets_own_text_and_tree_stats(tiny_cli, capsys):
-    from specviz.engine import autoregressive_decode
-    from specviz.tree_records import TreeRun
+    from specviz.decoding.engine import autoregressive_decode
+    from specviz.data.tree_records import TreeRun
 
     args = ["run", "--prompt", "w1 w2 w3", "--raw", "--max-new-tokens", "12", "--tree", "8"]
     assert cli.main([*args, "--json"]) == 0
@@ -154,8 +157,8 @@ def test_run_tree_prints_the_targets_own_text_and_tree_stats(tiny_cli, capsys):
 
 
 def test_run_spine_prints_the_targets_own_text_and_its_shape(tiny_cli, capsys):
-    from specviz.engine import autoregressive_decode
-    from specviz.tree_records import TreeRun
+    from specviz.decoding.engine import autoregressive_decode
+    from specviz.data.tree_records import TreeRun
 
     args = ["run", "--prompt", "w1 w2 w3", "--raw", "--max-new-tokens", "12", "--spine", "--doubt", "1.0"]
     assert cli.main([*args, "--json"]) == 0
@@ -189,7 +192,7 @@ def test_run_takes_the_apps_k_policies(tiny_cli, capsys, policy):
 
 def test_run_defaults_to_the_main_pages_first_run(tiny_cli, capsys):
     """Without --k and --k-policy, run drafts as the main page's first run does (prompts.FIRST_RUN)."""
-    from specviz import prompts
+    from specviz.core import prompts
 
     run = _run_json(capsys)
     assert (run.settings["k"], run.settings["k_policy"]) == (prompts.FIRST_RUN.k, prompts.FIRST_RUN.k_policy)
@@ -243,7 +246,7 @@ def test_encode_prompt_uses_the_chat_template(default_pair):
 
 @pytest.mark.parametrize("precision", ["int8", "float32"])
 def test_run_puts_the_draft_in_the_asked_precision(precision, capsys):
-    from specviz.cli import main
+    from specviz.tools.cli import main
 
     tiny = str(ROOT / "tests" / "models_tiny.yaml")
     rc = main(["--models", tiny, "run", "--pair", "tiny-random", "--prompt", "ab", "--max-new-tokens", "4",
@@ -253,7 +256,7 @@ def test_run_puts_the_draft_in_the_asked_precision(precision, capsys):
 
 
 def test_run_refuses_an_unknown_draft_precision(capsys):
-    from specviz.cli import main
+    from specviz.tools.cli import main
 
     with pytest.raises(SystemExit) as e:
         main(["run", "--prompt", "ab", "--draft-precision", "int3"])

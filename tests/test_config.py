@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specviz.config import DEFAULT_PATH, ChunkSource, HubSource, PathSource, load_registry
-from specviz.errors import ConfigError
+from specviz.modeling.config import DEFAULT_PATH, ChunkSource, HubSource, PathSource, load_registry
+from specviz.core.errors import ConfigError
 
 SHIPPED = yaml.safe_load(DEFAULT_PATH.read_text())
 
@@ -138,7 +138,7 @@ def test_unknown_pair_lookup():
 
 
 def test_specviz_models_env_selects_the_registry(tmp_path, monkeypatch):
-    from specviz.config import default_registry
+    from specviz.modeling.config import default_registry
 
     data = _mutate(lambda d: d.update(default_pair="custom"))
     monkeypatch.setenv("SPECVIZ_MODELS", str(_write(tmp_path, data)))

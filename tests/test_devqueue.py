@@ -1,4 +1,4 @@
-"""The device queue (specviz/devqueue.py): order, fairness, cancellation, honest timings, outside load.
+"""The device queue (specviz/device/devqueue.py): order, fairness, cancellation, honest timings, outside load.
 
 Holders here are threads that sleep while they hold the device: they take the
 device's turn without taking the CPU, so a timing that counts their turn is
@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from busy import busy_programs, passes_losing_the_cpu, team_or_skip
-from specviz import devqueue, explain
-from specviz.devqueue import Cancelled, DeviceQueue
+from specviz.device import devqueue
+from specviz.teaching import explain
+from specviz.device.devqueue import Cancelled, DeviceQueue
 
 
 def _wait_until(cond, timeout: float = 10.0) -> None:
@@ -471,8 +472,8 @@ def _best_of(n, fn):
 
 
 def test_a_run_waiting_behind_another_holder_reports_the_same_times_as_alone(tiny_pair):
-    from specviz.engine import autoregressive_stream, speculative_stream
-    from specviz.experiments import forward_cost
+    from specviz.decoding.engine import autoregressive_stream, speculative_stream
+    from specviz.teaching.experiments import forward_cost
 
     ids = list(range(2, 14))
     kw = dict(max_new_tokens=16, eos_token_id=[], vocab=tiny_pair.shared_vocab)
@@ -510,7 +511,7 @@ def test_a_run_waiting_behind_another_holder_reports_the_same_times_as_alone(tin
 
 
 def test_no_model_work_holds_the_device_at_once_from_many_threads(tiny_pair):
-    from specviz.engine import speculative_decode
+    from specviz.decoding.engine import speculative_decode
 
     ids = list(range(2, 12))
     before = devqueue.QUEUE.stats("cpu")
@@ -562,8 +563,8 @@ def test_the_share_rule():
 
 
 def test_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(tiny_pair):
-    from specviz.engine import autoregressive_decode, speculative_decode
-    from specviz.records import Run
+    from specviz.decoding.engine import autoregressive_decode, speculative_decode
+    from specviz.data.records import Run
 
     ids = list(range(2, 12))
     kw = dict(max_new_tokens=8, eos_token_id=[], vocab=tiny_pair.shared_vocab)
@@ -584,7 +585,7 @@ def test_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(tiny_
 
 
 def test_a_watch_sees_the_passes_of_a_measurement(tiny_pair):
-    from specviz.experiments import batch_cost, forward_cost
+    from specviz.teaching.experiments import batch_cost, forward_cost
 
     with devqueue.watch() as w:
         forward_cost(tiny_pair.target, n_tokens=(1, 2), reps=2, context=8)
@@ -686,7 +687,7 @@ def test_passes_beside_another_program_are_flagged(tiny_pair):
     core, the passes' own busy threads left it under a third of a core in 1 run of 8.)"""
     import os
 
-    from specviz.lm import open_lm
+    from specviz.modeling.lm import open_lm
 
     lm = open_lm(tiny_pair.target)
     try:
@@ -782,7 +783,7 @@ def test_a_runs_time_leaves_out_the_waits_for_a_core(tiny_pair):
     run's decoding time count it."""
     import os
 
-    from specviz.engine import speculative_decode
+    from specviz.decoding.engine import speculative_decode
 
     team_or_skip()
     ids = list(range(2, 12))
@@ -801,8 +802,8 @@ def test_a_runs_time_leaves_out_the_waits_for_a_core(tiny_pair):
 
 def test_a_short_run_finishes_long_before_a_k_sweep_started_ahead_of_it(tiny_pair):
     """The issue's case, on the engine: a short run is not held up until another session's sweep ends."""
-    from specviz import lab
-    from specviz.engine import speculative_decode
+    from specviz.teaching import lab
+    from specviz.decoding.engine import speculative_decode
 
     ids = list(range(2, 12))
     kw = dict(eos_token_id=[], vocab=tiny_pair.shared_vocab)
@@ -834,8 +835,8 @@ def test_a_short_run_finishes_long_before_a_k_sweep_started_ahead_of_it(tiny_pai
 def test_run_files_without_the_flag_load_and_a_bad_flag_is_named():
     import json
 
-    from specviz import runfile
-    from specviz.errors import SpecvizError
+    from specviz.data import runfile
+    from specviz.core.errors import SpecvizError
 
     path = runfile.RECORDED_DIR / "capital-of-france-greedy.json"
     d = json.loads(path.read_text(encoding="utf-8"))

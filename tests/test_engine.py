@@ -16,10 +16,10 @@ import json
 import pytest
 import torch
 
-import specviz.engine as engine
+import specviz.decoding.engine as engine
 from specviz import InvalidSetting, PromptLookupDrafter, Run, autoregressive_decode, speculative_decode
-from specviz.drafters import Drafter, Proposal
-from specviz.sampling import logits_to_probs
+from specviz.decoding.drafters import Drafter, Proposal
+from specviz.decoding.sampling import logits_to_probs
 from stats import passes, total_variation
 from tiny import hf_greedy, tiny_gpt2, tiny_qwen
 
@@ -266,8 +266,8 @@ def test_a_bonus_drawn_from_the_draft_fails_the_distribution_check(small_vocab_p
 
 def draft_draws(draft, n, temperature, top_k, top_p, k=2):
     """(counts of the drafted pairs, the q each draw reports) over n seeded proposals."""
-    from specviz.drafters import ModelDrafter
-    from specviz.sampling import Sampler
+    from specviz.decoding.drafters import ModelDrafter
+    from specviz.decoding.sampling import Sampler
 
     counts, reported = collections.Counter(), {}
     for seed in range(n):
@@ -306,7 +306,7 @@ def test_the_draft_draws_from_the_q_it_reports(small_vocab_pair, temperature, to
 
 def test_a_draft_that_ignores_top_p_fails_the_draw_check(small_vocab_pair, monkeypatch):
     """Reporting the top-p q while drawing from the full softmax: the same check must fail."""
-    import specviz.drafters as drafters
+    import specviz.decoding.drafters as drafters
 
     _, draft = small_vocab_pair
     real_pick = drafters.Sampler.pick
@@ -493,7 +493,7 @@ class Fixed(Drafter):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_drafts_after_a_proposed_eos_are_not_judged_or_counted(qwen_pair, temperature):
     """Nothing after EOS can be emitted, so it is not judged: not in alpha, not in the best-k calibration."""
-    from specviz.kpolicy import CALIB_PRIOR, BestK
+    from specviz.decoding.kpolicy import CALIB_PRIOR, BestK
 
     target, _ = qwen_pair
     prompt = [4, 4, 2]
@@ -559,7 +559,7 @@ def test_all_k_values_over_product(qwen_pair):
 def test_one_eos_resolver_for_the_engine_and_the_loader():
     """Given ids win; else the tokenizer's, the generation config's (the config's when it has none) and
     the end-of-turn tokens, each once, in that order, below the shared vocabulary."""
-    from specviz.lm import eos_ids
+    from specviz.modeling.lm import eos_ids
 
     a, b = tiny_qwen(0), tiny_qwen(1)
     a.generation_config.eos_token_id, a.config.eos_token_id = None, 7
@@ -579,7 +579,8 @@ def test_one_eos_resolver_for_the_engine_and_the_loader():
 def test_the_pair_labs_default_to_the_engines_vocabulary():
     """The tree, the rule lab, the first-position lab and the agreement measure pick the engine's default:
     the target's ids, which a draft with fewer rows cannot score (so they ask for vocab=, as the engine does)."""
-    from specviz import experiments, lab, rules, tree
+    from specviz.teaching import experiments, lab, rules
+    from specviz.decoding import tree
 
     target, big, small = tiny_qwen(5, vocab=72), tiny_qwen(6, vocab=80), tiny_qwen(6, vocab=64)
     prompt = [1, 2, 3]

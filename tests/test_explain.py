@@ -1,4 +1,4 @@
-"""specviz.explain: what the app says in words, checked against the numbers it was given.
+"""specviz.teaching.explain: what the app says in words, checked against the numbers it was given.
 
 Rounds come from the real engine on tiny float64 models (the fixtures of
 test_lab), so each sentence and table row is checked against the decisions the
@@ -14,11 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from specviz import autoregressive_decode, explain, measure, runfile, speculative_decode
-from specviz.errors import InvalidSetting
-from specviz.experiments import BandwidthCheck
-from specviz.sampling import accept_token
-from specviz.theory import expected_speedup
+from specviz import autoregressive_decode, speculative_decode
+from specviz.teaching import explain
+from specviz.core import measure
+from specviz.data import runfile
+from specviz.core.errors import InvalidSetting
+from specviz.teaching.experiments import BandwidthCheck
+from specviz.decoding.sampling import accept_token
+from specviz.core.theory import expected_speedup
 from test_lab import PROMPT, VOCAB, decode, spec
 from tiny import tiny_qwen
 
@@ -70,7 +73,7 @@ def test_round_summary_counts_what_the_round_did(models):
 
 
 def test_tree_round_summary_counts_and_times_what_the_round_did(models):
-    from specviz.tree import tree_decode
+    from specviz.decoding.tree import tree_decode
 
     rounds = [r for t in (0.0, 1.0) for r in tree_decode(*models, PROMPT, budget=8, branch=2, temperature=t,
                                                           max_new_tokens=40, seed=3, eos_token_id=[]).rounds]
@@ -94,7 +97,7 @@ def test_tree_round_summary_counts_and_times_what_the_round_did(models):
 def test_time_breakdown_quotes_measures_c(models):
     target, draft = models
     run = spec(models, k=3, max_new_tokens=16)
-    from specviz.engine import autoregressive_decode
+    from specviz.decoding.engine import autoregressive_decode
 
     base = runfile.baseline_summary(run, autoregressive_decode(target, PROMPT, max_new_tokens=16, eos_token_id=[]),
                                    1.0, None)
@@ -111,7 +114,7 @@ def test_time_breakdown_quotes_measures_c(models):
 def test_time_breakdown_says_what_waits_for_a_core_were_left_out(models):
     import dataclasses
 
-    from specviz.engine import autoregressive_decode
+    from specviz.decoding.engine import autoregressive_decode
 
     target, _ = models
     run = spec(models, k=3, max_new_tokens=16)
@@ -308,7 +311,7 @@ def test_batch_verdict_finds_the_end_of_the_flat_part():
 
 
 def test_tv_verdict_branches():
-    from specviz.theory import TVNoise
+    from specviz.core.theory import TVNoise
 
     noise = TVNoise(2000, tuple(0.080 + 0.001 * i for i in range(-10, 11)), 0.080)  # mean 0.080, sd ~0.006
     ok = explain.tv_verdict(0.079, noise, 900, 0.45)
@@ -328,7 +331,7 @@ def test_tv_verdict_branches():
 def test_an_exact_sampler_is_almost_never_called_wrong_and_a_lossy_rule_always_is():
     # The verdict's yardstick (noise of 2000 draws from p, 200 samplings) against 2000 further samplings of
     # exact draws from p: at the 95th percentile, as before, one in 20 was called "more than noise".
-    from specviz.theory import TVNoise, simulate_tv_noise
+    from specviz.core.theory import TVNoise, simulate_tv_noise
 
     rng = torch.Generator().manual_seed(0)
     z = torch.randn(5000, generator=rng)
@@ -354,7 +357,7 @@ def test_theory_summary_states_speedup_and_best_k():
     assert "Below 1×" in explain.theory_summary(0.1, 4, 0.9, (1, 0.6))
     assert "largest k tried" not in text
     # at the bound of the k searched, the best k is only the best tried, and the words say so
-    from specviz import theory
+    from specviz.core import theory
 
     best = theory.best_k(0.99, 0.01, k_max=16)
     assert best[0] == 16 and best[1] > theory.expected_speedup(0.99, 15, 0.01)
@@ -363,7 +366,7 @@ def test_theory_summary_states_speedup_and_best_k():
 
 
 def test_gpu_advice_only_where_a_pair_lost_on_a_gpu():
-    from specviz import models
+    from specviz.decoding import models
 
     seven = models.gpu_suggestion("qwen2.5-coder-embedded", "models.yaml")
     assert explain.gpu_advice("cpu", 0.8, seven) is None  # on a CPU the draft's size is what it costs
@@ -375,7 +378,7 @@ def test_gpu_advice_only_where_a_pair_lost_on_a_gpu():
 
 
 def test_the_run_curve_note_says_what_the_dashed_curve_is_and_which_side_the_run_fell():
-    from specviz.theory import expected_tokens_over
+    from specviz.core.theory import expected_tokens_over
 
     ks = [11, 10, 27]
     at = expected_tokens_over(0.96, ks)

@@ -1,12 +1,13 @@
-"""The opt-in oneDNN linear path for float32 on a CPU (specviz.fastlinear)."""
+"""The opt-in oneDNN linear path for float32 on a CPU (specviz.modeling.fastlinear)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from specviz import autoregressive_decode, fastlinear, speculative_decode
-from specviz.tiny import tiny_model
+from specviz import autoregressive_decode, speculative_decode
+from specviz.modeling import fastlinear
+from specviz.modeling.tiny import tiny_model
 
 
 # --------------------------------------------------------------------------

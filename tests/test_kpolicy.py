@@ -7,12 +7,14 @@ import random
 
 import pytest
 
-from specviz import speculative_decode, theory
-from specviz.drafters import PromptLookupDrafter
-from specviz.kpolicy import K_MAX, make_k_policy
-from specviz.errors import InvalidSetting
-from specviz.kpolicy import CALIB_EDGES, BestK
-from specviz.records import Round, TopK
+from specviz import speculative_decode
+from specviz.core import theory
+from specviz.decoding.drafters import PromptLookupDrafter
+from specviz.core.limits import K_MAX
+from specviz.decoding.kpolicy import make_k_policy
+from specviz.core.errors import InvalidSetting
+from specviz.decoding.kpolicy import CALIB_EDGES, BestK
+from specviz.data.records import Round, TopK
 from tiny import hf_greedy, tiny_qwen
 
 
@@ -199,7 +201,7 @@ def test_stop_after_a_doubtful_draft_and_not_before():
     assert drafted_length(p, sure) >= 8
     doubtful = [0.99, 0.99, 0.15] + [0.99] * 13
     assert drafted_length(p, doubtful) == 3  # the doubtful draft is still proposed, then the round ends
-    from specviz.drafters import ModelDrafter, PromptLookupDrafter
+    from specviz.decoding.drafters import ModelDrafter, PromptLookupDrafter
 
     assert not PromptLookupDrafter.asks_keep  # nothing to ask
     assert p.next_k(PromptLookupDrafter.asks_keep) == theory.best_k(p.alpha, p.c, p.verify_cost, k_max=16)[0]
@@ -234,7 +236,7 @@ def test_first_round_drafts_the_starting_k_with_stop():
 def test_a_primed_first_round_is_decided_by_the_stop_rule():
     """With a first estimate of c (the engine's prefill ratio) round one drafts long through sure
     tokens and stops after a doubtful one, instead of drafting the starting k."""
-    from specviz.drafters import ModelDrafter
+    from specviz.decoding.drafters import ModelDrafter
 
     p = BestK(3, k_max=K_MAX, stop=True)
     p.prime(0.35)
@@ -249,7 +251,7 @@ def test_a_primed_first_round_is_decided_by_the_stop_rule():
 
 def test_the_engine_primes_the_policy_with_the_weight_ratio():
     """Before anything is timed (the first round reads the prompt), c is the draft/target weight ratio."""
-    from specviz.measure import c_prior
+    from specviz.core.measure import c_prior
 
     target, draft = tiny_qwen(100, vocab=64), tiny_qwen(200, vocab=80)  # the draft has a larger head
     ratio = c_prior(draft, target)
@@ -297,7 +299,7 @@ def _cheap_close_draft(target):
 
 
 def test_engine_best_stops_model_drafts_early_and_stays_exact(bytes_only):
-    from specviz.drafters import ModelDrafter
+    from specviz.decoding.drafters import ModelDrafter
 
     target = tiny_qwen(100)
     draft = _cheap_close_draft(target)
@@ -380,7 +382,7 @@ def test_sampling_with_early_stops_keeps_the_target_distribution(bytes_only):
 def test_the_round_that_also_reads_the_prompt_drafts_longer():
     """Its target pass costs several 1-token passes (it reads the prompt), so a draft is cheap next to
     it: with that extra cost the stop rule keeps drafting through confidences where it would stop."""
-    from specviz.kpolicy import prompt_extra
+    from specviz.decoding.kpolicy import prompt_extra
 
     p = BestK(3, k_max=K_MAX, stop=True)
     p.prime(0.35)
@@ -394,7 +396,7 @@ def test_the_round_that_also_reads_the_prompt_drafts_longer():
 
 
 def test_the_engine_passes_the_prompt_extra_in_the_first_round_only(monkeypatch):
-    import specviz.kpolicy as kp
+    import specviz.decoding.kpolicy as kp
 
     class Spy(BestK):
         def keep_drafting(self, confidences, extra=0.0):
@@ -479,7 +481,7 @@ def test_plain_passes_join_the_anchor_and_the_lower_one_time_stands_in():
 
 def test_a_policy_without_the_stop_rule_drafts_every_k_it_chooses():
     """keep_drafting says yes for FixedK, AdaptiveK and BestK(stop=False): a model drafter drafts the full k."""
-    from specviz.kpolicy import AdaptiveK, FixedK
+    from specviz.decoding.kpolicy import AdaptiveK, FixedK
 
     def recording(cls):
         class Recording(cls):

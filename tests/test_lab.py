@@ -1,4 +1,4 @@
-"""specviz.lab on tiny random models: round arithmetic, sweeps, verdicts, exactness helpers.
+"""specviz.teaching.lab on tiny random models: round arithmetic, sweeps, verdicts, exactness helpers.
 
 Rounds come from the real engine (tiny float64 Qwen2 models), so the written-out
 arithmetic is checked against the decisions the engine actually made.
@@ -11,11 +11,13 @@ import math
 import pytest
 import torch
 
-from specviz import InvalidSetting, autoregressive_decode, explain, lab, measure, speculative_decode
-from specviz.experiments import agreement_along, first_token_trials
-from specviz.records import Run
-from specviz.sampling import logits_to_probs
-from specviz.theory import expected_speedup, expected_tokens
+from specviz import InvalidSetting, autoregressive_decode, speculative_decode
+from specviz.teaching import explain, lab
+from specviz.core import measure
+from specviz.teaching.experiments import agreement_along, first_token_trials
+from specviz.data.records import Run
+from specviz.decoding.sampling import logits_to_probs
+from specviz.core.theory import expected_speedup, expected_tokens
 from tiny import tiny_qwen
 
 VOCAB = 64
@@ -231,7 +233,7 @@ def test_first_position_matches_the_models_and_the_trials(models):
     trials = first_token_trials(target, draft, PROMPT, n=n, temperature=1.0, noise_reps=200)
     se = math.sqrt(fp.overlap * (1 - fp.overlap) / n)
     assert abs(trials.accepted / n - fp.overlap) < 4.5 * se
-    from specviz.theory import total_variation
+    from specviz.core.theory import total_variation
 
     assert total_variation(trials.p, trials.counts) <= trials.noise.limit  # same distribution as p
     assert trials.noise.n == n and trials.noise.expected == pytest.approx(trials.noise.mean, rel=0.1)
@@ -244,9 +246,9 @@ def test_first_position_matches_the_models_and_the_trials(models):
 def test_the_expected_noise_matches_simulation_on_a_small_vocabulary_and_on_a_long_tail():
     import math
 
-    from specviz.theory import expected_tv_noise
+    from specviz.core.theory import expected_tv_noise
 
-    from specviz.theory import simulate_tv_noise
+    from specviz.core.theory import simulate_tv_noise
 
     p = torch.softmax(torch.randn(64, generator=torch.Generator().manual_seed(0)) * 2, 0).double()
     noise = simulate_tv_noise(p.numpy(), 2000, reps=300)

@@ -1,10 +1,12 @@
-"""specviz/ is the pure layer: no module of the package imports streamlit (only app.py and pages/ do)."""
+"""specviz/ is the pure layer (no module imports streamlit; only app.py and pages/ do), and its folders are layers."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 # Imports every module of specviz/ in one fresh interpreter and names the first that pulls in
 # streamlit. specviz.__main__ runs the CLI when imported, so it is imported with --help (exit 0).
@@ -35,8 +37,101 @@ def test_no_specviz_module_imports_streamlit():
     out = subprocess.run([sys.executable, "-c", _WALK], capture_output=True, text=True, check=True)
     found = json.loads(out.stdout.strip().splitlines()[-1])
     # the walk really covers the package: the top layer and the leaves are all in it
-    assert {"specviz.__main__", "specviz.engine", "specviz.models", "specviz.charts", "specviz.cli"} <= set(
-        found["modules"]
-    )
+    assert {"specviz.__main__", "specviz.decoding.engine", "specviz.decoding.models", "specviz.teaching.charts",
+            "specviz.tools.cli"} <= set(found["modules"])
     assert len(found["modules"]) >= 30
     assert found["culprit"] is None, f"{found['culprit']} imports streamlit; specviz/ must stay free of it"
+
+
+# --- folders are layers -------------------------------------------------------------------------------------------
+# specviz/'s subpackages, lowest first. A module may import its own layer and the layers below it, never one above.
+LAYERS = ("core", "device", "data", "modeling", "decoding", "teaching", "tools")
+PKG = Path(__file__).resolve().parents[1] / "specviz"
+
+
+def _imports(tree: ast.AST):
+    """Every specviz module an AST imports, anywhere in it (lazy imports inside functions too), with its line."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("specviz"):
+            yield node.lineno, node.module, [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("specviz"):
+                    yield node.lineno, a.name, []
+
+
+def _layer_of(dotted: str) -> str | None:
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def _modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        yield path, ".".join(rel.parts)
+
+
+def layer_violations(modules) -> list[str]:
+    """'module:line imports higher' for each import that climbs a layer (the checker the test below runs)."""
+    bad = []
+    for path, name in modules:
+        own = _layer_of(name)
+        if own is None:  # specviz/__init__ and __main__ sit above every layer
+            continue
+        for line, mod, names in _imports(ast.parse(path.read_text())):
+            targets = [mod] if _layer_of(mod) else [f"{mod}.{n}" for n in names]
+            for t in targets:
+                layer = _layer_of(t)
+                if layer is None:
+                    bad.append(f"{name}:{line} imports {t}, which is above every layer")
+                elif LAYERS.index(layer) > LAYERS.index(own):
+                    bad.append(f"{name}:{line} ({own}) imports {t} ({layer})")
+    return bad
+
+
+def private_imports(modules) -> list[str]:
+    """'module:line name' for each private name (a leading underscore) taken from another specviz module."""
+    bad = []
+    for path, name in modules:
+        tree = ast.parse(path.read_text())
+        aliases = {}
+        for line, mod, names in _imports(tree):
+            for n in names:
+                if n.startswith("_") and not n.startswith("__"):
+                    bad.append(f"{name}:{line} imports {mod}.{n}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("specviz"):
+                aliases.update({(a.asname or a.name): a.name for a in node.names})
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name) and node.value.id in aliases):
+                bad.append(f"{name}:{node.lineno} uses {node.value.id}.{node.attr}")
+    return bad
+
+
+def test_specviz_is_split_into_layer_folders():
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py"], f"modules outside the layer folders: {top}"
+    assert sorted(p.name for p in PKG.iterdir() if (p / "__init__.py").exists()) == sorted(LAYERS)
+
+
+def test_no_import_climbs_a_layer():
+    assert layer_violations(_modules()) == []
+
+
+def test_no_module_imports_another_modules_private_names():
+    assert private_imports(_modules()) == []
+
+
+def test_the_layer_checks_can_fail(tmp_path):
+    # a core module that imports the engine, and a teaching module that reaches into a private helper
+    (tmp_path / "specviz" / "core").mkdir(parents=True)
+    (tmp_path / "specviz" / "teaching").mkdir(parents=True)
+    low = tmp_path / "specviz" / "core" / "low.py"
+    low.write_text("def f():\n    from specviz.decoding import engine\n")
+    high = tmp_path / "specviz" / "teaching" / "high.py"
+    high.write_text("from specviz.teaching import charts\nfrom specviz.core.measure import _x\ny = charts._fig\n")
+    mods = [(low, "specviz.core.low"), (high, "specviz.teaching.high")]
+    assert layer_violations(mods) == ["specviz.core.low:2 (core) imports specviz.decoding.engine (decoding)"]
+    assert private_imports(mods) == ["specviz.teaching.high:2 imports specviz.core.measure._x",
+                                     "specviz.teaching.high:3 uses charts._fig"]

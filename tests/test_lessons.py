@@ -1,4 +1,4 @@
-"""Lessons: specviz/lessons.py (the lesson data and its experiments) and pages/8_Lessons.py.
+"""Lessons: specviz/teaching/lessons.py (the lesson data and its experiments) and pages/8_Lessons.py.
 
 The data: every step links an existing page and names an experiment that resolves. The numbers:
 with no model every step's answer is the shipped recordings' own numbers (read here straight from
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from specviz import lessons
-from specviz.errors import SpecvizError
+from specviz.teaching import lessons
+from specviz.core.errors import SpecvizError
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -49,7 +49,7 @@ def alpha_of(d: dict) -> float:
 
 # --- the data ----------------------------------------------------------------------------------
 def test_every_step_links_an_existing_page_and_names_an_experiment_that_resolves():
-    from specviz.runfile import list_recorded
+    from specviz.data.runfile import list_recorded
 
     assert len(lessons.LESSONS) >= 6 and len({le.key for le in lessons.LESSONS}) == len(lessons.LESSONS)
     for les, s in steps():
@@ -135,7 +135,7 @@ def test_recorded_answers_are_the_recordings_own_numbers():
 
 
 def test_explanations_follow_the_data_not_a_script():
-    from specviz.runfile import list_recorded
+    from specviz.data.runfile import list_recorded
 
     recs = {r.name: r for r in list_recorded()}
     swapped = {**recs, "code-greedy": recs["creative-greedy"], "creative-greedy": recs["code-greedy"]}
@@ -160,7 +160,10 @@ def test_a_missing_recording_is_a_clear_error():
 
 @needs_tiny
 def test_live_answers_on_the_tiny_pair_are_the_engines():
-    from specviz import experiments, models, prompts, speculative_decode
+    from specviz.teaching import experiments
+    from specviz.decoding import models
+    from specviz.core import prompts
+    from specviz import speculative_decode
 
     pair = models.load_pair(None, draft_precision="float32")
     ctx = lessons.Context(pair=pair, seed=3, max_new_tokens=12)
@@ -268,7 +271,7 @@ def walk(at, check=None) -> dict:
 
 def test_page_walks_every_lesson_from_recorded_runs_only(monkeypatch):
     from pages.common import ui
-    from specviz import models
+    from specviz.decoding import models
 
     monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("a recorded lesson loaded a model"))
     before = ui.LOAD_CALLS
@@ -288,7 +291,9 @@ def test_page_walks_every_lesson_from_recorded_runs_only(monkeypatch):
 
 @needs_tiny
 def test_page_walks_every_lesson_live_on_the_tiny_pair():
-    from specviz import models, prompts, speculative_decode
+    from specviz.decoding import models
+    from specviz.core import prompts
+    from specviz import speculative_decode
 
     at = lessons_page(LIVE)
     seen = walk(at)

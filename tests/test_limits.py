@@ -1,11 +1,14 @@
-"""Settings that used to pass the checks and then crash, and the server's limits (specviz.limits)."""
+"""Settings that used to pass the checks and then crash, and the server's limits (specviz.core.limits)."""
 
 from __future__ import annotations
 
 import pytest
 
-from specviz import InvalidSetting, cli, models, prompts, speculative_decode
-from specviz.engine import SEED_MAX, TEMPERATURE_MIN
+from specviz import InvalidSetting, speculative_decode
+from specviz.tools import cli
+from specviz.decoding import models
+from specviz.core import prompts
+from specviz.decoding.engine import SEED_MAX, TEMPERATURE_MIN
 from tiny import tiny_gpt2, tiny_qwen
 
 
@@ -76,7 +79,8 @@ def test_a_prompt_over_the_token_limit_is_refused(make_tokenizer, monkeypatch):
 
 
 def test_a_bad_limit_in_the_environment_is_a_clear_error(monkeypatch):
-    from specviz import ConfigError, limits
+    from specviz import ConfigError
+    from specviz.core import limits
 
     monkeypatch.setenv("SPECVIZ_MAX_NEW_TOKENS", "lots")
     with pytest.raises(ConfigError, match=r"\$SPECVIZ_MAX_NEW_TOKENS must be an integer"):

@@ -9,8 +9,9 @@ import copy
 import pytest
 import torch
 
-from specviz import engine, lm as L
-from specviz.tiny import tiny_model
+from specviz.decoding import engine
+from specviz.modeling import lm as L
+from specviz.modeling.tiny import tiny_model
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11]
 

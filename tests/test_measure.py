@@ -1,4 +1,4 @@
-"""specviz.measure: every measured figure, checked against its definition on synthetic records.
+"""specviz.core.measure: every measured figure, checked against its definition on synthetic records.
 
 Rounds are plain data (test_kpolicy.make_round), so each figure is worked out by
 hand here and compared with what measure computes; one test also runs the engine
@@ -14,9 +14,10 @@ import statistics
 
 import pytest
 
-from specviz import bench, measure
-from specviz.errors import InvalidSetting
-from specviz.records import Run
+from specviz.tools import bench
+from specviz.core import measure
+from specviz.core.errors import InvalidSetting
+from specviz.data.records import Run
 from test_kpolicy import make_round
 
 
@@ -136,7 +137,7 @@ def test_the_bench_row_reports_measures_figures():
     assert row["tokens_per_s"] == pytest.approx(statistics.median([spec[0].tokens_per_s]))
 
 
-# Weight bytes (quant.weight_bytes) and decoder layers of the models whose one-token passes were timed
+# Weight bytes (measure.weight_bytes) and decoder layers of the models whose one-token passes were timed
 # (README, "Draft precision"): the default pair's target and drafts on the project's 2-core CPU, and
 # the Qwen2.5 shapes in bf16 on an H200 with CUDA graphs.
 TARGET_CPU = (6_174_857_728, 28)  # Qwen2.5-Coder 1.5B, float32
@@ -161,8 +162,8 @@ def test_the_prior_for_c_lands_where_the_timed_passes_did():
 
 
 def test_c_prior_reads_bytes_layers_and_the_device_from_the_models():
-    from specviz.quant import weight_bytes
-    from specviz.tiny import tiny_model
+    from specviz.core.measure import weight_bytes
+    from specviz.modeling.tiny import tiny_model
 
     draft, target = tiny_model(0, layers=2), tiny_model(1, layers=4)
     assert measure.decoder_layers(draft) == 2 and measure.decoder_layers(target) == 4

@@ -1,4 +1,4 @@
-"""specviz.store and specviz.models: chunk joining, the cache, memory and tokenizer checks, real pair.
+"""specviz.modeling.store and specviz.decoding.models: chunk joining, the cache, memory and tokenizer checks, real pair.
 
 Fake chunk packages are written into a tmp folder on sys.path; tiny models are
 saved to tmp folders or into a fake Hugging Face cache. Nothing is downloaded.
@@ -19,9 +19,10 @@ import re
 import pytest
 import torch
 
-from specviz import config, fastlinear, models, store
-from specviz.config import ChunkSource, parse_registry
-from specviz.errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable, TokenizerMismatch
+from specviz.modeling import config, fastlinear, store
+from specviz.decoding import models
+from specviz.modeling.config import ChunkSource, parse_registry
+from specviz.core.errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable, TokenizerMismatch
 
 WORDS = [f"w{i}" for i in range(62)]
 
@@ -144,7 +145,7 @@ def test_missing_chunk_package_names_the_pip_command(tmp_path, monkeypatch):
 
 
 def test_chunks_among_the_requirements_are_installed_with_them():
-    from specviz.config import default_registry
+    from specviz.modeling.config import default_registry
 
     reg = default_registry()
     embedded = reg.pair().draft.source
@@ -315,7 +316,7 @@ def test_a_cached_file_that_will_not_load_is_rebuilt_not_a_safetensor_error(chun
 
 
 def test_a_flipped_byte_is_caught_by_prepare_verify_and_rebuilt(chunk_pair, capsys):
-    from specviz import cli
+    from specviz.tools import cli
 
     _loads(chunk_pair.reg)
     weights = chunk_pair.folder["t"] / "model.safetensors"
@@ -519,7 +520,7 @@ def test_real_pair_second_load_comes_from_the_cache(default_pair_load):
 def test_float32_cpu_pairs_use_the_onednn_linear_path():
     from pathlib import Path
 
-    from specviz import fastlinear
+    from specviz.modeling import fastlinear
 
     tiny = Path(__file__).parent / "models_tiny.yaml"
     on = models.load_pair(registry=tiny, dtype="float32", device="cpu", draft_precision="float32")
@@ -553,7 +554,7 @@ def test_limit_cpu_threads_caps_torch_threads_unless_omp_num_threads_is_set(monk
 
 
 def test_gpu_suggestion_is_the_smallest_target_far_larger_than_its_draft():
-    from specviz.config import load_registry
+    from specviz.modeling.config import load_registry
 
     reg = load_registry("models.yaml")
     assert models.gpu_suggestion("qwen2.5-coder-embedded", reg).name == "qwen2.5-0.5b-7b"

@@ -78,7 +78,7 @@ def num(s: str) -> float:
 
 
 def tiny_pair():
-    from specviz import models
+    from specviz.decoding import models
 
     return models.load_pair(None)
 
@@ -90,7 +90,7 @@ def errors(at) -> list[str]:
 def drawn_ok(at) -> None:
     """Every chart can be saved as PNG (the download button config), and every table writes a missing cell
     as explain.MISSING, not "None"."""
-    from specviz import explain
+    from specviz.teaching import explain
 
     for el in at.get("plotly_chart"):
         cfg = json.loads(el.proto.config)
@@ -102,7 +102,7 @@ def drawn_ok(at) -> None:
 # --- 6 · theory: no model ------------------------------------------------------------------------
 def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
     from pages.common import ui
-    from specviz import models
+    from specviz.decoding import models
 
     calls = []
     monkeypatch.setattr(models, "load_pair", lambda *a, **k: calls.append(a) or pytest.fail("theory loaded a model"))
@@ -131,7 +131,8 @@ def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
 # --- 0 · what this app demonstrates: no model ------------------------------------------------------
 def test_claims_page_shows_every_claim_with_its_anchor_source_and_measurement(monkeypatch):
     from pages.common import ui
-    from specviz import claims, models
+    from specviz.core import claims
+    from specviz.decoding import models
 
     monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("the claims page loaded a model"))
     before = ui.LOAD_CALLS
@@ -161,7 +162,7 @@ def test_presenter_mode_carries_to_every_page():
 
 
 def test_pages_link_the_claims_they_show():
-    from specviz import claims
+    from specviz.core import claims
 
     at = page("6")
     caption = at.caption[0].value
@@ -219,7 +220,7 @@ def test_presenter_mode_draws_a_whole_table_in_the_rooms_type():
     """st.dataframe draws on a canvas whose type does not grow: in presenter mode the round's decisions are an
     HTML table (which does), with the same cells; missing cells read as in the dataframe."""
     from pages.common import ui
-    from specviz import explain
+    from specviz.teaching import explain
 
     normal = press(page("1"), "slow.start")
     want = normal.dataframe[0].value
@@ -249,7 +250,7 @@ def test_slow_motion_with_prompt_lookup_drafts_with_certainty():
     rounds = at.session_state["slow.state"]["pb"].rounds
     assert len(rounds) == 4 and any(r.k > 0 for r in rounds)
     assert all(q == 1.0 for r in rounds for q in r.q_drafted)  # copied tokens are proposed with certainty
-    from specviz import explain
+    from specviz.teaching import explain
 
     rows = at.dataframe[0].value
     assert (rows[rows["drafted"] != explain.MISSING]["q(d)"] == 1.0).all()
@@ -257,7 +258,8 @@ def test_slow_motion_with_prompt_lookup_drafts_with_certainty():
 
 @needs_tiny
 def test_slow_motion_finds_a_zero_accept_round_like_the_engine():
-    from specviz import prompts, speculative_decode
+    from specviz.core import prompts
+    from specviz import speculative_decode
 
     at = page("1")
     press(at, "slow.start")
@@ -308,7 +310,9 @@ def lab_page(temps=(0.0, 1.2), domains=("code", "creative"), max_new=8):
 
 @needs_tiny
 def test_acceptance_lab_defaults_measure_both_alphas_and_say_what_they_show():
-    from specviz import lab, prompts, speculative_decode
+    from specviz.teaching import lab
+    from specviz.core import prompts
+    from specviz import speculative_decode
 
     at = page("2")
     assert at.multiselect(key="lab.domains").value == ["code", "list", "factual", "creative"]
@@ -354,7 +358,7 @@ def test_acceptance_lab_in_presenter_mode_shows_the_lessons_columns_and_names_th
     """In the room's type the lab's eleven columns scroll sideways on a 1024-pixel projector: presenter mode
     draws the first six (α both ways, entropy, tokens/pass), with the same cells, and names the others."""
     from pages.common import ui
-    from specviz import lab
+    from specviz.teaching import lab
 
     want = lab_page(temps=(0.0,)).dataframe[0].value
     assert list(want.columns) == list(lab.SWEEP_COLUMNS)
@@ -459,7 +463,7 @@ def test_speedup_keeps_a_measurement_for_the_dtype_it_was_measured_with():
 
 @needs_tiny
 def test_speedup_compares_draft_precisions_on_one_prompt():
-    from specviz import quant
+    from specviz.modeling import quant
 
     at = page("3")
     assert at.multiselect(key="speed.precisions").value == ["float32", quant.default_precision("cpu")]
@@ -478,7 +482,8 @@ def test_speedup_compares_draft_precisions_on_one_prompt():
 
 @needs_tiny
 def test_speedup_model_starts_at_the_alpha_measured_on_the_page_until_the_learner_moves_it():
-    from specviz import measure, quant
+    from specviz.core import measure
+    from specviz.modeling import quant
 
     def model_alpha(at) -> tuple[float, bool]:
         """The slider's α, which must be the one section 2 drew with (read from its words: AppTest reads a slider's
@@ -550,7 +555,7 @@ def test_every_timed_section_says_when_its_times_ran_under_outside_load():
     race, k policies and early exit, and the Slow motion page's round."""
     from busy import passes_losing_the_cpu
     from pages.common import ui
-    from specviz import models
+    from specviz.decoding import models
 
     speed, slow = page("3"), page("1")
     speed.number_input(key="speed.max_new").set_value(8)
@@ -569,7 +574,8 @@ def test_every_timed_section_says_when_its_times_ran_under_outside_load():
 
 @needs_tiny
 def test_speedup_early_exit_alpha_c_against_l():
-    from specviz import engine, prompts, selfdraft
+    from specviz.decoding import engine, selfdraft
+    from specviz.core import prompts
 
     at = page("3")
     assert at.multiselect(key="speed.ee_layers").value == [1, 2]  # the tiny target has 2 layers
@@ -609,8 +615,8 @@ def test_why_it_is_fast_forward_bandwidth_batch():
     press(at, "fast.run_bw")
     m = metrics(at)
     assert num(m["bandwidth"]) > 0 and num(m["measured 1-token pass"]) > 0
-    from specviz import explain
-    from specviz.quant import weight_bytes
+    from specviz.teaching import explain
+    from specviz.core.measure import weight_bytes
 
     assert m["weights"] == explain.format_bytes(weight_bytes(tiny_pair().target))
     at.multiselect(key="fast.b_tokens").set_value([1, 4])
@@ -629,8 +635,10 @@ def test_why_it_is_fast_forward_bandwidth_batch():
 # --- 5 · exactness --------------------------------------------------------------------------------------
 @needs_tiny
 def test_exactness_greedy_matches_the_engine_and_trials_match_p(monkeypatch):
-    from specviz import experiments, lab, prompts, quant
-    from specviz.lm import CachedLM
+    from specviz.teaching import experiments, lab
+    from specviz.core import prompts
+    from specviz.modeling import quant
+    from specviz.modeling.lm import CachedLM
 
     at = page("5")
     assert at.slider(key="exact.k").value == 4 and at.number_input(key="exact.n").value == 2000
@@ -696,7 +704,8 @@ def test_exactness_same_seed_same_histogram_and_bad_input():
 
 @needs_tiny
 def test_exactness_rule_lab_lossless_on_the_left_lossy_away_from_p():
-    from specviz import prompts, rules
+    from specviz.core import prompts
+    from specviz.teaching import rules
 
     at = page("5")
     assert at.number_input(key="exact.rules.n").value == 20_000
@@ -764,7 +773,7 @@ def test_theory_puts_a_run_from_the_acceptance_lab_on_the_curve():
 
 @needs_tiny
 def test_theory_puts_the_main_pages_run_on_the_formula_over_its_rounds():
-    from specviz import theory
+    from specviz.core import theory
     from test_app import new_app, start, values
 
     main = start(new_app(), k_policy="adaptive", max_new=24, prompt="one two three one two three", chat=False,

@@ -1,11 +1,13 @@
-"""specviz.playback: a live playback knows its last round from the stream that made it."""
+"""specviz.data.playback: a live playback knows its last round from the stream that made it."""
 
 import json
 
 import pytest
 
-from specviz import devqueue, engine, playback, records
-from specviz.tree import tree_stream
+from specviz.device import devqueue
+from specviz.decoding import engine
+from specviz.data import playback, records
+from specviz.decoding.tree import tree_stream
 from tiny import tiny_qwen
 
 PROMPT = [2, 7, 1, 8, 2, 8]
@@ -79,7 +81,7 @@ def _flagged(run: records.Run, busy: set[int], busy_s: float, quiet_s: float) ->
 def test_the_load_note_weighs_the_time_under_outside_load():
     """A round under outside load that took a small share of the timed time gets a quiet note, not the
     warning that the figures are not the device's speed; a large share, or an unknown one, gets the warning."""
-    from specviz import runfile
+    from specviz.data import runfile
 
     run = engine.speculative_decode(tiny_qwen(100), tiny_qwen(200), PROMPT, k=2, max_new_tokens=24,
                                     eos_token_id=[])

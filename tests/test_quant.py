@@ -1,4 +1,4 @@
-"""Draft precision (specviz/quant.py): a cheaper draft, the same output.
+"""Draft precision (specviz/modeling/quant.py): a cheaper draft, the same output.
 
 Greedy output must equal the target alone with every draft precision, and in
 sampling mode the first two tokens must follow the target's exact
@@ -12,10 +12,12 @@ import collections
 import pytest
 import torch
 
-import specviz.engine as engine
-from specviz import InvalidSetting, autoregressive_decode, measure, quant, speculative_decode
-from specviz.models import with_draft_precision
-from specviz.sampling import logits_to_probs
+import specviz.decoding.engine as engine
+from specviz import InvalidSetting, autoregressive_decode, speculative_decode
+from specviz.core import measure
+from specviz.modeling import quant
+from specviz.decoding.models import with_draft_precision
+from specviz.decoding.sampling import logits_to_probs
 from stats import passes, total_variation
 from tiny import hf_greedy, tiny_qwen
 
@@ -86,7 +88,7 @@ def planted_outlier_qwen(seed: int, token: int, vocab: int = 64):
 
 def test_an_int8_draft_reads_a_prompt_in_one_call_as_well_as_token_by_token():
     """The draft reads the prompt in one call; that call must not spoil the cache the steps build on."""
-    from specviz.lm import CachedLM
+    from specviz.modeling.lm import CachedLM
 
     target = planted_outlier_qwen(5, token=7)
     draft = quant.apply(planted_outlier_qwen(5, token=7), "int8")
@@ -108,11 +110,11 @@ def test_an_int8_draft_reads_a_prompt_in_one_call_as_well_as_token_by_token():
 def test_a_quantized_draft_streams_fewer_weight_bytes(precision):
     if precision not in CPU_PRECISIONS:
         pytest.skip(f"{precision} is not available here")
-    from specviz.tiny import tiny_model
+    from specviz.modeling.tiny import tiny_model
 
     target = tiny_model(3, hidden=128)  # int4 packs 128 inputs at a time: no padding at this width
     draft = quant.apply(tiny_model(3, hidden=128), precision)
-    fp32, small = quant.weight_bytes(target), quant.weight_bytes(draft)
+    fp32, small = measure.weight_bytes(target), measure.weight_bytes(draft)
     assert small < fp32 * (0.3 if precision == "int8" else 0.5)  # int4 keeps the biased q/k/v in float32
     assert quant.precision_of(draft) == precision
     assert measure.c_prior(draft, target) == pytest.approx(measure.prior_c(small, 2, fp32, 2, "cpu"))
@@ -208,7 +210,7 @@ def test_a_draft_made_of_the_targets_layers_is_never_quantized(name):
     """Quantizing such a draft would quantize the target it shares its modules with."""
     from pathlib import Path
 
-    from specviz import models
+    from specviz.decoding import models
 
     reg = Path(__file__).resolve().parent / "models_tiny.yaml"
     pair = models.load_pair(name, registry=reg, draft_precision="int8")

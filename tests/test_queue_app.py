@@ -68,7 +68,7 @@ def _sessions(jobs: list[dict], results: dict, errors: list, step: bool = False)
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_eight_sessions_at_once_each_equal_a_solo_run_one_round_at_a_time(many_sessions):
     from pages.common import ui
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     ui._slot.clear()
     calls = ui.LOAD_CALLS
@@ -100,7 +100,7 @@ def test_eight_sessions_at_once_each_equal_a_solo_run_one_round_at_a_time(many_s
 
 def test_a_session_waiting_for_the_device_knows_its_place_and_then_runs(many_sessions):
     """Another session holds the device: the page's run waits in line, one ahead, then finishes as if alone."""
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     new_app()  # the pair is loaded and warmed before the device is taken
     seen: list[int | None] = []
@@ -144,7 +144,7 @@ def test_the_waiting_notice_says_how_many_sessions_are_ahead():
 
     def page():
         from pages.common import ui
-        from specviz import devqueue
+        from specviz.device import devqueue
 
         ui.join_device_queue()
         on_wait = devqueue._owner.get()[1]  # what a hold of this session calls while it waits
@@ -179,7 +179,7 @@ def test_a_load_note_is_a_warning_only_when_it_can_move_the_figures():
         import streamlit as st
 
         from pages.common import lab_ui
-        from specviz.devqueue import LoadNote
+        from specviz.device.devqueue import LoadNote
 
         lab_ui.load_warning(LoadNote.of(st.session_state["what"], st.session_state["busy_s"], 10.0))
 
@@ -199,7 +199,10 @@ def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp
     A rerun (a widget touched, a turn lost in the queue) stops the script between two tokens; here the
     first script run is played by hand up to that point: its stream made and 5 tokens taken."""
     from pages.common import main_view, ui
-    from specviz import devqueue, engine, models, playback, runfile
+    from specviz.device import devqueue
+    from specviz.decoding import engine, models
+    from specviz.data import playback
+    from specviz.teaching import baseline
 
     name = models.list_pairs()[0].name  # the tiny registry's default pair
     pair = ui.load_pair_cached(name, "float32")
@@ -211,7 +214,7 @@ def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp
         pass
     assert job.done and job.run is not None
 
-    cut = runfile.target_alone_stream(pair.target, job.run, pair.shared_vocab)
+    cut = baseline.target_alone_stream(pair.target, job.run, pair.shared_vocab)
     for _, _ in zip(range(5), cut):  # the first script run: 5 tokens, then the rerun stopped it
         pass
     job.meta["baseline_stream"] = cut
@@ -224,7 +227,7 @@ def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp
     assert base is not None and "baseline_stream" not in job.meta
     assert base["base_tokens"] == n and base["base_target_passes"] == n
     assert len(trace.read_text().splitlines()) == n - 5  # only the tokens left: no warm-up, no new start
-    whole = runfile.target_alone(pair.target, job.run, pair.shared_vocab)
+    whole = baseline.target_alone(pair.target, job.run, pair.shared_vocab)
     assert base["base_token_ids"] == whole["base_token_ids"] and base["identical"] == whole["identical"]
 
 
@@ -233,7 +236,8 @@ def test_the_target_alone_is_warmed_up_unless_other_sessions_wait_for_the_device
     read again) is device time no figure counts. It is always run the first time a process times a target,
     and after that while the device is otherwise idle; with another session in line it is skipped, since
     the timed tokens take turns with that session's rounds anyway. Passes are counted by a forward hook."""
-    from specviz import engine, runfile
+    from specviz.decoding import engine
+    from specviz.teaching import baseline
     from tiny import tiny_qwen
 
     ids, n = [2, 7, 1, 8], 6
@@ -241,7 +245,7 @@ def test_the_target_alone_is_warmed_up_unless_other_sessions_wait_for_the_device
     spec = engine.speculative_decode(target, draft, ids, k=2, max_new_tokens=n, eos_token_id=[])
 
     def passes(model, others_waiting: bool) -> int:
-        calls, base = _forward_passes(model, lambda: runfile.target_alone(model, spec), others_waiting)
+        calls, base = _forward_passes(model, lambda: baseline.target_alone(model, spec), others_waiting)
         assert base["base_tokens"] == n and base["identical"]
         return calls
 
@@ -256,8 +260,8 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     alone and the speculative run before timing them. Each path is warmed the first time this process runs
     it (the target alone per target, speculative per draft) and while the device is otherwise idle; with
     another session in line it goes straight to the timed runs. Target passes are counted by a forward hook."""
-    from specviz import experiments
-    from specviz.drafters import ModelDrafter
+    from specviz.teaching import experiments
+    from specviz.decoding.drafters import ModelDrafter
     from tiny import tiny_qwen
 
     ids, n = [2, 7, 1, 8], 6
@@ -287,7 +291,8 @@ def test_loading_a_pair_counts_as_its_speculative_warm_up():
     first timed speculative run, with another session in line, needs no second one. Draft passes are counted
     by a forward hook."""
     from pages.common import ui
-    from specviz import experiments, models
+    from specviz.teaching import experiments
+    from specviz.decoding import models
 
     pair = ui.load_pair_cached(models.list_pairs()[0].name, "float32")  # the tiny registry's default pair
     ids, n = [2, 7, 1, 8], 6
@@ -305,7 +310,7 @@ def test_loading_a_pair_counts_as_its_speculative_warm_up():
 def _forward_passes(model, fn, others_waiting: bool):
     """(model's forward passes during fn(), what fn returned); others_waiting: fn runs while this thread holds
     the device and another session waits in line behind it."""
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     calls = []
     hook = model.register_forward_hook(lambda *_: calls.append(1))
@@ -326,7 +331,7 @@ def _forward_passes(model, fn, others_waiting: bool):
 
 
 def _hold_as(owner: str) -> None:
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     with devqueue.session(owner), devqueue.QUEUE.hold("cpu"):
         pass
@@ -334,7 +339,8 @@ def _hold_as(owner: str) -> None:
 
 def test_a_target_alone_run_that_failed_in_an_earlier_script_run_is_a_message_not_a_traceback():
     from pages.common import main_view
-    from specviz import engine, models, playback
+    from specviz.decoding import engine, models
+    from specviz.data import playback
     from tiny import tiny_qwen
 
     name = models.list_pairs()[0].name
@@ -362,7 +368,7 @@ def test_a_target_alone_run_that_failed_in_an_earlier_script_run_is_a_message_no
 def test_a_page_hands_the_gil_over_quickly_and_names_a_bad_setting(monkeypatch):
     import sys
 
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     was = sys.getswitchinterval()
     try:

@@ -1,4 +1,4 @@
-"""specviz.race on tiny random models: the Speedup page's cost, race and k-policy experiments, without streamlit."""
+"""specviz.teaching.race on tiny random models: the Speedup page's cost, race and k-policy experiments, without streamlit."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from specviz import autoregressive_decode, measure, race, speculative_decode
+from specviz import autoregressive_decode, speculative_decode
+from specviz.core import measure
+from specviz.teaching import race
 from tiny import tiny_qwen
 
 PROMPT = [3, 17, 5, 42, 8, 11]

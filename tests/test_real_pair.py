@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from specviz import autoregressive_decode, speculative_decode
-from specviz.experiments import first_token_trials
-from specviz.prompts import encode, preset
-from specviz.theory import expected_tv_noise, total_variation
+from specviz.teaching.experiments import first_token_trials
+from specviz.core.prompts import encode, preset
+from specviz.core.theory import expected_tv_noise, total_variation
 
 pytestmark = pytest.mark.real
 
@@ -79,7 +79,7 @@ def test_real_capital_of_france_preset_runs(default_pair):
 @pytest.fixture(scope="module")
 def domain_baselines(default_pair_fp32):
     """The target alone on each domain prompt: what every draft precision must reproduce."""
-    from specviz.prompts import domain_prompts
+    from specviz.core.prompts import domain_prompts
 
     pair, out = default_pair_fp32, {}
     for dom, p in domain_prompts().items():
@@ -92,8 +92,8 @@ def domain_baselines(default_pair_fp32):
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8", "int4"])
 def test_real_greedy_is_the_target_alone_with_every_draft_precision(default_pair_fp32, domain_baselines,
                                                                      precision):
-    from specviz import quant
-    from specviz.models import with_draft_precision
+    from specviz.modeling import quant
+    from specviz.decoding.models import with_draft_precision
 
     if precision not in quant.supported(default_pair_fp32.device):
         pytest.skip(f"{precision} does not run on {default_pair_fp32.device} here")

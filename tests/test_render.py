@@ -1,11 +1,11 @@
-"""Tests for specviz.render: token states in HTML/ANSI, escaping, round log rows."""
+"""Tests for specviz.teaching.render: token states in HTML/ANSI, escaping, round log rows."""
 
 from __future__ import annotations
 
 import re
 
-from specviz import render
-from specviz.records import Round, Run, TopK
+from specviz.teaching import render
+from specviz.data.records import Round, Run, TopK
 
 VOCAB = {1: " Paris", 2: ",", 3: " a", 4: " city", 5: " major", 6: "\n", 7: "<script>alert(1)</script>",
          8: " and", 9: " the", 10: " x"}
@@ -54,7 +54,7 @@ def test_a_token_box_is_never_cut_across_two_lines():
 
     import pytest
 
-    from specviz import loadtest
+    from specviz.tools import loadtest
 
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
     if not Path(loadtest.CHROMIUM).exists():
@@ -193,7 +193,7 @@ def test_the_round_that_read_the_prompt_says_so():
     and the table, the one-line summary and the slow-motion story say why."""
     import dataclasses
 
-    from specviz import explain
+    from specviz.teaching import explain
 
     first = dataclasses.replace(france(), prefill_tokens=5)
     rows = render.round_log_rows(mk_run([first, bonus_round()]), decode)
@@ -219,7 +219,7 @@ def test_ansi_tokens_takes_the_new_tokens_text_in_order_and_refused_drafts_by_id
 def test_ansi_tokens_draws_a_tree_run_with_its_path_and_extra_token():
     from tiny import tiny_qwen
 
-    from specviz.tree import tree_decode
+    from specviz.decoding.tree import tree_decode
 
     # the target drafting for itself: paths are accepted, a bonus follows, the last round is cut
     run = tree_decode(tiny_qwen(100), tiny_qwen(100), [2, 7, 1, 8], budget=4, max_new_tokens=10, eos_token_id=[])

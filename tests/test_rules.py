@@ -1,4 +1,4 @@
-"""The acceptance-rule lab (specviz/rules.py): which rules keep the target's distribution.
+"""The acceptance-rule lab (specviz/teaching/rules.py): which rules keep the target's distribution.
 
 The distribution test is tests/stats.py's: Pearson chi-square of the first
 emitted token over n = 20,000 seeded trials against the exact p, at the
@@ -15,8 +15,10 @@ import math
 import pytest
 import torch
 
-from specviz import rules, sampling, tiny
-from specviz.errors import InvalidSetting
+from specviz.teaching import rules
+from specviz.decoding import sampling
+from specviz.modeling import tiny
+from specviz.core.errors import InvalidSetting
 from stats import passes
 
 N = 20_000
@@ -158,7 +160,7 @@ def test_fig_rules_one_point_per_rule_and_setting(lab):
 def test_over_a_long_tail_the_noise_band_holds_the_lossless_rules():
     """A real model's p puts a little mass on tens of thousands of tokens: n samples then draw many rare
     tokens once each, and TV from noise alone is large. The band must count every token, not the top few."""
-    from specviz.theory import expected_tv_noise
+    from specviz.core.theory import expected_tv_noise
 
     g = torch.Generator().manual_seed(3)
     p = torch.softmax(torch.randn(50_000, generator=g, dtype=torch.float64) * 1.5, 0)

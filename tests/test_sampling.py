@@ -11,7 +11,7 @@ import collections
 import pytest
 import torch
 
-from specviz.sampling import Sampler, accept_token, logits_to_probs, residual, sample, uniform
+from specviz.decoding.sampling import Sampler, accept_token, logits_to_probs, residual, sample, uniform
 from stats import passes, total_variation
 
 V = 8
@@ -148,7 +148,7 @@ def test_sample_edges():
 def test_the_sampler_the_settings_and_the_records_share_one_greedy():
     """settings.is_greedy is the definition: the Sampler, DecodeSettings and every recorded Round follow it."""
     from specviz import speculative_decode
-    from specviz.settings import DecodeSettings, is_greedy
+    from specviz.core.settings import DecodeSettings, is_greedy
     from tiny import tiny_qwen
 
     for t in (0, 0.0, -0.0, 1e-3, 0.7, 1.0):

@@ -1,4 +1,4 @@
-"""Drafts made from the target itself (specviz/selfdraft.py): the target for itself, and early exit.
+"""Drafts made from the target itself (specviz/decoding/selfdraft.py): the target for itself, and early exit.
 
 On the tiny registry (tests/models_tiny.yaml): tiny-self and tiny-early-exit
 load through load_pair, share the target's weights, are greedy-identical to
@@ -17,9 +17,11 @@ import pytest
 import torch
 import yaml
 
-from specviz import engine, fastlinear, models, rules, selfdraft, tiny
-from specviz.config import parse_registry
-from specviz.errors import ConfigError, InvalidSetting
+from specviz.decoding import engine, models, selfdraft
+from specviz.modeling import fastlinear, tiny
+from specviz.teaching import charts, early_exit, rules
+from specviz.modeling.config import parse_registry
+from specviz.core.errors import ConfigError, InvalidSetting
 from stats import passes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +35,7 @@ def _reference_target(name: str):
 
 
 def _storages(model) -> set[int]:
-    # a weight packed for oneDNN (specviz.fastlinear, the target's) has no storage to point at: it counts as itself
+    # a weight packed for oneDNN (specviz.modeling.fastlinear, the target's) has no storage to point at: it counts as itself
     return {id(t) if fastlinear.w_is_packed(t) else t.untyped_storage().data_ptr()
             for t in [*model.parameters(), *model.buffers()]}
 
@@ -159,8 +161,8 @@ def test_the_pair_control_lists_and_loads_the_derived_draft_pairs(tiny_app_regis
 def test_early_exit_sweep_alpha_c_and_speedup_against_l():
     t = tiny.tiny_model(0, layers=4)
     ids = [5, 6, 7, 8, 9]
-    assert selfdraft.default_layers(4, 4) == [1, 2, 3, 4] and selfdraft.default_layers(28) == [6, 11, 17, 22, 28]
-    sweep = selfdraft.early_exit_sweep(t, ids, [3, 1, 4, 3], k=3, max_new_tokens=16, cost_reps=1)
+    assert early_exit.default_layers(4, 4) == [1, 2, 3, 4] and early_exit.default_layers(28) == [6, 11, 17, 22, 28]
+    sweep = early_exit.early_exit_sweep(t, ids, [3, 1, 4, 3], k=3, max_new_tokens=16, cost_reps=1)
     assert [pt.layers for pt in sweep.points] == [1, 3, 4] and sweep.n_layers == 4
     for pt in sweep.points:
         direct = engine.speculative_decode(t, selfdraft.draft_at(t, pt.layers), ids, k=3, max_new_tokens=16,
@@ -168,10 +170,10 @@ def test_early_exit_sweep_alpha_c_and_speedup_against_l():
         assert pt.alpha == direct.alpha and pt.tokens_per_pass == direct.tokens_per_pass
         assert pt.c > 0 and pt.speedup > 0 and pt.predicted > 0
     assert sweep.points[-1].alpha == 1.0  # L = 4: the target itself
-    fig = selfdraft.fig_early_exit(sweep).to_dict()
+    fig = charts.fig_early_exit(sweep).to_dict()
     assert [d["name"] for d in fig["data"]] == ["α (drafts accepted)", "c (draft step / target step)",
                                                "speedup, measured", "speedup, predicted from α and c"]
     assert list(fig["data"][0]["y"]) == [pt.alpha for pt in sweep.points]
     assert list(fig["data"][2]["y"]) == [pt.speedup for pt in sweep.points]
     with pytest.raises(InvalidSetting, match="at least one"):
-        selfdraft.early_exit_sweep(t, ids, [])
+        early_exit.early_exit_sweep(t, ids, [])

@@ -1,8 +1,9 @@
-from specviz import runfile
-from specviz.engine import autoregressive_decode, speculative_decode
-from specviz.playback import Playback
-from specviz.records import Run
-from specviz.settings import DecodeSettings, is_greedy
+from specviz.teaching import baseline
+from specviz.data import runfile
+from specviz.decoding.engine import autoregressive_decode, speculative_decode
+from specviz.data.playback import Playback
+from specviz.data.records import Run
+from specviz.core.settings import DecodeSettings, is_greedy
 from tiny import tiny_qwen
 
 
@@ -61,5 +62,5 @@ def test_the_target_alone_baseline_of_a_run_without_max_new_tokens_uses_the_one_
     n = DecodeSettings().max_new_tokens
     spec = speculative_decode(target, draft, [2, 7, 1, 8], k=3, max_new_tokens=n + 5, eos_token_id=[])
     del spec.settings["max_new_tokens"]  # as in a hand-written file
-    base = runfile.target_alone(target, spec, warm=False)
+    base = baseline.target_alone(target, spec, warm=False)
     assert base["base_tokens"] == n and spec.decode.max_new_tokens == n

@@ -1,4 +1,4 @@
-"""The offline pairs side by side (specviz.sidebyside, pages/common/pairs_ui.py) on the tiny registry."""
+"""The offline pairs side by side (specviz.teaching.sidebyside, pages/common/pairs_ui.py) on the tiny registry."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ TINY_NAMES = ["tiny-random", "tiny-self", "tiny-early-exit", "tiny-other-tokeniz
 
 @pytest.fixture(scope="module")
 def reg():
-    from specviz.config import load_registry
+    from specviz.modeling.config import load_registry
 
     return load_registry(TINY)
 
 
 def test_offline_pairs_are_those_that_need_no_hub(reg):
-    from specviz import sidebyside
-    from specviz.config import load_registry
+    from specviz.teaching import sidebyside
+    from specviz.modeling.config import load_registry
 
     assert sidebyside.offline_pairs(reg) == TINY_NAMES
     real = sidebyside.offline_pairs(load_registry(ROOT / "models.yaml"))
@@ -31,7 +31,7 @@ def test_offline_pairs_are_those_that_need_no_hub(reg):
 
 
 def test_derived_drafts_reuse_the_load_of_a_pair_with_the_same_target(reg):
-    from specviz import sidebyside
+    from specviz.teaching import sidebyside
 
     plan = sidebyside.load_plan(TINY_NAMES, reg, prefer="tiny-self")
     # tiny-self's target is tiny-random's: one load; tiny-early-exit has its own (deeper) target
@@ -40,7 +40,9 @@ def test_derived_drafts_reuse_the_load_of_a_pair_with_the_same_target(reg):
 
 
 def contenders(reg, names):
-    from specviz import models, prompts, sidebyside
+    from specviz.decoding import models
+    from specviz.core import prompts
+    from specviz.teaching import sidebyside
 
     plan = sidebyside.load_plan(names, reg)
     hosts = {h: models.load_pair(h, registry=reg, draft_precision="float32") for h in set(plan.values())}
@@ -55,7 +57,7 @@ def contenders(reg, names):
 
 
 def test_each_pair_runs_greedy_exact_and_self_accepts_everything(reg):
-    from specviz import sidebyside
+    from specviz.teaching import sidebyside
 
     cts = contenders(reg, TINY_NAMES)
     assert cts[1].draft is cts[1].target  # the target drafting for itself: no copy
@@ -73,8 +75,8 @@ def test_each_pair_runs_greedy_exact_and_self_accepts_everything(reg):
 
 
 def test_a_draft_with_another_tokenizer_drafts_through_text_in_the_comparison(reg):
-    from specviz import sidebyside
-    from specviz.xtok import CrossTokenizerDrafter
+    from specviz.teaching import sidebyside
+    from specviz.decoding.xtok import CrossTokenizerDrafter
 
     (ct,) = contenders(reg, ["tiny-other-tokenizer"])
     assert isinstance(ct.draft, CrossTokenizerDrafter) and "another tokenizer" in ct.draft_desc
@@ -83,8 +85,9 @@ def test_a_draft_with_another_tokenizer_drafts_through_text_in_the_comparison(re
 
 
 def test_a_draft_for_another_target_is_refused(reg):
-    from specviz import models, sidebyside
-    from specviz.errors import InvalidSetting
+    from specviz.decoding import models
+    from specviz.teaching import sidebyside
+    from specviz.core.errors import InvalidSetting
 
     host = models.load_pair("tiny-random", registry=reg)
     with pytest.raises(InvalidSetting, match="needs the target tiny-target-deep"):

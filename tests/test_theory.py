@@ -1,4 +1,4 @@
-"""Tests for specviz.theory: the formulas the app shows, checked against brute force."""
+"""Tests for specviz.core.theory: the formulas the app shows, checked against brute force."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specviz import theory
-from specviz.errors import InvalidSetting
-from specviz.records import Round, Run, TopK
+from specviz.core import theory
+from specviz.core.errors import InvalidSetting
+from specviz.data.records import Round, Run, TopK
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -182,7 +182,7 @@ def test_total_variation_and_noise():
 
 
 def test_modules_never_import_streamlit():
-    code = ("import sys; import specviz.charts, specviz.theory, specviz.render, specviz.rules, specviz.selfdraft; "
+    code = ("import sys; import specviz.teaching.charts, specviz.core.theory, specviz.teaching.render, specviz.teaching.rules, specviz.decoding.selfdraft; "
             "bad = [m for m in sys.modules if m == 'streamlit' or m.startswith('streamlit.')]; "
             "assert not bad, bad; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -13,14 +13,14 @@ import json
 import pytest
 import torch
 
-import specviz.tree as tree
+import specviz.decoding.tree as tree
 from specviz import InvalidSetting, autoregressive_decode
-from specviz.kpolicy import FixedK
-from specviz.lm import CachedLM
-from specviz.sampling import Sampler
-from specviz.tiny import tiny_model
-from specviz.tree import ROOT, DraftTree, draft_mask, draft_tree, tree_decode, tree_step, verify_mask, verify_tree
-from specviz.tree_records import TreeRun
+from specviz.decoding.kpolicy import FixedK
+from specviz.modeling.lm import CachedLM
+from specviz.decoding.sampling import Sampler
+from specviz.modeling.tiny import tiny_model
+from specviz.decoding.tree import ROOT, DraftTree, draft_mask, draft_tree, tree_decode, tree_step, verify_mask, verify_tree
+from specviz.data.tree_records import TreeRun
 from busy import busy_programs, team_or_skip
 from stats import passes, total_variation
 from tiny import hf_greedy, tiny_gpt2, tiny_qwen
@@ -428,7 +428,7 @@ def test_tree_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(
     as when another program takes the cores mid-pass) says so, and the flag goes through a run file."""
     from busy import passes_losing_the_cpu
 
-    from specviz.errors import SpecvizError
+    from specviz.core.errors import SpecvizError
 
     target, draft = close_pair(0.1)
     quiet = tree_decode(target, draft, [1, 2, 3], budget=6, max_new_tokens=8)
@@ -453,7 +453,7 @@ def test_a_tree_runs_time_leaves_out_the_waits_for_a_core():
     import os
     import time
 
-    from specviz.errors import SpecvizError
+    from specviz.core.errors import SpecvizError
 
     team_or_skip()
     target, draft = close_pair(0.1)
@@ -488,7 +488,7 @@ def test_same_seed_same_run():
     ("tokens", lambda r: [], r"rounds\[0\]\.parents"),
 ])
 def test_a_malformed_tree_file_names_the_field(field, value, match):
-    from specviz.errors import SpecvizError
+    from specviz.core.errors import SpecvizError
 
     target, draft = close_pair(0.0)
     d = tree_decode(target, draft, [1, 2], max_new_tokens=8).to_dict()
@@ -517,7 +517,7 @@ def test_bad_input_is_a_clear_error(kw, match):
 
 @pytest.mark.real
 def test_real_pair_greedy_tree_equals_the_target_alone(default_pair_fp32):
-    from specviz.prompts import encode
+    from specviz.core.prompts import encode
 
     pair = default_pair_fp32
     if pair.dtype != torch.float32:

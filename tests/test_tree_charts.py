@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from specviz.tiny import tiny_model
-from specviz.tree import tree_decode
-from specviz.tree_charts import NODE_STATES, fig_tree, tree_layout
+from specviz.modeling.tiny import tiny_model
+from specviz.decoding.tree import tree_decode
+from specviz.teaching.tree_charts import NODE_STATES, fig_tree, tree_layout
 
 EVIL = "<a href='x'>y</a>"
 
@@ -82,9 +82,9 @@ def test_token_text_is_html_escaped(rounds):
 
 def test_chain_vs_tree_keeps_its_legend_above_the_subplot_titles():
     """The three subplots' titles sit just above their plots, where the theme puts the legend's band."""
-    from specviz import charts
-    from specviz.tree_charts import SUBPLOT_TITLE_PX, fig_chain_vs_tree
-    from specviz.tree_lab import FREE_TOL, ChainVsTree, ShapeRun
+    from specviz.teaching import charts
+    from specviz.teaching.tree_charts import SUBPLOT_TITLE_PX, fig_chain_vs_tree
+    from specviz.teaching.tree_lab import FREE_TOL, ChainVsTree, ShapeRun
 
     runs = [ShapeRun(s, b, 30, 10, 3.0, 10.0, 1.0) for b in (4, 8) for s in ("chain", "tree")]
     fig = fig_chain_vs_tree(ChainVsTree([4, 8], runs, {1: 1.0, 5: 1.1, 9: 1.2}, True, True))
@@ -124,7 +124,8 @@ def test_no_node_label_is_drawn_over_another_label_or_a_neighbours_marker(rounds
     marker, and the top node's label stays inside the plot. Budget 12 with b = 3 puts nine leaves at one depth."""
     from pathlib import Path
 
-    from specviz import charts, loadtest
+    from specviz.teaching import charts
+    from specviz.tools import loadtest
 
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
     if not Path(loadtest.CHROMIUM).exists():

@@ -1,13 +1,13 @@
-"""specviz.tree_lab: acceptance by depth and rank, a node's story, chain against tree, and the verdict's words."""
+"""specviz.teaching.tree_lab: acceptance by depth and rank, a node's story, chain against tree, and the verdict's words."""
 
 import pytest
 import torch
 
-from specviz.engine import speculative_decode
-from specviz.tiny import tiny_model
-from specviz.tree import tree_decode
-from specviz.tree_charts import DRAFTED_STATE, fig_tree
-from specviz.tree_lab import (ChainVsTree, ShapeRun, by_depth, by_rank, chain_vs_tree, chain_vs_tree_verdict,
+from specviz.decoding.engine import speculative_decode
+from specviz.modeling.tiny import tiny_model
+from specviz.decoding.tree import tree_decode
+from specviz.teaching.tree_charts import DRAFTED_STATE, fig_tree
+from specviz.teaching.tree_lab import (ChainVsTree, ShapeRun, by_depth, by_rank, chain_vs_tree, chain_vs_tree_verdict,
                               node_story, ranks)
 
 

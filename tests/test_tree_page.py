@@ -50,8 +50,9 @@ def drawn_nodes(fig: dict) -> dict[str, list[int]]:
 
 def direct(**kw):
     """The same run, by specviz directly: the page's default prompt and settings unless overridden."""
-    from specviz import models, prompts
-    from specviz.tree import tree_decode
+    from specviz.decoding import models
+    from specviz.core import prompts
+    from specviz.decoding.tree import tree_decode
 
     pair = models.load_pair(None)
     p = prompts.preset("Python function")
@@ -117,7 +118,7 @@ def test_the_spine_shape_drafts_a_chain_with_a_sibling_at_each_unsure_node():
 
 
 def test_chain_against_tree_is_measured_on_the_same_prompt_and_seed():
-    from specviz.tree_lab import chain_vs_tree
+    from specviz.teaching.tree_lab import chain_vs_tree
 
     at = opened(**{"tree.budgets": [2, 8], "tree.max_new": 12})
     press(at, "tree.measure")
@@ -153,7 +154,7 @@ def test_same_seed_same_sampled_tree_and_bad_input_is_an_error():
 def test_the_main_page_drafts_its_prompt_as_a_tree_when_asked():
     from streamlit.testing.v1 import AppTest
 
-    from specviz import prompts
+    from specviz.core import prompts
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
@@ -164,7 +165,7 @@ def test_the_main_page_drafts_its_prompt_as_a_tree_when_asked():
     text, chat = at.session_state["main.prompt"], at.session_state["main.chat"]
     pair, _, _ = direct()
     ids = prompts.encode(pair.tokenizer, text, chat)
-    from specviz.tree import tree_decode
+    from specviz.decoding.tree import tree_decode
 
     r = tree_decode(pair.target, pair.draft, ids, budget=8, temperature=at.slider(key="main.temperature").value,
                     seed=0, max_new_tokens=16, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab).rounds[0]
@@ -177,7 +178,8 @@ def test_the_main_page_drafts_its_first_round_as_a_spine_when_asked(bytes_only):
 
     from streamlit.testing.v1 import AppTest
 
-    from specviz import engine, prompts
+    from specviz.decoding import engine
+    from specviz.core import prompts
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
@@ -209,7 +211,7 @@ def test_the_tree_runs_times_say_when_they_were_taken_under_outside_load():
     program: the round's times are then not the device's speed, and the page says so next to them."""
     from busy import passes_losing_the_cpu
     from pages.common import ui
-    from specviz import models
+    from specviz.decoding import models
 
     at = opened()
     pair = ui.load_pair_cached(models.list_pairs()[0].name, "float32")  # the page's pair, shared by sessions

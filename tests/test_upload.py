@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from specviz import explain, playback, runfile
-from specviz.engine import K_MAX
-from specviz.errors import SpecvizError
+from specviz.teaching import explain
+from specviz.data import playback, runfile
+from specviz.core.limits import K_MAX
+from specviz.core.errors import SpecvizError
 
 GOOD = Path(runfile.RECORDED_DIR) / "capital-of-france-greedy.json"
 
@@ -147,7 +148,7 @@ def test_rounds_out_of_order_are_refused():
 
 def _slow_playback(n: int = 4, delay: float = 0.3):
     """A live Playback whose rounds (from the shipped recording) each take `delay` seconds to compute."""
-    from specviz.engine import DecodeStream
+    from specviz.decoding.engine import DecodeStream
 
     run = runfile.load_export(GOOD.read_bytes()).run
     closed = []

@@ -1,4 +1,4 @@
-"""The draft's frequent head (specviz/vocabhead.py): fewer rows, the same output.
+"""The draft's frequent head (specviz/modeling/vocabhead.py): fewer rows, the same output.
 
 Its logits on the rows it keeps are the full head's (bit for bit in int8); every other token is -inf, so the
 draft never proposes one. Greedy output stays the target alone's, and in sampling mode the first two
@@ -13,10 +13,11 @@ import gzip
 import pytest
 import torch
 
-import specviz.engine as engine
-from specviz import autoregressive_decode, quant, speculative_decode, vocabhead
-from specviz.drafters import ModelDrafter
-from specviz.sampling import logits_to_probs
+import specviz.decoding.engine as engine
+from specviz import autoregressive_decode, speculative_decode
+from specviz.modeling import quant, vocabhead
+from specviz.decoding.drafters import ModelDrafter
+from specviz.decoding.sampling import logits_to_probs
 from stats import passes, total_variation
 from tiny import hf_greedy, tiny_qwen
 
@@ -172,7 +173,8 @@ def test_a_pair_drafts_through_the_frequent_head_only_when_asked_and_listed(tiny
 def test_runs_record_the_head_and_the_bench_compares_it_with_the_full_one(tiny_pair, ranked):
     from types import SimpleNamespace
 
-    from specviz import bench, explain
+    from specviz.tools import bench
+    from specviz.teaching import explain
 
     ranked("tiny", list(range(2, 20)))
     pair = dataclasses.replace(tiny_pair, draft_head="frequent")
@@ -186,8 +188,8 @@ def test_runs_record_the_head_and_the_bench_compares_it_with_the_full_one(tiny_p
 
 
 def test_the_head_setting_is_checked_and_full_is_the_default():
-    from specviz import cli
-    from specviz.errors import InvalidSetting
+    from specviz.tools import cli
+    from specviz.core.errors import InvalidSetting
 
     assert vocabhead.check(None, "cpu") == vocabhead.check("auto", "cuda") == "full"
     assert vocabhead.check("frequent", "cpu") == "frequent"

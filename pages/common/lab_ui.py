@@ -20,8 +20,10 @@ from __future__ import annotations
 import streamlit as st
 
 from pages.common import ui
-from specviz import explain, limits, playback, prompts
-from specviz.errors import SpecvizError
+from specviz.teaching import explain
+from specviz.core import limits, prompts
+from specviz.data import playback
+from specviz.core.errors import SpecvizError
 
 
 def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True, shared_vocab: bool = True):
@@ -137,7 +139,7 @@ class ProgressBar:
 
 def measure(fn, *args, **kw):
     """run_guarded(fn, ...) while watching its timed passes: (result or None, outside-load note or None)."""
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     with devqueue.watch() as w:
         out = run_guarded(fn, *args, **kw)

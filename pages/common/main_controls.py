@@ -10,10 +10,12 @@ import streamlit as st
 from pages.common import ui
 from pages.common.main_sidebar import RECORDED, MainSettings
 from pages.common.main_view import decoder
-from specviz import explain, playback, prompts, runfile
-from specviz.drafters import PromptLookupDrafter
-from specviz.engine import speculative_stream
-from specviz.errors import SpecvizError
+from specviz.teaching import explain
+from specviz.data import playback, runfile
+from specviz.core import prompts
+from specviz.decoding.drafters import PromptLookupDrafter
+from specviz.decoding.engine import speculative_stream
+from specviz.core.errors import SpecvizError
 
 S = st.session_state
 RUN, PLAY = "Run", "Play recording"  # the main button's label: live models, or a recorded run

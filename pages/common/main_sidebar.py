@@ -8,8 +8,10 @@ from typing import Any
 import streamlit as st
 
 from pages.common import ui
-from specviz import claims, explain, limits, playback, prompts, runfile
-from specviz.settings import DecodeSettings, is_greedy
+from specviz.core import claims, limits, prompts
+from specviz.teaching import explain
+from specviz.data import playback, runfile
+from specviz.core.settings import DecodeSettings, is_greedy
 
 S = st.session_state
 LIVE, RECORDED = "Live models", "Recorded runs (no model needed)"

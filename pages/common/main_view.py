@@ -11,8 +11,11 @@ import pandas as pd
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz import charts, claims, explain, models, playback, render, runfile
-from specviz.errors import SpecvizError
+from specviz.teaching import baseline, charts, explain, render
+from specviz.core import claims
+from specviz.decoding import models
+from specviz.data import playback, runfile
+from specviz.core.errors import SpecvizError
 
 S = st.session_state
 LOG_TAIL = 30  # rounds in the round log while animating (the whole log is drawn at the end)
@@ -260,7 +263,7 @@ def _baseline(job: playback.Playback) -> None:
             stream = job.meta.get("baseline_stream")
             if stream is None:
                 pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
-                stream = job.meta["baseline_stream"] = runfile.target_alone_stream(pair.target, job.run,
+                stream = job.meta["baseline_stream"] = baseline.target_alone_stream(pair.target, job.run,
                                                                                    pair.shared_vocab)
             for _ in stream:
                 pass

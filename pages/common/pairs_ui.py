@@ -1,4 +1,4 @@
-"""The main page's side-by-side of the offline pairs (specviz.sidebyside), drawn in an expander.
+"""The main page's side-by-side of the offline pairs (specviz.teaching.sidebyside), drawn in an expander.
 
     offline_pairs_section(pair_name, dtype, draft_precision, prompt_text, chat, **settings)
 
@@ -14,8 +14,10 @@ import streamlit as st
 
 from pages.common import kept, lab_ui, ui
 from pages.common.kept import Kept
-from specviz import prompts, quant, sidebyside
-from specviz.errors import SpecvizError
+from specviz.core import prompts
+from specviz.modeling import quant
+from specviz.teaching import sidebyside
+from specviz.core.errors import SpecvizError
 
 KEY = "main.pairs"
 
@@ -53,8 +55,8 @@ def _contenders(names: list[str], registry, prefer: str, dtype: str, precisions:
 def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prompt_text: str, chat: bool, *,
                           k: int, temperature: float, top_p: float, max_new_tokens: int, seed: int) -> None:
     """An expander: pick draft precisions, press the button, see α, c, tokens per pass and speedup per pair."""
-    from specviz.config import default_registry
-    from specviz.models import default_device
+    from specviz.modeling.config import default_registry
+    from specviz.decoding.models import default_device
 
     with st.expander("Compare the offline pairs on this prompt", expanded=kept.latest(KEY) is not None):
         try:

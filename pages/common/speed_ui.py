@@ -2,8 +2,8 @@
 
   draft_precisions(pair, ids, run_kw)   1b · the same prompt with the draft in each precision: c against α
   cost_model(pair, ids, run_kw, cost, sweep)  2 · predicted speedup against k, at the α measured on the page
-  k_policies(pair, ids, run_kw)         5  · fixed k, adaptive k and the best-k chooser (specviz.race)
-  early_exit(pair, ids, run_kw)         6  · the target's own first L layers as the draft (specviz.selfdraft)
+  k_policies(pair, ids, run_kw)         5  · fixed k, adaptive k and the best-k chooser (specviz.teaching.race)
+  early_exit(pair, ids, run_kw)         6  · the target's own first L layers as the draft (specviz.decoding.selfdraft)
   fixed_k_runs(pair)                    the runs of 1b and 5 with the sidebar's draft and a fixed k (section 2's α)
   measured_here(run, ids, run_kw)       whether a kept run came from the prompt and settings above
   note_other_settings(runs, ids, run_kw, k)  a kept result measured with another prompt or settings says which
@@ -20,9 +20,13 @@ import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz import charts, claims, experiments, explain, measure, quant, race, selfdraft, theory
-from specviz.config import DerivedSource
-from specviz.errors import SpecvizError
+from specviz.teaching import charts, experiments, explain, race
+from specviz.teaching import early_exit as exit_sweep
+from specviz.core import claims, measure, theory
+from specviz.modeling import quant
+from specviz.decoding import selfdraft
+from specviz.modeling.config import DerivedSource
+from specviz.core.errors import SpecvizError
 
 
 def _ident(pair) -> tuple:
@@ -185,16 +189,16 @@ def early_exit(pair, ids, run_kw: dict) -> None:
         return
     e1, e2 = st.columns([3, 1])
     depths = e1.multiselect("depths L (layers the draft runs)", list(range(1, n_layers + 1)),
-                            default=selfdraft.default_layers(n_layers), key="speed.ee_layers")
+                            default=exit_sweep.default_layers(n_layers), key="speed.ee_layers")
     ek = e2.slider("k", 1, 8, 4, key="speed.ee_k")
     kept = Kept("speed.early_exit", _ident(pair))
     now = _settings_now(ids, run_kw, int(ek))  # the sweep's runs are not kept: what it was measured with is
     if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit") and ids is not None:
-        lab_ui.keep_measured(kept, lab_ui.with_bar(selfdraft.early_exit_sweep, pair.target, ids, depths, k=int(ek),
+        lab_ui.keep_measured(kept, lab_ui.with_bar(exit_sweep.early_exit_sweep, pair.target, ids, depths, k=int(ek),
                                                    text="early exit…", **run_kw), settings=now)
     if (got := kept.get()) is not None:
         sweep, note = got
         ui.note_other_settings(kept.changed(now))
         lab_ui.load_warning(note)  # its runs are not kept: the note of every pass it timed
-        ui.show_chart(selfdraft.fig_early_exit(sweep), "early_exit_alpha_c", key="speed.fig_early_exit")
-        ui.table(selfdraft.early_exit_rows(sweep), hide_index=True)
+        ui.show_chart(charts.fig_early_exit(sweep), "early_exit_alpha_c", key="speed.fig_early_exit")
+        ui.table(exit_sweep.early_exit_rows(sweep), hide_index=True)

@@ -10,10 +10,10 @@ import streamlit as st
 
 from pages.common import ui
 from pages.common.kept import Kept
-from specviz import prompts
-from specviz.errors import SpecvizError
-from specviz.tree import SPINE as SPINE_SHAPE, tree_stream
-from specviz.tree_charts import fig_tree
+from specviz.core import prompts
+from specviz.core.errors import SpecvizError
+from specviz.decoding.tree import SPINE as SPINE_SHAPE, tree_stream
+from specviz.teaching.tree_charts import fig_tree
 
 CHAIN, TREE, SPINE = "chain", "token tree", "spine"
 

@@ -5,8 +5,8 @@ Stable API (pages import these):
                                         shown); joins the device queue (join_device_queue)
     presenter()                         whether presenter mode is on (large type, thick token boxes, slow animation)
     sidebar_pair_picker(prefix)         -> chosen pair name (unavailable pairs explained)
-    dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.models.DEFAULT_DTYPE)
-    precision_picker(prefix)            -> the draft's precision (default specviz.quant.default_precision)
+    dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.decoding.models.DEFAULT_DTYPE)
+    precision_picker(prefix)            -> the draft's precision (default specviz.modeling.quant.default_precision)
     load_pair_cached(name, dtype, draft_precision=None)
                                         -> Pair, shared by every session (st.cache_resource),
                                            with a progress indicator on the first load
@@ -37,8 +37,9 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from specviz import charts, claims, explain, render
-from specviz.errors import InvalidSetting, SpecvizError
+from specviz.teaching import charts, explain, render
+from specviz.core import claims
+from specviz.core.errors import InvalidSetting, SpecvizError
 
 DTYPE_CHOICES = ["float32", "bfloat16"]
 
@@ -136,7 +137,7 @@ def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple
 
 
 def join_device_queue() -> None:
-    """This session's model work queues for the device under its session id (specviz.devqueue).
+    """This session's model work queues for the device under its session id (specviz.device.devqueue).
 
     While a round or a measurement waits its turn, a notice under the title says how many sessions
     are ahead. Each check while waiting is also a point where Streamlit stops the script: a rerun
@@ -146,7 +147,7 @@ def join_device_queue() -> None:
     """
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     ctx = get_script_run_ctx()
     notice = st.empty()
@@ -284,20 +285,20 @@ def presented(fig):
 
 
 def drawing():
-    """A turn to draw: the block runs while no model work of this server runs (specviz.devqueue).
+    """A turn to draw: the block runs while no model work of this server runs (specviz.device.devqueue).
 
     Python runs one thread at a time, and a page drawing beside a draft step slows the step several times
     over, so every figure a session measures would read slow while other pages draw. Wrap drawing only:
     model work asked inside it (a round, a load) waits outside the turn."""
-    from specviz import devqueue
+    from specviz.device import devqueue
 
     return devqueue.drawing()
 
 
 # --- pairs and dtypes -------------------------------------------------------------------------
 def list_pairs_safe() -> list:
-    """specviz.models.list_pairs(), or [] after showing the error (a broken models.yaml)."""
-    from specviz import models
+    """specviz.decoding.models.list_pairs(), or [] after showing the error (a broken models.yaml)."""
+    from specviz.decoding import models
 
     try:
         return models.list_pairs()
@@ -336,20 +337,20 @@ def sidebar_pair_picker(prefix: str) -> str | None:
 
 def pair_status(name: str):
     """PairStatus of one pair (available, reason, how_to_get)."""
-    from specviz import models
+    from specviz.decoding import models
 
     return models.pair_status(name)
 
 
 def default_dtype_name() -> str:
-    from specviz import models
+    from specviz.decoding import models
 
     name = str(models.DEFAULT_DTYPE).replace("torch.", "")
     return name if name in DTYPE_CHOICES else "float32"
 
 
 def dtype_picker(prefix: str, where=None) -> str:
-    """float32 / bfloat16 radio; default from specviz.models.DEFAULT_DTYPE."""
+    """float32 / bfloat16 radio; default from specviz.decoding.models.DEFAULT_DTYPE."""
     where = where or st.sidebar
     return where.radio("dtype", DTYPE_CHOICES, index=DTYPE_CHOICES.index(default_dtype_name()),
                        key=f"{prefix}.dtype", horizontal=True,
@@ -359,7 +360,8 @@ def dtype_picker(prefix: str, where=None) -> str:
 
 def precision_picker(prefix: str, where=None) -> str:
     """The draft's precision: float32, bfloat16, int8, int4 (those that run on this device)."""
-    from specviz import models, quant
+    from specviz.decoding import models
+    from specviz.modeling import quant
 
     where = where or st.sidebar
     device = models.default_device()
@@ -374,7 +376,7 @@ def precision_picker(prefix: str, where=None) -> str:
 
 def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -> None:
     """One line: the device (cpu/cuda) and the dtype in use."""
-    from specviz import models
+    from specviz.decoding import models
 
     where = where or st.sidebar
     device = getattr(pair, "device", None) or models.default_device()
@@ -447,8 +449,8 @@ def _warm_up(pair, progress) -> None:
     """A speculative warm-up run (engine.warm_up, which then counts the pair's draft as warmed), so one-time
     costs (allocations, kernel choice) land in no measured run; then what is alive is frozen
     (devqueue.freeze_heap), so no garbage collection walks the new models again."""
-    from specviz import devqueue
-    from specviz.engine import warm_up
+    from specviz.device import devqueue
+    from specviz.decoding.engine import warm_up
 
     progress("warming up", 1.0)
     warm_up(pair.target, list(range(1, 9)), pair.drafter(), k=2, eos_token_id=[], vocab=pair.shared_vocab)
@@ -463,7 +465,9 @@ def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
     a copy of the loaded draft, made once, sharing the target. Raises SpecvizError
     (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
     """
-    from specviz import devqueue, models, quant
+    from specviz.device import devqueue
+    from specviz.decoding import models
+    from specviz.modeling import quant
 
     with devqueue.QUEUE.paused():  # a load may wait on model work: not while this page holds a turn to draw
         base = _load_base(name, dtype)
@@ -483,7 +487,7 @@ _LOADED: "weakref.WeakValueDictionary[tuple[str, str], Any]" = weakref.WeakValue
 
 
 def _load_base(name: str, dtype: str):
-    from specviz import models
+    from specviz.decoding import models
 
     slot = _slot(name, dtype)
     if slot.pair is not None:

@@ -1,0 +1,71 @@
+"""Server limits: one place for the sizes a single session may ask for.
+
+A workshop server is shared, so a run, a prompt and an uploaded run file are
+capped. Each limit has a default here and can be changed with an environment
+variable (Streamlit's config.toml has no room for an app's own settings):
+
+  SPECVIZ_MAX_NEW_TOKENS     new tokens one run may generate        (default 512)
+  SPECVIZ_MAX_PROMPT_TOKENS  tokens a prompt may have                (default 2048)
+  SPECVIZ_MAX_PROMPT_CHARS   characters in a prompt box              (default 16000)
+  SPECVIZ_MAX_RUN_FILE_MB    size of a run file that may be loaded   (default 2; keep
+                             server.maxUploadSize in .streamlit/config.toml the same)
+
+The app, the pages, the CLI and run-file validation all read them from here.
+"""
+
+from __future__ import annotations
+
+import os
+
+from specviz.core.errors import ConfigError, InvalidSetting
+
+K_MAX = 32  # the largest k a round drafts (the engine's input check, and BestK's cap)
+
+
+def _env_int(name: str, default: int, lo: int = 1, hi: int = 10**7) -> int:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"${name} must be an integer, got {raw!r}.") from None
+    if not lo <= v <= hi:
+        raise ConfigError(f"${name} must be from {lo} to {hi}, got {v}.")
+    return v
+
+
+def max_new_tokens() -> int:
+    """The most new tokens one run may generate (live runs and loaded run files)."""
+    return _env_int("SPECVIZ_MAX_NEW_TOKENS", 512)
+
+
+def max_prompt_tokens() -> int:
+    """The most tokens a prompt may have (prefill time and KV cache grow with it)."""
+    return _env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048)
+
+
+def max_prompt_chars() -> int:
+    """The most characters a prompt box accepts (a coarse cap before tokenizing)."""
+    return _env_int("SPECVIZ_MAX_PROMPT_CHARS", 16000)
+
+
+def max_run_file_bytes() -> int:
+    """The largest run file (JSON) that may be loaded."""
+    return _env_int("SPECVIZ_MAX_RUN_FILE_MB", 2, hi=1000) * 1024 * 1024
+
+
+def check_prompt_tokens(n: int) -> None:
+    """InvalidSetting when a prompt of n tokens is longer than this server allows."""
+    cap = max_prompt_tokens()
+    if n > cap:
+        raise InvalidSetting(f"The prompt is {n} tokens long, more than the limit of {cap} tokens here: shorten it "
+                             "(the limit is set by SPECVIZ_MAX_PROMPT_TOKENS).")
+
+
+def check_max_new_tokens(n: int) -> None:
+    """InvalidSetting when a run asks for more new tokens than this server allows."""
+    cap = max_new_tokens()
+    if isinstance(n, int) and n > cap:
+        raise InvalidSetting(f"max_new_tokens is {n}, more than the limit of {cap} here "
+                             "(the limit is set by SPECVIZ_MAX_NEW_TOKENS).")

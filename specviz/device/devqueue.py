@@ -1,0 +1,1084 @@
+"""One fair queue per device, and a check for load from outside the app.
+
+All model work goes through `QUEUE.hold(device)`: at most `limit(device)`
+holders at a time (1 by default; $SPECVIZ_DEVICE_CONCURRENCY), granted in the
+order they asked (a ticket lock, first come first served). Work is held in
+small pieces, one decoding round or one measured pass, so a long job (a sweep,
+a trial, a batch measurement) lines up again after every piece and a short
+run waiting behind it gets the device after at most one piece of each job
+ahead of it.
+
+    with QUEUE.hold(device) as slot:   # waits its turn; slot.waited_s, slot.held_s
+        ...one round of model work...
+
+A hold inside a hold of the same thread and device passes straight through
+(a round holds the device; its passes, which also ask, do not queue again).
+
+Trace: with $SPECVIZ_QUEUE_TRACE set to a file, every hold is appended to it
+as one JSON line (owner, device, asked, granted, released; seconds since the
+epoch), and `trace_holds` sums a window of it: how long the device was held
+and by whom. The load test reads it from the server it starts.
+
+Owners: each hold belongs to an owner (a session id). `session(owner, on_wait)`
+names the owner of every hold made in this context; `on_wait(ahead)` is called
+while the hold waits (ahead = how many other owners are before it, every
+poll) and once with None when the device is granted after a wait. An
+exception raised by on_wait (a page that must stop) drops the queued ticket.
+`cancel(owner)` drops an owner's queued tickets from another thread: each
+raises Cancelled, and nothing of it ever holds the device.
+
+Model work before pages: `run(device, fn)` holds the device and runs fn on one of
+the device's own worker threads, made at normal priority, while the caller
+waits. Loading a model, a round, a pass, a measurement and transformers'
+generate in the bench all go through it. Two things follow:
+- the cores: only the CPU worker runs PyTorch with all its threads; every other
+  thread gets one (`share_cores()`, at import; $SPECVIZ_SHARE_CORES=0 turns it
+  off). Each thread that runs parallel work keeps its own team of OpenMP
+  threads, and once a process has more of them than cores GNU OpenMP puts them
+  to sleep between regions, which slowed every pass after a second thread had
+  run model work.
+- priority: a page calls `lower_page_threads()`, which lowers its own thread
+  and the server's main thread (whose new script threads inherit it) to
+  niceness $SPECVIZ_PAGE_NICE. The default, 0, leaves them at the server's:
+  a page draws for a few per cent of a core, and lowered below the model
+  threads, which take both cores, the pages and the main thread (which serves
+  every browser) waited for a core while the device stood idle. Nicing cannot
+  be undone without privileges, so the model work runs off the page's thread
+  either way.
+
+Drawing apart from model work: a page draws in Python, and Python runs one thread at a time (the GIL).
+The model worker lets go of the GIL in every PyTorch operation and must take it back after, so while
+another thread draws, each operation may wait for it, and a draft step makes hundreds: a page drawing
+next to a draft step slows the step several times over (README, Running a workshop). So model work and drawing
+take turns (`Turns`): a page draws inside `QUEUE.drawing()`, which waits while model work holds a device,
+and a hold waits for the drawing that asked before it. Each waits only for the other kind that asked
+earlier, so neither starves, and pages draw at the same time as each other. A page that asks for model
+work while it draws stops drawing until the work is done (`paused()`, also for whatever else waits on
+model work, such as a model being loaded by another session); inside model work (a load's progress
+bar) drawing passes straight through.
+
+The garbage collector: once a pair is loaded the collector tracks hundreds of thousands of objects (models,
+tokenizers, libraries), and a full collection walks them all with the GIL held. Any thread's allocations may
+start one: a page's, in its turn to draw, or the worker's, mid-pass, which then waits. The server calls
+`freeze_heap()` after each load, which moves what is alive then out of the collector's reach (gc.freeze);
+$SPECVIZ_GC_FREEZE=0 turns it off.
+
+Outside load: the queue orders this app's work but cannot stop other programs.
+`note_pass` judges a CPU pass two ways: its process CPU time against wall time × threads (a pass that got well
+under its share of the cores ran while something else was using them), and the CPU time the machine's other
+programs used meanwhile (`machine_cpu_s`). The first alone misses most of it: PyTorch's threads spin while they
+wait for each other, so a pass slowed by another program still uses most of its share. The kernel
+counts the machine's CPU time in ticks of 10 ms, so other programs' time is judged over at least OTHERS_MIN_S of
+passes: a long pass on its own, short ones (draft steps) summed in each `watch()`, which collects the verdicts of
+the passes made inside it.
+
+Time other work held the cores is not counted (other programs', or this server's other threads', such as other
+sessions' pages being drawn): a CPU pass's time is its wall less the time the model's
+threads (the worker and its OpenMP team, `team()`) were ready to run but waited for a core (the kernel's run
+delay, /proc/self/task/<tid>/schedstat). The team works in lockstep, so while another thread holds one of its
+threads off a core the others spin at the next barrier, and the pass is late by that wait. At most
+MAX_STALL_SHARE of a pass's wall is taken off: past that, several programs may have held several threads off
+at once (their waits overlap, and their sum overstates the delay), and the pass is marked as under outside
+load anyway.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import ctypes
+import gc
+import json
+import math
+import os
+import queue
+import sys
+import threading
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, NamedTuple
+
+from specviz.core.errors import InvalidSetting, SpecvizError
+
+ENV_CONCURRENCY = "SPECVIZ_DEVICE_CONCURRENCY"
+ENV_PAGE_NICE = "SPECVIZ_PAGE_NICE"
+ENV_SHARE_CORES = "SPECVIZ_SHARE_CORES"  # 0: every thread keeps PyTorch's thread count (share_cores)
+ENV_GC_FREEZE = "SPECVIZ_GC_FREEZE"  # 0: a server leaves its loaded objects to the garbage collector (freeze_heap)
+ENV_TRACE = "SPECVIZ_QUEUE_TRACE"  # a file: one JSON line per hold (owner, device, asked, granted, released)
+PAGE_NICE = 0  # the niceness of page threads (0..19; 0 leaves them as they are)
+ENV_SWITCH = "SPECVIZ_SWITCH_INTERVAL_MS"
+SWITCH_MS = 0.5  # Python's switch interval in a server (ms; Python's own default is 5): see handover()
+POLL_S = 0.05  # how often a waiting hold checks for cancellation and reports its place
+BUSY_SHARE = 0.6  # a CPU pass that got less than this share of wall × threads ran under outside load
+MINOR_SHARE = 0.05  # passes under outside load that took less of the timed time than this: a note, not a warning
+MIN_PASS_S = 0.005  # passes shorter than this are too short to judge
+OTHERS_SHARE = 0.25  # other programs that used this share of the model threads' cores during passes: outside load
+OTHERS_MIN_S = 0.25  # the least pass time other programs' CPU time is judged over (it is counted in 10 ms ticks)
+MAX_STALL_SHARE = 0.75  # at most this share of a pass's wall is taken off as time its threads waited for a core
+
+OnWait = Callable[[int | None], None]
+
+
+class Cancelled(SpecvizError):
+    """Queued model work was dropped (its session ended, or a new run replaced it)."""
+
+
+# --------------------------------------------------------------------------
+# settings
+
+
+def device_key(device) -> str:
+    """'cpu', 'cuda:0', ...: one queue per physical device ('cuda' means cuda:0)."""
+    s = str(device)
+    return "cuda:0" if s == "cuda" else s
+
+
+def concurrency(device, env: str | None = None) -> int:
+    """How many holders a device admits: $SPECVIZ_DEVICE_CONCURRENCY, 1 by default.
+
+    The variable is either one integer for every device ("2") or a list by device
+    type or name ("cpu=1,cuda=2"); a device it does not name gets 1.
+    """
+    raw = os.environ.get(ENV_CONCURRENCY, "") if env is None else env
+    raw = raw.strip()
+    if not raw:
+        return 1
+    key = device_key(device)
+    kind = key.split(":")[0]
+    try:
+        if "=" not in raw:
+            n = int(raw)
+        else:
+            table = {}
+            for part in raw.split(","):
+                name, _, value = part.partition("=")
+                table[name.strip()] = int(value)
+            n = table.get(key, table.get(kind, 1))
+    except ValueError:
+        raise InvalidSetting(f"{ENV_CONCURRENCY} must be an integer (e.g. 1) or a list like 'cpu=1,cuda=2', "
+                             f"got {raw!r}.") from None
+    if n < 1:
+        raise InvalidSetting(f"{ENV_CONCURRENCY} must be at least 1, got {raw!r}.")
+    return n
+
+
+# --------------------------------------------------------------------------
+# the queue
+
+
+@dataclass
+class Slot:
+    """One hold: who, where, how long it waited for its turn and how long it held the device."""
+
+    owner: str
+    device: str
+    ahead: int = 0  # other owners before it when it asked
+    waited_s: float = 0.0
+    held_s: float = 0.0
+    nested: bool = False  # inside another hold of the same thread: passed straight through
+    what: str | None = None  # what the work is, for the trace (engine.DecodeStream: its Run's mode)
+
+
+@dataclass(eq=False)
+class _Ticket:
+    owner: str
+    cancelled: bool = False
+    wake: threading.Condition | None = None  # notified when this ticket may enter (or is cancelled)
+
+
+@dataclass
+class _Line:
+    """The queue of one device."""
+
+    limit: int
+    holders: list[_Ticket] = field(default_factory=list)
+    waiting: deque = field(default_factory=deque)  # of _Ticket, first come first
+    grants: int = 0
+    max_holders: int = 0
+    longest_wait_s: float = 0.0
+
+
+_owner: contextvars.ContextVar[tuple[str, OnWait | None] | None] = contextvars.ContextVar("specviz_owner",
+                                                                                      default=None)
+
+
+@contextmanager
+def session(owner: str, on_wait: OnWait | None = None) -> Iterator[None]:
+    """Holds made in this context belong to `owner`; on_wait hears where they wait."""
+    token = _owner.set((str(owner), on_wait))
+    try:
+        yield
+    finally:
+        _owner.reset(token)
+
+
+def _current_owner() -> str:
+    """Who a hold made here belongs to: the current session(), or else this thread."""
+    ctx = _owner.get()
+    return ctx[0] if ctx else f"thread-{threading.get_ident()}"
+
+
+def set_session(owner: str, on_wait: OnWait | None = None) -> None:
+    """session() for the rest of this context (a page script sets it once per run)."""
+    _owner.set((str(owner), on_wait))
+
+
+class Turns:
+    """Model work and drawing take turns in a process: each waits for the other kind that asked before it.
+
+    Tickets are numbered in the order asked; a ticket enters when no ticket of the other kind with a
+    smaller number is still open (waiting or in). Same-kind tickets do not wait for each other."""
+
+    KINDS = ("model", "draw")
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._next = 0
+        self._open: dict[str, list[int]] = {k: [] for k in self.KINDS}  # open tickets by kind, ascending
+        self.waits = {k: 0 for k in self.KINDS}  # how many tickets of each kind had to wait
+
+    def acquire(self, kind: str) -> int:
+        """Wait for this kind's turn; the ticket to release."""
+        other = "draw" if kind == "model" else "model"
+        with self._cond:
+            t, self._next = self._next, self._next + 1
+            mine = self._open[kind]
+            mine.append(t)
+            waited = False
+            try:
+                while self._open[other] and self._open[other][0] < t:
+                    waited = True
+                    self._cond.wait()
+            except BaseException:
+                mine.remove(t)
+                self._cond.notify_all()
+                raise
+            self.waits[kind] += waited
+            return t
+
+    def release(self, kind: str, t: int) -> None:
+        with self._cond:
+            self._open[kind].remove(t)
+            self._cond.notify_all()
+
+    def open(self) -> dict[str, int]:
+        """How many tickets of each kind are open now."""
+        with self._cond:
+            return {k: len(v) for k, v in self._open.items()}
+
+
+class DeviceQueue:
+    """A fair FIFO queue per device; see the module docstring."""
+
+    def __init__(self, poll_s: float = POLL_S, env: str | None = None, trace: str | None = None):
+        self.poll_s = poll_s
+        self.trace = trace  # a path: every hold is appended to it as one JSON line (see trace_holds)
+        self._env = env  # None: read $SPECVIZ_DEVICE_CONCURRENCY when a device is first used
+        self._lock = threading.RLock()  # guards the lines
+        self._cond = threading.Condition(self._lock)  # each ticket waits on its own condition over the same lock
+        self._lines: dict[str, _Line] = {}
+        self._depth = threading.local()  # per thread: {device: nesting depth}
+        self.turns = Turns()  # model work and drawing, apart (see drawing())
+        self._drawer = threading.local()  # per thread: .t, the draw ticket it holds (None when not drawing)
+
+    def _line(self, key: str) -> _Line:
+        line = self._lines.get(key)
+        if line is None:
+            line = self._lines[key] = _Line(concurrency(key, self._env))
+        return line
+
+    def limit(self, device) -> int:
+        with self._cond:
+            return self._line(device_key(device)).limit
+
+    @staticmethod
+    def _ahead(line: _Line, t: _Ticket) -> int:
+        """Other owners holding the device or queued before ticket t."""
+        before = list(line.holders)
+        for w in line.waiting:
+            if w is t:
+                break
+            before.append(w)
+        return len({w.owner for w in before if w.owner != t.owner})
+
+    @staticmethod
+    def _may_enter(line: _Line, t: _Ticket) -> bool:
+        free = line.limit - len(line.holders)
+        return free > 0 and any(w is t for w, _ in zip(line.waiting, range(free)))
+
+    @contextmanager
+    def hold(self, device="cpu", owner: str | None = None, on_wait: OnWait | None = None,
+             turn: bool = True, what: str | None = None) -> Iterator[Slot]:
+        """Wait for this owner's turn on the device, hold it for the block, then pass it on.
+
+        turn=False: pages may draw meanwhile (a model load, which shows no timing and may take minutes).
+        what: a label the trace writes with the hold (trace_holds sorts the holds' times by it)."""
+        key = device_key(device)
+        ctx = _owner.get()
+        owner = _current_owner() if owner is None else owner
+        if on_wait is None and ctx is not None:
+            on_wait = ctx[1]
+        depth = getattr(self._depth, "d", None)
+        if depth is None:
+            depth = self._depth.d = {}
+        if depth.get(key):  # this thread already holds the device: a pass inside a round
+            depth[key] += 1
+            try:
+                yield Slot(owner, key, nested=True)
+            finally:
+                depth[key] -= 1
+            return
+        with self.paused():  # a page asking while it draws stops drawing until the work is done
+            slot = Slot(owner, key, what=what)
+            t = _Ticket(owner, wake=threading.Condition(self._lock))
+            asked = time.time()
+            t0 = time.perf_counter()
+            with self._cond:
+                line = self._line(key)
+                line.waiting.append(t)
+                slot.ahead = self._ahead(line, t)
+            waited = self._wait_turn(line, t, on_wait)
+            try:  # then the drawing that asked before it ends
+                ticket = self.turns.acquire("model") if turn else None
+            except BaseException:
+                self._let_go(line, t)
+                raise
+            slot.waited_s = time.perf_counter() - t0
+            depth[key] = 1
+            t1 = time.perf_counter()
+            try:
+                with self._cond:
+                    line.longest_wait_s = max(line.longest_wait_s, slot.waited_s)
+                if waited and on_wait is not None:
+                    on_wait(None)  # granted after a wait: the page clears its notice
+                yield slot
+            finally:
+                slot.held_s = time.perf_counter() - t1
+                depth[key] = 0
+                if ticket is not None:
+                    self.turns.release("model", ticket)
+                self._let_go(line, t)
+                if self.trace:
+                    self._write_trace(slot, asked)
+
+    def _let_go(self, line: _Line, t: _Ticket) -> None:
+        """Holder t leaves the device: the next in line may enter."""
+        with self._cond:
+            line.holders.remove(t)
+            self._wake_next(line)
+
+    def _holds_a_device(self) -> bool:
+        return any((getattr(self._depth, "d", None) or {}).values())
+
+    @contextmanager
+    def drawing(self) -> Iterator[None]:
+        """Draw in the block while no model work of this process runs (see Turns, and the module docstring).
+
+        Passes straight through inside drawing() of the same thread, and inside model work (a hold, or a
+        device worker running one)."""
+        if getattr(self._drawer, "t", None) is not None or self._holds_a_device():
+            yield
+            return
+        self._drawer.t = self.turns.acquire("draw")
+        try:
+            yield
+        finally:
+            t, self._drawer.t = self._drawer.t, None
+            if t is not None:
+                self.turns.release("draw", t)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop this thread's drawing() for the block (which waits on model work), and take a turn again after."""
+        t = getattr(self._drawer, "t", None)
+        if t is None:
+            yield
+            return
+        self._drawer.t = None
+        self.turns.release("draw", t)
+        try:
+            yield
+        finally:
+            self._drawer.t = self.turns.acquire("draw")
+
+    def _write_trace(self, slot: Slot, asked: float) -> None:
+        """One line per hold, times in seconds since the epoch (so another process can line them up).
+        A trace that cannot be written is dropped: it must never cost the work it describes."""
+        released = time.time()
+        row = {"owner": slot.owner, "device": slot.device, "asked": asked,
+               "granted": released - slot.held_s, "released": released}
+        if slot.what is not None:
+            row["what"] = slot.what
+        with self._lock:
+            try:
+                with open(self.trace, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            except (OSError, TypeError):
+                self.trace = None
+
+    def _wait_turn(self, line: _Line, t: _Ticket, on_wait: OnWait | None) -> bool:
+        """Wait until queued ticket t may hold the device, then make it a holder; return whether it waited.
+
+        Cancelled (or whatever on_wait raises) drops the ticket from the line."""
+        waited = False
+        try:
+            while True:
+                with self._cond:
+                    if t.cancelled:
+                        raise Cancelled("This session's queued model work was dropped (the session ended or a "
+                                        "new run replaced it).")
+                    if self._may_enter(line, t):
+                        line.waiting.remove(t)
+                        line.holders.append(t)
+                        line.grants += 1
+                        line.max_holders = max(line.max_holders, len(line.holders))
+                        return waited
+                    if waited:  # first report at once, then after each poll
+                        t.wake.wait(self.poll_s)
+                        if self._may_enter(line, t) or t.cancelled:
+                            continue
+                    ahead = self._ahead(line, t)
+                waited = True
+                if on_wait is not None:
+                    on_wait(ahead)  # may raise: a page that must stop drops its ticket
+        except BaseException:
+            with self._cond:
+                if t in line.waiting:
+                    line.waiting.remove(t)
+                self._wake_next(line)
+            raise
+
+    @staticmethod
+    def _wake_next(line: _Line) -> None:
+        """Wake only the tickets that may enter now: one handover wakes one waiter, not the whole room."""
+        free = line.limit - len(line.holders)
+        for w, _ in zip(line.waiting, range(max(0, free))):
+            w.wake.notify()
+
+    def ahead(self, owner: str, device="cpu") -> int | None:
+        """Other owners before this owner's first queued ticket; 0 if it holds the device, None if absent."""
+        with self._cond:
+            line = self._line(device_key(device))
+            if any(h.owner == owner for h in line.holders):
+                return 0
+            for w in line.waiting:
+                if w.owner == owner:
+                    return self._ahead(line, w)
+            return None
+
+    def others(self, device="cpu", owner: str | None = None) -> int:
+        """How many other owners hold the device or wait for it now; owner: the current session()'s (or, outside
+        one, this thread's, as hold() names it)."""
+        owner = _current_owner() if owner is None else owner
+        with self._cond:
+            line = self._line(device_key(device))
+            return len({t.owner for t in (*line.holders, *line.waiting) if t.owner != owner})
+
+    def cancel(self, owner: str) -> int:
+        """Drop every queued ticket of `owner` (each hold raises Cancelled); return how many.
+
+        A hold already granted finishes its piece (one round or pass) and lets go.
+        """
+        n = 0
+        with self._cond:
+            for line in self._lines.values():
+                for w in line.waiting:
+                    if w.owner == owner and not w.cancelled:
+                        w.cancelled = True
+                        w.wake.notify()
+                        n += 1
+                self._wake_next(line)
+        return n
+
+    def stats(self, device="cpu") -> dict:
+        """Grants so far, the most holders at once, the longest wait, and who holds / waits now."""
+        with self._cond:
+            line = self._line(device_key(device))
+            return {"limit": line.limit, "grants": line.grants, "max_holders": line.max_holders,
+                    "longest_wait_s": line.longest_wait_s, "holders": [h.owner for h in line.holders],
+                    "waiting": [w.owner for w in line.waiting]}
+
+
+QUEUE = DeviceQueue(trace=os.environ.get(ENV_TRACE) or None)  # the one queue of this process: every
+# session of a server shares it
+
+
+def trace_holds(path: str, since: float = 0.0, until: float = math.inf) -> dict:
+    """What a trace file (ENV_TRACE) says of [since, until]: the holds, the time the device was held (the union
+    of the holds, clipped to the window), each owner's held time, the longest time between the ends of
+    two consecutive holds of one owner (between two of its rounds appearing), when the last hold ended
+    (None when there was none), and the durations of the holds wholly inside the window by their label
+    (`what_s`: {what: [seconds, ...]} in order; holds without one are left out)."""
+    holds = []
+    try:
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                if row["released"] > since and row["granted"] < until:
+                    holds.append(row)
+    except FileNotFoundError:
+        pass
+    held, end, owners, last, gap, what = 0.0, since, {}, {}, 0.0, {}
+    for h in sorted(holds, key=lambda h: h["granted"]):
+        if "what" in h and h["granted"] >= since and h["released"] <= until:
+            what.setdefault(h["what"], []).append(h["released"] - h["granted"])
+        a, b = max(h["granted"], end), min(h["released"], until)
+        held += max(0.0, b - a)
+        end = max(end, b)
+        o = h["owner"]
+        owners[o] = owners.get(o, 0.0) + min(h["released"], until) - max(h["granted"], since)
+        if o in last:
+            gap = max(gap, h["released"] - last[o])
+        last[o] = h["released"]
+    return {"holds": len(holds), "held_s": held, "owners_held_s": owners, "longest_gap_s": gap,
+            "last_released": max((min(h["released"], until) for h in holds), default=None), "what_s": what}
+
+
+def hold(device="cpu", what: str | None = None):
+    """QUEUE.hold(device) for the owner of the current session(); `what` labels the hold in the trace."""
+    return QUEUE.hold(device, what=what)
+
+
+def drawing():
+    """QUEUE.drawing(): a page draws in the block while no model work runs."""
+    return QUEUE.drawing()
+
+
+# --------------------------------------------------------------------------
+# model work on the device's own threads, pages below it
+
+
+class _Workers:
+    """Threads that run model work handed over by the threads holding a device (see run())."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._pools: dict[str, list[threading.Thread]] = {}
+        self._jobs: dict[str, queue.SimpleQueue] = {}
+        self._mine = threading.local()  # set on a worker: the key of its device
+        self._orders: queue.SimpleQueue = queue.SimpleQueue()
+        self.threads: dict[str, int] = {}  # a device's workers' OpenMP threads, where they were set apart
+        self.team: dict[str, frozenset[int]] = {}  # the thread ids of a device's worker and its OpenMP team
+        # the threads are made by one thread started now, at import, before any page lowers its
+        # own priority: a thread inherits its maker's niceness
+        threading.Thread(target=self._maker, name="specviz-device-maker", daemon=True).start()
+
+    def _maker(self) -> None:
+        while True:
+            key, made = self._orders.get()
+            t = threading.Thread(target=self._loop, args=(key, self.threads.get(key)), name=f"specviz-device-{key}",
+                                 daemon=True)
+            t.start()
+            made.put(t)
+
+    def _loop(self, key: str, threads: int | None) -> None:
+        self._mine.key = key
+        if threads:  # before any model work: see share_cores()
+            _own_threads(threads)
+        jobs = self._jobs[key]
+        while True:
+            jobs.get()()
+
+    def on_worker(self, key: str) -> bool:
+        return getattr(self._mine, "key", None) == key
+
+    def submit(self, key: str, size: int, job: Callable[[], None]) -> None:
+        with self._lock:
+            jobs = self._jobs.setdefault(key, queue.SimpleQueue())
+            pool = self._pools.setdefault(key, [])
+            while len(pool) < size:  # one per holder the device admits
+                made: queue.SimpleQueue = queue.SimpleQueue()
+                self._orders.put((key, made))
+                pool.append(made.get())
+        jobs.put(job)
+
+
+_WORKERS = _Workers()
+
+
+def run(device, fn: Callable[[], object], turn: bool = True):
+    """Hold the device (QUEUE.hold) and run fn() on one of its worker threads; return what fn returns.
+
+    The caller waits; fn sees the caller's context variables, holds, load watches and PyTorch
+    grad/inference mode, and its exception is raised here. Inside a hold of a worker, fn runs directly.
+    turn=False: pages may draw meanwhile (loading a model; see QUEUE.hold).
+    """
+    key = device_key(device)
+    with QUEUE.hold(key, turn=turn):
+        if _WORKERS.on_worker(key):
+            return fn()
+        return _on_worker(key, fn)
+
+
+def _on_worker(key: str, fn: Callable[[], object]):
+    import torch
+
+    ctx = contextvars.copy_context()
+    depth = getattr(QUEUE._depth, "d", None)  # the caller holds the device: its nested holds pass through
+    stack = getattr(_watches, "stack", None)
+    grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+    done, box = threading.Event(), {}
+
+    def job() -> None:
+        QUEUE._depth.d, _watches.stack = depth, stack
+        try:
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                box["value"] = ctx.run(fn)
+        except BaseException as e:  # noqa: BLE001 - handed back to the caller, raised there
+            box["error"] = e
+        finally:
+            QUEUE._depth.d, _watches.stack = None, None
+            done.set()
+
+    _WORKERS.submit(key, QUEUE.limit(key), job)
+    done.wait()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+# --------------------------------------------------------------------------
+# the CPU's cores: one team of OpenMP threads, on the CPU's worker
+
+
+def _loaded(prefix: str):
+    """The one shared library this process loaded whose file name starts with `prefix`, through ctypes; None
+    if there is not exactly one."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if os.path.basename(line.split()[-1]).startswith(prefix)}
+    except OSError:
+        return None
+    if len(paths) != 1:
+        return None
+    try:
+        return ctypes.CDLL(paths.pop())
+    except OSError:
+        return None
+
+
+def _libgomp():
+    """The GNU OpenMP runtime this process loaded (for PyTorch), through ctypes; None if there is not one."""
+    return _loaded("libgomp")
+
+
+def _mkl_threads(n: int) -> int | None:
+    """Give this thread alone n threads in MKL (which PyTorch links into libtorch_cpu for float32 matrix
+    products); the count MKL has for it then, or None where this build has no MKL.
+
+    MKL keeps its own count, set process-wide by torch.set_num_threads: after share_cores() set 1, a
+    float32 Linear that goes to MKL (transformers as shipped: fastlinear off) ran on one core on the worker."""
+    lib = _loaded("libtorch_cpu")
+    if lib is None or not hasattr(lib, "mkl_set_num_threads_local") or not hasattr(lib, "mkl_get_max_threads"):
+        return None
+    lib.mkl_set_num_threads_local(ctypes.byref(ctypes.c_int(n)))  # the Fortran name: its argument by reference
+    return int(lib.mkl_get_max_threads())
+
+
+def _own_threads(n: int) -> int:
+    """On a worker: give this thread alone n OpenMP threads (and n in MKL); the count it has then."""
+    import torch
+
+    torch.get_num_threads()  # PyTorch sets a thread's count from its process-wide one on first use: do it now
+    _libgomp().omp_set_num_threads(n)  # then this thread's own count (OpenMP keeps one per thread)
+    _mkl_threads(n)
+    return torch.get_num_threads()
+
+
+def share_cores() -> int | None:
+    """Give the CPU's cores to its worker: one OpenMP team in the process; the worker's thread count.
+
+    Every thread of PyTorch's that runs parallel work keeps a team of OpenMP threads, and
+    GNU OpenMP stops its threads spinning between two parallel regions once the process has
+    more of them than cores: they sleep, and every region pays for waking them, so two threads
+    that had each run model work made every pass after that slower. So the worker, which runs
+    all model work, keeps PyTorch's thread count, and every other thread (pages, the main
+    thread) gets one thread: what they compute runs on their own core and starts no team.
+    Called once at import; None, and nothing changed, where this runtime cannot set one
+    thread's count alone (not GNU OpenMP) or there is one core.
+    """
+    import torch
+
+    n = torch.get_num_threads()
+    if n <= 1 or os.environ.get(ENV_SHARE_CORES, "1") == "0" or _libgomp() is None:
+        return None
+    with _WORKERS._lock:
+        _WORKERS.threads["cpu"] = n
+    torch.set_num_threads(1)  # this thread and every thread that starts from now
+    _WORKERS.submit("cpu", QUEUE.limit("cpu"), lambda: None)  # make the worker now, with its n threads
+    got = run("cpu", torch.get_num_threads)
+    if got != n:  # the runtime did not keep a per-thread count: back to PyTorch's own setting
+        torch.set_num_threads(n)
+        with _WORKERS._lock:
+            _WORKERS.threads.pop("cpu", None)
+        return None
+    _find_team("cpu")
+    return n
+
+
+def _native_ids() -> set[int]:
+    """The ids of this process's threads that Python did not start (OpenMP's, among others); empty where
+    /proc cannot be read."""
+    try:
+        tids = {int(t) for t in os.listdir("/proc/self/task")}
+    except (OSError, ValueError):
+        return set()
+    return tids - {t.native_id for t in threading.enumerate()}
+
+
+def _find_team(key: str) -> frozenset[int]:
+    """Record the thread ids of the device's worker and of the OpenMP team it runs model work with.
+
+    The team is made by the worker's first parallel region: the threads that appear across one are its own.
+    A grown team adds threads; a shrunk one leaves idle threads, which never wait for a core. No team (no
+    correction of pass times) where the model's threads outnumber the cores this process may use: they would
+    then wait for each other, which is no other program's doing."""
+    import torch
+
+    def find() -> frozenset[int]:
+        before = _native_ids()
+        torch.ones(1 << 20).add_(1)  # (2^20,): big enough for every thread of the team to take a share
+        return frozenset({threading.get_native_id()} | (_native_ids() - before))
+
+    found = run(key, find)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    readable = not math.isnan(run_delay_s(found))
+    with _WORKERS._lock:
+        team = _WORKERS.team.get(key, frozenset()) | found
+        _WORKERS.team[key] = team if readable and model_threads(key) <= cores else frozenset()
+        return _WORKERS.team[key]
+
+
+def team(device="cpu") -> frozenset[int]:
+    """The thread ids whose waits for a core are taken off the device's pass times (empty: none are)."""
+    return _WORKERS.team.get(device_key(device), frozenset())
+
+
+def run_delay_s(tids) -> float:
+    """The seconds the threads `tids` have spent ready to run but waiting for a core since they started
+    (the kernel's run delay, summed); a thread that has ended counts 0; NaN where it cannot be read."""
+    total = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])  # on-cpu ns, run-delay ns, time slices
+        except FileNotFoundError:
+            continue  # the thread has ended
+        except (OSError, ValueError, IndexError):
+            return math.nan
+    return total / 1e9
+
+
+def model_threads(device="cpu") -> int:
+    """The OpenMP threads the device's model work runs with (the worker's; PyTorch's own count otherwise)."""
+    got = _WORKERS.threads.get(device_key(device))
+    if got:
+        return got
+    import torch
+
+    return torch.get_num_threads()
+
+
+def set_model_threads(n: int, device="cpu") -> int:
+    """Run the device's model work with n OpenMP threads from now on; the count it has then."""
+    key = device_key(device)
+    if not _WORKERS.threads.get(key):
+        import torch
+
+        torch.set_num_threads(n)
+        return torch.get_num_threads()
+    got = run(key, lambda: _own_threads(n))
+    with _WORKERS._lock:
+        _WORKERS.threads[key] = got
+    _find_team(key)
+    return got
+
+
+def _env_number(name: str, env: str | None, default, parse, lo, hi, what: str):
+    """A server setting from $name (or `env`, when given): `default` when empty, else parse(raw) within
+    [lo, hi]; InvalidSetting naming the variable otherwise."""
+    raw = (os.environ.get(name, "") if env is None else env).strip()
+    if not raw:
+        return default
+    try:
+        v = parse(raw)
+    except ValueError:
+        v = math.nan
+    if not lo <= v <= hi:
+        raise InvalidSetting(f"{name} must be {what} from {lo} to {hi}, got {raw!r}.")
+    return v
+
+
+def page_nice(env: str | None = None) -> int:
+    """$SPECVIZ_PAGE_NICE: the niceness of page threads, 0..19 (PAGE_NICE by default)."""
+    return _env_number(ENV_PAGE_NICE, env, PAGE_NICE, int, 0, 19, "an integer")
+
+
+def thread_nice(tid: int) -> int | None:
+    """The niceness of thread `tid` (a native id), or None where it cannot be read."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, tid)
+    except (OSError, AttributeError):
+        return None
+
+
+def lower_thread(tid: int, nice: int) -> bool:
+    """Raise thread `tid`'s niceness to `nice` (never lower it: that needs privileges); whether it is there."""
+    now = thread_nice(tid)
+    if now is None:
+        return False
+    if now < nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except OSError:
+            return False
+    return True
+
+
+def lower_page_threads(nice: int | None = None) -> bool:
+    """Lower this (page) thread and the main thread, which starts the page threads, to `nice`.
+
+    Call it from a page's thread; model work then goes through run(), on threads made before.
+    Whether both threads are at that niceness now (False where the system says no).
+    """
+    nice = page_nice() if nice is None else nice
+    if nice == 0:
+        return False
+    ok = lower_thread(threading.get_native_id(), nice)
+    main = threading.main_thread().native_id
+    return lower_thread(main, nice) and ok if main is not None else ok
+
+
+def switch_ms(env: str | None = None) -> float:
+    """$SPECVIZ_SWITCH_INTERVAL_MS: Python's switch interval for a server, in ms (SWITCH_MS by default)."""
+    return _env_number(ENV_SWITCH, env, SWITCH_MS, float, 0.05, 100, "a number of milliseconds")
+
+
+def handover(ms: float | None = None) -> float:
+    """Set how long a thread that wants the GIL waits before the thread holding it must let go; the seconds set.
+
+    The model worker lets go of the GIL in every PyTorch operation and takes it back after, so while pages
+    draw (Python, holding the GIL) each of its operations may wait up to the switch interval: a draft step
+    makes hundreds. A shorter interval hands the GIL back sooner (README, Running a workshop). Pages call
+    it; while only one thread runs it changes nothing."""
+    s = (switch_ms() if ms is None else ms) / 1000
+    if sys.getswitchinterval() != s:
+        sys.setswitchinterval(s)
+    return s
+
+
+def freeze_heap() -> int:
+    """Keep every object alive now out of all later garbage collections (gc.freeze); the number frozen.
+
+    A server calls it once a pair is loaded: a full collection then walks only what was made since (a page's
+    runs and charts), not the models, tokenizers and libraries, so it holds the GIL (on the page thread or the
+    model worker, wherever an allocation set it off) for far less long. Frozen objects are still freed when
+    nothing refers to them; only a reference cycle among them stays. $SPECVIZ_GC_FREEZE=0: nothing is frozen
+    (0)."""
+    if os.environ.get(ENV_GC_FREEZE, "1") == "0":
+        return 0
+    gc.collect()  # what is garbage already goes now: frozen, a cycle would never go
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
+# --------------------------------------------------------------------------
+# load from outside the app
+
+
+def cpu_share(cpu_s: float, wall_s: float, threads: int) -> float:
+    """The share of `threads` cores a pass got: process CPU time / (wall time × threads)."""
+    return cpu_s / (wall_s * max(1, threads)) if wall_s > 0 else math.nan
+
+
+def outside_load(cpu_s: float, wall_s: float, threads: int) -> bool:
+    """True when a CPU pass long enough to judge got well under its share of the cores."""
+    return wall_s >= MIN_PASS_S and cpu_share(cpu_s, wall_s, threads) < BUSY_SHARE
+
+
+def crowded(others_s: float, wall_s: float, threads: int) -> bool:
+    """True when, over wall_s seconds of passes (at least OTHERS_MIN_S), the machine's other programs used at
+    least OTHERS_SHARE of the cores the passes' threads run on. The share is set above what a browser drawing
+    this app on the same machine uses, so the learner's own browser is not taken for outside load (README,
+    "Load from outside the app")."""
+    return wall_s >= OTHERS_MIN_S and others_s >= OTHERS_SHARE * wall_s * max(1, threads)
+
+
+_TICK_S = 1 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
+def machine_cpu_s() -> float:
+    """The CPU seconds every program on this machine has used since it started, time taken by the host of a
+    virtual machine ('steal') included (/proc/stat); NaN where that cannot be read."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError):
+        return math.nan
+    if len(ticks) < 5:
+        return math.nan
+    return (sum(ticks) - ticks[3] - ticks[4]) * _TICK_S  # all but idle and waiting for disks
+
+
+class PassTime(NamedTuple):
+    """One timed pass (PassClock.stop): seconds of wall, of this process's CPU, of other programs' CPU meanwhile
+    (NaN off the CPU), and of the wall during which the model's threads waited for a core (0 off the CPU)."""
+
+    wall: float
+    cpu: float
+    others: float
+    stalled: float = 0.0
+
+    @property
+    def held(self) -> float:
+        """The pass's time: its wall, less the time other threads held its cores."""
+        return self.wall - self.stalled
+
+
+class PassClock:
+    """Times one pass on `device` from its creation: a PassTime. On the CPU it also reads the CPU time the
+    machine's other programs use meanwhile (what note_pass judges) and how long the model's threads wait for a
+    core (what is taken off). Off the CPU a pass leaves the cores idle by design, and neither is read."""
+
+    def __init__(self, device="cpu") -> None:
+        self.cpu = device_key(device) == "cpu"
+        self.team = team("cpu") if self.cpu else frozenset()
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+        self.m0 = machine_cpu_s() if self.cpu else math.nan
+        self.d0 = run_delay_s(self.team) if self.team else 0.0
+
+    def stop(self, less_s: float = 0.0) -> PassTime:
+        """The pass until now; less_s: wall time not to count (a CUDA graph being recorded)."""
+        d1 = run_delay_s(self.team) if self.team else 0.0
+        wall, cpu = time.perf_counter() - self.t0 - less_s, time.process_time() - self.c0
+        others = (machine_cpu_s() - self.m0 - cpu) if self.cpu else math.nan
+        waited = d1 - self.d0
+        stalled = min(MAX_STALL_SHARE * wall, waited) if waited > 0 else 0.0  # NaN (unreadable): 0
+        return PassTime(wall, cpu, others, max(0.0, stalled))
+
+
+def load_text(what: str) -> str:
+    """The warning shown next to figures taken under outside load; `what` says which timings."""
+    return (f"Taken under outside load: {what} ran while other programs on this machine were using the CPU "
+            "(they used a good part of the cores meanwhile, or a pass got well under its share of them). "
+            "These timings, and the figures made from them, are not this device's speed: measure again when "
+            "the machine is quiet.")
+
+
+@dataclass(frozen=True)
+class LoadNote:
+    """What a page says next to figures some of whose passes ran under outside load.
+
+    A pass under load is slower, so it can only add to the timed time: passes that took a small share of it
+    (under MINOR_SHARE) move totals and rates by at most that share, and medians hardly at all. Those figures
+    are still the device's speed, and the page says so in a quiet note; above it, the warning (load_text)."""
+
+    what: str  # which timings, e.g. "1 of 351 timed passes"
+    share: float  # the share of the timed wall time those passes took; NaN when unknown
+
+    @classmethod
+    def of(cls, what: str, busy_s: float, timed_s: float) -> LoadNote:
+        """The note for timings of which busy_s seconds, of timed_s, ran under outside load."""
+        return cls(what, min(1.0, busy_s / timed_s) if timed_s > 0 and busy_s >= 0 else math.nan)
+
+    @property
+    def serious(self) -> bool:
+        return not self.share < MINOR_SHARE  # an unknown share (NaN) is taken as serious
+
+    @property
+    def text(self) -> str:
+        if self.serious:
+            return load_text(self.what)
+        return (f"Outside load on {self.what}: other programs on this machine used the CPU during them, but "
+                f"they took only {self.share:.1%} of the timed time, so they move these figures by at most "
+                "about that.")
+
+
+@dataclass(eq=False)  # watches nest: leaving one must remove that one, not an outer one with equal counts
+class LoadWatch:
+    """The passes timed inside one watch(): how many, and how many ran under outside load."""
+
+    passes: int = 0
+    busy_passes: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    busy_wall_s: float = 0.0  # the wall time of the passes under outside load
+    others_s: float = 0.0  # the CPU time other programs used during the passes where it could be read
+    others_wall_s: float = 0.0  # the wall time of those passes
+    others_cores_s: float = 0.0  # and their wall time × threads
+    stalled_s: float = 0.0  # wall time taken off the passes: their threads waited for a core (PassTime.stalled)
+
+    @property
+    def crowded(self) -> bool:
+        """Other programs used a good part of the cores over these passes taken together (short passes,
+        such as draft steps, can only be judged together)."""
+        return self.others_wall_s >= OTHERS_MIN_S and self.others_s >= OTHERS_SHARE * self.others_cores_s
+
+    @property
+    def busy(self) -> bool:
+        return self.busy_passes > 0 or self.crowded
+
+    def held_since(self, t0: float) -> float:
+        """Seconds since perf_counter() read t0, less the waits for a core of the passes watched: a round's
+        round_s."""
+        return time.perf_counter() - t0 - self.stalled_s
+
+    def record(self) -> dict:
+        """A round's load record (records.LOAD_FIELDS): whether it ran under outside load, and the wait left out."""
+        return {"outside_load": self.busy, "stalled_s": self.stalled_s}
+
+    def note(self) -> LoadNote | None:
+        """The LoadNote of these passes, or None when none was under outside load."""
+        if not self.busy:
+            return None
+        if self.crowded and self.busy_wall_s < self.others_wall_s:  # then the load was spread over them all
+            return LoadNote.of(f"the {self.passes} timed passes", self.others_wall_s, self.wall_s)
+        return LoadNote.of(f"{self.busy_passes} of {self.passes} timed passes", self.busy_wall_s, self.wall_s)
+
+
+_watches = threading.local()
+
+
+@contextmanager
+def watch() -> Iterator[LoadWatch]:
+    """Collect note_pass() verdicts of this thread's passes inside the block (watches nest)."""
+    stack = getattr(_watches, "stack", None)
+    if stack is None:
+        stack = _watches.stack = []
+    w = LoadWatch()
+    stack.append(w)
+    try:
+        yield w
+    finally:
+        stack.remove(w)
+
+
+def note_pass(device, wall_s: float, cpu_s: float, threads: int, others_s: float = math.nan,
+              stalled_s: float = 0.0) -> bool:
+    """Judge one timed pass (CPU passes only) and tell every open watch(); return the verdict.
+
+    others_s: the CPU time the machine's other programs used during the pass (machine_cpu_s() after, less
+    before, less cpu_s); NaN when unknown. stalled_s: the part of wall_s taken off its time (PassTime.stalled).
+    The verdict is on the whole wall."""
+    cpu = device_key(device) == "cpu"
+    known = cpu and not math.isnan(others_s)
+    busy = cpu and (outside_load(cpu_s, wall_s, threads) or (known and crowded(others_s, wall_s, threads)))
+    for w in getattr(_watches, "stack", None) or []:
+        w.passes += 1
+        w.busy_passes += busy
+        w.wall_s += wall_s
+        w.cpu_s += cpu_s
+        w.busy_wall_s += wall_s if busy else 0.0
+        w.stalled_s += stalled_s
+        if known:
+            w.others_s += others_s
+            w.others_wall_s += wall_s
+            w.others_cores_s += wall_s * max(1, threads)
+    return busy
+
+
+share_cores()

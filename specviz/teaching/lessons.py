@@ -1,0 +1,716 @@
+"""Guided lessons: a question, the learner's prediction, an experiment, the measured answer, an explanation.
+
+The lessons are plain data (LESSONS: frozen Lesson and Step records). A Step names its
+experiment, a function in EXPERIMENTS that runs on a loaded pair (live) or, with no pair,
+from the shipped recorded runs (specviz/recorded/) or from specviz.core.theory alone. Every
+experiment returns an Outcome: the measured answer, comparable with the prediction, and the
+numbers its explanation quotes. An explanation is a template filled from those numbers, so
+every figure and every "higher / lower" in it comes from the data, never written in advance.
+
+  run_step(step, ctx)            -> Outcome (live when ctx.pair is set, else recorded / theory)
+  explain(step, outcome)         -> the explanation, filled from the measured numbers
+  figure(step, ctx, outcome)     -> the step's chart (plotly) or None
+  compare(step, prediction, outcome) -> one sentence: the prediction against the measurement
+  lesson(key), LESSONS, EXPERIMENTS, RECORDED
+
+No streamlit here: pages/8_Lessons.py draws the steps.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from specviz.core import measure, prompts, theory
+from specviz.core.errors import InvalidSetting, SpecvizError
+from specviz.data.records import Run
+
+# --------------------------------------------------------------------------
+# the records
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the learner predicts: a number on a slider, or one of a few choices."""
+
+    label: str
+    kind: str = "slider"  # "slider" | "choice"
+    lo: float = 0.0
+    hi: float = 1.0
+    step: float = 0.05
+    default: float | str | None = 0.5  # a slider's value at first; None for a choice
+    choices: tuple[str, ...] = ()
+    fmt: str = ".2f"  # how a number is shown
+    close: float = 0.1  # |prediction - measured| up to this counts as close
+    unit: str = ""  # shown after a number: "×", " %"
+
+
+def choice(label: str, choices: tuple[str, ...]) -> Prediction:
+    """A prediction picked from a few answers. None is selected at first: a learner commits to an answer of
+    their own, not one put there for them (a room predicting aloud may leave it empty)."""
+    return Prediction(label, "choice", choices=tuple(choices), default=None)
+
+
+@dataclass(frozen=True)
+class Link:
+    """The page that goes deeper: a path relative to the repository root."""
+
+    page: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Step:
+    key: str
+    question: str  # markdown; {name} is filled from params
+    prediction: Prediction
+    experiment: str  # a name in EXPERIMENTS
+    explanation: str  # str.format template, filled from Outcome.values
+    link: Link
+    params: tuple[tuple[str, Any], ...] = ()  # fixed inputs of the experiment (also shown in the question)
+    figure: str = ""  # a name in FIGURES: the chart drawn next to the measured answer ("" for none)
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    @property
+    def text(self) -> str:
+        return self.question.format(**self.args)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    key: str
+    title: str
+    intro: str
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The measured answer of one step."""
+
+    measured: float | str  # comparable with the prediction (a number, or one of its choices)
+    shown: str  # the measured answer as the page shows it
+    values: dict[str, Any]  # every number the explanation quotes
+    source: str  # "live: <pair>", "recorded: <file>" or "theory"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Context:
+    """Where an experiment runs: a loaded pair, or None (recorded runs and theory only).
+
+    `memo` keeps runs between steps (a lesson's second step reuses its first step's run); the
+    page keeps one per source in its session state.
+    """
+
+    pair: Any | None = None  # specviz.decoding.models.Pair
+    recordings: dict[str, Any] | None = None  # name -> runfile.Recording; None: the shipped ones
+    seed: int = 0
+    max_new_tokens: int = 24
+    memo: dict = field(default_factory=dict)
+
+    @property
+    def live(self) -> bool:
+        return self.pair is not None
+
+    def recording(self, name: str):
+        if self.recordings is None:
+            from specviz.data.runfile import list_recorded
+
+            self.recordings = {r.name: r for r in list_recorded()}
+        if name not in self.recordings:
+            raise SpecvizError(f"The recorded run '{name}' is missing from specviz/recorded/; reinstall specviz "
+                               "or load a model to run this step live.")
+        return self.recordings[name]
+
+
+# --------------------------------------------------------------------------
+# runs: live on the pair, or recorded
+
+# (preset, temperature) -> the shipped recording of that prompt and temperature (k = 4)
+RECORDED: dict[tuple[str, float], str] = {
+    ("The capital of France", 0.0): "capital-of-france-greedy",
+    ("Python function", 0.0): "code-greedy",
+    ("Creative story", 0.0): "creative-greedy",
+    ("Creative story", 1.0): "creative-sampling-t1",
+}
+K = 4  # drafted tokens per round in every lesson run (the recordings' k)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A speculative run and the target alone with the same settings."""
+
+    run: Run
+    baseline: dict  # runfile.baseline_summary() numbers
+    source: str
+    decode: Callable[[int], str]  # token id -> text (the pair's tokenizer, or the recording's table)
+
+
+def _ids(ctx: Context, preset: str) -> list[int]:
+    p = prompts.preset(preset)
+    return prompts.encode(ctx.pair.tokenizer, p.text, p.chat)
+
+
+def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool = False) -> Trial:
+    """Live: the pair's speculative run next to its target alone; else the shipped recording."""
+    key = ("trial", preset, float(temperature), self_draft)
+    if key in ctx.memo:
+        return ctx.memo[key]
+    if ctx.live:
+        from specviz.teaching.experiments import compare_with_baseline
+        from specviz.data.runfile import baseline_summary
+
+        pair = ctx.pair
+        draft = pair.target if self_draft else pair.draft  # the target drafting for itself: c = 1
+        cmp = compare_with_baseline(pair.target, draft, _ids(ctx, preset), k=K, temperature=temperature,
+                                    max_new_tokens=ctx.max_new_tokens, seed=ctx.seed,
+                                    eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+        who = "the target drafting for itself" if self_draft else pair.name
+        out = Trial(cmp.spec, baseline_summary(cmp.spec, cmp.base, cmp.speedup, cmp.identical),
+                    f"live: {who}, {preset}, T = {temperature:g}, seed {ctx.seed}",
+                    lambda t: pair.tokenizer.decode([int(t)]))
+    else:
+        if self_draft:
+            raise InvalidSetting("No recording of a target drafting for itself: this step needs a model.")
+        name = RECORDED.get((preset, float(temperature)))
+        if name is None:
+            raise InvalidSetting(f"No recording of {preset!r} at T = {temperature:g}.")
+        rec = ctx.recording(name)
+        if not rec.baseline:
+            raise SpecvizError(f"The recording '{name}' has no target-alone run to compare with.")
+        out = Trial(rec.run, rec.baseline, f"recorded: {name} ({rec.pair})", rec.decode())
+    ctx.memo[key] = out
+    return out
+
+
+def _steady(run: Run) -> list:
+    """Rounds after the prompt was read, with the full k drafted."""
+    return [r for r in run.rounds if not r.prefill_tokens and r.k == K]
+
+
+def _pass_costs(ctx: Context) -> tuple[float, float, str]:
+    """(seconds of a 1-token target pass, seconds of a (K+1)-token pass, source)."""
+    if "costs" in ctx.memo:
+        return ctx.memo["costs"]
+    if ctx.live:
+        from specviz.teaching.experiments import forward_cost
+
+        t = forward_cost(ctx.pair.target, n_tokens=(1, K + 1), reps=5)
+        out = (statistics.median(t[1]), statistics.median(t[K + 1]), f"live: {ctx.pair.name}, 5 repetitions")
+    else:
+        tr = trial(ctx, "Python function")
+        rounds = _steady(tr.run)
+        if not rounds or not tr.baseline.get("base_step_s"):
+            raise SpecvizError("The recording has no steady rounds to time.")
+        # the recording's verify passes read K+1 tokens; the baseline's steps read one
+        out = (float(tr.baseline["base_step_s"]), statistics.median(r.verify_s for r in rounds),
+               tr.source + ": its verify passes against its target-alone steps")
+    ctx.memo["costs"] = out
+    return out
+
+
+# --------------------------------------------------------------------------
+# experiments: each takes the Context (and the step's params) and returns an Outcome
+
+
+def _n(x: float, fmt: str = ".2f") -> str:
+    return format(x, fmt)
+
+
+def _alpha_interval(run: Run) -> tuple[float, float]:
+    e = theory.alpha_from_counts(run.n_accepted, run.n_judged)
+    return e.lo, e.hi
+
+
+def greedy_identity(ctx: Context) -> Outcome:
+    presets = ["The capital of France"] if ctx.live else ["The capital of France", "Python function"]
+    trials = [trial(ctx, p) for p in presets]
+    same = [t.baseline.get("identical") is True for t in trials]
+    diffs = [t.baseline.get("first_difference") for t in trials if t.baseline.get("first_difference") is not None]
+    tokens = sum(len(t.run.token_ids) for t in trials)
+    if all(same):
+        measured, detail = "identical", ""
+    else:
+        first = min(diffs) if diffs else 0
+        measured = "a few tokens differ" if first >= len(trials[0].run.token_ids) // 2 else "mostly different"
+        detail = (f" The first difference is at token {first + 1}: rounding in a several-token pass can flip a "
+                  "near-tie between two tokens, so on this device and dtype the texts part there")
+    return Outcome(measured, measured, {
+        "verdict": measured, "n_same": sum(same), "n_runs": len(trials), "tokens": tokens, "detail": detail,
+        "passes": sum(t.run.target_passes for t in trials),
+    }, "; ".join(t.source for t in trials))
+
+
+def greedy_passes(ctx: Context) -> Outcome:
+    t = trial(ctx, "The capital of France")
+    spec, base = t.baseline["spec_target_passes"], t.baseline["base_target_passes"]
+    share = 100.0 * spec / base
+    speedup = float(t.baseline["speedup"])
+    why = ("less than the pass count suggests, because the draft's steps and the wider checks cost time too"
+           if speedup < base / spec else "as much as the pass count suggests, or more")
+    return Outcome(share, f"{share:.0f} %", {
+        "share": share, "spec_passes": spec, "base_passes": base, "tokens": len(t.run.token_ids),
+        "tpp": t.run.tokens_per_pass, "alpha": t.run.alpha, "speedup": speedup, "fewer": base / spec, "why": why,
+    }, t.source)
+
+
+def sampling_follows_p(ctx: Context, n: int) -> Outcome:
+    import torch
+
+    from specviz.teaching.experiments import first_token_trials, trials_from_logits
+
+    if ctx.live:
+        pair = ctx.pair
+        tr = first_token_trials(pair.target, pair.draft, _ids(ctx, "The capital of France"), n=n, temperature=1.0,
+                                seed=ctx.seed, vocab=pair.shared_vocab, noise_reps=theory.NOISE_REPS)
+        src = f"live: {pair.name}, The capital of France, first new token, T = 1, seeds {ctx.seed}–{ctx.seed + n - 1}"
+    else:
+        name = RECORDED[("Creative story", 1.0)]
+        first = ctx.recording(name).run.rounds[0]
+        p_top, q_top = dict(zip(first.p_top[0].ids, first.p_top[0].probs)), dict(zip(first.q_top[0].ids,
+                                                                                       first.q_top[0].probs))
+        ids = sorted(set(p_top) | set(q_top))
+        # the recorded top tokens of p and q at the first position, and the rest of each as one "other" token
+        pv = [p_top.get(i, 0.0) for i in ids]
+        qv = [q_top.get(i, 0.0) for i in ids]
+        pv.append(max(0.0, 1.0 - sum(pv)))
+        qv.append(max(0.0, 1.0 - sum(qv)))
+        logits = [torch.tensor(v, dtype=torch.float64).clamp_min(1e-30).log() for v in (pv, qv)]  # (len(ids)+1,)
+        tr = trials_from_logits(*logits, n=n, temperature=1.0, seed=ctx.seed, noise_reps=theory.NOISE_REPS)
+        src = (f"recorded: {name}, first position: its top {len(p_top)} of p and q, the rest as one token; "
+               f"{n} draws of the rule from seed {ctx.seed}")
+    tv_p, tv_q = theory.total_variation(tr.p, tr.counts), theory.total_variation(tr.q, tr.counts)
+    noise = tr.noise  # n tokens drawn straight from the same p, over the same tokens as the trials
+    if tv_p <= noise.limit:
+        measured, lead = "the target's p", "The tokens followed the target's p"
+        verdict = "Within sampling noise of p: the output follows the target, and the draft only sets the speed."
+    else:
+        measured = "the draft's q" if tv_q < tv_p else "in between"
+        lead = ("The tokens were closer to the draft's q" if tv_q < tv_p else
+                "The tokens were between p and q: closer to p, but further from it than noise reaches")
+        verdict = ("Exact sampling almost never lands this far from p: something bends the distribution (check "
+                   "the Exactness page, and report it).")
+    return Outcome(measured, measured, {"lead": lead, "n": n, "kept": tr.accepted / n, "tv_p": tv_p,
+                                        "tv_q": tv_q, "noise": noise.mean, "limit": noise.limit,
+                                        "verdict": verdict}, src)
+
+
+def verify_cost(ctx: Context) -> Outcome:
+    t1, t5, src = _pass_costs(ctx)
+    ratio = t5 / t1
+    if ratio < 1.5:
+        verdict = ("About one pass: the weights are read from memory once for all the tokens, and reading them "
+                   "is most of the time (memory-bound)")
+    elif ratio < 3.0:
+        verdict = ("More than one pass but far less than five: part of the time is reading the weights, part is "
+                   "arithmetic that grows with the tokens")
+    else:
+        verdict = ("Close to five passes: the honest exception. Here the arithmetic, not the memory read, is the "
+                   "limit, so checking drafts is not free and speculative decoding gains little")
+    return Outcome(ratio, f"{ratio:.2f}×", {"ratio": ratio, "t1_ms": t1 * 1000, "t5_ms": t5 * 1000,
+                                            "n": K + 1, "verdict": verdict}, src)
+
+
+def tokens_per_pass(ctx: Context) -> Outcome:
+    t = trial(ctx, "Python function")
+    run = t.run
+    t1, t5, _ = _pass_costs(ctx)
+    tpp = run.tokens_per_pass
+    return Outcome(tpp, f"{tpp:.2f}", {
+        "tpp": tpp, "tokens": len(run.token_ids), "passes": run.target_passes, "alpha": run.alpha,
+        "per_token_ms": t5 * 1000 / tpp, "t1_ms": t1 * 1000, "k": K,
+    }, t.source)
+
+
+def alpha_poem(ctx: Context) -> Outcome:
+    t = trial(ctx, "Creative story")
+    lo, hi = _alpha_interval(t.run)
+    a = t.run.alpha
+    return Outcome(a, f"{a:.2f}", {"alpha": a, "lo": lo, "hi": hi, "accepted": t.run.n_accepted,
+                                   "judged": t.run.n_judged}, t.source)
+
+
+def alpha_code(ctx: Context) -> Outcome:
+    code, poem = trial(ctx, "Python function"), trial(ctx, "Creative story")
+    a, b = code.run.alpha, poem.run.alpha
+    lo, hi = _alpha_interval(code.run)
+    plo, phi = _alpha_interval(poem.run)
+    overlap = not (hi < plo or phi < lo)
+    which = "higher than" if a > b else "lower than" if a < b else "the same as"
+    caveat = (" The two 95 % intervals overlap, so with this few drafts the difference may be chance."
+              if overlap else " The 95 % intervals do not overlap.")
+    return Outcome(a, f"{a:.2f}", {"alpha": a, "lo": lo, "hi": hi, "judged": code.run.n_judged, "poem": b,
+                                   "which": which, "caveat": caveat}, f"{code.source}; {poem.source}")
+
+
+def entropy_poem_code(ctx: Context) -> Outcome:
+    from specviz.teaching.lab import mean_entropy
+
+    code, poem = trial(ctx, "Python function"), trial(ctx, "Creative story")
+    hc, hp = mean_entropy(code.run), mean_entropy(poem.run)
+    if not (math.isfinite(hc) and math.isfinite(hp)):
+        raise SpecvizError("A run judged no drafts, so there is no entropy to compare.")
+    if abs(hp - hc) <= 0.1 * max(hp, hc, 1e-9):
+        measured, lead = "about the same", "Its uncertainty was about the same on both texts"
+    else:
+        measured = "the poem" if hp > hc else "the code"
+        lead = f"The target was less sure on {measured}"
+    # entropy where drafts were accepted vs rejected, both runs pooled
+    acc, rej = [], []
+    for run in (code.run, poem.run):
+        for r in run.rounds:
+            for i, ok in enumerate(r.accepted):
+                (acc if ok else rej).append(r.entropy[i])
+    if rej and acc:
+        hr, ha = statistics.fmean(rej), statistics.fmean(acc)
+        rej_text = (f"Where a draft was rejected the target's entropy averaged {hr:.2f} nats, against {ha:.2f} where "
+                    f"it was accepted ({len(rej)} rejections, {len(acc)} acceptances). "
+                    + ("Where the target hesitates between several tokens, a smaller model rarely picks its choice."
+                       if hr > ha else "Here rejections did not come where the target was less sure."))
+    else:
+        rej_text = "No draft was rejected in these runs, so there is nothing to compare the entropy with."
+    return Outcome(measured, measured, {"lead": lead, "h_poem": hp, "h_code": hc, "alpha_poem": poem.run.alpha,
+                                        "alpha_code": code.run.alpha, "rejections": rej_text},
+                   f"{code.source}; {poem.source}")
+
+
+def temperature_alpha(ctx: Context) -> Outcome:
+    g, s = trial(ctx, "Creative story", 0.0), trial(ctx, "Creative story", 1.0)
+    a0, a1 = g.run.alpha, s.run.alpha
+    judged = [o for r in s.run.rounds for o in r.overlap[:len(r.accepted)]]
+    ov = statistics.fmean(judged) if judged else float("nan")
+    change = "fell" if a1 < a0 else "rose" if a1 > a0 else "stayed"
+    why = ("sampling spreads both distributions, and where they differ the draft's sample is often refused"
+           if a1 < a0 else "here the draft's samples were kept at least as often as its greedy guesses matched")
+    return Outcome(a1, f"{a1:.2f}", {"a0": a0, "a1": a1, "change": change, "overlap": ov, "why": why,
+                                     "judged": s.run.n_judged}, f"{g.source}; {s.source}")
+
+
+def temperature_speedup(ctx: Context) -> Outcome:
+    g, s = trial(ctx, "Creative story", 0.0), trial(ctx, "Creative story", 1.0)
+    s0, s1 = float(g.baseline["speedup"]), float(s.baseline["speedup"])
+    pays = "faster than" if s1 > 1 else "slower than"
+    return Outcome(s1, f"{s1:.2f}×", {"s0": s0, "s1": s1, "tpp0": g.run.tokens_per_pass,
+                                      "tpp1": s.run.tokens_per_pass, "pays": pays}, f"{g.source}; {s.source}")
+
+
+def best_k_theory(ctx: Context, alpha: float, c: float) -> Outcome:
+    k, s = theory.best_k(alpha, c, k_max=16)
+    s1 = theory.expected_speedup(alpha, 1, c)
+    s16 = theory.expected_speedup(alpha, 16, c)
+    return Outcome(float(k), str(k), {"k": k, "speedup": s, "s1": s1, "s16": s16, "alpha": alpha, "c": c},
+                   "theory")
+
+
+def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
+    t = trial(ctx, "Python function")
+    alpha = min(t.run.alpha, 0.999)
+    if ctx.live:
+        from specviz.teaching.experiments import draft_cost_ratio
+
+        pair = ctx.pair
+        c = draft_cost_ratio(pair.target, pair.chain_draft(), reps=3)
+    else:
+        rounds = _steady(t.run)
+        step = t.baseline.get("base_step_s")
+        if not rounds or not step:
+            raise SpecvizError("The recording has no steady rounds to time.")
+        c = measure.c_ratio([measure.draft_step_s(r) for r in rounds], float(step))
+    k_pred, s_pred = theory.best_k(alpha, c, k_max=max(ks))
+    if ctx.live:
+        from specviz.teaching.lab import k_sweep
+
+        pair = ctx.pair
+        sweep = k_sweep(pair.target, pair.chain_draft(), _ids(ctx, "Python function"), ks, temperature=0.0,
+                        max_new_tokens=ctx.max_new_tokens, seed=ctx.seed, eos_token_id=pair.eos_token_ids,
+                        vocab=pair.shared_vocab)
+        speed = {int(k): measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()}
+        best = max(speed, key=lambda k: (speed[k], -k))
+        sweep_text = ("Measured: " + ", ".join(f"k = {k}: {v:.2f}×" for k, v in sorted(speed.items()))
+                      + f". The sweep's best is k = {best}.")
+        src = f"{t.source}; live k sweep of {', '.join(map(str, ks))}"
+        measured = speed
+    else:
+        best = k_pred
+        model = {k: theory.expected_speedup(alpha, k, c) for k in ks}
+        sweep_text = ("No model is loaded, so the sweep is the model's: " + ", ".join(
+            f"k = {k}: {v:.2f}×" for k, v in model.items()) + f". The recording itself, at k = {K}, measured "
+            f"{float(t.baseline['speedup']):.2f}× end to end.")
+        src = f"{t.source}; the sweep from theory"
+        measured = None
+    return Outcome(float(best), str(best), {"k": best, "alpha": alpha, "c": c, "k_pred": k_pred, "s_pred": s_pred,
+                                            "sweep": sweep_text, "k_max": max(ks), "measured": measured}, src)
+
+
+def slow_draft_theory(ctx: Context, k: int, c: float) -> Outcome:
+    s = theory.expected_speedup(1.0, k, c)
+    grid = [theory.best_k(a / 20, c, k_max=16)[1] for a in range(0, 20)] + [s]
+    return Outcome(s, f"{s:.2f}×", {"s": s, "k": k, "c": c, "tokens": theory.expected_tokens(1.0, k),
+                                    "cost": 1 + k * c, "best_any": max(grid)}, "theory")
+
+
+EVEN = 0.02  # a speedup within this of 1× reads as "no faster", not "slower" (0.998 is shown as 1.00×)
+
+
+def _moral(s: float) -> str:
+    if s < 1 - EVEN:
+        return "Slower than the target alone: a draft has to be much cheaper than the target, not only right."
+    if s <= 1 + EVEN:
+        return ("No faster than the target alone: the drafting cost what the kept drafts saved. A draft has to be "
+                "much cheaper than the target, not only right.")
+    return ("Not slower here, which the cost model does not expect at c = 1: timing noise, or a target-alone run "
+            "slowed by other work on this machine. Run it again.")
+
+
+def self_draft(ctx: Context) -> Outcome:
+    if ctx.live:
+        t = trial(ctx, "Python function", self_draft=True)
+        s = float(t.baseline["speedup"])
+        return Outcome(s, f"{s:.2f}×", {
+            "s": s, "alpha": t.run.alpha, "tpp": t.run.tokens_per_pass, "how": "measured",
+            "detail": f"α = {t.run.alpha:.2f} (every draft is the target's own choice) and "
+                      f"{t.run.tokens_per_pass:.2f} tokens per target pass, yet each round also paid {K} "
+                      "draft steps as costly as target steps", "moral": _moral(s)}, t.source)
+    t1, t5, src = _pass_costs(ctx)
+    ratio = t5 / t1
+    s = theory.expected_speedup(1.0, K, 1.0, verify_cost={1: 1.0, K + 1: ratio})
+    return Outcome(s, f"{s:.2f}×", {
+        "s": s, "alpha": 1.0, "tpp": K + 1.0, "how": "predicted from the recorded pass costs",
+        "detail": f"α = 1 gives {K + 1} tokens per round, but the round costs {K} draft steps of one target pass "
+                  f"each plus a {K + 1}-token check of {ratio:.2f} passes", "moral": _moral(s)},
+        src + " (no model: theory with them)")
+
+
+# --------------------------------------------------------------------------
+# charts drawn next to a measured answer, from the runs and numbers the step measured
+
+
+def fig_entropy_along_poem(ctx: Context, outcome: Outcome):
+    from specviz.teaching.charts import fig_entropy_acceptance
+
+    t = trial(ctx, "Creative story")  # the run the step measured (memoised)
+    return fig_entropy_acceptance(t.run, t.decode)
+
+
+def fig_speedup_against_k(ctx: Context, outcome: Outcome):
+    from specviz.teaching.charts import fig_speedup_model
+
+    v = outcome.values
+    return fig_speedup_model(v["alpha"], v["c"], k_max=v.get("k_max", 16), measured=v.get("measured"))
+
+
+FIGURES: dict[str, Callable[[Context, Outcome], Any]] = {f.__name__: f for f in (
+    fig_entropy_along_poem, fig_speedup_against_k)}
+
+
+EXPERIMENTS: dict[str, Callable[..., Outcome]] = {f.__name__: f for f in (
+    greedy_identity, greedy_passes, sampling_follows_p, verify_cost, tokens_per_pass, alpha_poem, alpha_code,
+    entropy_poem_code,
+    temperature_alpha, temperature_speedup, best_k_theory, best_k_pair, slow_draft_theory, self_draft)}
+
+
+# --------------------------------------------------------------------------
+# the lessons
+
+EXACTNESS = Link("pages/5_Exactness.py", "Exactness: greedy identity and the sampling histogram")
+FAST = Link("pages/4_Why_it_is_fast.py", "Why it is fast: forward cost against tokens, on this device")
+LAB = Link("pages/2_Acceptance_lab.py", "Acceptance lab: α by domain and temperature, entropy along the text")
+SPEEDUP = Link("pages/3_Speedup.py", "Speedup: c measured here, the k sweep, the target drafting for itself")
+THEORY = Link("pages/6_Theory.py", "Theory: tokens per pass and speedup, with sliders")
+
+LESSONS: tuple[Lesson, ...] = (
+    Lesson("identity", "Speculative decoding does not change the output",
+           "A small draft guesses, the target checks. Does the text come out different from the target's own?", (
+        Step("same_text",
+             "With greedy decoding (T = 0), will the speculative text equal the target alone, token for token?",
+             choice("The speculative text is…", ("identical", "a few tokens differ", "mostly different")),
+             "greedy_identity",
+             "The speculative text was {verdict}: {n_same} of {n_runs} greedy runs gave the same {tokens} tokens as "
+             "the target alone.{detail} A drafted "
+             "token is kept only when it is the target's own choice at that position, and the first wrong one is "
+             "replaced by the target's choice, so the text is the target's; the draft only decides how many "
+             "tokens one target pass yields.",
+             EXACTNESS),
+        Step("passes",
+             "The same text: what share of the target's forward passes did the speculative run need?",
+             Prediction("Passes needed, % of the target alone", lo=5.0, hi=100.0, step=5.0, default=50.0, fmt=".0f",
+                        close=10.0, unit=" %"),
+             "greedy_passes",
+             "{spec_passes} target passes instead of {base_passes} for {tokens} tokens ({share:.0f} %): "
+             "{tpp:.2f} tokens per pass at α = {alpha:.2f}, {fewer:.2f}× fewer passes. The wall-clock speedup was "
+             "{speedup:.2f}×, {why}.",
+             EXACTNESS),
+        Step("sampling",
+             "At T = 1 the draft samples a token x, the target keeps it with probability min(1, p(x) / q(x)) and "
+             "otherwise draws from max(0, p − q). Repeat it {n} times at one position: whose distribution do the "
+             "tokens follow?",
+             choice("The tokens follow…", ("the target's p", "the draft's q", "in between")),
+             "sampling_follows_p",
+             "{lead}. In {n} seeded draws of the rule the draft's token was kept "
+             "{kept:.0%} of the time; otherwise the target drew a correction. The frequencies are {tv_p:.3f} "
+             "(total variation) from the target's p and {tv_q:.3f} from the draft's q; drawing as many tokens "
+             "straight from p gives {noise:.3f} on average, and noise alone almost never reaches {limit:.3f}. "
+             "{verdict}",
+             EXACTNESS, (("n", 2000),)),
+    )),
+    Lesson("one_pass", "Why checking five tokens costs about one pass",
+           "The target checks k = 4 drafts plus one more position in one forward pass over 5 tokens.", (
+        Step("cost5",
+             "A target pass over 5 tokens costs how many 1-token passes?",
+             Prediction("cost(5 tokens) ÷ cost(1 token)", lo=1.0, hi=5.0, step=0.1, default=3.0, fmt=".1f",
+                        close=0.5, unit="×"),
+             "verify_cost",
+             "A {n}-token pass took {t5_ms:.1f} ms and a 1-token pass {t1_ms:.1f} ms: {ratio:.2f}×. {verdict}.",
+             FAST),
+        Step("tpp",
+             "With k = 4 on a code prompt, how many tokens does each target pass yield?",
+             Prediction("tokens per target pass", lo=1.0, hi=5.0, step=0.1, default=2.0, fmt=".1f", close=0.5),
+             "tokens_per_pass",
+             "{tokens} tokens in {passes} target passes: {tpp:.2f} per pass (α = {alpha:.2f}, at most {k} + 1). "
+             "Each token cost {per_token_ms:.1f} ms of target time, against {t1_ms:.1f} ms for one token from a "
+             "1-token pass.",
+             FAST),
+    )),
+    Lesson("creative", "Why creative text accepts poorly",
+           "α is the chance that the target accepts a drafted token. Does it depend on what is being written?", (
+        Step("poem",
+             "Greedy, k = 4: what α will the draft reach on a surreal poem?",
+             Prediction("α on the poem", default=0.5),
+             "alpha_poem",
+             "On the poem the target accepted {accepted} of {judged} judged drafts: α = {alpha:.2f} "
+             "(95 % interval {lo:.2f}–{hi:.2f}).",
+             LAB),
+        Step("code",
+             "And on a short Python function?",
+             Prediction("α on the code", default=0.5),
+             "alpha_code",
+             "On the code α = {alpha:.2f} ({lo:.2f}–{hi:.2f}, {judged} judged drafts), {which} the poem's "
+             "{poem:.2f}.{caveat}",
+             LAB),
+        Step("entropy",
+             "Which text made the target itself less sure of its next token (higher entropy)?",
+             choice("Less sure on…", ("the poem", "the code", "about the same")),
+             "entropy_poem_code",
+             "{lead}. Mean target entropy where drafts were judged: poem {h_poem:.2f} nats "
+             "(α = {alpha_poem:.2f}), code "
+             "{h_code:.2f} nats (α = {alpha_code:.2f}). {rejections}",
+             LAB, figure="fig_entropy_along_poem"),
+    )),
+    Lesson("temperature", "What temperature does to acceptance",
+           "At T = 0 a draft is accepted when it is the target's top token. At T = 1 the draft samples, and "
+           "a drafted token x is kept with probability min(1, p(x) / q(x)).", (
+        Step("alpha_t1",
+             "On the poem, what α at T = 1?",
+             Prediction("α at T = 1", default=0.5),
+             "temperature_alpha",
+             "α {change} from {a0:.2f} at T = 0 to {a1:.2f} at T = 1 ({judged} judged drafts). The chance to keep a "
+             "sampled draft is Σ min(p, q) over tokens, {overlap:.2f} on average at these positions: {why}.",
+             LAB),
+        Step("speedup_t1",
+             "So what speedup over the target alone at T = 1?",
+             Prediction("speedup at T = 1", lo=0.0, hi=3.0, step=0.05, default=1.0, fmt=".2f", close=0.2,
+                        unit="×"),
+             "temperature_speedup",
+             "{s1:.2f}× at T = 1 ({tpp1:.2f} tokens per pass) against {s0:.2f}× at T = 0 ({tpp0:.2f} tokens per "
+             "pass): at T = 1 speculative decoding was {pays} the target alone.",
+             SPEEDUP),
+    )),
+    Lesson("choose_k", "Choosing k",
+           "More drafts per round can yield more tokens per pass, but each draft step costs c target steps "
+           "and a long guess is rarely right to the end.", (
+        Step("theory",
+             "With α = {alpha} and c = {c}, which k gives the largest speedup?",
+             Prediction("best k", lo=1, hi=16, step=1, default=8, fmt=".0f", close=1),
+             "best_k_theory",
+             "The model (1 − α^(k+1)) / ((1 − α)(1 + k c)) peaks at k = {k}: {speedup:.2f}×, against {s1:.2f}× "
+             "at k = 1 and {s16:.2f}× at k = 16.",
+             THEORY, (("alpha", 0.8), ("c", 0.1)), "fig_speedup_against_k"),
+        Step("pair",
+             "Now this pair on a code prompt, with its own α and c: which k is best?",
+             Prediction("best k", lo=1, hi=8, step=1, default=4, fmt=".0f", close=1),
+             "best_k_pair",
+             "Here α = {alpha:.2f} and c = {c:.3f}, so the model predicts k = {k_pred} ({s_pred:.2f}×). {sweep}",
+             SPEEDUP, (("ks", (1, 2, 4, 8)),), "fig_speedup_against_k"),
+    )),
+    Lesson("loses", "When speculative decoding loses",
+           "The draft must be cheap as well as good. What if it is perfect but as slow as the target?", (
+        Step("theory",
+             "A draft that always agrees (α = 1) but costs a whole target pass per token (c = {c}), k = {k}: "
+             "what speedup?",
+             Prediction("speedup", lo=0.0, hi=5.0, step=0.1, default=2.5, fmt=".1f", close=0.2, unit="×"),
+             "slow_draft_theory",
+             "{k} + 1 = {tokens:.0f} tokens per round, for 1 + {k}·{c:.0f} = {cost:.0f} passes of work: {s:.2f}×. "
+             "At c = 1 no α and no k do better than {best_any:.2f}×, and every real overhead pushes it below 1.",
+             THEORY, (("k", 4), ("c", 1.0))),
+        Step("self",
+             "Now the target drafts for itself (k = 4): what speedup over the target alone?",
+             Prediction("speedup", lo=0.0, hi=2.0, step=0.05, default=1.0, fmt=".2f", close=0.15, unit="×"),
+             "self_draft",
+             "{s:.2f}× ({how}): {detail}. {moral}",
+             SPEEDUP),
+    )),
+)
+
+
+def lesson(key: str) -> Lesson:
+    for les in LESSONS:
+        if les.key == key:
+            return les
+    raise InvalidSetting(f"Unknown lesson {key!r}. Lessons: {', '.join(le.key for le in LESSONS)}.")
+
+
+# --------------------------------------------------------------------------
+# running a step and saying what happened
+
+
+def run_step(step: Step, ctx: Context) -> Outcome:
+    """Run the step's experiment: live on ctx.pair, else from recordings or theory."""
+    return EXPERIMENTS[step.experiment](ctx, **step.args)
+
+
+def figure(step: Step, ctx: Context, outcome: Outcome):
+    """The step's chart (a plotly Figure), or None; drawn from what the step measured."""
+    return FIGURES[step.figure](ctx, outcome) if step.figure else None
+
+
+def explain(step: Step, outcome: Outcome) -> str:
+    """The step's explanation, filled from the measured numbers."""
+    return step.explanation.format(**outcome.values)
+
+
+NO_PREDICTION = "none picked"
+
+
+def format_prediction(step: Step, value: float | str | None) -> str:
+    pr = step.prediction
+    if value is None:  # a choice left empty
+        return NO_PREDICTION
+    if pr.kind == "choice":
+        return str(value)
+    return format(float(value), pr.fmt) + pr.unit
+
+
+def compare(step: Step, prediction: float | str | None, outcome: Outcome) -> str:
+    """One sentence: the learner's prediction against the measured answer."""
+    shown = format_prediction(step, prediction)
+    if prediction is None:
+        return f"No answer was picked before the experiment; measured: **{outcome.shown}**."
+    if step.prediction.kind == "choice":
+        if prediction == outcome.measured:
+            return f"You predicted **{shown}**, and that is what was measured."
+        return f"You predicted **{shown}**; measured: **{outcome.shown}**."
+    diff = float(outcome.measured) - float(prediction)
+    if abs(diff) <= step.prediction.close:
+        how = "close"
+    else:
+        gap = format(abs(diff), step.prediction.fmt) + step.prediction.unit
+        how = f"the measurement is {gap} {'higher' if diff > 0 else 'lower'}"
+    return f"You predicted **{shown}**; measured: **{outcome.shown}** ({how})."

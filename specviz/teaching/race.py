@@ -1,0 +1,120 @@
+"""The Speedup page's experiments, without streamlit: the cost model's inputs, the race and the k policies.
+
+  measure_cost(target, draft, progress)              c and the verify cost on this device -> Cost
+  race(target, draft, ids, k, on_round, **run_kw)    the target alone, then speculative, both warmed -> Race
+  replay_schedule(race)                              [(seconds, "base" | "spec", rounds shown)] in time order
+  compare_policies(target, draft, ids, k, ...)       fixed k, adaptive k and the best-k chooser -> {name: Run}
+  policy_summary(runs)                               tokens/s, gain over fixed k, mean k and α per policy
+
+run_kw are the decoding settings every run of an experiment shares (temperature, max_new_tokens, seed,
+eos_token_id, vocab). Each experiment warms the paths it times first, so one-time costs land in no run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from specviz.teaching import experiments, lab
+from specviz.core import measure
+from specviz.decoding.engine import autoregressive_stream, speculative_stream, warm_up
+from specviz.data.records import Round, Run
+
+Progress = Callable[[str, "float | None"], None] | None
+POLICIES = ("fixed", "adaptive", "best")
+
+
+def _say(progress: Progress, msg: str, frac: float | None = None) -> None:
+    if progress is not None:
+        progress(msg, frac)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one draft step and one verify pass cost on this device."""
+
+    c: float  # a draft step ÷ a 1-token target step
+    timings: dict[int, list[float]]  # tokens per pass -> seconds per target pass
+    verify: dict[int, float]  # tokens per pass -> cost(n) ÷ cost(1)
+
+
+def measure_cost(target, draft, reps: int = 5, pass_reps: int = 3, sizes=(1, 2, 4, 8, 16),
+                 progress: Progress = None) -> Cost:
+    """Time a draft step against a target step, then target passes over each number of tokens in sizes."""
+    _say(progress, "timing one draft step and one target step…", 0.0)
+    c = experiments.draft_cost_ratio(target, draft, reps=reps)
+    _say(progress, f"timing target passes of {min(sizes)}–{max(sizes)} tokens…", 0.3)
+    t = experiments.forward_cost(target, n_tokens=tuple(sizes), reps=pass_reps,
+                                 progress=lambda m, f: _say(progress, m, 0.3 + 0.7 * (f or 0)))
+    return Cost(c=c, timings={int(n): list(v) for n, v in t.items()}, verify=measure.verify_ratios(t))
+
+
+@dataclass(frozen=True)
+class Race:
+    """The target alone and speculative decoding on the same prompt and settings."""
+
+    base: Run
+    spec: Run
+    k: int
+
+
+def race(target, draft, input_ids, k: int, on_round: Callable[[str, list[Round]], None] | None = None,
+         **run_kw) -> Race:
+    """Warm both paths, then run the target alone and speculative one after the other.
+
+    on_round(name, rounds so far) is called after each round ("base" or "spec"), to draw it live.
+    """
+    # warm both paths first so one-time costs land in neither
+    warm_up(target, input_ids, **run_kw)
+    warm_up(target, input_ids, draft, k=int(k), **run_kw)
+    streams = {"base": autoregressive_stream(target, input_ids, **run_kw),
+               "spec": speculative_stream(target, draft, input_ids, k=int(k), **run_kw)}
+    runs = {}
+    for name, stream in streams.items():
+        done = []
+        for rnd in stream:  # each round is reported as soon as it is computed
+            done.append(rnd)
+            if on_round is not None:
+                on_round(name, done)
+        runs[name] = stream.run
+    return Race(base=runs["base"], spec=runs["spec"], k=int(k))
+
+
+def replay_schedule(r: Race) -> list[tuple[float, str, int]]:
+    """(seconds since decoding began, "base" or "spec", rounds shown) for every round of both runs, in time order."""
+    events = [(t, who, i + 1) for who, run in (("base", r.base), ("spec", r.spec))
+              for i, (t, _) in enumerate(lab.race_points(run))]
+    return sorted(events)
+
+
+def compare_policies(target, draft, input_ids, k: int, progress: Progress = None, **run_kw) -> dict[str, Run]:
+    """One warmed speculative run for each k policy in POLICIES, all starting at k, same prompt and settings."""
+    warm_up(target, input_ids, draft, k=int(k), **run_kw)
+    n = int(run_kw.get("max_new_tokens", 64))
+    out = {}
+    for i, policy in enumerate(POLICIES):
+        stream = speculative_stream(target, draft, input_ids, k=int(k), k_policy=policy, **run_kw)
+        out[policy] = lab.stream_run(stream, n, lambda m, f, i=i, p=policy: _say(
+            progress, f"{p} k: {m}", (i + (f or 0)) / len(POLICIES)))
+    return out
+
+
+@dataclass(frozen=True)
+class PolicyStats:
+    """One k policy's run, measured on engine time only (no drawing or progress bars)."""
+
+    tokens_per_s: float
+    gain: float | None  # tokens/s over fixed k's, minus 1; None for fixed k itself or when fixed k made nothing
+    mean_k: float
+    alpha: float
+
+
+def policy_summary(runs: Mapping[str, Run]) -> dict[str, PolicyStats]:
+    """PolicyStats for each run of compare_policies, the gain measured against the "fixed" run."""
+    fixed = measure.engine_rate(runs["fixed"]) if "fixed" in runs else 0.0
+    out = {}
+    for name, run in runs.items():
+        rate = measure.engine_rate(run)
+        gain = rate / fixed - 1 if name != "fixed" and fixed > 0 else None
+        out[name] = PolicyStats(rate, gain, sum(run.ks) / max(len(run.ks), 1), run.alpha)
+    return out

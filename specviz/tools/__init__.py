@@ -1,0 +1,1 @@
+"""Command-line tools: the CLI, the benchmark and the load test."""

@@ -1,0 +1,504 @@
+"""Command line: `python -m specviz models | prepare | run | bench`.
+
+    python -m specviz models                      # pairs, available or not, how to get each
+    python -m specviz prepare                     # assemble + convert + cache the default pair
+    python -m specviz run --prompt "def fib(n):"  # one speculative run, coloured by round
+    python -m specviz run --tree 16 --prompt ...  # the same with a token tree of 16 nodes per round
+    python -m specviz bench --tiny                # specviz.tools.bench: every method against the target alone
+
+Every SpecvizError is printed as `error: <message>` with exit code 2, never a
+traceback. Progress of long work goes to stderr; results go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from typing import TextIO
+
+from specviz.teaching import explain, render
+from specviz.core import limits, prompts
+from specviz.data import playback
+from specviz.core.errors import InvalidSetting, SpecvizError
+from specviz.core.settings import DecodeSettings
+
+RESET = "\x1b[0m"
+DIM = "\x1b[2m"
+
+
+# -----------------------------------------------------------------------------
+# progress on stderr
+
+
+class ProgressPrinter:
+    """progress(stage, fraction) -> one line per stage; live percentages on a terminal."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.stage = None
+        self.t0 = time.perf_counter()
+        self.last_draw = 0.0
+
+    def __call__(self, stage: str, fraction: float | None = None) -> None:
+        now = time.perf_counter()
+        if stage != self.stage:
+            if self.tty and self.stage is not None:
+                self.stream.write("\n")
+            self.stage = stage
+            self.last_draw = 0.0
+            if not self.tty:
+                self.stream.write(f"[{now - self.t0:5.1f}s] {stage}\n")
+                self.stream.flush()
+        if self.tty and (now - self.last_draw > 0.1 or fraction == 1.0):
+            pct = f" {fraction * 100:3.0f}%" if fraction is not None else ""
+            self.stream.write(f"\r\x1b[K[{now - self.t0:5.1f}s] {stage}{pct}")
+            self.stream.flush()
+            self.last_draw = now
+
+    def done(self) -> None:
+        if self.tty and self.stage is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+        self.stage = None
+
+
+# -----------------------------------------------------------------------------
+# rendering a Run
+
+
+def token_pieces(tokenizer, ids: list[int]) -> list[str]:
+    """Text of each token such that "".join(pieces) == decode(ids), multi-byte chars kept whole."""
+    pieces, shown = [], ""
+    for i in range(len(ids)):
+        text = tokenizer.decode(ids[: i + 1])
+        if text.endswith("\ufffd") and i + 1 < len(ids):
+            pieces.append("")  # half a UTF-8 character: its last token carries it
+            continue
+        pieces.append(text[len(shown):])
+        shown = text
+    return pieces
+
+
+def render_text(run, tokenizer, color: bool) -> str:
+    """The new text; with colour, each token styled by what its round did (render.ansi_tokens)."""
+    pieces = token_pieces(tokenizer, run.token_ids)
+    if not color:
+        return "".join(pieces)
+    return render.ansi_tokens(run, lambda t: tokenizer.decode([t]), texts=pieces)
+
+
+def stats_lines(run) -> list[str]:
+    n = len(run.token_ids)
+    corrections = sum(1 for r in run.rounds if r.extra_kind == "correction")
+    bonuses = sum(1 for r in run.rounds if r.extra_kind == "bonus")
+    return [
+        f"tokens          {n} ({run.stop_reason})",
+        f"rounds          {len(run.rounds)}  ({corrections} corrections, {bonuses} bonus tokens)",
+        f"alpha           {run.alpha:.3f} ± {run.alpha_stderr:.3f}  (accepted / judged drafts)",
+        f"accepted/drafted {run.n_accepted}/{run.n_drafted} = {run.acceptance_rate:.3f}",
+        f"tokens per pass {run.tokens_per_pass:.2f}  ({run.target_passes} target passes)",
+        f"speed           {run.tokens_per_s:.2f} tokens/s  (decode {run.decode_s:.2f} s, the prompt read in "
+        f"round 1 included: draft {run.draft_s:.2f} s, verify {run.verify_s:.2f} s)",
+    ]
+
+
+def tree_stats_lines(run) -> list[str]:
+    n, rounds = len(run.token_ids), len(run.rounds)
+    corrections = sum(1 for r in run.rounds if r.extra_kind == "correction")
+    s = run.settings
+    if s.get("shape") == "spine":
+        shape = (f"spine           a chain ({s.get('k_policy')} k, depth <= {s['max_depth']}), "
+                 f"{explain.count(s['branch'] - 1, 'sibling')} where the draft's top probability < {s.get('doubt')}; "
+                 f"{run.n_nodes} nodes in all")
+    else:
+        shape = (f"tree            up to {s['budget']} nodes, {s['branch']} children per node, depth <= "
+                 f"{s['max_depth']}; {run.n_nodes} nodes drafted in all")
+    return [
+        f"tokens          {n} ({run.stop_reason})",
+        f"rounds          {rounds}  ({corrections} corrections, {rounds - corrections} bonus tokens or cut)",
+        shape,
+        f"accepted        {run.n_accepted} drafted tokens ({run.n_accepted / max(rounds, 1):.2f} per round)",
+        f"tokens per pass {run.tokens_per_pass:.2f}  ({run.target_passes} target passes, {run.draft_passes} "
+        "draft passes)",
+        f"speed           {run.tokens_per_s:.2f} tokens/s  (decode {run.decode_s:.2f} s, the prompt read in "
+        "round 1 included)",
+    ]
+
+
+# -----------------------------------------------------------------------------
+# commands
+
+
+def cmd_models(args) -> int:
+    from specviz.modeling.config import default_registry, load_registry
+    from specviz.decoding.models import list_pairs
+
+    reg = load_registry(args.models) if args.models else default_registry()
+    for st in list_pairs(reg):
+        spec = reg.pairs[st.name]
+        mark = " (default)" if st.is_default else ""
+        state = "available" if st.available else "unavailable"
+        print(f"{st.name}{mark}: {state}")
+        print(f"    {spec.draft.label} -> {spec.target.label}")
+        if args.verbose or not st.available:
+            for part in st.reason.split("; "):
+                print(f"    {part}")
+        if st.how_to_get:
+            print(f"    to get it: {st.how_to_get}")
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from specviz.modeling.store import prepare
+
+    progress = ProgressPrinter()
+    try:
+        out = prepare(args.pair, progress=progress, registry=args.models, verify=args.verify)
+    finally:
+        progress.done()
+    for role, what in out.items():
+        print(f"{role}: {what}")
+    return 0
+
+
+def _read_prompt(args) -> str:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if prompt is None or not prompt.strip():
+        raise InvalidSetting("The prompt is empty: give one with --prompt \"...\" (or --prompt - to read stdin).")
+    return prompt
+
+
+def decode_settings(args) -> DecodeSettings:
+    """The run's decoding settings, checked before any model is loaded (InvalidSetting: a typo costs no load)."""
+    from specviz.decoding import engine, kpolicy
+
+    engine.check_decoding(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+    if (shape := tree_shape(args)) is not None:
+        from specviz.decoding.tree import check_tree
+
+        check_tree(shape["budget"], shape["branch"], shape["max_depth"], shape["shape"], shape["doubt"])
+    k_policy = args.k_policy or prompts.FIRST_RUN.k_policy  # not given: the main page's first run's
+    kpolicy.make_k_policy(args.k, k_policy)  # InvalidSetting for an unknown policy
+    limits.check_max_new_tokens(args.max_new_tokens)
+    return DecodeSettings(k=args.k, k_policy=k_policy, temperature=args.temperature, top_p=args.top_p,
+                          top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed)
+
+
+def tree_shape(args) -> dict | None:
+    """tree_decode's shape arguments for --tree N or --spine; None for a chain."""
+    from specviz.decoding.tree import DOUBT, SPINE
+
+    def given(v, default):
+        return default if v is None else v
+
+    if args.spine:
+        return dict(shape="spine", budget=given(args.tree, SPINE["budget"]), branch=args.branch,
+                    max_depth=given(args.max_depth, SPINE["max_depth"]), doubt=given(args.doubt, DOUBT))
+    if args.doubt is not None:
+        raise InvalidSetting("--doubt applies to a spine: add --spine.")
+    if args.tree is None:
+        return None
+    return dict(shape="tree", budget=args.tree, branch=args.branch, max_depth=given(args.max_depth, 8), doubt=DOUBT)
+
+
+def _load_pair(args):
+    from specviz.decoding.models import load_pair
+
+    progress = ProgressPrinter()
+    try:
+        return load_pair(args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device,
+                         progress=progress, registry=args.models, draft_precision=args.draft_precision,
+                         draft_head=args.draft_head)
+    finally:
+        progress.done()
+
+
+def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
+    """One run: a token tree with --tree, else a chain drafted by the draft model or prompt lookup."""
+    from specviz.decoding import engine
+    from specviz.decoding.drafters import PromptLookupDrafter
+
+    # compare only ids both models know (padded embeddings)
+    common = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    lookup = args.drafter == PromptLookupDrafter.name
+    if (shape := tree_shape(args)) is not None:
+        from specviz.decoding.tree import tree_decode
+
+        if lookup or args.k_policy is not None:
+            print("note: --tree and --spine draft with the draft model (a spine with the best-k chooser); "
+                  "--drafter and --k-policy apply to chains", file=sys.stderr)
+        pair.check_shared_vocab(TREE_WHAT)
+        what = (f"a spine with siblings below {shape['doubt']}" if shape["shape"] == "spine"
+                else f"a tree of {shape['budget']} nodes")
+        print(f"generating with {pair.name}, {pair.draft_precision} draft ({what}, "
+              f"temperature={args.temperature}) ...", file=sys.stderr)
+        return tree_decode(pair.target, pair.draft, input_ids, **shape, **decode.baseline_kwargs(), **common)
+    drafter = PromptLookupDrafter() if lookup else pair.drafter()
+    head = getattr(drafter, "head_name", "full")
+    who = "prompt lookup" if lookup else f"{pair.draft_precision} draft" + (f", {head} head" if head != "full" else "")
+    print(f"generating with {pair.name}, {who} (k={decode.k}, k policy {decode.k_policy}, "
+          f"temperature={args.temperature}) ...", file=sys.stderr)
+    return engine.speculative_decode(pair.target, drafter, input_ids, **decode.engine_kwargs(), **common)
+
+
+def _print_run(args, run, tokenizer) -> None:
+    """The Run as JSON (--json), or its text coloured by round, a legend and its numbers."""
+    if args.json:
+        print(run.to_json())
+        return
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    print(render_text(run, tokenizer, color))
+    print()
+    if color:
+        print(render.legend_ansi())
+    dim = DIM if color else ""
+    end = RESET if color else ""
+    for line in (stats_lines if tree_shape(args) is None else tree_stats_lines)(run):
+        print(f"{dim}{line}{end}")
+    if (note := playback.load_note(run)) is not None:
+        print(note.text)  # as the pages say it next to their figures: the speed above may not be this machine's
+    if (waited := explain.stalled_note(run.stalled_s, run.rounds_s)) is not None:
+        print(waited)
+
+
+TREE_WHAT = "--tree or --spine (a token tree)"
+
+
+def cmd_run(args) -> int:
+    prompt = _read_prompt(args)
+    decode = decode_settings(args)
+    if tree_shape(args) is not None and args.draft is None and args.target is None:
+        from specviz.decoding.models import check_spec_shared_vocab
+
+        check_spec_shared_vocab(TREE_WHAT, args.pair, args.models)  # before a load of the pair
+    pair = _load_pair(args)
+    tok = pair.tokenizer
+    if not args.raw and not getattr(tok, "chat_template", None):
+        print("note: this model has no chat template; the prompt is fed as-is", file=sys.stderr)
+    input_ids = prompts.encode(tok, prompt, chat=not args.raw)
+    run = _generate(args, pair, input_ids, decode)
+    _print_run(args, run, tok)
+    return 0
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4] (sorted, no repeats); InvalidSetting naming the flag."""
+    try:
+        return sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise InvalidSetting(f"{flag} must be a comma list of integers, got {text!r}") from None
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def check_bench_args(a: argparse.Namespace) -> argparse.Namespace:
+    """bench's comma lists as lists, checked (InvalidSetting), and `method_names`: the methods to run."""
+    from specviz.tools.bench import DEFAULT_DOMAINS, select_methods
+
+    a.ks = _int_list(a.ks, "--ks")
+    if not a.ks or min(a.ks) < 1:
+        raise InvalidSetting("--ks must list integers >= 1")
+    a.trees = _int_list(a.trees, "--trees")
+    a.modes = _names(a.modes)
+    if not a.modes or any(m not in ("greedy", "sample") for m in a.modes):
+        raise InvalidSetting(f"--modes must be greedy, sample or both, got {a.modes!r}")
+    a.domains = list(DEFAULT_DOMAINS) if a.domains is None else _names(a.domains)
+    known = prompts.bench_prompts(a.prompt_set)
+    bad = [d for d in a.domains if d not in known]
+    if bad or not a.domains:
+        raise InvalidSetting(f"unknown domain(s) {bad}; choose from {', '.join(known)}")
+    if a.reps < 1 or a.max_new_tokens < 1:
+        raise InvalidSetting("--reps and --max-new-tokens must be >= 1")
+    if not (a.temperature > 0 and math.isfinite(a.temperature)):
+        raise InvalidSetting("--temperature must be > 0 (sample mode); greedy is its own mode")
+    a.method_names = select_methods(a.ks, a.trees, _names(a.methods) if a.methods else None)
+    return a
+
+
+def parse_bench_args(argv: list[str]) -> argparse.Namespace:
+    """`python -m specviz bench` options, parsed and checked (what bench.bench takes)."""
+    return check_bench_args(build_parser().parse_args(["bench", *argv]))
+
+
+def cmd_bench(args) -> int:
+    from specviz.tools import bench
+
+    args = check_bench_args(args)
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    report = bench.bench(args, progress=say)
+    text = bench.to_json(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+        say(f"wrote {args.out}")
+    if args.figure:
+        with open(args.figure, "w") as f:
+            f.write(bench.figure(report).to_json())
+        say(f"wrote {args.figure}")
+    if args.json and not args.out:
+        print(text)
+    else:
+        print(bench.markdown(report))
+    return 0
+
+
+# -----------------------------------------------------------------------------
+# argument parsing
+
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def add_pair_options(p: argparse.ArgumentParser) -> None:
+    """Which pair, in which dtype, with which draft precision (run and bench)."""
+    from specviz.modeling.quant import PRECISIONS
+    from specviz.modeling.vocabhead import HEADS
+
+    p.add_argument("--pair", help="pair name from `python -m specviz models` (default: the default pair)")
+    p.add_argument("--dtype", choices=DTYPES, help="default: the pair's default (float32 on a CPU)")
+    p.add_argument("--draft-precision", choices=["auto", *PRECISIONS], default="auto",
+                   help="the draft's weights (default auto: int8 on a CPU, the model dtype on a GPU); "
+                        "never changes the output, only the draft's cost and its acceptance")
+    p.add_argument("--draft-head", choices=["auto", *HEADS], default="auto",
+                   help="the draft's output layer: full, or frequent (only its family's most written tokens, "
+                        "the prompt's and the run's: a cheaper step, sometimes a lower acceptance; default auto: "
+                        "full); never changes the output")
+
+
+def add_decoding_options(p: argparse.ArgumentParser, temperature: float, temperature_help: str,
+                         seed_help: str) -> None:
+    """Temperature, length and seed (run and bench; bench's temperature is its sample mode's)."""
+    p.add_argument("--temperature", type=float, default=temperature, help=temperature_help)
+    p.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
+    p.add_argument("--seed", type=int, default=0, help=seed_help)
+
+
+def add_run_parser(sub) -> None:
+    from specviz.decoding.drafters import ModelDrafter, PromptLookupDrafter
+
+    r = sub.add_parser("run", help="one speculative decoding run, coloured by what each round did")
+    add_pair_options(r)
+    r.add_argument("--draft", help="override the draft: a local folder, a hub id (local HF cache only), "
+                   "`self` (the target drafts for itself) or `early-exit:L` (its first L layers)")
+    r.add_argument("--target", help="override the target: a local folder or a hub id (local HF cache only)")
+    r.add_argument("--prompt", required=True, help='the prompt ("-" reads stdin)')
+    r.add_argument("--k", type=int, default=prompts.FIRST_RUN.k,
+                   help=f"tokens drafted per round (default {prompts.FIRST_RUN.k})")
+    r.add_argument("--tree", type=int, metavar="N", help="draft a token tree of N nodes per round instead of a "
+                   "chain of k, all verified in one target pass")
+    r.add_argument("--branch", type=int, default=2, help="with --tree: children per expanded node; with --spine: 1 + the "
+                   "siblings at an unsure node (default 2)")
+    r.add_argument("--max-depth", type=int, help="with --tree: deepest path drafted (default 8; with --spine 32)")
+    r.add_argument("--spine", action="store_true", help="draft a chain that the best-k chooser stops, with "
+                   "--branch - 1 sibling leaves wherever the draft's top probability is below --doubt; all "
+                   "verified in one target pass (--tree N: at most N nodes)")
+    r.add_argument("--doubt", type=float, help="with --spine: siblings where the draft's top probability is below "
+                   "this (default 0.8)")
+    add_decoding_options(r, 0.0, "0 = greedy (default 0)", "default 0")
+    r.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
+    r.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens only (default 0 = off)")
+    r.add_argument("--k-policy", metavar="{fixed,adaptive,best}",
+                   help="k per round: fixed (--k every round), adaptive (+1 after a fully accepted round, -1 after "
+                        "a rejection) or best (the best-k chooser; --k is where it starts). Default "
+                        f"{prompts.FIRST_RUN.k_policy}, as on the main page")
+    r.add_argument("--drafter", choices=[ModelDrafter.name, PromptLookupDrafter.name], default=ModelDrafter.name,
+                   help="who drafts: the pair's draft model (default) or prompt lookup (copies what followed the "
+                        "last earlier match of the latest n-gram; no second model)")
+    r.add_argument("--raw", action="store_true", help="feed the prompt as-is, without the chat template")
+    r.add_argument("--json", action="store_true", help="print the Run as JSON instead of text")
+    r.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    r.add_argument("--color", choices=["auto", "always", "never"], default="auto", help="colour the text")
+    r.set_defaults(func=cmd_run)
+
+
+def add_bench_parser(sub) -> None:
+    b = sub.add_parser("bench", help="benchmarks: every method against the target alone (specviz.tools.bench)",
+                       description="Benchmark speculative decoding on the real pair (or --tiny).")
+    add_pair_options(b)
+    # also accepted after `bench`; SUPPRESS keeps a --models given before it
+    b.add_argument("--models", metavar="YAML", default=argparse.SUPPRESS, help="registry file")
+    b.add_argument("--tiny", action="store_true", help="the tiny random pair (seconds; for tests)")
+    b.add_argument("--fast-linear", action=argparse.BooleanOptionalAction, default=None,
+                   help="float32 on CPU: every nn.Linear through oneDNN (specviz.modeling.fastlinear); "
+                        "default: as load_pair does (on unless SPECVIZ_FAST_LINEAR=0)")
+    b.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
+    b.add_argument("--ks", default="1,2,3,4,5,6,8", help="fixed k values (default 1,2,3,4,5,6,8)")
+    b.add_argument("--trees", default="8,16,32", help="token-tree node budgets (default 8,16,32; '' for none)")
+    b.add_argument("--methods", help="comma list to run (default: all); names as in the table, "
+                                     "e.g. target,k=4,best,hf-assisted")
+    b.add_argument("--domains", help="default code,list,factual,creative; 'first-run' is the main page's default "
+                                     "prompt")
+    b.add_argument("--prompt-set", choices=["bench", "held-out"], default="bench",
+                   help="bench: the presets; held-out: other prompts of the same domains")
+    b.add_argument("--modes", default="greedy,sample", help="greedy, sample or both (default)")
+    add_decoding_options(b, 0.7, "for sample mode (default 0.7)",
+                         "seed of repetition 1 (sample mode); +1 per repetition")
+    b.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported (default 3)")
+    b.add_argument("--cost-reps", type=int, default=5, help="repetitions of the forward-cost measurement")
+    b.add_argument("--no-warmup", action="store_true", help="skip the warm-up round (tests)")
+    b.add_argument("--json", action="store_true", help="print JSON instead of the markdown table")
+    b.add_argument("--out", metavar="FILE", help="write the JSON here (the table still goes to stdout)")
+    b.add_argument("--figure", metavar="FILE.json", help="write the measured-vs-predicted figure (plotly JSON)")
+    b.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    b.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
+    p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench,loadtest}")
+
+    m = sub.add_parser("models", help="list model pairs, whether each is available here, how to get it")
+    m.add_argument("-v", "--verbose", action="store_true", help="say where each model comes from")
+    m.set_defaults(func=cmd_models)
+
+    pr = sub.add_parser("prepare", help="assemble, convert and cache a pair (default: the embedded pair)")
+    pr.add_argument("--pair", help="pair name from `models` (default: the default pair)")
+    pr.add_argument("--verify", action="store_true",
+                    help="also check the sha256 of every cached file (reads them all) and rebuild a damaged copy")
+    pr.set_defaults(func=cmd_prepare)
+
+    add_run_parser(sub)
+    add_bench_parser(sub)
+
+    lt = sub.add_parser("loadtest", help="browser sessions pressing Run at once on a real server (specviz.tools.loadtest)",
+                        add_help=False)
+    lt.add_argument("rest", nargs=argparse.REMAINDER)
+    lt.set_defaults(func=lambda a: _loadtest(a.rest))
+    return p
+
+
+def _loadtest(argv: list[str]) -> int:
+    from specviz.tools import loadtest
+
+    return loadtest.main(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "loadtest":
+            return _loadtest(argv[1:])  # loadtest parses its own options
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except SpecvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `| head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130

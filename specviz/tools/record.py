@@ -1,0 +1,59 @@
+"""Regenerate the shipped recordings (specviz/recorded/*.json) from a loaded pair."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+from specviz.core.prompts import encode, preset
+from specviz.core.settings import is_greedy
+from specviz.data.runfile import DEFAULT_RECORDINGS, RECORDED_DIR, RecordSpec, export_dict
+from specviz.decoding.engine import speculative_decode, warm_up
+from specviz.teaching.baseline import target_alone
+from specviz.teaching.explain import drafter_words, k_words
+
+
+def round_floats(x: Any, digits: int = 6) -> Any:
+    if isinstance(x, float):
+        return round(x, digits) if math.isfinite(x) else x
+    if isinstance(x, dict):
+        return {k: round_floats(v, digits) for k, v in x.items()}
+    if isinstance(x, list):
+        return [round_floats(v, digits) for v in x]
+    return x
+
+
+def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordSpec] = DEFAULT_RECORDINGS,
+                   max_new_tokens: int = 48, baseline: bool = True,
+                   progress: Callable[[str], None] = print) -> list[Path]:
+    """Run each spec on a loaded Pair and write <out_dir>/<name>.json (probabilities to 6 digits).
+
+    Regenerate the shipped files with:
+      python -c "from specviz.decoding import models; from specviz.tools import record; record.record_presets(models.load_pair())"
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = pair.tokenizer
+    decode = lambda t: tok.decode([int(t)])  # noqa: E731
+    written = []
+    for s in specs:
+        p = preset(s.preset)
+        ids = encode(tok, p.text, p.chat)
+        kw = dict(k=s.k, k_policy=s.k_policy, temperature=s.temperature, top_p=s.top_p,
+                  max_new_tokens=max_new_tokens, seed=s.seed, eos_token_id=pair.eos_token_ids)
+        # a short warm-up so one-time costs do not land in the recorded timings
+        warm_up(pair.target, ids, pair.drafter(), **kw, vocab=pair.shared_vocab)
+        run = speculative_decode(pair.target, pair.drafter(), ids, **kw, vocab=pair.shared_vocab)
+        run.settings["drafter"] = drafter_words(pair.draft_precision, pair.draft_head_name)  # the replay's header
+        base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
+        temp = "greedy" if is_greedy(s.temperature) else f"temperature {s.temperature:g}, seed {s.seed}"
+        title = (f"{p.name} · {temp} · {k_words(s.k, s.k_policy)} · {pair.name} "
+                 f"({run.device}, {run.dtype}, {pair.draft_precision} draft)")
+        d = round_floats(export_dict(run, decode, p.text, pair.name, title, base, chat=p.chat))
+        path = out / f"{s.name}.json"
+        path.write_text(json.dumps(d, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+        progress(f"{path}: {len(run.token_ids)} tokens, α={run.alpha:.2f}, {path.stat().st_size // 1024} KiB")
+        written.append(path)
+    return written
