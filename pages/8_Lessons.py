@@ -3,29 +3,34 @@
 Each step: a question, the learner's prediction (slider or choice), the experiment (live on the
 loaded pair, or from the shipped recorded runs and theory when no model is loaded), the measured
 answer next to the prediction with an explanation filled from the data, and a link to the page
-that goes deeper. Progress and results live in st.session_state under "lessons.".
+that goes deeper. The lesson, the source and each lesson's progress and results survive a change of page and a
+reload (pages/common/state.py).
 """
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from pages.common import lab_ui, ui
+from pages.common import lab_ui, state, ui
 from pages.common.kept import Kept
 from specviz.teaching import lessons
 
 ui.page_setup("Lessons: predict, measure, explain")
-S = st.session_state
 LIVE, RECORDED = "Live, on the loaded pair", "Recorded runs and theory (no model needed)"
+SOURCES = {"live": LIVE, "recorded": RECORDED}  # shared with the main page's source (state.remembered)
 
 st.markdown("Pick a lesson. Each step asks a question: **predict** the answer first, then run the experiment "
             "and compare. The explanation is written from what was measured.")
 
 # --- which lesson, and where its experiments run ------------------------------------------------
-titles = {les.title: les for les in lessons.LESSONS}
-les = titles[st.selectbox("Lesson", list(titles), key="lessons.lesson")]
+titles = {les.key: les.title for les in lessons.LESSONS}
+state.restore_widget("lessons.lesson", "lesson", lessons.LESSONS[0].key, titles)
+les = lessons.lesson(state.keep_widget("lesson", st.selectbox("Lesson", list(titles.values()), key="lessons.lesson"),
+                                       titles, lessons.LESSONS[0].key))
+state.restore_widget("lessons.source", "source", "live", SOURCES)
 source = st.sidebar.radio("Run the experiments", [LIVE, RECORDED], key="lessons.source",
                           help="Live runs on the pair chosen below. Recorded runs ship with specviz, so every "
                                "lesson also works on a laptop with no model.")
+state.keep_widget("source", source, SOURCES, "live")
 seed = int(st.sidebar.number_input("seed", 0, 2**31 - 1, 0, 1, key="lessons.seed",
                                    help="Live sampling runs use it: the same seed gives the same run."))
 pair = None
@@ -36,7 +41,7 @@ if source == LIVE:
 where = (f"live:{pair.name}:{lab_ui.dtype_name(pair)}:{pair.draft_precision}:{seed}" if pair is not None
          else "recorded")
 
-progress = S.setdefault("lessons.progress", {})  # lesson key -> {"step": i, "done": {step key: result}}
+progress = state.session_store("lessons")  # lesson key -> {"step": i, "done": {step key: result}}
 mine = progress.setdefault(les.key, {"step": 0, "done": {}})
 memo = Kept("lessons.memo", where).setdefault({})  # runs shared by the steps, until the source changes
 n = len(les.steps)

@@ -127,7 +127,7 @@ def test_presenter_mode_large_type_slow_animation_and_back():
     assert at.toggle(key="ui.presenter").value is False and not css(at)
     at.select_slider(key="main.speed").set_value("fast").run()
     at.toggle(key="ui.presenter").set_value(True).run()
-    assert not at.exception and at.session_state[ui.PRESENTER] is True
+    assert not at.exception and at.session_state[ui.PRESENTER] == "on"
     assert css(at) == [ui.PRESENTER_CSS] and "font-size: 30px" in css(at)[0]
     assert at.select_slider(key="main.speed").value == "slow"  # its own default, whatever was picked before
     at.toggle(key="ui.presenter").set_value(False).run()

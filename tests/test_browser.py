@@ -498,3 +498,52 @@ def test_offline_pairs_side_by_side_and_the_rule_lab(tiny_server, browser, shots
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-m", "browser", "-s"]))
+
+
+# a link of the sidebar's page list, clicked in the page (presenter mode keeps the sidebar collapsed): a change
+# of page inside the app, as a click on the list is, not a reload
+NAV = """(name) => { const a = [...document.querySelectorAll('[data-testid="stSidebarNav"] a')]
+    .find(a => a.textContent.trim() === name); a.click(); }"""
+
+
+def test_presenter_keys_source_and_progress_survive_page_changes_and_a_reload(tiny_server, browser):
+    """Lessons → Theory → Lessons in presenter mode: the keys still drive the lesson (space runs the step,
+    → goes on). Then a reload: presenter mode, the recorded source and the lesson's progress are still there."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(f"{tiny_server}/Lessons")
+    page.get_by_text("step 1 of").first.wait_for(timeout=WAIT_MS)
+    page.get_by_text("Recorded runs and theory (no model needed)").first.click()
+    _settled(page)
+    page.get_by_text("Presenter mode").first.click()
+    page.get_by_text("space plays or pauses").first.wait_for()
+    _settled(page)
+    for name in ("Theory", "Lessons"):  # two changes of page, inside the app
+        page.evaluate(NAV, name)
+        page.wait_for_url(re.compile(f"/{name}"))
+        _settled(page)
+    page.get_by_text("step 1 of").first.wait_for()
+    page.get_by_text("space plays or pauses").first.wait_for()
+    page.wait_for_timeout(1500)  # the key script is in place
+    run = page.get_by_role("button", name="Run the experiment", exact=True)
+    expect(run).to_be_visible()
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")  # keys go to the page
+    page.keyboard.press(" ")  # space: run the experiment
+    expect(run).to_have_count(0, timeout=60_000)
+    expect(page.get_by_role("button", name="Next step →", exact=True)).to_be_enabled()
+    _settled(page)
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("ArrowRight")  # →: the next step
+    page.get_by_text("step 2 of").first.wait_for()
+    _settled(page)
+    page.reload()  # a new session: what survives comes from the address
+    page.get_by_text("step 2 of").first.wait_for(timeout=WAIT_MS)
+    page.get_by_text("space plays or pauses").first.wait_for()
+    assert page.get_by_label("Recorded runs and theory (no model needed)").is_checked()
+    page.get_by_role("button", name="← Previous step", exact=True).click()
+    page.get_by_text("step 1 of").first.wait_for()
+    _at_least(page, page.get_by_text("your prediction"))  # step 1's measured answer came back too
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()

@@ -76,7 +76,7 @@ def test_lessons_never_import_streamlit():
     import subprocess
     import sys
 
-    code = ("import sys; from specviz import lessons; ctx = lessons.Context(); "
+    code = ("import sys; from specviz.teaching import lessons; ctx = lessons.Context(); "
             "[lessons.run_step(s, ctx) for le in lessons.LESSONS for s in le.steps]; "
             "bad = [m for m in sys.modules if m == 'streamlit' or m.startswith('streamlit.')]; "
             "assert not bad, bad; print('ok')")

@@ -155,7 +155,7 @@ def test_presenter_mode_carries_to_every_page():
     from pages.common import ui
 
     at = AppTest.from_file(PAGES["0"], default_timeout=120)
-    at.session_state[ui.PRESENTER] = True  # switched on on another page
+    at.session_state[ui.PRESENTER] = "on"  # switched on on another page
     at.run()
     assert not at.exception and at.toggle(key="ui.presenter").value is True
     assert ui.PRESENTER_CSS in [m.value for m in at.markdown]
@@ -225,7 +225,7 @@ def test_presenter_mode_draws_a_whole_table_in_the_rooms_type():
     normal = press(page("1"), "slow.start")
     want = normal.dataframe[0].value
     at = page("1")
-    at.session_state[ui.PRESENTER] = True
+    at.session_state[ui.PRESENTER] = "on"
     at.run()
     press(at, "slow.start")
     assert not at.dataframe and len(at.table) == 1
@@ -363,7 +363,7 @@ def test_acceptance_lab_in_presenter_mode_shows_the_lessons_columns_and_names_th
     want = lab_page(temps=(0.0,)).dataframe[0].value
     assert list(want.columns) == list(lab.SWEEP_COLUMNS)
     at = page("2")
-    at.session_state[ui.PRESENTER] = True
+    at.session_state[ui.PRESENTER] = "on"
     at.run()
     at.multiselect(key="lab.domains").set_value(["code", "creative"])
     at.number_input(key="lab.max_new").set_value(8).run()

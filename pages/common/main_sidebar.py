@@ -7,7 +7,7 @@ from typing import Any
 
 import streamlit as st
 
-from pages.common import ui
+from pages.common import state, ui
 from specviz.core import claims, limits, prompts
 from specviz.teaching import explain
 from specviz.data import playback, runfile
@@ -15,6 +15,7 @@ from specviz.core.settings import DecodeSettings, is_greedy
 
 S = st.session_state
 LIVE, RECORDED = "Live models", "Recorded runs (no model needed)"
+SOURCES = {"live": LIVE, "recorded": RECORDED}  # the source, as every page remembers it (state.remembered)
 DRAFT_MODEL, LOOKUP = "draft model", "prompt lookup (no second model)"
 K_POLICIES = {"fixed": "fixed", "adaptive": "adaptive", "best": "best k"}  # engine k_policy -> label
 FREE = "free text"
@@ -53,9 +54,11 @@ def _apply_preset() -> None:
 
 
 def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None]:
+    state.restore_widget("main.source", "source", "live", SOURCES)
     source = sb.radio("Source", [LIVE, RECORDED], key="main.source", horizontal=False,
                       help="Live: run the real models on this machine. Recorded: replay runs recorded with the "
                            "real default pair, instantly, with no model loaded (for weak laptops).")
+    state.keep_widget("source", source, SOURCES, "live")
     if source == LIVE:
         pair_name = ui.sidebar_pair_picker("main")
         dtype = ui.dtype_picker("main")

@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
+from pages.common import state
 from specviz.teaching import charts, explain, render
 from specviz.core import claims
 from specviz.core.errors import InvalidSetting, SpecvizError
@@ -49,7 +50,7 @@ _load_lock = threading.Lock()
 
 
 # presenter mode: for projecting to a room. Type and token boxes grow; the sidebar starts collapsed.
-PRESENTER = "presenter"  # session key: a widget's own key does not survive a change of page
+PRESENTER = state.PREFIX + "presenter"  # "on" or "off", kept across pages and in the address (state.remembered)
 ROOT_PX = 16  # the browser's root type size
 PRESENTER_ROOT_PX = round(ROOT_PX * charts.PRESENTER_SCALE)  # presenter mode's (21): the page grows as its charts
 PRESENTER_CSS = """<style>
@@ -79,8 +80,7 @@ PAGE_CSS = """<style>
 # → steps one round (or goes to the next lesson step); never while typing in a box
 PRESENTER_KEYS = """<script>
 const doc = window.parent.document;
-if (!doc.specvizKeys) {
-  doc.specvizKeys = true;
+{
   const click = (labels) => {
     for (const b of doc.querySelectorAll('button')) {
       const text = b.innerText.trim();
@@ -88,7 +88,10 @@ if (!doc.specvizKeys) {
     }
     return false;
   };
-  doc.addEventListener('keydown', (e) => {
+  // one listener at a time, this frame's: a listener made by the frame of a page no longer shown never runs
+  // again, so each page's frame replaces the last one's
+  if (doc.specvizKeys) doc.removeEventListener('keydown', doc.specvizKeys);
+  doc.specvizKeys = (e) => {
     if (!doc.body.innerText.includes('space plays or pauses')) return;  // presenter mode is off now
     const t = e.target, tag = ((t && t.tagName) || '').toLowerCase();
     if (tag === 'input' || tag === 'textarea' || tag === 'select' || (t && t.isContentEditable)) return;
@@ -97,19 +100,20 @@ if (!doc.specvizKeys) {
     else if (e.key === ' ') done = click(['Pause', 'Resume']) || click(['Run', 'Play recording', 'Run the experiment']);
     else if (e.key === 'ArrowRight') done = click(['Step', 'Next step →']);
     if (done) e.preventDefault();
-  });
+  };
+  doc.addEventListener('keydown', doc.specvizKeys);
 }
 </script>"""
 
 
 def presenter() -> bool:
     """Whether presenter mode is on in this session (every page shares it)."""
-    return bool(st.session_state.get(PRESENTER, False))
+    return state.remembered("presenter", "off", ("on", "off")) == "on"
 
 
 def _presenter_toggle() -> None:
     def keep() -> None:
-        st.session_state[PRESENTER] = st.session_state["ui.presenter"]
+        state.remember("presenter", "on" if st.session_state["ui.presenter"] else "off", "off")
 
     st.sidebar.toggle("Presenter mode", value=presenter(), key="ui.presenter", on_change=keep,
                       help="For a projector: large type, thick token boxes, the sidebar collapsed on each page, "

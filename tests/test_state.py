@@ -1,0 +1,101 @@
+"""pages/common/state.py: presenter mode, the source (live or recorded), the lesson and its progress survive a
+change of page and a reload (a new session that reads the page's address).
+
+AppTest runs the app in this process, as the server does, so a 'reload' here is a new AppTest given the
+address's query parameters that the first one wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+LESSONS = "pages/8_Lessons.py"
+MAIN_RECORDED = "Recorded runs (no model needed)"
+LESSONS_RECORDED = "Recorded runs and theory (no model needed)"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_registry(tiny_app_registry):
+    return tiny_app_registry(ROOT / "tests" / "models_tiny.yaml")
+
+
+def ok(at):
+    assert not at.exception, at.exception
+    return at
+
+
+def app(page: str | None = None, query: dict | None = None):
+    """The app as a browser opens it: app.py with its page list, at page, with the address's parameters."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=120)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    if page:
+        at.switch_page(page)
+    return ok(at.run())
+
+
+def address(at) -> dict:
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+
+
+def test_source_and_presenter_mode_survive_a_change_of_page():
+    at = app()
+    at.radio(key="main.source").set_value(MAIN_RECORDED).run()
+    ok(at.toggle(key="ui.presenter").set_value(True).run())
+    assert address(at)["source"] == "recorded" and address(at)["presenter"] == "on"
+    ok(at.switch_page(LESSONS).run())  # the main page's widgets are gone; the Lessons page's are new
+    assert at.radio(key="lessons.source").value == LESSONS_RECORDED
+    assert at.toggle(key="ui.presenter").value is True
+    ok(at.switch_page("app.py").run())
+    assert at.radio(key="main.source").value == MAIN_RECORDED
+
+
+def test_a_reload_reads_the_source_presenter_mode_and_lesson_from_the_address():
+    from specviz.teaching import lessons
+
+    first = app(LESSONS)
+    first.radio(key="lessons.source").set_value(LESSONS_RECORDED).run()
+    les = lessons.LESSONS[2]
+    ok(first.selectbox(key="lessons.lesson").set_value(les.title).run())
+    assert address(first)["lesson"] == les.key
+    again = app(LESSONS, address(first))  # a reload: a new session, the same address
+    assert again.radio(key="lessons.source").value == LESSONS_RECORDED
+    assert again.selectbox(key="lessons.lesson").value == les.title
+    assert app(None, {"presenter": "on"}).toggle(key="ui.presenter").value is True
+
+
+def test_nonsense_in_the_address_is_ignored():
+    at = app(LESSONS, {"source": "bogus", "lesson": "<img src=x>", "presenter": "maybe"})
+    assert at.radio(key="lessons.source").value == "Live, on the loaded pair"
+    assert at.toggle(key="ui.presenter").value is False
+    assert "source" not in address(at) and "presenter" not in address(at)  # the defaults stay out of the address
+
+
+def step_shown(at) -> str:
+    """The lesson's progress bar text, 'step i of n'."""
+    return " ".join(p.proto.text for p in at.get("progress"))
+
+
+def _measure_first_step(at):
+    at.button(key="lessons.run").click().run()
+    ok(at)
+    assert any(m.label == "measured" for m in at.metric), "the first step was not measured"
+    nxt = next(b for b in at.button if b.key.startswith("lessons.next."))
+    ok(nxt.click().run())
+
+
+def test_lesson_progress_and_results_survive_a_reload():
+    at = app(LESSONS, {"source": "recorded"})
+    _measure_first_step(at)
+    assert "step 2 of" in step_shown(at), step_shown(at)
+    again = app(LESSONS, address(at))  # a reload
+    assert "step 2 of" in step_shown(again)
+    ok(again.button(key=next(b.key for b in again.button if b.key.startswith("lessons.prev."))).click().run())
+    assert any(m.label == "measured" for m in again.metric), "step 1's measured answer was lost in the reload"
+    other = app(LESSONS, {"source": "recorded"})  # another session, without the token: its own progress
+    assert "step 1 of" in step_shown(other)
