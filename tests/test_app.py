@@ -330,7 +330,7 @@ def test_rejected_round_shows_residual():
 
 def test_the_first_verdict_gets_a_longer_pause_so_a_local_browser_can_draw_it(monkeypatch):
     """In Chromium on the same 2-core machine, at "normal" the second round's passes ran while the browser still
-    built the page from the first verdict, and were flagged as outside load in 6 of 6 runs (README)."""
+    built the page from the first verdict, and were flagged as outside load in 6 of 6 runs (docs/workshop.md)."""
     from specviz.data import playback
 
     pauses = []

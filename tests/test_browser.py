@@ -53,7 +53,7 @@ def server():
 def tiny_server(server):
     """The app on the tiny random pairs (tests/models_tiny.yaml): flows whose model work on the real pair
     takes minutes on a CPU (a run of every offline pair, each next to the target alone) are checked in the
-    browser here; their figures on the real pair are the bench's (README). SPECVIZ_PAIRS_MODELS=models.yaml
+    browser here; their figures on the real pair are the bench's (docs/performance.md). SPECVIZ_PAIRS_MODELS=models.yaml
     runs them on the real pairs instead (for the screenshots in docs/)."""
     registry = os.environ.get("SPECVIZ_PAIRS_MODELS") or str(Path(__file__).parent / "models_tiny.yaml")
     with serve(registry) as url:

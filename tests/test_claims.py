@@ -32,8 +32,8 @@ def test_every_page_named_exists_under_its_url_path():
 
 
 def test_every_claim_the_app_mentions_exists_and_nothing_points_outside_the_repository():
-    sources = [ROOT / "README.md", ROOT / "app.py", *sorted((ROOT / "pages").rglob("*.py")),
-               *sorted((ROOT / "specviz").glob("*.py"))]
+    sources = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "app.py",
+               *sorted((ROOT / "pages").rglob("*.py")), *sorted((ROOT / "specviz").rglob("*.py"))]
     numbers = {c.number for c in claims.CLAIMS}
     for f in sources:
         text = f.read_text(encoding="utf-8")

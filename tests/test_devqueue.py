@@ -730,7 +730,7 @@ def test_the_model_threads_are_the_workers_openmp_team():
 
 def test_time_another_program_holds_the_cores_is_not_counted():
     """Beside a program busy half the time on one core, a parallel pass takes far longer on the clock; less
-    the time its threads waited for a core, most of that is gone (README, "Load from outside the app").
+    the time its threads waited for a core, most of that is gone (docs/workshop.md, "Honest timings under load").
 
     Locally the counted time read 1.06-1.13× alone (the clock 1.7-2.0×); in one CI run, after 700 other
     tests in the same process, 1.40× (the clock 1.94×): so the test asks for most of the slowdown to go,

@@ -46,8 +46,9 @@ def test_the_worded_rule_is_the_engines_rule_including_ties():
 
 
 def test_no_page_teaches_another_acceptance_test():
-    """The app, the pages, the package and the README never state the test with ≤ (the code's is strict)."""
-    files = [ROOT / "app.py", ROOT / "README.md", *(ROOT / "pages").rglob("*.py"), *(ROOT / "specviz").glob("*.py")]
+    """The app, the pages, the package, the README and docs/ never state the test with ≤ (the code's is strict)."""
+    files = [ROOT / "app.py", ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "pages").rglob("*.py"),
+             *(ROOT / "specviz").rglob("*.py")]
     bad = [f"{f.name}: {m.group(0)}" for f in files
            for m in re.finditer(r"u\s*(≤|<=)\s*(min\(1, ?p/q\)|p/q)", f.read_text(encoding="utf-8"))]
     assert not bad, bad

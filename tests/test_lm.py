@@ -1,6 +1,6 @@
 """lm.py: the static cache that CUDA graphs replay on, checked eagerly on the CPU against the dynamic one.
 
-The graph recording itself needs a GPU (README, On a GPU); everything it relies on (fixed-length cache,
+The graph recording itself needs a GPU (docs/performance.md, On a GPU); everything it relies on (fixed-length cache,
 rollback by moving the length, masking what lies past it, spilling a long run, the idle pool) runs here.
 """
 
@@ -126,7 +126,7 @@ def _runs(t, d):
             engine.autoregressive_decode(t, PROMPT, max_new_tokens=40)]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU (README, On a GPU)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_cuda_graph_replays_equal_eager_passes():
     t, d = (m.cuda() for m in pair())
     make_static(t, d)  # eager passes on the static cache

@@ -138,7 +138,7 @@ def test_the_bench_row_reports_measures_figures():
 
 
 # Weight bytes (measure.weight_bytes) and decoder layers of the models whose one-token passes were timed
-# (README, "Draft precision"): the default pair's target and drafts on the project's 2-core CPU, and
+# (docs/precision.md, "c before anything is timed"): the default pair's target and drafts on the project's 2-core CPU, and
 # the Qwen2.5 shapes in bf16 on an H200 with CUDA graphs.
 TARGET_CPU = (6_174_857_728, 28)  # Qwen2.5-Coder 1.5B, float32
 DRAFTS_CPU = {  # draft: (bytes, layers), the c its timed passes measured (low, high)

@@ -19,7 +19,7 @@ SOURCES = {"live": LIVE, "recorded": RECORDED}  # the source, as every page reme
 DRAFT_MODEL, LOOKUP = "draft model", "prompt lookup (no second model)"
 K_POLICIES = {"fixed": "fixed", "adaptive": "adaptive", "best": "best k"}  # engine k_policy -> label
 FREE = "free text"
-FIRST = prompts.FIRST_RUN  # what Run does on a fresh page: chosen by measurement (README Performance)
+FIRST = prompts.FIRST_RUN  # what Run does on a fresh page: chosen by measurement (docs/performance.md)
 
 
 def preset_label(p: prompts.Preset) -> str:

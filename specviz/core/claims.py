@@ -3,7 +3,7 @@
 Introductory material on speculative decoding makes a handful of claims. This
 module is the one list of them: each with the paper or material it comes from,
 the pages of the app that show it happening on real models, and what was
-measured on this project's machine (figures from the README's runs). The app's
+measured on this project's machine (figures from `python -m specviz bench` and docs/). The app's
 page "What this app demonstrates" renders it, `docs/claims.md` is generated
 from it (`python -m specviz.core.claims > docs/claims.md`; a test checks they agree),
 and the other pages link to a claim with `link(n)`.
@@ -56,7 +56,7 @@ CLAIMS: tuple[Claim, ...] = (
           "The target's weight bytes, a copy benchmark of this device's bandwidth, their ratio as a predicted "
           "time per token, and the measured 1-token forward pass beside it.",
           "A 1-token pass of the 1.5B target in float32 on the project's 2-core CPU: 183–248 ms with its "
-          "weights packed for oneDNN, the default (README, Precision)."),
+          "weights packed for oneDNN, the default (docs/precision.md)."),
     Claim(2, "Checking five tokens costs about one pass",
           "Because the weights are read once per pass, a forward pass over 5 tokens takes about as long as a "
           "pass over 1. That spare capacity is what verification uses.",
@@ -67,7 +67,7 @@ CLAIMS: tuple[Claim, ...] = (
           "Target passes of 1/2/4/8 tokens: 248/243/267/307 ms (float32, weights packed for oneDNN, the "
           "default); 1 to 6 tokens cost the same. The exceptions are kernels, not the hardware: on the plain "
           "weight the same passes took 299/407/433/492 ms, and stock PyTorch float32 took 373 ms for 1 token "
-          "and 793 ms for 2 (2.1×); bfloat16 took 169/153/169/200 ms (README, Precision)."),
+          "and 793 ms for 2 (2.1×); bfloat16 took 169/153/169/200 ms (docs/precision.md)."),
     Claim(3, "Draft, verify, keep the agreeing prefix",
           "A small draft model proposes k tokens. The target checks all k in one pass, keeps the prefix it "
           "agrees with, replaces the first disagreement with its own token, and adds a bonus token when all k "
@@ -100,7 +100,7 @@ CLAIMS: tuple[Claim, ...] = (
           "A side-by-side check against a plain target-only run, with the first difference and its cause when "
           "floating point breaks a near tie (bfloat16).",
           "Greedy speculative output equalled plain greedy output on all 4 test prompts in float32; on a lent "
-          "H200, 16 of 16 times on tiny models in float32 and bfloat16 (README)."),
+          "H200, 16 of 16 times on tiny models in float32 and bfloat16 (scripts/gpu_check.py)."),
     Claim(7, "Sampling keeps the target's distribution",
           "When sampling, a drafted token is kept with probability min(1, p/q); after a rejection the "
           "replacement is drawn from norm(max(0, p − q)). The output is distributed exactly as the target's.",
@@ -109,7 +109,7 @@ CLAIMS: tuple[Claim, ...] = (
           "p and q bars and the residual at any position, and a histogram of many seeded trials against p with "
           "their total-variation distance next to the distance sampling noise alone gives.",
           "The sampling distribution matches the exactly enumerated one on tiny models, on the CPU and on a "
-          "lent CUDA GPU (test suite, README)."),
+          "lent CUDA GPU (the test suite)."),
     Claim(8, "Tokens per target pass: (1 − α^(k+1)) / (1 − α)",
           "If each draft is accepted with chance α, a round yields (1 − α^(k+1)) / (1 − α) tokens on "
           "average. At k = 4 that is about 1.9, 2.8, 3.4 and 4.1 for α = 0.5, 0.7, 0.8 and 0.9.",
@@ -129,7 +129,7 @@ CLAIMS: tuple[Claim, ...] = (
           "Here the draft has a third of the target's parameters. In float32 a draft step costs c = 0.36 of a "
           "target pass and the best-k chooser gave 1.56× over four prompts; in int8 (the default draft "
           "precision on a CPU) c = 0.12, and it gave 2.05× over the same prompts, 2.62× on code, 1.79× with "
-          "k = 4 (greedy; README). The output is the same either way."),
+          "k = 4 (greedy; python -m specviz bench). The output is the same either way."),
     Claim(10, "Acceptance depends on agreement, not quality",
           "α measures how often the small model guesses the big one's choice. Code, lists, boilerplate and "
           "well-known facts accept well; open-ended creative text accepts poorly. Higher temperatures lower "
@@ -158,7 +158,7 @@ CLAIMS: tuple[Claim, ...] = (
           "Introductory material and serving practice (a consequence of claims 1 and 2).",
           ("Why it is fast",),
           "Verify cost against tokens × batch size on your device, with where the flat part ends.",
-          "Measured live on the page; the README records no figure for it."),
+          "Measured live on the page; docs/ record no figure for it."),
     Claim(13, "Adaptive schemes change k as they go",
           "The number of drafted tokens can follow the observed acceptance: longer drafts while they are "
           "accepted, shorter after rejections.",
@@ -167,14 +167,14 @@ CLAIMS: tuple[Claim, ...] = (
           ("Speedup", "Main page"),
           "Adaptive k and a best-k chooser next to fixed k, with the trace of k over the rounds.",
           "Greedy, int8 draft: the best-k chooser 2.62× on code against 2.07× for fixed k = 4; over the "
-          "bench's prompts, the main page's default run included, it beat k = 4 by 1.18× (README)."),
+          "bench's prompts, the main page's default run included, it beat k = 4 by 1.18× (python -m specviz bench)."),
     Claim(14, "Variants need no second model",
           "Drafts can come from elsewhere: n-grams of the context (prompt lookup), extra prediction heads "
           "(Medusa), or a subset of the target's own layers (self-speculative decoding).",
           "Saxena 2023, prompt lookup decoding; Cai et al. 2024, *Medusa*; Zhang et al. 2023, *Draft & Verify*.",
           ("Main page",),
           "The prompt-lookup drafter running live with the same engine.",
-          "Prompt lookup: 0.92× on code and 1.04× over four prompts, greedy (README): about break-even on "
+          "Prompt lookup: 0.92× on code and 1.04× over four prompts, greedy (python -m specviz bench): about break-even on "
           "prompts that rarely repeat their context."),
     Claim(15, "Only the speed changes",
           "Speculative decoding changes how fast the model writes, never what it knows or says: the same text "

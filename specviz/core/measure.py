@@ -101,7 +101,7 @@ def c_from_runs(spec_runs: Iterable, base_runs: Iterable) -> float:
 
 # What a decoding step costs beyond streaming its weights, per decoder layer (the kernel launches and the
 # Python between a layer's operations), counted as the bytes the device streams in that time. Fitted to
-# one-token passes timed on the project's machines (README, "Draft precision"); a device type not listed
+# one-token passes timed on the project's machines (docs/precision.md, "c before anything is timed"); a device type not listed
 # gets the CPU's.
 LAYER_COST_BYTES = {"cpu": 16e6, "cuda": 5e8}
 

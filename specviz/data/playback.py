@@ -28,7 +28,7 @@ SPEEDS: dict[str, tuple[float, float]] = {
 DEFAULT_SPEED = "normal"
 # A browser on the same machine builds the page's text, status and round log when the first verdict is drawn,
 # and at "normal" it was still drawing when the second round's passes ran: they read as outside load.
-FIRST_VERDICT_S = 1.0  # the least pause after the first round's verdict at an animated speed (README)
+FIRST_VERDICT_S = 1.0  # the least pause after the first round's verdict at an animated speed: a browser on the server building the page from it had the next round marked as outside load
 
 
 # --------------------------------------------------------------------------

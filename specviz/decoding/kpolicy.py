@@ -57,7 +57,7 @@ each draft's calibrated acceptance chance a(q), q = the draft's probability of
 the token it proposed; a(q) is learned live from the judged drafts, starting
 from a(q) = q) and E_j = 1 + P_1 + ... + P_j. The next draft's chance is not
 known before it is drafted; confidence runs in streaks, so the last draft's
-a(q_j) stands in for it (rather than the run's alpha: README, Performance).
+a(q_j) stands in for it (rather than the run's alpha, which gave fewer tokens/s on the real pair).
 With every a(q) equal to alpha this stops exactly at theory.best_k; with real
 confidences it drafts long
 through boilerplate and stops right after a doubtful token (transformers'

@@ -91,7 +91,7 @@ def limit_cpu_threads(n: int = CUDA_CPU_THREADS) -> int:
     """With the models on a GPU, give PyTorch's CPU side at most n threads (unless OMP_NUM_THREADS says).
 
     With torch's default of one OpenMP thread per core, the threads' spinning slows the
-    Python thread that launches the GPU work (README, On a GPU). Returns the thread count
+    Python thread that launches the GPU work (docs/performance.md, On a GPU). Returns the thread count
     in effect.
     """
     if "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() > n:
@@ -102,7 +102,7 @@ def limit_cpu_threads(n: int = CUDA_CPU_THREADS) -> int:
 # float32 on CPU, bfloat16 on CUDA; $SPECVIZ_DTYPE overrides. On a CPU bf16 is faster, but its
 # batched verification rounds differently from one-token steps, so greedy speculative text can
 # differ from the target alone; float32 through oneDNN (fastlinear) keeps greedy identity and a
-# nearly flat verify cost (README, Precision).
+# nearly flat verify cost (docs/precision.md has the timings).
 DEFAULT_DTYPE: torch.dtype = (
     parse_dtype(os.environ["SPECVIZ_DTYPE"], "SPECVIZ_DTYPE")
     if os.environ.get("SPECVIZ_DTYPE")
@@ -437,7 +437,7 @@ def gpu_suggestion(pair_name: str | None, registry: Registry | str | os.PathLike
     pair's target and GPU_TARGET_OVER_DRAFT× its own draft (None if the registry has none).
 
     On a GPU small models are bound by launching kernels, not by reading weights, so a step's time hardly
-    follows the model's size until the target is large (README, On a GPU)."""
+    follows the model's size until the target is large (docs/performance.md, On a GPU)."""
     try:
         reg = as_registry(registry)
         cur = reg.pair(pair_name)

@@ -68,7 +68,7 @@ BUDGET_MAX = 64  # nodes per tree
 BRANCH_MAX = 8  # children per node (and nodes expanded per depth)
 DEPTH_MAX = 32
 ROOT = -1  # the parent index of the root's children
-DOUBT = 0.8  # the spine: a node whose draft top-1 probability is below this gets siblings (README, Token trees)
+DOUBT = 0.8  # the spine: a node whose draft top-1 probability is below this gets siblings (docs/performance.md, Token trees)
 SHAPES = ("tree", "spine")
 SPINE = dict(budget=BUDGET_MAX, branch=2, max_depth=DEPTH_MAX)  # the spine's usual settings: the chooser's stop ends it
 

@@ -49,7 +49,7 @@ generate in the bench all go through it. Two things follow:
 Drawing apart from model work: a page draws in Python, and Python runs one thread at a time (the GIL).
 The model worker lets go of the GIL in every PyTorch operation and must take it back after, so while
 another thread draws, each operation may wait for it, and a draft step makes hundreds: a page drawing
-next to a draft step slows the step several times over (README, Running a workshop). So model work and drawing
+next to a draft step slows the step several times over (docs/workshop.md). So model work and drawing
 take turns (`Turns`): a page draws inside `QUEUE.drawing()`, which waits while model work holds a device,
 and a hold waits for the drawing that asked before it. Each waits only for the other kind that asked
 earlier, so neither starves, and pages draw at the same time as each other. A page that asks for model
@@ -863,7 +863,7 @@ def handover(ms: float | None = None) -> float:
 
     The model worker lets go of the GIL in every PyTorch operation and takes it back after, so while pages
     draw (Python, holding the GIL) each of its operations may wait up to the switch interval: a draft step
-    makes hundreds. A shorter interval hands the GIL back sooner (README, Running a workshop). Pages call
+    makes hundreds. A shorter interval hands the GIL back sooner. Pages call
     it; while only one thread runs it changes nothing."""
     s = (switch_ms() if ms is None else ms) / 1000
     if sys.getswitchinterval() != s:
@@ -903,8 +903,8 @@ def outside_load(cpu_s: float, wall_s: float, threads: int) -> bool:
 def crowded(others_s: float, wall_s: float, threads: int) -> bool:
     """True when, over wall_s seconds of passes (at least OTHERS_MIN_S), the machine's other programs used at
     least OTHERS_SHARE of the cores the passes' threads run on. The share is set above what a browser drawing
-    this app on the same machine uses, so the learner's own browser is not taken for outside load (README,
-    "Load from outside the app")."""
+    this app on the same machine uses, so the learner's own browser is not taken for outside load (it used up to
+    0.46 of a core on the 2-core machine)."""
     return wall_s >= OTHERS_MIN_S and others_s >= OTHERS_SHARE * wall_s * max(1, threads)
 
 

@@ -8,19 +8,19 @@ pass costs about two plain steps and speculation barely pays.
 oneDNN's matmul (torch.ops.mkldnn._linear_pointwise on the plain row-major
 weight; ONEDNN_VERBOSE shows brg_matmul kernels) reads the weights once for any
 small row count: a k-token pass costs little more than a 1-token one, and a
-long prompt is read faster too. README, Precision, has the timings.
+long prompt is read faster too. docs/precision.md has the timings.
 
 `enable(model)` routes every float32 CPU nn.Linear through it. The Linear keeps
 its own weight, memory is unchanged, and `disable(model)` restores the stock
 forward. Results differ from stock only by float rounding (another summation
-order; README, Precision).
+order).
 
 `enable(model, pack=True)` also re-packs each weight, in place, into oneDNN's
 blocked layout, and pads a call of fewer than PAD_ROWS rows to PAD_ROWS zero-
 padded rows. On the plain weight oneDNN re-packs on every call of 2+ rows, and
 its kernel for 1..4 rows streams the weights slower than the one for 5; packed
 and padded, a pass of 1 to 6 tokens costs the same, and less than a plain
-1-token pass (README, Performance). The packed weight replaces the plain one
+1-token pass. The packed weight replaces the plain one
 (memory unchanged; `disable` unpacks it exactly), so only a model whose weights
 nothing else reads should be packed: load_pair packs the target, never a draft
 that is copied or quantized. A weight shared by two modules (a tied head) is

@@ -46,7 +46,7 @@ def supported(device: str) -> tuple[str, ...]:
 
 
 def default_precision(device: str) -> str:
-    """The draft precision that gave the best measured speedup on this kind of device (README Performance)."""
+    """The draft precision that gave the best measured speedup on this kind of device (docs/precision.md)."""
     return "int8" if device.startswith("cpu") else "bfloat16"
 
 
@@ -73,7 +73,7 @@ def _has_vnni() -> bool:
 
 # Activations in 8 bits where the CPU has VNNI (int32 accumulation cannot overflow); 7 bits elsewhere,
 # where fbgemm's int16 pair sums could. The 7th bit matters for α: on the default pair, 8-bit
-# activations agree with the float draft far more often on hard text (README, draft precision).
+# activations agree with the float draft far more often on hard text.
 REDUCE_RANGE = not _has_vnni()
 
 

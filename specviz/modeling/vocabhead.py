@@ -34,12 +34,12 @@ from specviz.modeling import fastlinear, quant
 from specviz.core.errors import InvalidSetting
 
 VOCAB_DIR = Path(__file__).parents[1] / "vocab"
-DEFAULT_ROWS = 49152  # how many of the ranked tokens the head keeps (README, Draft precision: the trade against α)
+DEFAULT_ROWS = 49152  # how many of the ranked tokens the head keeps (more rows cost a step more; fewer cost α)
 HEADS = ("full", "frequent")
 
 
 def default_head(device: str) -> str:
-    """The draft head for `device` unless asked: the full one (README, Draft precision: the frequent head's
+    """The draft head for `device` unless asked: the full one (docs/precision.md: the frequent head's
     cheaper step gained at most a few per cent end to end, inside the noise, and a token outside its rows
     cost α)."""
     return "full"

@@ -61,12 +61,12 @@ POLL_S = 0.1
 # lowest priority, so they take the cores only when the server leaves them idle.
 BROWSER_NICE = 19
 # ... and, where this process may make a cgroup, all of them together get at most this share of one core: the
-# idle class alone is not a bound on every kernel (README, Running a workshop).
+# idle class alone is not a bound on every kernel (on Linux 6.18 idle-class browsers took 0.6-1.1 of a core).
 BROWSER_CPU = 0.25
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # ... and, by default, they are stopped (SIGSTOP) while the server works and go on while it is idle
 # (BrowserGate): even capped and in the idle class, a browser drawing on the same two cores slowed the
-# server's model work by a third (README, Running a workshop).
+# server's model work by a third.
 BUSY_CORES = 0.3  # the server is working while its threads use more than this many cores ...
 GATE_WINDOW_S = 0.05  # ... read over at least this long
 GATE_STEP_S = 0.01  # how often the gate reads the server
@@ -535,7 +535,7 @@ def press_run_together(pages: list) -> tuple[float, float]:
 
 
 CLICK_GRACE_S = 0.5  # the browsers run this long after the common moment, whatever the server does: a click
-# a stopped browser owes is only late, and a longer grace overlapped a solo run's first round (README)
+# a stopped browser owes is only late, and a longer grace overlapped a solo run's first round
 
 
 def run_at_once(pages: list, deadline: float, keep_low: Callable[[], object] = lambda: None,
