@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import os
 import threading
 from pathlib import Path
@@ -134,12 +135,15 @@ def test_presenter_mode_large_type_slow_animation_and_back():
     assert not css(at) and at.select_slider(key="main.speed").value == "normal"
 
 
+PQ_TITLE = re.compile(r"draft #\d+ .*(chance to accept|the target's argmax)")  # charts.fig_pq's title
+
+
 def test_presenter_mode_shows_one_chart_at_a_time_and_binds_keys():
     from pages.common import ui
     from specviz.teaching import charts
 
     def pq_charts(at) -> int:  # p vs q charts of the round shown in detail
-        return sum("chance to accept" in json.loads(c.proto.spec)["layout"]["title"]["text"]
+        return sum(bool(PQ_TITLE.search(json.loads(c.proto.spec)["layout"]["title"]["text"]))
                    for c in at.get("plotly_chart"))
 
     at = start(new_app(), max_new=12, k=4, baseline=False)

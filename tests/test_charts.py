@@ -157,6 +157,12 @@ def test_fig_pq_marks_drafted_token():
 def test_fig_pq_greedy_and_unjudged():
     g = charts.fig_pq(france_round(greedy=True), 0, decode)
     assert "target argmax" in g.layout.title.subtitle.text and "accepted" in g.layout.title.subtitle.text
+    # greedy decides by the argmax, for certain: the title says whether it matched, and offers no chance
+    greedy = france_round(greedy=True)
+    for i, ok in enumerate(greedy.accepted):
+        head = charts.fig_pq(greedy, i, decode).layout.title.text
+        assert "chance" not in head and ("matches the target's argmax" in head) == ok, head
+        assert ("does not match" in head) == (not ok), head
     r = sim_run(seed=3, n_rounds=20).rounds
     late = next(x for x in r if x.n_accepted == 0)
     f = charts.fig_pq(late, late.k - 1, decode)

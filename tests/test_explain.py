@@ -62,6 +62,8 @@ def test_round_rows_without_the_extra_token_has_one_row_per_draft_with_the_overl
         assert len(rows) == r.k
         assert [row["Σ min(p, q) = chance to accept"] for row in rows] == [round(o, 4) for o in r.overlap]
         assert len(explain.round_rows(r, decode)) == r.k + (1 if r.extra_kind else 0)
+    for r in spec(models, max_new_tokens=24).rounds:  # greedy: an argmax match, so no chance column
+        assert all(explain.CHANCE not in row and "target argmax" in row for row in explain.round_rows(r, decode))
 
 
 def test_round_summary_counts_what_the_round_did(models):

@@ -316,8 +316,8 @@ def fig_pq(round: Round, position: int, decode: Callable[[int], str] = str,
            top_n: int = 12, height: int | None = None) -> go.Figure:
     """Target p vs draft q at one drafted position, the drafted token marked.
 
-    The title gives the chance to accept at this position, Σ min(p, q); the
-    subtitle the decision: explain.ACCEPT_TEST when sampling, or "draft token ==
+    The title gives the chance to accept at this position, Σ min(p, q) (greedy: whether the draft matches the
+    target's argmax, which decides it for certain); the subtitle the decision: explain.ACCEPT_TEST when sampling, or "draft token ==
     target argmax?" when greedy. Tokens outside a top-N list are drawn at 0.
     """
     r = round
@@ -345,8 +345,12 @@ def fig_pq(round: Round, position: int, decode: Callable[[int], str] = str,
         u = r.u[position] if position < len(r.u) else float("nan")
         decision = (f"sampling: accept iff {ACCEPT_TEST} = min(1, {p:.3f}/{q:.3f}) = {thr:.3f}"
                     f";  u = {u:.3f} → {verdict}")
-    title = (f"Round {r.index + 1}, draft #{position + 1} {token_title(d, decode)}: "
-             f"chance to accept = Σ min(p, q) = {r.overlap[position]:.2f}")
+    if r.greedy:  # the test is an argmax match, so there is no chance to speak of
+        match = "matches" if d == r.target_argmax[position] else "does not match"
+        title = f"Round {r.index + 1}, draft #{position + 1} {token_title(d, decode)} {match} the target's argmax"
+    else:
+        title = (f"Round {r.index + 1}, draft #{position + 1} {token_title(d, decode)}: "
+                 f"chance to accept = Σ min(p, q) = {r.overlap[position]:.2f}")
     fig = themed_fig(title, decision, x="token (top candidates)", y="probability", height=height)
 
     pattern = ["/" if i == d else "" for i in ids]

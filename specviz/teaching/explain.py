@@ -107,18 +107,22 @@ def num(x: float | None, spec: str = ".3f") -> str:
     return f"{x:.1e}" if 0 < abs(x) < 5e-4 else format(x, spec)
 
 
+CHANCE = "Σ min(p, q) = chance to accept"  # a sampling round's column
+
+
 def round_rows(r: Round, decode: Decode, extra: bool = True) -> list[dict]:
     """One table row per drafted position, plus (extra=True) the token the target adds.
 
-    q(d), p(d) and Σ min(p, q), the chance to accept. Sampling: p/q, u and the
+    q(d) and p(d). Sampling: Σ min(p, q), the chance to accept, p/q, u and the
     test u < min(1, p/q). Greedy: the target's argmax and the test draft ==
-    argmax. Positions after the first rejection were never judged and say so.
+    argmax (no chance: a match is accepted for certain). Positions after the first rejection were never judged and say so.
     """
     rows = []
     for i, d in enumerate(r.drafted):
         row = {"position": i + 1, "drafted": tok(d, decode),
-               "q(d)": round(r.q_drafted[i], 4), "p(d)": round(r.p_drafted[i], 4),
-               "Σ min(p, q) = chance to accept": round(r.overlap[i], 4) if i < len(r.overlap) else None}
+               "q(d)": round(r.q_drafted[i], 4), "p(d)": round(r.p_drafted[i], 4)}
+        if not r.greedy:  # greedy accepts an argmax match for certain: no chance to show
+            row[CHANCE] = round(r.overlap[i], 4) if i < len(r.overlap) else None
         judged = i < len(r.accepted)
         if r.greedy:
             a = r.target_argmax[i]
@@ -140,11 +144,11 @@ def round_rows(r: Round, decode: Decode, extra: bool = True) -> list[dict]:
         rows.append(row)
     if extra and r.extra_kind is not None and r.extra_id is not None:
         j = r.n_accepted
-        row = {"position": j + 1, "drafted": MISSING, "q(d)": None, "p(d)": None,
-               "Σ min(p, q) = chance to accept": None}
+        row = {"position": j + 1, "drafted": MISSING, "q(d)": None, "p(d)": None}
         if r.greedy:
             row["target argmax"] = tok(r.extra_id, decode)
         else:
+            row[CHANCE] = None
             row["p/q"] = None
             row["u"] = None
         row["test"] = ("sampled from norm(max(0, p − q))" if r.extra_kind == "correction" and not r.greedy
