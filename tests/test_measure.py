@@ -43,6 +43,27 @@ def test_pooled_alpha_is_all_accepted_over_all_judged():
     assert math.isnan(measure.pooled_alpha([]))
 
 
+def test_alpha_estimate_intervals():
+    e = measure.alpha_estimate(80, 100)
+    assert e.value == 0.8 and e.n == 100
+    assert e.stderr == pytest.approx(0.04)
+    assert e.lo < 0.8 < e.hi and e.lo == pytest.approx(0.7112, abs=1e-3) and e.hi == pytest.approx(0.8666, abs=1e-3)
+    n = measure.alpha_estimate(80, 100, method="normal")
+    assert n.lo == pytest.approx(0.8 - 1.96 * 0.04) and n.hi == pytest.approx(0.8 + 1.96 * 0.04)
+    # Wilson stays inside [0, 1] and is not degenerate at 100%
+    w = measure.alpha_estimate(10, 10)
+    assert w.hi == 1.0 and w.lo < 1.0
+    assert math.isnan(measure.alpha_estimate(0, 0).value)
+    with pytest.raises(InvalidSetting):
+        measure.alpha_estimate(5, 3)
+
+
+def test_every_alpha_is_accepted_over_judged():
+    assert measure.alpha(3, 4) == 0.75 and math.isnan(measure.alpha(0, 0))
+    assert measure.alpha_posterior(0, 0, 2.0, 2.0) == 0.5  # the prior alone
+    assert measure.alpha_posterior(80, 100, 1.0, 1.0) == pytest.approx(81 / 102)
+
+
 # --- c -----------------------------------------------------------------------------
 def test_draft_steps_leave_out_the_prompt_round_and_count_the_round_after_a_bonus():
     first = prompt_round(make_round(4, 4, draft_step=9.0))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -126,21 +125,6 @@ def test_best_k_claim_9_ballpark():
     # a draft ~1/10 the cost with good acceptance: best k around 4-6, 2-3x
     k, s = theory.best_k(0.8, 0.1)
     assert 4 <= k <= 7 and 2.0 <= s <= 3.0
-
-
-def test_alpha_from_counts_intervals():
-    e = theory.alpha_from_counts(80, 100)
-    assert e.value == 0.8 and e.n == 100
-    assert e.stderr == pytest.approx(0.04)
-    assert e.lo < 0.8 < e.hi and e.lo == pytest.approx(0.7112, abs=1e-3) and e.hi == pytest.approx(0.8666, abs=1e-3)
-    n = theory.alpha_from_counts(80, 100, method="normal")
-    assert n.lo == pytest.approx(0.8 - 1.96 * 0.04) and n.hi == pytest.approx(0.8 + 1.96 * 0.04)
-    # Wilson stays inside [0, 1] and is not degenerate at 100%
-    w = theory.alpha_from_counts(10, 10)
-    assert w.hi == 1.0 and w.lo < 1.0
-    assert math.isnan(theory.alpha_from_counts(0, 0).value)
-    with pytest.raises(InvalidSetting):
-        theory.alpha_from_counts(5, 3)
 
 
 def _round(i, k, n_acc, n_emit):

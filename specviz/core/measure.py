@@ -6,6 +6,9 @@ records (Run, Round: anything with their fields) and on lists of seconds: no
 torch, no models. The live measurements that produce timings (forward_cost,
 compare_with_baseline, ...) are in experiments.py and call this module.
 
+  alpha              α = accepted ÷ judged drafts (Run.alpha, and every α below)
+  alpha_estimate     α with its standard error and a confidence interval
+  alpha_posterior    α's posterior mean under a Beta prior (the best-k chooser's running estimate)
   pooled_alpha       α over several runs: all accepted ÷ all judged drafts
   rounds_alpha       the same over some rounds
   draft_step_s       one round's draft step (seconds), by the rule below
@@ -38,6 +41,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
 from specviz.core.errors import InvalidSetting
+from specviz.core.theory import Estimate
 
 
 def median(xs) -> float:
@@ -54,18 +58,48 @@ def median(xs) -> float:
 
 
 # --- α ---------------------------------------------------------------------
+def alpha(accepted: int, judged: int) -> float:
+    """α: accepted ÷ judged drafts (a draft after the round's first rejection is never judged); nan for none."""
+    return accepted / judged if judged else float("nan")
+
+
+def alpha_estimate(accepted: int, judged: int, z: float = 1.96, method: str = "wilson") -> Estimate:
+    """α = accepted ÷ judged drafts with its standard error and a Wilson (default) or normal interval."""
+    if judged < 0 or accepted < 0 or accepted > judged:
+        raise InvalidSetting(f"need 0 <= accepted <= judged, got {accepted}/{judged}")
+    if judged == 0:
+        nan = float("nan")
+        return Estimate(nan, nan, nan, nan, 0)
+    n = judged
+    p = alpha(accepted, judged)
+    se = math.sqrt(p * (1 - p) / n)
+    if method == "normal":
+        lo, hi = p - z * se, p + z * se
+    elif method == "wilson":
+        den = 1 + z * z / n
+        centre = (p + z * z / (2 * n)) / den
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+        lo, hi = centre - half, centre + half
+    else:
+        raise InvalidSetting(f"method must be 'wilson' or 'normal', got {method!r}")
+    return Estimate(p, se, max(0.0, lo), min(1.0, hi), n)
+
+
+def alpha_posterior(accepted: int, judged: int, a0: float, b0: float) -> float:
+    """α's posterior mean under a Beta(a0, b0) prior: what the best-k chooser plans with before many drafts."""
+    return (a0 + accepted) / (a0 + b0 + judged)
+
+
 def pooled_alpha(runs: Iterable) -> float:
     """α over several runs: all accepted ÷ all judged drafts (Run.alpha for one run)."""
     runs = list(runs)
-    judged = sum(r.n_judged for r in runs)
-    return sum(r.n_accepted for r in runs) / judged if judged else float("nan")
+    return alpha(sum(r.n_accepted for r in runs), sum(r.n_judged for r in runs))
 
 
 def rounds_alpha(rounds: Iterable) -> float:
     """pooled_alpha over some rounds (e.g. those with one k): accepted ÷ judged drafts."""
     rounds = list(rounds)
-    judged = sum(len(r.accepted) for r in rounds)
-    return sum(r.n_accepted for r in rounds) / judged if judged else float("nan")
+    return alpha(sum(r.n_accepted for r in rounds), sum(len(r.accepted) for r in rounds))
 
 
 # --- c ---------------------------------------------------------------------

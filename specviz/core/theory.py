@@ -169,29 +169,6 @@ class Estimate(NamedTuple):
     n: int
 
 
-def alpha_from_counts(accepted: int, judged: int, z: float = 1.96,
-                      method: str = "wilson") -> Estimate:
-    """alpha = accepted / judged with a Wilson (default) or normal interval."""
-    if judged < 0 or accepted < 0 or accepted > judged:
-        raise InvalidSetting(f"need 0 <= accepted <= judged, got {accepted}/{judged}")
-    if judged == 0:
-        nan = float("nan")
-        return Estimate(nan, nan, nan, nan, 0)
-    n = judged
-    p = accepted / n
-    se = math.sqrt(p * (1 - p) / n)
-    if method == "normal":
-        lo, hi = p - z * se, p + z * se
-    elif method == "wilson":
-        den = 1 + z * z / n
-        centre = (p + z * z / (2 * n)) / den
-        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-        lo, hi = centre - half, centre + half
-    else:
-        raise InvalidSetting(f"method must be 'wilson' or 'normal', got {method!r}")
-    return Estimate(p, se, max(0.0, lo), min(1.0, hi), n)
-
-
 def tokens_per_pass_ci(run) -> Estimate:
     """Mean and standard error of tokens emitted per round (one target pass each).
 

@@ -184,14 +184,12 @@ class Run(RunRates):
 
     @property
     def alpha(self) -> float:
-        """Per-token acceptance: accepted / drafted tokens the target judged."""
-        return self.n_accepted / self.n_judged if self.n_judged else float("nan")
+        """Per-token acceptance: accepted / drafted tokens the target judged (measure.alpha)."""
+        return measure.alpha(self.n_accepted, self.n_judged)
 
     @property
     def alpha_stderr(self) -> float:
-        n = self.n_judged
-        a = self.alpha
-        return math.sqrt(a * (1 - a) / n) if n else float("nan")
+        return measure.alpha_estimate(self.n_accepted, self.n_judged).stderr
 
     @property
     def acceptance_rate(self) -> float:

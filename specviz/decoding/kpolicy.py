@@ -212,8 +212,8 @@ class BestK(KPolicy):
 
     @property
     def alpha(self) -> float:
-        """Posterior mean of alpha under the Beta prior."""
-        return (self.a0 + self.accepted) / (self.a0 + self.b0 + self.judged)
+        """Posterior mean of alpha under the Beta prior (measure.alpha_posterior)."""
+        return measure.alpha_posterior(self.accepted, self.judged, self.a0, self.b0)
 
     def _profile_ratio(self, n: int) -> float:
         return float(theory.verify_ratio(n, self.profile))

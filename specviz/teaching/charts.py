@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from specviz.teaching.early_exit import EarlyExitSweep
 from specviz.core.theory import (
     Estimate,
-    alpha_from_counts,
     best_k,
     expected_speedup,
     expected_tokens,
@@ -423,7 +422,7 @@ def fig_residual(round: Round, decode: Callable[[int], str] = str, top_n: int = 
 def measured_point(run: Run) -> dict:
     """The measured (α, tokens per pass) of a run, with standard errors."""
     tpp = tokens_per_pass_ci(run)
-    a = alpha_from_counts(run.n_accepted, run.n_judged)
+    a = measure.alpha_estimate(run.n_accepted, run.n_judged)
     ks = run.k_per_round
     k = Counter(ks).most_common(1)[0][0] if ks else 0
     return {"alpha": a.value, "alpha_err": a.stderr, "tpp": tpp.value, "tpp_err": tpp.stderr, "k": k}
@@ -715,7 +714,7 @@ def fig_accept_by_position(runs) -> go.Figure:
             acc = sum(1 for r in run.rounds if len(r.accepted) > i and r.accepted[i])
             if judged == 0:
                 continue
-            e = alpha_from_counts(acc, judged)
+            e = measure.alpha_estimate(acc, judged)
             xs.append(i + 1)
             ys.append(e.value)
             lo.append(e.value - e.lo)

@@ -37,7 +37,7 @@ from specviz.modeling.lm import CachedLM, sync, vocab_size
 from specviz.data.records import Run
 from specviz.decoding.sampling import Sampler, logits_to_probs
 from specviz.core.settings import is_greedy
-from specviz.core.theory import Estimate, TVNoise, alpha_from_counts, simulate_tv_noise
+from specviz.core.theory import Estimate, TVNoise, simulate_tv_noise
 
 Progress = Callable[[str, float | None], None] | None
 
@@ -265,7 +265,7 @@ class Agreement:
         Neighbouring positions are not independent, so the interval is a guide, not a guarantee.
         """
         if self.greedy:
-            return alpha_from_counts(sum(self.match), len(self.match))
+            return measure.alpha_estimate(sum(self.match), len(self.match))
         n = len(self.overlap)
         if n == 0:
             nan = float("nan")

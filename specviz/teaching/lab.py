@@ -35,7 +35,7 @@ from specviz.teaching.experiments import Agreement, agreement_along, first_logit
 from specviz.teaching.experiments import compare_with_baseline  # noqa: F401 - pages call it as lab.compare_with_baseline
 from specviz.data.records import Run
 from specviz.core.settings import is_greedy
-from specviz.core.theory import alpha_from_counts, expected_speedup, expected_tokens
+from specviz.core.theory import expected_speedup, expected_tokens
 
 Progress = Callable[[str, "float | None"], None] | None
 Decode = Callable[[int], str]
@@ -132,7 +132,7 @@ def _estimate_table(cells: Mapping[str, Mapping[float, object]], estimate) -> di
 
 def alpha_table(sweep: Mapping[str, Mapping[float, Run]]) -> dict[str, dict[float, tuple[float, float]]]:
     """The counted α: accepted ÷ judged drafts of each run, with its stderr."""
-    return _estimate_table(sweep, lambda run: alpha_from_counts(run.n_accepted, run.n_judged))
+    return _estimate_table(sweep, lambda run: measure.alpha_estimate(run.n_accepted, run.n_judged))
 
 
 def expected_table(agree: Mapping[str, Mapping[float, Agreement]]) -> dict[str, dict[float, tuple[float, float]]]:
@@ -161,7 +161,7 @@ def sweep_rows(sweep: Mapping[str, Mapping[float, Run]],
     rows = []
     for dom, by_t in sweep.items():
         for t, run in sorted(by_t.items()):
-            e = alpha_from_counts(run.n_accepted, run.n_judged)
+            e = measure.alpha_estimate(run.n_accepted, run.n_judged)
             row = {"domain": dom, "temperature": t}
             a = (agree or {}).get(dom, {}).get(t)
             if agree is not None:

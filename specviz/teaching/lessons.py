@@ -226,7 +226,7 @@ def _n(x: float, fmt: str = ".2f") -> str:
 
 
 def _alpha_interval(run: Run) -> tuple[float, float]:
-    e = theory.alpha_from_counts(run.n_accepted, run.n_judged)
+    e = measure.alpha_estimate(run.n_accepted, run.n_judged)
     return e.lo, e.hi
 
 
