@@ -23,6 +23,7 @@ streamlit, no models.
   other_settings                           a kept result measured with other settings than those on screen
   gpu_advice                               a pair too small to win on a GPU, and a pair that can
   ago, baseline_note                       how long ago; where the target-alone timing came from
+  queue_wait                               a session's place in the device's line and its likely wait
 """
 
 from __future__ import annotations
@@ -686,3 +687,14 @@ def baseline_note(reused_age_s: float | None) -> str:
         return "measured right after the run, warmed up, same settings"
     return (f"measured {ago(reused_age_s)} on this server and reused for this run: the same target, prompt and "
             "settings give the same text, so this device's timing of it is not repeated")
+
+
+def queue_wait(ahead: int, estimate_s: float | None = None) -> str:
+    """The notice of a session waiting for the device: its place (ahead: other sessions before it; 0, the
+    device is busy) and, when known, the wait: one turn of each before it, as long as their last ones
+    (devqueue.DeviceQueue.wait_estimate)."""
+    who = f"{count(ahead, 'session')} ahead of you" if ahead else "the device is busy"
+    wait = (f", about {estimate_s:.1f} s by their last turns on the device" if estimate_s is not None and ahead
+            else "")
+    return (f"Waiting for the device: {who}{wait}. The device runs one piece of model work at a time, in turn, "
+            "so every figure here counts only this session's own time on it.")
