@@ -1023,3 +1023,39 @@ def test_freeze_heap_takes_what_is_alive_out_of_the_collectors_walk(monkeypatch)
     finally:
         gc.unfreeze()
     assert kept[-1] == [99_999] and more[0] == [0]  # frozen or not, nothing alive was lost
+
+
+def test_a_waiting_session_is_told_its_wait_from_the_last_turns_of_those_ahead():
+    """Each owner ahead takes one turn before the waiting one: the estimate adds their last holds' times (one
+    never timed counts as the median of those that were)."""
+    q = devqueue.DeviceQueue(poll_s=0.01)
+    for owner, s in (("a", 0.2), ("b", 0.05)):
+        with q.hold("cpu", owner=owner):
+            time.sleep(s)
+    release = threading.Event()
+
+    def take(owner: str, wait: bool) -> None:
+        with q.hold("cpu", owner=owner):
+            if wait:
+                release.wait(10)
+
+    holder = threading.Thread(target=take, args=("a", True))
+    holder.start()
+    while q.stats("cpu")["holders"] != ["a"]:
+        time.sleep(0.005)
+    waiters = []
+    for owner in ("b", "new", "c"):  # in this order
+        waiters.append(threading.Thread(target=take, args=(owner, False)))
+        waiters[-1].start()
+        while q.ahead(owner, "cpu") is None:
+            time.sleep(0.005)
+    try:
+        assert q.wait_estimate("a") is None  # it holds the device: not in line
+        assert q.wait_estimate("b") == pytest.approx(0.2, abs=0.05)
+        est_c = q.wait_estimate("c")  # a's turn, b's, and "new" (never timed: the median of a's and b's)
+        assert est_c == pytest.approx(0.2 + 0.05 + (0.2 + 0.05) / 2, abs=0.1)
+        assert q.wait_estimate("nobody") is None
+    finally:
+        release.set()
+        for t in (holder, *waiters):
+            t.join(10)

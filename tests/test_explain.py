@@ -397,3 +397,18 @@ def test_the_run_curve_note_says_what_the_dashed_curve_is_and_which_side_the_run
     # nothing judged yet: no diamond to speak of
     none = explain.run_curve_note(4, [3], "best", {"alpha": float("nan"), "tpp": 1.0, "tpp_err": 0.0})
     assert "once a drafted token has been judged" in none and "diamond" not in none
+
+
+def test_the_baseline_note_says_when_a_reused_timing_was_measured():
+    assert explain.ago(2) == "just now" and explain.ago(40) == "40 s ago"
+    assert explain.ago(125) == "2 min ago" and explain.ago(2 * 3600) == "2 h ago"
+    assert explain.baseline_note(None) == "measured right after the run, warmed up, same settings"
+    note = explain.baseline_note(125)
+    assert note.startswith("measured 2 min ago on this server and reused for this run")
+
+
+def test_the_waiting_notice_gives_the_place_and_the_wait_when_known():
+    assert explain.queue_wait(2).startswith("Waiting for the device: 2 sessions ahead of you. ")
+    assert explain.queue_wait(0, 3.0).startswith("Waiting for the device: the device is busy. ")
+    assert explain.queue_wait(3, 4.25).startswith(
+        "Waiting for the device: 3 sessions ahead of you, about 4.2 s by their last turns on the device. ")

@@ -231,6 +231,43 @@ def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp
     assert base["base_token_ids"] == whole["base_token_ids"] and base["identical"] == whole["identical"]
 
 
+def test_a_second_session_with_the_same_settings_reuses_the_target_alone_and_says_so(tmp_path, monkeypatch):
+    """Two sessions run the same prompt and settings with another k: the second one's target alone is the first
+    one's measurement, reused with no model work (no target-alone hold of the device in the queue's trace,
+    its warm-up included), and the page says when it was measured and that it was reused. The load check's
+    verdict is set (no outside load): this machine is shared, and a baseline under outside load is not kept."""
+    import json
+
+    from specviz.device import devqueue
+    from specviz.decoding.engine import AUTOREGRESSIVE
+    from specviz.teaching import baseline
+
+    monkeypatch.setattr(devqueue, "outside_load", lambda *a, **kw: False)
+    monkeypatch.setattr(devqueue, "crowded", lambda *a, **kw: False)
+    baseline.STORE.clear()
+    trace = tmp_path / "holds.jsonl"
+    monkeypatch.setattr(devqueue.QUEUE, "trace", str(trace))
+    settings = dict(prompt="two fish red fish", chat=False, max_new=10, baseline=True)
+
+    def alone_holds() -> int:
+        rows = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+        trace.unlink(missing_ok=True)
+        return sum(r.get("what") == AUTOREGRESSIVE for r in rows)
+
+    def note(at) -> str:
+        (caption,) = [c.value for c in at.caption if c.value.startswith("Target alone:")]
+        return caption
+
+    first = start(new_app(), k=2, **settings)
+    assert alone_holds() >= 10 and "measured right after the run" in note(first)
+    second = start(new_app(), k=3, **settings)
+    assert alone_holds() == 0
+    assert "on this server and reused for this run" in note(second), note(second)
+    a, b = (at.session_state["main.job"].meta["baseline"] for at in (first, second))
+    assert b["base_token_ids"] == a["base_token_ids"] and b["base_decode_s"] == a["base_decode_s"]
+    assert b["identical"] is True and [s for s in second.success if "identical text" in s.value]
+
+
 def test_the_target_alone_is_warmed_up_unless_other_sessions_wait_for_the_device():
     """A shared server times the target alone after every session's Run. Its warm-up (2 tokens, the prompt
     read again) is device time no figure counts. It is always run the first time a process times a target,

@@ -251,7 +251,8 @@ def _baseline(job: playback.Playback) -> None:
     """Time the target alone once, after a finished live run that asked for it.
 
     The target-alone run is a stream kept with the run: a rerun in the middle of it (a widget touched,
-    another session's turn) goes on from the token it reached instead of starting again."""
+    another session's turn) goes on from the token it reached instead of starting again. One this server
+    measured for the same target, prompt and settings is reused instead (baseline.shared_target_alone)."""
     if not (job.source == "live" and job.done and job.run is not None and job.meta.get("baseline_wanted")
             and "baseline" not in job.meta):
         return
@@ -260,18 +261,14 @@ def _baseline(job: playback.Playback) -> None:
         with st.spinner("Timing the target alone with the same settings (one token per forward pass)…"), lock:
             if "baseline" in job.meta:  # another script thread finished it while this one waited
                 return
-            stream = job.meta.get("baseline_stream")
-            if stream is None:
-                pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
-                stream = job.meta["baseline_stream"] = baseline.target_alone_stream(pair.target, job.run,
-                                                                                   pair.shared_vocab)
-            for _ in stream:
-                pass
-            if stream.run is None:  # its generator failed in an earlier script run
-                raise SpecvizError("The target-alone run stopped early; press Run to time it again.")
-            job.meta["baseline"] = runfile.baseline_of(job.run, stream.run)
-            job.meta["baseline_note"] = "measured right after the run, warmed up, same settings"
-            del job.meta["baseline_stream"]
+            pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
+            # a run this server measured with the same target, prompt and settings is reused (no model work)
+            got = baseline.shared_target_alone(pair.target, job.run, pair.shared_vocab,
+                                               stream=job.meta.get("baseline_stream"),
+                                               started=lambda s: job.meta.__setitem__("baseline_stream", s))
+            job.meta["baseline"] = runfile.baseline_of(job.run, got.run)
+            job.meta["baseline_note"] = explain.baseline_note(got.age_s() if got.reused else None)
+            job.meta.pop("baseline_stream", None)
     except (SpecvizError, MemoryError) as e:
         job.meta.pop("baseline_stream", None)
         job.meta["baseline"] = None

@@ -165,12 +165,11 @@ def join_device_queue() -> None:
         if ahead is None:
             notice.empty()
         else:
-            who = f"{explain.count(ahead, 'session')} ahead of you" if ahead else "the device is busy"
-            notice.info(f"Waiting for the device: {who}. The device runs one piece of model work at a time, "
-                        "in turn, so every figure here counts only this session's own time on it.",
-                        icon=":material/hourglass_top:")
+            est = devqueue.QUEUE.wait_estimate(owner) if ahead else None
+            notice.info(explain.queue_wait(ahead, est), icon=":material/hourglass_top:")
 
-    devqueue.set_session(ctx.session_id if ctx is not None else "no-session", on_wait)
+    owner = ctx.session_id if ctx is not None else "no-session"
+    devqueue.set_session(owner, on_wait)
     for server_setting in (devqueue.lower_page_threads, devqueue.handover):
         try:
             server_setting()

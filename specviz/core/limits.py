@@ -9,6 +9,9 @@ variable (Streamlit's config.toml has no room for an app's own settings):
   SPECVIZ_MAX_PROMPT_CHARS   characters in a prompt box              (default 16000)
   SPECVIZ_MAX_RUN_FILE_MB    size of a run file that may be loaded   (default 2; keep
                              server.maxUploadSize in .streamlit/config.toml the same)
+  SPECVIZ_BASELINE_TTL_S     seconds a measured target-alone run is reused by later
+                             runs with the same target, prompt and settings
+                             (default 600; 0: measured for every run)
 
 The app, the pages, the CLI and run-file validation all read them from here.
 """
@@ -53,6 +56,11 @@ def max_prompt_chars() -> int:
 def max_run_file_bytes() -> int:
     """The largest run file (JSON) that may be loaded."""
     return _env_int("SPECVIZ_MAX_RUN_FILE_MB", 2, hi=1000) * 1024 * 1024
+
+
+def baseline_ttl_s() -> int:
+    """How long a target-alone run measured on this server is reused (teaching.baseline.BaselineStore)."""
+    return _env_int("SPECVIZ_BASELINE_TTL_S", 600, lo=0, hi=7 * 24 * 3600)
 
 
 def check_prompt_tokens(n: int) -> None:

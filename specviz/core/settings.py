@@ -39,6 +39,15 @@ class DecodeSettings:
         del d["k"], d["k_policy"]
         return d
 
+    def baseline_ident(self) -> tuple[tuple[str, Any], ...]:
+        """What a target-alone run with these settings depends on (baseline_kwargs(), sorted): not k, the k
+        policy or the drafter. Greedy takes the argmax, with no draw and no truncated distribution, so its
+        seed, top-p and top-k are left out; a sampling run's are kept."""
+        d = self.baseline_kwargs()
+        if self.greedy:
+            d.update(temperature=0.0, seed=0, top_p=1.0, top_k=0)
+        return tuple(sorted(d.items()))
+
     def record(self, **extra: Any) -> dict[str, Any]:
         """The `settings` dict a Run records: these settings plus `extra` (drafter, eos_token_id, label, ...)."""
         return {**asdict(self), **extra}

@@ -91,6 +91,7 @@ import json
 import math
 import os
 import queue
+import statistics
 import sys
 import threading
 import time
@@ -110,6 +111,7 @@ PAGE_NICE = 0  # the niceness of page threads (0..19; 0 leaves them as they are)
 ENV_SWITCH = "SPECVIZ_SWITCH_INTERVAL_MS"
 SWITCH_MS = 0.5  # Python's switch interval in a server (ms; Python's own default is 5): see handover()
 POLL_S = 0.05  # how often a waiting hold checks for cancellation and reports its place
+MAX_OWNERS_KEPT = 256  # owners whose last hold time a line keeps (wait_estimate), the least recent go first
 BUSY_SHARE = 0.6  # a CPU pass that got less than this share of wall × threads ran under outside load
 MINOR_SHARE = 0.05  # passes under outside load that took less of the timed time than this: a note, not a warning
 MIN_PASS_S = 0.005  # passes shorter than this are too short to judge
@@ -197,6 +199,7 @@ class _Line:
     grants: int = 0
     max_holders: int = 0
     longest_wait_s: float = 0.0
+    last_hold_s: dict = field(default_factory=dict)  # owner -> how long its last hold lasted (wait_estimate)
 
 
 _owner: contextvars.ContextVar[tuple[str, OnWait | None] | None] = contextvars.ContextVar("specviz_owner",
@@ -356,6 +359,11 @@ class DeviceQueue:
             finally:
                 slot.held_s = time.perf_counter() - t1
                 depth[key] = 0
+                with self._cond:  # the measured cost of this owner's turn, for those who wait behind it
+                    line.last_hold_s.pop(owner, None)
+                    line.last_hold_s[owner] = slot.held_s
+                    if len(line.last_hold_s) > MAX_OWNERS_KEPT:
+                        del line.last_hold_s[next(iter(line.last_hold_s))]
                 if ticket is not None:
                     self.turns.release("model", ticket)
                 self._let_go(line, t)
@@ -466,6 +474,23 @@ class DeviceQueue:
                 if w.owner == owner:
                     return self._ahead(line, w)
             return None
+
+    def wait_estimate(self, owner: str, device="cpu") -> float | None:
+        """Seconds this owner's first queued ticket may still wait: one turn of each other owner before it, each
+        as long as that owner's last hold (one never timed: the median of those that were). None when it is not
+        in line or no hold has been timed yet."""
+        with self._cond:
+            line = self._line(device_key(device))
+            mine = next((w for w in line.waiting if w.owner == owner), None)
+            if mine is None or not line.last_hold_s:
+                return None
+            before = [h.owner for h in line.holders]
+            for w in line.waiting:
+                if w is mine:
+                    break
+                before.append(w.owner)
+            typical = statistics.median(line.last_hold_s.values())
+            return sum(line.last_hold_s.get(o, typical) for o in dict.fromkeys(before) if o != owner)
 
     def others(self, device="cpu", owner: str | None = None) -> int:
         """How many other owners hold the device or wait for it now; owner: the current session()'s (or, outside

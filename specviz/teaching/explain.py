@@ -22,6 +22,8 @@ streamlit, no models.
   drafter_words, k_words                   the draft, and how a run chose k, as headers and captions say them
   other_settings                           a kept result measured with other settings than those on screen
   gpu_advice                               a pair too small to win on a GPU, and a pair that can
+  ago, baseline_note                       how long ago; where the target-alone timing came from
+  queue_wait                               a session's place in the device's line and its likely wait
 """
 
 from __future__ import annotations
@@ -669,3 +671,34 @@ def gpu_advice(device: str, speedup: float | None, suggestion=None) -> str | Non
     return (text + f" A draft pays when its target is many times larger: try the pair **{suggestion.name}** "
             f"({suggestion.draft.label} drafting for {suggestion.target.label}), whose target's pass is long "
             "enough for the draft's to be cheap beside it.")
+
+
+def ago(seconds: float) -> str:
+    """A time before now in words: "just now", "40 s ago", "2 min ago", "1 h ago"."""
+    if seconds < 5:
+        return "just now"
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.0f} h ago"
+
+
+def baseline_note(reused_age_s: float | None) -> str:
+    """Where a run's target-alone timing came from: measured right after it, or (reused_age_s: its age)
+    measured earlier on this server for a run with the same target, prompt and settings, and reused."""
+    if reused_age_s is None:
+        return "measured right after the run, warmed up, same settings"
+    return (f"measured {ago(reused_age_s)} on this server and reused for this run: the same target, prompt and "
+            "settings give the same text, so this device's timing of it is not repeated")
+
+
+def queue_wait(ahead: int, estimate_s: float | None = None) -> str:
+    """The notice of a session waiting for the device: its place (ahead: other sessions before it; 0, the
+    device is busy) and, when known, the wait: one turn of each before it, as long as their last ones
+    (devqueue.DeviceQueue.wait_estimate)."""
+    who = f"{count(ahead, 'session')} ahead of you" if ahead else "the device is busy"
+    wait = (f", about {estimate_s:.1f} s by their last turns on the device" if estimate_s is not None and ahead
+            else "")
+    return (f"Waiting for the device: {who}{wait}. The device runs one piece of model work at a time, in turn, "
+            "so every figure here counts only this session's own time on it.")
