@@ -297,7 +297,7 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     alone and the speculative run before timing them. Each path is warmed the first time this process runs
     it (the target alone per target, speculative per draft) and while the device is otherwise idle; with
     another session in line it goes straight to the timed runs. Target passes are counted by a forward hook."""
-    from specviz.teaching import experiments
+    from specviz.teaching import baseline, experiments
     from specviz.decoding.drafters import ModelDrafter
     from tiny import tiny_qwen
 
@@ -305,6 +305,7 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     target, draft = tiny_qwen(310), tiny_qwen(311)
 
     def passes(others_waiting: bool, d=draft, warm: bool = True) -> int:
+        baseline.STORE.clear()  # each call times the target alone (reusing it is test_experiments')
         calls, cmp = _forward_passes(target, lambda: experiments.compare_with_baseline(
             target, d, ids, k=2, max_new_tokens=n, eos_token_id=[], warm=warm), others_waiting)
         assert cmp.identical and len(cmp.base.token_ids) == n

@@ -19,6 +19,7 @@ compare_with_baseline, ...) are in experiments.py and call this module.
   speedup_from       (baseline seconds per token) ÷ (seconds per token)
   speedup            end to end: whole runs, reading the prompt included
   steady_speedup     over the rounds after the first, whose passes also read the prompt
+  beyond_pass_bound  a speedup above the ratio of tokens per target pass: a slowed timing, not a result
   tokens_per_s       tokens ÷ seconds
   engine_rate        tokens ÷ Σ round_s: engine time only, without pauses between rounds
   median             the median of the finite values given (nan when none)
@@ -220,6 +221,18 @@ def steady_speedup(spec, base) -> float:
     model describes (the bench's decode speedup). End to end when there are no such rounds."""
     s = speedup_from(base.steady_s_per_token, spec.steady_s_per_token)
     return s if math.isfinite(s) else speedup(spec, base)
+
+
+PASS_BOUND_SLACK = 0.10  # timing noise allowed above the bound before a speedup is called impossible
+
+
+def beyond_pass_bound(spec, base, slack: float = PASS_BOUND_SLACK) -> bool:
+    """Whether speedup(spec, base) is above what the passes allow: each speculative round costs at least one
+    target pass, so the speedup cannot pass the ratio of tokens per target pass (the target alone makes one per
+    pass) by more than timing noise. Above it, one of the two timings was slowed: the target alone, most often,
+    by other work on the machine."""
+    bound = spec.tokens_per_pass / base.tokens_per_pass if base.tokens_per_pass else float("nan")
+    return math.isfinite(bound) and speedup(spec, base) > bound * (1 + slack)
 
 
 # --- text ---------------------------------------------------------------------------

@@ -158,19 +158,21 @@ STORE = BaselineStore()  # this server's
 
 def shared_target_alone(target, spec: Run, vocab: int | None = None, *, store: BaselineStore | None = None,
                         stream: DecodeStream | None = None,
-                        started: Callable[[DecodeStream], None] | None = None, warm: bool = True) -> Measured:
+                        started: Callable[[DecodeStream], None] | None = None, warm: bool = True,
+                        fresh: bool = False) -> Measured:
     """The target alone with `spec`'s prompt and settings, measured once per server: a run the store keeps for
     the same target and key is given back (reused=True, no model work); else target_alone_stream times one,
     which the store keeps. While another caller measures the same key, this one waits for its run.
 
     stream: a target-alone stream this caller started before (a page's script run cut by a rerun): it goes on
     from where it stopped. started(stream): called with a new stream before it runs, so a page can keep it.
+    fresh: measure again whatever the store keeps (a kept run found slowed); the new run replaces it.
     SpecvizError when the stream stopped early (its generator failed in an earlier script run)."""
     store = STORE if store is None else store
     key = BaselineKey.of(target, spec, vocab)
     with store.turn(target, key):
         if stream is None:
-            if (found := store.get(target, key)) is not None:
+            if not fresh and (found := store.get(target, key)) is not None:
                 return found
             stream = target_alone_stream(target, spec, vocab, warm)
             if started is not None:
