@@ -80,6 +80,25 @@ def parse_dtype(value: Any, what: str = "dtype") -> torch.dtype:
     raise InvalidSetting(f"{what}: {value!r} is not one of float32, bfloat16, float16")
 
 
+def check_device(device: str | None) -> str | None:
+    """`device` if this machine can run a pair on it: cpu, cuda or cuda:N (with CUDA), mps (with MPS); None stays
+    None (the default device). InvalidSetting otherwise: 'meta' holds no numbers, and torch's own error for a
+    typo lists twenty device types."""
+    if device is None:
+        return None
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?|mps", device.strip()):
+        raise InvalidSetting(f"device {device!r}: use cpu, cuda, cuda:N or mps")
+    device = device.strip()
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
+        if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+            raise InvalidSetting(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise InvalidSetting("device 'mps': MPS is not available on this machine")
+    return device
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -496,9 +515,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     progress = progress or quiet
     t0 = time.perf_counter()
     spec = _resolve_spec(name, draft, target, registry)
-    device = device or default_device()
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
+    device = check_device(device) or default_device()
     dtype = DEFAULT_DTYPE if dtype is None else parse_dtype(dtype)
     precision = quant.check(draft_precision, device)
     head = vocabhead.check(draft_head, device)
