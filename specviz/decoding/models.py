@@ -40,6 +40,7 @@ from specviz.modeling.config import (
     TinySource,
     as_registry,
     derived_draft,
+    tiny_params,
 )
 from specviz.core.errors import (
     ConfigError,
@@ -255,10 +256,13 @@ def list_pairs(registry: Registry | str | os.PathLike | None = None) -> list[Pai
 
 
 def _guess_params(m: ModelSpec) -> int:
-    """Parameter count from the yaml, else from weight file sizes (0 if unknown)."""
+    """Parameter count from the yaml, else from weight file sizes (0 if unknown); a tiny model's from its shape
+    (its declared count may say less than the layers it asks for)."""
+    src = m.source
+    if isinstance(src, TinySource):
+        return max(m.params, tiny_params(src))
     if m.params:
         return m.params
-    src = m.source
     folder = src.path if isinstance(src, PathSource) else hub_snapshot(src.hub) if isinstance(src, HubSource) else None
     if folder is None or not folder.is_dir():
         return 0
