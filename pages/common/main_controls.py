@@ -10,7 +10,8 @@ import streamlit as st
 from pages.common import ui
 from pages.common.main_sidebar import RECORDED, MainSettings
 from pages.common.main_view import decoder
-from specviz.teaching import explain
+from specviz.core import limits
+from specviz.teaching import explain, render
 from specviz.data import playback, runfile
 from specviz.core import prompts
 from specviz.decoding.drafters import PromptLookupDrafter
@@ -167,8 +168,12 @@ def save_load(job: playback.Playback | None) -> None:
         else:
             st.caption("The download appears when a run has finished.")
     with c2:
-        st.file_uploader("Load a run (JSON) and replay it", type=["json"], key="main.upload", on_change=_on_upload,
-                         help="A file saved with the download button (or a shipped recording); "
-                              "it replays exactly, with no model loaded.")
-        if S.get("main.upload_error"):
-            st.error(S["main.upload_error"], icon=":material/error:")
+        mb = limits.max_run_file_bytes() // 2**20
+        st.file_uploader(f"Load a run (JSON, at most {mb} MB) and replay it", type=["json"], key="main.upload",
+                         on_change=_on_upload, help="A file saved with the download button (or a shipped "
+                                                    "recording); it replays exactly, with no model loaded.")
+        if st.get_option("server.maxUploadSize") <= mb:  # the browser refuses a file just over it with no word
+            st.caption(f"A file over {st.get_option('server.maxUploadSize')} MB is refused by the browser: set "
+                       "server.maxUploadSize above SPECVIZ_MAX_RUN_FILE_MB.")
+        if S.get("main.upload_error"):  # it quotes the file's name and fields: plain text, never markdown
+            st.error(render.md_text(S["main.upload_error"]), icon=":material/error:")

@@ -300,7 +300,7 @@ def _identity(job: playback.Playback, base: dict) -> None:
             f"Greedy, but the text differs from the target alone from token {i + 1 if i is not None else '?'} on. "
             "This is floating-point, not the algorithm: verification scores k+1 tokens in one batched pass, "
             "which adds up the same numbers in a different order than one-token steps. When two candidates "
-            f"are nearly tied, the argmax can flip — much more often in bfloat16 (this run: {job.dtype}). "
+            f"are nearly tied, the argmax can flip — much more often in bfloat16 (this run: {render.md_text(job.dtype)}). "
             "See the Exactness page.")
         if i is not None:
             dec = decoder(job)

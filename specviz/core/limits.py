@@ -8,7 +8,9 @@ variable (Streamlit's config.toml has no room for an app's own settings):
   SPECVIZ_MAX_PROMPT_TOKENS  tokens a prompt may have                (default 2048)
   SPECVIZ_MAX_PROMPT_CHARS   characters in a prompt box              (default 16000)
   SPECVIZ_MAX_RUN_FILE_MB    size of a run file that may be loaded   (default 2; keep
-                             server.maxUploadSize in .streamlit/config.toml the same)
+                             server.maxUploadSize in .streamlit/config.toml above it)
+  SPECVIZ_MAX_DRAWN_CHARS    characters a loaded run file may make the page draw: its
+                             prompt and every drafted and emitted token's text (default 200000)
   SPECVIZ_BASELINE_TTL_S     seconds a measured target-alone run is reused by later
                              runs with the same target, prompt and settings
                              (default 600; 0: measured for every run)
@@ -23,6 +25,7 @@ import os
 from specviz.core.errors import ConfigError, InvalidSetting
 
 K_MAX = 32  # the largest k a round drafts (the engine's input check, and BestK's cap)
+TOKEN_CHARS_MAX = 256  # the longest text of one token a run file may give (a real vocabulary's are shorter)
 
 
 def _env_int(name: str, default: int, lo: int = 1, hi: int = 10**7) -> int:
@@ -56,6 +59,12 @@ def max_prompt_chars() -> int:
 def max_run_file_bytes() -> int:
     """The largest run file (JSON) that may be loaded."""
     return _env_int("SPECVIZ_MAX_RUN_FILE_MB", 2, hi=1000) * 1024 * 1024
+
+
+def max_drawn_chars() -> int:
+    """The most characters a loaded run file may make the page draw (its prompt and every drafted and emitted
+    token's text): the page redraws them each round, so a small file of long token texts would be a huge page."""
+    return _env_int("SPECVIZ_MAX_DRAWN_CHARS", 200_000)
 
 
 def baseline_ttl_s() -> int:

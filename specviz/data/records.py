@@ -250,6 +250,9 @@ TOPN_MAX = 100  # entries of one top-N distribution (the engine records 10)
 TEXT_MAX = 300  # short strings: names, titles, settings
 EXTRA_KINDS = ("correction", "bonus", "target")
 STOP_REASONS = ("eos", "max_new_tokens")
+# characters that reorder the text around them (U+202E mirrors it): a file's name, title or setting may not hold
+# one; token and prompt texts, which a model may write, show each as a visible mark instead (runfile.neutral)
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def malformed(path: str, msg: str):
@@ -308,7 +311,10 @@ def want_bool(v: Any, path: str) -> bool:
     return v
 
 
-def want_str(v: Any, path: str, max_len: int = TEXT_MAX, options: tuple[str, ...] | None = None) -> str:
+def want_str(v: Any, path: str, max_len: int = TEXT_MAX, options: tuple[str, ...] | None = None,
+             bidi_ok: bool = False) -> str:
+    """A string of at most max_len characters (one of `options` when given); with bidi_ok=False it may hold no
+    bidirectional control character."""
     if not isinstance(v, str):
         raise malformed(path, f"expected a string, got {kind_name(v)}")
     if len(v) > max_len:
@@ -317,6 +323,9 @@ def want_str(v: Any, path: str, max_len: int = TEXT_MAX, options: tuple[str, ...
         v.encode("utf-8")
     except UnicodeEncodeError:
         raise malformed(path, "not valid text (it holds a lone surrogate)") from None
+    if not bidi_ok and (bad := next((ch for ch in v if ch in BIDI_CONTROLS), None)):
+        raise malformed(path, f"holds the bidirectional control character U+{ord(bad):04X}, which would reorder "
+                              "the text shown")
     if options is not None and v not in options:
         raise malformed(path, f"must be one of {', '.join(options)}, got {v[:40]!r}")
     return v
@@ -358,6 +367,9 @@ def want_topk_dict(v: Any, path: str) -> None:
     want_list(v["probs"], f"{path}.probs", want_prob, TOPN_MAX)
     if len(v["probs"]) != len(ids):
         raise malformed(path, "ids and probs differ in length")
+    if (total := sum(v["probs"])) > 1.01:  # a float32 sum may pass 1 by a rounding, not by a hundredth
+        raise malformed(f"{path}.probs", f"they add up to {total:.4g}: the chances of different tokens add up "
+                                         "to at most 1")
 
 
 LOAD_FIELDS = ("outside_load", "stalled_s")  # a round's load record (chain or tree): optional, older files lack it

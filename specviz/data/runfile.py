@@ -23,7 +23,7 @@ from specviz.core.limits import K_MAX
 from specviz.data import records
 from specviz.core.errors import SpecvizError
 from specviz.core.prompts import FIRST_RUN
-from specviz.data.records import MODES, Run, TopK, malformed
+from specviz.data.records import AUTOREGRESSIVE, BIDI_CONTROLS, MODES, Run, TopK, malformed
 from specviz.core.settings import is_greedy
 
 EXPORT_FORMAT = "specviz.export/1"
@@ -141,6 +141,7 @@ def validate_run(run: Run) -> None:
     cannot crash or tie up the server (SpecvizError naming the field)."""
     _check_run_fields(run)
     _check_run_limits(run)
+    greedy = _run_greedy(run)
     emitted: list[int] = []
     for j, r in enumerate(run.rounds):
         w = f"rounds[{j}]"
@@ -149,9 +150,67 @@ def validate_run(run: Run) -> None:
         _check_round_types(r, w)
         _check_round_lengths(r, w)
         _check_round_values(r, w)
+        _check_round_decisions(r, w, greedy)
+        _check_round_extra(r, w, run.mode)
         emitted.extend(r.emitted)
+    _check_ks(run)
     if emitted != run.token_ids:
         raise malformed("token_ids", "the rounds' emitted tokens do not add up to token_ids")
+
+
+def _run_greedy(run: Run) -> bool:
+    """Whether the run decoded greedily: its temperature when the settings record one, else its first round."""
+    if "temperature" in run.settings:
+        return run.decode.greedy
+    return bool(run.rounds) and run.rounds[0].greedy is True
+
+
+def _check_round_decisions(r, w: str, greedy: bool) -> None:
+    """The accept decisions as the engine makes them: all accepted up to the first rejection, which ends the
+    round; greedy: a draft is kept iff it is the target's argmax; sampling: iff u < min(1, p/q), one u each."""
+    if r.greedy is not greedy:
+        raise malformed(f"{w}.greedy", f"{str(r.greedy).lower()} in a {'greedy' if greedy else 'sampling'} run "
+                                       "(its temperature decides it for every round)")
+    if r.accepted != [True] * r.n_accepted + [False] * (len(r.accepted) - r.n_accepted):
+        raise malformed(f"{w}.accepted", f"expected {r.n_accepted} accepted, then at most one rejection that "
+                                         "ends the round")
+    if greedy:
+        if r.u:
+            raise malformed(f"{w}.u", "a greedy round draws no u")
+        for i, ok in enumerate(r.accepted):
+            if ok != (r.drafted[i] == r.target_argmax[i]):
+                raise malformed(f"{w}.accepted[{i}]", "greedy keeps a draft iff it is the target's argmax "
+                                                      "(target_argmax)")
+        return
+    if len(r.u) != len(r.accepted):
+        raise malformed(f"{w}.u", f"{len(r.u)} uniform draws for {len(r.accepted)} decisions (one each)")
+    for i, ok in enumerate(r.accepted):
+        u, ratio = r.u[i], r.ratio[i]  # written with 6 digits: a tie within them may go either way
+        if (u >= ratio + 1e-5) if ok else (u < ratio - 1e-5):
+            raise malformed(f"{w}.accepted[{i}]", f"u = {u:g} and p/q = {ratio:g} "
+                                                  f"{'reject' if ok else 'accept'} this draft")
+
+
+def _check_round_extra(r, w: str, mode: str) -> None:
+    """The token after the accepted drafts: a correction after a rejection, a bonus after all k, the target's
+    own token in an autoregressive run; absent only when EOS or the length limit cut the round before it."""
+    if mode == AUTOREGRESSIVE and r.k:
+        raise malformed(f"{w}.k", f"an autoregressive run drafts nothing, got k={r.k}")
+    if len(r.emitted) <= r.n_accepted:
+        if r.extra_kind is not None or r.extra_id is not None:
+            raise malformed(f"{w}.extra_kind", "the round emitted no token after its accepted drafts")
+        return
+    kind = "target" if mode == AUTOREGRESSIVE else "correction" if r.rejected else "bonus"
+    if r.extra_kind != kind:
+        raise malformed(f"{w}.extra_kind", f"expected {kind!r} in this round, got {r.extra_kind!r}")
+    if r.extra_id != r.emitted[-1]:
+        raise malformed(f"{w}.extra_id", "is not the last emitted token")
+
+
+def _check_ks(run: Run) -> None:
+    """ks, when a file gives it, is each round's k."""
+    if run.ks and run.ks != [r.k for r in run.rounds]:
+        raise malformed("ks", "does not match the rounds' k")
 
 
 def _check_run_fields(run: Run) -> None:
@@ -249,10 +308,12 @@ def _check_export_block(extra: Any) -> None:
     w = "specviz_export"
     records.want_obj(extra, w)
     if extra.get("prompt_text") is not None:
-        records.want_str(extra["prompt_text"], f"{w}.prompt_text", limits.max_prompt_chars())
-    for name in ("pair", "title", "format"):
+        records.want_str(extra["prompt_text"], f"{w}.prompt_text", limits.max_prompt_chars(), bidi_ok=True)
+    for name in ("pair", "title"):
         if extra.get(name) is not None:
             records.want_str(extra[name], f"{w}.{name}")
+    if extra.get("format") is not None:
+        records.want_str(extra["format"], f"{w}.format", options=(EXPORT_FORMAT,))
     if extra.get("chat") is not None:
         records.want_bool(extra["chat"], f"{w}.chat")
     tokens = extra.get("tokens")
@@ -262,13 +323,31 @@ def _check_export_block(extra: Any) -> None:
             if not (key.isascii() and key.isdigit() and len(key) <= 10):
                 raise malformed(f"{w}.tokens", f"keys must be token ids, got {key[:20]!r}")
             records.want_int(int(key), f"{w}.tokens (a key)")
-            records.want_str(text, f"{w}.tokens.{key}", 1000)
+            records.want_str(text, f"{w}.tokens.{key}", limits.TOKEN_CHARS_MAX, bidi_ok=True)
     base = extra.get("baseline")
     if base is not None:
         records.want_obj(base, f"{w}.baseline", _BASELINE_REQUIRED)
         for name, check in _BASELINE.items():
             if name in base:
                 check(base[name], f"{w}.baseline.{name}")
+
+
+def neutral(text: str) -> str:
+    """text with each bidirectional control character shown as a mark, ⟨U+202E⟩, so none reorders the page."""
+    if not BIDI_CONTROLS.intersection(text):
+        return text
+    return "".join(f"⟨U+{ord(ch):04X}⟩" if ch in BIDI_CONTROLS else ch for ch in text)
+
+
+def _check_drawn(run: Run, tokens: dict[int, str], prompt: str) -> None:
+    """What the page draws, and redraws each round: the prompt and every drafted and emitted token's text."""
+    cap = limits.max_drawn_chars()
+    n = len(prompt)
+    for r in run.rounds:
+        n += sum(len(tokens.get(t, "⟨0000⟩")) for t in r.drafted + r.emitted)  # an id not in the table: ⟨id⟩
+        if n > cap:
+            raise malformed("rounds", f"its prompt and tokens would draw more than {cap} characters (the limit "
+                                      "is set by SPECVIZ_MAX_DRAWN_CHARS)")
 
 
 def load_export(text: str | bytes) -> Recording:
@@ -286,10 +365,15 @@ def load_export(text: str | bytes) -> Recording:
     extra = d.get("specviz_export") or {}
     _check_export_block(extra)
     validate_run(run)
-    tokens = {int(k): v for k, v in (extra.get("tokens") or {}).items()}
+    tokens = {int(k): neutral(v) for k, v in (extra.get("tokens") or {}).items()}
     prompt = extra.get("prompt_text")
-    if prompt is None:
+    if prompt is None:  # rebuilt from the token table: held to the prompt box's limit as well
         prompt = "".join(table_decoder(tokens)(t) for t in run.prompt_ids)
+        if len(prompt) > limits.max_prompt_chars():
+            raise malformed("specviz_export.tokens", f"the prompt they spell is {len(prompt)} characters long, "
+                                                     f"more than the limit of {limits.max_prompt_chars()}")
+    prompt = neutral(prompt)
+    _check_drawn(run, tokens, prompt)
     return Recording(run=run, tokens=tokens, prompt_text=prompt, pair=extra.get("pair") or "",
                      title=extra.get("title") or "", baseline=extra.get("baseline"), chat=extra.get("chat"))
 

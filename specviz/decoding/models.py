@@ -40,6 +40,7 @@ from specviz.modeling.config import (
     TinySource,
     as_registry,
     derived_draft,
+    tiny_params,
 )
 from specviz.core.errors import (
     ConfigError,
@@ -78,6 +79,25 @@ def parse_dtype(value: Any, what: str = "dtype") -> torch.dtype:
     elif isinstance(value, str) and value.strip().lower() in DTYPES:
         return DTYPES[value.strip().lower()]
     raise InvalidSetting(f"{what}: {value!r} is not one of float32, bfloat16, float16")
+
+
+def check_device(device: str | None) -> str | None:
+    """`device` if this machine can run a pair on it: cpu, cuda or cuda:N (with CUDA), mps (with MPS); None stays
+    None (the default device). InvalidSetting otherwise: 'meta' holds no numbers, and torch's own error for a
+    typo lists twenty device types."""
+    if device is None:
+        return None
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?|mps", device.strip()):
+        raise InvalidSetting(f"device {device!r}: use cpu, cuda, cuda:N or mps")
+    device = device.strip()
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
+        if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+            raise InvalidSetting(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise InvalidSetting("device 'mps': MPS is not available on this machine")
+    return device
 
 
 def default_device() -> str:
@@ -236,10 +256,13 @@ def list_pairs(registry: Registry | str | os.PathLike | None = None) -> list[Pai
 
 
 def _guess_params(m: ModelSpec) -> int:
-    """Parameter count from the yaml, else from weight file sizes (0 if unknown)."""
+    """Parameter count from the yaml, else from weight file sizes (0 if unknown); a tiny model's from its shape
+    (its declared count may say less than the layers it asks for)."""
+    src = m.source
+    if isinstance(src, TinySource):
+        return max(m.params, tiny_params(src))
     if m.params:
         return m.params
-    src = m.source
     folder = src.path if isinstance(src, PathSource) else hub_snapshot(src.hub) if isinstance(src, HubSource) else None
     if folder is None or not folder.is_dir():
         return 0
@@ -496,9 +519,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     progress = progress or quiet
     t0 = time.perf_counter()
     spec = _resolve_spec(name, draft, target, registry)
-    device = device or default_device()
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
+    device = check_device(device) or default_device()
     dtype = DEFAULT_DTYPE if dtype is None else parse_dtype(dtype)
     precision = quant.check(draft_precision, device)
     head = vocabhead.check(draft_head, device)

@@ -38,6 +38,7 @@ def logits_to_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int =
         sorted_p, idx = torch.sort(probs, dim=-1, descending=True)
         cum = sorted_p.cumsum(-1)
         drop_sorted = (cum - sorted_p) >= top_p  # mass before this token already reaches top_p
+        drop_sorted[..., 0] = False  # the most likely token always stays (a top_p below float precision kept none)
         drop = torch.zeros_like(drop_sorted).scatter(-1, idx, drop_sorted)
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)

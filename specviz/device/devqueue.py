@@ -157,6 +157,8 @@ def concurrency(device, env: str | None = None) -> int:
                 name, _, value = part.partition("=")
                 table[name.strip()] = int(value)
             n = table.get(key, table.get(kind, 1))
+            if min(table.values()) < 1:  # a bad value for any device is said whichever device is asked
+                n = min(table.values())
     except ValueError:
         raise InvalidSetting(f"{ENV_CONCURRENCY} must be an integer (e.g. 1) or a list like 'cpu=1,cuda=2', "
                              f"got {raw!r}.") from None
@@ -725,13 +727,17 @@ def share_cores() -> int | None:
     """
     import torch
 
+    try:
+        limit = QUEUE.limit("cpu")
+    except InvalidSetting:  # a bad $SPECVIZ_DEVICE_CONCURRENCY: said by the first hold (the CLI: at its start)
+        return None
     n = torch.get_num_threads()
     if n <= 1 or os.environ.get(ENV_SHARE_CORES, "1") == "0" or _libgomp() is None:
         return None
     with _WORKERS._lock:
         _WORKERS.threads["cpu"] = n
     torch.set_num_threads(1)  # this thread and every thread that starts from now
-    _WORKERS.submit("cpu", QUEUE.limit("cpu"), lambda: None)  # make the worker now, with its n threads
+    _WORKERS.submit("cpu", limit, lambda: None)  # make the worker now, with its n threads
     got = run("cpu", torch.get_num_threads)
     if got != n:  # the runtime did not keep a per-thread count: back to PyTorch's own setting
         torch.set_num_threads(n)

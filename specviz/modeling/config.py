@@ -7,6 +7,7 @@ field path, e.g. "models.yaml: pairs.foo.draft: unknown model 'bar'".
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ DEFAULT_PATH = Path(__file__).resolve().parents[2] / "models.yaml"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _GGUF_RE = re.compile(r"^[^/\\]+\.gguf$")
+CHUNKS_MAX = 1000  # chunk packages of one file (the shipped files have a few dozen)
+# a tiny source's sizes: test models, far below these (a bigger one is a typo, and would fill the memory)
+TINY_MAX = {"vocab": 2**18, "hidden": 4096, "layers": 64}
 
 
 # -----------------------------------------------------------------------------
@@ -186,11 +190,13 @@ class _Checker:
             self.fail(path, f"malformed value {value!r}")
         return value
 
-    def integer(self, value: Any, path: str, minimum: int = 0) -> int:
+    def integer(self, value: Any, path: str, minimum: int = 0, maximum: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"expected an integer, got {_kind(value)}")
         if value < minimum:
             self.fail(path, f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            self.fail(path, f"must be <= {maximum}, got {value}")
         return value
 
     def boolean(self, value: Any, path: str) -> bool:
@@ -249,14 +255,14 @@ def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source
     if kind == "tiny":
         t = c.mapping(value, p, set(), {"seed", "noise", "vocab", "hidden", "layers", "reversed_ids"})
         noise = t.get("noise", 0.0)
-        if not isinstance(noise, (int, float)) or isinstance(noise, bool) or noise < 0:
-            c.fail(_join(p, "noise"), f"expected a number >= 0, got {_kind(noise)}")
+        if not isinstance(noise, (int, float)) or isinstance(noise, bool) or not 0 <= noise < math.inf:
+            c.fail(_join(p, "noise"), f"expected a finite number >= 0, got {_kind(noise)}")
         return TinySource(
             seed=c.integer(t.get("seed", 0), _join(p, "seed")),
             noise=float(noise),
-            vocab=c.integer(t.get("vocab", 128), _join(p, "vocab"), minimum=100),
-            hidden=c.integer(t.get("hidden", 64), _join(p, "hidden"), minimum=8),
-            layers=c.integer(t.get("layers", 2), _join(p, "layers"), minimum=1),
+            vocab=c.integer(t.get("vocab", 128), _join(p, "vocab"), 100, TINY_MAX["vocab"]),
+            hidden=c.integer(t.get("hidden", 64), _join(p, "hidden"), 8, TINY_MAX["hidden"]),
+            layers=c.integer(t.get("layers", 2), _join(p, "layers"), 1, TINY_MAX["layers"]),
             reversed_ids=c.boolean(t.get("reversed_ids", False), _join(p, "reversed_ids")),
         )
     if kind == "packaged":
@@ -275,9 +281,14 @@ def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source
     packages = c.string(ch["packages"], _join(p, "packages"))
     if "{i}" not in packages:
         c.fail(_join(p, "packages"), f"pattern must contain '{{i}}' (the chunk number), got {packages!r}")
+    if any(sep in packages for sep in ("/", "\\")) or ".." in packages:
+        c.fail(_join(p, "packages"), f"a package name, not a path, got {packages!r}")
+    if not _NAME_RE.match(packages.replace("{i}", "1")):  # no other {field}: str.format would raise on it
+        c.fail(_join(p, "packages"), f"a package name (letters, digits, '.', '_', '-') with '{{i}}' for the "
+                                     f"chunk number, got {packages!r}")
     return ChunkSource(
         packages=packages,
-        count=c.integer(ch["count"], _join(p, "count"), minimum=1),
+        count=c.integer(ch["count"], _join(p, "count"), 1, CHUNKS_MAX),
         version=_version(c, ch["version"], _join(p, "version")),
         filename=c.string(ch["filename"], _join(p, "filename"), _GGUF_RE),
         size=c.integer(ch["size"], _join(p, "size"), minimum=1),
@@ -299,6 +310,13 @@ def _parse_model(c: _Checker, name: str, raw: Any, base: Path | None) -> ModelSp
         gated=c.boolean(m["gated"], _join(path, "gated")) if "gated" in m else False,
         chat_template=c.string(m["chat_template"], _join(path, "chat_template")) if "chat_template" in m else None,
     )
+
+
+def tiny_params(src: TinySource) -> int:
+    """Parameters of a tiny source's model (tiny.tiny_model's shape): embeddings and LM head, and per layer
+    attention (q, o: hidden²; k, v: half that, 2 of 4 heads) and an MLP of 2 × hidden (3 matrices)."""
+    h = src.hidden
+    return 2 * src.vocab * h + src.layers * (3 * h * h + 6 * h * h)
 
 
 def target_layers(m: ModelSpec) -> int | None:
@@ -405,6 +423,8 @@ def load_registry(path: str | os.PathLike | None = None) -> Registry:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x})") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read it ({e.strerror})") from None
     try:

@@ -165,8 +165,20 @@ def cmd_prepare(args) -> int:
     return 0
 
 
+def _read_stdin() -> str:
+    """stdin as UTF-8 text (InvalidSetting for another encoding, e.g. a UTF-16 file piped in)."""
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InvalidSetting(f"--prompt -: stdin is not UTF-8 text (byte {e.start} is {data[e.start]:#04x}); "
+                             "convert it, e.g. with iconv -t UTF-8.") from None
+
+
 def _read_prompt(args) -> str:
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    prompt = _read_stdin() if args.prompt == "-" else args.prompt
     if prompt is None or not prompt.strip():
         raise InvalidSetting("The prompt is empty: give one with --prompt \"...\" (or --prompt - to read stdin).")
     return prompt
@@ -270,8 +282,11 @@ TREE_WHAT = "--tree or --spine (a token tree)"
 
 
 def cmd_run(args) -> int:
+    from specviz.decoding.models import check_device
+
     prompt = _read_prompt(args)
     decode = decode_settings(args)
+    check_device(args.device)  # before a load
     if tree_shape(args) is not None and args.draft is None and args.target is None:
         from specviz.decoding.models import check_spec_shared_vocab
 
@@ -303,8 +318,9 @@ def check_bench_args(a: argparse.Namespace) -> argparse.Namespace:
     from specviz.tools.bench import DEFAULT_DOMAINS, select_methods
 
     a.ks = _int_list(a.ks, "--ks")
-    if not a.ks or min(a.ks) < 1:
-        raise InvalidSetting("--ks must list integers >= 1")
+    if not a.ks or min(a.ks) < 1 or max(a.ks) > limits.K_MAX:
+        raise InvalidSetting(f"--ks must list integers from 1 to {limits.K_MAX} (the engine's largest k), "
+                             f"got {a.ks!r}")
     a.trees = _int_list(a.trees, "--trees")
     a.modes = _names(a.modes)
     if not a.modes or any(m not in ("greedy", "sample") for m in a.modes):
@@ -316,10 +332,26 @@ def check_bench_args(a: argparse.Namespace) -> argparse.Namespace:
         raise InvalidSetting(f"unknown domain(s) {bad}; choose from {', '.join(known)}")
     if a.reps < 1 or a.max_new_tokens < 1:
         raise InvalidSetting("--reps and --max-new-tokens must be >= 1")
+    limits.check_max_new_tokens(a.max_new_tokens)
+    for flag, path in (("--out", a.out), ("--figure", a.figure)):
+        _check_writable(flag, path)  # before the benchmark runs, not after
     if not (a.temperature > 0 and math.isfinite(a.temperature)):
         raise InvalidSetting("--temperature must be > 0 (sample mode); greedy is its own mode")
     a.method_names = select_methods(a.ks, a.trees, _names(a.methods) if a.methods else None)
     return a
+
+
+def _check_writable(flag: str, path: str | None) -> None:
+    """InvalidSetting naming the flag when a file could not be written at `path` (None: not asked for)."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise InvalidSetting(f"{flag} {path!r} is a folder; give a file name")
+    if not os.path.isdir(folder):
+        raise InvalidSetting(f"{flag} {path!r}: the folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise InvalidSetting(f"{flag} {path!r}: the folder {folder!r} is not writable")
 
 
 def parse_bench_args(argv: list[str]) -> argparse.Namespace:
@@ -489,6 +521,9 @@ def _loadtest(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        from specviz.device import devqueue
+
+        devqueue.concurrency("cpu")  # a bad $SPECVIZ_DEVICE_CONCURRENCY: said now, once, for every command
         if argv and argv[0] == "loadtest":
             return _loadtest(argv[1:])  # loadtest parses its own options
         args = build_parser().parse_args(argv)
