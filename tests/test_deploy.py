@@ -24,6 +24,8 @@ from deploy import launch
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 KEYS = [f"laptop-{i}" for i in range(12)]  # sticky keys (the cookie's value); nginx's hash of each is fixed
 
 pytestmark = pytest.mark.skipif(not Path(NGINX).exists(), reason=f"{NGINX} is missing: apt-get install nginx")
@@ -97,6 +99,44 @@ def test_the_app_websocket_is_upgraded_through_nginx(dep):
         head = s.recv(4096).decode(errors="replace")
     assert head.startswith("HTTP/1.1 101"), head
     assert "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in head  # the accept key of RFC 6455's example
+
+
+@pytest.mark.browser
+def test_a_browser_whose_replica_dies_goes_on_on_the_other_with_a_clear_message(tmp_path):
+    """Chromium on the main page; its replica is killed. Streamlit's client reconnects to the other replica
+    (nginx moves its key); the next widget touched reruns the page there, in a new session: the page says
+    why earlier results are gone (explain.NEW_SESSION), the widget's value is kept, and no traceback shows."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+    from playwright.sync_api import expect, sync_playwright
+
+    from specviz.teaching import explain
+
+    env = dict(os.environ, SPECVIZ_MODELS=str(TINY))
+    front, *replicas = launch.free_ports(3)
+    with (launch.serve(2, port=front, host="127.0.0.1", replica_ports=replicas, cores_per_replica=1, env=env,
+                       nginx=NGINX, start_s=45, nginx_log=tmp_path / "nginx.log") as d,
+          sync_playwright() as p):
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(d.url)
+            recorded = page.get_by_text("Recorded runs", exact=False).first
+            expect(recorded).to_be_visible(timeout=40_000)
+            expect(page.get_by_text(explain.NEW_SESSION)).to_have_count(0)  # a page opened afresh: no note
+            key = next(c["value"] for c in page.context.cookies() if c["name"] == launch.COOKIE)
+            dead = d.replicas[replica_of(d, get(d, "/", key)[1])]
+            dead.proc.send_signal(signal.SIGKILL)
+            dead.proc.wait(timeout=10)
+
+            recorded.click()  # the first rerun after the loss runs on the other replica
+            expect(page.get_by_text(explain.NEW_SESSION)).to_be_visible(timeout=20_000)
+            expect(page.get_by_role("radio", name="Recorded runs", exact=False)).to_be_checked()
+            assert "Traceback" not in page.locator("body").inner_text()
+            assert replica_of(d, get(d, "/", key)[1]) != dead.index
+        finally:
+            browser.close()
 
 
 def test_killing_a_replica_leaves_the_other_serving(dep):
