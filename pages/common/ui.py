@@ -137,7 +137,23 @@ def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple
     if shows:
         st.caption("Shows " + ", ".join(claims.link(n) for n in shows)
                    + f" of [{claims.PAGE_TITLE.lower()}]({claims.PAGE_PATH}).")
+    _note_new_session()
     join_device_queue()
+
+
+SESSION_SEEN = "ui.session_seen"  # set on a session's first run
+
+
+def _note_new_session() -> None:
+    """On the first run of a session that replaced one its browser had (its server process stopped), say why
+    earlier results are gone (explain.NEW_SESSION). Streamlit's client names the session it had in the third
+    entry of the websocket's subprotocol header; a page opened afresh names none."""
+    if SESSION_SEEN in st.session_state:
+        return
+    st.session_state[SESSION_SEEN] = True
+    entries = (st.context.headers.get("Sec-Websocket-Protocol") or "").split(",")  # None in an AppTest
+    if len(entries) >= 3 and entries[2].strip():
+        st.warning(explain.NEW_SESSION, icon=":material/sync_problem:")
 
 
 def join_device_queue() -> None:

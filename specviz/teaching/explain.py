@@ -49,6 +49,11 @@ Decode = Callable[[int], str]
 ACCEPT_TEST = "u < min(1, p/q)"
 ACCEPT_RULE = f"a drafted token d is kept iff **{ACCEPT_TEST}**, with u uniform in [0, 1)"
 GREEDY_RULE = "a drafted token is kept iff it is the target's argmax"
+# a page whose server process stopped (a replica behind nginx, or the one server restarted) reconnects as a
+# new session: Streamlit's client sends its widgets' values again, nothing else of the old session survives
+NEW_SESSION = ("The server this page was on stopped, so the page goes on in a new session (on another server of "
+               "this room, or the same one restarted). Your settings are kept; runs and results from before are "
+               "not: press Run again.")
 MISSING = "–"  # a number that does not exist here: a cell of a row with nothing to show, a missing figure
 
 
