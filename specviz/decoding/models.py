@@ -150,6 +150,7 @@ class Pair:
     load_s: float = 0.0
     fast_linear: bool = False  # float32 CPU linears run through oneDNN (see load_pair)
     draft_precision: str = "float32"  # float32 | bfloat16 | int8 | int4 (specviz/modeling/quant.py)
+    target_precision: str = "float32"  # float32 (the reference) | int8: quant.TARGET_PRECISIONS, both exact
     draft_tokenizer: Any = None  # None: the draft shares `tokenizer`; else it drafts through text
     token_tables: dict = field(default_factory=dict, repr=False)  # xtok's shared-token table, built once
     draft_head: str = "full"  # full | frequent: the draft proposes among ranked frequent tokens (vocabhead.py)
@@ -495,7 +496,8 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
               dtype: torch.dtype | str | None = None, device: str | None = None,
               progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None,
               fast_linear: bool | None = None, draft_precision: str | None = None,
-              draft_head: str | None = None, loaded: Iterable[Pair] = ()) -> Pair:
+              draft_head: str | None = None, target_precision: str | None = None,
+              loaded: Iterable[Pair] = ()) -> Pair:
     """Load a draft/target pair by name (None = default), or with draft=/target= overrides.
 
     loaded: pairs loaded already. One whose target is this pair's target (the same model, dtype and
@@ -504,6 +506,11 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     draft_precision: float32, bfloat16, int8 or int4 (None or 'auto': quant.default_precision for
     the device). The draft is loaded in `dtype`, then put into that precision (specviz/modeling/quant.py);
     the target stays in `dtype`.
+
+    target_precision: float32 (None: the reference) or int8 (quant.apply_target: int8 weights, each
+    token's activations quantized on their own, a quarter of the weight bytes). Both keep greedy
+    speculative text equal to the same target's alone; bfloat16 is refused (InvalidSetting). int8
+    needs dtype float32 on a CPU.
 
     draft_head: full or frequent (None or 'auto': vocabhead.default_head for the device). With
     'frequent', the draft proposes only among its tokenizer family's ranked frequent tokens, the
@@ -522,11 +529,15 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     device = check_device(device) or default_device()
     dtype = DEFAULT_DTYPE if dtype is None else parse_dtype(dtype)
     precision = quant.check(draft_precision, device)
+    t_precision = quant.check_target(target_precision, device)
+    if t_precision != "float32" and dtype != torch.float32:
+        raise InvalidSetting(f"target precision {t_precision} is made from float32 weights; "
+                             f"load with dtype float32, not {str(dtype).removeprefix('torch.')}.")
     head = vocabhead.check(draft_head, device)
-    lender = next((p for p in loaded if _shares_target(p, spec, dtype, device)), None)
+    lender = next((p for p in loaded if _shares_target(p, spec, dtype, device, t_precision)), None)
     check_memory(spec, dtype, device, with_target=lender is None)
     (d_tok, d_model), (t_tok, t_model), sources, precision = _load_models(spec, dtype, device, precision,
-                                                                          lender, progress)
+                                                                          lender, progress, t_precision)
     if fast_linear is None:
         fast_linear = os.environ.get("SPECVIZ_FAST_LINEAR", "1") != "0"
     if fast_linear and device == "cpu":
@@ -553,14 +564,15 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
         name=spec.name, draft=d_model, target=t_model, tokenizer=t_tok, dtype=dtype, device=device, spec=spec,
         eos_token_ids=eos, shared_vocab=shared, sources=sources,
         fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"), draft_precision=precision,
-        draft_tokenizer=d_tok if spec.other_tokenizer else None, draft_head=head,
+        target_precision=t_precision, draft_tokenizer=d_tok if spec.other_tokenizer else None, draft_head=head,
     )  # fmt: skip
     pair.load_s = time.perf_counter() - t0
     progress("ready", 1.0)
     return pair
 
 
-def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pair | None, progress: Progress):
+def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pair | None, progress: Progress,
+                 t_precision: str = "float32"):
     """((draft tokenizer, model), (target tokenizer, model), where each came from, the draft's precision)."""
     derived = isinstance(spec.draft.source, DerivedSource)
     roles = [("draft", spec.draft), ("target", spec.target)][1 if derived else 0:]
@@ -572,19 +584,25 @@ def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pai
     for role, m in roles:
         where, kw, sources[role] = _locate(m, role, progress)
         got[role] = _load_one(where, kw, m, role, dtype, device, progress)
+        if role == "target" and t_precision != "float32":  # before a draft is made of its layers
+            progress(f"target precision: {t_precision}", None)
+            devqueue.run(device, lambda: quant.apply_target(got["target"][1], t_precision), turn=False)
     if derived:  # a draft made from the target: its tokenizer, its weights
         d_model, sources["draft"] = _derive_draft(spec, got["target"][1])
         got["draft"] = (got["target"][0], d_model)
-        precision = str(dtype).replace("torch.", "")  # its weights ARE the target's: never quantize them
+        # its weights ARE the target's: never quantized again
+        precision = t_precision if t_precision != "float32" else str(dtype).replace("torch.", "")
     else:
         progress(f"draft precision: {precision}", None)
         devqueue.run(device, lambda: quant.apply(got["draft"][1], precision), turn=False)
     return got["draft"], got["target"], sources, precision
 
 
-def _shares_target(pair: Pair, spec: PairSpec, dtype: torch.dtype, device: str) -> bool:
-    """Can `pair`'s target serve as `spec`'s target (the same model, dtype and device)?"""
-    return pair.spec.target == spec.target and pair.dtype == dtype and pair.device == device
+def _shares_target(pair: Pair, spec: PairSpec, dtype: torch.dtype, device: str,
+                   t_precision: str = "float32") -> bool:
+    """Can `pair`'s target serve as `spec`'s target (the same model, dtype, device and precision)?"""
+    return (pair.spec.target == spec.target and pair.dtype == dtype and pair.device == device
+            and pair.target_precision == t_precision)
 
 
 def with_draft_precision(pair: Pair, precision: str | None) -> Pair:

@@ -15,6 +15,14 @@ pass; rounding its weights may lower α a little.
 
 Both quantize a float32 draft at load, in place, in a few seconds; the input
 embedding stays as it is (a lookup reads one row, not the matrix).
+
+Target precision: float32 (the reference) or int8. The target's precision DOES
+decide the output, so speculative text must equal the same target's alone: a
+verify pass scores k+1 rows in one call where the target alone scores 1, and
+each row's result must not depend on the others in its call. ExactInt8Linear
+gives that: each row is quantized on its own range onto fixed qparams, the
+int8 x int8 products are summed exactly in int32, and the rescale is per element.
+bfloat16 is refused as an exact target (its k+1-row pass rounds differently).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from torch import nn
 from specviz.core.errors import InvalidSetting
 
 PRECISIONS = ("float32", "bfloat16", "int8", "int4")
+TARGET_PRECISIONS = ("float32", "int8")  # exact targets: a row's result does not depend on its call's other rows
 INT4_GROUP = 32
 _CPU_ONLY = ("int8", "int4")
 
@@ -142,6 +151,65 @@ class Int8Linear(nn.Module):
             y = y - self._bias
         y = y * half + mid * self._row_sums  # (T, N): x W^T
         return y if self._bias is None else y + self._bias  # the bias once, unscaled
+
+
+class ExactInt8Linear(Int8Linear):
+    """Int8Linear for a target: every call, of any row count, takes the per-row path with fixed qparams.
+
+    Each row is mapped onto [-1, 1] with its own exact -1 and +1 in it, so fbgemm's one activation
+    scale (chosen from the whole call's min and max) is always 2/255 with zero point 128: the
+    quantized row, its int32 sums and its rescaled output are the same whatever rows share the call.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).float()  # (T, K)
+        return self._per_row(rows).view(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def _per_row(self, rows: torch.Tensor) -> torch.Tensor:
+        lo, hi = rows.aminmax(dim=1, keepdim=True)  # (T, 1) each
+        mid, half = (hi + lo) / 2, ((hi - lo) / 2).clamp(min=1e-12)  # (T, 1)
+        unit = ((rows - mid) / half).clamp_(-1.0, 1.0)  # (T, K): this row alone sets its range
+        # the row's own ends become exactly -1 and +1 (a rounding step at most), so every call spans
+        # [-1, 1] exactly; a constant row (one index for both) gets its -1 on the next column
+        top = rows.argmax(dim=1, keepdim=True)  # (T, 1)
+        bottom = rows.argmin(dim=1, keepdim=True)
+        bottom = torch.where(bottom == top, (top + 1) % rows.shape[1], bottom)
+        unit.scatter_(1, top, 1.0).scatter_(1, bottom, -1.0)
+        y = torch.ops.quantized.linear_dynamic(unit, self._packed, REDUCE_RANGE)  # (T, N): x' W^T + b
+        if self._bias is not None:
+            y = y - self._bias
+        y = y * half + mid * self._row_sums  # (T, N): x W^T
+        return y if self._bias is None else y + self._bias
+
+
+def check_target(precision: str | None, device: str) -> str:
+    """A valid target precision for `device` (None: float32); InvalidSetting otherwise."""
+    if precision is None or precision == "auto":
+        return "float32"
+    if precision == "bfloat16":
+        raise InvalidSetting("target precision bfloat16 is not offered: the target's verify pass of k+1 tokens "
+                             "rounds differently from its one-token steps in bfloat16, so speculative text could "
+                             "differ from the target alone. Choose float32 (the reference) or int8.")
+    if precision not in TARGET_PRECISIONS:
+        raise InvalidSetting(f"target precision must be one of {', '.join(TARGET_PRECISIONS)}; got {precision!r}.")
+    if precision == "int8" and "int8" not in supported(device):
+        raise InvalidSetting(f"target precision int8 does not run on {device} here (it needs a CPU with "
+                             f"PyTorch's fbgemm); choose float32.")
+    return precision
+
+
+def apply_target(model: nn.Module, precision: str) -> nn.Module:
+    """Put a float32 target into an exact `precision` (float32 or int8), in place; returns the model."""
+    precision = check_target(precision, str(next(model.parameters()).device))
+    model.config.specviz_precision = precision
+    if precision == "float32":
+        return model.to(torch.float32)
+    from specviz.modeling import rowattn
+
+    _unfast(model)
+    _swap_linears(model.to(torch.float32), ExactInt8Linear)
+    rowattn.enable(model)  # stock attention's bits depend on the call's row count; int8 would magnify that
+    return model
 
 
 def _torchao_int4():

@@ -153,7 +153,8 @@ def load(args):
         from specviz.decoding.models import load_pair
 
         pair = load_pair(args.pair, dtype=args.dtype, registry=args.models, fast_linear=args.fast_linear,
-                         draft_precision=args.draft_precision, draft_head=args.draft_head)
+                         draft_precision=args.draft_precision, draft_head=args.draft_head,
+                         target_precision=getattr(args, "target_precision", None))
     return pair
 
 

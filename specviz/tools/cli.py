@@ -225,7 +225,7 @@ def _load_pair(args):
     try:
         return load_pair(args.pair, draft=args.draft, target=args.target, dtype=args.dtype, device=args.device,
                          progress=progress, registry=args.models, draft_precision=args.draft_precision,
-                         draft_head=args.draft_head)
+                         draft_head=args.draft_head, target_precision=args.target_precision)
     finally:
         progress.done()
 
@@ -395,7 +395,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 def add_pair_options(p: argparse.ArgumentParser) -> None:
     """Which pair, in which dtype, with which draft precision (run and bench)."""
-    from specviz.modeling.quant import PRECISIONS
+    from specviz.modeling.quant import PRECISIONS, TARGET_PRECISIONS
     from specviz.modeling.vocabhead import HEADS
 
     p.add_argument("--pair", help="pair name from `python -m specviz models` (default: the default pair)")
@@ -403,6 +403,10 @@ def add_pair_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-precision", choices=["auto", *PRECISIONS], default="auto",
                    help="the draft's weights (default auto: int8 on a CPU, the model dtype on a GPU); "
                         "never changes the output, only the draft's cost and its acceptance")
+    p.add_argument("--target-precision", choices=TARGET_PRECISIONS, default="float32",
+                   help="the target's weights: float32 (the reference) or int8 (a quarter of the weight bytes, "
+                        "each token's activations quantized on their own); the text is the int8 target's, and "
+                        "speculative text still equals that target alone. Needs --dtype float32 on a CPU")
     p.add_argument("--draft-head", choices=["auto", *HEADS], default="auto",
                    help="the draft's output layer: full, or frequent (only its family's most written tokens, "
                         "the prompt's and the run's: a cheaper step, sometimes a lower acceptance; default auto: "
