@@ -10,7 +10,6 @@ import base64
 import json
 import re
 import os
-import re
 import threading
 from pathlib import Path
 
