@@ -7,6 +7,7 @@ pair into a temporary folder, read back, and drawn by the page.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,92 @@ def test_slow_motion_replays_the_recording_round_by_round_with_no_model(by, no_m
         press(at, "slow.next")
     assert [s.value for s in at.selectbox if s.label == "Round to inspect"] == [len(run.rounds)]
     assert any("run finished" in c.value for c in at.caption)
+
+
+# --- page recordings: record on the tiny pair, read back, drawn by the page ---------------------------------------
+@pytest.fixture(scope="module")
+def tiny_recordings(tmp_path_factory, tiny_registry):
+    """record_pages on the tiny pair into a temporary folder (the command that writes the shipped files)."""
+    from specviz.decoding import models
+    from specviz.tools import record
+
+    out = tmp_path_factory.mktemp("pages")
+    written = record.record_pages(models.load_pair(None), out, progress=lambda m: None)
+    assert {p.stem for p in written} == {"exactness"}
+    return out
+
+
+@pytest.fixture
+def shipped(tiny_recordings, monkeypatch):
+    """The pages read their recordings from the tiny ones."""
+    from specviz.data import pagefile
+
+    monkeypatch.setattr(pagefile, "PAGES_DIR", tiny_recordings)
+    return tiny_recordings
+
+
+def test_page_recordings_round_trip_every_result_exactly(tiny_recordings):
+    from specviz.data import pagefile
+    from specviz.teaching import page_records
+
+    rec = pagefile.load("exactness", tiny_recordings)
+    assert rec.about["pair"] == "tiny-random" and rec.about["recorded_at"] and rec.settings["k"] == 4
+    for name, tp in page_records.RESULTS["exactness"].items():
+        value = rec.result(name, tp)
+        assert isinstance(value, tp)
+        # written again and read again: the same JSON, so nothing is lost on the way back
+        assert pagefile.to_data(pagefile.from_data(tp, pagefile.to_data(value))) == pagefile.to_data(value)
+        assert pagefile.to_data(value) == rec.results[name]
+    trials = rec.result("trials", page_records.RESULTS["exactness"]["trials"])
+    assert all(isinstance(t, int) for t in trials.counts) and sum(trials.counts.values()) == trials.n
+    assert isinstance(trials.noise.tvs, tuple) and set(trials.counts) <= set(rec.tokens)
+
+
+def test_a_broken_page_recording_is_a_clear_error():
+    from specviz.core.errors import SpecvizError
+    from specviz.data import pagefile
+
+    with pytest.raises(SpecvizError, match="page recording"):
+        pagefile.loads('{"format": "specviz.run/1"}')
+    good = {"format": pagefile.PAGE_FORMAT, "page": "x", "settings": {}, "tokens": {"5": "a"}, "results": {}}
+    bad = {**good, "tokens": {"five": "a"}}
+    import json
+
+    assert pagefile.loads(json.dumps(good)).tokens == {5: "a"}
+    with pytest.raises(SpecvizError, match="tokens"):
+        pagefile.loads(json.dumps(bad))
+    with pytest.raises(SpecvizError, match="results.trials.n"):
+        from specviz.teaching.experiments import FirstTokenTrials
+
+        pagefile.from_data(FirstTokenTrials, {"counts": {}, "p": {}, "q": {}, "n": "many", "accepted": 0},
+                           "results.trials")
+
+
+# --- 5 · exactness ---------------------------------------------------------------------------------------------
+def test_exactness_draws_its_three_experiments_from_the_recording(shipped, no_model):
+    from specviz.core import theory
+    from specviz.data import pagefile
+    from specviz.teaching import page_records
+
+    rec = pagefile.load("exactness")
+    got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["exactness"].items()}
+    at = recorded_page("5")
+    [note] = notices(at)
+    assert "tiny-random" in note and rec.about["recorded_at"] in note and "trials 2000" in note
+    assert all(at.button(key=k).disabled for k in ("exact.run_greedy", "exact.run_trials", "exact.run_rules"))
+    m = {x.label: x.value for x in at.metric}
+    assert m["identical"] == ("yes" if got["greedy"].identical else "no")
+    assert m["tokens compared"] == str(len(got["greedy"].base.token_ids))
+    assert m["speedup (this run)"] == f"{got['greedy'].speedup:.2f}×"
+    assert m["total variation distance"] == f"{theory.total_variation(got['trials'].p, got['trials'].counts):.3f}"
+    titles = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+    assert any(t.startswith("Acceptance rules") for t in titles) and len(titles) == 3
+    assert len(at.dataframe[0].value) == len(got["rules"].results)
+
+
+def test_a_page_without_its_recording_says_so(no_model, tmp_path, monkeypatch):
+    from specviz.data import pagefile
+
+    monkeypatch.setattr(pagefile, "PAGES_DIR", tmp_path)
+    at = recorded_page("5")
+    assert any("No recording of this page" in w.value for w in at.warning) and not at.get("plotly_chart")

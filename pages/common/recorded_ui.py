@@ -84,3 +84,12 @@ def pair_or_main_recording(prefix: str, name: str, settings_of, **pair_kw):
         return None, None
     notice(main_about(rec), settings_of(rec), fell_back=not chosen)
     return None, rec
+
+
+def results(rec: pagefile.PageRecording, types: dict) -> dict | None:
+    """The recording's results, read back as types (name -> type); None after showing why a file is broken."""
+    try:
+        return {name: rec.result(name, tp) for name, tp in types.items()}
+    except SpecvizError as e:
+        ui.show_error(e)
+        return None
