@@ -93,7 +93,7 @@ def tiny_recordings(tmp_path_factory, tiny_registry):
 
     out = tmp_path_factory.mktemp("pages")
     written = record.record_pages(models.load_pair(None), out, progress=lambda m: None)
-    assert {p.stem for p in written} == {"exactness"}
+    assert {p.stem for p in written} == {"exactness", "acceptance_lab"}
     return out
 
 
@@ -171,3 +171,23 @@ def test_a_page_without_its_recording_says_so(no_model, tmp_path, monkeypatch):
     monkeypatch.setattr(pagefile, "PAGES_DIR", tmp_path)
     at = recorded_page("5")
     assert any("No recording of this page" in w.value for w in at.warning) and not at.get("plotly_chart")
+
+
+# --- 2 · acceptance lab ----------------------------------------------------------------------------------------
+def test_acceptance_lab_draws_the_recorded_sweep(shipped, no_model):
+    from specviz.data import pagefile
+    from specviz.teaching import lab, page_records
+
+    rec = pagefile.load("acceptance_lab")
+    got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["acceptance_lab"].items()}
+    assert list(got["sweep"]) == list(page_records.ACCEPTANCE_LAB["domains"]) and list(got["agree"]["code"]) == [0.0]
+    at = recorded_page("2", by="session")
+    [note] = notices(at)
+    assert "tiny-random" in note and "new tokens per run 48" in note
+    assert at.button(key="lab.run").disabled and not any("No measurements yet" in i.value for i in at.info)
+    table = at.dataframe[0].value
+    rows = lab.sweep_rows(got["sweep"], got["agree"])
+    assert list(table["domain"]) == [r["domain"] for r in rows]
+    assert list(table["counted α"]) == [r["counted α"] for r in rows]
+    assert list(table["new tokens"]) == [len(got["sweep"][d][0.0].token_ids) for d in got["sweep"]]
+    assert len(at.get("plotly_chart")) >= 3

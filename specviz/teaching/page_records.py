@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from specviz.core import prompts, theory
 from specviz.data import pagefile
+from specviz.data.records import Run
 from specviz.teaching import experiments, lab, rules
 
 # pages that replay a main-page recording (specviz/recorded/<name>.json) instead of a page recording
@@ -25,7 +26,12 @@ EXACTNESS = {  # the page's defaults (pages/5_Exactness.py)
     "rules: temperature": 1.0, "rules: trials": 20_000, "rules: seed": 0, "ε": 0.05, "δ": 0.2, "τ": 0.1,
 }  # fmt: skip
 
+ACCEPTANCE_LAB = {  # the page's defaults (pages/2_Acceptance_lab.py)
+    "domains": list(prompts.LAB_DEFAULT_DOMAINS), "temperatures": [0.0], "k": 4, "new tokens per run": 48, "seed": 0,
+}  # fmt: skip
+
 RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
+    "acceptance_lab": {"sweep": dict[str, dict[float, Run]], "agree": dict[str, dict[float, experiments.Agreement]]},
     "exactness": {"greedy": experiments.Comparison, "trials": experiments.FirstTokenTrials,
                   "fp": lab.FirstPosition, "rules": rules.RuleLab},
 }
@@ -54,7 +60,19 @@ def record_exactness(pair, s: dict = EXACTNESS) -> dict[str, Any]:
     return {"greedy": greedy, "trials": trials, "fp": fp, "rules": rlab}
 
 
+def record_acceptance_lab(pair, s: dict = ACCEPTANCE_LAB) -> dict[str, Any]:
+    """The Acceptance lab's default measurement: each domain's run at each temperature, and the agreement along
+    each run's text."""
+    presets = prompts.lab_prompts()
+    ids = {d: prompts.encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in s["domains"]}
+    sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, s["temperatures"], k=s["k"],
+                                 max_new_tokens=s["new tokens per run"], seed=s["seed"], **pair.run_kw)
+    agree = lab.agreement_sweep(pair.target, pair.draft, ids, sweep, vocab=pair.shared_vocab)
+    return {"sweep": sweep, "agree": agree}
+
+
 RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> (recorder, its settings)
+    "acceptance_lab": (record_acceptance_lab, ACCEPTANCE_LAB),
     "exactness": (record_exactness, EXACTNESS),
 }
 
@@ -70,4 +88,5 @@ def record_page(pair, page: str, decode: Callable[[int], str]) -> pagefile.PageR
     """Run page's default experiment on pair: its PageRecording (prompt, settings, results, token texts)."""
     recorder, settings = RECORDERS[page]
     results = recorder(pair, settings)
-    return pagefile.make(page, about(pair), prompts.preset(settings["prompt"]).text, settings, results, decode)
+    text = prompts.preset(settings["prompt"]).text if "prompt" in settings else ""  # the lab: one prompt per domain
+    return pagefile.make(page, about(pair), text, settings, results, decode)
