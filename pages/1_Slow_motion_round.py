@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from pages.common import lab_ui, ui
+from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
 from specviz.teaching import charts, explain, render
 from specviz.core import claims, limits
@@ -31,25 +31,48 @@ Press **First round**, then **Next round** to step through a real run on real mo
 """
 )
 
-pair, decode, ident, ids, text, right = lab_ui.stepping_setup("slow", "The capital of France",
-                                                                 shared_vocab=False)
-with right:
-    k = st.slider("k: tokens drafted per round", 1, min(K_MAX, 12), 4, key="slow.k")
-    temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="slow.temperature",
-                                  help="0 shows the greedy test; above 0 shows u, p/q and the residual.")
-    seed = st.number_input("seed", 0, 2**31 - 1, 0, 1, key="slow.seed")
-    max_new = st.number_input("max new tokens (whole run)", 1, limits.max_new_tokens(),
-                              min(48, limits.max_new_tokens()), 1, key="slow.max_new")
-    drafter_name = st.radio("drafter", ["draft model", "prompt lookup (no model)"], horizontal=True,
-                            key="slow.drafter",
-                            help="Prompt lookup copies what followed an earlier match of the last tokens.")
+
+def recorded_settings(r) -> dict:
+    """What the recording ran with, by the names of this page's settings."""
+    d = r.run.decode
+    return {"prompt": r.prompt_text, "k": d.k, "temperature": d.temperature, "seed": d.seed,
+            "new tokens": len(r.run.token_ids), "drafter": r.run.settings.get("drafter", "draft model")}
+
+
+# the default run: live on the loaded pair, or the main page's recording of the same prompt and settings
+RECORDING = "capital-of-france-greedy"
+pair, rec = recorded_ui.pair_or_main_recording("slow", RECORDING, recorded_settings, shared_vocab=False)
+if rec is not None:
+    d = rec.run.decode
+    decode, ident, ids, text = rec.decode(), ("recorded", rec.name), rec.run.prompt_ids, rec.prompt_text
+    k, temperature, seed, max_new = d.k, d.temperature, d.seed, d.max_new_tokens
+    drafter_name = rec.run.settings.get("drafter", "draft model")
+else:
+    if pair is None:  # no model, and no recording: the reason is shown
+        st.stop()
+    pair, decode, ident, ids, text, right = lab_ui.stepping_setup("slow", "The capital of France", pair=pair)
+    with right:
+        k = st.slider("k: tokens drafted per round", 1, min(K_MAX, 12), 4, key="slow.k")
+        temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="slow.temperature",
+                                      help="0 shows the greedy test; above 0 shows u, p/q and the residual.")
+        seed = st.number_input("seed", 0, 2**31 - 1, 0, 1, key="slow.seed")
+        max_new = st.number_input("max new tokens (whole run)", 1, limits.max_new_tokens(),
+                                  min(48, limits.max_new_tokens()), 1, key="slow.max_new")
+        drafter_name = st.radio("drafter", ["draft model", "prompt lookup (no model)"], horizontal=True,
+                                key="slow.drafter",
+                                help="Prompt lookup copies what followed an earlier match of the last tokens.")
+
 
 # the page's run, until the pair or dtype changes; a run that is replaced is stopped, so its KV caches are freed
 kept = Kept("slow.state", ident, close=lambda old: old["pb"].close("replaced"))
 
 
 def start():
-    """A new run with the current settings; None (error shown) on bad input."""
+    """A new run with the current settings (or the recording's replay); None (error shown) on bad input."""
+    if rec is not None:
+        return {"pb": playback.Playback.replay(rec.run, rec.prompt_text, {"chat": rec.chat}), "prompt_text": text,
+                "settings": dict(k=int(k), temperature=float(temperature), seed=int(seed), max_new=int(max_new),
+                                 drafter=drafter_name)}
     if ids is None:
         return None
     draft = pair.drafter() if drafter_name == "draft model" else PromptLookupDrafter()

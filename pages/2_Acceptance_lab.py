@@ -2,9 +2,9 @@
 
 import streamlit as st
 
-from pages.common import lab_ui, ui
+from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, explain, lab
+from specviz.teaching import charts, explain, lab, page_records
 from specviz.core import limits, prompts
 
 ui.page_setup("Acceptance lab: where drafts are accepted", shows=(10,))
@@ -27,30 +27,32 @@ finished measurements are kept.
 """
 )
 
-pair = lab_ui.pair_for_page("lab")
-if pair is None:
+pair, rec = recorded_ui.pair_or_page_recording("lab", "acceptance_lab")
+got = recorded_ui.results(rec, page_records.RESULTS["acceptance_lab"]) if rec is not None else None
+if pair is None and got is None:
     st.stop()
-decode = lab_ui.decoder(pair)
+off = rec is not None  # a recording: its settings are shown, nothing runs
+decode = rec.decode() if off else lab_ui.decoder(pair)
 presets = prompts.lab_prompts()
 
 # --- settings -------------------------------------------------------------------------------
 c1, c2 = st.columns([3, 2])
 domains = c1.multiselect("Domains (one prompt each)", list(presets), default=list(prompts.LAB_DEFAULT_DOMAINS),
-                         key="lab.domains", format_func=lambda d: f"{d}: {presets[d].name}")
+                         key="lab.domains", disabled=off, format_func=lambda d: f"{d}: {presets[d].name}")
 temps = c1.multiselect("Temperatures", [0.0, 0.3, 0.7, 1.0, 1.2, 1.5], default=[0.0],
-                       key="lab.temps", help="0 is greedy. Each temperature adds one run per domain.")
-k = c2.slider("k: tokens drafted per round", 1, 12, 4, key="lab.k")
+                       key="lab.temps", disabled=off, help="0 is greedy. Each temperature adds one run per domain.")
+k = c2.slider("k: tokens drafted per round", 1, 12, 4, key="lab.k", disabled=off)
 cap = limits.max_new_tokens()
-max_new = c2.number_input("new tokens per run", 4, cap, min(48, cap), 4, key="lab.max_new",
+max_new = c2.number_input("new tokens per run", 4, cap, min(48, cap), 4, key="lab.max_new", disabled=off,
                           help="More tokens give tighter estimates and take longer.")
-seed = c2.number_input("seed", 0, 2**31 - 1, 0, 1, key="lab.seed")
+seed = c2.number_input("seed", 0, 2**31 - 1, 0, 1, key="lab.seed", disabled=off)
 
 # results measured with other settings stay visible until the next measurement replaces them
-key = (pair.name, lab_ui.dtype_name(pair), int(k), int(max_new), int(seed))
+key = ("recorded",) if off else (pair.name, lab_ui.dtype_name(pair), int(k), int(max_new), int(seed))
 kept_sweep, kept_agree = Kept("lab.sweep", key), Kept("lab.agree", key)
 
 row = ui.button_row()
-if row.button("Measure", type="primary", key="lab.run"):
+if row.button("Measure", type="primary", key="lab.run", disabled=off):
     if not domains or not temps:
         st.error("Pick at least one domain and one temperature.", icon=":material/error:")
     else:
@@ -69,20 +71,20 @@ if row.button("Measure", type="primary", key="lab.run"):
             kept_agree.put(agree)
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
-if row.button("Clear results", key="lab.clear"):
+if row.button("Clear results", key="lab.clear", disabled=off):
     kept_sweep.clear()
     kept_agree.clear()
 
-sweep = kept_sweep.get() or kept_sweep.stale()
+sweep = got["sweep"] if off else kept_sweep.get() or kept_sweep.stale()
 if not sweep:
     st.info(f"No measurements yet: press **Measure**. With these settings that is "
             f"{explain.count(len(domains) * len(temps), 'run')} of up to {int(max_new)} tokens.")
     st.stop()
-if kept_sweep.get() is None:
+if not off and kept_sweep.get() is None:
     st.warning("The results below were measured with other settings (pair, k, tokens or seed); "
                "**Measure** starts a new set.")
 
-agree = kept_agree.get() or kept_agree.stale() or {}
+agree = got["agree"] if off else kept_agree.get() or kept_agree.stale() or {}
 expected, counted = lab.expected_table(agree), lab.alpha_table(sweep)
 
 # --- α by domain at one temperature, then against temperature ----------------------------------

@@ -5,9 +5,9 @@ And the acceptance-rule lab: which ways of keeping a draft keep that distributio
 
 import streamlit as st
 
-from pages.common import lab_ui, ui
+from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, experiments, explain, lab, rules
+from specviz.teaching import charts, experiments, explain, lab, page_records, rules
 from specviz.core import claims, limits, theory
 
 ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15))
@@ -25,35 +25,53 @@ Speculative decoding changes **only the speed**, never what the model writes or 
 """
 )
 
-pair = lab_ui.pair_for_page("exact")
-if pair is None:
+pair, rec = recorded_ui.pair_or_page_recording("exact", "exactness")
+got = recorded_ui.results(rec, page_records.RESULTS["exactness"]) if rec is not None else None
+if pair is None and got is None:
     st.stop()
-decode = lab_ui.decoder(pair)
-dt = lab_ui.dtype_name(pair)
-ids, text = lab_ui.prompt_input("exact", pair, default="The capital of France")
+off = rec is not None  # a recording: its settings are shown, nothing runs
+if off:
+    decode, dt, ids, text = rec.decode(), rec.about["dtype"], got["greedy"].spec.prompt_ids, rec.prompt_text
+    st.markdown(f"**Prompt** (recorded): {text}")
+    shown = {"greedy": {"cmp": got["greedy"], "dtype": dt, "draft": rec.about["draft_precision"]},
+             "trials": {"trials": got["trials"], "fp": got["fp"]}, "rules": got["rules"]}
+else:
+    decode, dt = lab_ui.decoder(pair), lab_ui.dtype_name(pair)
+    ids, text = lab_ui.prompt_input("exact", pair, default=page_records.EXACTNESS_PROMPT)
 # the results stay until another pair is picked (the greedy check names its dtype, so it stays across dtypes);
 # one measured with other settings than those above says which
-kept = {what: Kept(f"exact.{what}", pair.name) for what in ("greedy", "trials", "rules")}
+kept = {what: Kept(f"exact.{what}", "recorded" if off else pair.name) for what in ("greedy", "trials", "rules")}
+
+
+def result(what: str):
+    """The section's result: the recording's, else the one kept from a live run."""
+    return shown[what] if off else kept[what].get()
+
+
+def changed(what: str, now: dict) -> list[str]:
+    return [] if off else kept[what].changed(now)
+
 prompt = {"prompt": list(ids or [])}
 
 # --- greedy: identical text -------------------------------------------------------------------
 st.subheader(f"Greedy: the same text as the target alone ({claims.link(6)})")
 c1, c2, c3 = st.columns(3)
-k = c1.slider("k", 1, 12, 4, key="exact.k")
+k = c1.slider("k", 1, 12, 4, key="exact.k", disabled=off)
 cap = limits.max_new_tokens()
-max_new = c2.number_input("new tokens", 1, cap, min(32, cap), 1, key="exact.max_new")
+max_new = c2.number_input("new tokens", 1, cap, min(32, cap), 1, key="exact.max_new", disabled=off)
 c3.caption(f"dtype **{dt}** (change it in the sidebar: in bfloat16 a near-tie can flip the argmax)")
 greedy_now = {**prompt, "k": int(k), "number of new tokens": int(max_new)}
-if st.button("Compare with the target alone", type="primary", key="exact.run_greedy") and ids is not None:
+if st.button("Compare with the target alone", type="primary", key="exact.run_greedy", disabled=off) \
+        and ids is not None:
     bar = lab_ui.ProgressBar("target alone, then speculative…")
     cmp = lab_ui.run_guarded(lab.compare_with_baseline, pair.target, pair.draft, ids, k=int(k),
                              temperature=0.0, max_new_tokens=int(max_new), seed=0, **pair.run_kw)
     bar.done()
     kept["greedy"].put({"cmp": cmp, "dtype": dt, "draft": pair.draft_precision} if cmp is not None else None,
                        settings=greedy_now)
-if (g := kept["greedy"].get()) is not None:
+if (g := result("greedy")) is not None:
     cmp = g["cmp"]
-    ui.note_other_settings(kept["greedy"].changed(greedy_now))
+    ui.note_other_settings(changed("greedy", greedy_now))
     v = explain.exactness_verdict(cmp.spec.token_ids, cmp.base, g["dtype"], decode)
     (st.success if v.kind == "identical" else st.warning)(v.text)
     m1, m2, m3 = st.columns(3)
@@ -73,14 +91,14 @@ if (g := kept["greedy"].get()) is not None:
 # --- sampling: the same distribution ------------------------------------------------------------
 st.subheader(f"Sampling: the same distribution as the target ({claims.link(7)})")
 s1, s2, s3 = st.columns(3)
-temperature = s1.number_input("temperature", 0.05, 2.0, 1.0, 0.05, key="exact.temperature")
-n = s2.number_input("trials", 100, 100_000, 2000, 100, key="exact.n")
-seed = s3.number_input("first seed", 0, 2**31 - 1, 0, 1, key="exact.seed")
+temperature = s1.number_input("temperature", 0.05, 2.0, 1.0, 0.05, key="exact.temperature", disabled=off)
+n = s2.number_input("trials", 100, 100_000, 2000, 100, key="exact.n", disabled=off)
+seed = s3.number_input("first seed", 0, 2**31 - 1, 0, 1, key="exact.seed", disabled=off)
 st.caption("Each trial is one seeded speculative first step with the engine's own acceptance rule: the draft "
            "samples d from q, the rule keeps it or draws a correction. It is fast because both models' forward "
            "passes for this prompt are computed **once**; only the random draws change between trials.")
 trials_now = {**prompt, "temperature": float(temperature), "number of trials": int(n), "seed": int(seed)}
-if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials") and ids is not None:
+if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials", disabled=off) and ids is not None:
     with st.spinner(f"{int(n)} seeded trials…"):
         # one forward pass of each model; the trials and the p/q/residual chart both read these logits
         logits = lab_ui.run_guarded(experiments.first_logits, pair.target, pair.draft, ids, pair.shared_vocab)
@@ -88,9 +106,9 @@ if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials") and
                                     seed=int(seed), noise_reps=theory.NOISE_REPS) if logits is not None else None
         fp = lab.position_from_logits(*logits, temperature=float(temperature)) if trials is not None else None
     kept["trials"].put({"trials": trials, "fp": fp} if trials is not None else None, settings=trials_now)
-if (res := kept["trials"].get()) is not None:
+if (res := result("trials")) is not None:
     trials, fp = res["trials"], res["fp"]
-    ui.note_other_settings(kept["trials"].changed(trials_now))
+    ui.note_other_settings(changed("trials", trials_now))
     tv, noise = theory.total_variation(trials.p, trials.counts), trials.noise
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("total variation distance", f"{tv:.3f}")
@@ -134,25 +152,24 @@ distribution in closed form) and run on the same seeded trials.
 """
 )
 r1, r2, r3, r4 = st.columns(4)
-r_temp = r1.number_input("temperature", 0.05, 2.0, 1.0, 0.05, key="exact.rules.temperature")
-r_n = r2.number_input("trials per rule", 100, 200_000, 20_000, 1000, key="exact.rules.n")
-r_seed = r3.number_input("seed", 0, 2**31 - 1, 0, 1, key="exact.rules.seed")
+r_temp = r1.number_input("temperature", 0.05, 2.0, 1.0, 0.05, key="exact.rules.temperature", disabled=off)
+r_n = r2.number_input("trials per rule", 100, 200_000, 20_000, 1000, key="exact.rules.n", disabled=off)
+r_seed = r3.number_input("seed", 0, 2**31 - 1, 0, 1, key="exact.rules.seed", disabled=off)
 r4.caption("Add your own settings to the defaults (Medusa's ε = 0.09, δ = 0.3 among them):")
 r5, r6, r7 = st.columns(3)
-eps = r5.number_input("typical: ε", 0.0, 1.0, 0.05, 0.01, key="exact.rules.epsilon")
-delta = r6.number_input("typical: δ", 0.0, 1.0, 0.2, 0.05, key="exact.rules.delta")
-tau = r7.number_input("threshold: τ", 0.0, 1.0, 0.1, 0.01, key="exact.rules.tau")
+eps = r5.number_input("typical: ε", 0.0, 1.0, 0.05, 0.01, key="exact.rules.epsilon", disabled=off)
+delta = r6.number_input("typical: δ", 0.0, 1.0, 0.2, 0.05, key="exact.rules.delta", disabled=off)
+tau = r7.number_input("threshold: τ", 0.0, 1.0, 0.1, 0.01, key="exact.rules.tau", disabled=off)
 rules_now = {**prompt, "temperature": float(r_temp), "number of trials": int(r_n), "seed": int(r_seed),
              "ε": float(eps), "δ": float(delta), "τ": float(tau)}
-if st.button("Compare the rules", type="primary", key="exact.run_rules") and ids is not None:
-    own = (rules.Rule("typical", epsilon=float(eps), delta=float(delta)), rules.Rule("threshold", tau=float(tau)))
-    chosen = list(rules.DEFAULT_RULES) + [r for r in own if r not in rules.DEFAULT_RULES]
+if st.button("Compare the rules", type="primary", key="exact.run_rules", disabled=off) and ids is not None:
+    chosen = page_records.exactness_rules(eps, delta, tau)
     with st.spinner("every rule, exactly and on seeded trials…"):
         rlab = lab_ui.run_guarded(rules.rule_lab, pair.target, pair.draft, ids, chosen, n=int(r_n),
                                   temperature=float(r_temp), seed=int(r_seed), vocab=pair.shared_vocab)
     kept["rules"].put(rlab, settings=rules_now)
-if (rlab := kept["rules"].get()) is not None:
-    ui.note_other_settings(kept["rules"].changed(rules_now))
+if (rlab := result("rules")) is not None:
+    ui.note_other_settings(changed("rules", rules_now))
     st.info(rules.rules_verdict(rlab))
     ui.show_chart(rules.fig_rules(rlab), "acceptance_rules", key="exact.fig_rules")
     st.caption("Up is faster (more drafts kept), left is more faithful. The lossless rules sit on the left edge, "

@@ -106,13 +106,14 @@ def chat_on(prefix: str) -> bool:
     return bool(st.session_state.get(f"{prefix}.chat"))
 
 
-def stepping_setup(prefix: str, default_prompt: str, shared_vocab: bool = True):
+def stepping_setup(prefix: str, default_prompt: str, shared_vocab: bool = True, pair=None):
     """(pair, decode, ident, ids, text, right column) for a page that steps one run round by round.
 
-    Stops the page when no pair can be used (shared_vocab as in pair_for_page). ident is (pair, dtype): a
-    run belongs to those models. The prompt goes in the left column; the page puts its settings in the right.
+    Stops the page when no pair can be used (shared_vocab as in pair_for_page; pair: one the page already
+    picked). ident is (pair, dtype): a run belongs to those models. The prompt goes in the left column; the page
+    puts its settings in the right.
     """
-    pair = pair_for_page(prefix, shared_vocab=shared_vocab)
+    pair = pair or pair_for_page(prefix, shared_vocab=shared_vocab)
     if pair is None:
         st.stop()
     left, right = st.columns([3, 2])

@@ -81,6 +81,7 @@ class Recording:
     baseline: dict | None = None  # summary of the target-only run, when it was measured
     name: str = ""  # file stem, for shipped recordings
     chat: bool | None = None  # the prompt went in through the chat template (None: the file does not say)
+    recorded_at: str = ""  # when it was recorded (UTC, minutes), "" when the file does not say
 
     def decode(self, fallback: Callable[[int], str] | None = None) -> Callable[[int], str]:
         return table_decoder(self.tokens, fallback)
@@ -110,13 +111,15 @@ def baseline_of(spec: Run, base: Run) -> dict:
 
 
 def export_dict(run: Run, decode: Callable[[int], str], prompt_text: str, pair: str = "", title: str = "",
-                baseline: dict | None = None, chat: bool | None = None) -> dict:
+                baseline: dict | None = None, chat: bool | None = None, recorded_at: str | None = None) -> dict:
     d = run.to_dict()
     d["specviz_export"] = {
         "format": EXPORT_FORMAT, "prompt_text": prompt_text, "pair": pair, "title": title,
         "tokens": {str(i): s for i, s in token_table(run, decode).items()},
         "baseline": records.json_safe(baseline) if baseline else None, "chat": chat,
     }  # fmt: skip
+    if recorded_at:
+        d["specviz_export"]["recorded_at"] = recorded_at
     return d
 
 
@@ -309,7 +312,7 @@ def _check_export_block(extra: Any) -> None:
     records.want_obj(extra, w)
     if extra.get("prompt_text") is not None:
         records.want_str(extra["prompt_text"], f"{w}.prompt_text", limits.max_prompt_chars(), bidi_ok=True)
-    for name in ("pair", "title"):
+    for name in ("pair", "title", "recorded_at"):
         if extra.get(name) is not None:
             records.want_str(extra[name], f"{w}.{name}")
     if extra.get("format") is not None:
@@ -375,7 +378,8 @@ def load_export(text: str | bytes) -> Recording:
     prompt = neutral(prompt)
     _check_drawn(run, tokens, prompt)
     return Recording(run=run, tokens=tokens, prompt_text=prompt, pair=extra.get("pair") or "",
-                     title=extra.get("title") or "", baseline=extra.get("baseline"), chat=extra.get("chat"))
+                     title=extra.get("title") or "", baseline=extra.get("baseline"), chat=extra.get("chat"),
+                     recorded_at=extra.get("recorded_at") or "")
 
 
 # --------------------------------------------------------------------------

@@ -707,3 +707,22 @@ def queue_wait(ahead: int, estimate_s: float | None = None) -> str:
             else "")
     return (f"Waiting for the device: {who}{wait}. The device runs one piece of model work at a time, in turn, "
             "so every figure here counts only this session's own time on it.")
+
+
+def recording_words(about: Mapping[str, str], settings: Mapping, fell_back: bool = False) -> str:
+    """The notice above a page drawn from a recording: that it is one, made on which pair and device, with which
+    settings, and when (all from the file). fell_back: the source was live, but no model could be used here."""
+    why = "No model can be used here, so this page" if fell_back else "This page"
+    where = ", ".join(v for v in (about.get("device"), about.get("dtype")) if v)
+    draft = f", {about['draft_precision']} draft" if about.get("draft_precision") else ""
+    when = f", recorded {about['recorded_at']}" if about.get("recorded_at") else ""
+    made = f"{about.get('pair') or 'an unnamed pair'} ({where}{draft}){when}"
+    shown = "; ".join(f"{k} {_setting_text(v)}" for k, v in settings.items())
+    return (f"{why} shows a **recording** of its default experiment, made on {made}. Settings: {shown}. "
+            "Nothing is computed now: choose **Live** in the sidebar to run it on a loaded pair.")
+
+
+def _setting_text(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_setting_text(x) for x in v)
+    return f"{v:g}" if isinstance(v, float) else str(v)

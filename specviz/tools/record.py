@@ -9,9 +9,11 @@ from typing import Any, Callable
 
 from specviz.core.prompts import encode, preset
 from specviz.core.settings import is_greedy
+from specviz.data import pagefile
 from specviz.data.runfile import DEFAULT_RECORDINGS, RECORDED_DIR, RecordSpec, export_dict
 from specviz.decoding.engine import speculative_decode, warm_up
 from specviz.teaching.baseline import target_alone
+from specviz.teaching import page_records
 from specviz.teaching.explain import drafter_words, k_words
 
 
@@ -51,9 +53,30 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
         temp = "greedy" if is_greedy(s.temperature) else f"temperature {s.temperature:g}, seed {s.seed}"
         title = (f"{p.name} · {temp} · {k_words(s.k, s.k_policy)} · {pair.name} "
                  f"({run.device}, {run.dtype}, {pair.draft_precision} draft)")
-        d = round_floats(export_dict(run, decode, p.text, pair.name, title, base, chat=p.chat))
+        when = page_records.about(pair)["recorded_at"]
+        d = round_floats(export_dict(run, decode, p.text, pair.name, title, base, chat=p.chat, recorded_at=when))
         path = out / f"{s.name}.json"
         path.write_text(json.dumps(d, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
         progress(f"{path}: {len(run.token_ids)} tokens, α={run.alpha:.2f}, {path.stat().st_size // 1024} KiB")
+        written.append(path)
+    return written
+
+
+def record_pages(pair, out_dir: Path | str | None = None, pages=None,
+                 progress: Callable[[str], None] = print) -> list[Path]:
+    """Run each learning page's default experiment on a loaded Pair and write <out_dir>/<page>.json (default
+    specviz/recorded/pages/; pages: names in page_records.RECORDERS, default all).
+
+    Regenerate the shipped files with:
+      python -c "from specviz.decoding import models; from specviz.tools import record; record.record_pages(models.load_pair())"
+    """
+    tok = pair.tokenizer
+    decode = lambda t: tok.decode([int(t)])  # noqa: E731
+    written = []
+    for page in pages or list(page_records.RECORDERS):
+        rec = page_records.record_page(pair, page, decode)
+        rec = pagefile.PageRecording(**{**rec.__dict__, "results": round_floats(rec.results)})
+        path = pagefile.save(rec, out_dir)
+        progress(f"{path}: {page}, {', '.join(rec.results)}, {path.stat().st_size // 1024} KiB")
         written.append(path)
     return written

@@ -1,0 +1,92 @@
+"""The learning pages' default experiments, run on a pair, as page recordings (specviz.data.pagefile).
+
+Each page that ships a recording has here: its default settings (what the page's widgets start at, by the
+page's names), the type of each result it keeps (what pagefile.from_data reads it back as), and a function
+that runs the experiment on a loaded pair. tools.record.record_pages writes them; the pages read them with
+RESULTS[page]. A page whose default run is already a main-page recording (Slow motion: RECORDED_RUNS) has none.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from specviz.core import prompts, theory
+from specviz.data import pagefile
+from specviz.data.records import Run
+from specviz.teaching import experiments, lab, rules
+
+# pages that replay a main-page recording (specviz/recorded/<name>.json) instead of a page recording
+RECORDED_RUNS = {"slow_motion": "capital-of-france-greedy"}
+
+EXACTNESS_PROMPT = "The capital of France"
+EXACTNESS = {  # the page's defaults (pages/5_Exactness.py)
+    "prompt": EXACTNESS_PROMPT, "k": 4, "new tokens": 32,
+    "temperature": 1.0, "trials": 2000, "first seed": 0,
+    "rules: temperature": 1.0, "rules: trials": 20_000, "rules: seed": 0, "ε": 0.05, "δ": 0.2, "τ": 0.1,
+}  # fmt: skip
+
+ACCEPTANCE_LAB = {  # the page's defaults (pages/2_Acceptance_lab.py)
+    "domains": list(prompts.LAB_DEFAULT_DOMAINS), "temperatures": [0.0], "k": 4, "new tokens per run": 48, "seed": 0,
+}  # fmt: skip
+
+RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
+    "acceptance_lab": {"sweep": dict[str, dict[float, Run]], "agree": dict[str, dict[float, experiments.Agreement]]},
+    "exactness": {"greedy": experiments.Comparison, "trials": experiments.FirstTokenTrials,
+                  "fp": lab.FirstPosition, "rules": rules.RuleLab},
+}
+
+
+def exactness_rules(epsilon: float, delta: float, tau: float) -> list[rules.Rule]:
+    """The rules the Exactness page compares: the defaults plus the learner's own typical and threshold."""
+    own = (rules.Rule("typical", epsilon=float(epsilon), delta=float(delta)), rules.Rule("threshold", tau=float(tau)))
+    return list(rules.DEFAULT_RULES) + [r for r in own if r not in rules.DEFAULT_RULES]
+
+
+def record_exactness(pair, s: dict = EXACTNESS) -> dict[str, Any]:
+    """The Exactness page's three experiments at its defaults: the greedy comparison, the seeded first-step
+    trials with the p/q/residual of that position, and the acceptance-rule lab."""
+    p = prompts.preset(s["prompt"])
+    ids = prompts.encode(pair.tokenizer, p.text, p.chat)
+    greedy = lab.compare_with_baseline(pair.target, pair.draft, ids, k=s["k"], temperature=0.0,
+                                       max_new_tokens=s["new tokens"], seed=0, **pair.run_kw)
+    logits = experiments.first_logits(pair.target, pair.draft, ids, pair.shared_vocab)
+    trials = experiments.trials_from_logits(*logits, n=s["trials"], temperature=s["temperature"],
+                                            seed=s["first seed"], noise_reps=theory.NOISE_REPS)
+    fp = lab.position_from_logits(*logits, temperature=s["temperature"])
+    rlab = rules.rule_lab(pair.target, pair.draft, ids, exactness_rules(s["ε"], s["δ"], s["τ"]),
+                          n=s["rules: trials"], temperature=s["rules: temperature"], seed=s["rules: seed"],
+                          vocab=pair.shared_vocab)
+    return {"greedy": greedy, "trials": trials, "fp": fp, "rules": rlab}
+
+
+def record_acceptance_lab(pair, s: dict = ACCEPTANCE_LAB) -> dict[str, Any]:
+    """The Acceptance lab's default measurement: each domain's run at each temperature, and the agreement along
+    each run's text."""
+    presets = prompts.lab_prompts()
+    ids = {d: prompts.encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in s["domains"]}
+    sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, s["temperatures"], k=s["k"],
+                                 max_new_tokens=s["new tokens per run"], seed=s["seed"], **pair.run_kw)
+    agree = lab.agreement_sweep(pair.target, pair.draft, ids, sweep, vocab=pair.shared_vocab)
+    return {"sweep": sweep, "agree": agree}
+
+
+RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> (recorder, its settings)
+    "acceptance_lab": (record_acceptance_lab, ACCEPTANCE_LAB),
+    "exactness": (record_exactness, EXACTNESS),
+}
+
+
+def about(pair) -> dict[str, str]:
+    """Where a recording is made: the pair, device, dtype, draft precision, and now (UTC, to the minute)."""
+    return {"pair": pair.name, "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""),
+            "draft_precision": str(pair.draft_precision),
+            "recorded_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def record_page(pair, page: str, decode: Callable[[int], str]) -> pagefile.PageRecording:
+    """Run page's default experiment on pair: its PageRecording (prompt, settings, results, token texts)."""
+    recorder, settings = RECORDERS[page]
+    results = recorder(pair, settings)
+    text = prompts.preset(settings["prompt"]).text if "prompt" in settings else ""  # the lab: one prompt per domain
+    return pagefile.make(page, about(pair), text, settings, results, decode)

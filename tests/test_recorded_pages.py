@@ -1,0 +1,193 @@
+"""The learning pages' recorded mode: with the source "recorded" (or no usable model) each page draws its default
+experiment from a shipped recording, loads no model, and says it shows a recording (pair, device, settings, when).
+
+Page recordings (specviz/recorded/pages/<page>.json) are written by tools.record.record_pages: here on the tiny
+pair into a temporary folder, read back, and drawn by the page.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "models_tiny.yaml"
+PAGES = {p.name.split("_", 1)[0]: str(p) for p in sorted((ROOT / "pages").glob("[0-9]_*.py"))}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_registry(tiny_app_registry):
+    return tiny_app_registry(TINY)
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """A recorded page must not load a model: loading one fails the test."""
+    from specviz.decoding import models
+
+    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("a recorded page loaded a model"))
+
+
+def recorded_page(n: str, by: str = "address"):
+    """Page n with the source set to recorded, by the address (?source=recorded) or the session's kept value."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(PAGES[n], default_timeout=120)
+    if by == "address":
+        at.query_params["source"] = "recorded"
+    else:
+        at.session_state["keep.source"] = "recorded"
+    at.run()
+    ok(at)
+    return at
+
+
+def ok(at) -> None:
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+
+
+def press(at, key: str):
+    at.button(key=key).click().run()
+    ok(at)
+    return at
+
+
+def notices(at) -> list[str]:
+    return [i.value for i in at.info if "**recording**" in i.value]
+
+
+# --- 1 · slow motion: a round of the main page's recording -------------------------------------------------------
+@pytest.mark.parametrize("by", ["address", "session"])
+def test_slow_motion_replays_the_recording_round_by_round_with_no_model(by, no_model):
+    from specviz.data.runfile import list_recorded
+    from specviz.teaching import explain
+
+    rec = next(r for r in list_recorded() if r.name == "capital-of-france-greedy")
+    decode, run = rec.decode(), rec.run
+    at = recorded_page("1", by)
+    [note] = notices(at)
+    assert rec.pair in note and run.device in note and f"k {run.decode.k}" in note and rec.prompt_text in note
+    assert at.sidebar.radio(key="slow.source").value.startswith("Recorded")
+    press(at, "slow.start")
+    story = [m.value for m in at.markdown if m.value.startswith("**Round 1**")]
+    drafted = " ".join(explain.tok_md(t, decode) for t in run.rounds[0].drafted)
+    assert story and drafted in story[0]  # the recording's own first round, its tokens from the file
+    assert len(at.dataframe[0].value) == len(explain.round_rows(run.rounds[0], decode))
+    assert at.get("plotly_chart")
+    # step to the end: every round of the recording, and no more
+    for _ in range(len(run.rounds) - 1):
+        press(at, "slow.next")
+    assert [s.value for s in at.selectbox if s.label == "Round to inspect"] == [len(run.rounds)]
+    assert any("run finished" in c.value for c in at.caption)
+
+
+# --- page recordings: record on the tiny pair, read back, drawn by the page ---------------------------------------
+@pytest.fixture(scope="module")
+def tiny_recordings(tmp_path_factory, tiny_registry):
+    """record_pages on the tiny pair into a temporary folder (the command that writes the shipped files)."""
+    from specviz.decoding import models
+    from specviz.tools import record
+
+    out = tmp_path_factory.mktemp("pages")
+    written = record.record_pages(models.load_pair(None), out, progress=lambda m: None)
+    assert {p.stem for p in written} == {"exactness", "acceptance_lab"}
+    return out
+
+
+@pytest.fixture
+def shipped(tiny_recordings, monkeypatch):
+    """The pages read their recordings from the tiny ones."""
+    from specviz.data import pagefile
+
+    monkeypatch.setattr(pagefile, "PAGES_DIR", tiny_recordings)
+    return tiny_recordings
+
+
+def test_page_recordings_round_trip_every_result_exactly(tiny_recordings):
+    from specviz.data import pagefile
+    from specviz.teaching import page_records
+
+    rec = pagefile.load("exactness", tiny_recordings)
+    assert rec.about["pair"] == "tiny-random" and rec.about["recorded_at"] and rec.settings["k"] == 4
+    for name, tp in page_records.RESULTS["exactness"].items():
+        value = rec.result(name, tp)
+        assert isinstance(value, tp)
+        # written again and read again: the same JSON, so nothing is lost on the way back
+        assert pagefile.to_data(pagefile.from_data(tp, pagefile.to_data(value))) == pagefile.to_data(value)
+        assert pagefile.to_data(value) == rec.results[name]
+    trials = rec.result("trials", page_records.RESULTS["exactness"]["trials"])
+    assert all(isinstance(t, int) for t in trials.counts) and sum(trials.counts.values()) == trials.n
+    assert isinstance(trials.noise.tvs, tuple) and set(trials.counts) <= set(rec.tokens)
+
+
+def test_a_broken_page_recording_is_a_clear_error():
+    from specviz.core.errors import SpecvizError
+    from specviz.data import pagefile
+
+    with pytest.raises(SpecvizError, match="page recording"):
+        pagefile.loads('{"format": "specviz.run/1"}')
+    good = {"format": pagefile.PAGE_FORMAT, "page": "x", "settings": {}, "tokens": {"5": "a"}, "results": {}}
+    bad = {**good, "tokens": {"five": "a"}}
+    import json
+
+    assert pagefile.loads(json.dumps(good)).tokens == {5: "a"}
+    with pytest.raises(SpecvizError, match="tokens"):
+        pagefile.loads(json.dumps(bad))
+    with pytest.raises(SpecvizError, match="results.trials.n"):
+        from specviz.teaching.experiments import FirstTokenTrials
+
+        pagefile.from_data(FirstTokenTrials, {"counts": {}, "p": {}, "q": {}, "n": "many", "accepted": 0},
+                           "results.trials")
+
+
+# --- 5 · exactness ---------------------------------------------------------------------------------------------
+def test_exactness_draws_its_three_experiments_from_the_recording(shipped, no_model):
+    from specviz.core import theory
+    from specviz.data import pagefile
+    from specviz.teaching import page_records
+
+    rec = pagefile.load("exactness")
+    got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["exactness"].items()}
+    at = recorded_page("5")
+    [note] = notices(at)
+    assert "tiny-random" in note and rec.about["recorded_at"] in note and "trials 2000" in note
+    assert all(at.button(key=k).disabled for k in ("exact.run_greedy", "exact.run_trials", "exact.run_rules"))
+    m = {x.label: x.value for x in at.metric}
+    assert m["identical"] == ("yes" if got["greedy"].identical else "no")
+    assert m["tokens compared"] == str(len(got["greedy"].base.token_ids))
+    assert m["speedup (this run)"] == f"{got['greedy'].speedup:.2f}×"
+    assert m["total variation distance"] == f"{theory.total_variation(got['trials'].p, got['trials'].counts):.3f}"
+    titles = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+    assert any(t.startswith("Acceptance rules") for t in titles) and len(titles) == 3
+    assert len(at.dataframe[0].value) == len(got["rules"].results)
+
+
+def test_a_page_without_its_recording_says_so(no_model, tmp_path, monkeypatch):
+    from specviz.data import pagefile
+
+    monkeypatch.setattr(pagefile, "PAGES_DIR", tmp_path)
+    at = recorded_page("5")
+    assert any("No recording of this page" in w.value for w in at.warning) and not at.get("plotly_chart")
+
+
+# --- 2 · acceptance lab ----------------------------------------------------------------------------------------
+def test_acceptance_lab_draws_the_recorded_sweep(shipped, no_model):
+    from specviz.data import pagefile
+    from specviz.teaching import lab, page_records
+
+    rec = pagefile.load("acceptance_lab")
+    got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["acceptance_lab"].items()}
+    assert list(got["sweep"]) == list(page_records.ACCEPTANCE_LAB["domains"]) and list(got["agree"]["code"]) == [0.0]
+    at = recorded_page("2", by="session")
+    [note] = notices(at)
+    assert "tiny-random" in note and "new tokens per run 48" in note
+    assert at.button(key="lab.run").disabled and not any("No measurements yet" in i.value for i in at.info)
+    table = at.dataframe[0].value
+    rows = lab.sweep_rows(got["sweep"], got["agree"])
+    assert list(table["domain"]) == [r["domain"] for r in rows]
+    assert list(table["counted α"]) == [r["counted α"] for r in rows]
+    assert list(table["new tokens"]) == [len(got["sweep"][d][0.0].token_ids) for d in got["sweep"]]
+    assert len(at.get("plotly_chart")) >= 3
