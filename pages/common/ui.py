@@ -375,7 +375,7 @@ def precision_picker(prefix: str, where=None) -> str:
 
 
 def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -> None:
-    """One line: the device (cpu/cuda) and the dtype in use."""
+    """One line: the device (cpu/cuda/mps), on a CPU the int8 engine (fbgemm's x86 or ARM's qnnpack), and the dtype."""
     from specviz.decoding import models
 
     where = where or st.sidebar
@@ -386,6 +386,11 @@ def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -
         import torch
 
         extra = f" ({torch.cuda.get_device_name(0)})"
+    elif device == "cpu":
+        from specviz.modeling import quant
+
+        engine = quant.engine_of(pair.draft) if pair is not None else quant.int8_engine()
+        extra = f" · int8 engine **{engine}**" if engine else ""
     where.caption(f"device **{device}**{extra} · dtype **{dt}**")
 
 

@@ -154,6 +154,11 @@ class Pair:
                                      tables=self.token_tables)
 
     @property
+    def draft_label(self) -> str:
+        """The draft precision as shown: an int8 draft names its engine, 'int8 (qnnpack)' (quant.precision_label)."""
+        return quant.precision_label(self.draft) if self.draft_precision == "int8" else self.draft_precision
+
+    @property
     def draft_head_name(self) -> str:
         """'full', or 'frequent-N' when the chains draft through a head over N ranked tokens."""
         rows = self.frequent_rows()
