@@ -492,7 +492,8 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     prompt's and the run's (specviz/modeling/vocabhead.py), where the family has a list and the head allows it.
 
     fast_linear (default on; env SPECVIZ_FAST_LINEAR=0 turns it off): float32 on a
-    CPU runs every Linear through oneDNN (specviz/modeling/fastlinear.py). Stock PyTorch
+    CPU runs every Linear through oneDNN (specviz/modeling/fastlinear.py), where this PyTorch
+    has it and it runs (fastlinear.available()); elsewhere the stock nn.Linear, the same text. Stock PyTorch
     sends multi-row float32 linears to MKL sgemm, slow for these shapes; oneDNN
     reads the weights once for any small row count. The target's weights are
     also packed into oneDNN's layout (fastlinear.enable(pack=True)), which makes
@@ -516,11 +517,14 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     if fast_linear and device == "cpu":
         from specviz.modeling import fastlinear
 
+        fast_linear = fastlinear.available()  # no oneDNN here: the stock nn.Linear
+
         def fast() -> None:
             fastlinear.enable(t_model, pack=True)  # only the float32 Linears; first, so a draft made of its layers is packed too
             fastlinear.enable(d_model)  # left plain: a draft is copied and quantized from these weights
 
-        devqueue.run(device, fast, turn=False)
+        if fast_linear:
+            devqueue.run(device, fast, turn=False)
 
     if device.startswith("cuda"):
         limit_cpu_threads()
