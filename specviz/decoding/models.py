@@ -80,8 +80,37 @@ def parse_dtype(value: Any, what: str = "dtype") -> torch.dtype:
     raise InvalidSetting(f"{what}: {value!r} is not one of float32, bfloat16, float16")
 
 
+DEVICES = ("cpu", "cuda", "mps")
+
+
 def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """A CUDA GPU where there is one, else Apple's GPU where PyTorch reports it (mps), else the CPU."""
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def check_device(device: str) -> str:
+    """`device` when it is one of DEVICES ('cuda:1' too) and PyTorch reports it here; InvalidSetting otherwise."""
+    kind = str(device).split(":")[0]
+    if kind not in DEVICES:
+        raise InvalidSetting(f"device {device!r}: choose one of {', '.join(DEVICES)}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise InvalidSetting(f"device {device!r}: PyTorch reports no Apple GPU (mps) on this machine")
+    return device
+
+
+def check_dtype(dtype: torch.dtype, device: str) -> torch.dtype:
+    """`dtype` when models run in it on `device` (quant.dtypes: mps has no bfloat16 before macOS 14)."""
+    name = str(dtype).replace("torch.", "")
+    if name not in quant.dtypes(device):
+        raise InvalidSetting(f"dtype {name} does not run on {device} here; choose one of "
+                             f"{', '.join(quant.dtypes(device))}.")
+    return dtype
 
 
 CUDA_CPU_THREADS = 4
@@ -483,8 +512,10 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     loaded: pairs loaded already. One whose target is this pair's target (the same model, dtype and
     device) lends its target model and tokenizer, so a second pair costs only its draft.
 
-    draft_precision: float32, bfloat16, int8 or int4 (None or 'auto': quant.default_precision for
-    the device). The draft is loaded in `dtype`, then put into that precision (specviz/modeling/quant.py);
+    device: cpu, cuda or mps (None: default_device()); dtype: one that runs there (quant.dtypes).
+
+    draft_precision: float32, bfloat16, float16, int8 or int4, those that run on the device
+    (quant.supported; None or 'auto': quant.default_precision for the device). The draft is loaded in `dtype`, then put into that precision (specviz/modeling/quant.py);
     the target stays in `dtype`.
 
     draft_head: full or frequent (None or 'auto': vocabhead.default_head for the device). With
@@ -502,10 +533,8 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     progress = progress or quiet
     t0 = time.perf_counter()
     spec = _resolve_spec(name, draft, target, registry)
-    device = device or default_device()
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
-    dtype = DEFAULT_DTYPE if dtype is None else parse_dtype(dtype)
+    device = check_device(device or default_device())
+    dtype = check_dtype(DEFAULT_DTYPE if dtype is None else parse_dtype(dtype), device)
     precision = quant.check(draft_precision, device)
     head = vocabhead.check(draft_head, device)
     lender = next((p for p in loaded if _shares_target(p, spec, dtype, device)), None)
@@ -583,8 +612,8 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
     precision = quant.check(precision, pair.device)
     if precision == pair.draft_precision or isinstance(pair.spec.draft.source, DerivedSource):
         return pair  # a draft made of the target's own layers keeps the target's precision
-    if pair.draft_precision not in ("float32", "bfloat16"):
-        raise InvalidSetting(f"a {precision} draft is made from a float32 or bfloat16 one, "
+    if pair.draft_precision not in ("float32", "bfloat16", "float16"):
+        raise InvalidSetting(f"a {precision} draft is made from a float32, bfloat16 or float16 one, "
                              f"not from this pair's {pair.draft_precision} draft.")
     t0 = time.perf_counter()
     def make() -> torch.nn.Module:
@@ -601,6 +630,7 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
 
 
 __all__ = [
-    "DEFAULT_DTYPE", "Pair", "PairStatus", "check_tokenizers", "estimate_memory_bytes",
+    "DEFAULT_DTYPE", "DEVICES", "Pair", "PairStatus", "check_device", "check_dtype", "check_tokenizers",
+    "default_device", "estimate_memory_bytes",
     "list_pairs", "load_pair", "pair_status", "with_draft_precision",
 ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""Draft precision: the draft's weights in float32, bfloat16, int8 or int4.
+"""Draft precision: the draft's weights in float32, bfloat16, float16 (mps), int8 or int4.
 
 The draft's precision never changes what speculative decoding outputs:
 greedy output is the target's argmax, and in sampling mode the acceptance
@@ -30,9 +30,10 @@ from torch import nn
 
 from specviz.core.errors import InvalidSetting
 
-PRECISIONS = ("float32", "bfloat16", "int8", "int4")
+PRECISIONS = ("float32", "bfloat16", "float16", "int8", "int4")
+# On Apple's GPU (mps) a draft is float32 or float16, or bfloat16 from macOS 14 (dtypes): the int8 and
+# int4 kernels used here are CPU kernels, and mps runs no dynamic int8 quantization.
 INT4_GROUP = 32
-_CPU_ONLY = ("int8", "int4")
 
 
 # PyTorch's quantized engines with a dynamic int8 linear, the preferred first: x86 (fbgemm's kernels
@@ -63,7 +64,7 @@ def _engine(name: str):
 
 
 def supported(device: str) -> tuple[str, ...]:
-    """The draft precisions that run on `device` ('cpu', 'cuda', 'cuda:0')."""
+    """The draft precisions that run on `device` ('cpu', 'cuda', 'cuda:0', 'mps')."""
     if device.startswith("cpu"):
         ok = ["float32", "bfloat16"]
         if int8_engine() is not None:
@@ -71,11 +72,32 @@ def supported(device: str) -> tuple[str, ...]:
         if hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and _torchao_int4() is not None:
             ok.append("int4")
         return tuple(ok)
-    return tuple(p for p in PRECISIONS if p not in _CPU_ONLY)
+    if device.startswith("mps"):
+        return dtypes(device)
+    return ("float32", "bfloat16")
+
+
+def mps_has_bfloat16() -> bool:
+    """bfloat16 on Apple's GPU (mps) needs macOS 14 or newer (PyTorch's own check)."""
+    try:
+        return bool(torch.backends.mps.is_macos_or_newer(14, 0))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def dtypes(device: str) -> tuple[str, ...]:
+    """The float dtypes a model (a target, a float draft) runs in on `device`. None has float64; on mps
+    (Apple's GPU): float32, float16, and bfloat16 from macOS 14."""
+    if device.startswith("mps"):
+        return ("float32", "float16") + (("bfloat16",) if mps_has_bfloat16() else ())
+    return ("float32", "bfloat16", "float16")
 
 
 def default_precision(device: str) -> str:
-    """The draft precision that gave the best measured speedup on this kind of device (README Performance)."""
+    """The draft precision that gave the best measured speedup on this kind of device (README Performance);
+    on mps, where none was measured, the cheapest one it runs."""
+    if device.startswith("mps"):
+        return "float16"
     return "int8" if device.startswith("cpu") else "bfloat16"
 
 
@@ -218,9 +240,9 @@ def apply(model: nn.Module, precision: str) -> nn.Module:
     model.config.specviz_precision = precision
     if precision == "float32":
         return model.to(torch.float32)
-    if precision == "bfloat16":
+    if precision in ("bfloat16", "float16"):
         _unfast(model)
-        return model.to(torch.bfloat16)
+        return model.to(getattr(torch, precision))
     if next(model.parameters()).device.type != "cpu":
         raise InvalidSetting(f"draft precision {precision} runs on a CPU only here.")
     _unfast(model)
