@@ -22,6 +22,7 @@ embedding stays as it is (a lookup reads one row, not the matrix).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import warnings
 
@@ -204,7 +205,10 @@ class Int8Linear(nn.Module):
         return y if self._bias is None else y + self._bias  # the bias once, unscaled
 
 
+@functools.cache
 def _torchao_int4():
+    """torchao's int4 quantizer, imported once (quietly: specviz.core.quiet); None where torchao is missing
+    or does not load."""
     try:
         from torchao.quantization.linear_quant_modules import Int4WeightOnlyQuantizer
     except Exception:  # noqa: BLE001 — torchao missing or built for another torch: int4 is then unavailable
