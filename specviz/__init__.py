@@ -10,7 +10,11 @@ Public API (other code depends on these names):
 This package never imports streamlit: the app and pages are thin layers on top.
 """
 
-from specviz.core.errors import (  # noqa: F401
+from specviz.core import quiet
+
+quiet.install()  # before anything imports transformers or torchao: their noise at import is dropped
+
+from specviz.core.errors import (  # noqa: F401, E402
     ChecksumMismatch,
     ConfigError,
     InvalidSetting,
@@ -19,9 +23,9 @@ from specviz.core.errors import (  # noqa: F401
     SpecvizError,
     TokenizerMismatch,
 )
-from specviz.data.records import Round, Run, TopK  # noqa: F401
-from specviz.decoding.drafters import Drafter, ModelDrafter, PromptLookupDrafter  # noqa: F401
-from specviz.decoding.engine import (  # noqa: F401
+from specviz.data.records import Round, Run, TopK  # noqa: F401, E402
+from specviz.decoding.drafters import Drafter, ModelDrafter, PromptLookupDrafter  # noqa: F401, E402
+from specviz.decoding.engine import (  # noqa: F401, E402
     autoregressive_decode,
     autoregressive_stream,
     speculative_decode,

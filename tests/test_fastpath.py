@@ -185,3 +185,49 @@ def test_other_dtypes_are_left_alone():
     m = tiny_model(seed=1, dtype=torch.float64)
     fastlinear.enable(m)
     assert not fastlinear.is_enabled(m)
+
+
+# --------------------------------------------------------------------------
+# without oneDNN (a build without it, or a CPU its op fails on): load_pair keeps PyTorch's stock Linear
+
+
+def _raise(*args, **kwargs):
+    raise RuntimeError("oneDNN's linear does not run on this CPU")
+
+
+@pytest.fixture
+def fresh_probe():
+    fastlinear._runs_here.cache_clear()  # the probe runs again under the test's PyTorch, and after it
+    yield
+    fastlinear._runs_here.cache_clear()
+
+
+@pytest.mark.parametrize("off", ["no-onednn", "op-fails"])
+def test_without_onednn_load_pair_falls_back_to_the_stock_linear_with_the_same_text(monkeypatch, fresh_probe, off):
+    from pathlib import Path
+
+    from specviz.decoding import models
+
+    if off == "no-onednn":
+        monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    else:
+        monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", _raise)
+    reg = Path(__file__).resolve().parent / "models_tiny.yaml"
+    pair = models.load_pair("tiny-random", registry=reg, dtype="float32", draft_precision="float32")
+    assert not pair.fast_linear
+    for model in (pair.target, pair.draft):
+        assert not fastlinear.is_enabled(model)
+        assert all("forward" not in vars(m) and not fastlinear.w_is_packed(m.weight) for m in _linears(model))
+    prompt = pair.tokenizer.encode("the cat sat on")
+    ref = autoregressive_decode(pair.target, prompt, max_new_tokens=24).token_ids
+    for k in (1, 4):
+        assert speculative_decode(pair.target, pair.draft, prompt, k=k, max_new_tokens=24).token_ids == ref
+    int8 = models.with_draft_precision(pair, "int8")  # another precision on the same pair: still stock, still exact
+    assert not fastlinear.is_enabled(int8.draft)
+    assert speculative_decode(int8.target, int8.draft, prompt, k=4, max_new_tokens=24).token_ids == ref
+    monkeypatch.undo()  # oneDNN back: the same pair loads through it, with the same text
+    fastlinear._runs_here.cache_clear()
+    if fastlinear.available():
+        fast = models.load_pair("tiny-random", registry=reg, dtype="float32", draft_precision="float32")
+        assert fast.fast_linear and fastlinear.is_packed(fast.target)
+        assert speculative_decode(fast.target, fast.draft, prompt, k=4, max_new_tokens=24).token_ids == ref

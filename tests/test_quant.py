@@ -219,3 +219,82 @@ def test_a_draft_made_of_the_targets_layers_is_never_quantized(name):
     assert with_draft_precision(pair, "int8") is pair
     run = speculative_decode(pair.target, pair.draft, [5, 6, 7], k=3, max_new_tokens=12)
     assert run.token_ids == autoregressive_decode(pair.target, [5, 6, 7], max_new_tokens=12).token_ids
+
+
+# --------------------------------------------------------------------------
+# the int8 engine: fbgemm's (x86) where the build has it, else qnnpack (ARM); forced here through the engine
+
+
+@pytest.fixture
+def qnnpack():
+    """PyTorch's quantized engine set to qnnpack, the ARM one (x86 builds ship it too); restored after."""
+    if "qnnpack" not in torch.backends.quantized.supported_engines:
+        pytest.skip("this PyTorch has no qnnpack")
+    was = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "qnnpack"
+    yield "qnnpack"
+    torch.backends.quantized.engine = was
+
+
+@pytest.fixture
+def only_engines(monkeypatch):
+    """only_engines(names): a PyTorch whose quantized engines are `names` (an ARM build: qnnpack, none)."""
+    def set_(names):
+        monkeypatch.setattr(type(torch.backends.quantized), "supported_engines", property(lambda self: list(names)))
+    return set_
+
+
+def test_the_int8_engine_is_the_one_in_force_else_the_best_one_the_build_has(qnnpack, only_engines):
+    assert quant.int8_engine() == "qnnpack"  # chosen: kept
+    if "onednn" in torch.backends.quantized.supported_engines:  # another engine in force: the preferred one
+        torch.backends.quantized.engine = "onednn"
+        assert quant.int8_engine() == next(e for e in quant.INT8_ENGINES if e in torch.backends.quantized.supported_engines)
+    only_engines(["qnnpack", "none"])  # an ARM build: no fbgemm, no x86
+    assert quant.int8_engine() == "qnnpack" and "int8" in quant.supported("cpu")
+    only_engines(["none"])  # no quantized engine at all: int8 is not offered, and asking is a clear error
+    assert quant.int8_engine() is None and "int8" not in quant.supported("cpu")
+    with pytest.raises(InvalidSetting, match="int8"):
+        quant.check("int8", "cpu")
+    with pytest.raises(InvalidSetting, match="quantized engine"):
+        quant.apply(tiny_qwen(5).float(), "int8")
+
+
+def test_an_int8_layer_runs_its_own_engines_kernel_whatever_engine_is_in_force(qnnpack):
+    if not {"x86", "fbgemm"} & set(torch.backends.quantized.supported_engines):
+        pytest.skip("no x86 engine to compare with")
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 48, bias=True)
+    x = torch.randn(5, 64)  # (T, K)
+    arm = quant.Int8Linear(lin)  # packed for the engine in force: qnnpack
+    x86 = quant.Int8Linear(lin, "fbgemm")
+    assert arm.engine == "qnnpack" and torch.backends.quantized.engine == "qnnpack"  # packing restored it
+    torch.backends.quantized.engine = "fbgemm"
+    again = quant.Int8Linear(lin, "qnnpack")  # packed for qnnpack while fbgemm is in force
+    for rows in (x[:1], x):  # a draft step, and a prompt's rows
+        assert torch.equal(again(rows), arm(rows))
+        assert not torch.equal(arm(rows), x86(rows))  # another kernel: other rounding
+        err = (arm(rows) - lin(rows)).abs().max() / lin(rows).abs().max()
+        assert err < 0.03  # and as close to the float layer
+    sub = arm.rows(torch.tensor([1, 5, 7]))  # a frequent-token head over some rows keeps the engine, bit for bit
+    assert sub.engine == "qnnpack" and torch.equal(sub(x), arm(x)[:, [1, 5, 7]])
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_an_int8_draft_on_qnnpack_keeps_greedy_text_the_target_alone(qnnpack, k):
+    from pathlib import Path
+
+    from specviz.decoding import models
+
+    reg = Path(__file__).resolve().parent / "models_tiny.yaml"
+    pair = models.load_pair("tiny-random", registry=reg, draft_precision="int8")
+    assert pair.draft_precision == "int8" and pair.draft_label == "int8 (qnnpack)"
+    layers = [m for m in pair.draft.modules() if isinstance(m, quant.Int8Linear)]
+    assert layers and {m.engine for m in layers} == {"qnnpack"}
+    prompt = pair.tokenizer.encode("the cat sat on")
+    run = speculative_decode(pair.target, pair.drafter(), prompt, k=k, max_new_tokens=24)
+    assert run.token_ids == autoregressive_decode(pair.target, prompt, max_new_tokens=24).token_ids
+    assert run.n_accepted > 0  # the int8 draft's proposals were used
+    sampled = speculative_decode(pair.target, pair.drafter(), prompt, k=k, temperature=1.0, max_new_tokens=16, seed=3)
+    assert len(sampled.token_ids) == 16 and sampled.rounds  # the sampling path runs on qnnpack too
+    assert sampled.token_ids == speculative_decode(pair.target, pair.drafter(), prompt, k=k, temperature=1.0,
+                                                   max_new_tokens=16, seed=3).token_ids

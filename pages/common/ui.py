@@ -368,10 +368,22 @@ def default_dtype_name() -> str:
     return name if name in DTYPE_CHOICES else "float32"
 
 
+def dtype_choices(device: str) -> list[str]:
+    """The model dtypes offered on `device`: float32 / bfloat16; on mps (Apple's GPU) those it runs
+    (quant.dtypes: float32, float16, and bfloat16 from macOS 14)."""
+    from specviz.modeling import quant
+
+    return list(quant.dtypes(device)) if device.startswith("mps") else DTYPE_CHOICES
+
+
 def dtype_picker(prefix: str, where=None) -> str:
-    """float32 / bfloat16 radio; default from specviz.decoding.models.DEFAULT_DTYPE."""
+    """The dtype radio (dtype_choices for this device); default from specviz.decoding.models.DEFAULT_DTYPE."""
+    from specviz.decoding import models
+
     where = where or st.sidebar
-    return where.radio("dtype", DTYPE_CHOICES, index=DTYPE_CHOICES.index(default_dtype_name()),
+    choices = dtype_choices(models.default_device())
+    default = default_dtype_name()
+    return where.radio("dtype", choices, index=choices.index(default) if default in choices else 0,
                        key=f"{prefix}.dtype", horizontal=True,
                        help="float32 is fastest on a CPU; bfloat16 halves the memory (default on a GPU) "
                             "but rounds differently, which can break greedy exactness.")
@@ -394,7 +406,7 @@ def precision_picker(prefix: str, where=None) -> str:
 
 
 def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -> None:
-    """One line: the device (cpu/cuda) and the dtype in use."""
+    """One line: the device (cpu/cuda/mps), on a CPU the int8 engine (fbgemm's x86 or ARM's qnnpack), and the dtype."""
     from specviz.decoding import models
 
     where = where or st.sidebar
@@ -405,6 +417,11 @@ def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -
         import torch
 
         extra = f" ({torch.cuda.get_device_name(0)})"
+    elif device == "cpu":
+        from specviz.modeling import quant
+
+        engine = quant.engine_of(pair.draft) if pair is not None else quant.int8_engine()
+        extra = f" · int8 engine **{engine}**" if engine else ""
     where.caption(f"device **{device}**{extra} · dtype **{dt}**")
 
 

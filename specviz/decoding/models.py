@@ -81,27 +81,44 @@ def parse_dtype(value: Any, what: str = "dtype") -> torch.dtype:
     raise InvalidSetting(f"{what}: {value!r} is not one of float32, bfloat16, float16")
 
 
+DEVICES = ("cpu", "cuda", "mps")
+
+
 def check_device(device: str | None) -> str | None:
-    """`device` if this machine can run a pair on it: cpu, cuda or cuda:N (with CUDA), mps (with MPS); None stays
-    None (the default device). InvalidSetting otherwise: 'meta' holds no numbers, and torch's own error for a
-    typo lists twenty device types."""
+    """`device` if this machine can run a pair on it: one of DEVICES (cuda:N too) that PyTorch reports here;
+    None stays None (the default device). InvalidSetting otherwise: 'meta' holds no numbers, and torch's own
+    error for a typo lists twenty device types."""
     if device is None:
         return None
     if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?|mps", device.strip()):
-        raise InvalidSetting(f"device {device!r}: use cpu, cuda, cuda:N or mps")
+        raise InvalidSetting(f"device {device!r}: choose one of {', '.join(DEVICES)} (use cpu, cuda, cuda:N or mps)")
     device = device.strip()
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise InvalidSetting(f"device {device!r}: CUDA is not available on this machine")
         if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
             raise InvalidSetting(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise InvalidSetting("device 'mps': MPS is not available on this machine")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise InvalidSetting(f"device {device!r}: PyTorch reports no Apple GPU (mps) on this machine")
     return device
 
 
 def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """A CUDA GPU where there is one, else Apple's GPU where PyTorch reports it (mps), else the CPU."""
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def check_dtype(dtype: torch.dtype, device: str) -> torch.dtype:
+    """`dtype` when models run in it on `device` (quant.dtypes: mps has no bfloat16 before macOS 14)."""
+    name = str(dtype).replace("torch.", "")
+    if name not in quant.dtypes(device):
+        raise InvalidSetting(f"dtype {name} does not run on {device} here; choose one of "
+                             f"{', '.join(quant.dtypes(device))}.")
+    return dtype
 
 
 CUDA_CPU_THREADS = 4
@@ -173,6 +190,11 @@ class Pair:
 
         return CrossTokenizerDrafter(self.draft, self.draft_tokenizer, self.tokenizer, vocab=self.shared_vocab,
                                      tables=self.token_tables)
+
+    @property
+    def draft_label(self) -> str:
+        """The draft precision as shown: an int8 draft names its engine, 'int8 (qnnpack)' (quant.precision_label)."""
+        return quant.precision_label(self.draft) if self.draft_precision == "int8" else self.draft_precision
 
     @property
     def draft_head_name(self) -> str:
@@ -503,8 +525,10 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     loaded: pairs loaded already. One whose target is this pair's target (the same model, dtype and
     device) lends its target model and tokenizer, so a second pair costs only its draft.
 
-    draft_precision: float32, bfloat16, int8 or int4 (None or 'auto': quant.default_precision for
-    the device). The draft is loaded in `dtype`, then put into that precision (specviz/modeling/quant.py);
+    device: cpu, cuda or mps (None: default_device()); dtype: one that runs there (quant.dtypes).
+
+    draft_precision: float32, bfloat16, float16, int8 or int4, those that run on the device
+    (quant.supported; None or 'auto': quant.default_precision for the device). The draft is loaded in `dtype`, then put into that precision (specviz/modeling/quant.py);
     the target stays in `dtype`.
 
     target_precision: float32 (None: the reference) or int8 (quant.apply_target: int8 weights, each
@@ -517,7 +541,8 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     prompt's and the run's (specviz/modeling/vocabhead.py), where the family has a list and the head allows it.
 
     fast_linear (default on; env SPECVIZ_FAST_LINEAR=0 turns it off): float32 on a
-    CPU runs every Linear through oneDNN (specviz/modeling/fastlinear.py). Stock PyTorch
+    CPU runs every Linear through oneDNN (specviz/modeling/fastlinear.py), where this PyTorch
+    has it and it runs (fastlinear.available()); elsewhere the stock nn.Linear, the same text. Stock PyTorch
     sends multi-row float32 linears to MKL sgemm, slow for these shapes; oneDNN
     reads the weights once for any small row count. The target's weights are
     also packed into oneDNN's layout (fastlinear.enable(pack=True)), which makes
@@ -527,7 +552,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     t0 = time.perf_counter()
     spec = _resolve_spec(name, draft, target, registry)
     device = check_device(device) or default_device()
-    dtype = DEFAULT_DTYPE if dtype is None else parse_dtype(dtype)
+    dtype = check_dtype(DEFAULT_DTYPE if dtype is None else parse_dtype(dtype), device)
     precision = quant.check(draft_precision, device)
     t_precision = quant.check_target(target_precision, device)
     if t_precision != "float32" and dtype != torch.float32:
@@ -543,11 +568,14 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     if fast_linear and device == "cpu":
         from specviz.modeling import fastlinear
 
+        fast_linear = fastlinear.available()  # no oneDNN here: the stock nn.Linear
+
         def fast() -> None:
             fastlinear.enable(t_model, pack=True)  # only the float32 Linears; first, so a draft made of its layers is packed too
             fastlinear.enable(d_model)  # left plain: a draft is copied and quantized from these weights
 
-        devqueue.run(device, fast, turn=False)
+        if fast_linear:
+            devqueue.run(device, fast, turn=False)
 
     if device.startswith("cuda"):
         limit_cpu_threads()
@@ -613,8 +641,8 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
     precision = quant.check(precision, pair.device)
     if precision == pair.draft_precision or isinstance(pair.spec.draft.source, DerivedSource):
         return pair  # a draft made of the target's own layers keeps the target's precision
-    if pair.draft_precision not in ("float32", "bfloat16"):
-        raise InvalidSetting(f"a {precision} draft is made from a float32 or bfloat16 one, "
+    if pair.draft_precision not in ("float32", "bfloat16", "float16"):
+        raise InvalidSetting(f"a {precision} draft is made from a float32, bfloat16 or float16 one, "
                              f"not from this pair's {pair.draft_precision} draft.")
     t0 = time.perf_counter()
     def make() -> torch.nn.Module:
@@ -631,6 +659,7 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
 
 
 __all__ = [
-    "DEFAULT_DTYPE", "Pair", "PairStatus", "check_tokenizers", "estimate_memory_bytes",
+    "DEFAULT_DTYPE", "DEVICES", "Pair", "PairStatus", "check_device", "check_dtype", "check_tokenizers",
+    "default_device", "estimate_memory_bytes",
     "list_pairs", "load_pair", "pair_status", "with_draft_precision",
 ]  # fmt: skip

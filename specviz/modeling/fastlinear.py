@@ -12,8 +12,9 @@ long prompt is read faster too. docs/precision.md has the timings.
 
 `enable(model)` routes every float32 CPU nn.Linear through it. The Linear keeps
 its own weight, memory is unchanged, and `disable(model)` restores the stock
-forward. Results differ from stock only by float rounding (another summation
-order).
+forward. Where oneDNN is missing or its op fails on this CPU (`available()`),
+`enable` changes nothing: the stock nn.Linear, the same text. Results differ from stock only by float
+rounding (another summation order).
 
 `enable(model, pack=True)` also re-packs each weight, in place, into oneDNN's
 blocked layout, and pads a call of fewer than PAD_ROWS rows to PAD_ROWS zero-
@@ -30,6 +31,7 @@ left plain.
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 
 import torch
@@ -44,10 +46,29 @@ _FLAG = "_specviz_fastlinear"
 
 
 def available() -> bool:
-    """True if this PyTorch build has oneDNN (mkldnn) and its linear op."""
+    """True if this PyTorch build has oneDNN (mkldnn), its linear op, and both run on this CPU.
+
+    Where any is missing (a build without oneDNN, a CPU its kernels do not cover), enable() leaves
+    every Linear as PyTorch's stock one: the same output, without the flat verify cost.
+    """
     try:
-        return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise") \
+            and _runs_here()
     except (AttributeError, RuntimeError):
+        return False
+
+
+@functools.cache
+def _runs_here() -> bool:
+    """Once per process: a small packed and a plain oneDNN linear give the stock linear's numbers."""
+    try:
+        g = torch.Generator().manual_seed(0)
+        w, x = torch.randn(8, 16, generator=g), torch.randn(PAD_ROWS, 16, generator=g)  # (out, in), (rows, in)
+        packed = torch.ops.mkldnn._reorder_linear_weight(w, PACK_HINT)
+        ref = F.linear(x, w)
+        return all(torch.allclose(torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], ""), ref,
+                                  rtol=1e-4, atol=1e-4) for weight in (w, packed))
+    except Exception:  # noqa: BLE001 — any failure of the op means: use the stock linear
         return False
 
 

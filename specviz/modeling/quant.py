@@ -1,4 +1,4 @@
-"""Draft precision: the draft's weights in float32, bfloat16, int8 or int4.
+"""Draft precision: the draft's weights in float32, bfloat16, float16 (mps), int8 or int4.
 
 The draft's precision never changes what speculative decoding outputs:
 greedy output is the target's argmax, and in sampling mode the acceptance
@@ -9,7 +9,9 @@ A cheaper draft lowers c, the cost of a draft step relative to a target
 pass; rounding its weights may lower α a little.
 
     int8  int8 weights (symmetric, one scale per output row) and activations
-          quantized per token (8 bits with VNNI, else 7): fbgemm's dynamic int8 linear
+          quantized per token: PyTorch's dynamic int8 linear, on the quantized engine
+          this build has (int8_engine): x86/fbgemm on x86 CPUs (8-bit activations with
+          VNNI, else 7), else qnnpack (ARM: Apple Silicon, Linux on ARM)
     int4  weight-only, groups of 32 along the input, through torchao's
           Int4WeightOnlyQuantizer (ATen's _weight_int4pack_mm_for_cpu)
 
@@ -28,6 +30,7 @@ bfloat16 is refused as an exact target (its k+1-row pass rounds differently).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import warnings
 
@@ -36,26 +39,75 @@ from torch import nn
 
 from specviz.core.errors import InvalidSetting
 
-PRECISIONS = ("float32", "bfloat16", "int8", "int4")
+PRECISIONS = ("float32", "bfloat16", "float16", "int8", "int4")
 TARGET_PRECISIONS = ("float32", "int8")  # exact targets: a row's result does not depend on its call's other rows
+# On Apple's GPU (mps) a draft is float32 or float16, or bfloat16 from macOS 14 (dtypes): the int8 and
+# int4 kernels used here are CPU kernels, and mps runs no dynamic int8 quantization.
 INT4_GROUP = 32
-_CPU_ONLY = ("int8", "int4")
+
+
+# PyTorch's quantized engines with a dynamic int8 linear, the preferred first: x86 (fbgemm's kernels
+# on x86 CPUs), fbgemm itself, then qnnpack, the one ARM builds (Apple Silicon, Linux on ARM) have.
+INT8_ENGINES = ("x86", "fbgemm", "qnnpack")
+
+
+def int8_engine() -> str | None:
+    """The quantized engine an int8 draft is packed for: the engine in force when it is one of
+    INT8_ENGINES (so torch.backends.quantized.engine = 'qnnpack' chooses qnnpack), else the first
+    of them this PyTorch build has; None where it has none (int8 is then not offered)."""
+    have = torch.backends.quantized.supported_engines
+    now = torch.backends.quantized.engine
+    if now in INT8_ENGINES and now in have:
+        return now
+    return next((e for e in INT8_ENGINES if e in have), None)
+
+
+@contextlib.contextmanager
+def _engine(name: str):
+    """Within the block, PyTorch's quantized engine is `name` (packing reads it); afterwards as before."""
+    was = torch.backends.quantized.engine
+    torch.backends.quantized.engine = name
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = was
 
 
 def supported(device: str) -> tuple[str, ...]:
-    """The draft precisions that run on `device` ('cpu', 'cuda', 'cuda:0')."""
+    """The draft precisions that run on `device` ('cpu', 'cuda', 'cuda:0', 'mps')."""
     if device.startswith("cpu"):
         ok = ["float32", "bfloat16"]
-        if "fbgemm" in torch.backends.quantized.supported_engines:
+        if int8_engine() is not None:
             ok.append("int8")
         if hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and _torchao_int4() is not None:
             ok.append("int4")
         return tuple(ok)
-    return tuple(p for p in PRECISIONS if p not in _CPU_ONLY)
+    if device.startswith("mps"):
+        return dtypes(device)
+    return ("float32", "bfloat16")
+
+
+def mps_has_bfloat16() -> bool:
+    """bfloat16 on Apple's GPU (mps) needs macOS 14 or newer (PyTorch's own check)."""
+    try:
+        return bool(torch.backends.mps.is_macos_or_newer(14, 0))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def dtypes(device: str) -> tuple[str, ...]:
+    """The float dtypes a model (a target, a float draft) runs in on `device`. None has float64; on mps
+    (Apple's GPU): float32, float16, and bfloat16 from macOS 14."""
+    if device.startswith("mps"):
+        return ("float32", "float16") + (("bfloat16",) if mps_has_bfloat16() else ())
+    return ("float32", "bfloat16", "float16")
 
 
 def default_precision(device: str) -> str:
-    """The draft precision that gave the best measured speedup on this kind of device (docs/precision.md)."""
+    """The draft precision that gave the best measured speedup on this kind of device (docs/precision.md);
+    on mps, where none was measured, the cheapest one it runs."""
+    if device.startswith("mps"):
+        return "float16"
     return "int8" if device.startswith("cpu") else "bfloat16"
 
 
@@ -89,12 +141,18 @@ REDUCE_RANGE = not _has_vnni()
 class Int8Linear(nn.Module):
     """y ≈ x @ W^T + b with W in int8 (one scale per output row) and x quantized to int8 per token.
 
-    fbgemm's dynamic int8 linear: the activations are quantized on the fly, the product is
-    computed in int8 and rescaled to float32. Reads a quarter of the float32 weight bytes.
+    PyTorch's dynamic int8 linear, packed for `engine` (default int8_engine(); the packed weight
+    keeps its engine's kernel whatever the engine in force later): the activations are quantized
+    on the fly, the product is computed in int8 and rescaled to float32. Reads a quarter of the
+    float32 weight bytes.
     """
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, engine: str | None = None):
         super().__init__()
+        self.engine = engine or int8_engine()
+        if self.engine is None:
+            raise InvalidSetting("draft precision int8 needs a quantized engine (fbgemm or qnnpack); "
+                                 "this PyTorch build has none.")
         w = linear.weight.detach().float()  # (N, K)
         scale = (w.abs().amax(dim=1).clamp(min=1e-12) / 127.0).double()  # (N,) symmetric, per output row
         zero = torch.zeros(w.shape[0], dtype=torch.long)
@@ -105,9 +163,11 @@ class Int8Linear(nn.Module):
         self._set(qw, bias)
 
     def _set(self, qw: torch.Tensor, bias: torch.Tensor | None) -> None:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _engine(self.engine):
             warnings.simplefilter("ignore")
             self._packed = torch.ops.quantized.linear_prepack(qw, bias)
+        # qnnpack quantizes activations to 8 bits asymmetrically: a reduced range would only cost a bit
+        self._reduce = REDUCE_RANGE and self.engine != "qnnpack"
         self._bias = bias
         self._row_sums = qw.dequantize().sum(dim=1)  # (N,) W 1, for rows shifted to centre on zero
         self.out_features, self.in_features = qw.shape
@@ -124,13 +184,14 @@ class Int8Linear(nn.Module):
         sub = torch._make_per_channel_quantized_tensor(q[ids], scales[ids], zeros[ids], 0)  # (n, K)
         out = Int8Linear.__new__(Int8Linear)
         nn.Module.__init__(out)
+        out.engine = self.engine
         out._set(sub, None if bias is None else bias[ids].clone())
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).float()  # (T, K)
         if rows.shape[0] == 1:  # a draft step: the kernel's one scale is this token's own
-            y = torch.ops.quantized.linear_dynamic(rows, self._packed, REDUCE_RANGE)  # (1, N)
+            y = torch.ops.quantized.linear_dynamic(rows, self._packed, self._reduce)  # (1, N)
         else:
             y = self._per_row(rows)  # (T, N)
         return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
@@ -146,7 +207,7 @@ class Int8Linear(nn.Module):
         """
         lo, hi = rows.amin(dim=1, keepdim=True), rows.amax(dim=1, keepdim=True)  # (T, 1)
         mid, half = (hi + lo) / 2, ((hi - lo) / 2).clamp(min=1e-12)  # (T, 1)
-        y = torch.ops.quantized.linear_dynamic((rows - mid) / half, self._packed, REDUCE_RANGE)  # (T, N): x' W^T + b
+        y = torch.ops.quantized.linear_dynamic((rows - mid) / half, self._packed, self._reduce)  # (T, N): x' W^T + b
         if self._bias is not None:
             y = y - self._bias
         y = y * half + mid * self._row_sums  # (T, N): x W^T
@@ -212,7 +273,10 @@ def apply_target(model: nn.Module, precision: str) -> nn.Module:
     return model
 
 
+@functools.cache
 def _torchao_int4():
+    """torchao's int4 quantizer, imported once (quietly: specviz.core.quiet); None where torchao is missing
+    or does not load."""
     try:
         from torchao.quantization.linear_quant_modules import Int4WeightOnlyQuantizer
     except Exception:  # noqa: BLE001 — torchao missing or built for another torch: int4 is then unavailable
@@ -248,15 +312,20 @@ def apply(model: nn.Module, precision: str) -> nn.Module:
     model.config.specviz_precision = precision
     if precision == "float32":
         return model.to(torch.float32)
-    if precision == "bfloat16":
+    if precision in ("bfloat16", "float16"):
         _unfast(model)
-        return model.to(torch.bfloat16)
+        return model.to(getattr(torch, precision))
     if next(model.parameters()).device.type != "cpu":
         raise InvalidSetting(f"draft precision {precision} runs on a CPU only here.")
     _unfast(model)
     model.to(torch.float32)
     if precision == "int8":
-        _swap_linears(model, Int8Linear)
+        engine = int8_engine()
+        if engine is None:
+            raise InvalidSetting("draft precision int8 needs a quantized engine (fbgemm or qnnpack); "
+                                 "this PyTorch build has none.")
+        model.config.specviz_int8_engine = engine
+        _swap_linears(model, lambda lin: Int8Linear(lin, engine))
         return model
     if precision == "int4":
         quantizer = _torchao_int4()
@@ -274,5 +343,16 @@ def precision_of(model: nn.Module) -> str:
     """The precision apply() gave the model, else its parameters' dtype."""
     p = getattr(model.config, "specviz_precision", None)
     return p or str(next(model.parameters()).dtype).replace("torch.", "")
+
+
+def engine_of(model: nn.Module) -> str | None:
+    """The quantized engine an int8 model's layers were packed for ('x86', 'fbgemm', 'qnnpack'); else None."""
+    return getattr(model.config, "specviz_int8_engine", None) if precision_of(model) == "int8" else None
+
+
+def precision_label(model: nn.Module) -> str:
+    """The precision as the app shows it: 'int8 (qnnpack)' names the int8 engine; others as precision_of."""
+    engine = engine_of(model)
+    return precision_of(model) + (f" ({engine})" if engine else "")
 
 

@@ -390,7 +390,7 @@ def _clean_stale_tmp(root: Path) -> None:
 
 
 def available_memory_bytes(device: str = "cpu") -> int:
-    """Free memory on `device`: MemAvailable on CPU, mem_get_info on CUDA."""
+    """Free memory on `device`: mem_get_info on CUDA; else the system's (MemAvailable; on macOS, mps included, the total)."""
     if device.startswith("cuda"):
         free, _ = torch.cuda.mem_get_info(torch.device(device))
         return int(free)
@@ -401,7 +401,12 @@ def available_memory_bytes(device: str = "cpu") -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    for name in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):  # macOS (and its mps, memory shared with the CPU): the total
+        try:
+            return int(os.sysconf(name) * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError):
+            continue
+    return 1 << 62  # unknown: let the load itself find out
 
 
 @contextlib.contextmanager

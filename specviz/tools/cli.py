@@ -247,12 +247,12 @@ def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
         pair.check_shared_vocab(TREE_WHAT)
         what = (f"a spine with siblings below {shape['doubt']}" if shape["shape"] == "spine"
                 else f"a tree of {shape['budget']} nodes")
-        print(f"generating with {pair.name}, {pair.draft_precision} draft ({what}, "
+        print(f"generating with {pair.name}, {pair.draft_label} draft ({what}, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
         return tree_decode(pair.target, pair.draft, input_ids, **shape, **decode.baseline_kwargs(), **common)
     drafter = PromptLookupDrafter() if lookup else pair.drafter()
     head = getattr(drafter, "head_name", "full")
-    who = "prompt lookup" if lookup else f"{pair.draft_precision} draft" + (f", {head} head" if head != "full" else "")
+    who = "prompt lookup" if lookup else f"{pair.draft_label} draft" + (f", {head} head" if head != "full" else "")
     print(f"generating with {pair.name}, {who} (k={decode.k}, k policy {decode.k_policy}, "
           f"temperature={args.temperature}) ...", file=sys.stderr)
     return engine.speculative_decode(pair.target, drafter, input_ids, **decode.engine_kwargs(), **common)
@@ -391,6 +391,7 @@ def cmd_bench(args) -> int:
 
 
 DTYPES = ("float32", "bfloat16", "float16")
+DEVICES = ("cpu", "cuda", "mps")  # specviz.decoding.models.DEVICES, without importing torch for --help
 
 
 def add_pair_options(p: argparse.ArgumentParser) -> None:
@@ -454,7 +455,8 @@ def add_run_parser(sub) -> None:
                         "last earlier match of the latest n-gram; no second model)")
     r.add_argument("--raw", action="store_true", help="feed the prompt as-is, without the chat template")
     r.add_argument("--json", action="store_true", help="print the Run as JSON instead of text")
-    r.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    r.add_argument("--device", choices=DEVICES,
+                   help="default: cuda if available, else mps (Apple's GPU) if PyTorch reports it, else cpu")
     r.add_argument("--color", choices=["auto", "always", "never"], default="auto", help="colour the text")
     r.set_defaults(func=cmd_run)
 
