@@ -293,9 +293,11 @@ def note_other_settings(changed, button: str | None = None) -> None:
 def show_chart(fig, name: str, key: str | None = None, **kw):
     """A plotly figure with the light-theme PNG download button (filename `name`); returns what
     st.plotly_chart returns (the selection, with on_select). Drawn apart from model work (drawing()). In
-    presenter mode the chart grows with the page's type (presented)."""
+    presenter mode the chart grows with the page's type (presented). theme=None: the chart (and its PNG) is the
+    figure charts.py made; Streamlit's theme would set its margins left and right to 0, cutting text at the right
+    edge, and swap its type for a web font (tests/test_chart_export.py checks the figure as made)."""
     with drawing():
-        return st.plotly_chart(presented(fig), config=charts.plotly_config(name), key=key, **kw)
+        return st.plotly_chart(presented(fig), config=charts.plotly_config(name), key=key, theme=None, **kw)
 
 
 def presented(fig):

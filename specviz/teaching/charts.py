@@ -69,6 +69,7 @@ BOTTOM_MARGIN = 70  # pixels below the plot: the x axis's ticks and title
 LINE_PX = 20  # one more line of subtitle
 TITLE_PX, SUBTITLE_PX = 19, 14  # font sizes
 TITLE_LINE_PX = 25  # one more line of title
+TITLE_PAD_PX = 12  # the title's and subtitle's room from the picture's left edge
 TITLE_LIFT_PX = 13  # plotly.js draws a title of several lines this much higher than one line: cut at the top
 
 
@@ -87,7 +88,10 @@ def _make_template() -> go.layout.Template:
         plot_bgcolor="white",
         height=PLOT_HEIGHT,
         margin=dict(l=75, r=30, t=TOP_MARGIN, b=BOTTOM_MARGIN),
-        title=dict(x=0, xref="paper", xanchor="left", y=0.975, yref="container", yanchor="top",
+        # the title from the picture's left edge, not the plot's: a subtitle line of SUBTITLE_WIDTH characters
+        # then fits a chart 564 px wide (a 1024-pixel laptop with the sidebar open), its PNG too
+        title=dict(x=0, xref="container", xanchor="left", y=0.975, yref="container", yanchor="top",
+                   pad=dict(l=TITLE_PAD_PX),
                    font=dict(size=TITLE_PX, color="#111"),
                    subtitle=dict(font=dict(size=SUBTITLE_PX, color="#555"))),
         # legend in a band above the plot area: it never covers data
@@ -147,6 +151,17 @@ def set_title(fig: go.Figure, text: str, subtitle: str = "", width: int = SUBTIT
     height = fig.layout.height or fig.layout.template.layout.height or PLOT_HEIGHT
     fig.update_layout(title=dict(text=head, subtitle=dict(text=sub), pad_t=TITLE_LIFT_PX if lines else 0),
                       margin_t=TOP_MARGIN + extra, height=height + extra)
+    return fig
+
+
+LEGEND_ROW_PX = 22  # one row of the legend in 14 px type
+
+
+def legend_rows(fig: go.Figure, rows: int) -> go.Figure:
+    """Room above the plot for a legend of `rows` rows (the band holds one; more grow up into the subtitle),
+    the figure as much taller so the plot keeps its height. Call after set_title."""
+    extra = LEGEND_ROW_PX * (rows - 1)
+    fig.update_layout(margin_t=fig.layout.margin.t + extra, height=fig.layout.height + extra)
     return fig
 
 
@@ -441,6 +456,10 @@ def _parse_measured(m) -> tuple[float, float, float, float]:
     return float(a), float(t), f(te), f(ae)
 
 
+OTHER_K_PX = 60  # right of the tokens-per-pass plot: "k = 8" in 14 px type
+OTHER_K_ROOM = 0.06  # the height of one such name, as a fraction of the y range (a plot about 280 px high)
+
+
 def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 8),
                         run_ks: Sequence[int] = (), width: int = SUBTITLE_WIDTH) -> go.Figure:
     """E[tokens per target pass] vs α for this k (and faint curves for others).
@@ -471,25 +490,31 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
     title = "Tokens per pass vs α (" + (f"k = {k}; this run {span}" if ks else f"k = {k}").replace(" ", "\u00a0") + ")"
     fig = themed_fig(title,
                "<br>".join(sub), x="α = per-token acceptance", y="tokens per target pass", width=width)
-    ytop = k + 1.5 if measured is None else max(k + 1.5, t + te + 0.5, formula + 0.5)
-    for kk in other_ks:
-        if kk == k:
-            continue
-        yk = expected_tokens(alphas, kk)
-        # label each faint curve where it leaves the plot (or at its right end)
-        j = int(np.searchsorted(yk, ytop - 0.4)) - 1 if yk[-1] > ytop - 0.4 else len(alphas) - 1
-        fig.add_scatter(x=alphas, y=yk, mode="lines+text", name=f"k = {kk}", showlegend=False,
-                        text=[""] * j + [f"k = {kk}"] + [""] * (len(alphas) - j - 1),
-                        textposition="middle left" if j < len(alphas) - 1 else "top left",
-                        textfont=dict(size=14, color="#666"),
+    # the y range holds the curves, the point and its error bar up to the point's own height: a short run's
+    # 2.4 ± 5.3 would squash the curves to the bottom; such a bar runs off the top, the subtitle gives its size
+    ytop = k + 1.5 if measured is None else max(k + 1.5, t + min(te, abs(t)) + 0.5, formula + 0.5)
+    others = [kk for kk in other_ks if kk != k]
+    # each faint curve is named in the right margin, at the height it leaves the plot (its right end, or the
+    # top): never over the data; two names that would print over each other keep the first
+    ends = [min(float(expected_tokens(alphas[-1], kk)), ytop) for kk in others]
+    names = uncrowded_labels([1.0] * len(others), ends, [f"k = {kk}" for kk in others], 1.0, ytop,
+                             room=(1.0, OTHER_K_ROOM))
+    for kk, y_end, name in zip(others, ends, names):
+        fig.add_scatter(x=alphas, y=expected_tokens(alphas, kk), mode="lines", name=f"k = {kk}", showlegend=False,
                         line=dict(color=GREY, width=1.5, dash="dot"), opacity=0.8,
                         hovertemplate=f"k = {kk}<br>α = %{{x:.2f}}<br>%{{y:.2f}} tokens/pass<extra></extra>")
+        if name:
+            fig.add_annotation(x=1.0, y=y_end, xref="x", yref="y", text=name, showarrow=False, xanchor="left",
+                               xshift=4, font=dict(size=14, color="#666"))
     fig.add_scatter(x=alphas, y=expected_tokens(alphas, k), mode="lines", name=f"k = {k} (formula)",
                     line=dict(color=P_COLOR, width=3),
                     hovertemplate=f"k = {k}<br>α = %{{x:.2f}}<br>%{{y:.2f}} tokens/pass<extra></extra>")
     seeds = np.array([0.5, 0.7, 0.8, 0.9])
     ys = expected_tokens(seeds, k)
-    fig.add_scatter(x=seeds, y=ys, mode="markers+text", name=f"k = {k} at α = 0.5, 0.7, 0.8, 0.9", showlegend=False,
+    # the quoted values beside their points on the bare curve; with a run on it, the subtitle's numbers are the
+    # ones to read and the values stay in the hover (they would sit under the point and its error bars)
+    fig.add_scatter(x=seeds, y=ys, mode="markers" if measured is not None else "markers+text",
+                    name=f"k = {k} at α = 0.5, 0.7, 0.8, 0.9", showlegend=False,
                     text=[f"{v:.2f}" for v in ys], textposition="top left", textfont=dict(size=14),
                     marker=dict(color=P_COLOR, size=9, symbol="circle-open", line=dict(width=2)),
                     hovertemplate="α = %{x}<br>%{y:.3f} tokens/pass<extra></extra>")
@@ -508,6 +533,7 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
                         hovertemplate="measured<br>α = %{x:.3f}<br>%{y:.3f} tokens/pass<extra></extra>")
     fig.update_xaxes(range=[0, 1.0], dtick=0.1)
     fig.update_yaxes(range=[0, ytop])
+    fig.update_layout(margin_r=OTHER_K_PX)  # the faint curves' names, right of the plot
     return fig
 
 
@@ -572,13 +598,18 @@ def fig_speedup_model(alpha: float, c: float, k_max: int = 16, verify_cost=None,
     fig = themed_fig(f"Predicted speedup vs k (α = {alpha:.2f}, c = {c:.3f})",
                f"speedup ≈ E[tokens] / (k·c + verify cost), {vc}<br>best k = {kb} → {sb:.2f}×",
                x="k = drafted tokens per round", y="speedup over target alone (×)")
-    fig.add_scatter(x=ks, y=expected_tokens(alpha, ks), mode="lines", name="tokens per pass (if drafting were free)",
+    # the legend holds the speedups only, in one row: the dotted curve is named at its end, the best k beside
+    # its star (and in the subtitle); four entries took two rows and the second ran into the subtitle
+    free = expected_tokens(alpha, ks)
+    fig.add_scatter(x=ks, y=free, mode="lines", name="tokens per pass (if drafting were free)", showlegend=False,
                     line=dict(color=GREY, width=2, dash="dot"),
                     hovertemplate="k = %{x}<br>%{y:.2f} tokens/pass<extra></extra>")
+    fig.add_annotation(x=ks[-1], y=float(free[-1]), text="tokens per pass if drafting were free", showarrow=False,
+                       xanchor="right", yanchor="bottom", yshift=4, font=dict(size=14, color="#666"))
     fig.add_scatter(x=ks, y=s, mode="lines+markers", name="predicted speedup",
                     line=dict(color=P_COLOR, width=3), marker=dict(size=7),
                     hovertemplate="k = %{x}<br>predicted %{y:.2f}×<extra></extra>")
-    fig.add_scatter(x=[kb], y=[sb], mode="markers+text", name=f"best k = {kb} ({sb:.2f}×)",
+    fig.add_scatter(x=[kb], y=[sb], mode="markers+text", name=f"best k = {kb} ({sb:.2f}×)", showlegend=False,
                     text=[f"best k = {kb}"], textposition="top center",
                     marker=dict(color=OKABE_ITO["vermillion"], size=18, symbol="star",
                                 line=dict(color="white", width=1)))
@@ -1060,6 +1091,7 @@ def fig_early_exit(sweep: EarlyExitSweep) -> go.Figure:
     fig.update_layout(template=TEMPLATE, meta={"n_layers": sweep.n_layers, "k": sweep.k})
     set_title(fig, title, f"draft = the target's first L of {sweep.n_layers} layers (L = {sweep.n_layers}: "
                                  f"the target itself) · k = {sweep.k}, T = {sweep.temperature:g}")
+    legend_rows(fig, 2)  # four long names: two rows on a 564-pixel chart
     for name, ys, col, sym in (("α (drafts accepted)", [pt.alpha for pt in sweep.points], R_COLOR, "circle"),
                                ("c (draft step / target step)", [pt.c for pt in sweep.points], Q_COLOR,
                                 "square")):
