@@ -59,7 +59,7 @@ def test_mps_offers_float_drafts_only_and_bfloat16_from_macos_14(a_mac, bf16):
     (dict(draft_precision="int8"), "draft precision int8 does not run on mps"),
     (dict(draft_precision="int4"), "draft precision int4 does not run on mps"),
     (dict(dtype="bfloat16"), "dtype bfloat16 does not run on mps"),
-    (dict(device="tpu"), "device 'tpu': choose one of cpu, cuda, mps"),
+    (dict(device="tpu"), "device 'tpu': use cpu, cuda, cuda:N or mps"),
 ])  # fmt: skip
 def test_a_combination_mps_cannot_run_is_a_message_before_any_load(a_mac, kw, message):
     a_mac()

@@ -91,7 +91,7 @@ def check_device(device: str | None) -> str | None:
     if device is None:
         return None
     if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?|mps", device.strip()):
-        raise InvalidSetting(f"device {device!r}: choose one of {', '.join(DEVICES)} (use cpu, cuda, cuda:N or mps)")
+        raise InvalidSetting(f"device {device!r}: use {', '.join(DEVICES[:2])}, cuda:N or {DEVICES[2]}")
     device = device.strip()
     if device.startswith("cuda"):
         if not torch.cuda.is_available():

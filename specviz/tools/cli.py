@@ -391,7 +391,6 @@ def cmd_bench(args) -> int:
 
 
 DTYPES = ("float32", "bfloat16", "float16")
-DEVICES = ("cpu", "cuda", "mps")  # specviz.decoding.models.DEVICES, without importing torch for --help
 
 
 def add_pair_options(p: argparse.ArgumentParser) -> None:
@@ -455,7 +454,7 @@ def add_run_parser(sub) -> None:
                         "last earlier match of the latest n-gram; no second model)")
     r.add_argument("--raw", action="store_true", help="feed the prompt as-is, without the chat template")
     r.add_argument("--json", action="store_true", help="print the Run as JSON instead of text")
-    r.add_argument("--device", choices=DEVICES,
+    r.add_argument("--device", metavar="{cpu,cuda,cuda:N,mps}",
                    help="default: cuda if available, else mps (Apple's GPU) if PyTorch reports it, else cpu")
     r.add_argument("--color", choices=["auto", "always", "never"], default="auto", help="colour the text")
     r.set_defaults(func=cmd_run)
