@@ -1,6 +1,7 @@
 """`python -m specviz loadtest` checked on the tiny pair: real server, real browsers, two sessions at once.
 
-Marked browser (needs /usr/bin/chromium and Playwright). The figures of the tiny
+The two tests that start Chromium are marked browser (they need /usr/bin/chromium and Playwright);
+the rest check the loadtest's parts on plain processes. The figures of the tiny
 pair mean nothing (animation dominates); this checks the test's own machinery:
 every session finishes, its text equals the solo text, and the figures are read.
 """
@@ -14,9 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.browser
 
 
+@pytest.mark.browser
 def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
     from specviz.tools import loadtest
@@ -50,6 +51,7 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair():
     assert s["device_held_s"] <= s["server_wall_s"] + 1e-6 and s["server_wall_s"] <= s["wall_s"] + 1e-6
 
 
+@pytest.mark.browser
 def test_a_page_is_read_as_its_committed_text_without_refused_drafts_or_bonus_marks():
     """Which drafts a round refused depends on k, and k on the clock: sessions at once draw different
     refused drafts around the same generated text, so only the committed text is compared."""

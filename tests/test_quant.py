@@ -8,6 +8,7 @@ replaces to int8 rounding, and stream a quarter of the bytes.
 """
 
 import collections
+import copy
 
 import pytest
 import torch
@@ -141,17 +142,17 @@ VOCAB, PROMPT, N_RUNS = 6, [1, 3], 3000
 def exact_two_token_distribution(target, temperature=1.0):
     dist = {}
     with torch.no_grad():
-        p1 = logits_to_probs(target(torch.tensor([PROMPT])).logits[0, -1], temperature)
+        p1 = logits_to_probs(target(torch.tensor([PROMPT])).logits[0, -1, :VOCAB], temperature)
         for x1 in range(VOCAB):
-            p2 = logits_to_probs(target(torch.tensor([PROMPT + [x1]])).logits[0, -1], temperature)
+            p2 = logits_to_probs(target(torch.tensor([PROMPT + [x1]])).logits[0, -1, :VOCAB], temperature)
             for x2 in range(VOCAB):
                 dist[(x1, x2)] = float(p1[x1] * p2[x2])
     return dist
 
 
-def two_token_counts(target, draft, k):
+def two_token_counts(target, draft, k, n=N_RUNS):
     counts, kinds = collections.Counter(), collections.Counter()
-    for seed in range(N_RUNS):
+    for seed in range(n):
         run = speculative_decode(target, draft, PROMPT, k=k, temperature=1.0, max_new_tokens=2, seed=seed)
         counts[tuple(run.token_ids)] += 1
         kinds.update(r.extra_kind for r in run.rounds)
@@ -189,6 +190,46 @@ def test_a_broken_residual_fails_the_check_with_a_quantized_draft(sampling_pair,
     monkeypatch.setattr(engine, "residual", lambda p, q, d: p)
     counts, _ = two_token_counts(target, draft, 2)
     assert not passes(counts, exact, N_RUNS)
+
+
+def int4_copy(target):
+    """The target's own weights in int4, its 6-row head padded to 16 rows (int4 packs 16 rows at a time);
+    the padding's logits lie past the run's vocabulary and are never read."""
+    draft = copy.deepcopy(target).float()
+    head = torch.nn.Linear(draft.lm_head.in_features, 16, bias=False)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.weight[:VOCAB] = draft.lm_head.weight
+    draft.lm_head = head
+    return quant.apply(draft, "int4")
+
+
+def test_sampling_with_an_int4_draft_matches_the_target_distribution():
+    """int4 rounding alone moves the draft's two-token distribution ~0.3 from the target's (TV): the rule must
+    divide by the q the int4 draft drew from, not by a float copy's (which would accept nearly everything)."""
+    if "int4" not in CPU_PRECISIONS:
+        pytest.skip("int4 is not available here")
+    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
+    draft = int4_copy(target)
+    assert "Int4" in type(draft.lm_head).__name__  # really packed, not left in float
+    exact = exact_two_token_distribution(target)
+    n = 1000  # a float copy's q misses by a TV of ~0.3: far outside the chi-square bound at this n
+    counts, kinds = two_token_counts(target, draft, 1, n)
+    assert passes(counts, exact, n), total_variation(counts, exact, n)
+    assert kinds["bonus"] > n // 10 and kinds["correction"] > n // 10  # both outcomes were judged
+    # and the int4 draft is not the target: its own distribution is clearly apart
+    assert 0.5 * sum(abs(p - q) for p, q in zip(exact.values(), exact_two_token_distribution(draft).values())) > 0.1
+
+
+def test_int4_on_a_head_it_cannot_pack_is_a_clear_error_and_changes_nothing():
+    if "int4" not in CPU_PRECISIONS:
+        pytest.skip("int4 is not available here")
+    draft = tiny_qwen(11, vocab=VOCAB).float()  # a head of 6 rows: int4 packs 16 at a time
+    before = {k: v.clone() for k, v in draft.state_dict().items()}
+    with pytest.raises(InvalidSetting, match=r"int4 .* lm_head has 6 rows"):
+        quant.apply(draft, "int4")
+    assert quant.precision_of(draft) == "float32"  # untouched: neither converted nor marked int4
+    assert all(torch.equal(before[k], v) for k, v in draft.state_dict().items())
 
 
 # --------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from specviz.modeling import fastlinear, tiny
 from specviz.teaching import charts, early_exit, rules
 from specviz.modeling.config import parse_registry
 from specviz.core.errors import ConfigError, InvalidSetting
-from stats import passes
+from stats import passes, total_variation
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"
@@ -177,3 +177,42 @@ def test_early_exit_sweep_alpha_c_and_speedup_against_l():
     assert list(fig["data"][2]["y"]) == [pt.speedup for pt in sweep.points]
     with pytest.raises(InvalidSetting, match="at least one"):
         early_exit.early_exit_sweep(t, ids, [])
+
+
+# --- sampling: the target's distribution, with the target drafting for itself and with early exit ---------------
+
+N_SAMPLED = 1000  # a q that is not the one drawn from misses by a TV of 0.1 or more
+
+
+@pytest.fixture(scope="module")
+def small_vocab_deep_target():
+    """A 4-layer tiny target over 6 tokens (float64): whole distributions are enumerable, and its first 2
+    layers make a draft that overlaps it without being it."""
+    return tiny.tiny_model(11, vocab=6, layers=4, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("kind", ["self", "early-exit"])
+def test_sampling_with_a_draft_made_of_the_target_keeps_its_distribution(small_vocab_deep_target, kind):
+    """Three tokens at k = 2 (a bonus fits after two accepted drafts), over seeded runs, against the enumerated p.
+    The self draft shares the target's model object and the early-exit draft its modules: each must keep
+    its own cache and report the q of its own pass."""
+    from test_engine import PROMPT, exact_distribution
+
+    target = small_vocab_deep_target
+    draft = target if kind == "self" else selfdraft.early_exit(target, 2)
+    exact = exact_distribution(target, 1.0, top_k=4, top_p=0.95)
+    counts, rounds = {}, []
+    for seed in range(N_SAMPLED):
+        run = engine.speculative_decode(target, draft, PROMPT, k=2, temperature=1.0, top_k=4, top_p=0.95,
+                                        max_new_tokens=3, seed=seed, eos_token_id=[])
+        counts[tuple(run.token_ids)] = counts.get(tuple(run.token_ids), 0) + 1
+        rounds += run.rounds
+    assert passes(counts, exact, N_SAMPLED), total_variation(counts, exact, N_SAMPLED)
+    kinds = [r.extra_kind for r in rounds]
+    assert kinds.count("bonus") > N_SAMPLED / 10  # two drafts accepted, then the target's own token
+    if kind == "self":
+        assert all(all(r.accepted) for r in rounds)  # p = q: nothing is ever refused
+    else:
+        assert kinds.count("correction") > N_SAMPLED / 5
+        q_exact = exact_distribution(draft, 1.0, top_k=4, top_p=0.95)  # and the draft is not the target
+        assert 0.5 * sum(abs(exact.get(x, 0.0) - q_exact.get(x, 0.0)) for x in exact.keys() | q_exact.keys()) > 0.1

@@ -8,6 +8,7 @@ distribution; the same check must fail when p is not updated after a rejection.
 """
 
 import collections
+import copy
 import json
 
 import pytest
@@ -359,6 +360,42 @@ def test_sampling_matches_target_distribution(small_vocab_pair, temperature, top
     want = exact(target, temperature, top_k, top_p)
     counts = sampled_counts(target, draft, temperature, top_k, top_p, shape)
     assert passes(counts, want, N_RUNS), total_variation(counts, want, N_RUNS)
+
+
+N_DEEP = 400  # a node judged against another node's p misses by a TV of ~0.5: far outside the bound at this n
+
+
+@pytest.fixture(scope="module")
+def close_small_vocab_pair():
+    """A target and a draft close to it (its weights plus a little noise): drafts are accepted often, so the
+    walk reaches depth 2 and 3 in most rounds, where a node is judged against p after its own parent."""
+    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
+    draft = copy.deepcopy(target)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for w in draft.parameters():
+            w.add_(torch.randn(w.shape, generator=g, dtype=w.dtype) * 0.02 * w.std())
+    return target, draft
+
+
+@pytest.mark.parametrize("shape", ["tree", "spine"])
+def test_sampling_three_tokens_deep_matches_target_distribution(close_small_vocab_pair, shape):
+    """Three tokens from trees three deep (the spine: a fixed chain of 3, siblings at every node): the
+    first round judges nodes at depth 2 and 3, whose p is the target's after their whole path."""
+    from test_engine import PROMPT as P, VOCAB as V, exact_distribution
+
+    assert (P, V) == (PROMPT, VOCAB)
+    target, draft = close_small_vocab_pair
+    want = exact_distribution(target, 1.0, n=3)
+    spine = dict(shape="spine", doubt=1.0, k_policy="fixed") if shape == "spine" else {}
+    counts, deep = collections.Counter(), 0
+    for seed in range(N_DEEP):
+        run = tree_decode(target, draft, PROMPT, budget=12, branch=2, max_depth=3, temperature=1.0,
+                          max_new_tokens=3, seed=seed, **spine)
+        counts[tuple(run.token_ids)] += 1
+        deep += any(d >= 2 and v != "untried" for r in run.rounds for d, v in zip(r.depths, r.verdict))
+    assert deep > N_DEEP / 2, deep  # most runs judged a node below depth 1
+    assert passes(counts, want, N_DEEP), total_variation(counts, want, N_DEEP)
 
 
 def test_spine_siblings_taken_as_the_next_most_likely_fail_the_distribution_check(small_vocab_pair, monkeypatch):

@@ -10,6 +10,7 @@ the embedded Qwen2.5-Coder 1.5B; it is skipped when that package is missing.
 from __future__ import annotations
 
 import collections
+import string
 
 import pytest
 import torch
@@ -157,6 +158,69 @@ def test_a_q_on_the_wrong_ids_fails_the_distribution_check(sampling_setup):
     target, t_tok, draft, d_tok, prompt, exact = sampling_setup
     counts, _ = sampled_two_tokens(target, QOnDraftIds(draft, d_tok, t_tok, vocab=N), prompt)
     assert not passes(counts, exact, N_RUNS)
+
+
+# a draft vocabulary without the capitals, the digits and a few signs: 39 of the 96 characters, and about
+# 40% of the draft's mass after the prompt (its second choice, "H", among them)
+FEW = string.ascii_uppercase + string.digits + "%`("
+TOP_K, TOP_P, T_CUT = 5, 0.8, 1.2  # the cuts remove about a third of the draft's restricted mass
+N_CUT = 1000  # a q reported before the restriction, or without top-k/top-p, misses by a TV of 0.1 or more
+
+
+def exact_two_tokens_cut(target, prompt):
+    """P(x1, x2 | prompt) under the target at T_CUT with top-k and top-p, by enumeration."""
+    from specviz.decoding.sampling import logits_to_probs
+
+    def probs(ids):
+        with torch.no_grad():
+            return logits_to_probs(target(torch.tensor([ids])).logits[0, -1, :N], T_CUT, TOP_K, TOP_P)
+
+    p1 = probs(prompt)
+    return {(a, b): float(p1[a]) * float(pb) for a in range(N) if p1[a] > 0
+            for b, pb in enumerate(probs(prompt + [a]).tolist()) if pb > 0}
+
+
+def test_a_draft_missing_much_of_the_vocabulary_keeps_the_target_distribution_with_top_k_and_top_p(setup):
+    """The draft draws among the shared tokens only, and top-k and top-p cut that restricted row: the q it
+    reports must be exactly the one it drew from, or the rule accepts the wrong share of drafts."""
+    from specviz.decoding.sampling import logits_to_probs
+
+    target, t_tok, _, _ = setup
+    draft = tiny.tiny_model(seed=0, noise=0.2, reversed_ids=True)
+    d_tok = tiny.char_tokenizer(reversed_ids=True, missing=FEW)
+    prompt = t_tok.encode("the cat s")
+    # the premise: the draft puts a large share of its mass on tokens its vocabulary lacks
+    with torch.no_grad():
+        q_full = logits_to_probs(draft(torch.tensor([d_tok.encode("the cat s")])).logits[0, -1, :N], T_CUT)
+    lacking = [tiny.other_ids(N)[t_tok.convert_tokens_to_ids(c)] for c in FEW]  # their rows in the draft
+    assert float(q_full[lacking].sum()) > 0.3
+    exact = exact_two_tokens_cut(target, prompt)
+    counts, rounds = collections.Counter(), []
+    drafter = xtok.CrossTokenizerDrafter(draft, d_tok, t_tok, vocab=N)
+    for seed in range(N_CUT):
+        run = speculative_decode(target, drafter, prompt, k=1,
+                                 temperature=T_CUT, top_k=TOP_K, top_p=TOP_P, max_new_tokens=2, seed=seed,
+                                 eos_token_id=[], vocab=N)
+        counts[tuple(run.token_ids)] += 1
+        rounds += run.rounds
+    assert passes(counts, exact, N_CUT), total_variation(counts, exact, N_CUT)
+    kinds = collections.Counter(r.extra_kind for r in rounds)
+    assert kinds["bonus"] > N_CUT / 10 and kinds["correction"] > N_CUT / 10
+    missing = set(t_tok.convert_tokens_to_ids(list(FEW)))
+    assert not missing & {d for r in rounds for d in r.drafted}  # never drafted, yet written by the target
+    assert any(x in missing for out in counts for x in out)
+
+
+def test_a_drafter_left_to_its_defaults_samples():
+    """Without vocab= on either side the run decodes over the target's rows (128), more than the
+    tokenizer's 98 ids: the drafter's q must take the run's width, not the tokenizer's."""
+    t_tok, d_tok = tiny.char_tokenizer(), tiny.char_tokenizer(reversed_ids=True)
+    target, draft = tiny.tiny_model(seed=0), tiny.tiny_model(seed=0, noise=0.05, reversed_ids=True)
+    drafter = xtok.CrossTokenizerDrafter(draft, d_tok, t_tok)
+    run = speculative_decode(target, drafter, t_tok.encode("the cat s"), k=2, temperature=0.8, max_new_tokens=8,
+                             seed=0)
+    assert len(run.token_ids) == 8 and run.n_judged > 0
+    assert all(q > 0 for r in run.rounds for q in r.q_drafted)  # q on the target's ids, where it drew
 
 
 # --- the pair in the registry -------------------------------------------------------------------

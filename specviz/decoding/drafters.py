@@ -6,6 +6,7 @@ One small interface, like transformers' CandidateGenerator:
   propose(ids, k, sampler)  up to k candidate ids, and q: the distribution each
                             was drawn from (None = proposed with certainty)
   update(ids, n_accepted)   learn how many were kept (roll a cache back)
+  use_vocab(vocab)          the width of the run's p (a q on the target's ids must match it)
 
 A drafter with asks_keep = True also takes propose(..., keep=keep): after each
 drafted token it calls keep(confidences, step_s) (the draft's probability of
@@ -49,6 +50,9 @@ class Drafter:
     def start(self, prompt_ids: list[int]) -> float:
         """Prepare for a new sequence; return seconds spent."""
         return 0.0
+
+    def use_vocab(self, vocab: int) -> None:
+        """The run compares p and q over the ids below `vocab` (the engine says so before the first round)."""
 
     def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
         raise NotImplementedError

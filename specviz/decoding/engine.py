@@ -377,6 +377,7 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     eos = set(eos_ids(models, eos_token_id))
     if isinstance(drafter, ModelDrafter):
         drafter.vocab, drafter.eos = vocab, eos
+    drafter.use_vocab(vocab)
     policy = make_k_policy(k, k_policy)
     policy_name = k_policy if isinstance(k_policy, str) else getattr(k_policy, "name", type(k_policy).__name__)
     extra = {"draft_head": drafter.head_name} if getattr(drafter, "head", None) is not None else {}

@@ -82,12 +82,16 @@ class CrossTokenizerDrafter(Drafter):
         self.d_tok, self.t_tok = draft_tokenizer, target_tokenizer
         self.lookbehind = lookbehind
         self.d_vocab = min(len(draft_tokenizer), int(model.get_input_embeddings().weight.shape[0]))
-        self.vocab = len(target_tokenizer) if vocab is None else vocab  # the width of the target's p
+        # the width of the target's p; a run sets it to its own (use_vocab)
+        self.vocab = len(target_tokenizer) if vocab is None else vocab
         self.d_eos = {i for i in [draft_tokenizer.eos_token_id] if isinstance(i, int)}
         self.d_ids: list[int] = []  # the draft tokens its cache holds
         # shared_tokens for these tokenizers, built on the first sampled round; `tables` (one dict per pair of
         # tokenizers, e.g. Pair's) keeps it for the next drafter, since building it reads both vocabularies
         self.tables = {} if tables is None else tables
+
+    def use_vocab(self, vocab: int) -> None:
+        self.vocab = vocab  # q goes onto the target's ids: as wide as the run's p
 
     def start(self, prompt_ids: list[int]) -> float:
         self.lm.reset()

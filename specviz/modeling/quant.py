@@ -44,6 +44,7 @@ TARGET_PRECISIONS = ("float32", "int8")  # exact targets: a row's result does no
 # On Apple's GPU (mps) a draft is float32 or float16, or bfloat16 from macOS 14 (dtypes): the int8 and
 # int4 kernels used here are CPU kernels, and mps runs no dynamic int8 quantization.
 INT4_GROUP = 32
+INT4_ROWS = 16  # ATen's int4 packing takes output rows 16 at a time
 
 
 # PyTorch's quantized engines with a dynamic int8 linear, the preferred first: x86 (fbgemm's kernels
@@ -307,8 +308,25 @@ def _unfast(model: nn.Module) -> None:
     fastlinear.disable(model)
 
 
+def _check_int4_shapes(model: nn.Module) -> None:
+    """InvalidSetting naming the first layer torchao's int4 packing cannot take (it would fail half way).
+
+    It packs the Linears without a bias: their inputs in whole groups of INT4_GROUP, their outputs
+    (rows) in multiples of INT4_ROWS.
+    """
+    for name, m in model.named_modules():
+        packed = isinstance(m, nn.Linear) and m.bias is None
+        if packed and (m.out_features % INT4_ROWS or m.in_features % INT4_GROUP):
+            raise InvalidSetting(
+                f"draft precision int4 needs layers of a multiple of {INT4_ROWS} rows and of "
+                f"{INT4_GROUP} inputs; {name} has {m.out_features} rows and {m.in_features} inputs. "
+                f"Choose int8 or bfloat16 for this draft.")
+
+
 def apply(model: nn.Module, precision: str) -> nn.Module:
     """Put a float32 or bfloat16 draft into `precision`, in place; returns the model."""
+    if precision == "int4":
+        _check_int4_shapes(model)  # before the model is changed
     model.config.specviz_precision = precision
     if precision == "float32":
         return model.to(torch.float32)

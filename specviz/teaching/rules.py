@@ -148,14 +148,15 @@ def exact_outcome(rule: Rule, p: torch.Tensor, q: torch.Tensor,
 
     For rejection, typical and threshold: out = q·a + (1 − Σ q·a)·r, where a is
     keep_probability and r what a refusal draws from (the residual for rejection,
-    p for the others). exact-match emits the target's own sample every time: out = p,
-    and it keeps the draft with probability Σ p·q.
+    p for the others). exact-match keeps a drafted x when the target's own sample t
+    is x (a = p); a refusal emits t, which is y with probability p(y)·(1 − q(y))
+    (t = y and the draft was not y), so out = q·p + p·(1 − q): p, with Σ p·q kept.
     """
-    if rule.kind == "exact-match":
-        return float((p * q).sum()), p.clone()
     a = keep_probability(rule, p, q)  # (V,)
     kept = q * a  # (V,): drafted x and kept
     acc = float(kept.sum())
+    if rule.kind == "exact-match":
+        return acc, kept + p * (1.0 - q)  # refused: the target's t, where the draft drew something else
     fallback = residual_fn(p, q, 0) if rule.kind == "rejection" else p  # (V,), independent of the draft
     return acc, kept + (1.0 - acc) * fallback
 
