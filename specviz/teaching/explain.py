@@ -665,3 +665,35 @@ def gpu_advice(device: str, speedup: float | None, suggestion=None) -> str | Non
     return (text + f" A draft pays when its target is many times larger: try the pair **{suggestion.name}** "
             f"({suggestion.draft.label} drafting for {suggestion.target.label}), whose target's pass is long "
             "enough for the draft's to be cheap beside it.")
+
+
+# --- the memory budget ------------------------------------------------------------------------------------------------
+def budget_words(budget) -> str:
+    """Where the memory budget (memory.Budget) comes from, e.g. '7.2 GiB (the cgroup limit; 12.0 GiB available)'."""
+    size = format_bytes(budget.bytes)
+    if budget.source == "SPECVIZ_MEMORY_GB":
+        return f"{size} (set by SPECVIZ_MEMORY_GB)"
+    if budget.source == "cgroup limit":
+        return f"{size} (the container's memory limit; {format_bytes(budget.available)} is available on the machine)"
+    return f"{size} ({budget.source})"
+
+
+def over_budget(refusal) -> str:
+    """Why a model load is refused (memory.Refusal): it does not fit the budget, even with every unused model
+    unloaded; what holds the rest, and what to do."""
+    text = (f"Not loaded: {refusal.what} needs about {format_bytes(refusal.need)} more, and the memory budget is "
+            f"{budget_words(refusal.budget)}, of which the models loaded already hold {format_bytes(refusal.held)}.")
+    if refusal.in_use:
+        text += (f" {and_list(list(refusal.in_use))} {'is' if len(refusal.in_use) == 1 else 'are'} in use by a "
+                 f"running session, so {'it stays' if len(refusal.in_use) == 1 else 'they stay'} loaded until "
+                 f"that run ends.")
+    return text + (" Pick a smaller choice (bfloat16, an int8 draft, a smaller pair), or set SPECVIZ_MEMORY_GB "
+                   "higher if this machine has the memory.")
+
+
+def fitting_choice(wanted: str, wanted_need: int, chosen: str | None, chosen_need: int, budget) -> str:
+    """Why the page starts with another configuration than the default: the default does not fit the budget."""
+    head = f"{wanted} needs about {format_bytes(wanted_need)}, more than the memory budget of {budget_words(budget)}"
+    if chosen is None:
+        return head + "; no configuration of this pair fits. Pick a smaller pair, or set SPECVIZ_MEMORY_GB."
+    return head + f", so this page starts with {chosen} (about {format_bytes(chosen_need)})."
