@@ -308,6 +308,18 @@ def check_memory(spec: PairSpec, dtype: torch.dtype, device: str, with_target: b
         )
 
 
+def choices(dtypes: Iterable[str], precisions: Iterable[str], dtype: str, precision: str) -> list[tuple[str, str]]:
+    """Every (dtype, draft precision), the wanted one first, then the rest of its dtype, then the other dtypes."""
+    dts = [dtype, *[d for d in dtypes if d != dtype]]
+    ps = [precision, *[p for p in precisions if p != precision]]
+    return [(d, p) for d in dts for p in ps]
+
+
+def fitting_choice(spec: PairSpec, options: list[tuple[str, str]], fits, device: str = "cpu") -> tuple[str, str] | None:
+    """The first (dtype, draft precision) of `options` whose parts (config_parts) `fits` says fit; None if none."""
+    return next((o for o in options if fits(config_parts(spec, o[0], o[1], device))), None)
+
+
 # -----------------------------------------------------------------------------
 # tokenizers
 

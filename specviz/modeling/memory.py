@@ -298,11 +298,18 @@ class ModelStore:
                           sum(held.values()) - sum(self._parts(skip=gone).values()))
         return None, refusal
 
+    def check(self, parts: Mapping[Hashable, int], what: str = "", loading: int = 0) -> list:
+        """The keys that must be unloaded for an entry with these parts, least recently used first; OverBudget,
+        saying why, if even unloading every unleased entry would not make room."""
+        with self._lock:
+            gone, refusal = self._plan(dict(parts), loading)
+            if gone is None:
+                refusal = Refusal(what, refusal.need, refusal.held, refusal.budget, refusal.in_use, refusal.freeable)
+                raise OverBudget(refusal, self._say(refusal))
+            return gone
+
     def _make_room(self, parts: dict, what: str, loading: int) -> None:
-        gone, refusal = self._plan(parts, loading)
-        if gone is None:
-            refusal = Refusal(what, refusal.need, refusal.held, refusal.budget, refusal.in_use, refusal.freeable)
-            raise OverBudget(refusal, self._say(refusal))
+        gone = self.check(parts, what, loading)
         for key in gone:
             self._unload(key)
         if gone:

@@ -691,6 +691,11 @@ def over_budget(refusal) -> str:
                    "higher if this machine has the memory.")
 
 
+def config_words(pair: str, dtype: str, precision: str) -> str:
+    """A configuration as the app names it: 'qwen2.5-coder-embedded (float32, int8 draft)'."""
+    return f"{pair} ({dtype}, {precision} draft)"
+
+
 def fitting_choice(wanted: str, wanted_need: int, chosen: str | None, chosen_need: int, budget) -> str:
     """Why the page starts with another configuration than the default: the default does not fit the budget."""
     head = f"{wanted} needs about {format_bytes(wanted_need)}, more than the memory budget of {budget_words(budget)}"
