@@ -549,7 +549,8 @@ def lease_pair(name: str, dtype: str, draft_precision: str | None = None):
         # refused before anything loads: the pair in dtype and the draft's copy must fit at once
         store.check(models.config_parts(spec, dtype, precision, device), what, memory.LOADING)
         base_key = (name, dtype, dtype)
-        slot, base = store.lease(base_key, models.pair_parts(spec, dtype, None, device), _Slot, what, memory.LOADING)
+        slot, base = store.lease(base_key, models.pair_parts(spec, dtype, None, device), _Slot,
+                                 explain.config_words(name, dtype, dtype), memory.LOADING)
         try:
             pair = _load_base(name, dtype, slot, store, base_key)
             if precision == dtype:
