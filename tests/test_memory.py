@@ -172,3 +172,11 @@ def test_a_refused_entry_is_refused_before_it_is_made():
     with pytest.raises(OverBudget, match="Not loaded: pair x needs about 2.0 GiB more"):
         store.lease("x", {"x": 2 * GiB}, lambda: pytest.fail("made before the refusal"), what="pair x")
     assert not store.fits({"x": 2 * GiB}) and store.fits({"x": GiB})
+
+
+def test_peak_resident_memory_reads_vmhwm(tmp_path):
+    proc = fake_proc(tmp_path, 1, "")
+    (proc / "self" / "status").write_text("Name:\tpython\nVmPeak:\t 9000 kB\nVmHWM:\t  2048 kB\nVmRSS:\t 1024 kB\n")
+    assert memory.peak_resident_bytes(proc) == 2048 * 1024
+    assert memory.peak_resident_bytes(tmp_path / "none") is None
+    assert memory.peak_resident_bytes() >= 2**20  # this process

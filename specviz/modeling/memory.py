@@ -154,6 +154,18 @@ def cgroup_room(held: int = 0, proc: str | os.PathLike = "/proc",
     return min(rooms) if rooms else None
 
 
+def peak_resident_bytes(proc: str | os.PathLike = "/proc") -> int | None:
+    """The most memory this process has held resident so far (VmHWM of /proc/self/status); None if unknown."""
+    try:
+        lines = (Path(proc) / "self" / "status").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
 # --- the store ------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Refusal:
@@ -341,5 +353,5 @@ class ModelStore:
                 e.leases -= 1
 
 
-__all__ = ["Budget", "ENV", "GiB", "Lease", "ModelStore", "OverBudget", "Refusal", "cgroup_room", "read_budget",
+__all__ = ["Budget", "ENV", "GiB", "Lease", "ModelStore", "OverBudget", "Refusal", "cgroup_room", "peak_resident_bytes", "read_budget",
            "weight_bytes"]
