@@ -35,10 +35,9 @@ def empty_store():
 def need(pair: str, dtype: str, precision: str) -> int:
     """What the sidebar says a choice needs: its parts and the room a load takes."""
     from specviz.decoding import models
-    from specviz.modeling import memory
     from specviz.modeling.config import as_registry
 
-    return sum(models.config_parts(as_registry(None).pair(pair), dtype, precision).values()) + memory.LOADING
+    return models.estimate_memory_bytes(as_registry(None).pair(pair), dtype, True, precision)
 
 
 def set_budget(monkeypatch, nbytes: int) -> None:
@@ -55,19 +54,21 @@ def new_app():
 
 
 def test_the_page_starts_with_a_choice_that_fits_and_says_why(monkeypatch):
+    """A budget that only bfloat16 with a bfloat16 draft fits (an int8 draft is made through a float32 copy)."""
     from specviz.modeling import quant
 
-    if "int8" not in quant.supported("cpu"):
-        pytest.skip("no int8 drafts on this CPU")
-    fp32 = min(need("tiny-random", "float32", p) for p in quant.supported("cpu"))  # the least a float32 choice needs
-    bf16 = need("tiny-random", "bfloat16", "int8")
-    assert bf16 < fp32
-    set_budget(monkeypatch, (bf16 + fp32) // 2)
+    least = need("tiny-random", "bfloat16", "bfloat16")
+    others = [need("tiny-random", d, p) for d in ("float32", "bfloat16") for p in quant.supported("cpu")
+              if (d, p) != ("bfloat16", "bfloat16")]
+    assert least < min(others)
+    set_budget(monkeypatch, (least + min(others)) // 2)
     at = new_app()
-    assert at.radio(key="main.dtype").value == "bfloat16" and at.radio(key="main.draft_precision").value == "int8"
+    assert at.radio(key="main.dtype").value == "bfloat16"
+    assert at.radio(key="main.draft_precision").value == "bfloat16"
     why = " ".join(i.value for i in at.sidebar.info)
-    assert "tiny-random (float32, int8 draft) needs about" in why and "(set by SPECVIZ_MEMORY_GB)" in why
-    assert "so this page starts with tiny-random (bfloat16, int8 draft)" in why
+    default = f"tiny-random (float32, {quant.default_precision('cpu')} draft)"
+    assert f"{default} needs about" in why and "(set by SPECVIZ_MEMORY_GB)" in why
+    assert "so this page starts with tiny-random (bfloat16, bfloat16 draft)" in why
     at.select_slider(key="main.speed").set_value("instant")
     at.button(key="main.run_btn").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -103,31 +104,31 @@ def test_a_live_run_holds_its_pair_until_it_ends():
     assert job.hold is None and not any(ui._models().in_use(k) for k in ui._models().keys())
 
 
-def test_over_the_servers_life_the_least_recent_goes_and_a_pair_in_use_stays(monkeypatch):
-    """Session A's live run holds tiny-random in bfloat16 with an int8 draft. Session B's pair needs room: the
-    dtype pair A's draft was copied from goes (the target stays: A's copy uses it); B's pair comes in. While B
-    also holds its pair, a third pair that needs more than what is left is refused, naming both as in use."""
+def test_over_the_servers_life_a_pair_in_use_stays_and_the_least_recent_goes(monkeypatch):
+    """Session A's live run holds tiny-random; session B's pair does not fit beside it: refused, naming A's pair,
+    nothing unloaded. Once A's run ends, B's pair loads and tiny-random is unloaded. Then B holds its pair, and a
+    third pair is refused naming it; once B lets go, the third loads in its place."""
     from pages.common import ui
     from specviz.core.errors import NotEnoughMemory
-    from specviz.modeling import quant
+    from specviz.decoding import models
+    from specviz.modeling.config import as_registry
 
-    if "int8" not in quant.supported("cpu"):
-        pytest.skip("no int8 drafts on this CPU")
-    a_parts = need("tiny-random", "bfloat16", "int8")
-    set_budget(monkeypatch, a_parts + need("tiny-early-exit", "bfloat16", "bfloat16") // 2 + 2**20)
+    held_a = sum(models.pair_parts(as_registry(None).pair("tiny-random"), "bfloat16").values())
+    set_budget(monkeypatch, held_a + need("tiny-early-exit", "bfloat16", "bfloat16") - 2**20)
     store = ui._models()
-    _, a = ui.lease_pair("tiny-random", "bfloat16", "int8")  # as start_live does
-    assert store.keys() == [("tiny-random", "bfloat16", "bfloat16"), ("tiny-random", "bfloat16", "int8")]
-    _, b = ui.lease_pair("tiny-early-exit", "bfloat16", "int8")  # a draft of its own layers: bfloat16
-    assert store.unloaded == [("tiny-random", "bfloat16", "bfloat16")]
-    assert store.keys() == [("tiny-random", "bfloat16", "int8"), ("tiny-early-exit", "bfloat16", "bfloat16")]
+    _, a = ui.lease_pair("tiny-random", "bfloat16", "bfloat16")  # as start_live does
     with pytest.raises(NotEnoughMemory) as e:
-        ui.load_pair_cached("tiny-other-tokenizer", "bfloat16", "bfloat16")
+        ui.load_pair_cached("tiny-early-exit", "bfloat16", "bfloat16")
     said = str(e.value)
-    assert said.startswith("Not loaded: tiny-other-tokenizer (bfloat16, bfloat16 draft) needs about")
-    assert "tiny-random (bfloat16, int8 draft) and tiny-early-exit (bfloat16, bfloat16 draft) are in use" in said
-    assert len(store.keys()) == 2  # nothing unloaded for a refusal
+    assert said.startswith("Not loaded: tiny-early-exit (bfloat16, bfloat16 draft) needs about")
+    assert "tiny-random (bfloat16, bfloat16 draft) is in use by a running session" in said
+    assert store.keys() == [("tiny-random", "bfloat16", "bfloat16")] and not store.unloaded
     a.release()  # A's run ended: its pair may go now
-    ui.load_pair_cached("tiny-other-tokenizer", "bfloat16", "bfloat16")
-    assert store.unloaded[-1] == ("tiny-random", "bfloat16", "int8") and store.in_use(b.key)
+    _, b = ui.lease_pair("tiny-early-exit", "bfloat16", "bfloat16")
+    assert store.unloaded == [("tiny-random", "bfloat16", "bfloat16")]
+    with pytest.raises(NotEnoughMemory, match=r"tiny-early-exit \(bfloat16, bfloat16 draft\) is in use"):
+        ui.load_pair_cached("tiny-other-tokenizer", "bfloat16", "bfloat16")
     b.release()
+    ui.load_pair_cached("tiny-other-tokenizer", "bfloat16", "bfloat16")
+    assert store.unloaded[-1] == ("tiny-early-exit", "bfloat16", "bfloat16")
+    assert store.keys() == [("tiny-other-tokenizer", "bfloat16", "bfloat16")]

@@ -262,7 +262,9 @@ def _baseline(job: playback.Playback) -> None:
                 return
             stream = job.meta.get("baseline_stream")
             if stream is None:
-                pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"])
+                # the run's own pair (loaded already); after prompt lookup, the pair in its dtype: no draft copy
+                pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"],
+                                           job.meta.get("draft_precision") or job.meta["dtype"])
                 stream = job.meta["baseline_stream"] = baseline.target_alone_stream(pair.target, job.run,
                                                                                    pair.shared_vocab)
             for _ in stream:

@@ -547,7 +547,8 @@ def lease_pair(name: str, dtype: str, draft_precision: str | None = None):
     what = explain.config_words(name, dtype, precision)
     with devqueue.QUEUE.paused():  # a load may wait on model work: not while this page holds a turn to draw
         # refused before anything loads: the pair in dtype and the draft's copy must fit at once
-        store.check(models.config_parts(spec, dtype, precision, device), what, memory.LOADING)
+        store.check(models.config_parts(spec, dtype, precision, device), what,
+                    models.loading_bytes(spec, dtype, precision))
         base_key = (name, dtype, dtype)
         slot, base = store.lease(base_key, models.pair_parts(spec, dtype, None, device), _Slot,
                                  explain.config_words(name, dtype, dtype), memory.LOADING)
@@ -569,11 +570,10 @@ def lease_pair(name: str, dtype: str, draft_precision: str | None = None):
 def _variant(base, precision: str, store, what: str):
     """(the pair with its draft in `precision`, a lease on it): a copy of base's draft, made once."""
     from specviz.decoding import models
-    from specviz.modeling import memory
 
     key = (base.name, str(base.dtype).removeprefix("torch."), precision)
     parts = models.pair_parts(base.spec, base.dtype, precision, base.device)
-    slot, lease = store.lease(key, parts, _Slot, what, memory.LOADING)
+    slot, lease = store.lease(key, parts, _Slot, what, models.loading_bytes(base.spec, base.dtype, precision))
     try:
         with slot.lock:
             if slot.pair is None:
@@ -624,7 +624,7 @@ def fitting_default(name: str | None) -> tuple[str, str, str | None]:
     """(dtype, draft precision, why) this session starts with: the defaults, or, when they do not fit the memory
     budget, the first choice of the pair that does (why says which and why; None when the defaults fit)."""
     from specviz.decoding import models
-    from specviz.modeling import memory, quant
+    from specviz.modeling import quant
 
     device = models.default_device()
     dtype, precision = default_dtype_name(), quant.default_precision(device)
@@ -634,14 +634,14 @@ def fitting_default(name: str | None) -> tuple[str, str, str | None]:
         spec = _spec(name)
         precision = _precision(spec, dtype, precision, device)
         store = _models()
-        fits = lambda parts: store.fits(parts, memory.LOADING)  # noqa: E731
         options = models.choices(DTYPE_CHOICES, quant.supported(device), dtype, precision)
-        chosen = models.fitting_choice(spec, options, fits, device)
+        chosen = next((o for o in options if store.fits(models.config_parts(spec, *o, device),
+                                                        models.loading_bytes(spec, *o))), None)
     except SpecvizError:  # a broken registry or budget setting is said where the pair is loaded
         return dtype, precision, None
     if chosen == (dtype, precision):
         return dtype, precision, None
-    need = lambda d, p: store.need(models.config_parts(spec, d, p, device), memory.LOADING)  # noqa: E731
+    need = lambda d, p: store.need(models.config_parts(spec, d, p, device), models.loading_bytes(spec, d, p))  # noqa: E731
     why = explain.fitting_choice(explain.config_words(name, dtype, precision), need(dtype, precision),
                                  None if chosen is None else explain.config_words(name, *chosen),
                                  0 if chosen is None else need(*chosen), store.budget())
@@ -664,11 +664,12 @@ def memory_note(name: str | None, dtype: str, precision: str, where=None) -> Non
         budget = store.budget()
         precision = _precision(spec, dtype, precision, device)
         parts = models.config_parts(spec, dtype, precision, device)
-        where.caption(f"Memory: this choice needs about {explain.format_bytes(store.need(parts, memory.LOADING))} "
+        loading = models.loading_bytes(spec, dtype, precision)
+        where.caption(f"Memory: this choice needs about {explain.format_bytes(store.need(parts, loading))} "
                       f"more; the budget is {explain.budget_words(budget)}, and the models loaded hold "
                       f"{explain.format_bytes(store.held())}.")
         try:
-            store.check(parts, explain.config_words(name, dtype, precision), memory.LOADING)
+            store.check(parts, explain.config_words(name, dtype, precision), loading)
         except memory.OverBudget as e:
             where.warning(str(e), icon=":material/memory:")
         with where.expander("What each choice needs"):
@@ -677,8 +678,8 @@ def memory_note(name: str | None, dtype: str, precision: str, where=None) -> Non
                                        quant.default_precision(device)):
                 p = _precision(spec, d, p0, device)
                 each = models.config_parts(spec, d, p, device)
-                mark = "fits" if store.fits(each, memory.LOADING) else "does not fit now"
-                lines.append(f"- {d}, {p} draft: {explain.format_bytes(sum(each.values()) + memory.LOADING)} "
+                mark = "fits" if store.fits(each, models.loading_bytes(spec, d, p)) else "does not fit now"
+                lines.append(f"- {d}, {p} draft: {explain.format_bytes(models.estimate_memory_bytes(spec, d, True, p))} "
                              f"({mark})")
             st.markdown("\n".join(dict.fromkeys(lines)))  # a draft of the target's layers: one line per dtype
     except SpecvizError as e:  # a bad SPECVIZ_MEMORY_GB, a broken registry: said, and the page goes on

