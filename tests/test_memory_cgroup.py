@@ -115,3 +115,37 @@ def test_a_pair_over_the_cgroup_limit_is_refused_not_killed(tmp_path, limited_cg
     out = _run_in(limited_cgroup, "unchecked", registry)
     assert out.returncode == -signal.SIGKILL, (out.returncode, out.stdout, out.stderr[-2000:])
     assert "LOADED" not in out.stdout
+
+
+REAL_CHILD = textwrap.dedent("""
+    import json, sys
+    from specviz.decoding import models
+    from specviz.modeling import memory
+    from specviz.modeling.config import default_registry
+
+    dtype, precision = sys.argv[1], sys.argv[2]
+    def rss():
+        return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmRSS"))
+    before = rss()
+    pair = models.load_pair(None, dtype=dtype, draft_precision=precision, device="cpu")
+    spec = default_registry().pair()
+    print(json.dumps({"resident": rss() - before, "peak": memory.peak_resident_bytes(),
+                      "parts": sum(models.pair_parts(spec, dtype, precision).values()),
+                      "estimate": models.estimate_memory_bytes(spec, dtype, True, precision)}))
+""")
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("dtype,precision", [("float32", "int8"), ("bfloat16", "bfloat16")])
+def test_real_default_pair_holds_what_the_estimate_says(dtype, precision):
+    """The default pair as the CLI loads it: what stays resident is within 15 % of the estimate of its parts.
+    (The peak, VmHWM, also counts the weight files' pages read through mmap, which the kernel can drop.)"""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", REAL_CHILD, dtype, precision], cwd=root, capture_output=True,
+                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    print(got)
+    assert abs(got["resident"] - got["parts"]) < 0.15 * got["parts"], got
