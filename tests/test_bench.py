@@ -51,6 +51,10 @@ def test_json_has_the_expected_keys_and_finite_numbers(outputs):
     assert cfg["methods"] == bench.method_names([1, 3])
     assert all(math.isfinite(v) for v in _numbers(report))  # nan/inf are written as null, never as NaN
     assert set(report["costs"]["verify_ratio"]) >= {"1", "2", "4"}
+    # the process's peak resident memory, next to what the estimator says the configuration needs
+    assert 2**20 < cfg["peak_rss_bytes"] < 2**40  # the bench process's own
+    assert cfg["memory_estimate_bytes"] is None  # --tiny: a pair from outside the registry has no estimate
+    assert f"Peak resident memory (VmHWM) {cfg['peak_rss_bytes'] / 2**30:.2f} GiB" in outputs[1]
     assert report["costs"]["verify_ratio"]["1"] == 1.0
     # the prior the best-k chooser starts from, next to the c the passes measured
     assert 0 < report["costs"]["c_prior"] and f"(the chooser's prior before any timing, " \

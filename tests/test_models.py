@@ -19,7 +19,7 @@ import re
 import pytest
 import torch
 
-from specviz.modeling import config, fastlinear, store
+from specviz.modeling import config, fastlinear, memory, store
 from specviz.decoding import models
 from specviz.modeling.config import ChunkSource, parse_registry
 from specviz.core.errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable, TokenizerMismatch
@@ -381,9 +381,9 @@ def test_not_enough_memory_before_loading(tmp_path, monkeypatch, make_tokenizer,
     d, t = tiny_models()
     reg = registry({"d": {"path": str(save_tiny(tmp_path / "d", d, tok))},
                     "t": {"path": str(save_tiny(tmp_path / "t", t, tok))}}, {"p": ("d", "t")})
-    monkeypatch.setattr(models, "available_memory_bytes", lambda device="cpu": 2**20)
+    monkeypatch.setenv("SPECVIZ_MEMORY_GB", "0.001")
     monkeypatch.setattr(models, "_load_one", lambda *a: pytest.fail("must refuse before loading"))
-    with pytest.raises(NotEnoughMemory, match=r"needs about .* GiB .* only 0\.0 GiB is available"):
+    with pytest.raises(NotEnoughMemory, match=r"needs about .* GiB .* only 0\.0 GiB is available \(set by SPECVIZ"):
         models.load_pair("p", registry=reg)
 
 
@@ -393,6 +393,22 @@ def test_memory_estimate_scales_with_dtype():
     bf16 = models.estimate_memory_bytes(spec, torch.bfloat16)
     n = spec.draft.params + spec.target.params
     assert fp32 > n * 4 > bf16 > n * 2
+
+
+def test_memory_estimate_counts_the_draft_copy_in_its_precision():
+    """An int8 draft is made from the dtype one: the configuration holds both, the int8 copy less than the
+    float32 one; a draft made of the target's layers costs nothing of its own."""
+    reg = config.default_registry()
+    spec = reg.pair()
+    parts = models.config_parts(spec, "float32", "int8")
+    draft_fp32 = spec.draft.params * 4
+    assert draft_fp32 / 4 < sum(parts.values()) - sum(models.config_parts(spec, "float32").values()) < draft_fp32
+    # at the peak the copy passes through float32 (it is quantized layer by layer from a float32 copy)
+    peak = models.estimate_memory_bytes(spec, torch.float32, draft_precision="int8")
+    assert peak - models.estimate_memory_bytes(spec, torch.float32) == memory.weight_bytes(spec.draft.params, "float32")
+    assert len(parts) == 3 and sum(1 for k in parts if k[0] == "target") == 1
+    assert models.pair_parts(reg.pair("qwen2.5-coder-1.5b-self"), "float32") == {
+        k: v for k, v in parts.items() if k[0] == "target"}
 
 
 def test_available_memory_reads_meminfo():

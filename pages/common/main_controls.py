@@ -69,8 +69,15 @@ def start_live(ms: MainSettings, t_script: float) -> playback.Playback:
     if not ms.pair_name:
         raise SpecvizError("No model pair is available: fix models.yaml (see the error above).")
     t0 = time.perf_counter()
-    pair = ui.load_pair_cached(ms.pair_name, ms.dtype, ms.draft_precision)
-    load_s = time.perf_counter() - t0
+    pair, lease = ui.lease_pair(ms.pair_name, ms.dtype, ms.draft_precision)  # held until the run ends
+    try:
+        return _open_live(ms, t_script, pair, lease, time.perf_counter() - t0)
+    except BaseException:
+        lease.release()
+        raise
+
+
+def _open_live(ms: MainSettings, t_script: float, pair, lease, load_s: float) -> playback.Playback:
     ids = prompts.encode(pair.tokenizer, ms.prompt_text, ms.chat)
     kw = {**ms.decode.engine_kwargs(), "eos_token_id": pair.eos_token_ids}
     drafter = PromptLookupDrafter() if ms.lookup else pair.drafter()
@@ -82,7 +89,9 @@ def start_live(ms: MainSettings, t_script: float) -> playback.Playback:
             "lookup": ms.lookup, "draft_precision": None if ms.lookup else pair.draft_precision,
             "decode": ui.decoder(pair.tokenizer), "baseline_wanted": ms.baseline_on, "t_run": t_script,
             "load_s": load_s}
-    return playback.Playback.live(stream, ids, ms.prompt_text, kw, meta, device=pair.device, dtype=ms.dtype)
+    pb = playback.Playback.live(stream, ids, ms.prompt_text, kw, meta, device=pair.device, dtype=ms.dtype)
+    pb.hold = lease  # the store keeps this pair loaded while the run goes on
+    return pb
 
 
 def _start_recording(recording) -> playback.Playback:

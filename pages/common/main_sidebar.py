@@ -60,9 +60,7 @@ def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None]:
                            "real default pair, instantly, with no model loaded (for weak laptops).")
     state.keep_widget("source", source, SOURCES, "live")
     if source == LIVE:
-        pair_name = ui.sidebar_pair_picker("main")
-        dtype = ui.dtype_picker("main")
-        draft_precision = ui.precision_picker("main")
+        pair_name, dtype, draft_precision = ui.choice_pickers("main")
         ui.show_device(None, dtype)
         return True, None, pair_name, dtype, draft_precision
     recs = runfile.list_recorded()

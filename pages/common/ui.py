@@ -8,8 +8,12 @@ Stable API (pages import these):
     dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.decoding.models.DEFAULT_DTYPE)
     precision_picker(prefix)            -> the draft's precision (default specviz.modeling.quant.default_precision)
     load_pair_cached(name, dtype, draft_precision=None)
-                                        -> Pair, shared by every session (st.cache_resource),
-                                           with a progress indicator on the first load
+                                        -> Pair, shared by every session (one budgeted store of models,
+                                           specviz.modeling.memory), with a progress indicator on the first load
+    lease_pair(name, dtype, draft_precision=None)
+                                        -> (Pair, lease): the store never unloads it while the lease is held
+    fitting_default(name)               -> (dtype, draft precision, why): the defaults, or the first that fits
+    memory_note(name, dtype, precision) what the choice needs of the memory budget, and what each choice needs
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
     show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config, drawn in a turn
     presented(fig)                      a figure as this session shows it (grown in presenter mode)
@@ -22,8 +26,9 @@ Stable API (pages import these):
     pair_status(name), list_pairs_safe(), default_dtype_name()
     LOAD_CALLS, _slot.clear()           for tests: loads so far; forget the loaded pairs
 
-Models are the only thing cached with st.cache_resource (one copy per server,
-however many laptops connect); per-user results live in st.session_state.
+Models are the only thing cached with st.cache_resource: one budgeted store per server (however many
+laptops connect), which unloads the least recently used pair to make room; per-user results live in
+st.session_state.
 """
 
 from __future__ import annotations
@@ -378,20 +383,21 @@ def dtype_choices(device: str) -> list[str]:
     return list(quant.dtypes(device)) if device.startswith("mps") else DTYPE_CHOICES
 
 
-def dtype_picker(prefix: str, where=None) -> str:
-    """The dtype radio (dtype_choices for this device); default from specviz.decoding.models.DEFAULT_DTYPE."""
+def dtype_picker(prefix: str, where=None, default: str | None = None) -> str:
+    """The dtype radio (dtype_choices for this device); default from specviz.decoding.models.DEFAULT_DTYPE
+    (or `default`, where this device offers it)."""
     from specviz.decoding import models
 
     where = where or st.sidebar
     choices = dtype_choices(models.default_device())
-    default = default_dtype_name()
+    default = default if default in choices else default_dtype_name()
     return where.radio("dtype", choices, index=choices.index(default) if default in choices else 0,
                        key=f"{prefix}.dtype", horizontal=True,
                        help="float32 is fastest on a CPU; bfloat16 halves the memory (default on a GPU) "
                             "but rounds differently, which can break greedy exactness.")
 
 
-def precision_picker(prefix: str, where=None) -> str:
+def precision_picker(prefix: str, where=None, default: str | None = None) -> str:
     """The draft's precision: float32, bfloat16, int8, int4 (those that run on this device)."""
     from specviz.decoding import models
     from specviz.modeling import quant
@@ -399,12 +405,25 @@ def precision_picker(prefix: str, where=None) -> str:
     where = where or st.sidebar
     device = models.default_device()
     choices = list(quant.supported(device))
-    default = quant.default_precision(device)
+    default = default or quant.default_precision(device)
     return where.radio("draft precision", choices, index=choices.index(default) if default in choices else 0,
                        key=f"{prefix}.draft_precision", horizontal=True,
                        help="The draft model's weights. A cheaper draft (int8, int4) lowers c, the cost of a "
                             "draft step relative to a target pass, and may lower α a little. It never changes "
                             "the output: the target decides every token.")
+
+
+def choice_pickers(prefix: str, dtype: bool = True, draft: bool = True) -> tuple[str | None, str, str]:
+    """(pair, dtype, draft precision) from the sidebar, starting from the first choice that fits the memory budget
+    (said when it is not the default), with what the choice needs under them (memory_note)."""
+    name = sidebar_pair_picker(prefix)
+    dt0, p0, why = fitting_default(name) if dtype else (default_dtype_name(), None, None)
+    dt = dtype_picker(prefix, default=dt0) if dtype else default_dtype_name()
+    precision = precision_picker(prefix, default=p0) if draft else dt  # else: the loaded draft as it is
+    if why and (dt, precision) == (dt0, p0):
+        st.sidebar.info(why, icon=":material/memory:")
+    memory_note(name, dt, precision)
+    return name, dt, precision
 
 
 def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -> None:
@@ -427,7 +446,7 @@ def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -
     where.caption(f"device **{device}**{extra} · dtype **{dt}**")
 
 
-# --- loading (the one st.cache_resource) ------------------------------------------------------
+# --- loading: the server's one budgeted store of models -----------------------------------------------------------
 class _Slot:
     """Holds one pair and the thread loading it, so a load outlives the script run that started it.
 
@@ -437,20 +456,26 @@ class _Slot:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.pair = None  # loaded with a float32 (or bfloat16) draft: the source of every draft precision
-        self.variants: dict[str, Any] = {}  # draft precision -> the same pair with that draft
+        self.pair = None  # the pair (the one in dtype: the source of every draft precision)
         self.loader: threading.Thread | None = None
         self.error: BaseException | None = None
         self.stage, self.frac, self.t0 = "waiting for the models", 0.0, 0.0
 
+    def unload(self) -> None:
+        """The store let this pair go to make room: drop it (the store collects the garbage)."""
+        self.pair = None
+
     def progress(self, stage: str, frac: float | None) -> None:
         self.stage, self.frac = stage, 0.0 if frac is None else max(0.0, min(1.0, float(frac)))
 
-    def start(self, load: Callable[[Callable], Any]) -> None:
-        """Start `load(progress)` in a thread unless one is running or the pair is there."""
+    def start(self, load: Callable[[Callable], Any], hold=None) -> None:
+        """Start `load(progress)` in a thread unless one is running or the pair is there; the thread releases
+        `hold` (a lease on this slot) when it ends, so the load is never unloaded half done."""
         global LOAD_CALLS
         with self.lock:
             if self.pair is not None or (self.loader is not None and self.loader.is_alive()):
+                if hold is not None:
+                    hold.release()
                 return
             with _load_lock:
                 LOAD_CALLS += 1
@@ -461,6 +486,9 @@ class _Slot:
                     self.pair = load(self.progress)
                 except BaseException as e:  # noqa: BLE001 — handed to the session that waits for it
                     self.error = e
+                finally:
+                    if hold is not None:
+                        hold.release()
 
             self.loader = threading.Thread(target=run, name="specviz-load", daemon=True)
             self.loader.start()
@@ -476,11 +504,45 @@ class _Slot:
         return self.pair
 
 
-@st.cache_resource(show_spinner=False, max_entries=2)
-def _slot(name: str, dtype: str) -> _Slot:
-    # the cached object is the slot, filled outside: Streamlit elements drawn while loading
-    # (the progress box) must not be recorded and replayed by the cache
-    return _Slot()
+@st.cache_resource(show_spinner=False)
+def _models():
+    """The server's one store of loaded models (specviz.modeling.memory.ModelStore), within the memory budget:
+    every session, page, pair and precision loads through it, so the budget holds for the server's life."""
+    from specviz.decoding import models
+    from specviz.modeling import memory
+
+    device = models.default_device()
+    return memory.ModelStore(lambda held: memory.read_budget(held, device=device), explain.over_budget)
+
+
+class _Slots:
+    """For tests: _slot(name, dtype) is the slot of the pair loaded in dtype (None if none); _slot.clear()
+    forgets every loaded pair."""
+
+    def __call__(self, name: str, dtype: str):
+        return _models().peek((name, dtype, dtype))
+
+    def clear(self) -> None:
+        _LOADED.clear()
+        _models().clear()
+
+
+_slot = _Slots()
+
+
+def _spec(name: str):
+    from specviz.modeling.config import as_registry
+
+    return as_registry(None).pair(name)
+
+
+def _precision(spec, dtype: str, draft_precision: str | None, device: str) -> str:
+    """The draft precision a configuration really has: a draft made of the target's layers keeps its dtype."""
+    from specviz.modeling import quant
+    from specviz.modeling.config import DerivedSource
+
+    precision = quant.check(draft_precision, device)
+    return dtype if isinstance(spec.draft.source, DerivedSource) else precision
 
 
 def _warm_up(pair, progress) -> None:
@@ -496,50 +558,96 @@ def _warm_up(pair, progress) -> None:
 
 
 def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
-    """The pair, loaded once per server and shared by every session.
+    """The pair, loaded once per server and shared by every session, within the memory budget.
 
     The first load shows a status box with a progress bar (stage and seconds);
     sessions asking at the same time wait for that one load. Each draft precision is
-    a copy of the loaded draft, made once, sharing the target. Raises SpecvizError
-    (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
+    a copy of the loaded draft, made once, sharing the target. What was used least recently
+    is unloaded to make room; a choice that does not fit is refused before anything loads.
+    Raises SpecvizError (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
     """
+    pair, lease = lease_pair(name, dtype, draft_precision)
+    lease.release()
+    return pair
+
+
+def lease_pair(name: str, dtype: str, draft_precision: str | None = None):
+    """(pair, lease) as load_pair_cached gives the pair; while the lease is held (a live run holds it until it
+    ends: Playback.hold), the store never unloads that pair."""
     from specviz.device import devqueue
     from specviz.decoding import models
-    from specviz.modeling import quant
+    from specviz.modeling import memory
 
+    device = models.default_device()
+    spec = _spec(name)
+    precision = _precision(spec, dtype, draft_precision, device)
+    store = _models()
+    what = explain.config_words(name, dtype, precision)
     with devqueue.QUEUE.paused():  # a load may wait on model work: not while this page holds a turn to draw
-        base = _load_base(name, dtype)
-        precision = quant.check(draft_precision, base.device)
-        slot = _slot(name, dtype)
+        # refused before anything loads: the pair in dtype and the draft's copy must fit at once
+        store.check(models.config_parts(spec, dtype, precision, device), what,
+                    models.loading_bytes(spec, dtype, precision))
+        base_key = (name, dtype, dtype)
+        slot, base = store.lease(base_key, models.pair_parts(spec, dtype, None, device), _Slot,
+                                 explain.config_words(name, dtype, dtype), memory.LOADING)
+        try:
+            pair = _load_base(name, dtype, slot, store, base_key)
+            if precision == dtype:
+                return pair, base
+            return _variant(pair, precision, store, what)
+        except BaseException:
+            if slot.pair is None and not (slot.loader is not None and slot.loader.is_alive()):
+                store.discard(base_key)  # nothing loaded: nothing to charge
+            base.release()
+            raise
+        finally:
+            if precision != dtype:
+                base.release()  # the variant is made: the dtype pair may go when room is needed
+
+
+def _variant(base, precision: str, store, what: str):
+    """(the pair with its draft in `precision`, a lease on it): a copy of base's draft, made once."""
+    from specviz.decoding import models
+
+    key = (base.name, str(base.dtype).removeprefix("torch."), precision)
+    parts = models.pair_parts(base.spec, base.dtype, precision, base.device)
+    slot, lease = store.lease(key, parts, _Slot, what, models.loading_bytes(base.spec, base.dtype, precision))
+    try:
         with slot.lock:
-            if precision not in slot.variants:
+            if slot.pair is None:
                 with st.spinner(f"Preparing a {precision} copy of the draft…"):
                     pair = models.with_draft_precision(base, precision)
                     if pair is not base:
                         _warm_up(pair, lambda *_: None)
-                    slot.variants[precision] = pair
-            return slot.variants[precision]
+                    slot.pair = pair
+                    _LOADED[key] = pair  # it holds the target too: a pair with the same target may borrow it
+            return slot.pair, lease
+    except BaseException:
+        lease.release()
+        store.discard(key)
+        raise
 
 
-_LOADED: "weakref.WeakValueDictionary[tuple[str, str], Any]" = weakref.WeakValueDictionary()  # (name, dtype) -> Pair
+_LOADED: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()  # (name, dtype, precision) -> Pair
 
 
-def _load_base(name: str, dtype: str):
+def _load_base(name: str, dtype: str, slot: _Slot, store, key):
     from specviz.decoding import models
 
-    slot = _slot(name, dtype)
     if slot.pair is not None:
         return slot.pair
 
     def load(progress):
-        # a pair loaded already with the same target lends it: a second pair costs only its draft
+        # a pair loaded already with the same target lends it: a second pair costs only its draft; the store
+        # has made room for this one (check=False: no second check against what is free)
         pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=dtype,
-                                loaded=list(_LOADED.values()))
-        _LOADED[(name, dtype)] = pair
+                                loaded=list(_LOADED.values()), check=False)
+        _LOADED[key] = pair
         _warm_up(pair, progress)
         return pair
 
-    slot.start(load)  # another session may have started it: then this one waits for that load
+    _, hold = store.lease(key, {}, _Slot)  # the loader's own lease: a rerun stops this page, not the load
+    slot.start(load, hold)  # another session may have started it: then this one waits for that load
     box = st.empty()
     with box.status(f"Loading {name} ({dtype})…", expanded=True) as status:
         bar = st.progress(0.0, text="waiting for the models")
@@ -547,6 +655,73 @@ def _load_base(name: str, dtype: str):
         status.update(label=f"Loaded {name} in {time.perf_counter() - slot.t0:.1f} s", state="complete")
     box.empty()
     return pair
+
+
+# --- memory: what each choice needs, and the one that fits ------------------------------------------------------
+def fitting_default(name: str | None) -> tuple[str, str, str | None]:
+    """(dtype, draft precision, why) this session starts with: the defaults, or, when they do not fit the memory
+    budget, the first choice of the pair that does (why says which and why; None when the defaults fit)."""
+    from specviz.decoding import models
+    from specviz.modeling import quant
+
+    device = models.default_device()
+    dtype, precision = default_dtype_name(), quant.default_precision(device)
+    if not name:
+        return dtype, precision, None
+    try:
+        spec = _spec(name)
+        precision = _precision(spec, dtype, precision, device)
+        store = _models()
+        options = models.choices(DTYPE_CHOICES, quant.supported(device), dtype, precision)
+        chosen = next((o for o in options if store.fits(models.config_parts(spec, *o, device),
+                                                        models.loading_bytes(spec, *o))), None)
+    except SpecvizError:  # a broken registry or budget setting is said where the pair is loaded
+        return dtype, precision, None
+    if chosen == (dtype, precision):
+        return dtype, precision, None
+    need = lambda d, p: store.need(models.config_parts(spec, d, p, device), models.loading_bytes(spec, d, p))  # noqa: E731
+    why = explain.fitting_choice(explain.config_words(name, dtype, precision), need(dtype, precision),
+                                 None if chosen is None else explain.config_words(name, *chosen),
+                                 0 if chosen is None else need(*chosen), store.budget())
+    return (*(chosen or (dtype, precision)), why)
+
+
+def memory_note(name: str | None, dtype: str, precision: str, where=None) -> None:
+    """Under the pickers: what this choice needs of the memory budget, a warning before Run when it does not
+    fit, and what every choice of the pair needs."""
+    from specviz.decoding import models
+    from specviz.modeling import memory, quant
+
+    where = where or st.sidebar
+    if not name:
+        return
+    device = models.default_device()
+    try:
+        spec = _spec(name)
+        store = _models()
+        budget = store.budget()
+        precision = _precision(spec, dtype, precision, device)
+        parts = models.config_parts(spec, dtype, precision, device)
+        loading = models.loading_bytes(spec, dtype, precision)
+        where.caption(f"Memory: this choice needs about {explain.format_bytes(store.need(parts, loading))} "
+                      f"more; the budget is {explain.budget_words(budget)}, and the models loaded hold "
+                      f"{explain.format_bytes(store.held())}.")
+        try:
+            store.check(parts, explain.config_words(name, dtype, precision), loading)
+        except memory.OverBudget as e:
+            where.warning(str(e), icon=":material/memory:")
+        with where.expander("What each choice needs"):
+            lines = []
+            for d, p0 in models.choices(DTYPE_CHOICES, quant.supported(device), DTYPE_CHOICES[0],
+                                       quant.default_precision(device)):
+                p = _precision(spec, d, p0, device)
+                each = models.config_parts(spec, d, p, device)
+                mark = "fits" if store.fits(each, models.loading_bytes(spec, d, p)) else "does not fit now"
+                lines.append(f"- {d}, {p} draft: {explain.format_bytes(models.estimate_memory_bytes(spec, d, True, p))} "
+                             f"({mark})")
+            st.markdown("\n".join(dict.fromkeys(lines)))  # a draft of the target's layers: one line per dtype
+    except SpecvizError as e:  # a bad SPECVIZ_MEMORY_GB, a broken registry: said, and the page goes on
+        where.error(str(e), icon=":material/memory:")
 
 
 # --- text -----------------------------------------------------------------------------------

@@ -72,6 +72,13 @@ class Playback:
     device: str = "cpu"
     dtype: str = "float32"
     _lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
+    hold: Any = field(default=None, repr=False, compare=False)  # what a live run holds while it runs (a lease
+    # on its models, with release()): let go when the stream ends, is closed, or fails
+
+    def _let_go(self) -> None:
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            hold.release()
 
     @classmethod
     def live(cls, stream, prompt_ids: list[int], prompt_text: str, settings: dict, meta: dict | None = None,
@@ -133,6 +140,7 @@ class Playback:
                 self._it.close()
                 self._done, self.error = True, self.error or reason
             self._it = self._stream = None
+            self._let_go()
 
     def _advance(self) -> Round | None:
         if self.done:
@@ -149,6 +157,7 @@ class Playback:
         except Exception as e:  # a failure mid-run ends the stream; keep what was computed
             self._done, self.error = True, (str(e) if isinstance(e, SpecvizError) else f"{type(e).__name__}: {e}")
             self._it = None
+            self._let_go()
             raise
         self.rounds.append(rnd)
         if not getattr(self._stream, "model_work_left", True):
@@ -166,6 +175,7 @@ class Playback:
         self.run = self._stream.run
         self.settings = dict(self.run.settings)
         self._it = self._stream = None  # the generator holds KV caches: let them go
+        self._let_go()
 
     def restart(self) -> "Playback":
         """A fresh replay of this playback's finished run."""

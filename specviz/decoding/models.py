@@ -24,7 +24,7 @@ import torch
 
 from specviz.device import devqueue
 from specviz.core import limits
-from specviz.modeling import quant, vocabhead
+from specviz.modeling import memory, quant, vocabhead
 from specviz.decoding.drafters import ModelDrafter
 from specviz.modeling.lm import eos_ids, max_positions, static_cache
 from specviz.modeling.config import (
@@ -52,7 +52,6 @@ from specviz.core.errors import (
 from specviz.modeling.store import (
     GiB,
     Progress,
-    available_memory_bytes,
     ensure_cached,
     hf_hub_cache,
     hf_quiet,
@@ -299,26 +298,79 @@ def _guess_params(m: ModelSpec) -> int:
     return nbytes // (2 if ("16" in stored) else 4)
 
 
-def estimate_memory_bytes(spec: PairSpec, dtype: torch.dtype, with_target: bool = True) -> int:
-    """Bytes needed to hold both models in `dtype` (only the draft: with_target=False), plus room for
-    caches and activations."""
-    per = torch.empty((), dtype=dtype).element_size()
-    models = [spec.draft] if spec.draft.name == spec.target.name or not with_target else [spec.draft, spec.target]
-    params = sum(_guess_params(m) for m in models)
-    return int(params * per * 1.1) + 512 * 2**20
+def _dtype_name(dtype) -> str:
+    return str(parse_dtype(dtype)).removeprefix("torch.")
 
 
-def check_memory(spec: PairSpec, dtype: torch.dtype, device: str, with_target: bool = True) -> None:
-    """Raise NotEnoughMemory if the pair clearly won't fit on `device`."""
-    need = estimate_memory_bytes(spec, dtype, with_target)
-    free = available_memory_bytes(device)
-    if need > free:
+def pair_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,
+               device: str = "cpu", with_target: bool = True) -> dict[tuple, int]:
+    """The bytes each loaded part of a pair holds (memory.weight_bytes), keyed by what the part is, so a part
+    two loaded pairs share (one target under two draft precisions, or two pairs) is counted once:
+    ('target', model, dtype, device) and ('draft', pair, dtype, draft precision, device). A draft made of the
+    target's own layers has no part of its own. draft_precision None: the draft in `dtype`."""
+    dt = _dtype_name(dtype)
+    precision = draft_precision or dt
+    parts = {}
+    if with_target:
+        parts[("target", spec.target.name, dt, device)] = memory.weight_bytes(_guess_params(spec.target), dt)
+    if not isinstance(spec.draft.source, DerivedSource) and spec.draft.name != spec.target.name:
+        parts[("draft", spec.name, dt, precision, device)] = memory.weight_bytes(_guess_params(spec.draft),
+                                                                                  precision)
+    return parts
+
+
+def config_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,
+                 device: str = "cpu") -> dict[tuple, int]:
+    """The parts a configuration holds while it is made: the pair in `dtype`, and, for another draft precision,
+    the draft's copy in it as well (made from the dtype draft, which can be unloaded later)."""
+    return {**pair_parts(spec, dtype, None, device), **pair_parts(spec, dtype, draft_precision, device)}
+
+
+def loading_bytes(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None) -> int:
+    """Room a load needs for a moment beyond what stays: buffers (memory.LOADING), and, while the draft's copy in
+    another precision is made, what its float32 stage holds beyond the finished copy (the copy is put into float32,
+    then quantized layer by layer)."""
+    dt = _dtype_name(dtype)
+    precision = draft_precision or dt
+    if precision == dt or isinstance(spec.draft.source, DerivedSource):
+        return memory.LOADING
+    params = _guess_params(spec.draft)
+    return memory.LOADING + max(memory.weight_bytes(params, "float32") - memory.weight_bytes(params, precision), 0)
+
+
+def estimate_memory_bytes(spec: PairSpec, dtype: torch.dtype, with_target: bool = True,
+                          draft_precision: str | None = None) -> int:
+    """Bytes a load of the pair needs at its peak: the target in `dtype` (not with with_target=False: it is
+    loaded already), the draft in `dtype` (it loads in dtype before it is put into draft_precision), the
+    draft's copy in draft_precision when that differs, and the room a load needs for a moment (loading_bytes)."""
+    parts = config_parts(spec, dtype, draft_precision)
+    if not with_target:
+        parts = {k: v for k, v in parts.items() if k[0] != "target"}
+    return sum(parts.values()) + loading_bytes(spec, dtype, draft_precision)
+
+
+def check_memory(spec: PairSpec, dtype: torch.dtype, device: str, with_target: bool = True,
+                 draft_precision: str | None = None, env=None) -> None:
+    """Raise NotEnoughMemory if the pair will not fit in the memory budget (memory.read_budget: SPECVIZ_MEMORY_GB,
+    or the available memory and the cgroup limit) on `device`."""
+    need = estimate_memory_bytes(spec, dtype, with_target, draft_precision)
+    budget = memory.read_budget(device=device, env=env)
+    if need > budget.bytes:
         name = str(dtype).removeprefix("torch.")
         tip = " or a 16-bit dtype (--dtype bfloat16)" if dtype == torch.float32 else ""
+        why = {memory.ENV: " (set by SPECVIZ_MEMORY_GB)", "cgroup limit": " under the container's memory limit"}
         raise NotEnoughMemory(
             f"pair '{spec.name}' needs about {need / GiB:.1f} GiB in {name} on {device}, but only "
-            f"{free / GiB:.1f} GiB is available. Close other programs, or pick a smaller pair{tip}."
+            f"{budget.bytes / GiB:.1f} GiB is available{why.get(budget.source, '')}. Close other programs, "
+            f"or pick a smaller pair{tip}."
         )
+
+
+def choices(dtypes: Iterable[str], precisions: Iterable[str], dtype: str, precision: str) -> list[tuple[str, str]]:
+    """Every (dtype, draft precision), the wanted one first, then the rest of its dtype, then the other dtypes."""
+    dts = [dtype, *[d for d in dtypes if d != dtype]]
+    ps = [precision, *[p for p in precisions if p != precision]]
+    return [(d, p) for d in dts for p in ps]
 
 
 # -----------------------------------------------------------------------------
@@ -519,8 +571,11 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
               progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None,
               fast_linear: bool | None = None, draft_precision: str | None = None,
               draft_head: str | None = None, target_precision: str | None = None,
-              loaded: Iterable[Pair] = ()) -> Pair:
+              loaded: Iterable[Pair] = (), check: bool = True) -> Pair:
     """Load a draft/target pair by name (None = default), or with draft=/target= overrides.
+
+    check: refuse (NotEnoughMemory) a pair that will not fit the memory budget, before anything loads
+    (check_memory); a caller that made room for it in a memory.ModelStore passes False.
 
     loaded: pairs loaded already. One whose target is this pair's target (the same model, dtype and
     device) lends its target model and tokenizer, so a second pair costs only its draft.
@@ -560,7 +615,8 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
                              f"load with dtype float32, not {str(dtype).removeprefix('torch.')}.")
     head = vocabhead.check(draft_head, device)
     lender = next((p for p in loaded if _shares_target(p, spec, dtype, device, t_precision)), None)
-    check_memory(spec, dtype, device, with_target=lender is None)
+    if check:
+        check_memory(spec, dtype, device, with_target=lender is None)  # its peak: the draft loads in dtype
     (d_tok, d_model), (t_tok, t_model), sources, precision = _load_models(spec, dtype, device, precision,
                                                                           lender, progress, t_precision)
     if fast_linear is None:
@@ -594,6 +650,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
         fast_linear=bool(fast_linear and dtype == torch.float32 and device == "cpu"), draft_precision=precision,
         target_precision=t_precision, draft_tokenizer=d_tok if spec.other_tokenizer else None, draft_head=head,
     )  # fmt: skip
+    memory.give_back()  # the float32 linears a quantized draft was made from go back to the system
     pair.load_s = time.perf_counter() - t0
     progress("ready", 1.0)
     return pair
@@ -654,12 +711,13 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
         return draft
 
     draft = devqueue.run(pair.device, make, turn=False)
+    memory.give_back()  # the copy's float32 weights, replaced by the quantized ones, go back to the system
     return dataclasses.replace(pair, draft=draft, draft_precision=precision,
                                load_s=time.perf_counter() - t0)
 
 
 __all__ = [
     "DEFAULT_DTYPE", "DEVICES", "Pair", "PairStatus", "check_device", "check_dtype", "check_tokenizers",
-    "default_device", "estimate_memory_bytes",
+    "config_parts", "default_device", "estimate_memory_bytes", "loading_bytes", "pair_parts",
     "list_pairs", "load_pair", "pair_status", "with_draft_precision",
 ]  # fmt: skip

@@ -726,3 +726,40 @@ def _setting_text(v) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(_setting_text(x) for x in v)
     return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+# --- the memory budget ------------------------------------------------------------------------------------------------
+def budget_words(budget) -> str:
+    """Where the memory budget (memory.Budget) comes from, e.g. '7.2 GiB (the cgroup limit; 12.0 GiB available)'."""
+    size = format_bytes(budget.bytes)
+    if budget.source == "SPECVIZ_MEMORY_GB":
+        return f"{size} (set by SPECVIZ_MEMORY_GB)"
+    if budget.source == "cgroup limit":
+        return f"{size} (the container's memory limit; {format_bytes(budget.available)} is available on the machine)"
+    return f"{size} ({budget.source})"
+
+
+def over_budget(refusal) -> str:
+    """Why a model load is refused (memory.Refusal): it does not fit the budget, even with every unused model
+    unloaded; what holds the rest, and what to do."""
+    text = (f"Not loaded: {refusal.what} needs about {format_bytes(refusal.need)} more, and the memory budget is "
+            f"{budget_words(refusal.budget)}, of which the models loaded already hold {format_bytes(refusal.held)}.")
+    if refusal.in_use:
+        text += (f" {and_list(list(refusal.in_use))} {'is' if len(refusal.in_use) == 1 else 'are'} in use by a "
+                 f"running session, so {'it stays' if len(refusal.in_use) == 1 else 'they stay'} loaded until "
+                 f"that run ends.")
+    return text + (" Pick a smaller choice (bfloat16, an int8 draft, a smaller pair), or set SPECVIZ_MEMORY_GB "
+                   "higher if this machine has the memory.")
+
+
+def config_words(pair: str, dtype: str, precision: str) -> str:
+    """A configuration as the app names it: 'qwen2.5-coder-embedded (float32, int8 draft)'."""
+    return f"{pair} ({dtype}, {precision} draft)"
+
+
+def fitting_choice(wanted: str, wanted_need: int, chosen: str | None, chosen_need: int, budget) -> str:
+    """Why the page starts with another configuration than the default: the default does not fit the budget."""
+    head = f"{wanted} needs about {format_bytes(wanted_need)}, more than the memory budget of {budget_words(budget)}"
+    if chosen is None:
+        return head + "; no configuration of this pair fits. Pick a smaller pair, or set SPECVIZ_MEMORY_GB."
+    return head + f", so this page starts with {chosen} (about {format_bytes(chosen_need)})."

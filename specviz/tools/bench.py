@@ -60,7 +60,8 @@ import torch
 from specviz.device import devqueue
 from specviz.teaching import explain
 from specviz.core import measure, theory
-from specviz.modeling import quant
+from specviz.decoding import models
+from specviz.modeling import memory, quant
 from specviz.decoding import tree
 from specviz.decoding.drafters import ModelDrafter, PromptLookupDrafter
 from specviz.decoding.engine import autoregressive_decode, speculative_decode
@@ -472,6 +473,10 @@ def _config(args, pair, t_start: float, load_start: float) -> dict:
         "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
         "cpu_count": os.cpu_count(), "load_avg_start": load_start, "load_avg_end": _load_avg(),
         "elapsed_s": time.perf_counter() - t_start,
+        # the process's peak resident memory (one configuration per run), and what the estimator says it needs
+        "peak_rss_bytes": memory.peak_resident_bytes(),
+        "memory_estimate_bytes": (models.estimate_memory_bytes(pair.spec, pair.dtype, draft_precision=pair.draft_precision)
+                                  if getattr(pair, "spec", None) is not None else None),
     }  # fmt: skip
 
 
@@ -639,6 +644,11 @@ def markdown(report: dict) -> str:
                  f"predicted from the measured α, c and verify cost "
                  f"(or, to check the cost model alone, from the measured tokens per pass); "
                  f"efficiency = decode speedup ÷ predicted.")
+    if cfg.get("peak_rss_bytes"):
+        estimate = cfg.get("memory_estimate_bytes")
+        lines.append(f"Peak resident memory (VmHWM) {cfg['peak_rss_bytes'] / 2**30:.2f} GiB"
+                     + ("." if estimate is None else  # a pair from outside the registry (--tiny): no estimate
+                        f"; the estimate for this configuration, {estimate / 2**30:.2f} GiB."))
     costs = report["costs"]
     lines.append("")
     lines.append("target forward: " + ", ".join(f"{n} tok {1000 * s:.0f} ms"
