@@ -10,24 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from specviz.core import quiet
+from specviz.tools.loadtest import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"
 NOISE = ("Failed to load", "_pytree", "Enum subclass", "usage statistics", "gatherUsageStats", "Warning", "Traceback")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env() -> dict:
@@ -44,17 +37,7 @@ def test_streamlit_prints_only_its_address_until_it_answers(tmp_path):
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                assert proc.poll() is None, log.read_text()
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                assert time.monotonic() < deadline, "streamlit did not answer"
-                time.sleep(0.5)
+            wait_healthy(f"http://127.0.0.1:{port}", proc, 120, log.read_text)
             time.sleep(1.0)  # anything printed just after it answers counts too
         finally:
             proc.terminate()

@@ -170,10 +170,28 @@ def fill_result(res: SessionResult, shown: dict) -> None:
     res.left_out_s = _left_out_s(shown.get("left_out"))
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, start_s: float, output: Callable[[], str]) -> None:
+    """Wait until the Streamlit server at url answers its health check. RuntimeError with the end of its
+    output() if proc exits first, or when start_s pass."""
+    deadline = time.monotonic() + start_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited: {output()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"streamlit did not answer within {start_s:.0f} s")
+        time.sleep(0.5)
 
 
 @contextmanager
@@ -188,7 +206,7 @@ def serve(models: str | None = None, start_s: float = 120.0, trace: str | None =
         env["SPECVIZ_MODELS"] = str(models)
     if trace:
         env[ENV_TRACE] = trace
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
            str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none", *options]
@@ -196,20 +214,7 @@ def serve(models: str | None = None, start_s: float = 120.0, trace: str | None =
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + start_s
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"streamlit exited: {log.read()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not answer within {start_s:.0f} s")
-            time.sleep(0.5)
+        wait_healthy(url, proc, start_s, lambda: (log.seek(0), log.read())[1])
         yield url
     finally:
         proc.terminate()
