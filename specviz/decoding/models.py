@@ -619,31 +619,13 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
         check_memory(spec, dtype, device, with_target=lender is None)  # its peak: the draft loads in dtype
     (d_tok, d_model), (t_tok, t_model), sources, precision = _load_models(spec, dtype, device, precision,
                                                                           lender, progress, t_precision)
-    if fast_linear is None:
-        fast_linear = os.environ.get("SPECVIZ_FAST_LINEAR", "1") != "0"
-    if fast_linear and device == "cpu":
-        from specviz.modeling import fastlinear
-
-        fast_linear = fastlinear.available()  # no oneDNN here: the stock nn.Linear
-
-        def fast() -> None:
-            fastlinear.enable(t_model, pack=True)  # only the float32 Linears; first, so a draft made of its layers is packed too
-            fastlinear.enable(d_model)  # left plain: a draft is copied and quantized from these weights
-
-        if fast_linear:
-            devqueue.run(device, fast, turn=False)
-
+    fast_linear = _fast_linear(t_model, d_model, device, fast_linear)
     if device.startswith("cuda"):
         limit_cpu_threads()
         serve_static(t_model, d_model)
 
     progress("checking tokenizers", None)
-    if spec.other_tokenizer:  # the draft's ids are its own: the target's vocabulary is the one compared
-        shared = min(len(t_tok), _model_vocab(t_model))
-        eos = eos_ids([t_model], tokenizer=t_tok, vocab=shared)
-    else:
-        shared = check_tokenizers(d_tok, t_tok, d_model, t_model)
-        eos = eos_ids([t_model, d_model], tokenizer=t_tok, vocab=shared)
+    shared, eos = _vocab_and_eos(spec, d_tok, t_tok, d_model, t_model)
     pair = Pair(
         name=spec.name, draft=d_model, target=t_model, tokenizer=t_tok, dtype=dtype, device=device, spec=spec,
         eos_token_ids=eos, shared_vocab=shared, sources=sources,
@@ -654,6 +636,35 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     pair.load_s = time.perf_counter() - t0
     progress("ready", 1.0)
     return pair
+
+
+def _fast_linear(t_model, d_model, device: str, wanted: bool | None) -> bool:
+    """Route the float32 linears through oneDNN where wanted (None: SPECVIZ_FAST_LINEAR, default on) on a CPU
+    that has it; whether they were."""
+    if wanted is None:
+        wanted = os.environ.get("SPECVIZ_FAST_LINEAR", "1") != "0"
+    if not (wanted and device == "cpu"):
+        return bool(wanted)
+    from specviz.modeling import fastlinear
+
+    if not fastlinear.available():  # no oneDNN here: the stock nn.Linear
+        return False
+
+    def fast() -> None:
+        fastlinear.enable(t_model, pack=True)  # only the float32 Linears; first, so a draft made of its layers is packed too
+        fastlinear.enable(d_model)  # left plain: a draft is copied and quantized from these weights
+
+    devqueue.run(device, fast, turn=False)
+    return True
+
+
+def _vocab_and_eos(spec: PairSpec, d_tok, t_tok, d_model, t_model) -> tuple[int, list[int]]:
+    """(the vocabulary both models' ids share, the EOS ids)."""
+    if spec.other_tokenizer:  # the draft's ids are its own: the target's vocabulary is the one compared
+        shared = min(len(t_tok), _model_vocab(t_model))
+        return shared, eos_ids([t_model], tokenizer=t_tok, vocab=shared)
+    shared = check_tokenizers(d_tok, t_tok, d_model, t_model)
+    return shared, eos_ids([t_model, d_model], tokenizer=t_tok, vocab=shared)
 
 
 def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pair | None, progress: Progress,
