@@ -125,7 +125,7 @@ if (res := result("trials")) is not None:
     ui.show_chart(charts.fig_exactness(trials.counts, trials.p, decode, noise=noise.expected), "exactness_histogram",
                   key="exact.fig_hist")
     st.caption("How often each token came out of the speculative step, next to the target's p.")
-    ui.show_chart(lab.fig_first_position(fp, decode), "first_token_p_q_residual", key="exact.fig_pq")
+    ui.show_chart(charts.fig_first_position(fp, decode), "first_token_p_q_residual", key="exact.fig_pq")
     st.caption("Where that comes from: the draft's q, the target's p, and the residual the corrections are drawn "
                "from. Tokens where q > p are partly refused; the residual fills exactly what is missing.")
 
@@ -171,7 +171,7 @@ if st.button("Compare the rules", type="primary", key="exact.run_rules", disable
 if (rlab := result("rules")) is not None:
     ui.note_other_settings(changed("rules", rules_now))
     st.info(rules.rules_verdict(rlab))
-    ui.show_chart(rules.fig_rules(rlab), "acceptance_rules", key="exact.fig_rules")
+    ui.show_chart(charts.fig_rules(rlab), "acceptance_rules", key="exact.fig_rules")
     st.caption("Up is faster (more drafts kept), left is more faithful. The lossless rules sit on the left edge, "
                "inside the grey noise band; the lossy ones buy acceptance with distance from p. A lossy point "
                "inside the band is wrong too, only by less than this many trials can show.")

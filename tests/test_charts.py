@@ -645,7 +645,7 @@ def test_token_text_is_html_escaped_in_every_figure():
         "pq": charts.fig_pq(france_round(), 3, evil), "pq greedy": charts.fig_pq(france_round(True), 3, evil),
         "residual": charts.fig_residual(france_round(), evil), "entropy": charts.fig_entropy_acceptance(run, evil),
         "exactness": charts.fig_exactness({1: 3, 2: 1}, {1: 0.7, 2: 0.3}, evil),
-        "first position": lab.fig_first_position(fp, evil),
+        "first position": charts.fig_first_position(fp, evil),
         "by position": charts.fig_accept_by_position([run, sim_run(seed=4)]),
         "by position (named)": charts.fig_accept_by_position({EVIL: run}),
     }

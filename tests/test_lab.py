@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from specviz import InvalidSetting, autoregressive_decode, speculative_decode
-from specviz.teaching import explain, lab
+from specviz.teaching import charts, explain, lab
 from specviz.core import measure
 from specviz.teaching.experiments import agreement_along, first_token_trials
 from specviz.data.records import Run
@@ -237,7 +237,7 @@ def test_first_position_matches_the_models_and_the_trials(models):
 
     assert total_variation(trials.p, trials.counts) <= trials.noise.limit  # same distribution as p
     assert trials.noise.n == n and trials.noise.expected == pytest.approx(trials.noise.mean, rel=0.1)
-    fig = lab.fig_first_position(fp, decode)
+    fig = charts.fig_first_position(fp, decode)
     assert [t.name for t in fig.data] == ["target p", "draft q", "residual norm(max(0, p − q))"]
     with pytest.raises(InvalidSetting):
         lab.first_position(target, draft, [])

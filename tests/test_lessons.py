@@ -253,7 +253,7 @@ def walk(at, check=None) -> dict:
             assert any(m["measured"] in i.value and lessons.format_prediction(step, value) in i.value for i in at.info)
             charts = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
             assert len(charts) == bool(step.figure)
-            if step.figure == "fig_entropy_along_poem":
+            if step.figure == "draw_entropy_along_poem":
                 assert charts[0].startswith("Target entropy along the text")
             elif step.figure:
                 assert charts[0].startswith("Predicted speedup vs k")

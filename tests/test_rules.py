@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from specviz.teaching import rules
+from specviz.teaching import charts, rules
 from specviz.decoding import sampling
 from specviz.modeling import tiny
 from specviz.core.errors import InvalidSetting
@@ -144,7 +144,7 @@ def test_bad_settings_are_clear_errors():
 
 def test_fig_rules_one_point_per_rule_and_setting(lab):
     lab, _, _ = lab
-    fig = rules.fig_rules(lab).to_dict()
+    fig = charts.fig_rules(lab).to_dict()
     exact = [t for t in fig["data"] if t.get("showlegend") is not False]
     assert [t["name"] for t in exact] == ["rejection (lossless)", "exact-match (lossless)",
                                          "typical (lossy)", "threshold (lossy)"]

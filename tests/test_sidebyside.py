@@ -57,7 +57,7 @@ def contenders(reg, names):
 
 
 def test_each_pair_runs_greedy_exact_and_self_accepts_everything(reg):
-    from specviz.teaching import sidebyside
+    from specviz.teaching import charts, sidebyside
 
     cts = contenders(reg, TINY_NAMES)
     assert cts[1].draft is cts[1].target  # the target drafting for itself: no copy
@@ -69,7 +69,7 @@ def test_each_pair_runs_greedy_exact_and_self_accepts_everything(reg):
     assert all(r.c > 0 for r in res.values())
     rows = sidebyside.rows(list(res.values()))
     assert [r["pair"] for r in rows] == TINY_NAMES and rows[1]["draft"] == "the target itself"
-    fig = sidebyside.fig_pairs(list(res.values()))
+    fig = charts.fig_pairs(list(res.values()))
     assert [list(t.x) for t in fig.data] == [TINY_NAMES] * 4
     assert list(fig.data[0].y) == [r.alpha for r in res.values()]
 

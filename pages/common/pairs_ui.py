@@ -16,7 +16,7 @@ from pages.common import kept, lab_ui, ui
 from pages.common.kept import Kept
 from specviz.core import prompts
 from specviz.modeling import quant
-from specviz.teaching import sidebyside
+from specviz.teaching import charts, sidebyside
 from specviz.core.errors import SpecvizError
 
 KEY = "main.pairs"
@@ -94,7 +94,7 @@ def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prom
         if got is None:
             return
         lab_ui.load_warning(got["note"])
-        ui.show_chart(sidebyside.fig_pairs(got["results"]), "offline-pairs", key="main.pairs_fig")
+        ui.show_chart(charts.fig_pairs(got["results"]), "offline-pairs", key="main.pairs_fig")
         ui.table(pd.DataFrame(sidebyside.rows(got["results"])), hide_index=True, width="stretch")
         st.caption(f"Settings: {got['settings']}. The measured speedup is over the rounds after the first (whose "
                    "passes also read the prompt); c is a draft step over a one-token target step in the same run.")

@@ -10,6 +10,7 @@ No streamlit here: the app is a thin layer on top.
 from __future__ import annotations
 
 import html
+import math
 import re
 import textwrap
 from collections import Counter
@@ -27,8 +28,11 @@ from specviz.teaching.explain import ACCEPT_TEST, num
 from specviz.teaching.explain import tok as _quoted
 from specviz.data.records import Round, Run, TopK
 from specviz.teaching.render import OKABE_ITO, STATE_COLORS, visible
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the labs' results, drawn here; they import charts
     from specviz.teaching.early_exit import EarlyExitSweep
+    from specviz.teaching.lab import FirstPosition
+    from specviz.teaching.rules import RuleLab
+    from specviz.teaching.sidebyside import PairResult
 from specviz.core.theory import (
     Estimate,
     best_k,
@@ -49,6 +53,7 @@ __all__ = [
     "fig_entropy_acceptance", "alpha_summary", "fig_alpha_by_domain", "fig_alpha_vs_temperature",
     "fig_k_trace", "fig_exactness",
     "fig_race", "fig_bench_speedup", "for_presenter",
+    "fig_first_position", "fig_rules", "fig_pairs",
 ]
 
 # --- theme ------------------------------------------------------------------
@@ -1109,4 +1114,101 @@ def fig_early_exit(sweep: EarlyExitSweep) -> go.Figure:
     fig.update_yaxes(title_text="α and c", rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text="speedup (×, target alone = 1)", rangemode="tozero", secondary_y=True,
                      showgrid=False)
+    return fig
+
+
+# --- the labs' charts: the Exactness page's first position and rules, the main page's offline pairs ---
+
+
+def fig_first_position(fp: FirstPosition, decode: Callable[[int], str], top_n: int = 12) -> go.Figure:
+    """Bars of p, q and the residual at the first new position (claim 7), in the charts theme."""
+    ids = sorted(set(fp.p) | set(fp.q) | set(fp.residual),
+                 key=lambda i: -max(fp.p.get(i, 0), fp.q.get(i, 0), fp.residual.get(i, 0)))[:top_n]
+    labels = token_labels(ids, decode)
+    fig = go.Figure()
+    fig.update_layout(template=TEMPLATE, barmode="group", xaxis_title="token (top candidates)",
+                      yaxis_title="probability", meta={"overlap": fp.overlap})
+    set_title(fig, f"First new token: target p, draft q and the residual (chance to accept Σ min(p, q) = "
+                          f"{fp.overlap:.2f})",
+                     "a drafted d is kept with probability min(1, p/q); otherwise the correction is drawn from "
+                     "norm(max(0, p − q))")
+    for name, m, col, pat in (("target p", fp.p, P_COLOR, ""), ("draft q", fp.q, Q_COLOR, ""),
+                              ("residual norm(max(0, p − q))", fp.residual, R_COLOR, "x")):
+        fig.add_bar(x=labels, y=[m.get(i, 0.0) for i in ids], name=name, marker_color=col,
+                    marker_pattern=dict(shape=pat, fillmode="overlay", fgcolor="#fff"), customdata=ids,
+                    hovertemplate=f"%{{x}} (id %{{customdata}})<br>{name} = %{{y:.4f}}<extra></extra>")
+    return fig
+
+
+RULE_STYLE = {  # kind -> (colour, symbol)
+    "rejection": (PALETTE[2], "circle"),
+    "exact-match": (PALETTE[0], "square"),
+    "typical": (PALETTE[1], "diamond"),
+    "threshold": (PALETTE[3], "triangle-up"),
+}
+
+
+def fig_rules(lab: RuleLab) -> go.Figure:
+    """Acceptance (speed) against TV distance to p (faithfulness), one point per rule and setting.
+
+    Filled markers: exact values; hollow markers: the n sampled trials. The grey
+    band is the TV that sampling noise alone stays under in 95% of samplings of n.
+    """
+    fig = themed_fig("Acceptance rules: speed against faithfulness",
+                      f"first token, T = {lab.temperature:g}, {lab.n} seeded trials per rule · filled: exact, "
+                      f"hollow: sampled · grey band: sampling noise",
+                      x="total variation distance to the target's p (0 = exact)",
+                      y="chance the drafted token is kept")
+    if not lab.results:
+        return empty_fig("Acceptance rules: speed against faithfulness", "No rules to compare.")
+    fig.add_vrect(x0=0, x1=lab.noise_tv95, fillcolor=GREY, opacity=0.2, line_width=0)
+    # room on the right for the labels, and one label where several settings land on the same spot
+    x_max = 1.3 * max([r.tv_exact for r in lab.results] + [r.tv_sampled for r in lab.results]
+                      + [lab.noise_tv95 if math.isfinite(lab.noise_tv95) else 0.0, 0.05])
+    labels = dict(zip(map(id, lab.results), uncrowded_labels(
+        [r.tv_exact for r in lab.results], [r.acceptance_exact for r in lab.results],
+        [r.setting for r in lab.results], x_max, 1.05)))
+    for kind in RULE_STYLE:
+        rs = [r for r in lab.results if r.kind == kind]
+        if not rs:
+            continue
+        col, sym = RULE_STYLE[kind]
+        name = f"{kind} ({'lossless' if rs[0].lossless else 'lossy'})"
+        fig.add_scatter(x=[r.tv_exact for r in rs], y=[r.acceptance_exact for r in rs], mode="markers+text",
+                        name=name, text=[labels[id(r)] for r in rs], textposition="top right",
+                        marker=dict(color=col, symbol=sym, size=14, line=dict(color="#222", width=1)),
+                        customdata=[r.label for r in rs],
+                        hovertemplate="%{customdata}<br>exact: kept %{y:.3f}, TV %{x:.4f}<extra></extra>")
+        fig.add_scatter(x=[r.tv_sampled for r in rs], y=[r.acceptance_sampled for r in rs], mode="markers",
+                        name=f"{kind}, sampled", showlegend=False,
+                        marker=dict(color=col, symbol=f"{sym}-open", size=14, line=dict(width=2)),
+                        customdata=[r.label for r in rs],
+                        hovertemplate="%{customdata}<br>sampled: kept %{y:.3f}, TV %{x:.4f}<extra></extra>")
+    fig.update_xaxes(range=[0, x_max])
+    fig.update_yaxes(range=[0, 1.05])
+    fig.update_layout(meta={"noise_tv": lab.noise_tv, "n": lab.n})
+    return fig
+
+
+def fig_pairs(results: Sequence[PairResult]) -> go.Figure:
+    """Four panels, one bar per pair: α, c, tokens per pass and the measured speedup."""
+    title = "The offline pairs on one prompt"
+    if not results:
+        return empty_fig(title, "No pairs compared yet.")
+    panels: Mapping[str, Callable[[PairResult], float]] = {
+        "α (drafts accepted)": lambda p: p.alpha, "c (draft step / target step)": lambda p: p.c,
+        "tokens per target pass": lambda p: p.tokens_per_pass, "measured speedup (×)": lambda p: p.speedup}
+    fig = subplot_row(list(panels), horizontal_spacing=0.06)
+    names = [p.name for p in results]
+    colors = [R_COLOR, Q_COLOR, P_COLOR, MEASURED_COLOR]
+    for j, ((label, get), col) in enumerate(zip(panels.items(), colors), start=1):
+        ys = [get(p) for p in results]
+        fig.add_bar(x=names, y=ys, name=label, marker_color=col, row=1, col=j, showlegend=False,
+                    text=[f"{y:.2f}" if y == y else "–" for y in ys], textposition="outside",
+                    hovertemplate=f"%{{x}}<br>{label} = %{{y:.3f}}<extra></extra>")
+    fig.add_hline(y=1.0, line=dict(color=GREY, width=1, dash="dot"), row=1, col=4)
+    fig.update_layout(template=TEMPLATE, meta={"pairs": names}, bargap=0.3)
+    set_title(fig, title, "each pair next to its own run of the target alone, same prompt and settings")
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_xaxes(tickangle=-30)
     return fig

@@ -12,7 +12,7 @@ are explain.py's; the figures (α, c, speedup) are measure.py's.
   k_sweep / k_sweep_rows        measured speedup per k against the cost model
   race_points                   cumulative (seconds, tokens) of a run, for the race
   diff_html                     a text with its first difference from another marked
-  first_position, fig_first_position  p, q and the residual at the first new position
+  first_position                p, q and the residual at the first new position (drawn: charts.fig_first_position)
   position_from_logits          the same from logits already computed (experiments.first_logits)
   entropy_verdict               which domain the target was least sure on, against α
   seed_table
@@ -26,9 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import plotly.graph_objects as go
 
-from specviz.teaching import charts
 from specviz.core import measure
 from specviz.core.errors import InvalidSetting
 from specviz.teaching.experiments import Agreement, agreement_along, first_logits
@@ -334,26 +332,6 @@ def position_from_logits(p_logits, q_logits, temperature: float = 1.0, top_k: in
         keep |= set(torch.topk(x, min(top, v)).indices.tolist())
     as_d = lambda x: {int(i): float(x[i]) for i in sorted(keep, key=lambda i: -float(p[i]))}  # noqa: E731
     return FirstPosition(as_d(p), as_d(q), as_d(r), float(torch.minimum(p, q).sum()), float(temperature))
-
-
-def fig_first_position(fp: FirstPosition, decode: Decode, top_n: int = 12) -> go.Figure:
-    """Bars of p, q and the residual at the first new position (claim 7), in the charts theme."""
-    ids = sorted(set(fp.p) | set(fp.q) | set(fp.residual),
-                 key=lambda i: -max(fp.p.get(i, 0), fp.q.get(i, 0), fp.residual.get(i, 0)))[:top_n]
-    labels = charts.token_labels(ids, decode)
-    fig = go.Figure()
-    fig.update_layout(template=charts.TEMPLATE, barmode="group", xaxis_title="token (top candidates)",
-                      yaxis_title="probability", meta={"overlap": fp.overlap})
-    charts.set_title(fig, f"First new token: target p, draft q and the residual (chance to accept Σ min(p, q) = "
-                          f"{fp.overlap:.2f})",
-                     "a drafted d is kept with probability min(1, p/q); otherwise the correction is drawn from "
-                     "norm(max(0, p − q))")
-    for name, m, col, pat in (("target p", fp.p, charts.P_COLOR, ""), ("draft q", fp.q, charts.Q_COLOR, ""),
-                              ("residual norm(max(0, p − q))", fp.residual, charts.R_COLOR, "x")):
-        fig.add_bar(x=labels, y=[m.get(i, 0.0) for i in ids], name=name, marker_color=col,
-                    marker_pattern=dict(shape=pat, fillmode="overlay", fgcolor="#fff"), customdata=ids,
-                    hovertemplate=f"%{{x}} (id %{{customdata}})<br>{name} = %{{y:.4f}}<extra></extra>")
-    return fig
 
 
 # ---------------------------------------------------------------------------

@@ -493,14 +493,14 @@ def self_draft(ctx: Context) -> Outcome:
 # charts drawn next to a measured answer, from the runs and numbers the step measured
 
 
-def fig_entropy_along_poem(ctx: Context, outcome: Outcome):
+def draw_entropy_along_poem(ctx: Context, outcome: Outcome):
     from specviz.teaching.charts import fig_entropy_acceptance
 
     t = trial(ctx, "Creative story")  # the run the step measured (memoised)
     return fig_entropy_acceptance(t.run, t.decode)
 
 
-def fig_speedup_against_k(ctx: Context, outcome: Outcome):
+def draw_speedup_against_k(ctx: Context, outcome: Outcome):
     from specviz.teaching.charts import fig_speedup_model
 
     v = outcome.values
@@ -508,7 +508,7 @@ def fig_speedup_against_k(ctx: Context, outcome: Outcome):
 
 
 FIGURES: dict[str, Callable[[Context, Outcome], Any]] = {f.__name__: f for f in (
-    fig_entropy_along_poem, fig_speedup_against_k)}
+    draw_entropy_along_poem, draw_speedup_against_k)}
 
 
 EXPERIMENTS: dict[str, Callable[..., Outcome]] = {f.__name__: f for f in (
@@ -602,7 +602,7 @@ LESSONS: tuple[Lesson, ...] = (
              "{lead}. Mean target entropy where drafts were judged: poem {h_poem:.2f} nats "
              "(α = {alpha_poem:.2f}), code "
              "{h_code:.2f} nats (α = {alpha_code:.2f}). {rejections}",
-             LAB, figure="fig_entropy_along_poem"),
+             LAB, figure="draw_entropy_along_poem"),
     )),
     Lesson("temperature", "What temperature does to acceptance",
            "At T = 0 a draft is accepted when it is the target's top token. At T = 1 the draft samples, and "
@@ -632,13 +632,13 @@ LESSONS: tuple[Lesson, ...] = (
              "best_k_theory",
              "The model (1 − α^(k+1)) / ((1 − α)(1 + k c)) peaks at k = {k}: {speedup:.2f}×, against {s1:.2f}× "
              "at k = 1 and {s16:.2f}× at k = 16.",
-             THEORY, (("alpha", 0.8), ("c", 0.1)), "fig_speedup_against_k"),
+             THEORY, (("alpha", 0.8), ("c", 0.1)), "draw_speedup_against_k"),
         Step("pair",
              "Now this pair on a code prompt, with its own α and c: which k is best?",
              Prediction("best k", lo=1, hi=8, step=1, default=4, fmt=".0f", close=1),
              "best_k_pair",
              "Here α = {alpha:.2f} and c = {c:.3f}, so the model predicts k = {k_pred} ({s_pred:.2f}×). {sweep}",
-             SPEEDUP, (("ks", (1, 2, 4, 8)),), "fig_speedup_against_k"),
+             SPEEDUP, (("ks", (1, 2, 4, 8)),), "draw_speedup_against_k"),
     )),
     Lesson("loses", "When speculative decoding loses",
            "The draft must be cheap as well as good. What if it is perfect but as slow as the target?", (

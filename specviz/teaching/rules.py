@@ -18,7 +18,7 @@ distribution is the acceptance test itself.
 
 Each rule is measured twice: exactly (the output distribution in closed form,
 hence its acceptance and its total-variation distance to p) and by sampling
-n seeded trials. Plain data out (RuleLab), a pure chart (fig_rules).
+n seeded trials. Plain data out (RuleLab), drawn by charts.fig_rules.
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import plotly.graph_objects as go
 import torch
 
-from specviz.teaching import charts
 from specviz.core.errors import InvalidSetting
 from specviz.decoding.sampling import accept_token, logits_to_probs, residual
 from specviz.core.theory import expected_tv_noise, simulate_tv_noise
@@ -271,56 +269,6 @@ def rule_lab(target, draft, input_ids: Sequence[int], rules: Sequence[Rule] = DE
 
 # -----------------------------------------------------------------------------
 # chart and words
-
-_STYLE = {  # kind -> (colour, symbol)
-    "rejection": (charts.PALETTE[2], "circle"),
-    "exact-match": (charts.PALETTE[0], "square"),
-    "typical": (charts.PALETTE[1], "diamond"),
-    "threshold": (charts.PALETTE[3], "triangle-up"),
-}
-
-
-def fig_rules(lab: RuleLab) -> go.Figure:
-    """Acceptance (speed) against TV distance to p (faithfulness), one point per rule and setting.
-
-    Filled markers: exact values; hollow markers: the n sampled trials. The grey
-    band is the TV that sampling noise alone stays under in 95% of samplings of n.
-    """
-    fig = charts.themed_fig("Acceptance rules: speed against faithfulness",
-                      f"first token, T = {lab.temperature:g}, {lab.n} seeded trials per rule · filled: exact, "
-                      f"hollow: sampled · grey band: sampling noise",
-                      x="total variation distance to the target's p (0 = exact)",
-                      y="chance the drafted token is kept")
-    if not lab.results:
-        return charts.empty_fig("Acceptance rules: speed against faithfulness", "No rules to compare.")
-    fig.add_vrect(x0=0, x1=lab.noise_tv95, fillcolor=charts.GREY, opacity=0.2, line_width=0)
-    # room on the right for the labels, and one label where several settings land on the same spot
-    x_max = 1.3 * max([r.tv_exact for r in lab.results] + [r.tv_sampled for r in lab.results]
-                      + [lab.noise_tv95 if math.isfinite(lab.noise_tv95) else 0.0, 0.05])
-    labels = dict(zip(map(id, lab.results), charts.uncrowded_labels(
-        [r.tv_exact for r in lab.results], [r.acceptance_exact for r in lab.results],
-        [r.setting for r in lab.results], x_max, 1.05)))
-    for kind in KINDS:
-        rs = [r for r in lab.results if r.kind == kind]
-        if not rs:
-            continue
-        col, sym = _STYLE[kind]
-        name = f"{kind} ({'lossless' if kind in LOSSLESS else 'lossy'})"
-        fig.add_scatter(x=[r.tv_exact for r in rs], y=[r.acceptance_exact for r in rs], mode="markers+text",
-                        name=name, text=[labels[id(r)] for r in rs], textposition="top right",
-                        marker=dict(color=col, symbol=sym, size=14, line=dict(color="#222", width=1)),
-                        customdata=[r.label for r in rs],
-                        hovertemplate="%{customdata}<br>exact: kept %{y:.3f}, TV %{x:.4f}<extra></extra>")
-        fig.add_scatter(x=[r.tv_sampled for r in rs], y=[r.acceptance_sampled for r in rs], mode="markers",
-                        name=f"{kind}, sampled", showlegend=False,
-                        marker=dict(color=col, symbol=f"{sym}-open", size=14, line=dict(width=2)),
-                        customdata=[r.label for r in rs],
-                        hovertemplate="%{customdata}<br>sampled: kept %{y:.3f}, TV %{x:.4f}<extra></extra>")
-    fig.update_xaxes(range=[0, x_max])
-    fig.update_yaxes(range=[0, 1.05])
-    fig.update_layout(meta={"noise_tv": lab.noise_tv, "n": lab.n})
-    return fig
-
 
 def rule_rows(lab: RuleLab) -> list[dict]:
     """One table row per rule: acceptance and TV, exact and sampled."""

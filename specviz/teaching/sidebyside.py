@@ -17,11 +17,9 @@ load_plan says which pair to load for each, and draft_for builds the draft.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
-import plotly.graph_objects as go
 
-from specviz.teaching import charts
 from specviz.modeling.config import ChunkSource, DerivedSource, PackagedSource, PairSpec, Registry, TinySource, default_registry
 from specviz.core.errors import InvalidSetting
 
@@ -148,25 +146,3 @@ def rows(results: Sequence[PairResult]) -> list[dict]:
             for p in results]
 
 
-def fig_pairs(results: Sequence[PairResult]) -> go.Figure:
-    """Four panels, one bar per pair: α, c, tokens per pass and the measured speedup."""
-    title = "The offline pairs on one prompt"
-    if not results:
-        return charts.empty_fig(title, "No pairs compared yet.")
-    panels: Mapping[str, Callable[[PairResult], float]] = {
-        "α (drafts accepted)": lambda p: p.alpha, "c (draft step / target step)": lambda p: p.c,
-        "tokens per target pass": lambda p: p.tokens_per_pass, "measured speedup (×)": lambda p: p.speedup}
-    fig = charts.subplot_row(list(panels), horizontal_spacing=0.06)
-    names = [p.name for p in results]
-    colors = [charts.R_COLOR, charts.Q_COLOR, charts.P_COLOR, charts.MEASURED_COLOR]
-    for j, ((label, get), col) in enumerate(zip(panels.items(), colors), start=1):
-        ys = [get(p) for p in results]
-        fig.add_bar(x=names, y=ys, name=label, marker_color=col, row=1, col=j, showlegend=False,
-                    text=[f"{y:.2f}" if y == y else "–" for y in ys], textposition="outside",
-                    hovertemplate=f"%{{x}}<br>{label} = %{{y:.3f}}<extra></extra>")
-    fig.add_hline(y=1.0, line=dict(color=charts.GREY, width=1, dash="dot"), row=1, col=4)
-    fig.update_layout(template=charts.TEMPLATE, meta={"pairs": names}, bargap=0.3)
-    charts.set_title(fig, title, "each pair next to its own run of the target alone, same prompt and settings")
-    fig.update_yaxes(rangemode="tozero")
-    fig.update_xaxes(tickangle=-30)
-    return fig

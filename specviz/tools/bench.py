@@ -531,6 +531,40 @@ def bench(args, pair=None, progress=None) -> dict:
     }
 
 
+def claims_figures(report: dict, mode: str = "greedy") -> dict:
+    """The figures the claims quote (specviz/core/measured.json's bench groups), as far as the report has them:
+    c from the runs, the speedups of the best-k chooser, k = 4 and prompt lookup on code and over the prompt set."""
+    summ = {s["method"]: s for s in report["summary"] if s["mode"] == mode}
+    code = {r["method"]: r for r in report["results"] if r["mode"] == mode and r["domain"] == "code"}
+    out: dict[str, Any] = {"prompts": len(report["config"]["domains"])}
+    if summ:
+        out["c"] = next(iter(summ.values()))["c_runs"]
+    for name, key in (("best", "best"), ("k=4", "k4"), ("prompt-lookup", "prompt_lookup")):
+        if name in summ:
+            out[f"{key}_mixed"] = summ[name]["speedup"]
+        if name in code:
+            out[f"{key}_code"] = code[name]["speedup"]
+    if "best_over_k4_mixed" in report["checks"].get(mode, {}):
+        out["best_over_k4_mixed"] = report["checks"][mode]["best_over_k4_mixed"]
+    return {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def command_of(report: dict) -> str:
+    """The bench command that reproduces the report's runs."""
+    cfg = report["config"]
+    pair = "--tiny" if cfg["pair"] == "tiny" else f"--pair {cfg['pair']}"
+    return (f"python -m specviz bench {pair} --dtype {cfg['dtype']} --draft-precision {cfg['draft_precision']} "
+            f"--reps {cfg['reps']} --ks {','.join(map(str, cfg['ks']))} --prompt-set {cfg['prompt_set']} "
+            f"--domains {','.join(cfg['domains'])} --modes {','.join(cfg['modes'])} "
+            f"--methods {','.join(cfg['methods'])} --max-new-tokens {cfg['max_new_tokens']}")
+
+
+def machine_of(report: dict) -> str:
+    cfg = report["config"]
+    return (f"{cfg['device']}, {cfg['cpu_count']} CPUs, {cfg['threads']} threads, pair {cfg['pair']} "
+            f"({cfg['dtype']}, {cfg['draft_precision']} draft), torch {cfg['torch']}")
+
+
 def _fast_linear_on(pair) -> bool:
     from specviz.modeling import fastlinear
 

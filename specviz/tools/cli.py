@@ -13,6 +13,7 @@ traceback. Progress of long work goes to stderr; results go to stdout.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -386,6 +387,30 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_claims_data(args) -> int:
+    """Rewrite one bench group of specviz/core/measured.json from a bench report (--json --out)."""
+    import datetime
+
+    from specviz.core import claims
+    from specviz.tools import bench
+
+    try:
+        with open(args.report, encoding="utf-8") as f:
+            report = json.load(f)
+        if report.get("format") != bench.FORMAT:
+            raise ValueError(f"not a bench report ({bench.FORMAT})")
+        path = args.data or claims.MEASURED_PATH
+        data = claims.update_group(claims.load_measured(path), args.group, bench.claims_figures(report),
+                                   bench.command_of(report), args.machine or bench.machine_of(report),
+                                   args.date or datetime.date.today().isoformat())
+    except (OSError, ValueError, KeyError) as e:
+        raise InvalidSetting(f"{args.report}: {e}") from e
+    claims.save_measured(data, path)
+    print(f"updated {args.group} in {path}: {data['groups'][args.group]['figures']}\n"
+          "now: python -m specviz.core.claims > docs/claims.md", file=sys.stderr)
+    return 0
+
+
 # -----------------------------------------------------------------------------
 # argument parsing
 
@@ -495,7 +520,7 @@ def add_bench_parser(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
     p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench,loadtest}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench,claims-data,loadtest}")
 
     m = sub.add_parser("models", help="list model pairs, whether each is available here, how to get it")
     m.add_argument("-v", "--verbose", action="store_true", help="say where each model comes from")
@@ -509,6 +534,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_parser(sub)
     add_bench_parser(sub)
+
+    cd = sub.add_parser("claims-data", help="rewrite a bench group of the claims' figures (specviz/core/measured.json) "
+                                            "from a bench report")
+    cd.add_argument("report", help="a report of `bench --json --out FILE`")
+    cd.add_argument("--group", required=True, help="the group to rewrite, e.g. bench_int8")
+    cd.add_argument("--machine", help="what ran it (default: from the report's config)")
+    cd.add_argument("--date", help="when (default: today)")
+    cd.add_argument("--data", help="the data file (default: specviz/core/measured.json)")
+    cd.set_defaults(func=cmd_claims_data)
 
     lt = sub.add_parser("loadtest", help="browser sessions pressing Run at once on a real server (specviz.tools.loadtest)",
                         add_help=False)
