@@ -465,6 +465,21 @@ OTHER_K_PX = 60  # right of the tokens-per-pass plot: "k = 8" in 14 px type
 OTHER_K_ROOM = 0.06  # the height of one such name, as a fraction of the y range (a plot about 280 px high)
 
 
+def _other_k_curves(fig: go.Figure, alphas, others: Sequence[int], ytop: float) -> None:
+    """The faint curves of other k, each named in the right margin at the height it leaves the plot (its right
+    end, or the top): never over the data; two names that would print over each other keep the first."""
+    ends = [min(float(expected_tokens(alphas[-1], kk)), ytop) for kk in others]
+    names = uncrowded_labels([1.0] * len(others), ends, [f"k = {kk}" for kk in others], 1.0, ytop,
+                             room=(1.0, OTHER_K_ROOM))
+    for kk, y_end, name in zip(others, ends, names):
+        fig.add_scatter(x=alphas, y=expected_tokens(alphas, kk), mode="lines", name=f"k = {kk}", showlegend=False,
+                        line=dict(color=GREY, width=1.5, dash="dot"), opacity=0.8,
+                        hovertemplate=f"k = {kk}<br>α = %{{x:.2f}}<br>%{{y:.2f}} tokens/pass<extra></extra>")
+        if name:
+            fig.add_annotation(x=1.0, y=y_end, xref="x", yref="y", text=name, showarrow=False, xanchor="left",
+                               xshift=4, font=dict(size=14, color="#666"))
+
+
 def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 8),
                         run_ks: Sequence[int] = (), width: int = SUBTITLE_WIDTH) -> go.Figure:
     """E[tokens per target pass] vs α for this k (and faint curves for others).
@@ -498,19 +513,7 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
     # the y range holds the curves, the point and its error bar up to the point's own height: a short run's
     # 2.4 ± 5.3 would squash the curves to the bottom; such a bar runs off the top, the subtitle gives its size
     ytop = k + 1.5 if measured is None else max(k + 1.5, t + min(te, abs(t)) + 0.5, formula + 0.5)
-    others = [kk for kk in other_ks if kk != k]
-    # each faint curve is named in the right margin, at the height it leaves the plot (its right end, or the
-    # top): never over the data; two names that would print over each other keep the first
-    ends = [min(float(expected_tokens(alphas[-1], kk)), ytop) for kk in others]
-    names = uncrowded_labels([1.0] * len(others), ends, [f"k = {kk}" for kk in others], 1.0, ytop,
-                             room=(1.0, OTHER_K_ROOM))
-    for kk, y_end, name in zip(others, ends, names):
-        fig.add_scatter(x=alphas, y=expected_tokens(alphas, kk), mode="lines", name=f"k = {kk}", showlegend=False,
-                        line=dict(color=GREY, width=1.5, dash="dot"), opacity=0.8,
-                        hovertemplate=f"k = {kk}<br>α = %{{x:.2f}}<br>%{{y:.2f}} tokens/pass<extra></extra>")
-        if name:
-            fig.add_annotation(x=1.0, y=y_end, xref="x", yref="y", text=name, showarrow=False, xanchor="left",
-                               xshift=4, font=dict(size=14, color="#666"))
+    _other_k_curves(fig, alphas, [kk for kk in other_ks if kk != k], ytop)
     fig.add_scatter(x=alphas, y=expected_tokens(alphas, k), mode="lines", name=f"k = {k} (formula)",
                     line=dict(color=P_COLOR, width=3),
                     hovertemplate=f"k = {k}<br>α = %{{x:.2f}}<br>%{{y:.2f}} tokens/pass<extra></extra>")
