@@ -93,7 +93,7 @@ def tiny_recordings(tmp_path_factory, tiny_registry):
 
     out = tmp_path_factory.mktemp("pages")
     written = record.record_pages(models.load_pair(None), out, progress=lambda m: None)
-    assert {p.stem for p in written} == {"exactness", "acceptance_lab"}
+    assert {p.stem for p in written} == {"exactness", "acceptance_lab", "speedup"}
     return out
 
 
@@ -191,3 +191,28 @@ def test_acceptance_lab_draws_the_recorded_sweep(shipped, no_model):
     assert list(table["counted α"]) == [r["counted α"] for r in rows]
     assert list(table["new tokens"]) == [len(got["sweep"][d][0.0].token_ids) for d in got["sweep"]]
     assert len(at.get("plotly_chart")) >= 3
+
+
+# --- 3 · speedup -----------------------------------------------------------------------------------------------
+def test_speedup_draws_its_recorded_sections_and_says_which_it_does_not_cover(shipped, no_model):
+    from specviz.data import pagefile
+    from specviz.teaching import early_exit, page_records, race
+
+    rec = pagefile.load("speedup")
+    got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["speedup"].items()}
+    at = recorded_page("3")
+    [note] = notices(at)
+    assert "tiny-random" in note and "k values 1, 2, 4, 6, 8" in note and "Python function" in rec.prompt_text
+    assert all(at.button(key=k).disabled for k in ("speed.run_cost", "speed.run_sweep", "speed.run_race",
+                                                   "speed.run_adaptive", "speed.run_early_exit"))
+    assert any("Recorded mode does not cover this section" in i.value for i in at.info)  # 1b: a pair per precision
+    m = {x.label: x.value for x in at.metric}
+    assert m["c = draft step ÷ target step"] == f"{got['cost'].c:.3f}"
+    stats = race.policy_summary(got["policies"])
+    assert m["adaptive k: tokens/s"] == f"{stats['adaptive'].tokens_per_s:.1f}"
+    sweep_table, ee_table = at.dataframe[0].value, at.dataframe[1].value
+    assert list(sweep_table["k"]) == list(got["sweep"])
+    assert len(ee_table) == len(early_exit.early_exit_rows(got["early_exit"])) == len(got["early_exit"].points)
+    assert f"k = {got['race'].spec.decode.k}" in " ".join(x.value for x in at.markdown)
+    titles = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+    assert len(titles) >= 5  # the model, the sweep, the race, two k traces, early exit
