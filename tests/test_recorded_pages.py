@@ -93,7 +93,7 @@ def tiny_recordings(tmp_path_factory, tiny_registry):
 
     out = tmp_path_factory.mktemp("pages")
     written = record.record_pages(models.load_pair(None), out, progress=lambda m: None)
-    assert {p.stem for p in written} == {"exactness", "acceptance_lab", "speedup"}
+    assert {p.stem for p in written} == {"exactness", "acceptance_lab", "speedup", "why_fast"}
     return out
 
 
@@ -216,3 +216,24 @@ def test_speedup_draws_its_recorded_sections_and_says_which_it_does_not_cover(sh
     assert f"k = {got['race'].spec.decode.k}" in " ".join(x.value for x in at.markdown)
     titles = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
     assert len(titles) >= 5  # the model, the sweep, the race, two k traces, early exit
+
+
+# --- 4 · why it is fast ----------------------------------------------------------------------------------------
+def test_why_it_is_fast_draws_its_three_recorded_measurements(shipped, no_model):
+    from specviz.data import pagefile
+    from specviz.teaching import explain, page_records
+
+    rec = pagefile.load("why_fast")
+    got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["why_fast"].items()}
+    assert list(got["forward"]) == [1, 2, 4, 8, 16] and (8, 4) in got["batch"]  # int and (tokens, batch) keys back
+    at = recorded_page("4")
+    [note] = notices(at)
+    assert "tiny-random" in note and "tokens per pass 1, 2, 4, 8, 16" in note
+    assert all(at.button(key=k).disabled for k in ("fast.run_forward", "fast.run_bw", "fast.run_batch"))
+    m = {x.label: x.value for x in at.metric}
+    v = explain.forward_cost_verdict(got["forward"], rec.about["device"], rec.about["dtype"])
+    assert m["cost(2 tokens) ÷ cost(1 token)"] == f"{v.value:.2f}×"
+    assert m["weights"] == explain.format_bytes(got["bw"].weight_bytes)
+    assert m["measured 1-token pass"] == f"{got['bw'].measured_s * 1000:.1f} ms"
+    assert any(i.value == explain.batch_verdict(got["batch"]).text for i in at.info)
+    assert len(at.get("plotly_chart")) == 2

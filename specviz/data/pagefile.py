@@ -58,11 +58,15 @@ def to_data(x: Any) -> Any:
 
 
 def _key(tp: Any, s: str, where: str) -> Any:
-    """A dict key read back as its declared type (int, float, str)."""
+    """A dict key read back as its declared type (int, float, str, or a tuple of them: "(4, 8)")."""
     try:
+        if typing.get_origin(tp) is tuple:
+            parts = [x.strip() for x in s.strip("()").split(",") if x.strip()]
+            kinds = typing.get_args(tp)
+            return tuple(_key(kinds[0] if kinds[-1] is Ellipsis else kinds[i], x, where) for i, x in enumerate(parts))
         return tp(s) if tp in (int, float) else s
-    except ValueError:
-        raise records.malformed(where, f"the key {s[:20]!r} is not a {tp.__name__}") from None
+    except (ValueError, IndexError):
+        raise records.malformed(where, f"the key {s[:20]!r} is not a {tp!r}") from None
 
 
 def from_data(tp: Any, d: Any, where: str = "results") -> Any:

@@ -36,12 +36,19 @@ SPEEDUP = {  # the page's defaults (pages/3_Speedup.py, pages/common/speed_ui.py
     "k values": [1, 2, 4, 6, 8], "k for the race": 4, "starting k": 4, "early exit k": 4,
 }  # fmt: skip
 
+WHY_FAST = {  # the page's defaults (pages/4_Why_it_is_fast.py); the pair's dtype is the recording's
+    "tokens per pass": [1, 2, 4, 8, 16], "repetitions": 5,
+    "batch: tokens per sequence": [1, 4, 8], "batch sizes": [1, 2, 4, 8], "batch: repetitions": 3,
+}  # fmt: skip
+
 RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
     "acceptance_lab": {"sweep": dict[str, dict[float, Run]], "agree": dict[str, dict[float, experiments.Agreement]]},
     "exactness": {"greedy": experiments.Comparison, "trials": experiments.FirstTokenTrials,
                   "fp": lab.FirstPosition, "rules": rules.RuleLab},
     "speedup": {"cost": race.Cost, "sweep": dict[int, experiments.Comparison], "race": race.Race,
                 "policies": dict[str, Run], "early_exit": early_exit.EarlyExitSweep},
+    "why_fast": {"forward": dict[int, list[float]], "bw": experiments.BandwidthCheck,
+                 "batch": dict[tuple[int, int], list[float]]},
 }
 
 
@@ -94,10 +101,21 @@ def record_speedup(pair, s: dict = SPEEDUP) -> dict[str, Any]:
             "early_exit": early_exit.early_exit_sweep(pair.target, ids, depths, k=s["early exit k"], **kw)}
 
 
+def record_why_fast(pair, s: dict = WHY_FAST) -> dict[str, Any]:
+    """The Why it is fast page's three measurements of the target at its defaults: forward cost against tokens per
+    pass, the 1-token pass against weight bytes ÷ bandwidth, and forward cost against batch × tokens."""
+    return {"forward": experiments.forward_cost(pair.target, n_tokens=tuple(s["tokens per pass"]),
+                                                reps=s["repetitions"]),
+            "bw": experiments.bandwidth_check(pair.target),
+            "batch": experiments.batch_cost(pair.target, n_tokens=tuple(s["batch: tokens per sequence"]),
+                                            batches=tuple(s["batch sizes"]), reps=s["batch: repetitions"])}
+
+
 RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> (recorder, its settings)
     "acceptance_lab": (record_acceptance_lab, ACCEPTANCE_LAB),
     "exactness": (record_exactness, EXACTNESS),
     "speedup": (record_speedup, SPEEDUP),
+    "why_fast": (record_why_fast, WHY_FAST),
 }
 
 
