@@ -93,7 +93,7 @@ def tiny_recordings(tmp_path_factory, tiny_registry):
 
     out = tmp_path_factory.mktemp("pages")
     written = record.record_pages(models.load_pair(None), out, progress=lambda m: None)
-    assert {p.stem for p in written} == {"exactness", "acceptance_lab", "speedup", "why_fast"}
+    assert {p.stem for p in written} == {"exactness", "acceptance_lab", "speedup", "why_fast", "token_tree"}
     return out
 
 
@@ -237,3 +237,30 @@ def test_why_it_is_fast_draws_its_three_recorded_measurements(shipped, no_model)
     assert m["measured 1-token pass"] == f"{got['bw'].measured_s * 1000:.1f} ms"
     assert any(i.value == explain.batch_verdict(got["batch"]).text for i in at.info)
     assert len(at.get("plotly_chart")) == 2
+
+
+# --- 9 · token tree --------------------------------------------------------------------------------------------
+def test_token_tree_steps_through_the_recorded_tree_run_and_draws_chain_against_tree(shipped, no_model):
+    from specviz.data import pagefile
+    from specviz.teaching import explain, page_records, tree_lab
+
+    rec = pagefile.load("token_tree")
+    got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["token_tree"].items()}
+    run, cmp = got["run"], got["chain_vs_tree"]
+    assert {t for r in run.rounds for t in r.tokens} <= set(rec.tokens)  # every node's text is in the file
+    at = recorded_page("9")
+    [note] = notices(at)
+    assert "tiny-random" in note and "node budget 16" in note
+    assert at.button(key="tree.measure").disabled and at.radio(key="tree.shape").disabled
+    # chain against tree: the recorded comparison, drawn with no button pressed
+    lines = [m.value for m in at.markdown]
+    assert all(line in lines for line in tree_lab.chain_vs_tree_verdict(cmp))
+    at.select_slider(key="tree.speed").set_value("instant")
+    press(at, "tree.start")
+    summary = explain.tree_round_summary(run.rounds[0], rec.decode())
+    assert summary in [m.value for m in at.markdown]  # the recording's own first round
+    for _ in range(len(run.rounds) - 1):
+        press(at, "tree.next")
+    # every round of the recording, and no more: its tokens, and the run finished
+    assert any(f", {len(run.token_ids)} new tokens, {run.n_nodes} nodes drafted · run finished" in c.value
+               for c in at.caption)

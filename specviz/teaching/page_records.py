@@ -14,8 +14,10 @@ from typing import Any, Callable
 from specviz.core import prompts, theory
 from specviz.data import pagefile
 from specviz.data.records import Run
+from specviz.data.tree_records import TreeRun
 from specviz.decoding import selfdraft
-from specviz.teaching import early_exit, experiments, lab, race, rules
+from specviz.decoding.tree import tree_decode
+from specviz.teaching import early_exit, experiments, lab, race, rules, tree_lab
 
 # pages that replay a main-page recording (specviz/recorded/<name>.json) instead of a page recording
 RECORDED_RUNS = {"slow_motion": "capital-of-france-greedy"}
@@ -41,6 +43,11 @@ WHY_FAST = {  # the page's defaults (pages/4_Why_it_is_fast.py); the pair's dtyp
     "batch: tokens per sequence": [1, 4, 8], "batch sizes": [1, 2, 4, 8], "batch: repetitions": 3,
 }  # fmt: skip
 
+TOKEN_TREE = {  # the page's defaults (pages/9_Token_tree.py)
+    "prompt": "Python function", "shape": "tree", "node budget": 16, "b": 2, "max depth": 8,
+    "temperature": 0.0, "seed": 0, "max new tokens": 32, "node budgets": [4, 8, 16, 32],
+}  # fmt: skip
+
 RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
     "acceptance_lab": {"sweep": dict[str, dict[float, Run]], "agree": dict[str, dict[float, experiments.Agreement]]},
     "exactness": {"greedy": experiments.Comparison, "trials": experiments.FirstTokenTrials,
@@ -49,6 +56,7 @@ RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
                 "policies": dict[str, Run], "early_exit": early_exit.EarlyExitSweep},
     "why_fast": {"forward": dict[int, list[float]], "bw": experiments.BandwidthCheck,
                  "batch": dict[tuple[int, int], list[float]]},
+    "token_tree": {"run": TreeRun, "chain_vs_tree": tree_lab.ChainVsTree},
 }
 
 
@@ -111,11 +119,23 @@ def record_why_fast(pair, s: dict = WHY_FAST) -> dict[str, Any]:
                                             batches=tuple(s["batch sizes"]), reps=s["batch: repetitions"])}
 
 
+def record_token_tree(pair, s: dict = TOKEN_TREE) -> dict[str, Any]:
+    """The Token tree page's defaults: a whole tree run (the page steps through its rounds), and chain against tree
+    at each node budget."""
+    p = prompts.preset(s["prompt"])
+    ids = prompts.encode(pair.tokenizer, p.text, p.chat)
+    kw = dict(branch=s["b"], max_depth=s["max depth"], temperature=s["temperature"],
+              max_new_tokens=s["max new tokens"], seed=s["seed"], **pair.run_kw)
+    return {"run": tree_decode(pair.target, pair.draft, ids, budget=s["node budget"], **kw),
+            "chain_vs_tree": tree_lab.chain_vs_tree(pair.target, pair.draft, ids, budgets=s["node budgets"], **kw)}
+
+
 RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> (recorder, its settings)
     "acceptance_lab": (record_acceptance_lab, ACCEPTANCE_LAB),
     "exactness": (record_exactness, EXACTNESS),
     "speedup": (record_speedup, SPEEDUP),
     "why_fast": (record_why_fast, WHY_FAST),
+    "token_tree": (record_token_tree, TOKEN_TREE),
 }
 
 
