@@ -4,9 +4,9 @@ import time
 
 import streamlit as st
 
-from pages.common import lab_ui, speed_ui, ui
+from pages.common import lab_ui, recorded_ui, speed_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, explain, lab, race, render
+from specviz.teaching import charts, explain, lab, page_records, race, render
 from specviz.core import limits, theory
 from specviz.decoding import models
 
@@ -26,32 +26,50 @@ against real runs for several k, race the two methods, and let k adapt as accept
 """
 )
 
-pair = lab_ui.pair_for_page("speed")
-if pair is None:
+pair, rec = recorded_ui.pair_or_page_recording("speed", "speedup")
+got = recorded_ui.results(rec, page_records.RESULTS["speedup"]) if rec is not None else None
+if pair is None and got is None:
     st.stop()
-decode = lab_ui.decoder(pair)
-ident = (pair.name, lab_ui.dtype_name(pair), pair.draft_precision)
-ids, text = lab_ui.prompt_input("speed", pair, default="Python function")
+off = rec is not None  # a recording: its settings are shown, nothing runs
+if off:
+    decode, ident, ids, text = rec.decode(), ("recorded",), got["race"].spec.prompt_ids, rec.prompt_text
+    st.markdown(f"**Prompt** (recorded): {text}")
+    s = rec.settings
+    run_kw = dict(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"])
+    precision, head, device, pair_name = rec.about["draft_precision"], "full", rec.about["device"], rec.about["pair"]
+else:
+    decode = lab_ui.decoder(pair)
+    ident = (pair.name, lab_ui.dtype_name(pair), pair.draft_precision)
+    ids, text = lab_ui.prompt_input("speed", pair, default=page_records.SPEEDUP["prompt"])
+    precision, head, device, pair_name = pair.draft_precision, pair.draft_head_name, pair.device, pair.name
 c1, c2, c3 = st.columns(3)
-temperature = c1.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="speed.temperature")
+temperature = c1.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="speed.temperature", disabled=off)
 cap = limits.max_new_tokens()
-max_new = c2.number_input("new tokens per run", 4, cap, min(24, cap), 4, key="speed.max_new")
-seed = c3.number_input("seed", 0, 2**31 - 1, 0, 1, key="speed.seed")
-run_kw = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed), **pair.run_kw)
+max_new = c2.number_input("new tokens per run", 4, cap, min(24, cap), 4, key="speed.max_new", disabled=off)
+seed = c3.number_input("seed", 0, 2**31 - 1, 0, 1, key="speed.seed", disabled=off)
+if not off:
+    run_kw = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed), **pair.run_kw)
 kept = {name: Kept(f"speed.{name}", ident) for name in ("cost", "sweep", "race", "adaptive")}
+recorded = {"cost": (got["cost"], None), "sweep": got["sweep"], "race": got["race"]} if off else {}
+
+
+def result(what: str):
+    """The section's result: the recording's, else the one kept from a live run."""
+    return recorded[what] if off else kept[what].get()
+
 
 # --- 1. c and the verify cost -----------------------------------------------------------------
 st.subheader("1 · Measure c and the cost of verifying k tokens")
-if st.button("Measure c and the verify cost", type="primary", key="speed.run_cost"):
+if st.button("Measure c and the verify cost", type="primary", key="speed.run_cost", disabled=off):
     lab_ui.keep_measured(kept["cost"], lab_ui.with_bar(race.measure_cost, pair.target, pair.chain_draft(), text="timing…"))
-cost, note = kept["cost"].get() or (None, None)
+cost, note = result("cost") or (None, None)
 if cost is None:
     st.info("Press **Measure c and the verify cost** (a few seconds) to fit the model to this device.")
 else:
     lab_ui.load_warning(note)
     m1, m2, m3 = st.columns(3)
     m1.metric("c = draft step ÷ target step", f"{cost.c:.3f}",
-              help="with the " + explain.drafter_words(pair.draft_precision, pair.draft_head_name))
+              help="with the " + explain.drafter_words(precision, head))
     m2.metric("verify 5 tokens ÷ 1 token", f"{theory.verify_ratio(5, cost.verify):.2f}×")
     m3.metric("verify 9 tokens ÷ 1 token", f"{theory.verify_ratio(9, cost.verify):.2f}×")
     st.caption("cost(n)/cost(1) measured: " + ", ".join(f"{n} → {r:.2f}×" for n, r in cost.verify.items())
@@ -59,19 +77,21 @@ else:
 
 speed_ui.draft_precisions(pair, ids, run_kw)  # 1b
 
-sw = kept["sweep"].get()
-speed_ui.cost_model(pair, ids, run_kw, cost, sw)  # 2
+sw = result("sweep")
+fixed = {"5": [got["policies"]["fixed"]]} if off else speed_ui.fixed_k_runs(pair)
+speed_ui.cost_model(fixed, ids, run_kw, cost, sw)  # 2
 
 # --- 3. a measured k sweep --------------------------------------------------------------------
 st.subheader("3 · Measured: one prompt, several k, each against a warmed target-only run")
-ks = st.multiselect("k values", [1, 2, 3, 4, 5, 6, 8, 10, 12], default=[1, 2, 4, 6, 8], key="speed.ks")
-if st.button("Run the k sweep", key="speed.run_sweep") and ids is not None:
+ks = st.multiselect("k values", [1, 2, 3, 4, 5, 6, 8, 10, 12], default=[1, 2, 4, 6, 8], key="speed.ks",
+                    disabled=off)
+if st.button("Run the k sweep", key="speed.run_sweep", disabled=off) and ids is not None:
     if not ks:
         st.error("Pick at least one k.", icon=":material/error:")
     elif kept["sweep"].put(lab_ui.with_bar(lab.k_sweep, pair.target, pair.chain_draft(), ids, ks, **run_kw)[0]) is not None:
         st.rerun()  # so the model above shows the new measured points
 if sw is not None:
-    speed_ui.note_other_settings([cmp.spec for cmp in sw.values()], ids, run_kw)
+    speed_ui.note_other_settings([cmp.spec for cmp in sw.values()], ids, run_kw, off=off)
     lab_ui.timing_notes((r for cmp in sw.values() for run in (cmp.spec, cmp.base) for r in run.rounds), "the sweep")
     rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)
     ui.table(rows, hide_index=True)
@@ -85,14 +105,14 @@ if sw is not None:
     st.markdown(explain.speedup_verdict(best["measured speedup"], best["predicted speedup"], cost.c, best["α"])
                 if cost else f"Best measured: k = {best['k']} at {best['measured speedup']:.2f}×. "
                              "Measure c above to compare with the model.")
-    tip = explain.gpu_advice(pair.device, best["measured speedup"], models.gpu_suggestion(pair.name))
+    tip = explain.gpu_advice(device, best["measured speedup"], models.gpu_suggestion(pair_name))
     if tip:
         st.info(tip, icon=":material/lightbulb:")
 
 # --- 4. the race -----------------------------------------------------------------------------
 st.subheader("4 · A race: target alone against speculative")
 r1, r2 = st.columns([1, 3])
-race_k = r1.slider("k for the race", 1, 12, 4, key="speed.race_k")
+race_k = r1.slider("k for the race", 1, 12, 4, key="speed.race_k", disabled=off)
 left, right = st.columns(2)
 left.markdown("**Target alone**")
 spec_head = right.empty()  # the k of the race shown: the slider's until a race is kept, then that race's
@@ -105,11 +125,11 @@ def show_text(who: str, rounds) -> None:
     shown[who].markdown(render.tokens_html("", rounds, decode), unsafe_allow_html=True)
 
 
-if r1.button("Start the race", type="primary", key="speed.run_race") and ids is not None:
+if r1.button("Start the race", type="primary", key="speed.run_race", disabled=off) and ids is not None:
     kept["race"].put(lab_ui.run_guarded(race.race, pair.target, pair.chain_draft(), ids, race_k, show_text, **run_kw))
-rc = kept["race"].get()
+rc = result("race")
 if rc is not None:
-    speed_ui.note_other_settings([rc.spec], ids, run_kw, k=race_k)
+    speed_ui.note_other_settings([rc.spec], ids, run_kw, k=race_k, off=off)
     spec_head.markdown(f"**Speculative** (k = {rc.spec.decode.k})")
     lab_ui.timing_notes(rc.base.rounds + rc.spec.rounds, "the race")
     show_text("base", rc.base.rounds)
@@ -121,5 +141,5 @@ if rc is not None:
             time.sleep(max(0.0, t - (time.perf_counter() - t0)))
             show_text(who, getattr(rc, who).rounds[:n])
 
-speed_ui.k_policies(pair, ids, run_kw)  # 5
-speed_ui.early_exit(pair, ids, run_kw)  # 6
+speed_ui.k_policies(pair, ids, run_kw, got["policies"] if off else None)  # 5
+speed_ui.early_exit(pair, ids, run_kw, got["early_exit"] if off else None)  # 6

@@ -2,10 +2,10 @@
 
 import streamlit as st
 
-from pages.common import lab_ui, ui
+from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import explain, render, tree_lab
-from specviz.core import limits
+from specviz.teaching import explain, page_records, render, tree_lab
+from specviz.core import limits, prompts
 from specviz.data import playback
 from specviz.decoding.tree import BRANCH_MAX, DOUBT, SPINE, tree_stream
 from specviz.teaching.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
@@ -29,27 +29,38 @@ sibling turns that rejection into an accepted token and a bonus after it, in the
 """
 )
 
-pair, decode, ident, ids, text, right = lab_ui.stepping_setup("tree", "Python function")
+pair, rec = recorded_ui.pair_or_page_recording("tree", "token_tree")
+got = recorded_ui.results(rec, page_records.RESULTS["token_tree"]) if rec is not None else None
+if pair is None and got is None:
+    st.stop()
+off = rec is not None  # a recording: its tree run is stepped through round by round, nothing is computed
+if off:
+    decode, ident, ids, text = rec.decode(), ("recorded",), got["run"].prompt_ids, rec.prompt_text
+    st.markdown(f"**Prompt** (recorded): {text}")
+    right = st.container()
+else:
+    pair, decode, ident, ids, text, right = lab_ui.stepping_setup("tree", page_records.TOKEN_TREE["prompt"], pair=pair)
 with right:
-    layout = st.radio("Shape", ["tree", "spine"], key="tree.shape", horizontal=True,
+    layout = st.radio("Shape", ["tree", "spine"], key="tree.shape", horizontal=True, disabled=off,
                       help="tree: alternatives depth by depth, within a node budget. spine: a chain the best-k "
                            "chooser stops, with siblings where the draft is unsure.")
     is_spine = layout == "spine"
     budget = st.select_slider("node budget (nodes verified per pass)", [2, 4, 8, 16, 32], 16, key="tree.budget",
-                              disabled=is_spine)
+                              disabled=is_spine or off)
     branch = st.slider("b: children per expanded node" + (" (1 + siblings)" if is_spine else ""), 1, BRANCH_MAX, 2,
-                       key="tree.branch")
-    max_depth = st.slider("max depth", 1, 8, 8, key="tree.depth", disabled=is_spine)
+                       key="tree.branch", disabled=off)
+    max_depth = st.slider("max depth", 1, 8, 8, key="tree.depth", disabled=is_spine or off)
     doubt = st.slider("siblings where the draft's top probability is below", 0.0, 1.0, DOUBT, 0.05,
-                      key="tree.doubt") if is_spine else DOUBT
-    temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="tree.temperature")
-    seed = st.number_input("seed", 0, 2**31 - 1, 0, 1, key="tree.seed")
+                      key="tree.doubt", disabled=off) if is_spine else DOUBT
+    temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="tree.temperature", disabled=off)
+    seed = st.number_input("seed", 0, 2**31 - 1, 0, 1, key="tree.seed", disabled=off)
     max_new = st.number_input("max new tokens", 1, limits.max_new_tokens(), min(32, limits.max_new_tokens()), 1,
-                              key="tree.max_new")
+                              key="tree.max_new", disabled=off)
     speed = st.select_slider("animation speed", list(playback.SPEEDS), playback.DEFAULT_SPEED, key="tree.speed")
 shape = (dict(SPINE, shape="spine", branch=int(branch), doubt=float(doubt)) if is_spine
          else dict(budget=int(budget), branch=int(branch), max_depth=int(max_depth)))
-common = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed), **pair.run_kw)
+common = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
+              **({} if off else pair.run_kw))
 
 # the page's run, until the pair or dtype changes; a run that is replaced is stopped, so its KV caches are freed
 kept = Kept("tree.pb", ident, close=lambda old: old.close("replaced"))
@@ -69,9 +80,11 @@ run_now = lab_ui.run_settings(ids, temperature, max_new, seed, shape=layout, b=i
                                  {"node budget": int(budget), "max depth": int(max_depth)}))
 row = ui.button_row()
 fresh = None  # the round computed in this script run, to animate
-if row.button("First round", icon=":material/play_arrow:", type="primary", key="tree.start") and ids is not None:
-    stream = lab_ui.run_guarded(tree_stream, pair.target, pair.draft, ids, **shape, **common)
-    if stream is not None:
+if row.button("First round", icon=":material/play_arrow:", type="primary", key="tree.start"):
+    if off:  # the recorded run, replayed from its first round
+        kept.put(playback.Playback.replay(got["run"], text, {"chat": prompts.preset(rec.settings["prompt"]).chat}))
+    elif ids is not None and (stream := lab_ui.run_guarded(tree_stream, pair.target, pair.draft, ids, **shape,
+                                                           **common)) is not None:
         kept.put(playback.Playback.live(stream, ids, text, common, {"chat": lab_ui.chat_on("tree")}),
                  settings=run_now)
 pb = kept.get()
@@ -139,18 +152,18 @@ else:
 st.subheader("Chain against tree, measured here")
 st.markdown("The same prompt, seed and settings, at each node budget N: a chain drafting k = N tokens and a tree "
             "of N nodes. Both verify N drafted tokens in one target pass; the tree spends them on alternatives.")
-budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], [4, 8, 16, 32], key="tree.budgets")
+budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], [4, 8, 16, 32], key="tree.budgets", disabled=off)
 kept_cmp = Kept("tree.cmp", ident)
 cmp_now = lab_ui.run_settings(ids, temperature, max_new, seed, **{"b": int(branch), "max depth": int(max_depth)})
-if st.button("Measure chain against tree", key="tree.measure"):
+if st.button("Measure chain against tree", key="tree.measure", disabled=off):
     if not budgets or ids is None:
         st.error("Pick at least one node budget (and give a prompt).", icon=":material/error:")
     else:
         lab_ui.keep_measured(kept_cmp, lab_ui.with_bar(tree_lab.chain_vs_tree, pair.target, pair.draft, ids,
                                                        budgets=budgets, branch=int(branch), max_depth=int(max_depth),
                                                        **common), settings=cmp_now)
-if kept_cmp.get() is not None:
-    cmp, note = kept_cmp.get()
+if (measured := (got["chain_vs_tree"], None) if off else kept_cmp.get()) is not None:
+    cmp, note = measured
     ui.note_other_settings(kept_cmp.changed(cmp_now))
     lab_ui.load_warning(note)
     ui.show_chart(fig_chain_vs_tree(cmp), "chain_vs_tree", key="tree.fig_cmp")

@@ -93,7 +93,7 @@ def tiny_recordings(tmp_path_factory, tiny_registry):
 
     out = tmp_path_factory.mktemp("pages")
     written = record.record_pages(models.load_pair(None), out, progress=lambda m: None)
-    assert {p.stem for p in written} == {"exactness", "acceptance_lab"}
+    assert {p.stem for p in written} == {"exactness", "acceptance_lab", "speedup", "why_fast", "token_tree"}
     return out
 
 
@@ -191,3 +191,76 @@ def test_acceptance_lab_draws_the_recorded_sweep(shipped, no_model):
     assert list(table["counted α"]) == [r["counted α"] for r in rows]
     assert list(table["new tokens"]) == [len(got["sweep"][d][0.0].token_ids) for d in got["sweep"]]
     assert len(at.get("plotly_chart")) >= 3
+
+
+# --- 3 · speedup -----------------------------------------------------------------------------------------------
+def test_speedup_draws_its_recorded_sections_and_says_which_it_does_not_cover(shipped, no_model):
+    from specviz.data import pagefile
+    from specviz.teaching import early_exit, page_records, race
+
+    rec = pagefile.load("speedup")
+    got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["speedup"].items()}
+    at = recorded_page("3")
+    [note] = notices(at)
+    assert "tiny-random" in note and "k values 1, 2, 4, 6, 8" in note and "Python function" in rec.prompt_text
+    assert all(at.button(key=k).disabled for k in ("speed.run_cost", "speed.run_sweep", "speed.run_race",
+                                                   "speed.run_adaptive", "speed.run_early_exit"))
+    assert any("Recorded mode does not cover this section" in i.value for i in at.info)  # 1b: a pair per precision
+    m = {x.label: x.value for x in at.metric}
+    assert m["c = draft step ÷ target step"] == f"{got['cost'].c:.3f}"
+    stats = race.policy_summary(got["policies"])
+    assert m["adaptive k: tokens/s"] == f"{stats['adaptive'].tokens_per_s:.1f}"
+    sweep_table, ee_table = at.dataframe[0].value, at.dataframe[1].value
+    assert list(sweep_table["k"]) == list(got["sweep"])
+    assert len(ee_table) == len(early_exit.early_exit_rows(got["early_exit"])) == len(got["early_exit"].points)
+    assert f"k = {got['race'].spec.decode.k}" in " ".join(x.value for x in at.markdown)
+    titles = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
+    assert len(titles) >= 5  # the model, the sweep, the race, two k traces, early exit
+
+
+# --- 4 · why it is fast ----------------------------------------------------------------------------------------
+def test_why_it_is_fast_draws_its_three_recorded_measurements(shipped, no_model):
+    from specviz.data import pagefile
+    from specviz.teaching import explain, page_records
+
+    rec = pagefile.load("why_fast")
+    got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["why_fast"].items()}
+    assert list(got["forward"]) == [1, 2, 4, 8, 16] and (8, 4) in got["batch"]  # int and (tokens, batch) keys back
+    at = recorded_page("4")
+    [note] = notices(at)
+    assert "tiny-random" in note and "tokens per pass 1, 2, 4, 8, 16" in note
+    assert all(at.button(key=k).disabled for k in ("fast.run_forward", "fast.run_bw", "fast.run_batch"))
+    m = {x.label: x.value for x in at.metric}
+    v = explain.forward_cost_verdict(got["forward"], rec.about["device"], rec.about["dtype"])
+    assert m["cost(2 tokens) ÷ cost(1 token)"] == f"{v.value:.2f}×"
+    assert m["weights"] == explain.format_bytes(got["bw"].weight_bytes)
+    assert m["measured 1-token pass"] == f"{got['bw'].measured_s * 1000:.1f} ms"
+    assert any(i.value == explain.batch_verdict(got["batch"]).text for i in at.info)
+    assert len(at.get("plotly_chart")) == 2
+
+
+# --- 9 · token tree --------------------------------------------------------------------------------------------
+def test_token_tree_steps_through_the_recorded_tree_run_and_draws_chain_against_tree(shipped, no_model):
+    from specviz.data import pagefile
+    from specviz.teaching import explain, page_records, tree_lab
+
+    rec = pagefile.load("token_tree")
+    got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["token_tree"].items()}
+    run, cmp = got["run"], got["chain_vs_tree"]
+    assert {t for r in run.rounds for t in r.tokens} <= set(rec.tokens)  # every node's text is in the file
+    at = recorded_page("9")
+    [note] = notices(at)
+    assert "tiny-random" in note and "node budget 16" in note
+    assert at.button(key="tree.measure").disabled and at.radio(key="tree.shape").disabled
+    # chain against tree: the recorded comparison, drawn with no button pressed
+    lines = [m.value for m in at.markdown]
+    assert all(line in lines for line in tree_lab.chain_vs_tree_verdict(cmp))
+    at.select_slider(key="tree.speed").set_value("instant")
+    press(at, "tree.start")
+    summary = explain.tree_round_summary(run.rounds[0], rec.decode())
+    assert summary in [m.value for m in at.markdown]  # the recording's own first round
+    for _ in range(len(run.rounds) - 1):
+        press(at, "tree.next")
+    # every round of the recording, and no more: its tokens, and the run finished
+    assert any(f", {len(run.token_ids)} new tokens, {run.n_nodes} nodes drafted · run finished" in c.value
+               for c in at.caption)

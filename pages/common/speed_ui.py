@@ -1,15 +1,16 @@
 """The Speedup page's self-contained sections, one call each from pages/3_Speedup.py.
 
   draft_precisions(pair, ids, run_kw)   1b · the same prompt with the draft in each precision: c against α
-  cost_model(pair, ids, run_kw, cost, sweep)  2 · predicted speedup against k, at the α measured on the page
-  k_policies(pair, ids, run_kw)         5  · fixed k, adaptive k and the best-k chooser (specviz.teaching.race)
-  early_exit(pair, ids, run_kw)         6  · the target's own first L layers as the draft (specviz.decoding.selfdraft)
+  cost_model(fixed, ids, run_kw, cost, sweep)  2 · predicted speedup against k, at the α measured on the page
+  k_policies(pair, ids, run_kw, recorded)  5  · fixed k, adaptive k and the best-k chooser (specviz.teaching.race)
+  early_exit(pair, ids, run_kw, recorded)  6  · the target's own first L layers as the draft (specviz.decoding.selfdraft)
   fixed_k_runs(pair)                    the runs of 1b and 5 with the sidebar's draft and a fixed k (section 2's α)
   measured_here(run, ids, run_kw)       whether a kept run came from the prompt and settings above
   note_other_settings(runs, ids, run_kw, k)  a kept result measured with another prompt or settings says which
 
-Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it.
-run_kw: the page's decoding settings (temperature, max_new_tokens, seed, eos_token_id, vocab).
+Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it; with pair None
+(a page recording) it draws the recorded result, its widgets off (1b, which loads a pair per precision, says that
+recorded mode does not cover it). run_kw: the page's decoding settings (temperature, max_new_tokens, seed, ...).
 """
 
 from __future__ import annotations
@@ -63,9 +64,11 @@ def measured_here(run, ids, run_kw: dict) -> bool:
     return all(_settings(run)[name] == value for name, value in now.items())
 
 
-def note_other_settings(runs, ids, run_kw: dict, k: int | None = None) -> None:
+def note_other_settings(runs, ids, run_kw: dict, k: int | None = None, off: bool = False) -> None:
     """A caption under a kept result naming the settings above (and the section's k, if given) that differ from
-    any of its runs'."""
+    any of its runs'; none under a recorded result (off), which shows its own settings."""
+    if off:
+        return
     now = _settings_now(ids, run_kw, k)
     then = [_settings(r) for r in runs]
     ui.note_other_settings(name for name in now if any(t[name] != now[name] for t in then))
@@ -76,6 +79,9 @@ def draft_precisions(pair, ids, run_kw: dict) -> None:
     st.caption("The draft's precision never changes the output (the target decides every token); it changes c, "
                "what a draft step costs, and may change α a little. Each precision runs next to its own run of "
                "the target alone, with the k of section 5 (fixed).")
+    if pair is None:
+        st.info(explain.not_recorded("it loads the draft once in each precision, a pair each."))
+        return
     derived = isinstance(pair.spec.draft.source, DerivedSource)  # the target's own layers: one precision
     choices = [pair.draft_precision] if derived else list(quant.supported(pair.device))
     precs = st.multiselect("draft precisions", choices, default=[p for p in ("float32", pair.draft_precision)
@@ -103,23 +109,24 @@ START_ALPHA = 0.8  # section 2's α before anything is measured
 K_MAX = 12  # the largest k of the page's sliders
 
 
-def measured_alpha(pair, ids, run_kw: dict, sweep) -> tuple[float | None, list[str]]:
+def measured_alpha(fixed: dict[str, list], ids, run_kw: dict, sweep) -> tuple[float | None, list[str]]:
     """α over the page's runs with the sidebar's draft and a fixed k, on the prompt and settings above (the
-    sweep, 3; the precision comparison, 1b; 5), and the sections it came from; None where no draft was judged."""
-    sources = {**fixed_k_runs(pair), "3": [cmp.spec for cmp in (sweep or {}).values()]}
+    sweep, 3; fixed: 1b's and 5's, fixed_k_runs), and the sections it came from; None where no draft was judged."""
+    sources = {**fixed, "3": [cmp.spec for cmp in (sweep or {}).values()]}
     here = {where: got for where, runs in sources.items()
             if (got := [r for r in runs if measured_here(r, ids, run_kw)])}
     alpha = measure.pooled_alpha([r for runs in here.values() for r in runs]) if here else None
     return (alpha if alpha is not None and math.isfinite(alpha) else None), sorted(here)
 
 
-def cost_model(pair, ids, run_kw: dict, cost, sweep) -> None:
+def cost_model(fixed: dict[str, list], ids, run_kw: dict, cost, sweep) -> None:
     """2 · predicted speedup against k, with c and the verify cost of section 1 (cost), at an α the learner
-    sets: the α measured on the page until the slider is moved; the sweep's (3) measured points on it."""
+    sets: the α measured on the page (fixed: fixed_k_runs, and the sweep) until the slider is moved; the sweep's
+    (3) measured points on it."""
     st.subheader("2 · The model: predicted speedup against k")
     if cost is None:
         return
-    alpha_now, where = measured_alpha(pair, ids, run_kw, sweep)
+    alpha_now, where = measured_alpha(fixed, ids, run_kw, sweep)
 
     def use_measured_alpha():
         st.session_state["speed.alpha"] = st.session_state["speed.alpha_auto"] = round(float(alpha_now), 2)
@@ -149,21 +156,23 @@ def cost_model(pair, ids, run_kw: dict, cost, sweep) -> None:
                                                              "these settings." if sb < 1 else ""))
 
 
-def k_policies(pair, ids, run_kw: dict) -> None:
+def k_policies(pair, ids, run_kw: dict, recorded: dict | None = None) -> None:
     st.subheader(f"5 · Adaptive k and the best-k chooser: k changes as acceptance is observed ({claims.link(13)})")
     st.caption("Adaptive k grows by 1 after a fully accepted round and shrinks by 1 after a rejection. The best-k "
                "chooser estimates α, c and the verify cost as it goes, and drafts while one more draft is expected "
                "to pay: long through sure tokens, stopping right after a doubtful one.")
-    k0 = st.slider("starting k", 1, 12, 4, key="speed.k0")
-    kept = Kept("speed.adaptive", _ident(pair))
-    if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_adaptive") and ids is not None:
+    off = pair is None  # recorded: these runs, nothing runs
+    k0 = st.slider("starting k", 1, 12, 4, key="speed.k0", disabled=off)
+    kept = Kept("speed.adaptive", ("recorded",) if off else _ident(pair))
+    if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_adaptive", disabled=off) \
+            and ids is not None:
         if kept.put(lab_ui.with_bar(race.compare_policies, pair.target, pair.chain_draft(), ids, k0,
                                     text="fixed k…", **run_kw)[0]) is not None:
             st.rerun()  # so section 2 above can use the measured α
-    runs = kept.get()
+    runs = recorded if off else kept.get()
     if runs is None:
         return
-    note_other_settings(runs.values(), ids, run_kw, k=k0)
+    note_other_settings(runs.values(), ids, run_kw, k=k0, off=off)
     lab_ui.timing_notes((r for run in runs.values() for r in run.rounds), "the comparison")
     s = race.policy_summary(runs)  # engine time only: the progress bar is excluded
     for col, name in zip(st.columns(3), race.POLICIES):  # α and k under each: a metric cuts a long value off
@@ -175,30 +184,33 @@ def k_policies(pair, ids, run_kw: dict) -> None:
             ui.show_chart(charts.fig_k_trace(runs[name], charts.HALF_WIDTH), f"{name}_k_trace", key=key)
 
 
-def early_exit(pair, ids, run_kw: dict) -> None:
+def early_exit(pair, ids, run_kw: dict, recorded=None) -> None:
     st.subheader("6 · Early exit: the target's own first L layers as the draft")
     st.caption("Self-speculation needs no second model: the draft is the target's first L layers, then its own "
                "final norm and LM head (the same weights). A deeper exit drafts better (α up) but costs more (c up); "
                "at full depth the target drafts for itself: every greedy draft is kept, and it is still slower than "
                "the target alone, because c ≈ 1. Models not trained for early exit (like Qwen2.5) draft poorly at "
                "small L. This uses the target of the pair in the sidebar, whatever its draft.")
+    off = pair is None  # recorded: its depths and k, nothing runs
     try:
-        n_layers = selfdraft.num_layers(pair.target)
+        n_layers = recorded.n_layers if off else selfdraft.num_layers(pair.target)
     except SpecvizError as e:
         ui.show_error(e)
         return
     e1, e2 = st.columns([3, 1])
-    depths = e1.multiselect("depths L (layers the draft runs)", list(range(1, n_layers + 1)),
-                            default=exit_sweep.default_layers(n_layers), key="speed.ee_layers")
-    ek = e2.slider("k", 1, 8, 4, key="speed.ee_k")
-    kept = Kept("speed.early_exit", _ident(pair))
+    depths = e1.multiselect("depths L (layers the draft runs)", list(range(1, n_layers + 1)), disabled=off,
+                            default=[p.layers for p in recorded.points] if off else exit_sweep.default_layers(n_layers),
+                            key="speed.ee_layers")
+    ek = e2.slider("k", 1, 8, recorded.k if off else 4, key="speed.ee_k", disabled=off)
+    kept = Kept("speed.early_exit", ("recorded",) if off else _ident(pair))
     now = _settings_now(ids, run_kw, int(ek))  # the sweep's runs are not kept: what it was measured with is
-    if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit") and ids is not None:
+    if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit", disabled=off) \
+            and ids is not None:
         lab_ui.keep_measured(kept, lab_ui.with_bar(exit_sweep.early_exit_sweep, pair.target, ids, depths, k=int(ek),
                                                    text="early exit…", **run_kw), settings=now)
-    if (got := kept.get()) is not None:
+    if (got := (recorded, None) if off else kept.get()) is not None:
         sweep, note = got
-        ui.note_other_settings(kept.changed(now))
+        ui.note_other_settings([] if off else kept.changed(now))
         lab_ui.load_warning(note)  # its runs are not kept: the note of every pass it timed
         ui.show_chart(charts.fig_early_exit(sweep), "early_exit_alpha_c", key="speed.fig_early_exit")
         ui.table(exit_sweep.early_exit_rows(sweep), hide_index=True)

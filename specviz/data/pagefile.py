@@ -9,7 +9,7 @@ A page recording lets a page draw its default experiment with no model loaded. T
      "tokens": {"<id>": "<text>", ...},       # every token the figures name, so no tokenizer is needed
      "results": {"<name>": <a result as plain JSON>, ...}}
 
-Results are the experiments' own frozen dataclasses (and dicts / lists / tuples of them, and Runs), turned into
+Results are the experiments' own frozen dataclasses (and dicts / lists / tuples of them, Runs and TreeRuns), turned into
 plain JSON by to_data and read back, typed, by from_data(type, data) from the dataclasses' type hints: a page's
 recording names the type of each result it keeps (the caller passes it; this module knows no teaching type).
 tools.record.record_pages(pair, out_dir) writes the files.
@@ -30,6 +30,7 @@ from specviz.core.errors import SpecvizError
 from specviz.data import records
 from specviz.data.records import Run
 from specviz.data.runfile import RECORDED_DIR, table_decoder, token_ids_in
+from specviz.data.tree_records import TreeRun
 
 PAGE_FORMAT = "specviz.page/1"
 PAGES_DIR = RECORDED_DIR / "pages"
@@ -44,7 +45,7 @@ ABOUT = ("pair", "device", "dtype", "draft_precision", "recorded_at")
 def to_data(x: Any) -> Any:
     """A result as plain JSON: dataclasses as objects (a Run as its specviz.run/1 dict), tuples as lists, dict keys
     as strings (from_data turns them back into the key type)."""
-    if isinstance(x, Run):
+    if isinstance(x, (Run, TreeRun)):
         return x.to_dict()
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return {f.name: to_data(getattr(x, f.name)) for f in dataclasses.fields(x)}
@@ -58,11 +59,15 @@ def to_data(x: Any) -> Any:
 
 
 def _key(tp: Any, s: str, where: str) -> Any:
-    """A dict key read back as its declared type (int, float, str)."""
+    """A dict key read back as its declared type (int, float, str, or a tuple of them: "(4, 8)")."""
     try:
+        if typing.get_origin(tp) is tuple:
+            parts = [x.strip() for x in s.strip("()").split(",") if x.strip()]
+            kinds = typing.get_args(tp)
+            return tuple(_key(kinds[0] if kinds[-1] is Ellipsis else kinds[i], x, where) for i, x in enumerate(parts))
         return tp(s) if tp in (int, float) else s
-    except ValueError:
-        raise records.malformed(where, f"the key {s[:20]!r} is not a {tp.__name__}") from None
+    except (ValueError, IndexError):
+        raise records.malformed(where, f"the key {s[:20]!r} is not a {tp!r}") from None
 
 
 def from_data(tp: Any, d: Any, where: str = "results") -> Any:
@@ -75,8 +80,8 @@ def from_data(tp: Any, d: Any, where: str = "results") -> Any:
         if d is None and type(None) in args:
             return None
         return from_data(next(a for a in args if a is not type(None)), d, where)
-    if tp is Run:
-        return Run.from_dict(d)
+    if tp in (Run, TreeRun):
+        return tp.from_dict(d)
     if dataclasses.is_dataclass(tp):
         records.want_obj(d, where)
         hints = typing.get_type_hints(tp)
@@ -116,6 +121,8 @@ def token_ids_of(x: Any) -> set[int]:
     """The token ids a result names: its Runs' tokens, its int-keyed dicts' keys, and its token_ids lists."""
     if isinstance(x, Run):
         return token_ids_in(x)
+    if isinstance(x, TreeRun):
+        return _tree_token_ids(x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         out = set()
         for f in dataclasses.fields(x):
@@ -130,6 +137,15 @@ def token_ids_of(x: Any) -> set[int]:
     if isinstance(x, (list, tuple)):
         return set().union(*(token_ids_of(v) for v in x))
     return set()
+
+
+def _tree_token_ids(run: TreeRun) -> set[int]:
+    """Every token id a drawing of a token-tree run may name: its text, nodes, choices and top-N lists."""
+    ids = set(run.prompt_ids) | set(run.token_ids)
+    for r in run.rounds:
+        ids.update(r.tokens, r.emitted, r.target_argmax, [r.extra_id] if r.extra_id is not None else [])
+        ids.update(i for t in (*r.p_top, *r.q_top, r.residual_top) if t is not None for i in t.ids)
+    return {int(i) for i in ids}
 
 
 # --------------------------------------------------------------------------

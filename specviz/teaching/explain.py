@@ -722,6 +722,11 @@ def recording_words(about: Mapping[str, str], settings: Mapping, fell_back: bool
             "Nothing is computed now: choose **Live** in the sidebar to run it on a loaded pair.")
 
 
+def not_recorded(why: str) -> str:
+    """A section a page recording leaves out, and why (why: a sentence)."""
+    return f"Recorded mode does not cover this section: {why} Choose **Live** in the sidebar to run it."
+
+
 def _setting_text(v) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(_setting_text(x) for x in v)

@@ -14,7 +14,10 @@ from typing import Any, Callable
 from specviz.core import prompts, theory
 from specviz.data import pagefile
 from specviz.data.records import Run
-from specviz.teaching import experiments, lab, rules
+from specviz.data.tree_records import TreeRun
+from specviz.decoding import selfdraft
+from specviz.decoding.tree import tree_decode
+from specviz.teaching import early_exit, experiments, lab, race, rules, tree_lab
 
 # pages that replay a main-page recording (specviz/recorded/<name>.json) instead of a page recording
 RECORDED_RUNS = {"slow_motion": "capital-of-france-greedy"}
@@ -30,10 +33,30 @@ ACCEPTANCE_LAB = {  # the page's defaults (pages/2_Acceptance_lab.py)
     "domains": list(prompts.LAB_DEFAULT_DOMAINS), "temperatures": [0.0], "k": 4, "new tokens per run": 48, "seed": 0,
 }  # fmt: skip
 
+SPEEDUP = {  # the page's defaults (pages/3_Speedup.py, pages/common/speed_ui.py); 1b needs other pairs: not recorded
+    "prompt": "Python function", "temperature": 0.0, "new tokens per run": 24, "seed": 0,
+    "k values": [1, 2, 4, 6, 8], "k for the race": 4, "starting k": 4, "early exit k": 4,
+}  # fmt: skip
+
+WHY_FAST = {  # the page's defaults (pages/4_Why_it_is_fast.py); the pair's dtype is the recording's
+    "tokens per pass": [1, 2, 4, 8, 16], "repetitions": 5,
+    "batch: tokens per sequence": [1, 4, 8], "batch sizes": [1, 2, 4, 8], "batch: repetitions": 3,
+}  # fmt: skip
+
+TOKEN_TREE = {  # the page's defaults (pages/9_Token_tree.py)
+    "prompt": "Python function", "shape": "tree", "node budget": 16, "b": 2, "max depth": 8,
+    "temperature": 0.0, "seed": 0, "max new tokens": 32, "node budgets": [4, 8, 16, 32],
+}  # fmt: skip
+
 RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
     "acceptance_lab": {"sweep": dict[str, dict[float, Run]], "agree": dict[str, dict[float, experiments.Agreement]]},
     "exactness": {"greedy": experiments.Comparison, "trials": experiments.FirstTokenTrials,
                   "fp": lab.FirstPosition, "rules": rules.RuleLab},
+    "speedup": {"cost": race.Cost, "sweep": dict[int, experiments.Comparison], "race": race.Race,
+                "policies": dict[str, Run], "early_exit": early_exit.EarlyExitSweep},
+    "why_fast": {"forward": dict[int, list[float]], "bw": experiments.BandwidthCheck,
+                 "batch": dict[tuple[int, int], list[float]]},
+    "token_tree": {"run": TreeRun, "chain_vs_tree": tree_lab.ChainVsTree},
 }
 
 
@@ -71,9 +94,48 @@ def record_acceptance_lab(pair, s: dict = ACCEPTANCE_LAB) -> dict[str, Any]:
     return {"sweep": sweep, "agree": agree}
 
 
+def record_speedup(pair, s: dict = SPEEDUP) -> dict[str, Any]:
+    """The Speedup page's default measurements: c and the verify cost (1), the k sweep (3), the race (4), the k
+    policies (5) and early exit at the default depths (6). Section 2 is drawn from these; 1b loads a pair per draft
+    precision, so a recording has none."""
+    p = prompts.preset(s["prompt"])
+    ids = prompts.encode(pair.tokenizer, p.text, p.chat)
+    kw = dict(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"], **pair.run_kw)
+    depths = early_exit.default_layers(selfdraft.num_layers(pair.target))
+    return {"cost": race.measure_cost(pair.target, pair.chain_draft()),
+            "sweep": lab.k_sweep(pair.target, pair.chain_draft(), ids, s["k values"], **kw),
+            "race": race.race(pair.target, pair.chain_draft(), ids, s["k for the race"], **kw),
+            "policies": race.compare_policies(pair.target, pair.chain_draft(), ids, s["starting k"], **kw),
+            "early_exit": early_exit.early_exit_sweep(pair.target, ids, depths, k=s["early exit k"], **kw)}
+
+
+def record_why_fast(pair, s: dict = WHY_FAST) -> dict[str, Any]:
+    """The Why it is fast page's three measurements of the target at its defaults: forward cost against tokens per
+    pass, the 1-token pass against weight bytes ÷ bandwidth, and forward cost against batch × tokens."""
+    return {"forward": experiments.forward_cost(pair.target, n_tokens=tuple(s["tokens per pass"]),
+                                                reps=s["repetitions"]),
+            "bw": experiments.bandwidth_check(pair.target),
+            "batch": experiments.batch_cost(pair.target, n_tokens=tuple(s["batch: tokens per sequence"]),
+                                            batches=tuple(s["batch sizes"]), reps=s["batch: repetitions"])}
+
+
+def record_token_tree(pair, s: dict = TOKEN_TREE) -> dict[str, Any]:
+    """The Token tree page's defaults: a whole tree run (the page steps through its rounds), and chain against tree
+    at each node budget."""
+    p = prompts.preset(s["prompt"])
+    ids = prompts.encode(pair.tokenizer, p.text, p.chat)
+    kw = dict(branch=s["b"], max_depth=s["max depth"], temperature=s["temperature"],
+              max_new_tokens=s["max new tokens"], seed=s["seed"], **pair.run_kw)
+    return {"run": tree_decode(pair.target, pair.draft, ids, budget=s["node budget"], **kw),
+            "chain_vs_tree": tree_lab.chain_vs_tree(pair.target, pair.draft, ids, budgets=s["node budgets"], **kw)}
+
+
 RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> (recorder, its settings)
     "acceptance_lab": (record_acceptance_lab, ACCEPTANCE_LAB),
     "exactness": (record_exactness, EXACTNESS),
+    "speedup": (record_speedup, SPEEDUP),
+    "why_fast": (record_why_fast, WHY_FAST),
+    "token_tree": (record_token_tree, TOKEN_TREE),
 }
 
 
