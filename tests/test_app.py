@@ -670,3 +670,10 @@ def test_a_run_that_lost_on_a_gpu_says_why_and_names_a_pair_that_can_win():
         shown[device] = [i.value for i in at.info if "too small to win" in i.value]
     assert shown["cpu"] == []
     assert len(shown["cuda:0"]) == 1 and "launching" in shown["cuda:0"][0]
+
+
+def test_the_draft_precision_help_says_int4_is_slow_on_a_cpu():
+    """The help must not promise that int4 lowers c: measured on a CPU it made c ≈ 2 (docs/precision.md)."""
+    help_text = new_app().radio(key="main.draft_precision").help
+    assert "int4" in help_text and "slow" in help_text and "c ≈ 2" in help_text
+    assert "(int8, int4) lowers c" not in help_text

@@ -408,9 +408,7 @@ def precision_picker(prefix: str, where=None, default: str | None = None) -> str
     default = default or quant.default_precision(device)
     return where.radio("draft precision", choices, index=choices.index(default) if default in choices else 0,
                        key=f"{prefix}.draft_precision", horizontal=True,
-                       help="The draft model's weights. A cheaper draft (int8, int4) lowers c, the cost of a "
-                            "draft step relative to a target pass, and may lower α a little. It never changes "
-                            "the output: the target decides every token.")
+                       help=explain.DRAFT_PRECISION_HELP)
 
 
 def choice_pickers(prefix: str, dtype: bool = True, draft: bool = True) -> tuple[str | None, str, str]:

@@ -54,6 +54,14 @@ GREEDY_RULE = "a drafted token is kept iff it is the target's argmax"
 NEW_SESSION = ("The server this page was on stopped, so the page goes on in a new session (on another server of "
                "this room, or the same one restarted). Your settings are kept; runs and results from before are "
                "not: press Run again.")
+# the sidebar's draft-precision help: what each precision did to c on a CPU (docs/precision.md, docs/performance.md)
+DRAFT_PRECISION_HELP = (
+    "The draft model's weights. It never changes the output (the target decides every token); it changes c, the "
+    "cost of a draft step next to a target pass, and may lower α a little. On a CPU, int8 (the default there) "
+    "is the cheap one: a draft step of the 0.5B draft took about 40 ms against 130–180 ms in float32 (c ≈ 0.1). "
+    "int4 does the opposite here: it streams fewer bytes, but torchao's CPU int4 kernel is slow, so a draft "
+    "step took about 840 ms, more than a whole target pass (c ≈ 2), and runs took 4–5 times as long as the "
+    "target alone (0.20–0.26×). Fewer bytes are not faster without a fast kernel.")
 MISSING = "–"  # a number that does not exist here: a cell of a row with nothing to show, a missing figure
 
 
