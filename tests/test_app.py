@@ -677,3 +677,44 @@ def test_the_draft_precision_help_says_int4_is_slow_on_a_cpu():
     help_text = new_app().radio(key="main.draft_precision").help
     assert "int4" in help_text and "slow" in help_text and "c ≈ 2" in help_text
     assert "(int8, int4) lowers c" not in help_text
+
+
+FIRST_SCREEN = {"main.source", "main.preset", "main.k_policy", "main.k", "main.temperature"}  # what the first Run needs
+
+
+def widget_keys(block) -> set[str]:
+    """The keys of the widgets drawn in `block` (an AppTest block), at any depth."""
+    kinds = ("radio", "selectbox", "slider", "select_slider", "number_input", "text_area", "checkbox", "toggle")
+    return {w.key for kind in kinds for w in block.get(kind) if w.key}
+
+
+def test_the_first_screen_shows_a_few_controls_and_the_rest_behind_more_settings():
+    """Source, prompt preset, k (and how k is chosen), temperature show first; every other control sits in the
+    collapsed "More settings" expander, keys unchanged; Run is on the page."""
+    from pages.common.main_sidebar import MORE
+
+    at = new_app()
+    more = [e for e in at.sidebar.expander if e.label == MORE]
+    assert len(more) == 1 and not more[0].proto.expanded
+    inside = widget_keys(more[0])
+    assert widget_keys(at.sidebar) - inside == FIRST_SCREEN | {"ui.presenter"}  # every page has the toggle
+    assert {"main.pair", "main.dtype", "main.draft_precision", "main.drafter", "main.top_p", "main.max_new", "main.shape",
+            "main.seed", "main.speed", "main.baseline", "main.prompt", "main.chat"} <= inside
+    assert at.button(key="main.run_btn").label == "Run"
+
+
+def test_with_the_best_k_chooser_the_k_slider_reads_as_chosen_live():
+    """best k: the slider says k is chosen each round (it sets only where the chooser starts); fixed: plain k.
+    The round log names its column "k this round"."""
+    from specviz.teaching import explain
+
+    at = new_app()
+    at.radio(key="main.k_policy").set_value("best").run()
+    k = at.slider(key="main.k")
+    assert k.label == explain.K_CHOSEN_LIVE_LABEL and "chosen live each round" in k.label
+    assert "first round" in k.help
+    at.radio(key="main.k_policy").set_value("fixed").run()
+    assert at.slider(key="main.k").label == "k: tokens drafted per round"
+    start(at, max_new=6, k_policy="best")
+    log = next(t for t in at.dataframe if "verify ms" in t.value.columns)  # the finished log
+    assert list(log.value["k this round"]) == at.session_state["main.job"].run.k_per_round

@@ -36,6 +36,7 @@ import numpy as np
 
 from specviz.core import claims, measure
 from specviz.core.errors import InvalidSetting
+from specviz.core.limits import K_MAX
 from specviz.data.records import Round, Run
 from specviz.data.tree_records import TreeRound
 from specviz.teaching.render import md_code, md_text, visible
@@ -613,6 +614,13 @@ def drafter_words(precision: str, head: str = "full") -> str:
     return words
 
 
+# the k slider's label and help while the best-k chooser picks k (the main page's sidebar)
+K_CHOSEN_LIVE_LABEL = f"k per round: chosen live each round (up to {K_MAX}) · starting k"
+K_CHOSEN_LIVE_HELP = ("The best-k chooser picks k live, each round, from its estimates of α, c and the verify cost, "
+                      "and with the draft model it ends a round early after a doubtful draft: a round may draft 1 "
+                      f"token or {K_MAX}. This slider sets only the first round's k, where the chooser starts. The "
+                      "round log's 'k this round' column shows what each round drafted; choose 'fixed' above for "
+                      "the same k every round.")
 K_POLICY_WORDS = {"adaptive": " (adaptive)", "best": " (best-k chooser, starting k)"}  # engine k_policy -> words
 
 
