@@ -629,10 +629,19 @@ def k_words(k: int, k_policy: str) -> str:
     return f"k={k}" + K_POLICY_WORDS.get(k_policy, "")
 
 
-def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None) -> str | None:
+MEASURED_TITLE = "How these figures were measured"  # the expander with the timings' bookkeeping (main page)
+
+
+def run_stalled_note(run: Run, baseline: Mapping) -> str | None:
+    """stalled_note for a run and its target-alone run (runfile.baseline_summary)."""
+    return stalled_note(run.stalled_s, run.rounds_s, baseline.get("base_stalled_s"), baseline.get("base_decode_s"))
+
+
+def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None, waits: bool = True) -> str | None:
     """Where the time went after the first round (whose passes also read the prompt), against the target
     alone (runfile.baseline_summary): verify pass, one-token pass, draft step and c (measure's). None when
-    there is nothing to break down."""
+    there is nothing to break down. waits: end with the waits left out (run_stalled_note); the main page
+    draws those apart, with the rest of its bookkeeping."""
     steady = run.steady_rounds
     passes = baseline.get("base_target_passes")
     if not steady or not passes:
@@ -649,7 +658,7 @@ def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None) ->
         out += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
                 f"(c = {c:.2f} of a target pass{f', {precision} draft' if precision else ''})")
     out += ". Tokens per pass is not speedup: see the Speedup page for the cost model."
-    waited = stalled_note(run.stalled_s, run.rounds_s, baseline.get("base_stalled_s"), baseline.get("base_decode_s"))
+    waited = run_stalled_note(run, baseline) if waits else None
     return out + (f" {waited}" if waited else "")
 
 
