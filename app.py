@@ -21,7 +21,8 @@ import streamlit as st  # noqa: E402
 
 from pages.common import ui  # noqa: E402
 
-ui.page_setup("Watch speculative decoding", shows=(3, 4, 5, 6, 8, 13, 14))
+ui.page_setup("Watch speculative decoding")
+SHOWS = (3, 4, 5, 6, 8, 13, 14)  # the claims this page shows: said in its footer, after what it shows
 T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round latency)
 
 from pages.common import main_controls as controls  # noqa: E402
@@ -82,6 +83,7 @@ if job is None:
                   f"Press **{controls.PLAY}** to replay the chosen recorded run, round by round: the draft "
                   "proposing and the target verifying, with the timings it was recorded with."))
     controls.save_load(job)
+    ui.shows_caption(SHOWS)
     st.stop()
 
 with ui.drawing():  # the page as it stands, drawn apart from other sessions' model work
@@ -102,3 +104,4 @@ with ui.drawing():  # the page as it stands, drawn apart from other sessions' mo
 if job.rounds:
     view.speed(job)  # times the target alone first, when the run asked for it
 controls.save_load(job)
+ui.shows_caption(SHOWS)

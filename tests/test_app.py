@@ -738,3 +738,19 @@ def test_what_the_timings_left_out_is_said_in_the_how_measured_expander():
     assert any(c.value.startswith("Where the time went") and "Not counted" not in c.value for c in at.caption)
     outside = [c.value for c in at.main.caption if c.value not in inside]
     assert any("First round on screen" in c for c in outside)
+
+
+def test_the_main_page_says_which_claims_it_shows_in_its_footer():
+    """The first line under the title is the page's introduction, not the bookkeeping "Shows claim 3, …": that
+    caption is the page's last element, before a run and after one."""
+    from streamlit.testing.v1 import element_tree
+
+    def last_main_element(at):
+        leaves = [n for n in at.main if not isinstance(n, element_tree.Block)]
+        return leaves[-1] if leaves else None
+
+    for at in (new_app(), start(new_app(), max_new=4, baseline=False)):
+        shows = [c.value for c in at.main.caption if c.value.startswith("Shows ")]
+        assert len(shows) == 1
+        assert not at.main.caption[0].value.startswith("Shows ")
+        assert last_main_element(at).value == shows[0]

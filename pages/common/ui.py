@@ -140,10 +140,15 @@ def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple
     _presenter_toggle()
     st.title(title)
     if shows:
-        st.caption("Shows " + ", ".join(claims.link(n) for n in shows)
-                   + f" of [{claims.PAGE_TITLE.lower()}]({claims.PAGE_PATH}).")
+        shows_caption(shows)
     _note_new_session()
     join_device_queue()
+
+
+def shows_caption(shows: tuple[int, ...]) -> None:
+    """The claims a page shows, linked: under the title, or (the main page) in its footer."""
+    st.caption("Shows " + ", ".join(claims.link(n) for n in shows)
+               + f" of [{claims.PAGE_TITLE.lower()}]({claims.PAGE_PATH}).")
 
 
 SESSION_SEEN = "ui.session_seen"  # set on a session's first run
