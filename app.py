@@ -21,7 +21,8 @@ import streamlit as st  # noqa: E402
 
 from pages.common import ui  # noqa: E402
 
-ui.page_setup("Watch speculative decoding", shows=(3, 4, 5, 6, 8, 13, 14))
+ui.page_setup("Watch speculative decoding")
+SHOWS = (3, 4, 5, 6, 8, 13, 14)  # the claims this page shows: said in its footer, after what it shows
 T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round latency)
 
 from pages.common import main_controls as controls  # noqa: E402
@@ -47,7 +48,7 @@ ctrl = st.container()
 controls.pair_missing(ms)
 load_box = st.container()
 tree_ui.main_page_tree(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
-                       temperature=ms.decode.temperature, seed=ms.decode.seed, live=ms.live)
+                       temperature=ms.decode.temperature, seed=ms.decode.seed, live=ms.live, shape=ms.shape)
 if ms.live and ms.pair_name:  # one run of each offline pair, side by side
     pairs_ui.offline_pairs_section(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
                                    k=ms.decode.k, temperature=ms.decode.temperature, top_p=ms.decode.top_p,
@@ -82,6 +83,7 @@ if job is None:
                   f"Press **{controls.PLAY}** to replay the chosen recorded run, round by round: the draft "
                   "proposing and the target verifying, with the timings it was recorded with."))
     controls.save_load(job)
+    ui.shows_caption(SHOWS)
     st.stop()
 
 with ui.drawing():  # the page as it stands, drawn apart from other sessions' model work
@@ -102,3 +104,4 @@ with ui.drawing():  # the page as it stands, drawn apart from other sessions' mo
 if job.rounds:
     view.speed(job)  # times the target alone first, when the run asked for it
 controls.save_load(job)
+ui.shows_caption(SHOWS)

@@ -160,7 +160,7 @@ def test_round_log_rows():
     rows = render.round_log_rows(mk_run([france(), bonus_round()]), decode)
     assert len(rows) == 2
     r0, r1 = rows
-    assert r0["round"] == 1 and r0["k"] == 4 and r0["accepted"] == 3
+    assert r0["round"] == 1 and r0["k this round"] == 4 and r0["accepted"] == 3
     assert r0["drafted"] == "␣Paris | , | ␣a | ␣city"
     assert r0["rejected"] == "␣city" and r0["correction/bonus"] == "␣major (correction)"
     assert r0["draft ms"] == 12.3 and r0["verify ms"] == 45.6

@@ -7,7 +7,7 @@ from typing import Any
 
 import streamlit as st
 
-from pages.common import state, ui
+from pages.common import state, tree_ui, ui
 from specviz.core import claims, limits, prompts
 from specviz.teaching import explain
 from specviz.data import playback, runfile
@@ -19,6 +19,7 @@ SOURCES = {"live": LIVE, "recorded": RECORDED}  # the source, as every page reme
 DRAFT_MODEL, LOOKUP = "draft model", "prompt lookup (no second model)"
 K_POLICIES = {"fixed": "fixed", "adaptive": "adaptive", "best": "best k"}  # engine k_policy -> label
 FREE = "free text"
+MORE = "More settings"  # the expander with every control the first Run can leave as it is
 FIRST = prompts.FIRST_RUN  # what Run does on a fresh page: chosen by measurement (docs/performance.md)
 
 
@@ -45,6 +46,7 @@ class MainSettings:
     baseline_on: bool
     prompt_text: str
     chat: bool
+    shape: str  # the drafter shape of the main page's tree panel (tree_ui.shape_picker)
 
 
 def _apply_preset() -> None:
@@ -53,20 +55,19 @@ def _apply_preset() -> None:
         S["main.prompt"], S["main.chat"] = p.text, p.chat
 
 
-def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None]:
+def _source(sb) -> tuple[bool, Any]:
+    """Live or recorded, and (recorded) which recording: what the first press of the main button needs."""
     state.restore_widget("main.source", "source", "live", SOURCES)
     source = sb.radio("Source", [LIVE, RECORDED], key="main.source", horizontal=False,
                       help="Live: run the real models on this machine. Recorded: replay runs recorded with the "
                            "real default pair, instantly, with no model loaded (for weak laptops).")
     state.keep_widget("source", source, SOURCES, "live")
     if source == LIVE:
-        pair_name, dtype, draft_precision = ui.choice_pickers("main")
-        ui.show_device(None, dtype)
-        return True, None, pair_name, dtype, draft_precision
+        return True, None
     recs = runfile.list_recorded()
     if not recs:
         sb.warning("No recorded runs found in specviz/recorded/.")
-        return False, None, None, None, None
+        return False, None
     by_name = {r.name: r for r in recs}
     names = list(by_name)
     chosen = sb.selectbox("Recorded run", names, key="main.recording", format_func=lambda n: by_name[n].title or n,
@@ -77,34 +78,49 @@ def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None]:
                f"{explain.k_words(rs.decode.k, rs.decode.k_policy)}, "
                f"temperature {rs.decode.temperature}, seed {rs.decode.seed}, "
                f"{len(rs.token_ids)} tokens. No model is loaded to replay it.")
-    return False, recording, None, None, None
+    return False, recording
 
 
-def _decoding(sb, live: bool) -> tuple[bool, DecodeSettings]:
-    sb.subheader("Decoding")
-    drafter = sb.radio("Drafter", [DRAFT_MODEL, LOOKUP], key="main.drafter", disabled=not live,
-                       help="The pair's small draft model, or prompt lookup: copy the tokens that followed "
-                            f"the last earlier occurrence of the latest n-gram ({claims.link(14)}).")
-    k = sb.slider("k: tokens drafted per round", 1, 16, FIRST.k, key="main.k",
-                  help="How many tokens the drafter proposes before the target checks them in one pass.")
+def _models(more) -> tuple[str | None, str | None, str | None]:
+    """The pair, its dtype and the draft's precision (live only), in the expander: the defaults fit the budget."""
+    pair_name, dtype, draft_precision = ui.choice_pickers("main", where=more)
+    ui.show_device(None, dtype, where=more)
+    return pair_name, dtype, draft_precision
+
+
+def _first(sb, live: bool) -> tuple[int, str, float]:
+    """What the first Run needs besides the prompt preset: k, how k is chosen per round, and the temperature."""
     k_policy = sb.radio("k per round", list(K_POLICIES), key="main.k_policy", format_func=K_POLICIES.get,
                         index=list(K_POLICIES).index(FIRST.k_policy), disabled=not live, horizontal=True,
                         help="fixed: k every round. adaptive: k grows by 1 after a fully accepted round and "
                              f"shrinks by 1 after a rejection ({claims.link(13)}). best k: the chooser sets k from "
                              "live estimates of α, c and the verify cost, and with the draft model ends each "
-                             "round after a doubtful draft (k above is then only where it starts; a round may "
-                             "draft up to 32). When sampling it takes c from the models' weight sizes, not "
+                             "round after a doubtful draft (a round may draft up to "
+                             f"{limits.K_MAX}). When sampling it takes c from the models' weight sizes, not "
                              "from this run's timings, so that a seed gives the same text.")
+    chosen_live = live and k_policy == "best"
+    label, help_k = ((explain.K_CHOSEN_LIVE_LABEL, explain.K_CHOSEN_LIVE_HELP) if chosen_live else
+                     ("k: tokens drafted per round",
+                      "How many tokens the drafter proposes before the target checks them in one pass."))
+    k = sb.slider(label, 1, 16, FIRST.k, key="main.k", help=help_k)
     temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, FIRST.temperature, 0.05, key="main.temperature",
                             disabled=not live)
-    top_p = sb.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or is_greedy(temperature),
-                      help="Nucleus sampling: keep the smallest set of tokens whose probability adds up to top-p.")
-    max_new = int(sb.number_input("max new tokens", 1, limits.max_new_tokens(),
-                                  min(FIRST.max_new_tokens, limits.max_new_tokens()),
-                                  key="main.max_new", disabled=not live))
-    seed = int(sb.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
-                               help="Same seed and settings → same output, with every k policy."))
-    return drafter == LOOKUP, DecodeSettings(k=k, k_policy=k_policy, temperature=float(temperature),
+    return k, k_policy, float(temperature)
+
+
+def _decoding(more, live: bool, k: int, k_policy: str, temperature: float) -> tuple[bool, DecodeSettings]:
+    more.subheader("Decoding")
+    drafter = more.radio("Drafter", [DRAFT_MODEL, LOOKUP], key="main.drafter", disabled=not live,
+                         help="The pair's small draft model, or prompt lookup: copy the tokens that followed "
+                              f"the last earlier occurrence of the latest n-gram ({claims.link(14)}).")
+    top_p = more.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or is_greedy(temperature),
+                        help="Nucleus sampling: keep the smallest set of tokens whose probability adds up to top-p.")
+    max_new = int(more.number_input("max new tokens", 1, limits.max_new_tokens(),
+                                    min(FIRST.max_new_tokens, limits.max_new_tokens()),
+                                    key="main.max_new", disabled=not live))
+    seed = int(more.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
+                                 help="Same seed and settings → same output, with every k policy."))
+    return drafter == LOOKUP, DecodeSettings(k=k, k_policy=k_policy, temperature=temperature,
                                              top_p=float(top_p), max_new_tokens=max_new, seed=seed)
 
 
@@ -123,26 +139,41 @@ def _showing(sb, live: bool) -> tuple[str, bool]:
     return speed, baseline_on
 
 
-def _prompt(sb, live: bool) -> tuple[str, bool]:
-    sb.subheader("Prompt")
-    sb.selectbox("Preset (by domain)", list(PRESETS) + [FREE], key="main.preset", on_change=_apply_preset,
-                 disabled=not live)
-    text = sb.text_area("Prompt", key="main.prompt", height=120, disabled=not live,
-                        max_chars=limits.max_prompt_chars())
-    chat = sb.checkbox(ui.CHAT_LABEL, key="main.chat", disabled=not live, help=ui.CHAT_HELP)
+def _preset(sb, live: bool) -> None:
+    sb.selectbox("Prompt preset (by domain)", list(PRESETS) + [FREE], key="main.preset", on_change=_apply_preset,
+                 disabled=not live, help="Fills the prompt (under More settings, where it can be edited).")
+
+
+def _prompt(more, live: bool) -> tuple[str, bool]:
+    more.subheader("Prompt")
+    text = more.text_area("Prompt", key="main.prompt", height=120, disabled=not live,
+                          max_chars=limits.max_prompt_chars())
+    chat = more.checkbox(ui.CHAT_LABEL, key="main.chat", disabled=not live, help=ui.CHAT_HELP)
     return text, chat
 
 
 def sidebar() -> MainSettings:
-    """Draw the sidebar (defaults set once, before the widgets exist) and return what it says."""
+    """Draw the sidebar (defaults set once, before the widgets exist) and return what it says.
+
+    What the first Run needs is drawn first (source, prompt preset, k and its policy, temperature); the rest
+    sits in the MORE expander, collapsed: its defaults run as they are."""
     S.setdefault("main.preset", DEFAULT_PRESET)
     if "main.prompt" not in S:
         _apply_preset()
     sb = st.sidebar
-    live, recording, pair_name, dtype, draft_precision = _source(sb)
-    lookup, decode = _decoding(sb, live)
-    speed, baseline_on = _showing(sb, live)
-    text, chat = _prompt(sb, live)
+    live, recording = _source(sb)
+    _preset(sb, live)
+    k, k_policy, temperature = _first(sb, live)
+    more = sb.expander(MORE)
+    pair_name = dtype = draft_precision = None
+    if live:
+        more.subheader("Models")
+        pair_name, dtype, draft_precision = _models(more)
+    lookup, decode = _decoding(more, live, k, k_policy, temperature)
+    text, chat = _prompt(more, live)
+    more.subheader("Showing")
+    speed, baseline_on = _showing(more, live)
+    shape = tree_ui.shape_picker(more, live)
     return MainSettings(live=live, recording=recording, pair_name=pair_name, dtype=dtype,
                         draft_precision=draft_precision, lookup=lookup, decode=decode, speed=speed,
-                        baseline_on=baseline_on, prompt_text=text, chat=chat)
+                        baseline_on=baseline_on, prompt_text=text, chat=chat, shape=shape)

@@ -291,6 +291,18 @@ def _latency(job: playback.Playback) -> None:
                   if wait_s >= 0.1 else ""))
 
 
+def _bookkeeping(job: playback.Playback, base: dict, load) -> None:
+    """What the timings left out (waits for a core) and a light outside load, in a collapsed expander: still on
+    the page, out of the way of the figures."""
+    waited = explain.run_stalled_note(job.run, base) if job.run is not None else None
+    if waited is None and load is None:
+        return
+    with st.expander(explain.MEASURED_TITLE):
+        lab_ui.load_warning(load)
+        if waited:
+            st.caption(waited)
+
+
 def _identity(job: playback.Playback, base: dict) -> None:
     if base.get("identical") is True:
         st.success("Greedy: **identical text** to the target alone, token for token "
@@ -336,7 +348,9 @@ def _speed_figures(job: playback.Playback) -> None:
                    else "No timing of the target alone for this run.")
         return
     st.caption(f"Target alone: one token per forward pass, same prompt and settings ({job.meta.get('baseline_note')}).")
-    lab_ui.load_warning(playback.load_note(job.run, base) if job.run is not None else None)
+    load = playback.load_note(job.run, base) if job.run is not None else None
+    if load is not None and load.serious:  # the figures moved: said before them
+        lab_ui.load_warning(load)
     c = ui.metric_cells(4)
     c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"], ".1f"))
     c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"], ".1f"))
@@ -345,9 +359,11 @@ def _speed_figures(job: playback.Playback) -> None:
                      "Tokens per pass is not speedup: each round also pays for k draft passes.")
     c[3].metric("target forward passes", f"{base['spec_target_passes']} vs {base['base_target_passes']}",
                 help="Speculative (one per round) vs. the target alone (one per token).")
-    why = explain.time_breakdown(job.run, base, job.meta.get("draft_precision")) if job.run is not None else None
+    why = explain.time_breakdown(job.run, base, job.meta.get("draft_precision"), waits=False) \
+        if job.run is not None else None
     if why:
         st.caption(why)
+    _bookkeeping(job, base, None if load is None or load.serious else load)
     if job.run is not None and (tip := explain.gpu_advice(job.run.device, base.get("speedup"),
                                                           models.gpu_suggestion(job.meta.get("pair")))):
         st.info(tip, icon=":material/lightbulb:")

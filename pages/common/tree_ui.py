@@ -1,6 +1,6 @@
 """The token tree on the main page: one call from app.py (main_page_tree).
 
-A "drafter shape" choice in the sidebar; with "token tree" or "spine", a panel drafts and verifies the first
+A "drafter shape" choice in the sidebar (shape_picker); with "token tree" or "spine", a panel drafts and verifies the first
 round of the main page's prompt in that shape, drawn as the Token tree page draws it (which runs whole ones).
 """
 
@@ -18,14 +18,18 @@ from specviz.teaching.tree_charts import fig_tree
 CHAIN, TREE, SPINE = "chain", "token tree", "spine"
 
 
+def shape_picker(where, live: bool) -> str:
+    """The drafter shape radio, drawn in `where` (the main page's sidebar draws it under More settings)."""
+    return where.radio("Drafter shape", [CHAIN, TREE, SPINE], key="main.shape", horizontal=True, disabled=not live,
+                       help="chain: k drafts in a row (the run above). token tree: alternatives at each "
+                            "depth, every node verified in the same one target pass. spine: the chain the "
+                            "best-k chooser drafts, with a second choice beside each token the draft is "
+                            "unsure of, verified in the same one pass.")
+
+
 def main_page_tree(pair_name: str | None, dtype: str, draft_precision: str | None, prompt_text: str, chat: bool,
-                   *, temperature: float, seed: int, live: bool) -> None:
-    shape = st.sidebar.radio("Drafter shape", [CHAIN, TREE, SPINE], key="main.shape", horizontal=True,
-                             disabled=not live,
-                             help="chain: k drafts in a row (the run above). token tree: alternatives at each "
-                                  "depth, every node verified in the same one target pass. spine: the chain the "
-                                  "best-k chooser drafts, with a second choice beside each token the draft is "
-                                  "unsure of, verified in the same one pass.")
+                   *, temperature: float, seed: int, live: bool, shape: str) -> None:
+    """With shape "token tree" or "spine" (shape_picker), the panel that drafts and verifies one such round."""
     if shape == CHAIN or not live or not pair_name:
         return
     spine = shape == SPINE

@@ -140,10 +140,15 @@ def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple
     _presenter_toggle()
     st.title(title)
     if shows:
-        st.caption("Shows " + ", ".join(claims.link(n) for n in shows)
-                   + f" of [{claims.PAGE_TITLE.lower()}]({claims.PAGE_PATH}).")
+        shows_caption(shows)
     _note_new_session()
     join_device_queue()
+
+
+def shows_caption(shows: tuple[int, ...]) -> None:
+    """The claims a page shows, linked: under the title, or (the main page) in its footer."""
+    st.caption("Shows " + ", ".join(claims.link(n) for n in shows)
+               + f" of [{claims.PAGE_TITLE.lower()}]({claims.PAGE_PATH}).")
 
 
 SESSION_SEEN = "ui.session_seen"  # set on a session's first run
@@ -333,12 +338,13 @@ def list_pairs_safe() -> list:
         return []
 
 
-def sidebar_pair_picker(prefix: str) -> str | None:
+def sidebar_pair_picker(prefix: str, where=None) -> str | None:
     """Pair selectbox in the sidebar; returns the chosen name (None if the registry is broken).
 
     Each pair is marked installed or not; for a missing one the sidebar says why
     and how to get it. The choice is kept in st.session_state[f"{prefix}.pair"].
     """
+    where = where or st.sidebar
     pairs = list_pairs_safe()
     if not pairs:
         return None
@@ -350,14 +356,14 @@ def sidebar_pair_picker(prefix: str) -> str | None:
         mark = "✓" if p.available else "✗ not installed"
         return f"{n}{' (default)' if p.is_default else ''} · {mark}"
 
-    name = st.sidebar.selectbox("Model pair (draft → target)", names, format_func=label, key=f"{prefix}.pair",
+    name = where.selectbox("Model pair (draft → target)", names, format_func=label, key=f"{prefix}.pair",
                                 help="A small draft model proposes tokens, the larger target verifies them. "
                                      "Pairs come from models.yaml; both models share one tokenizer.")
     p = by_name[name]
     if p.description:
-        st.sidebar.caption(p.description)
+        where.caption(p.description)
     if not p.available:
-        st.sidebar.warning(f"**{name} is not available here.** {p.reason}\n\n**How to get it:** {p.how_to_get}")
+        where.warning(f"**{name} is not available here.** {p.reason}\n\n**How to get it:** {p.how_to_get}")
     return name
 
 
@@ -408,21 +414,21 @@ def precision_picker(prefix: str, where=None, default: str | None = None) -> str
     default = default or quant.default_precision(device)
     return where.radio("draft precision", choices, index=choices.index(default) if default in choices else 0,
                        key=f"{prefix}.draft_precision", horizontal=True,
-                       help="The draft model's weights. A cheaper draft (int8, int4) lowers c, the cost of a "
-                            "draft step relative to a target pass, and may lower α a little. It never changes "
-                            "the output: the target decides every token.")
+                       help=explain.DRAFT_PRECISION_HELP)
 
 
-def choice_pickers(prefix: str, dtype: bool = True, draft: bool = True) -> tuple[str | None, str, str]:
+def choice_pickers(prefix: str, dtype: bool = True, draft: bool = True,
+                   where=None) -> tuple[str | None, str, str]:
     """(pair, dtype, draft precision) from the sidebar, starting from the first choice that fits the memory budget
     (said when it is not the default), with what the choice needs under them (memory_note)."""
-    name = sidebar_pair_picker(prefix)
+    where = where or st.sidebar
+    name = sidebar_pair_picker(prefix, where)
     dt0, p0, why = fitting_default(name) if dtype else (default_dtype_name(), None, None)
-    dt = dtype_picker(prefix, default=dt0) if dtype else default_dtype_name()
-    precision = precision_picker(prefix, default=p0) if draft else dt  # else: the loaded draft as it is
+    dt = dtype_picker(prefix, where, default=dt0) if dtype else default_dtype_name()
+    precision = precision_picker(prefix, where, default=p0) if draft else dt  # else: the loaded draft as it is
     if why and (dt, precision) == (dt0, p0):
-        st.sidebar.info(why, icon=":material/memory:")
-    memory_note(name, dt, precision)
+        where.info(why, icon=":material/memory:")
+    memory_note(name, dt, precision, where)
     return name, dt, precision
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from specviz.core import claims, measure
 from specviz.core.errors import InvalidSetting
+from specviz.core.limits import K_MAX
 from specviz.data.records import Round, Run
 from specviz.data.tree_records import TreeRound
 from specviz.teaching.render import md_code, md_text, visible
@@ -54,6 +55,14 @@ GREEDY_RULE = "a drafted token is kept iff it is the target's argmax"
 NEW_SESSION = ("The server this page was on stopped, so the page goes on in a new session (on another server of "
                "this room, or the same one restarted). Your settings are kept; runs and results from before are "
                "not: press Run again.")
+# the sidebar's draft-precision help: what each precision did to c on a CPU (docs/precision.md, docs/performance.md)
+DRAFT_PRECISION_HELP = (
+    "The draft model's weights. It never changes the output (the target decides every token); it changes c, the "
+    "cost of a draft step next to a target pass, and may lower α a little. On a CPU, int8 (the default there) "
+    "is the cheap one: a draft step of the 0.5B draft took about 40 ms against 130–180 ms in float32 (c ≈ 0.1). "
+    "int4 does the opposite here: it streams fewer bytes, but torchao's CPU int4 kernel is slow, so a draft "
+    "step took about 840 ms, more than a whole target pass (c ≈ 2), and runs took 4–5 times as long as the "
+    "target alone (0.20–0.26×). Fewer bytes are not faster without a fast kernel.")
 MISSING = "–"  # a number that does not exist here: a cell of a row with nothing to show, a missing figure
 
 
@@ -605,6 +614,13 @@ def drafter_words(precision: str, head: str = "full") -> str:
     return words
 
 
+# the k slider's label and help while the best-k chooser picks k (the main page's sidebar)
+K_CHOSEN_LIVE_LABEL = f"k per round: chosen live each round (up to {K_MAX}) · starting k"
+K_CHOSEN_LIVE_HELP = ("The best-k chooser picks k live, each round, from its estimates of α, c and the verify cost, "
+                      "and with the draft model it ends a round early after a doubtful draft: a round may draft 1 "
+                      f"token or {K_MAX}. This slider sets only the first round's k, where the chooser starts. The "
+                      "round log's 'k this round' column shows what each round drafted; choose 'fixed' above for "
+                      "the same k every round.")
 K_POLICY_WORDS = {"adaptive": " (adaptive)", "best": " (best-k chooser, starting k)"}  # engine k_policy -> words
 
 
@@ -613,10 +629,19 @@ def k_words(k: int, k_policy: str) -> str:
     return f"k={k}" + K_POLICY_WORDS.get(k_policy, "")
 
 
-def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None) -> str | None:
+MEASURED_TITLE = "How these figures were measured"  # the expander with the timings' bookkeeping (main page)
+
+
+def run_stalled_note(run: Run, baseline: Mapping) -> str | None:
+    """stalled_note for a run and its target-alone run (runfile.baseline_summary)."""
+    return stalled_note(run.stalled_s, run.rounds_s, baseline.get("base_stalled_s"), baseline.get("base_decode_s"))
+
+
+def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None, waits: bool = True) -> str | None:
     """Where the time went after the first round (whose passes also read the prompt), against the target
     alone (runfile.baseline_summary): verify pass, one-token pass, draft step and c (measure's). None when
-    there is nothing to break down."""
+    there is nothing to break down. waits: end with the waits left out (run_stalled_note); the main page
+    draws those apart, with the rest of its bookkeeping."""
     steady = run.steady_rounds
     passes = baseline.get("base_target_passes")
     if not steady or not passes:
@@ -633,7 +658,7 @@ def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None) ->
         out += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
                 f"(c = {c:.2f} of a target pass{f', {precision} draft' if precision else ''})")
     out += ". Tokens per pass is not speedup: see the Speedup page for the cost model."
-    waited = stalled_note(run.stalled_s, run.rounds_s, baseline.get("base_stalled_s"), baseline.get("base_decode_s"))
+    waited = run_stalled_note(run, baseline) if waits else None
     return out + (f" {waited}" if waited else "")
 
 

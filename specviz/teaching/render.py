@@ -220,7 +220,7 @@ def round_log_rows(run: Run, decode: Callable[[int], str], last: int | None = No
             extra = f"{visible(decode(r.extra_id))} ({r.extra_kind})"
         rows.append({
             "round": r.index + 1,
-            "k": r.k,
+            "k this round": r.k,  # with the best-k chooser, k changes from round to round
             "accepted": r.n_accepted,
             "rejected": visible(decode(r.drafted[r.n_accepted])) if r.rejected else "",
             "correction/bonus": extra,
