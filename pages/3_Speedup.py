@@ -58,6 +58,7 @@ else:
                + ". If these are near 1, checking extra tokens is free; if they grow like n, it is not.")
 
 speed_ui.draft_precisions(pair, ids, run_kw)  # 1b
+speed_ui.target_precisions(pair, ids, run_kw)  # 1c
 
 sw = kept["sweep"].get()
 speed_ui.cost_model(pair, ids, run_kw, cost, sw)  # 2

@@ -39,6 +39,7 @@ class MainSettings:
     pair_name: str | None
     dtype: str | None
     draft_precision: str | None
+    target_precision: str | None  # float32 (the reference) or int8; None when no live pair is chosen
     lookup: bool  # prompt lookup instead of the draft model
     decode: DecodeSettings
     speed: str
@@ -53,20 +54,20 @@ def _apply_preset() -> None:
         S["main.prompt"], S["main.chat"] = p.text, p.chat
 
 
-def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None]:
+def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None, str | None]:
     state.restore_widget("main.source", "source", "live", SOURCES)
     source = sb.radio("Source", [LIVE, RECORDED], key="main.source", horizontal=False,
                       help="Live: run the real models on this machine. Recorded: replay runs recorded with the "
                            "real default pair, instantly, with no model loaded (for weak laptops).")
     state.keep_widget("source", source, SOURCES, "live")
     if source == LIVE:
-        pair_name, dtype, draft_precision = ui.choice_pickers("main")
+        pair_name, dtype, draft_precision, target_precision = ui.choice_pickers("main", target=True)
         ui.show_device(None, dtype)
-        return True, None, pair_name, dtype, draft_precision
+        return True, None, pair_name, dtype, draft_precision, target_precision
     recs = runfile.list_recorded()
     if not recs:
         sb.warning("No recorded runs found in specviz/recorded/.")
-        return False, None, None, None, None
+        return False, None, None, None, None, None
     by_name = {r.name: r for r in recs}
     names = list(by_name)
     chosen = sb.selectbox("Recorded run", names, key="main.recording", format_func=lambda n: by_name[n].title or n,
@@ -77,7 +78,7 @@ def _source(sb) -> tuple[bool, Any, str | None, str | None, str | None]:
                f"{explain.k_words(rs.decode.k, rs.decode.k_policy)}, "
                f"temperature {rs.decode.temperature}, seed {rs.decode.seed}, "
                f"{len(rs.token_ids)} tokens. No model is loaded to replay it.")
-    return False, recording, None, None, None
+    return False, recording, None, None, None, None
 
 
 def _decoding(sb, live: bool) -> tuple[bool, DecodeSettings]:
@@ -139,10 +140,10 @@ def sidebar() -> MainSettings:
     if "main.prompt" not in S:
         _apply_preset()
     sb = st.sidebar
-    live, recording, pair_name, dtype, draft_precision = _source(sb)
+    live, recording, pair_name, dtype, draft_precision, target_precision = _source(sb)
     lookup, decode = _decoding(sb, live)
     speed, baseline_on = _showing(sb, live)
     text, chat = _prompt(sb, live)
     return MainSettings(live=live, recording=recording, pair_name=pair_name, dtype=dtype,
-                        draft_precision=draft_precision, lookup=lookup, decode=decode, speed=speed,
+                        draft_precision=draft_precision, target_precision=target_precision, lookup=lookup, decode=decode, speed=speed,
                         baseline_on=baseline_on, prompt_text=text, chat=chat)
