@@ -76,6 +76,7 @@ else:
                + ". If these are near 1, checking extra tokens is free; if they grow like n, it is not.")
 
 speed_ui.draft_precisions(pair, ids, run_kw)  # 1b
+speed_ui.target_precisions(pair, ids, run_kw)  # 1c
 
 sw = result("sweep")
 fixed = {"5": [got["policies"]["fixed"]]} if off else speed_ui.fixed_k_runs(pair)

@@ -69,7 +69,7 @@ def start_live(ms: MainSettings, t_script: float) -> playback.Playback:
     if not ms.pair_name:
         raise SpecvizError("No model pair is available: fix models.yaml (see the error above).")
     t0 = time.perf_counter()
-    pair, lease = ui.lease_pair(ms.pair_name, ms.dtype, ms.draft_precision)  # held until the run ends
+    pair, lease = ui.lease_pair(ms.pair_name, ms.dtype, ms.draft_precision, ms.target_precision)  # held till it ends
     try:
         return _open_live(ms, t_script, pair, lease, time.perf_counter() - t0)
     except BaseException:
@@ -87,6 +87,7 @@ def _open_live(ms: MainSettings, t_script: float, pair, lease, load_s: float) ->
                                                                                 getattr(drafter, "head_name", "full")),
             "kw": kw,
             "lookup": ms.lookup, "draft_precision": None if ms.lookup else pair.draft_precision,
+            "target_precision": pair.target_precision,
             "decode": ui.decoder(pair.tokenizer), "baseline_wanted": ms.baseline_on, "t_run": t_script,
             "load_s": load_s}
     pb = playback.Playback.live(stream, ids, ms.prompt_text, kw, meta, device=pair.device, dtype=ms.dtype)

@@ -40,6 +40,7 @@ class MainSettings:
     pair_name: str | None
     dtype: str | None
     draft_precision: str | None
+    target_precision: str | None  # float32 (the reference) or int8; None when no live pair is chosen
     lookup: bool  # prompt lookup instead of the draft model
     decode: DecodeSettings
     speed: str
@@ -81,11 +82,12 @@ def _source(sb) -> tuple[bool, Any]:
     return False, recording
 
 
-def _models(more) -> tuple[str | None, str | None, str | None]:
-    """The pair, its dtype and the draft's precision (live only), in the expander: the defaults fit the budget."""
-    pair_name, dtype, draft_precision = ui.choice_pickers("main", where=more)
+def _models(more) -> tuple[str | None, str | None, str | None, str | None]:
+    """The pair, its dtype, the draft's and the target's precision (live only), in the expander: the defaults
+    fit the budget."""
+    pair_name, dtype, draft_precision, target_precision = ui.choice_pickers("main", where=more, target=True)
     ui.show_device(None, dtype, where=more)
-    return pair_name, dtype, draft_precision
+    return pair_name, dtype, draft_precision, target_precision
 
 
 def _first(sb, live: bool) -> tuple[int, str, float]:
@@ -165,15 +167,16 @@ def sidebar() -> MainSettings:
     _preset(sb, live)
     k, k_policy, temperature = _first(sb, live)
     more = sb.expander(MORE)
-    pair_name = dtype = draft_precision = None
+    pair_name = dtype = draft_precision = target_precision = None
     if live:
         more.subheader("Models")
-        pair_name, dtype, draft_precision = _models(more)
+        pair_name, dtype, draft_precision, target_precision = _models(more)
     lookup, decode = _decoding(more, live, k, k_policy, temperature)
     text, chat = _prompt(more, live)
     more.subheader("Showing")
     speed, baseline_on = _showing(more, live)
     shape = tree_ui.shape_picker(more, live)
     return MainSettings(live=live, recording=recording, pair_name=pair_name, dtype=dtype,
-                        draft_precision=draft_precision, lookup=lookup, decode=decode, speed=speed,
-                        baseline_on=baseline_on, prompt_text=text, chat=chat, shape=shape)
+                        draft_precision=draft_precision, target_precision=target_precision, lookup=lookup,
+                        decode=decode, speed=speed, baseline_on=baseline_on, prompt_text=text, chat=chat,
+                        shape=shape)

@@ -261,9 +261,11 @@ def _baseline(job: playback.Playback) -> None:
         with st.spinner("Timing the target alone with the same settings (one token per forward pass)…"), lock:
             if "baseline" in job.meta:  # another script thread finished it while this one waited
                 return
-            # the run's own pair (loaded already); after prompt lookup, the pair in its dtype: no draft copy
+            # the run's own pair (loaded already), its target in the run's precision; after prompt lookup, the
+            # pair in its dtype: no draft copy
             pair = ui.load_pair_cached(job.meta["pair"], job.meta["dtype"],
-                                       job.meta.get("draft_precision") or job.meta["dtype"])
+                                       job.meta.get("draft_precision") or job.meta["dtype"],
+                                       job.meta.get("target_precision"))
             # a run this server measured with the same target, prompt and settings is reused (no model work)
             got = baseline.shared_target_alone(pair.target, job.run, pair.shared_vocab,
                                                stream=job.meta.get("baseline_stream"),

@@ -1,6 +1,7 @@
 """The Speedup page's self-contained sections, one call each from pages/3_Speedup.py.
 
   draft_precisions(pair, ids, run_kw)   1b · the same prompt with the draft in each precision: c against α
+  target_precisions(pair, ids, run_kw)  1c · the same draft against the float32 and the int8 target
   cost_model(fixed, ids, run_kw, cost, sweep)  2 · predicted speedup against k, at the α measured on the page
   k_policies(pair, ids, run_kw, recorded)  5  · fixed k, adaptive k and the best-k chooser (specviz.teaching.race)
   early_exit(pair, ids, run_kw, recorded)  6  · the target's own first L layers as the draft (specviz.decoding.selfdraft)
@@ -103,6 +104,36 @@ def draft_precisions(pair, ids, run_kw: dict) -> None:
                    "Section 1 times single steps apart from any run, so the two can differ a little for the same "
                    "draft.")
         st.markdown(explain.precision_verdict(res))
+
+
+def target_precisions(pair, ids, run_kw: dict) -> None:
+    """1c · the same draft against the float32 target and the int8 target, each against its own target alone
+    (experiments.target_comparison): c, α, tokens per pass and speedup, and why the int8 one gains little."""
+    st.subheader("1c · A quantized target: the same draft against the float32 and the int8 target")
+    st.caption("An int8 target makes every target pass faster, and is exact: speculative text equals that "
+               "target's own. Each target runs next to its own run of the target alone, with the draft of the "
+               "sidebar and the k of section 5 (fixed).")
+    if "int8" not in ui.target_choices("float32"):
+        st.caption("An int8 target runs only on a CPU with PyTorch's fbgemm: not on this device.")
+        return
+    if isinstance(pair.spec.draft.source, DerivedSource):  # the draft would change with the target
+        st.caption("This pair's draft is made of the target's own layers: pick a pair with a draft model.")
+        return
+    kept = Kept("speed.target", _ident(pair))
+    if st.button("Compare float32 and int8 targets", key="speed.run_targets") and ids is not None:
+        try:
+            pairs = {tp: ui.load_pair_cached(pair.name, "float32", pair.draft_precision, tp)
+                     for tp in quant.TARGET_PRECISIONS}
+            kept.put(lab_ui.with_bar(experiments.target_comparison, pairs, ids, text="loading the targets…",
+                                     k=int(st.session_state.get("speed.k0", 4)), **run_kw)[0])
+        except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
+            ui.show_error(e)
+    if (res := kept.get()) is not None:
+        note_other_settings([r.comparison.spec for r in res], ids, run_kw, k=st.session_state.get("speed.k0", 4))
+        lab_ui.timing_notes((x for r in res for run in (r.comparison.spec, r.comparison.base) for x in run.rounds),
+                            "the comparison")
+        ui.table(explain.precision_rows(res, "target precision"), hide_index=True, width="stretch")
+        st.markdown(explain.target_verdict(res))
 
 
 START_ALPHA = 0.8  # section 2's α before anything is measured

@@ -7,13 +7,16 @@ Stable API (pages import these):
     sidebar_pair_picker(prefix)         -> chosen pair name (unavailable pairs explained)
     dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.decoding.models.DEFAULT_DTYPE)
     precision_picker(prefix)            -> the draft's precision (default specviz.modeling.quant.default_precision)
-    load_pair_cached(name, dtype, draft_precision=None)
+    target_picker(prefix, dtype)        -> the target's precision: float32 (the reference) or int8
+    choice_pickers(prefix, ...)         -> (pair, dtype, draft precision, target precision), with memory_note
+    load_pair_cached(name, dtype, draft_precision=None, target_precision=None)
                                         -> Pair, shared by every session (one budgeted store of models,
                                            specviz.modeling.memory), with a progress indicator on the first load
-    lease_pair(name, dtype, draft_precision=None)
+    lease_pair(name, dtype, draft_precision=None, target_precision=None)
                                         -> (Pair, lease): the store never unloads it while the lease is held
     fitting_default(name)               -> (dtype, draft precision, why): the defaults, or the first that fits
-    memory_note(name, dtype, precision) what the choice needs of the memory budget, and what each choice needs
+    memory_note(name, dtype, precision, target_precision=None)
+                                        what the choice needs of the memory budget, and what each choice needs
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
     show_chart(fig, name, key=None)     st.plotly_chart with the PNG-download config, drawn in a turn
     presented(fig)                      a figure as this session shows it (grown in presenter mode)
@@ -417,19 +420,49 @@ def precision_picker(prefix: str, where=None, default: str | None = None) -> str
                        help=explain.DRAFT_PRECISION_HELP)
 
 
-def choice_pickers(prefix: str, dtype: bool = True, draft: bool = True,
-                   where=None) -> tuple[str | None, str, str]:
-    """(pair, dtype, draft precision) from the sidebar, starting from the first choice that fits the memory budget
-    (said when it is not the default), with what the choice needs under them (memory_note)."""
+def target_choices(dtype: str) -> list[str]:
+    """The target precisions a load in `dtype` offers here: float32, and int8 where it runs (a CPU with fbgemm)
+    and the target loads in float32 (models.check_target_precision)."""
+    from specviz.decoding import models
+    from specviz.modeling import quant
+
+    device = models.default_device()
+    out = []
+    for p in quant.TARGET_PRECISIONS:
+        try:
+            out.append(models.check_target_precision(p, dtype, device))
+        except SpecvizError:
+            pass
+    return out
+
+
+def target_picker(prefix: str, dtype: str, where=None) -> str:
+    """The target's precision: float32 (the reference) or int8 (target_choices: where it loads); a choice the
+    dtype no longer offers goes back to float32."""
+    where = where or st.sidebar
+    choices = target_choices(dtype)
+    key = f"{prefix}.target_precision"
+    if st.session_state.get(key) not in (None, *choices):
+        st.session_state.pop(key)
+    return where.radio("target precision", choices, key=key, horizontal=True, disabled=len(choices) < 2,
+                       help=explain.TARGET_PRECISION_HELP)
+
+
+def choice_pickers(prefix: str, dtype: bool = True, draft: bool = True, target: bool = False,
+                   where=None) -> tuple[str | None, str, str, str]:
+    """(pair, dtype, draft precision, target precision) from the sidebar, starting from the first choice that
+    fits the memory budget (said when it is not the default), with what the choice needs under them
+    (memory_note). target=False: no target picker, and the target is float32."""
     where = where or st.sidebar
     name = sidebar_pair_picker(prefix, where)
     dt0, p0, why = fitting_default(name) if dtype else (default_dtype_name(), None, None)
     dt = dtype_picker(prefix, where, default=dt0) if dtype else default_dtype_name()
     precision = precision_picker(prefix, where, default=p0) if draft else dt  # else: the loaded draft as it is
+    t_precision = target_picker(prefix, dt, where) if target else "float32"
     if why and (dt, precision) == (dt0, p0):
         where.info(why, icon=":material/memory:")
-    memory_note(name, dt, precision, where)
-    return name, dt, precision
+    memory_note(name, dt, precision, where, target_precision=t_precision)
+    return name, dt, precision, t_precision
 
 
 def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -> None:
@@ -525,8 +558,8 @@ class _Slots:
     """For tests: _slot(name, dtype) is the slot of the pair loaded in dtype (None if none); _slot.clear()
     forgets every loaded pair."""
 
-    def __call__(self, name: str, dtype: str):
-        return _models().peek((name, dtype, dtype))
+    def __call__(self, name: str, dtype: str, target_precision: str = "float32"):
+        return _models().peek(_key(name, dtype, dtype, target_precision))
 
     def clear(self) -> None:
         _LOADED.clear()
@@ -534,6 +567,11 @@ class _Slots:
 
 
 _slot = _Slots()
+
+
+def _key(name: str, dtype: str, precision: str, target_precision: str) -> tuple:
+    """A pair's key in the store: (name, dtype, draft precision), and 'int8 target' after it for an int8 target."""
+    return (name, dtype, precision) + (() if target_precision == "float32" else (f"{target_precision} target",))
 
 
 def _spec(name: str):
@@ -563,41 +601,44 @@ def _warm_up(pair, progress) -> None:
     devqueue.freeze_heap()
 
 
-def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None):
+def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None,
+                     target_precision: str | None = None):
     """The pair, loaded once per server and shared by every session, within the memory budget.
 
     The first load shows a status box with a progress bar (stage and seconds);
     sessions asking at the same time wait for that one load. Each draft precision is
-    a copy of the loaded draft, made once, sharing the target. What was used least recently
+    a copy of the loaded draft, made once, sharing the target. Each target precision (float32, int8) is a
+    pair of its own (models.load_pair(target_precision=...)). What was used least recently
     is unloaded to make room; a choice that does not fit is refused before anything loads.
     Raises SpecvizError (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
     """
-    pair, lease = lease_pair(name, dtype, draft_precision)
+    pair, lease = lease_pair(name, dtype, draft_precision, target_precision)
     lease.release()
     return pair
 
 
-def lease_pair(name: str, dtype: str, draft_precision: str | None = None):
+def lease_pair(name: str, dtype: str, draft_precision: str | None = None, target_precision: str | None = None):
     """(pair, lease) as load_pair_cached gives the pair; while the lease is held (a live run holds it until it
     ends: Playback.hold), the store never unloads that pair."""
     from specviz.device import devqueue
     from specviz.decoding import models
-    from specviz.modeling import memory
 
     device = models.default_device()
     spec = _spec(name)
     precision = _precision(spec, dtype, draft_precision, device)
+    tp = models.check_target_precision(target_precision, dtype, device)
     store = _models()
-    what = explain.config_words(name, dtype, precision)
+    what = explain.config_words(name, dtype, precision, tp)
     with devqueue.QUEUE.paused():  # a load may wait on model work: not while this page holds a turn to draw
         # refused before anything loads: the pair in dtype and the draft's copy must fit at once
-        store.check(models.config_parts(spec, dtype, precision, device), what,
-                    models.loading_bytes(spec, dtype, precision))
-        base_key = (name, dtype, dtype)
-        slot, base = store.lease(base_key, models.pair_parts(spec, dtype, None, device), _Slot,
-                                 explain.config_words(name, dtype, dtype), memory.LOADING)
+        store.check(models.config_parts(spec, dtype, precision, device, tp), what,
+                    models.loading_bytes(spec, dtype, precision, tp))
+        base_key = _key(name, dtype, dtype, tp)
+        slot, base = store.lease(base_key, models.pair_parts(spec, dtype, None, device, target_precision=tp),
+                                 _Slot, explain.config_words(name, dtype, dtype, tp),
+                                 models.loading_bytes(spec, dtype, None, tp))
         try:
-            pair = _load_base(name, dtype, slot, store, base_key)
+            pair = _load_base(name, dtype, slot, store, base_key, tp)
             if precision == dtype:
                 return pair, base
             return _variant(pair, precision, store, what)
@@ -615,8 +656,9 @@ def _variant(base, precision: str, store, what: str):
     """(the pair with its draft in `precision`, a lease on it): a copy of base's draft, made once."""
     from specviz.decoding import models
 
-    key = (base.name, str(base.dtype).removeprefix("torch."), precision)
-    parts = models.pair_parts(base.spec, base.dtype, precision, base.device)
+    tp = base.target_precision
+    key = _key(base.name, str(base.dtype).removeprefix("torch."), precision, tp)
+    parts = models.pair_parts(base.spec, base.dtype, precision, base.device, target_precision=tp)
     slot, lease = store.lease(key, parts, _Slot, what, models.loading_bytes(base.spec, base.dtype, precision))
     try:
         with slot.lock:
@@ -634,10 +676,10 @@ def _variant(base, precision: str, store, what: str):
         raise
 
 
-_LOADED: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()  # (name, dtype, precision) -> Pair
+_LOADED: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()  # a store key (_key) -> Pair
 
 
-def _load_base(name: str, dtype: str, slot: _Slot, store, key):
+def _load_base(name: str, dtype: str, slot: _Slot, store, key, target_precision: str = "float32"):
     from specviz.decoding import models
 
     if slot.pair is not None:
@@ -647,7 +689,7 @@ def _load_base(name: str, dtype: str, slot: _Slot, store, key):
         # a pair loaded already with the same target lends it: a second pair costs only its draft; the store
         # has made room for this one (check=False: no second check against what is free)
         pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=dtype,
-                                loaded=list(_LOADED.values()), check=False)
+                                target_precision=target_precision, loaded=list(_LOADED.values()), check=False)
         _LOADED[key] = pair
         _warm_up(pair, progress)
         return pair
@@ -655,7 +697,8 @@ def _load_base(name: str, dtype: str, slot: _Slot, store, key):
     _, hold = store.lease(key, {}, _Slot)  # the loader's own lease: a rerun stops this page, not the load
     slot.start(load, hold)  # another session may have started it: then this one waits for that load
     box = st.empty()
-    with box.status(f"Loading {name} ({dtype})…", expanded=True) as status:
+    label = dtype if target_precision == "float32" else f"{dtype}, {target_precision} target"
+    with box.status(f"Loading {name} ({label})…", expanded=True) as status:
         bar = st.progress(0.0, text="waiting for the models")
         pair = slot.wait(lambda stage, f: bar.progress(f, text=f"{stage} ({time.perf_counter() - slot.t0:.0f} s)"))
         status.update(label=f"Loaded {name} in {time.perf_counter() - slot.t0:.1f} s", state="complete")
@@ -692,9 +735,9 @@ def fitting_default(name: str | None) -> tuple[str, str, str | None]:
     return (*(chosen or (dtype, precision)), why)
 
 
-def memory_note(name: str | None, dtype: str, precision: str, where=None) -> None:
+def memory_note(name: str | None, dtype: str, precision: str, where=None, target_precision: str | None = None) -> None:
     """Under the pickers: what this choice needs of the memory budget, a warning before Run when it does not
-    fit, and what every choice of the pair needs."""
+    fit, and what every choice of the pair needs (with the chosen target precision where its dtype offers it)."""
     from specviz.decoding import models
     from specviz.modeling import memory, quant
 
@@ -707,13 +750,14 @@ def memory_note(name: str | None, dtype: str, precision: str, where=None) -> Non
         store = _models()
         budget = store.budget()
         precision = _precision(spec, dtype, precision, device)
-        parts = models.config_parts(spec, dtype, precision, device)
-        loading = models.loading_bytes(spec, dtype, precision)
+        tp = target_precision or "float32"
+        parts = models.config_parts(spec, dtype, precision, device, tp)
+        loading = models.loading_bytes(spec, dtype, precision, tp)
         where.caption(f"Memory: this choice needs about {explain.format_bytes(store.need(parts, loading))} "
                       f"more; the budget is {explain.budget_words(budget)}, and the models loaded hold "
                       f"{explain.format_bytes(store.held())}.")
         try:
-            store.check(parts, explain.config_words(name, dtype, precision), loading)
+            store.check(parts, explain.config_words(name, dtype, precision, tp), loading)
         except memory.OverBudget as e:
             where.warning(str(e), icon=":material/memory:")
         with where.expander("What each choice needs"):
@@ -721,10 +765,12 @@ def memory_note(name: str | None, dtype: str, precision: str, where=None) -> Non
             for d, p0 in models.choices(DTYPE_CHOICES, quant.supported(device), DTYPE_CHOICES[0],
                                        quant.default_precision(device)):
                 p = _precision(spec, d, p0, device)
-                each = models.config_parts(spec, d, p, device)
-                mark = "fits" if store.fits(each, models.loading_bytes(spec, d, p)) else "does not fit now"
-                lines.append(f"- {d}, {p} draft: {explain.format_bytes(models.estimate_memory_bytes(spec, d, True, p))} "
-                             f"({mark})")
+                t = tp if tp in target_choices(d) else "float32"
+                each = models.config_parts(spec, d, p, device, t)
+                mark = "fits" if store.fits(each, models.loading_bytes(spec, d, p, t)) else "does not fit now"
+                need = explain.format_bytes(models.estimate_memory_bytes(spec, d, True, p, t))
+                target = "" if t == "float32" else f", {t} target"
+                lines.append(f"- {d}, {p} draft{target}: {need} ({mark})")
             st.markdown("\n".join(dict.fromkeys(lines)))  # a draft of the target's layers: one line per dtype
     except SpecvizError as e:  # a bad SPECVIZ_MEMORY_GB, a broken registry: said, and the page goes on
         where.error(str(e), icon=":material/memory:")

@@ -4,7 +4,7 @@ Where the weights come from (chunk packages, the converted cache, prepare) is
 specviz/modeling/store.py; this module turns them into a Pair: dtype, device, draft
 precision, tokenizer check, end-of-reply ids, and the memory check before any load.
 
-Public API: Pair, PairStatus, load_pair, pair_status, list_pairs, with_draft_precision,
+Public API: Pair, PairStatus, load_pair, pair_status, list_pairs, with_draft_precision, check_target_precision,
 check_tokenizers, estimate_memory_bytes, DEFAULT_DTYPE.
 """
 
@@ -303,57 +303,75 @@ def _dtype_name(dtype) -> str:
 
 
 def pair_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,
-               device: str = "cpu", with_target: bool = True) -> dict[tuple, int]:
+               device: str = "cpu", with_target: bool = True, target_precision: str | None = None) -> dict[tuple, int]:
     """The bytes each loaded part of a pair holds (memory.weight_bytes), keyed by what the part is, so a part
     two loaded pairs share (one target under two draft precisions, or two pairs) is counted once:
     ('target', model, dtype, device) and ('draft', pair, dtype, draft precision, device). A draft made of the
-    target's own layers has no part of its own. draft_precision None: the draft in `dtype`."""
+    target's own layers has no part of its own. draft_precision None: the draft in `dtype`.
+
+    target_precision int8 (None: float32): the target is counted as an int8 draft is (memory.BYTES_PER_PARAM),
+    and both keys end with 'int8 target': a pair loaded with it holds a target and a draft of its own."""
     dt = _dtype_name(dtype)
     precision = draft_precision or dt
+    t_precision = target_precision or "float32"
+    tail = () if t_precision == "float32" else (f"{t_precision} target",)
     parts = {}
     if with_target:
-        parts[("target", spec.target.name, dt, device)] = memory.weight_bytes(_guess_params(spec.target), dt)
+        parts[("target", spec.target.name, dt, device, *tail)] = memory.weight_bytes(
+            _guess_params(spec.target), dt if t_precision == "float32" else t_precision)
     if not isinstance(spec.draft.source, DerivedSource) and spec.draft.name != spec.target.name:
-        parts[("draft", spec.name, dt, precision, device)] = memory.weight_bytes(_guess_params(spec.draft),
-                                                                                  precision)
+        parts[("draft", spec.name, dt, precision, device, *tail)] = memory.weight_bytes(_guess_params(spec.draft),
+                                                                                         precision)
     return parts
 
 
 def config_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,
-                 device: str = "cpu") -> dict[tuple, int]:
-    """The parts a configuration holds while it is made: the pair in `dtype`, and, for another draft precision,
-    the draft's copy in it as well (made from the dtype draft, which can be unloaded later)."""
-    return {**pair_parts(spec, dtype, None, device), **pair_parts(spec, dtype, draft_precision, device)}
+                 device: str = "cpu", target_precision: str | None = None) -> dict[tuple, int]:
+    """The parts a configuration holds while it is made: the pair in `dtype` (its target in target_precision),
+    and, for another draft precision, the draft's copy in it as well (made from the dtype draft, which can be
+    unloaded later)."""
+    return {**pair_parts(spec, dtype, None, device, target_precision=target_precision),
+            **pair_parts(spec, dtype, draft_precision, device, target_precision=target_precision)}
 
 
-def loading_bytes(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None) -> int:
+def _quantizing_bytes(params: int, precision: str) -> int:
+    """What a model's float32 stage holds beyond its finished copy in `precision` while it is quantized."""
+    return max(memory.weight_bytes(params, "float32") - memory.weight_bytes(params, precision), 0)
+
+
+def loading_bytes(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,
+                  target_precision: str | None = None) -> int:
     """Room a load needs for a moment beyond what stays: buffers (memory.LOADING), and, while the draft's copy in
-    another precision is made, what its float32 stage holds beyond the finished copy (the copy is put into float32,
-    then quantized layer by layer)."""
+    another precision is made or the target is put into int8, what its float32 stage holds beyond the finished
+    copy (each is put into float32, then quantized layer by layer; the two never happen at once)."""
     dt = _dtype_name(dtype)
     precision = draft_precision or dt
-    if precision == dt or isinstance(spec.draft.source, DerivedSource):
-        return memory.LOADING
-    params = _guess_params(spec.draft)
-    return memory.LOADING + max(memory.weight_bytes(params, "float32") - memory.weight_bytes(params, precision), 0)
+    draft = 0
+    if precision != dt and not isinstance(spec.draft.source, DerivedSource):
+        draft = _quantizing_bytes(_guess_params(spec.draft), precision)
+    t_precision = target_precision or "float32"
+    target = 0 if t_precision == "float32" else _quantizing_bytes(_guess_params(spec.target), t_precision)
+    return memory.LOADING + max(draft, target)
 
 
 def estimate_memory_bytes(spec: PairSpec, dtype: torch.dtype, with_target: bool = True,
-                          draft_precision: str | None = None) -> int:
-    """Bytes a load of the pair needs at its peak: the target in `dtype` (not with with_target=False: it is
-    loaded already), the draft in `dtype` (it loads in dtype before it is put into draft_precision), the
-    draft's copy in draft_precision when that differs, and the room a load needs for a moment (loading_bytes)."""
-    parts = config_parts(spec, dtype, draft_precision)
+                          draft_precision: str | None = None, target_precision: str | None = None) -> int:
+    """Bytes a load of the pair needs at its peak: the target in `dtype` or target_precision (not with
+    with_target=False: it is loaded already), the draft in `dtype` (it loads in dtype before it is put into
+    draft_precision), the draft's copy in draft_precision when that differs, and the room a load needs for a
+    moment (loading_bytes)."""
+    parts = config_parts(spec, dtype, draft_precision, target_precision=target_precision)
     if not with_target:
         parts = {k: v for k, v in parts.items() if k[0] != "target"}
-    return sum(parts.values()) + loading_bytes(spec, dtype, draft_precision)
+    return sum(parts.values()) + loading_bytes(spec, dtype, draft_precision,
+                                               target_precision if with_target else None)
 
 
 def check_memory(spec: PairSpec, dtype: torch.dtype, device: str, with_target: bool = True,
-                 draft_precision: str | None = None, env=None) -> None:
+                 draft_precision: str | None = None, env=None, target_precision: str | None = None) -> None:
     """Raise NotEnoughMemory if the pair will not fit in the memory budget (memory.read_budget: SPECVIZ_MEMORY_GB,
     or the available memory and the cgroup limit) on `device`."""
-    need = estimate_memory_bytes(spec, dtype, with_target, draft_precision)
+    need = estimate_memory_bytes(spec, dtype, with_target, draft_precision, target_precision)
     budget = memory.read_budget(device=device, env=env)
     if need > budget.bytes:
         name = str(dtype).removeprefix("torch.")
@@ -609,14 +627,11 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     device = check_device(device) or default_device()
     dtype = check_dtype(DEFAULT_DTYPE if dtype is None else parse_dtype(dtype), device)
     precision = quant.check(draft_precision, device)
-    t_precision = quant.check_target(target_precision, device)
-    if t_precision != "float32" and dtype != torch.float32:
-        raise InvalidSetting(f"target precision {t_precision} is made from float32 weights; "
-                             f"load with dtype float32, not {str(dtype).removeprefix('torch.')}.")
+    t_precision = check_target_precision(target_precision, dtype, device)
     head = vocabhead.check(draft_head, device)
     lender = next((p for p in loaded if _shares_target(p, spec, dtype, device, t_precision)), None)
     if check:
-        check_memory(spec, dtype, device, with_target=lender is None)  # its peak: the draft loads in dtype
+        check_memory(spec, dtype, device, with_target=lender is None, target_precision=t_precision)  # its peak: the draft loads in dtype
     (d_tok, d_model), (t_tok, t_model), sources, precision = _load_models(spec, dtype, device, precision,
                                                                           lender, progress, t_precision)
     fast_linear = _fast_linear(t_model, d_model, device, fast_linear)
@@ -665,6 +680,16 @@ def _vocab_and_eos(spec: PairSpec, d_tok, t_tok, d_model, t_model) -> tuple[int,
         return shared, eos_ids([t_model], tokenizer=t_tok, vocab=shared)
     shared = check_tokenizers(d_tok, t_tok, d_model, t_model)
     return shared, eos_ids([t_model, d_model], tokenizer=t_tok, vocab=shared)
+
+
+def check_target_precision(target_precision: str | None, dtype: torch.dtype | str, device: str) -> str:
+    """A target precision that loads with `dtype` on `device` (None: float32); InvalidSetting, saying why,
+    otherwise (int8 is made from float32 weights on a CPU: quant.check_target)."""
+    t_precision = quant.check_target(target_precision, device)
+    if t_precision != "float32" and parse_dtype(dtype) != torch.float32:
+        raise InvalidSetting(f"target precision {t_precision} is made from float32 weights; "
+                             f"load with dtype float32, not {_dtype_name(dtype)}.")
+    return t_precision
 
 
 def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pair | None, progress: Progress,
@@ -728,7 +753,8 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
 
 
 __all__ = [
-    "DEFAULT_DTYPE", "DEVICES", "Pair", "PairStatus", "check_device", "check_dtype", "check_tokenizers",
+    "DEFAULT_DTYPE", "DEVICES", "Pair", "PairStatus", "check_device", "check_dtype", "check_target_precision",
+    "check_tokenizers",
     "config_parts", "default_device", "estimate_memory_bytes", "loading_bytes", "pair_parts",
     "list_pairs", "load_pair", "pair_status", "with_draft_precision",
 ]  # fmt: skip

@@ -13,6 +13,7 @@ measured on the models and device at hand; nothing is canned.
   trials_from_logits  the same decisions on given logits (recorded distributions, no model)
   compare_with_baseline  speculative vs a warmed target-only run, same settings
   precision_comparison   the same prompt with the draft in each precision: c, α, speedup
+  target_comparison      the same draft against the target in each precision (float32, int8): c, α, speedup
 
 What is computed from these timings and runs (α, c, speedup, tokens/s) is
 measure.py's; this module only measures. Each measured pass holds the device
@@ -356,18 +357,34 @@ class PrecisionResult:
 
 def precision_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", temperature: float = 0.0,
                          max_new_tokens: int, seed: int = 0, eos_token_id=None, vocab: int | None = None,
-                         progress: Progress = None) -> list[PrecisionResult]:
+                         progress: Progress = None, role: str = "draft") -> list[PrecisionResult]:
     """`pairs`: draft precision -> a pair (same target) with its draft in that precision.
 
-    Each precision runs next to its own warmed target-alone run, so a change of load
-    on the machine affects both sides of each speedup alike.
+    Each precision runs next to its own warmed target-alone run (its own target's), so a change of load
+    on the machine affects both sides of each speedup alike. role: what the precisions are of, as progress
+    says it.
     """
     out = []
     for i, (precision, pair) in enumerate(pairs.items()):
-        _say(progress, f"{precision} draft", i / max(len(pairs), 1))
+        _say(progress, f"{precision} {role}", i / max(len(pairs), 1))
         cmp = compare_with_baseline(pair.target, pair.chain_draft(), input_ids, k=k, k_policy=k_policy,
                                     temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
                                     eos_token_id=eos_token_id, vocab=vocab)
         out.append(PrecisionResult(precision, cmp, measure.c_from_runs([cmp.spec], [cmp.base])))
     _say(progress, "done", 1.0)
     return out
+
+
+def target_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", temperature: float = 0.0,
+                      max_new_tokens: int, seed: int = 0, eos_token_id=None, vocab: int | None = None,
+                      progress: Progress = None) -> list[PrecisionResult]:
+    """`pairs`: target precision (float32, int8) -> a pair with its target in that precision and the same
+    draft (model and precision). Each runs against its own target alone, so each speedup is over its own
+    target (precision_comparison, keyed by the target's precision). InvalidSetting when the drafts differ."""
+    drafts = {(p.spec.draft.name, p.draft_precision) for p in pairs.values()}
+    if len(drafts) > 1:
+        raise InvalidSetting("comparing targets needs the same draft against each; got "
+                             + ", ".join(f"{name} in {prec}" for name, prec in sorted(drafts)) + ".")
+    return precision_comparison(pairs, input_ids, k=k, k_policy=k_policy, temperature=temperature,
+                                max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id, vocab=vocab,
+                                progress=progress, role="target")

@@ -18,7 +18,8 @@ streamlit, no models.
   best_k_words                             the model's best k, said to be the bound when it is
   forward_cost_verdict, dtype_comparison, bandwidth_verdict, batch_verdict   why it is fast
   exactness_verdict, tv_verdict            greedy identity and the sampled distribution
-  precision_rows, precision_verdict        draft precisions side by side
+  precision_rows, precision_verdict        draft precisions side by side (precision_rows: target precisions too)
+  target_verdict, TARGET_PRECISION_HELP   a float32 and an int8 target side by side: why the int8 one gains little
   drafter_words, k_words                   the draft, and how a run chose k, as headers and captions say them
   other_settings                           a kept result measured with other settings than those on screen
   gpu_advice                               a pair too small to win on a GPU, and a pair that can
@@ -40,7 +41,8 @@ from specviz.core.limits import K_MAX
 from specviz.data.records import Round, Run
 from specviz.data.tree_records import TreeRound
 from specviz.teaching.render import md_code, md_text, visible
-from specviz.core.theory import NOISE_SPREADS, TVNoise, expected_speedup, expected_tokens, expected_tokens_over, flat_until
+from specviz.core.theory import (NOISE_SPREADS, TVNoise, expected_speedup, expected_tokens, expected_tokens_over,
+                                 flat_until, round_cost)
 
 Decode = Callable[[int], str]
 
@@ -532,9 +534,10 @@ def run_curve_note(k: int, ks: Sequence[int], policy: str, point: Mapping, k_fro
     return note
 
 
-def precision_rows(results) -> list[dict]:
-    """One row per draft precision (experiments.precision_comparison)."""
-    return [{"draft precision": r.precision, "c": num(r.c, ".3f"), "α": num(r.comparison.spec.alpha, ".3f"),
+def precision_rows(results, label: str = "draft precision") -> list[dict]:
+    """One row per draft precision (experiments.precision_comparison), or per target precision with
+    label='target precision' (experiments.target_comparison)."""
+    return [{label: r.precision, "c": num(r.c, ".3f"), "α": num(r.comparison.spec.alpha, ".3f"),
              "tokens per pass": num(r.comparison.spec.tokens_per_pass, ".2f"),
              "measured speedup": f"{num(measure.steady_speedup(r.comparison.spec, r.comparison.base), '.2f')}×",
              "same text as target alone": {True: "yes", False: "no", None: "sampling"}[r.comparison.identical]}
@@ -556,6 +559,26 @@ def precision_verdict(results) -> str:
             f"{dear.precision}, with {alpha}: it measured {s_cheap:.2f}× against {s_dear:.2f}×, {faster}. "
             f"Each draft step is paid k times per round, so c weighs as much as α.")
 
+
+def target_verdict(results) -> str:
+    """Why a quantized target often shows little gain, from experiments.target_comparison's own numbers: the
+    same draft costs more of a faster target's pass (c up), and speedup ≈ E[tokens] / (1 + k·c)."""
+    by = {r.precision: r for r in results if math.isfinite(r.c)}
+    if "float32" not in by or len(by) < 2:
+        return "Run the same draft against both targets to compare them."
+    ref, q = by["float32"], next(r for p, r in by.items() if p != "float32")
+
+    def model(r) -> str:  # E[tokens] / (1 + k·c) with this run's numbers, and what it measured
+        spec, k = r.comparison.spec, r.comparison.spec.decode.k
+        pred = spec.tokens_per_pass / round_cost(k, r.c)
+        return (f"{spec.tokens_per_pass:.2f} / (1 + {k}·{r.c:.2f}) = {pred:.2f}× "
+                f"(measured {measure.steady_speedup(spec, r.comparison.base):.2f}×)")
+
+    why = ("its passes are faster, so the same draft step costs more of one" if q.c > ref.c else
+           "here its passes were not faster than the float32 target's, so the draft did not cost more of one")
+    return (f"Against the {q.precision} target, {why}: c = {q.c:.2f} against {ref.c:.2f}. Speedup ≈ E[tokens] / "
+            f"(1 + k·c): {model(q)} for the {q.precision} target, {model(ref)} for float32. A quantized target is "
+            f"already fast, so each draft step weighs more and speculation has less left to win.")
 
 
 def code_tok(tid: int, decode: Decode) -> str:
@@ -782,9 +805,17 @@ def over_budget(refusal) -> str:
                    "higher if this machine has the memory.")
 
 
-def config_words(pair: str, dtype: str, precision: str) -> str:
-    """A configuration as the app names it: 'qwen2.5-coder-embedded (float32, int8 draft)'."""
-    return f"{pair} ({dtype}, {precision} draft)"
+def config_words(pair: str, dtype: str, precision: str, target_precision: str = "float32") -> str:
+    """A configuration as the app names it: 'qwen2.5-coder-embedded (float32, int8 draft)', and ', int8 target'
+    inside the brackets for an int8 target."""
+    target = "" if target_precision == "float32" else f", {target_precision} target"
+    return f"{pair} ({dtype}, {precision} draft{target})"
+
+
+TARGET_PRECISION_HELP = ("The target's weights. float32 is the reference. int8 holds a quarter of the weight "
+                         "bytes and makes each target pass faster; it is exact too (each token's activations are "
+                         "quantized on their own), so speculative text equals this int8 target's own text, which "
+                         "may differ from the float32 target's. It needs dtype float32 on a CPU.")
 
 
 def fitting_choice(wanted: str, wanted_need: int, chosen: str | None, chosen_need: int, budget) -> str:

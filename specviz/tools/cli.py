@@ -248,13 +248,13 @@ def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
         pair.check_shared_vocab(TREE_WHAT)
         what = (f"a spine with siblings below {shape['doubt']}" if shape["shape"] == "spine"
                 else f"a tree of {shape['budget']} nodes")
-        print(f"generating with {pair.name}, {pair.draft_label} draft ({what}, "
+        print(f"generating with {pair.name}, {pair.draft_label} draft, {pair.target_precision} target ({what}, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
         return tree_decode(pair.target, pair.draft, input_ids, **shape, **decode.baseline_kwargs(), **common)
     drafter = PromptLookupDrafter() if lookup else pair.drafter()
     head = getattr(drafter, "head_name", "full")
     who = "prompt lookup" if lookup else f"{pair.draft_label} draft" + (f", {head} head" if head != "full" else "")
-    print(f"generating with {pair.name}, {who} (k={decode.k}, k policy {decode.k_policy}, "
+    print(f"generating with {pair.name}, {who}, {pair.target_precision} target (k={decode.k}, k policy {decode.k_policy}, "
           f"temperature={args.temperature}) ...", file=sys.stderr)
     return engine.speculative_decode(pair.target, drafter, input_ids, **decode.engine_kwargs(), **common)
 
