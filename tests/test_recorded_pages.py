@@ -205,7 +205,8 @@ def test_speedup_draws_its_recorded_sections_and_says_which_it_does_not_cover(sh
     assert "tiny-random" in note and "k values 1, 2, 4, 6, 8" in note and "Python function" in rec.prompt_text
     assert all(at.button(key=k).disabled for k in ("speed.run_cost", "speed.run_sweep", "speed.run_race",
                                                    "speed.run_adaptive", "speed.run_early_exit"))
-    assert any("Recorded mode does not cover this section" in i.value for i in at.info)  # 1b: a pair per precision
+    covers = [i.value for i in at.info if "Recorded mode does not cover this section" in i.value]
+    assert len(covers) == 2, covers  # 1b: a pair per precision; 1c: a pair per target precision
     m = {x.label: x.value for x in at.metric}
     assert m["c = draft step ÷ target step"] == f"{got['cost'].c:.3f}"
     stats = race.policy_summary(got["policies"])

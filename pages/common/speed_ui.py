@@ -113,6 +113,9 @@ def target_precisions(pair, ids, run_kw: dict) -> None:
     st.caption("An int8 target makes every target pass faster, and is exact: speculative text equals that "
                "target's own. Each target runs next to its own run of the target alone, with the draft of the "
                "sidebar and the k of section 5 (fixed).")
+    if pair is None:
+        st.info(explain.not_recorded("it loads the pair twice, with a float32 and an int8 target."))
+        return
     if "int8" not in ui.target_choices("float32"):
         st.caption("An int8 target runs only on a CPU with PyTorch's fbgemm: not on this device.")
         return
