@@ -104,3 +104,15 @@ def test_real_greedy_is_the_target_alone_with_every_draft_precision(default_pair
                                  eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
         assert run.token_ids == ref, (precision, dom, pair.tokenizer.decode(run.token_ids))
         assert run.n_accepted > 0, (precision, dom)  # the draft is still a useful draft
+
+
+def test_the_creative_lesson_lands_its_point_live(default_pair):
+    """The creative lesson with its defaults, live on the default pair: the code's α is well above the story's
+    (test_lessons checks the same on the shipped recordings)."""
+    from specviz.teaching import lessons
+    from test_lessons import LANDS
+
+    ctx = lessons.Context(pair=default_pair)
+    story, code = (lessons.run_step(s, ctx) for s in lessons.lesson("creative").steps[:2])
+    assert code.measured - story.measured >= LANDS, (code.measured, story.measured)
+

@@ -140,8 +140,12 @@ RECORDED: dict[tuple[str, float], str] = {
     ("Python function", 0.0): "code-greedy",
     ("Creative story", 0.0): "creative-greedy",
     ("Creative story", 1.0): "creative-sampling-t1",
+    ("Surreal story", 0.0): "surreal-greedy",
 }
 K = 4  # drafted tokens per round in every lesson run (the recordings' k)
+# The creative lesson's two texts are the acceptance lab's code and creative prompts: the four-line poem
+# ("Creative story") falls into repeating its first line when greedy, and then accepts almost like code.
+CODE, STORY = prompts.LAB_PROMPTS["code"], prompts.LAB_PROMPTS["creative"]
 
 
 @dataclass(frozen=True)
@@ -331,7 +335,7 @@ def tokens_per_pass(ctx: Context) -> Outcome:
 
 
 def alpha_poem(ctx: Context) -> Outcome:
-    t = trial(ctx, "Creative story")
+    t = trial(ctx, STORY)
     lo, hi = _alpha_interval(t.run)
     a = t.run.alpha
     return Outcome(a, f"{a:.2f}", {"alpha": a, "lo": lo, "hi": hi, "accepted": t.run.n_accepted,
@@ -339,7 +343,7 @@ def alpha_poem(ctx: Context) -> Outcome:
 
 
 def alpha_code(ctx: Context) -> Outcome:
-    code, poem = trial(ctx, "Python function"), trial(ctx, "Creative story")
+    code, poem = trial(ctx, CODE), trial(ctx, STORY)
     a, b = code.run.alpha, poem.run.alpha
     lo, hi = _alpha_interval(code.run)
     plo, phi = _alpha_interval(poem.run)
@@ -354,14 +358,14 @@ def alpha_code(ctx: Context) -> Outcome:
 def entropy_poem_code(ctx: Context) -> Outcome:
     from specviz.teaching.lab import mean_entropy
 
-    code, poem = trial(ctx, "Python function"), trial(ctx, "Creative story")
+    code, poem = trial(ctx, CODE), trial(ctx, STORY)
     hc, hp = mean_entropy(code.run), mean_entropy(poem.run)
     if not (math.isfinite(hc) and math.isfinite(hp)):
         raise SpecvizError("A run judged no drafts, so there is no entropy to compare.")
     if abs(hp - hc) <= 0.1 * max(hp, hc, 1e-9):
         measured, lead = "about the same", "Its uncertainty was about the same on both texts"
     else:
-        measured = "the poem" if hp > hc else "the code"
+        measured = "the story" if hp > hc else "the code"
         lead = f"The target was less sure on {measured}"
     # entropy where drafts were accepted vs rejected, both runs pooled
     acc, rej = [], []
@@ -496,7 +500,7 @@ def self_draft(ctx: Context) -> Outcome:
 def draw_entropy_along_poem(ctx: Context, outcome: Outcome):
     from specviz.teaching.charts import fig_entropy_acceptance
 
-    t = trial(ctx, "Creative story")  # the run the step measured (memoised)
+    t = trial(ctx, STORY)  # the run the step measured (memoised)
     return fig_entropy_acceptance(t.run, t.decode)
 
 
@@ -582,24 +586,24 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("creative", "Why creative text accepts poorly",
            "α is the chance that the target accepts a drafted token. Does it depend on what is being written?", (
         Step("poem",
-             "Greedy, k = 4: what α will the draft reach on a surreal poem?",
-             Prediction("α on the poem", default=0.5),
+             "Greedy, k = 4: what α will the draft reach on a surreal story?",
+             Prediction("α on the story", default=0.5),
              "alpha_poem",
-             "On the poem the target accepted {accepted} of {judged} judged drafts: α = {alpha:.2f} "
+             "On the story the target accepted {accepted} of {judged} judged drafts: α = {alpha:.2f} "
              "(95 % interval {lo:.2f}–{hi:.2f}).",
              LAB),
         Step("code",
              "And on a short Python function?",
              Prediction("α on the code", default=0.5),
              "alpha_code",
-             "On the code α = {alpha:.2f} ({lo:.2f}–{hi:.2f}, {judged} judged drafts), {which} the poem's "
+             "On the code α = {alpha:.2f} ({lo:.2f}–{hi:.2f}, {judged} judged drafts), {which} the story's "
              "{poem:.2f}.{caveat}",
              LAB),
         Step("entropy",
              "Which text made the target itself less sure of its next token (higher entropy)?",
-             choice("Less sure on…", ("the poem", "the code", "about the same")),
+             choice("Less sure on…", ("the story", "the code", "about the same")),
              "entropy_poem_code",
-             "{lead}. Mean target entropy where drafts were judged: poem {h_poem:.2f} nats "
+             "{lead}. Mean target entropy where drafts were judged: story {h_poem:.2f} nats "
              "(α = {alpha_poem:.2f}), code "
              "{h_code:.2f} nats (α = {alpha_code:.2f}). {rejections}",
              LAB, figure="draw_entropy_along_poem"),
