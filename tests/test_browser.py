@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.tools.loadtest import serve
+from specviz.tools.loadtest import more_settings, serve
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
@@ -79,6 +79,8 @@ def browser():
 
 def _set_number(page, label: str, value: int) -> None:
     box = page.get_by_label(label, exact=True)
+    if label == "max new tokens" and page.get_by_text("More settings").count():  # the main page: in its expander
+        box = more_settings(page).get_by_label(label, exact=True)
     box.fill(str(value))
     box.press("Enter")
 
@@ -110,7 +112,7 @@ def test_one_generation_with_the_real_pair(server, browser, shots):
     page.set_default_timeout(WAIT_MS)
     page.goto(server)
     page.get_by_text("Watch speculative decoding").first.wait_for()
-    page.get_by_text("device").first.wait_for()
+    page.get_by_role("button", name="Run", exact=True).wait_for()
 
     # the page's defaults, as a newcomer presses Run: docs/main-page.png and docs/speed.png show this run
     # the first Run loads the pair; drafted tokens appear as pending, then get their verdict
@@ -169,7 +171,7 @@ def test_pause_step_resume_keep_the_run(server, browser):
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.set_default_timeout(WAIT_MS)
     page.goto(server)
-    page.get_by_text("device").first.wait_for()
+    page.get_by_role("button", name="Run", exact=True).wait_for()
     _set_number(page, "max new tokens", 48)  # 3 to 5 rounds: a Pause that lands a round late still has one to step
     page.wait_for_timeout(1500)
     page.get_by_role("button", name="Run", exact=True).click()

@@ -501,15 +501,26 @@ def lower_started_since(before: set[int], nice: int = BROWSER_NICE) -> int:
     return lower_priority(started_since(before), nice)
 
 
+def more_settings(page):
+    """The main page's sidebar with its "More settings" expander open (every control a first Run can leave as it
+    is sits there, collapsed)."""
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    box = sidebar.get_by_label("max new tokens", exact=True)
+    if not box.is_visible():
+        sidebar.get_by_text("More settings").first.click()
+        box.wait_for()
+    return sidebar
+
+
 def open_session(browser, url: str, max_new: int | None, timeout_s: float):
     """A new session (its own browser context) on the main page, ready to press Run."""
     ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
     page = ctx.new_page()
     page.set_default_timeout(timeout_s * 1000)
     page.goto(url)
-    page.get_by_text("device").first.wait_for()
+    page.get_by_role("button", name="Run", exact=True).wait_for()
     if max_new is not None:
-        box = page.get_by_label("max new tokens", exact=True)
+        box = more_settings(page).get_by_label("max new tokens", exact=True)
         box.fill(str(max_new))
         box.press("Enter")
         page.wait_for_timeout(1500)  # let the rerun settle
