@@ -405,7 +405,7 @@ def test_memory_estimate_counts_the_draft_copy_in_its_precision():
     assert draft_fp32 / 4 < sum(parts.values()) - sum(models.config_parts(spec, "float32").values()) < draft_fp32
     # at the peak the copy passes through float32 (it is quantized layer by layer from a float32 copy)
     peak = models.estimate_memory_bytes(spec, torch.float32, draft_precision="int8")
-    assert peak - models.estimate_memory_bytes(spec, torch.float32) == memory.weight_bytes(spec.draft.params, "float32")
+    assert peak - models.estimate_memory_bytes(spec, torch.float32) == memory.held_bytes(spec.draft.params, "float32")
     assert len(parts) == 3 and sum(1 for k in parts if k[0] == "target") == 1
     assert models.pair_parts(reg.pair("qwen2.5-coder-1.5b-self"), "float32") == {
         k: v for k, v in parts.items() if k[0] == "target"}

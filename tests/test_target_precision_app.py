@@ -68,14 +68,14 @@ def test_the_estimator_counts_an_int8_target_as_an_int8_draft_is_counted():
         assert peak["int8"] <= peak["float32"]
         parts = models.pair_parts(spec, "float32", target_precision="int8")
         target = next(v for k, v in parts.items() if k[0] == "target")
-        assert target == memory.weight_bytes(models._guess_params(spec.target), "int8")  # the draft's rule
+        assert target == memory.held_bytes(models._guess_params(spec.target), "int8")  # the draft's rule
         # an int8-target pair holds a target and a draft of its own: no key shared with the float32 pair
         assert not set(parts) & set(models.pair_parts(spec, "float32"))
     # while it is made, the target passes through float32: the peak says so
     spec = config.load_registry(ROOT / "models.yaml").pair()
     params = models._guess_params(spec.target)
     assert (models.loading_bytes(spec, "float32", None, "int8") - memory.LOADING
-            == memory.weight_bytes(params, "float32") - memory.weight_bytes(params, "int8"))
+            == memory.held_bytes(params, "float32") - memory.held_bytes(params, "int8"))
 
 
 @pytest.fixture(scope="module")

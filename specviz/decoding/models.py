@@ -304,7 +304,7 @@ def _dtype_name(dtype) -> str:
 
 def pair_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,
                device: str = "cpu", with_target: bool = True, target_precision: str | None = None) -> dict[tuple, int]:
-    """The bytes each loaded part of a pair holds (memory.weight_bytes), keyed by what the part is, so a part
+    """The bytes each loaded part of a pair holds (memory.held_bytes), keyed by what the part is, so a part
     two loaded pairs share (one target under two draft precisions, or two pairs) is counted once:
     ('target', model, dtype, device) and ('draft', pair, dtype, draft precision, device). A draft made of the
     target's own layers has no part of its own. draft_precision None: the draft in `dtype`.
@@ -317,10 +317,10 @@ def pair_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | 
     tail = () if t_precision == "float32" else (f"{t_precision} target",)
     parts = {}
     if with_target:
-        parts[("target", spec.target.name, dt, device, *tail)] = memory.weight_bytes(
+        parts[("target", spec.target.name, dt, device, *tail)] = memory.held_bytes(
             _guess_params(spec.target), dt if t_precision == "float32" else t_precision)
     if not isinstance(spec.draft.source, DerivedSource) and spec.draft.name != spec.target.name:
-        parts[("draft", spec.name, dt, precision, device, *tail)] = memory.weight_bytes(_guess_params(spec.draft),
+        parts[("draft", spec.name, dt, precision, device, *tail)] = memory.held_bytes(_guess_params(spec.draft),
                                                                                          precision)
     return parts
 
@@ -336,7 +336,7 @@ def config_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str 
 
 def _quantizing_bytes(params: int, precision: str) -> int:
     """What a model's float32 stage holds beyond its finished copy in `precision` while it is quantized."""
-    return max(memory.weight_bytes(params, "float32") - memory.weight_bytes(params, precision), 0)
+    return max(memory.held_bytes(params, "float32") - memory.held_bytes(params, precision), 0)
 
 
 def loading_bytes(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,

@@ -9,7 +9,7 @@ the bytes of its parts (a part shared by two entries, such as one target under t
 charged once), unloads what was least recently used to make room for a new entry, never unloads an entry
 that is leased (in use), and refuses, before anything loads, an entry that cannot fit.
 
-Public API: Budget, read_budget, weight_bytes, Refusal, OverBudget, Lease, ModelStore, GiB, ENV.
+Public API: Budget, read_budget, held_bytes, Refusal, OverBudget, Lease, ModelStore, GiB, ENV.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ RUNNING = 1.1  # KV caches and activations of a run, on top of the weights
 LOADING = 512 * 2**20  # room a load needs for a moment on top of what stays (buffers, oneDNN packing)
 
 
-def weight_bytes(params: int, precision: str) -> int:
+def held_bytes(params: int, precision: str) -> int:
     """Bytes that `params` parameters in `precision` hold while they run (weights, caches, activations)."""
     if precision not in BYTES_PER_PARAM:
         raise InvalidSetting(f"no memory estimate for precision {precision!r}")
@@ -381,5 +381,5 @@ class ModelStore:
                 e.leases -= 1
 
 
-__all__ = ["Budget", "ENV", "GiB", "Lease", "ModelStore", "OverBudget", "Refusal", "cgroup_room", "give_back", "peak_resident_bytes", "read_budget",
-           "weight_bytes"]
+__all__ = ["Budget", "ENV", "GiB", "Lease", "ModelStore", "OverBudget", "Refusal", "cgroup_room", "give_back",
+           "held_bytes", "peak_resident_bytes", "read_budget"]
