@@ -75,6 +75,14 @@ def note_other_settings(runs, ids, run_kw: dict, k: int | None = None, off: bool
     ui.note_other_settings(name for name in now if any(t[name] != now[name] for t in then))
 
 
+def _comparison_table(res, ids, run_kw: dict, *header: str) -> None:
+    """A kept precision comparison (1b, 1c): the settings it differs in, its timing notes, and its table."""
+    note_other_settings([r.comparison.spec for r in res], ids, run_kw, k=st.session_state.get("speed.k0", 4))
+    lab_ui.timing_notes((x for r in res for run in (r.comparison.spec, r.comparison.base) for x in run.rounds),
+                        "the comparison")
+    ui.table(explain.precision_rows(res, *header), hide_index=True, width="stretch")
+
+
 def draft_precisions(pair, ids, run_kw: dict) -> None:
     st.subheader("1b · A cheaper draft: the same prompt with the draft in each precision")
     st.caption("The draft's precision never changes the output (the target decides every token); it changes c, "
@@ -96,10 +104,7 @@ def draft_precisions(pair, ids, run_kw: dict) -> None:
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
     if (res := kept.get()) is not None:
-        note_other_settings([r.comparison.spec for r in res], ids, run_kw, k=st.session_state.get("speed.k0", 4))
-        lab_ui.timing_notes((x for r in res for run in (r.comparison.spec, r.comparison.base) for x in run.rounds),
-                            "the comparison")
-        ui.table(explain.precision_rows(res), hide_index=True, width="stretch")
+        _comparison_table(res, ids, run_kw)
         st.caption("c here is each run's own: its draft steps against its target-alone run's one-token passes. "
                    "Section 1 times single steps apart from any run, so the two can differ a little for the same "
                    "draft.")
@@ -132,10 +137,7 @@ def target_precisions(pair, ids, run_kw: dict) -> None:
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
     if (res := kept.get()) is not None:
-        note_other_settings([r.comparison.spec for r in res], ids, run_kw, k=st.session_state.get("speed.k0", 4))
-        lab_ui.timing_notes((x for r in res for run in (r.comparison.spec, r.comparison.base) for x in run.rounds),
-                            "the comparison")
-        ui.table(explain.precision_rows(res, "target precision"), hide_index=True, width="stretch")
+        _comparison_table(res, ids, run_kw, "target precision")
         st.markdown(explain.target_verdict(res))
 
 
