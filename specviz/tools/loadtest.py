@@ -26,6 +26,9 @@ Every wait is bounded (--timeout for the whole test). The default settings of th
 of their own: they run lowered, capped, and by default only while the server is idle (BrowserGate;
 --browsers-always lets them run throughout).
 
+--simulate N (with --mix, --spread) runs a room without browsers instead: N sessions as threads of this process,
+each pressing one page's button through the specviz functions that page calls (specviz.tools.simload).
+
 This module drives the app from outside and never imports streamlit.
 """
 
@@ -930,6 +933,24 @@ def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep
     return out
 
 
+def _simulate(ap: argparse.ArgumentParser, a) -> int:
+    """--simulate: its settings checked before anything loads, then specviz.tools.simload."""
+    from specviz.core.errors import InvalidSetting
+    from specviz.tools import simload
+
+    try:
+        mix = simload.parse_mix(a.mix) if a.mix else None
+    except InvalidSetting as e:
+        ap.error(str(e))
+    n = sum(mix.values()) if mix else a.simulate
+    if not 1 <= n <= 256 or (mix and a.simulate is not None and a.simulate != n):
+        ap.error("--simulate must be from 1 to 256 sessions, and the sum of --mix where both are given")
+    a.simulate = n
+    if not 0 <= a.spread <= 3600:
+        ap.error("--spread must be from 0 to 3600 seconds")
+    return simload.main(a)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specviz loadtest", description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=4, help="browser sessions pressing Run at once (default 4)")
@@ -948,7 +969,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--browsers-always", action="store_true",
                     help="let the browsers run while the server works too (by default they are stopped then: "
                          "laptops draw on cores of their own)")
+    sim = ap.add_argument_group("simulated room (no browser: sessions as threads of this process, "
+                                "specviz.tools.simload)")
+    sim.add_argument("--simulate", type=int, metavar="N", help="N sessions pressing the pages' buttons as threads")
+    sim.add_argument("--mix", help="how many of each kind, e.g. main:20,lab:4,speedup:3,lesson:3 (default: two "
+                                   "thirds main, the rest spread over the others; N is then their sum)")
+    sim.add_argument("--spread", type=float, default=10.0, help="the sessions start within this many seconds "
+                                                                "(default 10)")
+    sim.add_argument("--pair", help="the pair to load (default: the registry's default pair)")
+    sim.add_argument("--seed", type=int, default=0, help="the random start moments' seed (default 0)")
     a = ap.parse_args(argv)
+    if a.simulate is not None or a.mix:
+        return _simulate(ap, a)
     if not 1 <= a.sessions <= 64:
         ap.error("--sessions must be from 1 to 64")
     if not 1 <= a.batches <= 20:

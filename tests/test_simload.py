@@ -1,0 +1,75 @@
+"""The simulated room (loadtest --simulate): sessions as threads pressing the pages' buttons on the tiny pair."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+TINY = str(Path(__file__).parent / "models_tiny.yaml")
+
+
+def test_a_small_room_reports_each_kinds_waits_queue_and_compute(tmp_path, capsys):
+    """Five sessions at once on the tiny pair: every one finishes, its wait holds its time in the queue and its
+    time computing, some of them queued (one device, one at a time), and every figure is judged against a solo
+    run of its kind."""
+    from specviz.tools import loadtest
+
+    out = tmp_path / "room.json"
+    assert loadtest.main(["--simulate", "5", "--mix", "main:2,lab:1,speedup:1,lesson:1", "--spread", "0",
+                          "--models", TINY, "--max-new", "8", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    md = out.with_suffix(".md").read_text()
+    assert md == capsys.readouterr().out.split(f"wrote {out}")[0]
+    assert set(rep["per_kind"]) == {"main", "lab", "speedup", "lesson"} and rep["all"]["finished"] == 5
+    sessions = rep["sessions"]
+    assert [s["kind"] for s in sessions] == ["main", "main", "lab", "speedup", "lesson"]
+    for s in sessions:
+        assert s["error"] is None and s["holds"] > 0 and s["compute_s"] > 0
+        # the queue and the device hold only part of the session's wait, never more
+        assert s["queue_s"] + s["compute_s"] <= s["wait_s"] + 0.05, s
+        assert s["pass_s"] > 0 and s["pass_over_solo"] is not None and s["honest"] is not None
+        assert (s["speedup"] is None) == (s["kind"] == "lab")
+    # five sessions pressed at once on a device that runs one piece of work at a time: some waited their turn
+    assert max(s["queue_s"] for s in sessions) > 0.01
+    assert sum(s["queue_s"] for s in sessions) == pytest.approx(
+        sum(rep["per_kind"][k]["queue_share"] * sum(s["wait_s"] for s in sessions if s["kind"] == k)
+            for k in rep["per_kind"]), rel=1e-6)
+    for k, v in rep["per_kind"].items():
+        w = v["wait_s"]
+        assert w["median"] <= w["p90"] <= w["worst"] == max(s["wait_s"] for s in sessions if s["kind"] == k)
+        assert rep["solo"][k]["wait_s"] > 0 and rep["solo"][k]["queue_s"] < 0.05  # alone: no one to wait for
+    assert "| main | 2/2 |" in md and "| all | 5/5 |" in md
+
+
+def test_a_kinds_figures_are_the_median_p90_worst_and_honest_count():
+    from specviz.tools.simload import Session, kind_summary, percentile
+
+    assert percentile(range(1, 11), 50) == 5 and percentile(range(1, 11), 90) == 9
+    assert percentile([3.0, None, 1.0], 100) == 3.0 and percentile([], 50) is None
+    room = [Session("main", f"m{i}", wait_s=w, queue_s=q, compute_s=1.0, pass_over_solo=p, speedup_over_solo=1.0)
+            for i, (w, q, p) in enumerate([(2.0, 1.0, 1.0), (4.0, 3.0, 1.1), (10.0, 9.0, 1.3)])]
+    room.append(Session("main", "m3", error="boom"))
+    v = kind_summary(room)
+    assert v["wait_s"] == {"median": 4.0, "p90": 10.0, "worst": 10.0}
+    assert v["queue_share"] == pytest.approx(13.0 / 16.0)
+    assert (v["honest"], v["judged"], v["finished"], v["errors"]) == (2, 3, 3, 1)  # 1.3 is past the tolerance
+
+
+@pytest.mark.parametrize("args, wrong", [(["--simulate", "3", "--mix", "main:2"], "--simulate"),
+                                         (["--mix", "room:2"], "unknown kind"),
+                                         (["--mix", "main:x"], "kind:count"),
+                                         (["--simulate", "0"], "--simulate"),
+                                         (["--simulate", "2", "--spread", "nan"], "--spread")])
+def test_the_rooms_settings_are_checked_before_anything_loads(args, wrong, capsys):
+    from specviz.tools import loadtest
+
+    with pytest.raises(SystemExit):
+        loadtest.main(args)
+    assert wrong in capsys.readouterr().err
+
+
+def test_a_default_mix_is_two_thirds_main():
+    from specviz.tools.simload import default_mix
+
+    assert default_mix(30) == {"main": 20, "lab": 4, "speedup": 3, "lesson": 3}
+    assert sum(default_mix(7).values()) == 7 and sum(default_mix(1).values()) == 1
