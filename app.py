@@ -60,6 +60,7 @@ with load_box:
     except (SpecvizError, MemoryError) as e:
         ui.show_error(e)
 job: playback.Playback | None = S.get("main.job")
+controls.offer_recording(job)  # what the waiting notice offers to watch while this run waits for the device
 with ctrl:
     controls.buttons(ms, job)
 

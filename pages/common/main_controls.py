@@ -8,7 +8,7 @@ import time
 import streamlit as st
 
 from pages.common import ui
-from pages.common.main_sidebar import RECORDED, MainSettings
+from pages.common.main_sidebar import RECORDED, WATCH, MainSettings
 from pages.common.main_view import decoder
 from specviz.core import limits
 from specviz.teaching import explain, render
@@ -17,6 +17,7 @@ from specviz.core import prompts
 from specviz.decoding.drafters import PromptLookupDrafter
 from specviz.decoding.engine import speculative_stream
 from specviz.core.errors import SpecvizError
+from specviz.core.settings import DecodeSettings
 
 S = st.session_state
 RUN, PLAY = "Run", "Play recording"  # the main button's label: live models, or a recorded run
@@ -125,6 +126,21 @@ def handle_request(ms: MainSettings, t_script: float) -> int | None:
     if S.get("main.playing") and job is not None and not job.done:
         return None
     return 0
+
+
+def offer_recording(job: playback.Playback | None) -> None:
+    """While a live run goes on, the device queue's waiting notice offers the shipped recording of its prompt and
+    settings (runfile.matching_recording), as a link that plays it in a new tab: this run keeps its place."""
+    offer = None
+    if job is not None and job.source == "live" and not job.done:
+        if "recording_offer" not in job.meta:  # the recordings are read once per run, not at every rerun
+            rec = runfile.matching_recording(runfile.list_recorded(), job.prompt_text, job.meta.get("chat"),
+                                             DecodeSettings.from_record(job.meta.get("kw") or {}),
+                                             job.meta.get("pair") or "")
+            job.meta["recording_offer"] = None if rec is None else explain.recording_offer(
+                rec.title or rec.name, rec.pair, f"?source=recorded&{WATCH}={rec.name}")
+        offer = job.meta["recording_offer"]
+    S[ui.WAIT_OFFER] = offer
 
 
 def buttons(ms: MainSettings, job: playback.Playback | None) -> None:

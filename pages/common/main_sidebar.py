@@ -20,6 +20,7 @@ DRAFT_MODEL, LOOKUP = "draft model", "prompt lookup (no second model)"
 K_POLICIES = {"fixed": "fixed", "adaptive": "adaptive", "best": "best k"}  # engine k_policy -> label
 FREE = "free text"
 MORE = "More settings"  # the expander with every control the first Run can leave as it is
+WATCH = "watch"  # the address's key of a recording to play at once (main_controls.offer_recording links it)
 FIRST = prompts.FIRST_RUN  # what Run does on a fresh page: chosen by measurement (docs/performance.md)
 
 
@@ -71,8 +72,14 @@ def _source(sb) -> tuple[bool, Any]:
         return False, None
     by_name = {r.name: r for r in recs}
     names = list(by_name)
+    first = runfile.FIRST_RECORDING
+    watch = st.query_params.get(WATCH)  # a waiting session's link (main_controls.offer_recording): play it once
+    if watch is not None:  # a new tab, so a new session: its selectbox takes the index
+        del st.query_params[WATCH]
+        if watch in by_name:
+            first, S["main.request"] = watch, "run"
     chosen = sb.selectbox("Recorded run", names, key="main.recording", format_func=lambda n: by_name[n].title or n,
-                          index=names.index(runfile.FIRST_RECORDING) if runfile.FIRST_RECORDING in names else 0)
+                          index=names.index(first) if first in names else 0)
     recording = by_name[chosen]
     rs = recording.run
     sb.caption(f"Recorded with {recording.pair} on {rs.device}, {rs.dtype}: "

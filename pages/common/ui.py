@@ -169,12 +169,16 @@ def _note_new_session() -> None:
         st.warning(explain.NEW_SESSION, icon=":material/sync_problem:")
 
 
+WAIT_OFFER = "ui.wait_offer"  # markdown the waiting notice adds: what the session may watch meanwhile
+
+
 def join_device_queue() -> None:
     """This session's model work queues for the device under its session id (specviz.device.devqueue).
 
     While a round or a measurement waits its turn, a notice under the title says how many sessions
-    are ahead. Each check while waiting is also a point where Streamlit stops the script: a rerun
-    (Run pressed again, any widget) or a closed tab drops the queued work instead of waiting on.
+    are ahead, and what st.session_state[WAIT_OFFER] offers to watch meanwhile. Each check while waiting
+    is also a point where Streamlit stops the script: a rerun (Run pressed again, any widget) or a closed
+    tab drops the queued work instead of waiting on.
     The model work runs on threads of its own; $SPECVIZ_PAGE_NICE may lower the page's priority below
     theirs (by default it does not).
     """
@@ -195,7 +199,9 @@ def join_device_queue() -> None:
             notice.empty()
         else:
             est = devqueue.QUEUE.wait_estimate(owner) if ahead else None
-            notice.info(explain.queue_wait(ahead, est), icon=":material/hourglass_top:")
+            offer = st.session_state.get(WAIT_OFFER)  # something to watch meanwhile (the main page's recording)
+            notice.info(explain.queue_wait(ahead, est) + (f"\n\n{offer}" if offer else ""),
+                        icon=":material/hourglass_top:")
 
     owner = ctx.session_id if ctx is not None else "no-session"
     devqueue.set_session(owner, on_wait)

@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from specviz.core import limits, measure
 from specviz.core.limits import K_MAX
@@ -24,7 +24,7 @@ from specviz.data import records
 from specviz.core.errors import SpecvizError
 from specviz.core.prompts import FIRST_RUN
 from specviz.data.records import AUTOREGRESSIVE, BIDI_CONTROLS, MODES, Run, TopK, malformed
-from specviz.core.settings import is_greedy
+from specviz.core.settings import DecodeSettings, is_greedy
 
 EXPORT_FORMAT = "specviz.export/1"
 RECORDED_DIR = Path(__file__).parents[1] / "recorded"
@@ -409,6 +409,23 @@ DEFAULT_RECORDINGS = [
 # what "Recorded runs" plays first: the recording of the main page's first live run
 FIRST_RECORDING = next(s.name for s in DEFAULT_RECORDINGS if s.preset == FIRST_RUN.preset and s.temperature == 0
                        and (s.k, s.k_policy) == (FIRST_RUN.k, FIRST_RUN.k_policy))
+
+
+def same_settings(rec: Recording, prompt_text: str, chat: bool | None, decode: DecodeSettings) -> bool:
+    """Whether a recording ran the prompt and settings of a run: the same prompt text (through the chat template
+    or not, where both say), k and how it was chosen, and what the text depends on (baseline_ident: sampling,
+    new tokens, and the seed when sampling)."""
+    want = (decode.k, decode.k_policy, decode.baseline_ident())
+    got = rec.run.decode
+    return (rec.prompt_text == prompt_text and (rec.chat is None or chat is None or bool(rec.chat) == bool(chat))
+            and (got.k, got.k_policy, got.baseline_ident()) == want)
+
+
+def matching_recording(recordings: Iterable[Recording], prompt_text: str, chat: bool | None,
+                       decode: DecodeSettings, pair: str = "") -> Recording | None:
+    """The recording of a run's prompt and settings (same_settings), one made on `pair` first; None if none is."""
+    found = [r for r in recordings if same_settings(r, prompt_text, chat, decode)]
+    return next((r for r in found if r.pair == pair), found[0] if found else None)
 
 
 def list_recorded(folder: Path | str = RECORDED_DIR) -> list[Recording]:

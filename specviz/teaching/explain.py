@@ -757,6 +757,14 @@ def queue_wait(ahead: int, estimate_s: float | None = None) -> str:
             "so every figure here counts only this session's own time on it.")
 
 
+def recording_offer(title: str, pair: str, href: str) -> str:
+    """What a session waiting for the device may watch meanwhile: the shipped recording of its run's prompt and
+    settings (runfile.matching_recording), opened in a new tab, while the live run keeps its place."""
+    made = f", recorded on {md_text(pair)}" if pair else ""
+    return (f"Meanwhile, [watch the recorded run of these settings]({href}) ({md_text(title)}{made}) in a "
+            "new tab, with no model. This run keeps its place in line and goes on here.")
+
+
 def recording_words(about: Mapping[str, str], settings: Mapping, fell_back: bool = False) -> str:
     """The notice above a page drawn from a recording: that it is one, made on which pair and device, with which
     settings, and when (all from the file). fell_back: the source was live, but no model could be used here."""
