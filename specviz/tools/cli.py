@@ -370,6 +370,9 @@ def cmd_bench(args) -> int:
         if not args.quiet:
             print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
+    if args.batch:
+        return _batch_bench(args, say)
+
     report = bench.bench(args, progress=say)
     text = bench.to_json(report)
     if args.out:
@@ -384,6 +387,28 @@ def cmd_bench(args) -> int:
         print(text)
     else:
         print(bench.markdown(report))
+    return 0
+
+
+def _batch_bench(args, say) -> int:
+    """bench --batch: the pair's target, B sessions' verify passes one after another and batched."""
+    from specviz.tools import batchbench, bench
+
+    sizes = _int_list(args.batch_sizes, "--batch-sizes")
+    if not sizes or min(sizes) < 1 or max(sizes) > 64:
+        raise InvalidSetting(f"--batch-sizes must list integers from 1 to 64, got {sizes!r}")
+    if not 1 <= args.batch_k <= limits.K_MAX or not 1 <= args.batch_context <= 32768 or args.batch_reps < 1:
+        raise InvalidSetting(f"--batch-k must be from 1 to {limits.K_MAX}, --batch-context from 1 to 32768 and "
+                             "--batch-reps at least 1")
+    pair = bench.load(args)
+    points = batchbench.batch_bench(pair.target, sizes, args.batch_k + 1, args.batch_context, args.batch_reps, say)
+    device = next(pair.target.parameters()).device
+    about = f"{pair.name}'s target, {str(pair.dtype).replace('torch.', '')} on {device}"
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"about": about, "points": [p.record() for p in points]}, f, indent=1)
+        say(f"wrote {args.out}")
+    print(batchbench.markdown(points, about))
     return 0
 
 
@@ -514,6 +539,15 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--out", metavar="FILE", help="write the JSON here (the table still goes to stdout)")
     b.add_argument("--figure", metavar="FILE.json", help="write the measured-vs-predicted figure (plotly JSON)")
     b.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    bb = b.add_argument_group("--batch: would one target pass for the verify rows of several sessions pay? "
+                              "(specviz.tools.batchbench; measures only)")
+    bb.add_argument("--batch", action="store_true", help="instead of the methods: time B sessions' R-row passes "
+                                                          "one after another against one batched pass")
+    bb.add_argument("--batch-sizes", default="1,2,4,8", help="the B values (default 1,2,4,8)")
+    bb.add_argument("--batch-k", type=int, default=4, help="k: each session's pass has R = k + 1 rows (default 4)")
+    bb.add_argument("--batch-context", type=int, default=256,
+                    help="the longest session's context L; the others spread down to L / 2 (default 256)")
+    bb.add_argument("--batch-reps", type=int, default=5, help="timed repetitions, medians reported (default 5)")
     b.set_defaults(func=cmd_bench)
 
 
