@@ -27,6 +27,7 @@ def test_a_small_room_reports_each_kinds_waits_queue_and_compute(tmp_path, capsy
         assert s["error"] is None and s["holds"] > 0 and s["compute_s"] > 0
         # the queue and the device hold only part of the session's wait, never more
         assert s["queue_s"] + s["compute_s"] <= s["wait_s"] + 0.05, s
+        assert s["other_s"] == pytest.approx(max(0.0, s["wait_s"] - s["queue_s"] - s["compute_s"]))
         assert s["pass_s"] > 0 and s["pass_over_solo"] is not None and s["honest"] is not None
         assert (s["speedup"] is None) == (s["kind"] == "lab")
     # five sessions pressed at once on a device that runs one piece of work at a time: some waited their turn
@@ -37,7 +38,8 @@ def test_a_small_room_reports_each_kinds_waits_queue_and_compute(tmp_path, capsy
     for k, v in rep["per_kind"].items():
         w = v["wait_s"]
         assert w["median"] <= w["p90"] <= w["worst"] == max(s["wait_s"] for s in sessions if s["kind"] == k)
-        assert rep["solo"][k]["wait_s"] > 0 and rep["solo"][k]["queue_s"] < 0.05  # alone: no one to wait for
+        for solo in rep["solo"][k]:  # before and after the room
+            assert solo["wait_s"] > 0 and solo["queue_s"] < 0.05  # alone: no one to wait for
     assert "| main | 2/2 |" in md and "| all | 5/5 |" in md
 
 
@@ -53,6 +55,18 @@ def test_a_kinds_figures_are_the_median_p90_worst_and_honest_count():
     assert v["wait_s"] == {"median": 4.0, "p90": 10.0, "worst": 10.0}
     assert v["queue_share"] == pytest.approx(13.0 / 16.0)
     assert (v["honest"], v["judged"], v["finished"], v["errors"]) == (2, 3, 3, 1)  # 1.3 is past the tolerance
+    assert v["pass_over_solo"] == {"median": 1.1, "furthest": 1.3}
+
+
+def test_each_session_is_judged_against_the_mean_of_its_kinds_solo_runs_before_and_after():
+    from specviz.tools.simload import Session, judge
+
+    room = [Session("main", "m", pass_s=1.1, speedup=2.0), Session("lab", "l", pass_s=0.5)]
+    judge(room, {"main": [Session("main", "a", pass_s=1.0, speedup=2.0), Session("main", "b", pass_s=1.2,
+                                                                                   speedup=None)],
+                 "lab": [Session("lab", "c", pass_s=0.5)]})
+    assert room[0].pass_over_solo == pytest.approx(1.0) and room[0].speedup_over_solo == 1.0
+    assert room[1].pass_over_solo == 1.0 and room[1].speedup_over_solo is None and room[1].honest
 
 
 @pytest.mark.parametrize("args, wrong", [(["--simulate", "3", "--mix", "main:2"], "--simulate"),
