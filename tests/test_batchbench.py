@@ -29,3 +29,15 @@ def test_the_sessions_contexts_spread_from_half_to_the_longest():
     assert context_lengths(2, 256) == [128, 256]
     assert context_lengths(4, 24) == [12, 16, 20, 24]
     assert context_lengths(3, 1) == [1, 1, 1]
+
+
+def test_a_target_with_row_exact_attention_is_named_in_the_report():
+    """The int8 target attends row by row alone and with stock attention in a batch: its figures favour batching."""
+    from specviz.modeling import rowattn
+    from specviz.modeling.tiny import tiny_model
+    from specviz.tools.batchbench import row_exact
+
+    model = tiny_model()
+    assert not row_exact(model)
+    rowattn.enable(model)
+    assert row_exact(model)

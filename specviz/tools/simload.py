@@ -41,6 +41,7 @@ from specviz.core import measure, prompts
 from specviz.core.errors import InvalidSetting
 from specviz.core.settings import DecodeSettings
 from specviz.data.records import Run
+from specviz.decoding.engine import speculative_stream
 from specviz.device import devqueue
 from specviz.teaching import baseline, lab, lessons
 from specviz.tools.loadtest import TOLERANCE  # a figure within it of the solo one stayed honest
@@ -104,8 +105,6 @@ def press_main(pair, max_new: int) -> Outcome:
     """The main page's Run with its first-run settings, then the shared target alone (main_controls, main_view)."""
     first = prompts.FIRST_RUN
     decode = DecodeSettings(k=first.k, k_policy=first.k_policy, max_new_tokens=max_new)
-    from specviz.decoding.engine import speculative_stream
-
     stream = speculative_stream(pair.target, pair.drafter(), _ids(pair, prompts.preset(first.preset)),
                                 **decode.engine_kwargs(), **pair.run_kw)
     for _ in stream:
