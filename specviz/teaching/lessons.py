@@ -107,7 +107,8 @@ class Context:
     """Where an experiment runs: a loaded pair, or None (recorded runs and theory only).
 
     `memo` keeps runs between steps (a lesson's second step reuses its first step's run); the
-    page keeps one per source in its session state.
+    page keeps one per source in its session state. `progress` gets the steps' units (a k sweep's k values,
+    blocks of trials) and may stop them (core.errors.Stopped): the runs finished stay in `memo`.
     """
 
     pair: Any | None = None  # specviz.decoding.models.Pair
@@ -115,6 +116,7 @@ class Context:
     seed: int = 0
     max_new_tokens: int = 24
     memo: dict = field(default_factory=dict)
+    progress: Callable[[str, float | None], Any] | None = None  # the steps of several units report to it (core.progress)
 
     @property
     def live(self) -> bool:
@@ -192,7 +194,14 @@ def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool 
             raise SpecvizError(f"The recording '{name}' has no target-alone run to compare with.")
         out = Trial(rec.run, rec.baseline, f"recorded: {name} ({rec.pair})", rec.decode())
     ctx.memo[key] = out
+    _finished(ctx, f"{preset}, T = {temperature:g}: measured")
     return out
+
+
+def _finished(ctx: Context, msg: str) -> None:
+    """Tell ctx.progress that a part of the step is done and kept in memo (where a stop may land)."""
+    if ctx.live and ctx.progress is not None:
+        ctx.progress(msg, None)
 
 
 def _steady(run: Run) -> list:
@@ -207,7 +216,7 @@ def _pass_costs(ctx: Context) -> tuple[float, float, str]:
     if ctx.live:
         from specviz.teaching.experiments import forward_cost
 
-        t = forward_cost(ctx.pair.target, n_tokens=(1, K + 1), reps=5)
+        t = forward_cost(ctx.pair.target, n_tokens=(1, K + 1), reps=5, progress=ctx.progress)
         out = (statistics.median(t[1]), statistics.median(t[K + 1]), f"live: {ctx.pair.name}, 5 repetitions")
     else:
         tr = trial(ctx, "Python function")
@@ -274,7 +283,8 @@ def sampling_follows_p(ctx: Context, n: int) -> Outcome:
     if ctx.live:
         pair = ctx.pair
         tr = first_token_trials(pair.target, pair.draft, _ids(ctx, "The capital of France"), n=n, temperature=1.0,
-                                seed=ctx.seed, vocab=pair.shared_vocab, noise_reps=theory.NOISE_REPS)
+                                seed=ctx.seed, vocab=pair.shared_vocab, noise_reps=theory.NOISE_REPS,
+                                progress=ctx.progress)
         src = f"live: {pair.name}, The capital of France, first new token, T = 1, seeds {ctx.seed}–{ctx.seed + n - 1}"
     else:
         name = RECORDED[("Creative story", 1.0)]
@@ -435,7 +445,7 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         pair = ctx.pair
         sweep = k_sweep(pair.target, pair.chain_draft(), _ids(ctx, "Python function"), ks, temperature=0.0,
                         max_new_tokens=ctx.max_new_tokens, seed=ctx.seed, eos_token_id=pair.eos_token_ids,
-                        vocab=pair.shared_vocab)
+                        vocab=pair.shared_vocab, progress=ctx.progress)
         speed = {int(k): measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()}
         best = max(speed, key=lambda k: (speed[k], -k))
         sweep_text = ("Measured: " + ", ".join(f"k = {k}: {v:.2f}×" for k, v in sorted(speed.items()))
