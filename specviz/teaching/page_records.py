@@ -103,6 +103,22 @@ def acceptance_lab(pair, domains, temperatures, *, k: int, max_new_tokens: int, 
                               **pair.run_kw)
 
 
+def first_run(pair, progress=None):
+    """The main page's Run at its defaults (prompts.FIRST_RUN): the speculative run through the pair's drafter,
+    then the target alone with the same settings, measured once per server (baseline.shared_target_alone). The
+    main page makes the same two calls itself (pages/common/main_controls.py, main_view.py), playing the run
+    round by round as it comes. (Run, baseline.Measured)."""
+    from specviz.core.settings import DecodeSettings
+    from specviz.decoding.engine import speculative_decode
+    from specviz.teaching import baseline
+
+    f = prompts.FIRST_RUN
+    decode = DecodeSettings(k=f.k, k_policy=f.k_policy, temperature=f.temperature, max_new_tokens=f.max_new_tokens)
+    run = speculative_decode(pair.target, pair.drafter(), _preset_ids(pair, f.preset), **decode.engine_kwargs(),
+                             **pair.run_kw)
+    return run, baseline.shared_target_alone(pair.target, run, pair.shared_vocab)
+
+
 def _speed_kw(pair, s: dict) -> dict:
     return dict(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"], **pair.run_kw)
 
@@ -119,6 +135,7 @@ class Button:
 
 S, E, L, W, T = SPEEDUP, EXACTNESS, ACCEPTANCE_LAB, WHY_FAST, TOKEN_TREE
 BUTTONS: tuple[Button, ...] = (
+    Button("Main page", "Run (then the target alone)", first_run),
     Button("Acceptance lab", "Measure", lambda pair, progress: acceptance_lab(
         pair, L["domains"], L["temperatures"], k=L["k"], max_new_tokens=L["new tokens per run"], seed=L["seed"],
         progress=progress), long=True),
