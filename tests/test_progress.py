@@ -124,3 +124,23 @@ def test_trials_stop_with_the_blocks_done():
     again = experiments.trials_from_logits(p, q, n=2 * block, seed=5, noise_reps=4)
     assert part.counts == again.counts and part.accepted == again.accepted
     assert sum(full.counts.values()) == 3 * block
+
+
+def test_a_lesson_step_of_two_runs_counts_them_and_a_stop_keeps_the_first_for_the_next_press(monkeypatch):
+    from pathlib import Path
+
+    from specviz.decoding import models
+    from specviz.teaching import lessons
+
+    monkeypatch.setenv("SPECVIZ_MODELS", str(Path(__file__).parent / "models_tiny.yaml"))
+    pair = models.load_pair(None, draft_precision="float32")
+    step = lessons.lesson("temperature").steps[0]  # α at T = 0 and at T = 1: two runs, each with its target alone
+    memo: dict = {}
+    with pytest.raises(Stopped):
+        lessons.run_step(step, lessons.Context(pair=pair, max_new_tokens=8, memo=memo, progress=Recorder(stop_after=1)))
+    assert [k[2] for k in memo if k[0] == "trial"] == [0.0]  # the first run is kept, the second was not begun
+    rec = Recorder()
+    out = lessons.run_step(step, lessons.Context(pair=pair, max_new_tokens=8, memo=memo, progress=rec))
+    check_monotone(rec, 1)  # the next press runs only the run left
+    fresh = lessons.run_step(step, lessons.Context(pair=pair, max_new_tokens=8))
+    assert {k: out.values[k] for k in ("a0", "a1", "judged")} == {k: fresh.values[k] for k in ("a0", "a1", "judged")}

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from specviz.core import measure, prompts, theory
 from specviz.core.errors import InvalidSetting, SpecvizError
+from specviz.core.progress import Units
 from specviz.data.records import Run
 
 # --------------------------------------------------------------------------
@@ -194,14 +195,19 @@ def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool 
             raise SpecvizError(f"The recording '{name}' has no target-alone run to compare with.")
         out = Trial(rec.run, rec.baseline, f"recorded: {name} ({rec.pair})", rec.decode())
     ctx.memo[key] = out
-    _finished(ctx, f"{preset}, T = {temperature:g}: measured")
     return out
 
 
-def _finished(ctx: Context, msg: str) -> None:
-    """Tell ctx.progress that a part of the step is done and kept in memo (where a stop may land)."""
-    if ctx.live and ctx.progress is not None:
-        ctx.progress(msg, None)
+def trials_of(ctx: Context, *wanted: tuple) -> list[Trial]:
+    """trial(ctx, *w) for each w in wanted ((preset, temperature)); live, those not yet in memo are the units
+    of ctx.progress (core.progress: an estimate, and a stop between them keeps the finished ones in memo)."""
+    todo = [w for w in wanted if ("trial", w[0], float(w[1]), False) not in ctx.memo]
+    units = Units(ctx.progress if ctx.live else None, len(todo))
+    for preset, temperature in todo:
+        units.say(f"{preset}, T = {temperature:g}: the speculative run and the target alone")
+        trial(ctx, preset, temperature)
+        units.unit_done(f"{preset}, T = {temperature:g}")
+    return [trial(ctx, *w) for w in wanted]
 
 
 def _steady(run: Run) -> list:
@@ -245,7 +251,7 @@ def _alpha_interval(run: Run) -> tuple[float, float]:
 
 def greedy_identity(ctx: Context) -> Outcome:
     presets = ["The capital of France"] if ctx.live else ["The capital of France", "Python function"]
-    trials = [trial(ctx, p) for p in presets]
+    trials = trials_of(ctx, *((p, 0.0) for p in presets))
     same = [t.baseline.get("identical") is True for t in trials]
     diffs = [t.baseline.get("first_difference") for t in trials if t.baseline.get("first_difference") is not None]
     tokens = sum(len(t.run.token_ids) for t in trials)
@@ -353,7 +359,7 @@ def alpha_poem(ctx: Context) -> Outcome:
 
 
 def alpha_code(ctx: Context) -> Outcome:
-    code, poem = trial(ctx, CODE), trial(ctx, STORY)
+    code, poem = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
     a, b = code.run.alpha, poem.run.alpha
     lo, hi = _alpha_interval(code.run)
     plo, phi = _alpha_interval(poem.run)
@@ -368,7 +374,7 @@ def alpha_code(ctx: Context) -> Outcome:
 def entropy_poem_code(ctx: Context) -> Outcome:
     from specviz.teaching.lab import mean_entropy
 
-    code, poem = trial(ctx, CODE), trial(ctx, STORY)
+    code, poem = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
     hc, hp = mean_entropy(code.run), mean_entropy(poem.run)
     if not (math.isfinite(hc) and math.isfinite(hp)):
         raise SpecvizError("A run judged no drafts, so there is no entropy to compare.")
@@ -397,7 +403,7 @@ def entropy_poem_code(ctx: Context) -> Outcome:
 
 
 def temperature_alpha(ctx: Context) -> Outcome:
-    g, s = trial(ctx, "Creative story", 0.0), trial(ctx, "Creative story", 1.0)
+    g, s = trials_of(ctx, ("Creative story", 0.0), ("Creative story", 1.0))
     a0, a1 = g.run.alpha, s.run.alpha
     judged = [o for r in s.run.rounds for o in r.overlap[:len(r.accepted)]]
     ov = statistics.fmean(judged) if judged else float("nan")
@@ -409,7 +415,7 @@ def temperature_alpha(ctx: Context) -> Outcome:
 
 
 def temperature_speedup(ctx: Context) -> Outcome:
-    g, s = trial(ctx, "Creative story", 0.0), trial(ctx, "Creative story", 1.0)
+    g, s = trials_of(ctx, ("Creative story", 0.0), ("Creative story", 1.0))
     s0, s1 = float(g.baseline["speedup"]), float(s.baseline["speedup"])
     pays = "faster than" if s1 > 1 else "slower than"
     return Outcome(s1, f"{s1:.2f}×", {"s0": s0, "s1": s1, "tpp0": g.run.tokens_per_pass,
