@@ -7,6 +7,7 @@ models the engine accepts. The words the pages show (round stories, verdicts)
 are explain.py's; the figures (α, c, speedup) are measure.py's.
 
   acceptance_sweep / alpha_table  alpha by domain and temperature
+  acceptance_lab                the Acceptance lab's Measure: each cell's run and its agreement, stoppable between cells
   agreement_sweep / expected_table  the lower-variance α: Σ min(p, q) along each run's own text
   compare_with_baseline         speculative vs a warmed target-only run, both on the shared vocabulary
   k_sweep / k_sweep_rows        measured speedup per k against the cost model

@@ -130,7 +130,6 @@ class Button:
     page: str
     label: str
     work: Callable[[Any, Any], Any]
-    long: bool = False  # many units: the page shows progress with an estimate and a Stop button
 
 
 S, E, L, W, T = SPEEDUP, EXACTNESS, ACCEPTANCE_LAB, WHY_FAST, TOKEN_TREE
@@ -138,12 +137,12 @@ BUTTONS: tuple[Button, ...] = (
     Button("Main page", "Run (then the target alone)", first_run),
     Button("Acceptance lab", "Measure", lambda pair, progress: acceptance_lab(
         pair, L["domains"], L["temperatures"], k=L["k"], max_new_tokens=L["new tokens per run"], seed=L["seed"],
-        progress=progress), long=True),
+        progress=progress)),
     Button("Speedup", "Measure c and the verify cost", lambda pair, progress: race.measure_cost(
         pair.target, pair.chain_draft(), progress=progress)),
     Button("Speedup", "Run the k sweep", lambda pair, progress: lab.k_sweep(
         pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), S["k values"], progress=progress,
-        **_speed_kw(pair, S)), long=True),
+        **_speed_kw(pair, S))),
     Button("Speedup", "Start the race", lambda pair, progress: race.race(
         pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), S["k for the race"], **_speed_kw(pair, S))),
     Button("Speedup", "Run fixed k, adaptive k and the best-k chooser", lambda pair, progress: race.compare_policies(
@@ -153,18 +152,18 @@ BUTTONS: tuple[Button, ...] = (
         pair.target, _preset_ids(pair, S["prompt"]), early_exit.default_layers(selfdraft.num_layers(pair.target)),
         k=S["early exit k"], progress=progress, **_speed_kw(pair, S))),
     Button("Why it is fast", "Measure forward cost", lambda pair, progress: experiments.forward_cost(
-        pair.target, n_tokens=tuple(W["tokens per pass"]), reps=W["repetitions"], progress=progress), long=True),
+        pair.target, n_tokens=tuple(W["tokens per pass"]), reps=W["repetitions"], progress=progress)),
     Button("Why it is fast", "Check against memory bandwidth",
            lambda pair, progress: experiments.bandwidth_check(pair.target)),
     Button("Why it is fast", "Measure batch cost", lambda pair, progress: experiments.batch_cost(
         pair.target, n_tokens=tuple(W["batch: tokens per sequence"]), batches=tuple(W["batch sizes"]),
-        reps=W["batch: repetitions"], progress=progress), long=True),
+        reps=W["batch: repetitions"], progress=progress)),
     Button("Exactness", "Compare with the target alone", lambda pair, progress: lab.compare_with_baseline(
         pair.target, pair.draft, _preset_ids(pair, E["prompt"]), k=E["k"], temperature=0.0,
         max_new_tokens=E["new tokens"], seed=0, **pair.run_kw)),
     Button("Exactness", "Run 2000 trials", lambda pair, progress: exactness_trials(
         pair, _preset_ids(pair, E["prompt"]), n=E["trials"], temperature=E["temperature"], seed=E["first seed"],
-        progress=progress), long=True),
+        progress=progress)),
     Button("Exactness", "Compare the rules", lambda pair, progress: rules.rule_lab(
         pair.target, pair.draft, _preset_ids(pair, E["prompt"]), exactness_rules(E["ε"], E["δ"], E["τ"]),
         n=E["rules: trials"], temperature=E["rules: temperature"], seed=E["rules: seed"], vocab=pair.shared_vocab)),
