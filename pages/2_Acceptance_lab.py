@@ -58,17 +58,12 @@ if row.button("Measure", type="primary", key="lab.run", disabled=off):
     else:
         existing, existing_agree = kept_sweep.get(), kept_agree.get()  # cells with these settings are kept
         try:
-            ids = {d: prompts.encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in domains}
-            bar = lab_ui.ProgressBar("starting…")
-            sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, temps, k=int(k), max_new_tokens=int(max_new),
-                                         seed=int(seed), existing=existing, progress=bar, **pair.run_kw)
-            agree = lab.agreement_sweep(pair.target, pair.draft, ids, sweep, vocab=pair.shared_vocab,
-                                        existing=existing_agree if existing else None, progress=bar)
-            bar.done()
-            if existing:  # keep domains measured before but not picked now
-                sweep, agree = {**existing, **sweep}, {**(existing_agree or {}), **agree}
-            kept_sweep.put(sweep)
-            kept_agree.put(agree)
+            run = lab_ui.stoppable(page_records.acceptance_lab, pair, domains, temps, k=int(k),
+                                   max_new_tokens=int(max_new), seed=int(seed), existing=existing,
+                                   existing_agree=existing_agree, key="lab.stop", unit="run")
+            if run.keep(kept_sweep, run.value[0] if run.value else None) is not None:
+                run.keep(kept_agree, run.value[1])
+            run.go_on()
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
 if row.button("Clear results", key="lab.clear", disabled=off):
@@ -80,6 +75,8 @@ if not sweep:
     st.info(f"No measurements yet: press **Measure**. With these settings that is "
             f"{explain.count(len(domains) * len(temps), 'run')} of up to {int(max_new)} tokens.")
     st.stop()
+if not off:
+    lab_ui.stopped_note(kept_sweep)
 if not off and kept_sweep.get() is None:
     st.warning("The results below were measured with other settings (pair, k, tokens or seed); "
                "**Measure** starts a new set.")

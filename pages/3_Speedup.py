@@ -89,9 +89,16 @@ ks = st.multiselect("k values", [1, 2, 3, 4, 5, 6, 8, 10, 12], default=[1, 2, 4,
 if st.button("Run the k sweep", key="speed.run_sweep", disabled=off) and ids is not None:
     if not ks:
         st.error("Pick at least one k.", icon=":material/error:")
-    elif kept["sweep"].put(lab_ui.with_bar(lab.k_sweep, pair.target, pair.chain_draft(), ids, ks, **run_kw)[0]) is not None:
-        st.rerun()  # so the model above shows the new measured points
+    else:
+        run = lab_ui.stoppable(lab.k_sweep, pair.target, pair.chain_draft(), ids, ks, key="speed.stop_sweep",
+                               unit="k value", **run_kw)
+        kept_now = run.keep(kept["sweep"])
+        run.go_on()
+        if kept_now is not None:
+            st.rerun()  # so the model above shows the new measured points
 if sw is not None:
+    if not off:
+        lab_ui.stopped_note(kept["sweep"])
     speed_ui.note_other_settings([cmp.spec for cmp in sw.values()], ids, run_kw, off=off)
     lab_ui.timing_notes((r for cmp in sw.values() for run in (cmp.spec, cmp.base) for r in run.rounds), "the sweep")
     rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)

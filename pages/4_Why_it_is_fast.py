@@ -48,11 +48,14 @@ if st.button("Measure forward cost", type="primary", key="fast.run_forward", dis
     if 1 not in sizes or len(sizes) < 2:
         st.error("Pick 1 and at least one larger size.", icon=":material/error:")
     else:
-        lab_ui.keep_measured(kept["forward"], lab_ui.with_bar(experiments.forward_cost, pair.target,
-                                                              n_tokens=tuple(sorted(sizes)), reps=int(reps),
-                                                              text="warming up…"))
+        run = lab_ui.stoppable(experiments.forward_cost, pair.target, n_tokens=tuple(sorted(sizes)), reps=int(reps),
+                               text="warming up…", key="fast.stop_forward", unit="repetition")
+        run.keep(kept["forward"], (run.value, run.load) if run.value is not None else None)
+        run.go_on()
 if result("forward") is not None:
     forward, note = result("forward")
+    if not off:
+        lab_ui.stopped_note(kept["forward"])
     lab_ui.load_warning(note)
     ui.show_chart(charts.fig_forward_cost(forward), f"forward_cost_{dt}", key="fast.fig_forward")
     v = explain.forward_cost_verdict(forward, device, dt)
@@ -102,11 +105,15 @@ if st.button("Measure batch cost", key="fast.run_batch", disabled=off):
     if not b_tokens or not b_batches:
         st.error("Pick at least one size of each.", icon=":material/error:")
     else:
-        lab_ui.keep_measured(kept["batch"], lab_ui.with_bar(experiments.batch_cost, pair.target,
-                                                            n_tokens=tuple(sorted(b_tokens)),
-                                                            batches=tuple(sorted(b_batches)), reps=int(b_reps)))
+        run = lab_ui.stoppable(experiments.batch_cost, pair.target, n_tokens=tuple(sorted(b_tokens)),
+                               batches=tuple(sorted(b_batches)), reps=int(b_reps), key="fast.stop_batch",
+                               unit="batch size")
+        run.keep(kept["batch"], (run.value, run.load) if run.value is not None else None)
+        run.go_on()
 if result("batch") is not None:
     batch, note = result("batch")
+    if not off:
+        lab_ui.stopped_note(kept["batch"])
     lab_ui.load_warning(note)
     ui.show_chart(charts.fig_batch_cost(batch), f"batch_cost_{dt}", key="fast.fig_batch")
     st.info(explain.batch_verdict(batch).text)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, experiments, explain, lab, page_records, rules
+from specviz.teaching import charts, explain, lab, page_records, rules
 from specviz.core import claims, limits, theory
 
 ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15))
@@ -99,15 +99,16 @@ st.caption("Each trial is one seeded speculative first step with the engine's ow
            "passes for this prompt are computed **once**; only the random draws change between trials.")
 trials_now = {**prompt, "temperature": float(temperature), "number of trials": int(n), "seed": int(seed)}
 if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials", disabled=off) and ids is not None:
-    with st.spinner(f"{int(n)} seeded trials…"):
-        # one forward pass of each model; the trials and the p/q/residual chart both read these logits
-        logits = lab_ui.run_guarded(experiments.first_logits, pair.target, pair.draft, ids, pair.shared_vocab)
-        trials = lab_ui.run_guarded(experiments.trials_from_logits, *logits, n=int(n), temperature=float(temperature),
-                                    seed=int(seed), noise_reps=theory.NOISE_REPS) if logits is not None else None
-        fp = lab.position_from_logits(*logits, temperature=float(temperature)) if trials is not None else None
-    kept["trials"].put({"trials": trials, "fp": fp} if trials is not None else None, settings=trials_now)
+    # one forward pass of each model; the trials and the p/q/residual chart both read these logits
+    run = lab_ui.stoppable(page_records.exactness_trials, pair, ids, n=int(n), temperature=float(temperature),
+                           seed=int(seed), key="exact.stop_trials", unit="block of trials", plural="blocks of trials",
+                           text=f"{int(n)} seeded trials…")
+    run.keep(kept["trials"], {"trials": run.value[0], "fp": run.value[1]} if run.value else None, settings=trials_now)
+    run.go_on()
 if (res := result("trials")) is not None:
     trials, fp = res["trials"], res["fp"]
+    if not off:
+        lab_ui.stopped_note(kept["trials"])
     ui.note_other_settings(changed("trials", trials_now))
     tv, noise = theory.total_variation(trials.p, trials.counts), trials.noise
     m1, m2, m3, m4 = st.columns(4)

@@ -12,7 +12,7 @@ from streamlit.errors import StreamlitAPIException
 
 from pages.common import lab_ui, state, ui
 from pages.common.kept import Kept
-from specviz.teaching import lessons
+from specviz.teaching import explain, lessons
 
 ui.page_setup("Lessons: predict, measure, explain")
 LIVE, RECORDED = "Live, on the loaded pair", "Recorded runs and theory (no model needed)"
@@ -83,13 +83,25 @@ if done is None:  # once measured, the prediction is shown next to the measureme
 if done is None:
     if st.button("Run the experiment", type="primary", key="lessons.run",
                  help="Live on the loaded pair, or from the recorded runs and theory; the answer says which."):
-        ctx = lessons.Context(pair=pair, seed=seed, memo=memo)
+        def measure_step(progress):
+            ctx = lessons.Context(pair=pair, seed=seed, memo=memo, progress=progress)
+            got = lessons.run_step(step, ctx)
+            return got, lessons.figure(step, ctx, got)
+
         with st.spinner("Measuring…"):
-            outcome = lab_ui.run_guarded(lessons.run_step, step, ctx)
-            fig = lab_ui.run_guarded(lessons.figure, step, ctx, outcome) if outcome is not None else None
-        if outcome is not None:
+            run = lab_ui.stoppable(measure_step, key="lessons.stop", unit="part", text="measuring…")
+        measured = run.value is not None and not run.stopped
+        if measured:
+            outcome, fig = run.value
             mine["done"][step.key] = {"prediction": prediction, "outcome": outcome, "figure": fig}
+            st.session_state.pop("lessons.stopped", None)
+        elif run.stopped:
+            st.session_state["lessons.stopped"] = les.key, step.key  # the runs finished stay in memo
+        run.go_on()
+        if measured:
             st.rerun()  # draw the step as measured: the prediction next to the answer
+    if st.session_state.get("lessons.stopped") == (les.key, step.key):
+        st.warning(explain.LESSON_STOPPED, icon=":material/stop_circle:")
 
 # --- the measured answer next to the prediction ------------------------------------------------
 if done is not None:

@@ -9,6 +9,11 @@
   with_bar(fn, *a, text=, **kw) measure(fn, ..., progress=a progress bar), the bar gone after
   keep_measured(kept, measured, settings) keep measure's (result, note) in a kept.Kept unless the result is None
   run_settings(ids, temperature, max_new_tokens, seed, **more)  a run's settings by the names the pages say
+  StopBar(text)                a ProgressBar that a Stop click (a rerun of the script) stops between units
+  stoppable(fn, *a, key=, unit=, **kw) a Stop button, then fn behind a StopBar: a Stoppable (result or the units
+                               done before a stop, the outside-load note, the stop's note)
+  Stoppable.keep(kept), .go_on() keep its value with the stop's note; then let the Stop click's rerun go on
+  stopped_note(kept)           the note of a result kept from a stopped measurement (nothing otherwise)
   load_warning(note)           the outside-load note next to the figures: a warning, or a caption when the
                                passes under load took too little of the time to move them (nothing if None)
   timing_notes(rounds, what)   next to figures timed from these rounds: load_warning, and what waits for a core
@@ -17,13 +22,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
 
 from pages.common import ui
 from specviz.teaching import explain
 from specviz.core import limits, prompts
 from specviz.data import playback
-from specviz.core.errors import SpecvizError
+from specviz.core.errors import SpecvizError, Stopped
 
 
 def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True, shared_vocab: bool = True):
@@ -134,6 +143,97 @@ class ProgressBar:
 
     def done(self) -> None:
         self.bar.empty()
+
+
+class StopBar(ProgressBar):
+    """A ProgressBar for a stoppable measurement (core.progress.Units): a Stop click reruns the script, which
+    streamlit signals at this bar's next update; the bar keeps that signal (`interrupt`) and stops the
+    measurement between units instead, so what was finished can be kept before the rerun goes on."""
+
+    def __init__(self, text: str = "starting…", where=None):
+        super().__init__(text, where)
+        self.interrupt: ScriptControlException | None = None
+        self.tick = None  # the last core.progress.Tick: units done, of how many
+
+    def __call__(self, msg: str, frac: float | None = None) -> None:
+        if hasattr(msg, "done"):
+            self.tick = msg
+        if self.interrupt is not None:
+            raise Stopped()
+        try:
+            super().__call__(msg, frac)
+        except ScriptControlException as e:  # a click (Stop, or any widget) while it runs
+            self.interrupt = e
+            raise Stopped() from None
+
+
+@dataclass
+class Stoppable:
+    """What a stoppable measurement gave: its result (or the units finished before a stop; None when it failed),
+    the outside-load note, the stop's note (None: it ran to the end), the units done, and the rerun a click
+    asked for."""
+
+    value: Any
+    load: Any = None
+    stopped: str | None = None
+    done: int = 0
+    interrupt: ScriptControlException | None = None
+
+    def keep(self, kept, value: Any = None, settings=None) -> Any:
+        """Keep `value` (default: self.value) in kept (a kept.Kept) with the stop's note; nothing when it failed
+        or stopped before its first unit (what was there stays). Returns what was kept, or None."""
+        value = self.value if value is None else value
+        if value is None or (self.stopped and self.done == 0):
+            return None
+        kept.put(value, settings=settings)
+        st.session_state[kept.key + STOPPED] = self.stopped
+        return value
+
+    def go_on(self) -> None:
+        """Let the rerun that the click asked for happen (after the page kept what it needs)."""
+        if self.interrupt is not None:
+            raise self.interrupt
+
+
+STOPPED = ".stopped"
+
+
+def stoppable(fn, *args, key: str, unit: str, plural: str | None = None, text: str = "starting…", **kw) -> Stoppable:
+    """A Stop button drawn first, then fn(*args, progress=a StopBar, **kw) while watching its passes. A click on
+    Stop (or any widget) stops fn between its units: the Stoppable holds the units done and says so. The page
+    keeps what it needs (Stoppable.keep), then calls Stoppable.go_on()."""
+    from specviz.device import devqueue
+
+    slot = st.empty()
+    slot.button(explain.STOP_LABEL, key=key, icon=":material/stop:", help=explain.STOP_HELP)
+    bar = StopBar(text)
+    stopped, done = None, 0
+    with devqueue.watch() as w:
+        try:
+            value = fn(*args, progress=bar, **kw)
+        except Stopped as e:
+            value = e.partial
+            done, total = (bar.tick.done, bar.tick.total) if bar.tick is not None else (0, 0)
+            stopped = explain.stopped_note(done, total, unit, plural)
+        except (SpecvizError, MemoryError) as e:
+            value = None
+            if bar.interrupt is None:
+                ui.show_error(e)
+    out = Stoppable(value, w.note(), stopped, done, bar.interrupt)
+    if out.interrupt is None:  # on a click, draw nothing more: the rerun comes next
+        try:
+            bar.done()
+            slot.empty()
+        except ScriptControlException as e:  # a click that came after the last unit: the result is whole
+            out.interrupt = e
+    return out
+
+
+def stopped_note(kept) -> None:
+    """The note of a result kept from a stopped measurement, next to it (nothing for a whole one)."""
+    note = st.session_state.get(kept.key + STOPPED) if kept.get() is not None else None
+    if note:
+        st.warning(note, icon=":material/stop_circle:")
 
 
 def measure(fn, *args, **kw):

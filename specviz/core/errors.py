@@ -31,3 +31,13 @@ class TokenizerMismatch(SpecvizError):
 
 class NotEnoughMemory(SpecvizError, MemoryError):
     """The estimated memory for a pair exceeds what this machine has free."""
+
+
+class Stopped(SpecvizError):
+    """A long measurement was stopped between its units (its progress callback raised it or returned False).
+
+    `partial` holds the units finished before the stop, in the shape the measurement returns (core.progress)."""
+
+    def __init__(self, message: str = "Stopped before the end.", partial=None):
+        super().__init__(message)
+        self.partial = partial

@@ -35,6 +35,7 @@ from specviz.decoding.drafters import ModelDrafter, Proposal
 from specviz.decoding.engine import decide, pair_vocab, speculative_decode, warm_up
 from specviz.teaching import baseline
 from specviz.core.errors import InvalidSetting
+from specviz.core.progress import Units
 from specviz.modeling.lm import CachedLM, sync, vocab_size
 from specviz.data.records import Run
 from specviz.decoding.sampling import Sampler, logits_to_probs
@@ -68,33 +69,36 @@ def _open(model) -> CachedLM:
 def forward_cost(model, n_tokens=(1, 2, 4, 8, 16), reps: int = 5, context: int = 64,
                  progress: Progress = None) -> dict[int, list[float]]:
     """Seconds per forward of n new tokens on top of `context` cached tokens, of a model or of a ModelDrafter's
-    step (through its head)."""
+    step (through its head). A stop (core.errors.Stopped) keeps the repetitions finished in its partial."""
     lm = _open(model)
     ctx = _context(lm.model, context + max(n_tokens))
     lm.feed(ctx[:context], keep=1)
     lm.timed_feed(ctx[context:context + 1], keep=1)  # warm-up
     lm.rollback(context)
     out: dict[int, list[float]] = {n: [] for n in n_tokens}
-    total = reps * len(n_tokens)
+    # a unit is one repetition of every size: a stop keeps the repetitions finished, the same count per size
+    units = Units(progress, reps, partial=lambda: {n: v[:units.done] for n, v in out.items()})
     for r in range(reps):
         for j, n in enumerate(n_tokens):  # interleaved, so drift hits every size alike
             _, dt = lm.timed_feed(ctx[context:context + n], keep=n)
             lm.rollback(context)
             out[n].append(dt)
-            _say(progress, f"forward pass of {n} token(s), repetition {r + 1}/{reps}", (r * len(n_tokens) + j + 1) / total)
+            units.say(f"forward pass of {n} token(s)", (j + 1) / len(n_tokens))
+        units.unit_done(f"repetition {r + 1}")
     return out
 
 
 @torch.inference_mode()
 def batch_cost(model, n_tokens=(1, 4, 8), batches=(1, 2, 4, 8, 16), reps: int = 3, context: int = 32,
                progress: Progress = None) -> dict[tuple[int, int], list[float]]:
-    """Seconds per forward of `b` sequences × `n` new tokens, each on a cached context."""
+    """Seconds per forward of `b` sequences × `n` new tokens, each on a cached context. A stop
+    (core.errors.Stopped) keeps the batch sizes finished in its partial."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
     out: dict[tuple[int, int], list[float]] = {}
-    total = len(n_tokens) * len(batches)
-    for i, b in enumerate(batches):
+    units = Units(progress, len(batches), partial=lambda: dict(out))  # a stop keeps the batch sizes finished
+    for b in batches:
         ids = torch.randint(0, min(vocab_size(model), 1000), (b, context + max(n_tokens)),
                             generator=torch.Generator().manual_seed(b)).to(device)
         cache = DynamicCache(config=model.config)
@@ -111,7 +115,8 @@ def batch_cost(model, n_tokens=(1, 4, 8), batches=(1, 2, 4, 8, 16), reps: int = 
                     times.append(t.held)
                 cache.crop(-n)
             out[(n, b)] = times
-            _say(progress, f"batch {b} × {n} token(s)", (i * len(n_tokens) + j + 1) / total)
+            units.say(f"batch {b} × {n} token(s)", (j + 1) / len(n_tokens))
+        units.unit_done(f"batch {b}")
     return out
 
 
@@ -191,7 +196,7 @@ def first_logits(target, draft, input_ids: list[int], vocab: int | None = None) 
 @torch.inference_mode()
 def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, temperature: float = 1.0,
                        top_k: int = 0, top_p: float = 1.0, seed: int = 0, top: int = 50,
-                       vocab: int | None = None, noise_reps: int = 0) -> FirstTokenTrials:
+                       vocab: int | None = None, noise_reps: int = 0, progress: Progress = None) -> FirstTokenTrials:
     """Run the engine's own acceptance step `n` times with seeds seed..seed+n-1.
 
     The forward passes are deterministic, so q (draft) and p (target) for the
@@ -202,33 +207,47 @@ def first_token_trials(target, draft, input_ids: list[int], n: int = 2000, tempe
     """
     p_logits, q_logits = first_logits(target, draft, input_ids, vocab)
     return trials_from_logits(p_logits, q_logits, n=n, temperature=temperature, top_k=top_k,
-                              top_p=top_p, seed=seed, top=top, noise_reps=noise_reps)
+                              top_p=top_p, seed=seed, top=top, noise_reps=noise_reps, progress=progress)
+
+
+TRIAL_BLOCK = 250  # trials per unit of progress
 
 
 @torch.inference_mode()
 def trials_from_logits(p_logits: torch.Tensor, q_logits: torch.Tensor, n: int = 2000, temperature: float = 1.0,
                        top_k: int = 0, top_p: float = 1.0, seed: int = 0, top: int = 50,
-                       noise_reps: int = 0) -> FirstTokenTrials:
-    """first_token_trials' decisions on given target and draft logits (V,): no model needed."""
+                       noise_reps: int = 0, progress: Progress = None) -> FirstTokenTrials:
+    """first_token_trials' decisions on given target and draft logits (V,): no model needed.
+
+    Trials run in blocks of TRIAL_BLOCK (the units of progress); a stop (core.errors.Stopped) gives the trials
+    of the blocks finished, with their own noise yardstick, as its partial."""
     vocab = p_logits.shape[-1]
     both = torch.stack([p_logits, p_logits])  # (2, V): position 1 and an unused bonus row
     counts: dict[int, int] = {}
     accepted = 0
-    for s in range(seed, seed + n):
-        sampler = Sampler.create(temperature, top_k, top_p, s)
-        q = sampler.probs(q_logits)
-        d = sampler.pick(q_logits, q)  # the draft's proposal
-        dec = decide(both, Proposal([d], q[None], q[None]), sampler)
-        tok = d if dec.n_accepted >= 1 else dec.extra_id
-        accepted += dec.n_accepted >= 1
-        counts[tok] = counts.get(tok, 0) + 1
     t = 1.0 if is_greedy(temperature) else temperature  # greedy: the distributions at T = 1
     p = logits_to_probs(p_logits, t, top_k, top_p)
     q = logits_to_probs(q_logits, t, top_k, top_p)
-    keep = set(torch.topk(p, min(top, vocab)).indices.tolist()) | set(counts)
-    noise = simulate_tv_noise(p.double().numpy(), n, noise_reps) if noise_reps > 0 else None
-    return FirstTokenTrials(counts, {i: float(p[i]) for i in keep}, {i: float(q[i]) for i in keep}, n, accepted,
-                            noise)
+
+    def result(n_done: int) -> FirstTokenTrials:
+        keep = set(torch.topk(p, min(top, vocab)).indices.tolist()) | set(counts)
+        noise = simulate_tv_noise(p.double().numpy(), n_done, noise_reps) if noise_reps > 0 and n_done else None
+        return FirstTokenTrials(dict(counts), {i: float(p[i]) for i in keep}, {i: float(q[i]) for i in keep},
+                                n_done, accepted, noise)
+
+    starts = range(seed, seed + n, TRIAL_BLOCK)
+    units = Units(progress, len(starts), partial=lambda: result(min(units.done * TRIAL_BLOCK, n)))
+    for start in starts:
+        for s in range(start, min(start + TRIAL_BLOCK, seed + n)):
+            sampler = Sampler.create(temperature, top_k, top_p, s)
+            qs = sampler.probs(q_logits)
+            d = sampler.pick(q_logits, qs)  # the draft's proposal
+            dec = decide(both, Proposal([d], qs[None], qs[None]), sampler)
+            tok = d if dec.n_accepted >= 1 else dec.extra_id
+            accepted += dec.n_accepted >= 1
+            counts[tok] = counts.get(tok, 0) + 1
+        units.unit_done(f"{min(start + TRIAL_BLOCK, seed + n) - seed} of {n} trials")
+    return result(n)
 
 
 @dataclass(frozen=True)

@@ -832,3 +832,19 @@ def fitting_choice(wanted: str, wanted_need: int, chosen: str | None, chosen_nee
     if chosen is None:
         return head + "; no configuration of this pair fits. Pick a smaller pair, or set SPECVIZ_MEMORY_GB."
     return head + f", so this page starts with {chosen} (about {format_bytes(chosen_need)})."
+
+
+STOP_LABEL = "Stop"
+STOP_HELP = ("Stop after the step running now. What was finished before it is kept and shown; the rest is not "
+             "measured.")
+
+
+def stopped_note(done: int, total: int, unit: str, plural: str | None = None) -> str:
+    """What a page says next to a measurement stopped part way (core.progress: its units done of total)."""
+    if done <= 0:
+        return f"Stopped before the first {unit} was finished: nothing was measured."
+    return (f"Stopped after {count(done, unit, plural)} of {total}: what is shown below is what was finished "
+            "before the stop.")
+
+LESSON_STOPPED = ("Stopped before the answer was measured. The runs this step finished are kept: **Run the "
+                  "experiment** goes on from them.")

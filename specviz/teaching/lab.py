@@ -7,6 +7,7 @@ models the engine accepts. The words the pages show (round stories, verdicts)
 are explain.py's; the figures (α, c, speedup) are measure.py's.
 
   acceptance_sweep / alpha_table  alpha by domain and temperature
+  acceptance_lab                the Acceptance lab's Measure: each cell's run and its agreement, stoppable between cells
   agreement_sweep / expected_table  the lower-variance α: Σ min(p, q) along each run's own text
   compare_with_baseline         speculative vs a warmed target-only run, both on the shared vocabulary
   k_sweep / k_sweep_rows        measured speedup per k against the cost model
@@ -29,6 +30,7 @@ import numpy as np
 
 from specviz.core import measure
 from specviz.core.errors import InvalidSetting
+from specviz.core.progress import Units
 from specviz.teaching.experiments import Agreement, agreement_along, first_logits
 from specviz.teaching.experiments import compare_with_baseline  # noqa: F401 - pages call it as lab.compare_with_baseline
 from specviz.data.records import Run
@@ -65,8 +67,6 @@ def acceptance_sweep(target, draft, prompts: Mapping[str, Sequence[int]], temper
 
     Returns {domain: {temperature: Run}}; each Run's settings get "label" = domain.
     """
-    from specviz.decoding.engine import speculative_stream
-
     if not prompts:
         raise InvalidSetting("Pick at least one domain.")
     temps = sorted({float(t) for t in temperatures})
@@ -74,18 +74,61 @@ def acceptance_sweep(target, draft, prompts: Mapping[str, Sequence[int]], temper
         raise InvalidSetting("Pick at least one temperature.")
     out: dict[str, dict[float, Run]] = {d: dict(existing.get(d, {})) if existing else {} for d in prompts}
     todo = [(d, t) for d in prompts for t in temps if t not in out[d]]
-    for j, (dom, t) in enumerate(todo):
-        def sub(msg, frac, j=j, dom=dom, t=t):
-            _say(progress, f"run {j + 1}/{len(todo)}: {dom}, T = {t:g}: {msg}",
-                 (j + (frac or 0.0)) / len(todo))
-        stream = speculative_stream(target, draft, list(prompts[dom]), k=k, temperature=t,
-                                    max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id,
-                                    vocab=vocab)
-        run = stream_run(stream, max_new_tokens, sub)
-        run.settings["label"] = dom
-        out[dom][t] = run
-    _say(progress, "done", 1.0)
+    # a stop keeps the cells finished before it
+    units = Units(progress, len(todo), partial=lambda: {d: dict(by_t) for d, by_t in out.items()})
+    for dom, t in todo:
+        out[dom][t] = _lab_run(target, draft, prompts[dom], dom, t, units, k=k, max_new_tokens=max_new_tokens,
+                               seed=seed, eos_token_id=eos_token_id, vocab=vocab)
+        units.unit_done(f"{dom}, T = {t:g}")
     return out
+
+
+def _lab_run(target, draft, ids, dom: str, t: float, units: Units, **kw) -> Run:
+    """One acceptance-lab cell: a speculative run on the domain's prompt at temperature t, labelled."""
+    from specviz.decoding.engine import speculative_stream
+
+    stream = speculative_stream(target, draft, list(ids), temperature=t, **kw)
+    run = stream_run(stream, kw["max_new_tokens"], lambda msg, frac: units.say(f"{dom}, T = {t:g}: {msg}", frac))
+    run.settings["label"] = dom
+    return run
+
+
+def acceptance_lab(target, draft, prompts: Mapping[str, Sequence[int]], temperatures: Sequence[float], *,
+                   k: int = 4, max_new_tokens: int = 24, seed: int = 0, eos_token_id=None, vocab: int | None = None,
+                   existing: Mapping[str, Mapping[float, Run]] | None = None,
+                   existing_agree: Mapping[str, Mapping[float, Agreement]] | None = None,
+                   progress: Progress = None) -> tuple[dict, dict]:
+    """The Acceptance lab's Measure button: acceptance_sweep and agreement_sweep cell by cell, so a stop
+    (core.errors.Stopped, whose partial is (sweep, agreement) of the cells finished) keeps whole cells.
+
+    Cells in `existing` (and their agreement in `existing_agree`) are kept, and so are domains not picked now."""
+    if not prompts:
+        raise InvalidSetting("Pick at least one domain.")
+    temps = sorted({float(t) for t in temperatures})
+    if not temps:
+        raise InvalidSetting("Pick at least one temperature.")
+    sweep = {d: dict(by_t) for d, by_t in (existing or {}).items()}
+    agree = {d: dict(by_t) for d, by_t in (existing_agree or {}).items()} if existing else {}
+    for d in prompts:
+        sweep.setdefault(d, {})
+        agree.setdefault(d, {})
+    todo = [(d, t) for d in prompts for t in temps if t not in sweep[d]]
+    units = Units(progress, len(todo), partial=lambda: ({d: dict(v) for d, v in sweep.items() if v},
+                                                         {d: dict(v) for d, v in agree.items() if v}))
+    for dom, t in todo:
+        run = _lab_run(target, draft, prompts[dom], dom, t, units, k=k, max_new_tokens=max_new_tokens, seed=seed,
+                       eos_token_id=eos_token_id, vocab=vocab)
+        units.say(f"{dom}, T = {t:g}: agreement along the text", 1.0)
+        agree[dom][t] = agreement_along(target, draft, list(prompts[dom]), run.token_ids, t, vocab)
+        sweep[dom][t] = run
+        units.unit_done(f"{dom}, T = {t:g}")
+    # kept cells read along another text than their run's get read again (one pass of each model)
+    for dom in prompts:
+        for t, run in sweep[dom].items():
+            old = agree[dom].get(t)
+            if old is None or old.token_ids != list(run.token_ids):
+                agree[dom][t] = agreement_along(target, draft, list(prompts[dom]), run.token_ids, t, vocab)
+    return {d: v for d, v in sweep.items() if v}, {d: v for d, v in agree.items() if v}
 
 
 def agreement_sweep(target, draft, prompts: Mapping[str, Sequence[int]], sweep: Mapping[str, Mapping[float, Run]],
@@ -221,17 +264,19 @@ def entropy_verdict(sweep: Mapping[str, Mapping[float, Run]], temperature: float
 def k_sweep(target, draft, input_ids: Sequence[int], ks: Sequence[int], *, temperature: float = 0.0,
             max_new_tokens: int = 24, seed: int = 0, eos_token_id=None, vocab: int | None = None,
             progress: Progress = None) -> dict:
-    """compare_with_baseline for each k: {k: Comparison}, each with its own warmed baseline."""
+    """compare_with_baseline for each k: {k: Comparison}, each with its own warmed baseline. A stop
+    (core.errors.Stopped) keeps the k values finished in its partial."""
     ks = sorted({int(k) for k in ks})
     if not ks:
         raise InvalidSetting("Pick at least one k.")
     out = {}
-    for j, k in enumerate(ks):
-        _say(progress, f"k = {k}: baseline and speculative run ({j + 1}/{len(ks)})", j / len(ks))
+    units = Units(progress, len(ks), partial=lambda: dict(out))  # a stop keeps the k values finished
+    for k in ks:
+        units.say(f"k = {k}: target alone and speculative run")
         out[k] = compare_with_baseline(target, draft, list(input_ids), k=k, temperature=temperature,
                                        max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id,
                                        vocab=vocab)
-    _say(progress, "done", 1.0)
+        units.unit_done(f"k = {k}")
     return out
 
 

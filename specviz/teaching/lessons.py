@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from specviz.core import measure, prompts, theory
 from specviz.core.errors import InvalidSetting, SpecvizError
+from specviz.core.progress import Units
 from specviz.data.records import Run
 
 # --------------------------------------------------------------------------
@@ -107,7 +108,8 @@ class Context:
     """Where an experiment runs: a loaded pair, or None (recorded runs and theory only).
 
     `memo` keeps runs between steps (a lesson's second step reuses its first step's run); the
-    page keeps one per source in its session state.
+    page keeps one per source in its session state. `progress` gets the steps' units (a k sweep's k values,
+    blocks of trials) and may stop them (core.errors.Stopped): the runs finished stay in `memo`.
     """
 
     pair: Any | None = None  # specviz.decoding.models.Pair
@@ -115,6 +117,7 @@ class Context:
     seed: int = 0
     max_new_tokens: int = 24
     memo: dict = field(default_factory=dict)
+    progress: Callable[[str, float | None], Any] | None = None  # the steps of several units report to it (core.progress)
 
     @property
     def live(self) -> bool:
@@ -195,6 +198,18 @@ def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool 
     return out
 
 
+def trials_of(ctx: Context, *wanted: tuple) -> list[Trial]:
+    """trial(ctx, *w) for each w in wanted ((preset, temperature)); live, those not yet in memo are the units
+    of ctx.progress (core.progress: an estimate, and a stop between them keeps the finished ones in memo)."""
+    todo = [w for w in wanted if ("trial", w[0], float(w[1]), False) not in ctx.memo]
+    units = Units(ctx.progress if ctx.live else None, len(todo))
+    for preset, temperature in todo:
+        units.say(f"{preset}, T = {temperature:g}: the speculative run and the target alone")
+        trial(ctx, preset, temperature)
+        units.unit_done(f"{preset}, T = {temperature:g}")
+    return [trial(ctx, *w) for w in wanted]
+
+
 def _steady(run: Run) -> list:
     """Rounds after the prompt was read, with the full k drafted."""
     return [r for r in run.rounds if not r.prefill_tokens and r.k == K]
@@ -207,7 +222,7 @@ def _pass_costs(ctx: Context) -> tuple[float, float, str]:
     if ctx.live:
         from specviz.teaching.experiments import forward_cost
 
-        t = forward_cost(ctx.pair.target, n_tokens=(1, K + 1), reps=5)
+        t = forward_cost(ctx.pair.target, n_tokens=(1, K + 1), reps=5, progress=ctx.progress)
         out = (statistics.median(t[1]), statistics.median(t[K + 1]), f"live: {ctx.pair.name}, 5 repetitions")
     else:
         tr = trial(ctx, "Python function")
@@ -236,7 +251,7 @@ def _alpha_interval(run: Run) -> tuple[float, float]:
 
 def greedy_identity(ctx: Context) -> Outcome:
     presets = ["The capital of France"] if ctx.live else ["The capital of France", "Python function"]
-    trials = [trial(ctx, p) for p in presets]
+    trials = trials_of(ctx, *((p, 0.0) for p in presets))
     same = [t.baseline.get("identical") is True for t in trials]
     diffs = [t.baseline.get("first_difference") for t in trials if t.baseline.get("first_difference") is not None]
     tokens = sum(len(t.run.token_ids) for t in trials)
@@ -274,7 +289,8 @@ def sampling_follows_p(ctx: Context, n: int) -> Outcome:
     if ctx.live:
         pair = ctx.pair
         tr = first_token_trials(pair.target, pair.draft, _ids(ctx, "The capital of France"), n=n, temperature=1.0,
-                                seed=ctx.seed, vocab=pair.shared_vocab, noise_reps=theory.NOISE_REPS)
+                                seed=ctx.seed, vocab=pair.shared_vocab, noise_reps=theory.NOISE_REPS,
+                                progress=ctx.progress)
         src = f"live: {pair.name}, The capital of France, first new token, T = 1, seeds {ctx.seed}–{ctx.seed + n - 1}"
     else:
         name = RECORDED[("Creative story", 1.0)]
@@ -343,7 +359,7 @@ def alpha_poem(ctx: Context) -> Outcome:
 
 
 def alpha_code(ctx: Context) -> Outcome:
-    code, poem = trial(ctx, CODE), trial(ctx, STORY)
+    code, poem = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
     a, b = code.run.alpha, poem.run.alpha
     lo, hi = _alpha_interval(code.run)
     plo, phi = _alpha_interval(poem.run)
@@ -358,7 +374,7 @@ def alpha_code(ctx: Context) -> Outcome:
 def entropy_poem_code(ctx: Context) -> Outcome:
     from specviz.teaching.lab import mean_entropy
 
-    code, poem = trial(ctx, CODE), trial(ctx, STORY)
+    code, poem = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
     hc, hp = mean_entropy(code.run), mean_entropy(poem.run)
     if not (math.isfinite(hc) and math.isfinite(hp)):
         raise SpecvizError("A run judged no drafts, so there is no entropy to compare.")
@@ -387,7 +403,7 @@ def entropy_poem_code(ctx: Context) -> Outcome:
 
 
 def temperature_alpha(ctx: Context) -> Outcome:
-    g, s = trial(ctx, "Creative story", 0.0), trial(ctx, "Creative story", 1.0)
+    g, s = trials_of(ctx, ("Creative story", 0.0), ("Creative story", 1.0))
     a0, a1 = g.run.alpha, s.run.alpha
     judged = [o for r in s.run.rounds for o in r.overlap[:len(r.accepted)]]
     ov = statistics.fmean(judged) if judged else float("nan")
@@ -399,7 +415,7 @@ def temperature_alpha(ctx: Context) -> Outcome:
 
 
 def temperature_speedup(ctx: Context) -> Outcome:
-    g, s = trial(ctx, "Creative story", 0.0), trial(ctx, "Creative story", 1.0)
+    g, s = trials_of(ctx, ("Creative story", 0.0), ("Creative story", 1.0))
     s0, s1 = float(g.baseline["speedup"]), float(s.baseline["speedup"])
     pays = "faster than" if s1 > 1 else "slower than"
     return Outcome(s1, f"{s1:.2f}×", {"s0": s0, "s1": s1, "tpp0": g.run.tokens_per_pass,
@@ -435,7 +451,7 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         pair = ctx.pair
         sweep = k_sweep(pair.target, pair.chain_draft(), _ids(ctx, "Python function"), ks, temperature=0.0,
                         max_new_tokens=ctx.max_new_tokens, seed=ctx.seed, eos_token_id=pair.eos_token_ids,
-                        vocab=pair.shared_vocab)
+                        vocab=pair.shared_vocab, progress=ctx.progress)
         speed = {int(k): measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()}
         best = max(speed, key=lambda k: (speed[k], -k))
         sweep_text = ("Measured: " + ", ".join(f"k = {k}: {v:.2f}×" for k, v in sorted(speed.items()))

@@ -9,9 +9,11 @@ RESULTS[page]. A page whose default run is already a main-page recording (Slow m
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from specviz.core import prompts, theory
+from specviz.core.errors import Stopped
 from specviz.data import pagefile
 from specviz.data.records import Run
 from specviz.data.tree_records import TreeRun
@@ -66,17 +68,131 @@ def exactness_rules(epsilon: float, delta: float, tau: float) -> list[rules.Rule
     return list(rules.DEFAULT_RULES) + [r for r in own if r not in rules.DEFAULT_RULES]
 
 
+def _preset_ids(pair, name: str) -> list[int]:
+    p = prompts.preset(name)
+    return prompts.encode(pair.tokenizer, p.text, p.chat)
+
+
+# --------------------------------------------------------------------------
+# the work behind each page's buttons: the pages call these (or the one specviz function named), the
+# recordings below run them at the page's defaults, and tools.timing times them (BUTTONS)
+
+
+def exactness_trials(pair, ids, *, n: int, temperature: float, seed: int, progress=None):
+    """The Exactness page's "Run n trials": one forward pass of each model, the seeded first-step trials on
+    those logits (a stop keeps the blocks of trials done: experiments.trials_from_logits), and the p, q and
+    residual of that position. (trials, fp)."""
+    logits = experiments.first_logits(pair.target, pair.draft, ids, pair.shared_vocab)
+    try:
+        trials = experiments.trials_from_logits(*logits, n=n, temperature=temperature, seed=seed,
+                                                noise_reps=theory.NOISE_REPS, progress=progress)
+    except Stopped as e:
+        e.partial = (e.partial, lab.position_from_logits(*logits, temperature=temperature)) if e.partial else None
+        raise
+    return trials, lab.position_from_logits(*logits, temperature=temperature)
+
+
+def acceptance_lab(pair, domains, temperatures, *, k: int, max_new_tokens: int, seed: int, existing=None,
+                   existing_agree=None, progress=None):
+    """The Acceptance lab's Measure: (sweep, agreement) of each domain's prompt at each temperature
+    (lab.acceptance_lab: a stop keeps whole cells)."""
+    presets = prompts.lab_prompts()
+    ids = {d: prompts.encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in domains}
+    return lab.acceptance_lab(pair.target, pair.draft, ids, temperatures, k=k, max_new_tokens=max_new_tokens,
+                              seed=seed, existing=existing, existing_agree=existing_agree, progress=progress,
+                              **pair.run_kw)
+
+
+def first_run(pair, progress=None):
+    """The main page's Run at its defaults (prompts.FIRST_RUN): the speculative run through the pair's drafter,
+    then the target alone with the same settings, measured once per server (baseline.shared_target_alone). The
+    main page makes the same two calls itself (pages/common/main_controls.py, main_view.py), playing the run
+    round by round as it comes. (Run, baseline.Measured)."""
+    from specviz.core.settings import DecodeSettings
+    from specviz.decoding.engine import speculative_decode
+    from specviz.teaching import baseline
+
+    f = prompts.FIRST_RUN
+    decode = DecodeSettings(k=f.k, k_policy=f.k_policy, temperature=f.temperature, max_new_tokens=f.max_new_tokens)
+    run = speculative_decode(pair.target, pair.drafter(), _preset_ids(pair, f.preset), **decode.engine_kwargs(),
+                             **pair.run_kw)
+    return run, baseline.shared_target_alone(pair.target, run, pair.shared_vocab)
+
+
+def _speed_kw(pair, s: dict) -> dict:
+    return dict(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"], **pair.run_kw)
+
+
+@dataclass(frozen=True)
+class Button:
+    """A page's button and the work behind it at the page's default settings: work(pair, progress)."""
+
+    page: str
+    label: str
+    work: Callable[[Any, Any], Any]
+
+
+S, E, L, W, T = SPEEDUP, EXACTNESS, ACCEPTANCE_LAB, WHY_FAST, TOKEN_TREE
+BUTTONS: tuple[Button, ...] = (
+    Button("Main page", "Run (then the target alone)", first_run),
+    Button("Acceptance lab", "Measure", lambda pair, progress: acceptance_lab(
+        pair, L["domains"], L["temperatures"], k=L["k"], max_new_tokens=L["new tokens per run"], seed=L["seed"],
+        progress=progress)),
+    Button("Speedup", "Measure c and the verify cost", lambda pair, progress: race.measure_cost(
+        pair.target, pair.chain_draft(), progress=progress)),
+    Button("Speedup", "Run the k sweep", lambda pair, progress: lab.k_sweep(
+        pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), S["k values"], progress=progress,
+        **_speed_kw(pair, S))),
+    Button("Speedup", "Start the race", lambda pair, progress: race.race(
+        pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), S["k for the race"], **_speed_kw(pair, S))),
+    Button("Speedup", "Run fixed k, adaptive k and the best-k chooser", lambda pair, progress: race.compare_policies(
+        pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), S["starting k"], progress=progress,
+        **_speed_kw(pair, S))),
+    Button("Speedup", "Measure α, c and the speedup for each L", lambda pair, progress: early_exit.early_exit_sweep(
+        pair.target, _preset_ids(pair, S["prompt"]), early_exit.default_layers(selfdraft.num_layers(pair.target)),
+        k=S["early exit k"], progress=progress, **_speed_kw(pair, S))),
+    Button("Why it is fast", "Measure forward cost", lambda pair, progress: experiments.forward_cost(
+        pair.target, n_tokens=tuple(W["tokens per pass"]), reps=W["repetitions"], progress=progress)),
+    Button("Why it is fast", "Check against memory bandwidth",
+           lambda pair, progress: experiments.bandwidth_check(pair.target)),
+    Button("Why it is fast", "Measure batch cost", lambda pair, progress: experiments.batch_cost(
+        pair.target, n_tokens=tuple(W["batch: tokens per sequence"]), batches=tuple(W["batch sizes"]),
+        reps=W["batch: repetitions"], progress=progress)),
+    Button("Exactness", "Compare with the target alone", lambda pair, progress: lab.compare_with_baseline(
+        pair.target, pair.draft, _preset_ids(pair, E["prompt"]), k=E["k"], temperature=0.0,
+        max_new_tokens=E["new tokens"], seed=0, **pair.run_kw)),
+    Button("Exactness", "Run 2000 trials", lambda pair, progress: exactness_trials(
+        pair, _preset_ids(pair, E["prompt"]), n=E["trials"], temperature=E["temperature"], seed=E["first seed"],
+        progress=progress)),
+    Button("Exactness", "Compare the rules", lambda pair, progress: rules.rule_lab(
+        pair.target, pair.draft, _preset_ids(pair, E["prompt"]), exactness_rules(E["ε"], E["δ"], E["τ"]),
+        n=E["rules: trials"], temperature=E["rules: temperature"], seed=E["rules: seed"], vocab=pair.shared_vocab)),
+    Button("Token tree", "Measure chain against tree", lambda pair, progress: tree_lab.chain_vs_tree(
+        pair.target, pair.draft, _preset_ids(pair, T["prompt"]), budgets=T["node budgets"], progress=progress,
+        **_tree_kw(pair, T))),
+)
+
+
+def _tree_kw(pair, s: dict) -> dict:
+    return dict(branch=s["b"], max_depth=s["max depth"], temperature=s["temperature"],
+                max_new_tokens=s["max new tokens"], seed=s["seed"], **pair.run_kw)
+
+
+def button(page: str, label: str) -> Button:
+    return next(b for b in BUTTONS if b.page == page and b.label == label)
+
+
+# --------------------------------------------------------------------------
+# the recordings: the pages' default experiments
+
+
 def record_exactness(pair, s: dict = EXACTNESS) -> dict[str, Any]:
     """The Exactness page's three experiments at its defaults: the greedy comparison, the seeded first-step
     trials with the p/q/residual of that position, and the acceptance-rule lab."""
-    p = prompts.preset(s["prompt"])
-    ids = prompts.encode(pair.tokenizer, p.text, p.chat)
+    ids = _preset_ids(pair, s["prompt"])
     greedy = lab.compare_with_baseline(pair.target, pair.draft, ids, k=s["k"], temperature=0.0,
                                        max_new_tokens=s["new tokens"], seed=0, **pair.run_kw)
-    logits = experiments.first_logits(pair.target, pair.draft, ids, pair.shared_vocab)
-    trials = experiments.trials_from_logits(*logits, n=s["trials"], temperature=s["temperature"],
-                                            seed=s["first seed"], noise_reps=theory.NOISE_REPS)
-    fp = lab.position_from_logits(*logits, temperature=s["temperature"])
+    trials, fp = exactness_trials(pair, ids, n=s["trials"], temperature=s["temperature"], seed=s["first seed"])
     rlab = rules.rule_lab(pair.target, pair.draft, ids, exactness_rules(s["ε"], s["δ"], s["τ"]),
                           n=s["rules: trials"], temperature=s["rules: temperature"], seed=s["rules: seed"],
                           vocab=pair.shared_vocab)
@@ -86,11 +202,8 @@ def record_exactness(pair, s: dict = EXACTNESS) -> dict[str, Any]:
 def record_acceptance_lab(pair, s: dict = ACCEPTANCE_LAB) -> dict[str, Any]:
     """The Acceptance lab's default measurement: each domain's run at each temperature, and the agreement along
     each run's text."""
-    presets = prompts.lab_prompts()
-    ids = {d: prompts.encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in s["domains"]}
-    sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, s["temperatures"], k=s["k"],
-                                 max_new_tokens=s["new tokens per run"], seed=s["seed"], **pair.run_kw)
-    agree = lab.agreement_sweep(pair.target, pair.draft, ids, sweep, vocab=pair.shared_vocab)
+    sweep, agree = acceptance_lab(pair, s["domains"], s["temperatures"], k=s["k"],
+                                  max_new_tokens=s["new tokens per run"], seed=s["seed"])
     return {"sweep": sweep, "agree": agree}
 
 
@@ -98,9 +211,8 @@ def record_speedup(pair, s: dict = SPEEDUP) -> dict[str, Any]:
     """The Speedup page's default measurements: c and the verify cost (1), the k sweep (3), the race (4), the k
     policies (5) and early exit at the default depths (6). Section 2 is drawn from these; 1b loads a pair per draft
     precision, so a recording has none."""
-    p = prompts.preset(s["prompt"])
-    ids = prompts.encode(pair.tokenizer, p.text, p.chat)
-    kw = dict(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"], **pair.run_kw)
+    ids = _preset_ids(pair, s["prompt"])
+    kw = _speed_kw(pair, s)
     depths = early_exit.default_layers(selfdraft.num_layers(pair.target))
     return {"cost": race.measure_cost(pair.target, pair.chain_draft()),
             "sweep": lab.k_sweep(pair.target, pair.chain_draft(), ids, s["k values"], **kw),
@@ -122,10 +234,8 @@ def record_why_fast(pair, s: dict = WHY_FAST) -> dict[str, Any]:
 def record_token_tree(pair, s: dict = TOKEN_TREE) -> dict[str, Any]:
     """The Token tree page's defaults: a whole tree run (the page steps through its rounds), and chain against tree
     at each node budget."""
-    p = prompts.preset(s["prompt"])
-    ids = prompts.encode(pair.tokenizer, p.text, p.chat)
-    kw = dict(branch=s["b"], max_depth=s["max depth"], temperature=s["temperature"],
-              max_new_tokens=s["max new tokens"], seed=s["seed"], **pair.run_kw)
+    ids = _preset_ids(pair, s["prompt"])
+    kw = _tree_kw(pair, s)
     return {"run": tree_decode(pair.target, pair.draft, ids, budget=s["node budget"], **kw),
             "chain_vs_tree": tree_lab.chain_vs_tree(pair.target, pair.draft, ids, budgets=s["node budgets"], **kw)}
 

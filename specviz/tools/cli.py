@@ -414,6 +414,34 @@ def _batch_bench(args, say) -> int:
     return 0
 
 
+def cmd_timing(args) -> int:
+    """Time every live lesson step and every page button (specviz.tools.timing)."""
+    from specviz.tools import timing
+
+    if args.limit <= 0:
+        raise InvalidSetting("--limit must be a number of seconds above 0")
+    _check_writable("--out", args.out)
+    _check_writable("--md", args.md)
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    args.draft = args.target = args.device = None
+    pair = _load_pair(args)
+    report = timing.timing(pair, lessons_too=args.what in ("all", "lessons"), buttons_too=args.what in ("all", "buttons"),
+                           seed=args.seed, limit_s=args.limit, cold=args.cold, only=args.only, say=say)
+    table = timing.markdown(report)
+    for path, text in ((args.out, timing.to_json(report)), (args.md, table)):
+        if path:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+            say(f"wrote {path}")
+    print(table)
+    return 0
+
+
 def cmd_claims_data(args) -> int:
     """Rewrite one bench group of specviz/core/measured.json from a bench report (--json --out)."""
     import datetime
@@ -553,10 +581,28 @@ def add_bench_parser(sub) -> None:
     b.set_defaults(func=cmd_bench)
 
 
+def add_timing_parser(sub) -> None:
+    t = sub.add_parser("timing", help="seconds of every live lesson step and page button (specviz.tools.timing)",
+                       description="Time every live lesson step and the work behind every page button, at the "
+                                   "pages' defaults, on one loaded pair.")
+    add_pair_options(t)
+    t.add_argument("--models", metavar="YAML", default=argparse.SUPPRESS, help="registry file")
+    t.add_argument("--what", choices=["all", "lessons", "buttons"], default="all", help="default: all")
+    t.add_argument("--only", help="only the items whose name contains this (a lesson key, a page's name)")
+    t.add_argument("--limit", type=float, default=30.0, help="seconds one item may take (default 30)")
+    t.add_argument("--cold", action="store_true",
+                   help="clear the shared target-alone store before each item (every item measures its own)")
+    t.add_argument("--seed", type=int, default=0, help="the lessons' seed (default 0, as on the page)")
+    t.add_argument("--out", metavar="FILE.json", help="write the JSON report here")
+    t.add_argument("--md", metavar="FILE.md", help="write the markdown table here (it also goes to stdout)")
+    t.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    t.set_defaults(func=cmd_timing)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
     p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench,claims-data,loadtest}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench,timing,claims-data,loadtest}")
 
     m = sub.add_parser("models", help="list model pairs, whether each is available here, how to get it")
     m.add_argument("-v", "--verbose", action="store_true", help="say where each model comes from")
@@ -570,6 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_parser(sub)
     add_bench_parser(sub)
+    add_timing_parser(sub)
 
     cd = sub.add_parser("claims-data", help="rewrite a bench group of the claims' figures (specviz/core/measured.json) "
                                             "from a bench report")

@@ -1,0 +1,73 @@
+"""A Stop click during a page's long measurement, in AppTest on the tiny pair: what was finished is kept and
+shown, with a note that it was stopped.
+
+AppTest cannot click while a script runs. What streamlit does on such a click is raise a RerunException at the
+script's next element update, which here is the progress bar's; the test makes the bar's update raise exactly
+that once two k values are done, and everything after (the page's StopBar, the sweep's partial, keeping it, the
+rerun going on) is the app's own code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
+from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "models_tiny.yaml"
+SPEEDUP = str(ROOT / "pages" / "3_Speedup.py")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_registry(tiny_app_registry):
+    return tiny_app_registry(TINY)
+
+
+@pytest.fixture
+def click_stop_after(monkeypatch):
+    """click_stop_after(n): the first progress-bar update once n units are done raises streamlit's rerun, as a
+    Stop click during the measurement does."""
+    from pages.common import lab_ui
+
+    real = lab_ui.ProgressBar.__call__
+    clicked = []
+
+    def use(n: int):
+        def update(self, msg, frac=None):
+            if getattr(msg, "done", 0) >= n and not clicked:
+                clicked.append(msg)
+                raise RerunException(RerunData())
+            return real(self, msg, frac)
+
+        monkeypatch.setattr(lab_ui.ProgressBar, "__call__", update)
+        return clicked
+
+    return use
+
+
+def test_a_k_sweep_stopped_after_two_k_values_shows_those_two_and_says_it_stopped(click_stop_after):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(SPEEDUP, default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    ks = at.multiselect(key="speed.ks").value
+    assert len(ks) > 2
+    clicked = click_stop_after(2)
+    at.button(key="speed.run_sweep").click().run()
+    assert not at.exception, at.exception
+    assert clicked, "the sweep never reported two k values done"
+    kept = at.session_state["speed.sweep"]
+    assert sorted(kept) == sorted(ks)[:2]  # exactly the two finished
+    rows = at.dataframe[0].value
+    assert list(rows["k"]) == sorted(ks)[:2]
+    notes = [w.value for w in at.warning]
+    assert any(n.startswith(f"Stopped after 2 k values of {len(ks)}") for n in notes), notes
+    # a whole sweep afterwards replaces it, and the note goes
+    click_stop_after(10**6)
+    at.button(key="speed.run_sweep").click().run()
+    assert not at.exception, at.exception
+    assert sorted(at.session_state["speed.sweep"]) == sorted(ks)
+    assert not any(w.value.startswith("Stopped after") for w in at.warning)
