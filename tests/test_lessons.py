@@ -371,3 +371,31 @@ def test_page_started_on_its_own_still_runs():
 def test_the_self_draft_moral_agrees_with_the_speedup_as_shown(s, words):
     # 0.998 is shown as 1.00×: calling it "slower" next to that figure read as a contradiction
     assert lessons._moral(s).startswith(words)
+
+
+def test_the_page_says_a_speedup_that_contradicts_its_passes_instead_of_teaching_it(monkeypatch):
+    """A recorded comparison whose speedup is above what its passes allow (its target alone slowed): the step
+    that shows it draws the flag as a warning next to the measured answer. (Seen failing with the page leaving
+    outcome.flags out.)"""
+    import dataclasses
+
+    from specviz.data import runfile
+
+    shipped = runfile.list_recorded()
+    name = lessons.RECORDED[("The capital of France", 0.0)]
+
+    def slowed(r):
+        bound = runfile.pass_bound(r.run, r.baseline)
+        return dataclasses.replace(r, baseline={**r.baseline, "speedup": 4 * bound}) if r.name == name else r
+
+    monkeypatch.setattr(runfile, "list_recorded", lambda *a, **k: [slowed(r) for r in shipped])
+    at = lessons_page(RECORDED)
+    les = lessons.lesson("identity")
+    ok(at.selectbox(key="lessons.lesson").set_value(les.title).run())
+    ok(at.button(key="lessons.run").click().run())
+    assert not [w for w in at.warning if "more than the passes allow" in w.value]  # step 1 shows no speedup
+    ok(button(at, "Next step →").click().run())
+    assert at.subheader[0].value == les.steps[1].text
+    ok(at.button(key="lessons.run").click().run())
+    flags = [w.value for w in at.warning if "more than the passes allow" in w.value]
+    assert len(flags) == 1 and "not a result to learn from" in flags[0]
