@@ -98,6 +98,8 @@ class Outcome:
     values: dict[str, Any]  # every number the explanation quotes
     source: str  # "live: <pair>", "recorded: <file>" or "theory"
     flags: tuple[str, ...] = ()  # a measured figure that contradicts itself, said instead of taught (_timing)
+    load: tuple = ()  # devqueue.LoadNote of each timing behind a figure that ran under outside load (_timing)
+    waited: tuple[str, ...] = ()  # what wall time its timings left out: waits for a core (explain.stalled_note)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -232,21 +234,30 @@ def _pass_costs(ctx: Context) -> tuple[float, float, str, Any]:
     return out
 
 
-def _timing(*sources, speed: bool = True) -> dict[str, Any]:
-    """Outcome's flags for the timed things a step's figures come from (Trials, a sweep's Comparisons, Costs):
-    with speed (the step shows their speedups), a speedup above what its passes allow
-    (runfile.beyond_pass_bound). A live one was already timed again (experiments.compare_with_baseline); what
-    stays so is said, not taught."""
-    from specviz.data import runfile
+def _timing(*sources, speed: bool = True, flags: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Outcome's notes on the timed things a step's figures come from (Trials, a sweep's Comparisons, Costs), as
+    the main page says them: the outside-load note of each (playback.load_note, a Cost's own) and the waits for a
+    core left out of their times (explain.stalled_note). And its flags: with speed (the step shows their
+    speedups), a speedup above what its passes allow (runfile.beyond_pass_bound). A live one was already timed
+    again (experiments.compare_with_baseline); what stays so is said, not taught. flags: the step's own."""
+    from specviz.data import playback, runfile
     from specviz.teaching import explain as say
 
-    flags = []
+    flags, load, waited = list(flags), [], []
     for src in sources:
         run, summary = (src.run, src.baseline) if isinstance(src, Trial) else \
             (src.spec, runfile.baseline_of(src.spec, src.base)) if hasattr(src, "spec") else (None, None)
-        if speed and run is not None and runfile.beyond_pass_bound(run, summary):
+        if run is None:  # a costs.Cost: its passes' own notes
+            load.append(src.load)
+            waited.append(say.stalled_note(src.stalled_s, src.timed_s, what="the timed passes"))
+            continue
+        load.append(playback.load_note(run, summary))
+        waited.append(say.run_stalled_note(run, summary))
+        if speed and runfile.beyond_pass_bound(run, summary):
             flags.append(say.slowed_speedup(float(summary["speedup"]), runfile.pass_bound(run, summary)))
-    return {"flags": tuple(dict.fromkeys(flags))}
+    once = lambda xs: tuple(dict.fromkeys(x for x in xs if x))  # noqa: E731 - in order, each once
+    return {"flags": once(flags), "load": tuple({n.text: n for n in load if n is not None}.values()),
+            "waited": once(waited)}
 
 
 # --------------------------------------------------------------------------
@@ -489,7 +500,7 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         measured = None
     return Outcome(float(best), str(best), {"k": best, "alpha": alpha, "c": c, "k_pred": k_pred, "s_pred": s_pred,
                                             "sweep": sweep_text, "k_max": max(ks), "measured": measured}, src,
-                   flags=tuple(flags) + _timing(*timed)["flags"])
+                   **_timing(*timed, flags=tuple(flags)))
 
 
 def slow_draft_theory(ctx: Context, k: int, c: float) -> Outcome:
