@@ -19,90 +19,93 @@ if _ROOT not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from pages.common import ui  # noqa: E402
+from pages.common import nav, ui  # noqa: E402
 
-ui.page_setup("Watch speculative decoding")
-SHOWS = (3, 4, 5, 6, 8, 13, 14)  # the claims this page shows: said in its footer, after what it shows
-T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round latency)
+# app.py is the entry: it names the pages and runs the chosen one, which may be app.py itself, run again inside
+# this call (pages/common/nav.py); only that inner run draws the main page
+if nav.main_page():
+    ui.page_setup("Watch speculative decoding")
+    SHOWS = (3, 4, 5, 6, 8, 13, 14)  # the claims this page shows: said in its footer, after what it shows
+    T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round latency)
 
-from pages.common import main_controls as controls  # noqa: E402
-from pages.common import main_view as view  # noqa: E402
-from pages.common import pairs_ui  # noqa: E402
-from pages.common import tree_ui  # noqa: E402
-from pages.common.main_sidebar import sidebar  # noqa: E402
-from specviz.teaching import explain  # noqa: E402
-from specviz.data import playback  # noqa: E402
-from specviz.core.errors import SpecvizError  # noqa: E402
+    from pages.common import main_controls as controls  # noqa: E402
+    from pages.common import main_view as view  # noqa: E402
+    from pages.common import pairs_ui  # noqa: E402
+    from pages.common import tree_ui  # noqa: E402
+    from pages.common.main_sidebar import sidebar  # noqa: E402
+    from specviz.teaching import explain  # noqa: E402
+    from specviz.data import playback  # noqa: E402
+    from specviz.core.errors import SpecvizError  # noqa: E402
 
-S = st.session_state
-S.setdefault("main.playing", False)
-S.setdefault("main.follow", True)
-ms = sidebar()
+    S = st.session_state
+    S.setdefault("main.playing", False)
+    S.setdefault("main.follow", True)
+    ms = sidebar()
 
-# --- controls ---------------------------------------------------------------------------------
-st.caption("A small **draft** model proposes k tokens; the large **target** checks all of them in **one** forward "
-           "pass, keeps the agreeing prefix, replaces the first mismatch with its own token (**correction**), "
-           "and adds a **bonus** token when all k were accepted. Everything below is computed live on real "
-           "models, or replayed from a recorded real run.")
-ctrl = st.container()
-controls.pair_missing(ms)
-load_box = st.container()
-tree_ui.main_page_tree(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
-                       temperature=ms.decode.temperature, seed=ms.decode.seed, live=ms.live, shape=ms.shape)
-if ms.live and ms.pair_name:  # one run of each offline pair, side by side
-    pairs_ui.offline_pairs_section(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
-                                   k=ms.decode.k, temperature=ms.decode.temperature, top_p=ms.decode.top_p,
-                                   max_new_tokens=ms.decode.max_new_tokens, seed=ms.decode.seed)
-steps: int | None = 0
-with load_box:
-    try:
-        steps = controls.handle_request(ms, T_SCRIPT)
-    except (SpecvizError, MemoryError) as e:
-        ui.show_error(e)
-job: playback.Playback | None = S.get("main.job")
-controls.offer_recording(job)  # what the waiting notice offers to watch while this run waits for the device
-with ctrl:
-    controls.buttons(ms, job)
+    # --- controls ---------------------------------------------------------------------------------
+    st.caption("A small **draft** model proposes k tokens; the large **target** checks all of them in **one** forward "
+               "pass, keeps the agreeing prefix, replaces the first mismatch with its own token (**correction**), "
+               "and adds a **bonus** token when all k were accepted. Everything below is computed live on real "
+               "models, or replayed from a recorded real run.")
+    ctrl = st.container()
+    controls.pair_missing(ms)
+    load_box = st.container()
+    tree_ui.main_page_tree(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
+                           temperature=ms.decode.temperature, seed=ms.decode.seed, live=ms.live, shape=ms.shape)
+    if ms.live and ms.pair_name:  # one run of each offline pair, side by side
+        pairs_ui.offline_pairs_section(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
+                                       k=ms.decode.k, temperature=ms.decode.temperature, top_p=ms.decode.top_p,
+                                       max_new_tokens=ms.decode.max_new_tokens, seed=ms.decode.seed)
+    steps: int | None = 0
+    with load_box:
+        try:
+            steps = controls.handle_request(ms, T_SCRIPT)
+        except (SpecvizError, MemoryError) as e:
+            ui.show_error(e)
+    job: playback.Playback | None = S.get("main.job")
+    controls.offer_recording(job)  # what the waiting notice offers to watch while this run waits for the device
+    with ctrl:
+        controls.buttons(ms, job)
 
-# --- the animation: one round at a time, then the page drawn once more -------------------------
-ph = view.Placeholders.create()
-if job is not None and steps != 0:
-    advanced = False
-    try:
-        advanced = view.animate(job, steps, ms.speed, ph)
-    except Exception as e:  # noqa: BLE001 — a clear message instead of a traceback
-        S["main.playing"] = False
-        ui.show_error(e)
-    if job.done:
-        S["main.playing"] = False
-        if advanced:
-            st.rerun()  # draw the finished page once more, buttons included (no model work)
+    # --- the animation: one round at a time, then the page drawn once more -------------------------
+    ph = view.Placeholders.create()
+    if job is not None and steps != 0:
+        advanced = False
+        try:
+            advanced = view.animate(job, steps, ms.speed, ph)
+        except Exception as e:  # noqa: BLE001 — a clear message instead of a traceback
+            S["main.playing"] = False
+            ui.show_error(e)
+        if job.done:
+            S["main.playing"] = False
+            if advanced:
+                st.rerun()  # draw the finished page once more, buttons included (no model work)
 
-if job is None:
-    ph.text.info((f"Press **{controls.RUN}** to watch the draft propose and the target verify, round by round "
-                  "(the first run loads the models)." if ms.live else
-                  f"Press **{controls.PLAY}** to replay the chosen recorded run, round by round: the draft "
-                  "proposing and the target verifying, with the timings it was recorded with."))
+    if job is None:
+        ph.text.info((f"Press **{controls.RUN}** to watch the draft propose and the target verify, round by round "
+                      "(the first run loads the models)." if ms.live else
+                      f"Press **{controls.PLAY}** to replay the chosen recorded run, round by round: the draft "
+                      "proposing and the target verifying, with the timings it was recorded with."))
+        controls.save_load(job)
+        ui.shows_caption(SHOWS)
+        st.stop()
+
+    with ui.drawing():  # the page as it stands, drawn apart from other sessions' model work
+        run = job.current_run()
+        ph.head_line(job)
+        ph.tokens(job)
+        if job.rounds:
+            ph.status.markdown(explain.round_summary(job.rounds[-1], view.decoder(job)))
+        elif job.error is None:
+            ph.status.info("Paused before the first round: press Step or Resume.")
+        if job.error:
+            st.error(f"The run stopped early: {job.error}")
+        ph.numbers(run)
+        if job.rounds:
+            ph.round_log(run, job)
+            view.round_detail(job)
+            view.acceptance(run, ms.decode.k)
+    if job.rounds:
+        view.speed(job)  # times the target alone first, when the run asked for it
     controls.save_load(job)
     ui.shows_caption(SHOWS)
-    st.stop()
-
-with ui.drawing():  # the page as it stands, drawn apart from other sessions' model work
-    run = job.current_run()
-    ph.head_line(job)
-    ph.tokens(job)
-    if job.rounds:
-        ph.status.markdown(explain.round_summary(job.rounds[-1], view.decoder(job)))
-    elif job.error is None:
-        ph.status.info("Paused before the first round: press Step or Resume.")
-    if job.error:
-        st.error(f"The run stopped early: {job.error}")
-    ph.numbers(run)
-    if job.rounds:
-        ph.round_log(run, job)
-        view.round_detail(job)
-        view.acceptance(run, ms.decode.k)
-if job.rounds:
-    view.speed(job)  # times the target alone first, when the run asked for it
-controls.save_load(job)
-ui.shows_caption(SHOWS)

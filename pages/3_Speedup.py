@@ -67,6 +67,8 @@ if cost is None:
     st.info("Press **Measure c and the verify cost** (a few seconds) to fit the model to this device.")
 else:
     lab_ui.load_warning(note)
+    if cost.reused:
+        st.caption(explain.shared_cost_note(time.time() - cost.at))
     m1, m2, m3 = st.columns(3)
     m1.metric("c = draft step ÷ target step", f"{cost.c:.3f}",
               help="with the " + explain.drafter_words(precision, head))
@@ -77,6 +79,7 @@ else:
 
 speed_ui.draft_precisions(pair, ids, run_kw)  # 1b
 speed_ui.target_precisions(pair, ids, run_kw)  # 1c
+speed_ui.c_check(pair, kept["cost"])  # section 1's c against 1b's and 1c's: timed again, or flagged
 
 sw = result("sweep")
 fixed = {"5": [got["policies"]["fixed"]]} if off else speed_ui.fixed_k_runs(pair)

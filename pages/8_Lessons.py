@@ -109,6 +109,12 @@ if done is not None:
     c1, c2 = st.columns(2)
     c1.metric("your prediction", lessons.format_prediction(step, done["prediction"]))
     c2.metric("measured", outcome.shown)
+    for flag in outcome.flags:  # a figure that contradicts itself: said before anything is read from it
+        st.warning(flag, icon=":material/warning:")
+    for note in outcome.load:  # its timings ran under outside load: a warning, or a quiet note when it moved little
+        lab_ui.load_warning(note)
+    for waited in outcome.waited:  # and what waiting for a core it left out of them
+        st.caption(waited)
     st.info(lessons.compare(step, done["prediction"], outcome), icon=":material/compare_arrows:")
     st.markdown(lessons.explain(step, outcome))
     if done.get("figure") is not None:

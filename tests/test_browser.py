@@ -549,3 +549,26 @@ def test_presenter_keys_source_and_progress_survive_page_changes_and_a_reload(ti
     _at_least(page, page.get_by_text("your prediction"))  # step 1's measured answer came back too
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()
+
+
+def test_the_page_list_names_the_main_page_for_what_it_does(tiny_server, browser):
+    """The sidebar lists the main page by what it does (not "app", from app.py); a click on it from another page
+    opens the main page at the app's root address, and a click on a page goes to that page's own address."""
+    from pages.common import nav
+
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(f"{tiny_server}/Theory")
+    _settled(page)
+    links = page.locator('[data-testid="stSidebarNav"] a')
+    links.first.wait_for()
+    names = [t.strip() for t in links.all_inner_texts()]
+    assert names[0] == nav.MAIN_TITLE and "app" not in names and "Lessons" in names, names
+    page.evaluate(NAV, nav.MAIN_TITLE)
+    page.get_by_role("heading", name="Watch speculative decoding").wait_for()
+    assert page.url.rstrip("/") == tiny_server.rstrip("/")
+    page.evaluate(NAV, "Lessons")
+    page.wait_for_url(re.compile("/Lessons"))
+    page.get_by_text("step 1 of").first.wait_for()
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()

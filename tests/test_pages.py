@@ -798,3 +798,38 @@ def test_theory_puts_the_main_pages_run_on_the_formula_over_its_rounds():
     assert traces["measured (this run)"]["y"][0] == pytest.approx(len(run.token_ids) / len(run.rounds))
     assert "k = 4 (formula)" in traces  # the slider's k stays the solid curve
     assert any("whose k the adaptive rule set" in c.value and "the slider above" in c.value for c in at.caption)
+
+
+@needs_tiny
+def test_speedup_shares_section_1s_c_and_times_it_again_when_1b_contradicts_it(monkeypatch):
+    """Section 1 pressed twice: one measurement, the second given back and said to be shared. Then a section-1 c
+    far from what 1b's runs of the same draft show: comparing the precisions times section 1 once more (its c
+    changes) and, where the two still part, says so with both figures. (Seen failing with speed_ui.c_check
+    not called: the contradicted c stayed on the page.)"""
+    import dataclasses
+
+    from specviz.device import devqueue
+    from specviz.teaching import costs
+
+    # a quiet machine: this shared one may judge passes loaded, and a loaded timing is not kept
+    monkeypatch.setattr(devqueue, "outside_load", lambda *a, **kw: False)
+    monkeypatch.setattr(devqueue, "OTHERS_SHARE", float("inf"))  # other programs never crowd the passes
+    costs.STORE.clear()
+    at = page("3")
+    at.number_input(key="speed.max_new").set_value(8).run()
+    press(at, "speed.run_cost")
+    cost, note = at.session_state["speed.cost"]
+    press(at, "speed.run_cost")
+    assert at.session_state["speed.cost"][0].at == cost.at  # the same timing, not a second one
+    assert any("shared" in c.value for c in at.caption)
+    far = dataclasses.replace(cost, c=50 * cost.c, draft_s=[50 * s for s in cost.draft_s], at=cost.at - 1)
+    at.session_state["speed.cost"] = (far, note)  # as if section 1 had been slowed
+    at.run()
+    assert metrics(at)["c = draft step ÷ target step"] == f"{far.c:.3f}"
+    press(at, "speed.run_precisions")
+    again = at.session_state["speed.cost"][0]
+    assert again.at > far.at and again.c != far.c and not again.reused  # timed once more
+    assert metrics(at)["c = draft step ÷ target step"] == f"{again.c:.3f}"
+    said = [w.value for w in at.warning if "Two measurements of c" in w.value]
+    assert not said or f"{again.c:.3f}" in said[0]
+    costs.STORE.clear()

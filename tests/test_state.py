@@ -99,3 +99,23 @@ def test_lesson_progress_and_results_survive_a_reload():
     assert any(m.label == "measured" for m in again.metric), "step 1's measured answer was lost in the reload"
     other = app(LESSONS, {"source": "recorded"})  # another session, without the token: its own progress
     assert "step 1 of" in step_shown(other)
+
+
+def test_the_main_page_is_named_for_what_it_does_and_every_page_keeps_its_address():
+    """The navigation that app.py sends: the main page titled for what it does (Streamlit would say "app"), at
+    the root address, then every pages/*.py under the title and address Streamlit gives a pages/ folder."""
+    from streamlit.source_util import page_icon_and_name
+
+    from pages.common import nav
+
+    at = app()
+    listed = list(at._registered_pages.values())  # what the navigation registered (AppTest has no public reader)
+    main = listed[0]
+    assert main["page_name"] == nav.MAIN_TITLE != "app" and main["url_pathname"] == ""
+    assert Path(main["script_path"]) == ROOT / "app.py"
+    files = sorted((ROOT / "pages").glob("*.py"))
+    assert [Path(p["script_path"]).name for p in listed[1:]] == [f.name for f in files]
+    for p, f in zip(listed[1:], files):
+        name = page_icon_and_name(f)[1]
+        assert (p["url_pathname"], p["page_name"]) == (name, name.replace("_", " "))
+    assert ok(at.switch_page("pages/5_Exactness.py").run()).title[0].value.startswith("Exactness")

@@ -5,6 +5,7 @@
   cost_model(fixed, ids, run_kw, cost, sweep)  2 · predicted speedup against k, at the α measured on the page
   k_policies(pair, ids, run_kw, recorded)  5  · fixed k, adaptive k and the best-k chooser (specviz.teaching.race)
   early_exit(pair, ids, run_kw, recorded)  6  · the target's own first L layers as the draft (specviz.decoding.selfdraft)
+  c_check(pair, kept_cost)              section 1's c against 1b's and 1c's for the same draft: timed again, or flagged
   fixed_k_runs(pair)                    the runs of 1b and 5 with the sidebar's draft and a fixed k (section 2's α)
   measured_here(run, ids, run_kw)       whether a kept run came from the prompt and settings above
   note_other_settings(runs, ids, run_kw, k)  a kept result measured with another prompt or settings says which
@@ -22,7 +23,7 @@ import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, experiments, explain, race
+from specviz.teaching import charts, costs, experiments, explain, race
 from specviz.teaching import early_exit as exit_sweep
 from specviz.core import claims, measure, theory
 from specviz.modeling import quant
@@ -139,6 +140,41 @@ def target_precisions(pair, ids, run_kw: dict) -> None:
     if (res := kept.get()) is not None:
         _comparison_table(res, ids, run_kw, "target precision")
         st.markdown(explain.target_verdict(res))
+
+
+def _same_draft_runs(pair) -> list:
+    """The comparisons of 1b and 1c whose draft and target are the sidebar's: the same draft as section 1."""
+    out = [r.comparison for r in Kept("speed.precision", _ident(pair)[:2]).get() or []
+           if r.precision == pair.draft_precision]
+    if lab_ui.dtype_name(pair) == "float32":  # 1c's pairs are float32; its float32 target is the sidebar's
+        out += [r.comparison for r in Kept("speed.target", _ident(pair)).get() or []
+                if r.precision == (pair.target_precision or "float32")]
+    return out
+
+
+def c_check(pair, kept_cost) -> None:
+    """Section 1's c (single steps) against c in 1b's and 1c's runs of the same draft (costs.check_c): where they
+    part by more than their timings allow, section 1 is timed once more; a disagreement that stays is said."""
+    got = kept_cost.get() if pair is not None else None
+    runs = _same_draft_runs(pair) if got is not None else []
+    if not runs:
+        return
+    cost = got[0]
+    ident = (cost.at, tuple(id(cmp) for cmp in runs))  # checked once per pair of measurements
+    done = st.session_state.get("speed.c_check")
+    if done is None or done[0] != ident:
+        samples = costs.run_samples([cmp.spec for cmp in runs], [cmp.base for cmp in runs])
+        chk = lab_ui.run_guarded(costs.check_c, pair.target, pair.chain_draft(), cost, samples)
+        if chk is None:
+            return
+        st.session_state["speed.c_check"] = done = ((chk.cost.at, ident[1]), chk)
+        if chk.remeasured:
+            kept_cost.put((chk.cost, chk.cost.load))
+            st.rerun()  # section 1 shows the new timing
+    chk = done[1]
+    if not chk.agree:
+        st.warning(explain.c_disagreement(chk.cost.c, chk.run_c, "the runs of sections 1b and 1c"),
+                   icon=":material/warning:")
 
 
 START_ALPHA = 0.8  # section 2's α before anything is measured

@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
-from pages.common import state
+from pages.common import nav, state
 from specviz.teaching import charts, explain, render
 from specviz.core import claims
 from specviz.core.errors import InvalidSetting, SpecvizError
@@ -137,6 +137,7 @@ def _presenter_toggle() -> None:
 def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple[int, ...] = ()) -> None:
     """Page config (must be the first Streamlit call of a page), the title, links to the claims it shows, and
     the place where this session's wait for the device is shown."""
+    nav.own_list()  # a page opened by its address before app.py named the pages: its navigation names them
     st.set_page_config(page_title=f"{title} · specviz", page_icon=icon, layout=layout,
                        initial_sidebar_state="collapsed" if presenter() else "auto")
     st.html(PAGE_CSS)

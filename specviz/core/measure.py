@@ -14,12 +14,15 @@ compare_with_baseline, ...) are in experiments.py and call this module.
   draft_step_s       one round's draft step (seconds), by the rule below
   c_ratio            c = median draft step ÷ median 1-token target pass
   c_from_runs        c from speculative runs' rounds and target-alone runs' passes
+  c_samples_from_runs  the draft steps and 1-token target passes c_from_runs takes the medians of
+  c_range, c_disagree  c as low and as high as its timings' spread allows; two c of one draft that part further
   prior_c, c_prior   what a step streams (weights, and a cost per layer), draft ÷ target: c before any timing
   verify_ratios      the verify cost against tokens: {n: cost(n) ÷ cost(smallest n)}
   speedup_from       (baseline seconds per token) ÷ (seconds per token)
   speedup            end to end: whole runs, reading the prompt included
   steady_speedup     over the rounds after the first, whose passes also read the prompt
   beyond_pass_bound  a speedup above the ratio of tokens per target pass: a slowed timing, not a result
+  beyond_bound       the same from the numbers (a saved run's summary)
   tokens_per_s       tokens ÷ seconds
   engine_rate        tokens ÷ Σ round_s: engine time only, without pauses between rounds
   median             the median of the finite values given (nan when none)
@@ -126,12 +129,52 @@ def c_ratio(draft_s, target_s) -> float:
     return d / t
 
 
+def c_samples_from_runs(spec_runs: Iterable, base_runs: Iterable) -> tuple[list[float], list[float]]:
+    """(draft steps of the speculative runs (draft_step_s), 1-token passes of the target-alone runs after the
+    prompt was read), in seconds."""
+    steps = [s for run in spec_runs for r in run.rounds if (s := draft_step_s(r)) is not None]
+    target = [r.verify_s for run in base_runs for r in run.rounds if not r.prefill_tokens]
+    return steps, target
+
+
 def c_from_runs(spec_runs: Iterable, base_runs: Iterable) -> float:
     """c from the runs' own timings: draft steps of the speculative runs (draft_step_s) over the
     1-token passes of target-alone runs after the prompt was read."""
-    steps = [s for run in spec_runs for r in run.rounds if (s := draft_step_s(r)) is not None]
-    target = [r.verify_s for run in base_runs for r in run.rounds if not r.prefill_tokens]
-    return c_ratio(steps, target)
+    return c_ratio(*c_samples_from_runs(spec_runs, base_runs))
+
+
+# How far two honest measurements of one draft's c may part beyond their timings' spread: c from runs also pays
+# the step after a bonus and the round's own work (the rule above), c from forward timings does not.
+C_SLACK = 0.5
+
+
+def _quartiles(xs) -> tuple[float, float]:
+    xs = sorted(float(x) for x in ([xs] if isinstance(xs, (int, float)) else xs) if math.isfinite(float(x)))
+    if not xs:
+        return float("nan"), float("nan")
+    if len(xs) < 2:
+        return xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def c_range(draft_s, target_s) -> tuple[float, float]:
+    """c as low and as high as the timings' spread allows: the lower quartile of the draft steps over the upper
+    quartile of the target passes, and the other way round (nan when either side has no timing)."""
+    (d_lo, d_hi), (t_lo, t_hi) = _quartiles(draft_s), _quartiles(target_s)
+    if not (math.isfinite(d_lo) and math.isfinite(t_lo) and t_lo > 0):
+        return float("nan"), float("nan")
+    return d_lo / t_hi, d_hi / t_lo
+
+
+def c_disagree(a, b, slack: float = C_SLACK) -> bool:
+    """Whether two measurements of c for one draft on one device, each (draft step seconds, 1-token target pass
+    seconds), part by more than their spread (c_range) widened by slack: then one of them was slowed, and
+    neither is the draft's cost. False when either has no timing."""
+    (a_lo, a_hi), (b_lo, b_hi) = c_range(*a), c_range(*b)
+    if not all(math.isfinite(x) for x in (a_lo, a_hi, b_lo, b_hi)):
+        return False
+    return a_hi * (1 + slack) < b_lo or b_hi * (1 + slack) < a_lo
 
 
 # What a decoding step costs beyond streaming its weights, per decoder layer (the kernel launches and the
@@ -231,8 +274,14 @@ def beyond_pass_bound(spec, base, slack: float = PASS_BOUND_SLACK) -> bool:
     target pass, so the speedup cannot pass the ratio of tokens per target pass (the target alone makes one per
     pass) by more than timing noise. Above it, one of the two timings was slowed: the target alone, most often,
     by other work on the machine."""
-    bound = spec.tokens_per_pass / base.tokens_per_pass if base.tokens_per_pass else float("nan")
-    return math.isfinite(bound) and speedup(spec, base) > bound * (1 + slack)
+    return beyond_bound(speedup(spec, base), spec.tokens_per_pass, base.tokens_per_pass, slack)
+
+
+def beyond_bound(speedup_x: float, spec_tokens_per_pass: float, base_tokens_per_pass: float,
+                 slack: float = PASS_BOUND_SLACK) -> bool:
+    """beyond_pass_bound from the numbers: a speedup, and the tokens per target pass of each run."""
+    bound = spec_tokens_per_pass / base_tokens_per_pass if base_tokens_per_pass else float("nan")
+    return math.isfinite(bound) and math.isfinite(speedup_x) and speedup_x > bound * (1 + slack)
 
 
 # --- text ---------------------------------------------------------------------------

@@ -104,6 +104,21 @@ def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | Non
     }  # fmt: skip
 
 
+def pass_bound(spec: Run, summary: dict) -> float:
+    """The most speedup the passes allow (measure.beyond_pass_bound): spec's tokens per target pass over the
+    target alone's, from a baseline_summary (nan when it has no passes)."""
+    base_passes = summary.get("base_target_passes") or 0
+    base_tpp = (summary.get("base_tokens") or 0) / base_passes if base_passes else float("nan")
+    return spec.tokens_per_pass / base_tpp if base_tpp and math.isfinite(base_tpp) else float("nan")
+
+
+def beyond_pass_bound(spec: Run, summary: dict) -> bool:
+    """measure.beyond_pass_bound for a run and its baseline_summary (a saved or recorded comparison)."""
+    base_passes = summary.get("base_target_passes") or 0
+    base_tpp = (summary.get("base_tokens") or 0) / base_passes if base_passes else 0.0
+    return measure.beyond_bound(float(summary.get("speedup", float("nan"))), spec.tokens_per_pass, base_tpp)
+
+
 def baseline_of(spec: Run, base: Run) -> dict:
     """baseline_summary() of a speculative run and its target-alone run."""
     identical = spec.token_ids == base.token_ids if is_greedy(spec.decode.temperature) else None

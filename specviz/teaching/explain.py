@@ -14,6 +14,7 @@ streamlit, no models.
   round_rows                               one round's decisions as a table, arithmetic written out
   time_breakdown                           where a run's time went, against the target alone
   stalled_note                             the wall time left out because other threads held the cores
+  slowed_speedup, c_disagreement           a measurement that contradicts itself: said, never taught from
   speedup_verdict, theory_summary          the cost model's prediction against a measurement
   best_k_words                             the model's best k, said to be the bound when it is
   forward_cost_verdict, dtype_comparison, bandwidth_verdict, batch_verdict   why it is fast
@@ -24,6 +25,7 @@ streamlit, no models.
   other_settings                           a kept result measured with other settings than those on screen
   gpu_advice                               a pair too small to win on a GPU, and a pair that can
   ago, baseline_note                       how long ago; where the target-alone timing came from
+  shared_cost_note                         c and the pass costs given back from this server's measurement
   queue_wait                               a session's place in the device's line and its likely wait
 """
 
@@ -735,6 +737,30 @@ def ago(seconds: float) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min ago"
     return f"{seconds / 3600:.0f} h ago"
+
+
+def slowed_speedup(speedup: float, bound: float) -> str:
+    """A speedup above what its passes allow (measure.beyond_pass_bound), still so when timed again."""
+    return (f"This speedup ({speedup:.2f}×) is more than the passes allow: with {bound:.2f}× fewer target passes "
+            f"than the target alone, it can be at most about {bound:.2f}×. One of the two timings was slowed, most "
+            "often the target alone by other work on this machine, and it stayed so when timed again: it is a "
+            "faulty measurement, not a result to learn from. Run it again when the machine is quieter.")
+
+
+def c_disagreement(c_steps: float, c_runs: float, where_runs: str = "the runs") -> str:
+    """Two measurements of one draft's c, on one device a moment apart, that part by more than their timings
+    allow (measure.c_disagree), still so after the single steps were timed again."""
+    return (f"Two measurements of c for the same draft disagree: {c_steps:.3f} from single steps timed apart, "
+            f"{c_runs:.3f} from {where_runs}, further apart than their timings' spread allows even after the "
+            "single steps were timed again. One of them was slowed by other work on this machine: neither is "
+            "this draft's cost, and the figures built on c here are not a result to learn from. Measure again "
+            "when the machine is quieter.")
+
+
+def shared_cost_note(age_s: float) -> str:
+    """Section 1's c and pass costs given back from this server's measurement (teaching.costs.STORE)."""
+    return (f"Measured {ago(age_s)} on this server for this target and draft, and shared: the lessons and this "
+            "page quote the same timing of c, so they cannot disagree about it.")
 
 
 def baseline_note(reused_age_s: float | None) -> str:

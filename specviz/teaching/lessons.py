@@ -98,6 +98,9 @@ class Outcome:
     shown: str  # the measured answer as the page shows it
     values: dict[str, Any]  # every number the explanation quotes
     source: str  # "live: <pair>", "recorded: <file>" or "theory"
+    flags: tuple[str, ...] = ()  # a measured figure that contradicts itself, said instead of taught (_timing)
+    load: tuple = ()  # devqueue.LoadNote of each timing behind a figure that ran under outside load (_timing)
+    waited: tuple[str, ...] = ()  # what wall time its timings left out: waits for a core (explain.stalled_note)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -215,15 +218,25 @@ def _steady(run: Run) -> list:
     return [r for r in run.rounds if not r.prefill_tokens and r.k == K]
 
 
-def _pass_costs(ctx: Context) -> tuple[float, float, str]:
-    """(seconds of a 1-token target pass, seconds of a (K+1)-token pass, source)."""
+def _cost(ctx: Context):
+    """This server's one measurement of c and the pass costs for the pair (costs.shared_cost, as the Speedup
+    page's section 1 reads it)."""
+    from specviz.teaching import costs
+
+    return costs.shared_cost(ctx.pair.target, ctx.pair.chain_draft())
+
+
+def _pass_costs(ctx: Context) -> tuple[float, float, str, Any]:
+    """(seconds of a 1-token target pass, seconds of a (K+1)-token pass, source, what they were timed in: a
+    costs.Cost or the recording's Trial)."""
     if "costs" in ctx.memo:
         return ctx.memo["costs"]
     if ctx.live:
-        from specviz.teaching.experiments import forward_cost
-
-        t = forward_cost(ctx.pair.target, n_tokens=(1, K + 1), reps=5, progress=ctx.progress)
-        out = (statistics.median(t[1]), statistics.median(t[K + 1]), f"live: {ctx.pair.name}, 5 repetitions")
+        cost = _cost(ctx)
+        n = len(cost.timings[1])
+        out = (statistics.median(cost.timings[1]), statistics.median(cost.timings[K + 1]),
+               f"live: {ctx.pair.name}, {n} repetitions" + (", measured a moment ago on this server"
+                                                           if cost.reused else ""), cost)
     else:
         tr = trial(ctx, "Python function")
         rounds = _steady(tr.run)
@@ -231,9 +244,35 @@ def _pass_costs(ctx: Context) -> tuple[float, float, str]:
             raise SpecvizError("The recording has no steady rounds to time.")
         # the recording's verify passes read K+1 tokens; the baseline's steps read one
         out = (float(tr.baseline["base_step_s"]), statistics.median(r.verify_s for r in rounds),
-               tr.source + ": its verify passes against its target-alone steps")
+               tr.source + ": its verify passes against its target-alone steps", tr)
     ctx.memo["costs"] = out
     return out
+
+
+def _timing(*sources, speed: bool = True, flags: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Outcome's notes on the timed things a step's figures come from (Trials, a sweep's Comparisons, Costs), as
+    the main page says them: the outside-load note of each (playback.load_note, a Cost's own) and the waits for a
+    core left out of their times (explain.stalled_note). And its flags: with speed (the step shows their
+    speedups), a speedup above what its passes allow (runfile.beyond_pass_bound). A live one was already timed
+    again (experiments.compare_with_baseline); what stays so is said, not taught. flags: the step's own."""
+    from specviz.data import playback, runfile
+    from specviz.teaching import explain as say
+
+    flags, load, waited = list(flags), [], []
+    for src in sources:
+        run, summary = (src.run, src.baseline) if isinstance(src, Trial) else \
+            (src.spec, runfile.baseline_of(src.spec, src.base)) if hasattr(src, "spec") else (None, None)
+        if run is None:  # a costs.Cost: its passes' own notes
+            load.append(src.load)
+            waited.append(say.stalled_note(src.stalled_s, src.timed_s, what="the timed passes"))
+            continue
+        load.append(playback.load_note(run, summary))
+        waited.append(say.run_stalled_note(run, summary))
+        if speed and runfile.beyond_pass_bound(run, summary):
+            flags.append(say.slowed_speedup(float(summary["speedup"]), runfile.pass_bound(run, summary)))
+    once = lambda xs: tuple(dict.fromkeys(x for x in xs if x))  # noqa: E731 - in order, each once
+    return {"flags": once(flags), "load": tuple({n.text: n for n in load if n is not None}.values()),
+            "waited": once(waited)}
 
 
 # --------------------------------------------------------------------------
@@ -278,7 +317,7 @@ def greedy_passes(ctx: Context) -> Outcome:
     return Outcome(share, f"{share:.0f} %", {
         "share": share, "spec_passes": spec, "base_passes": base, "tokens": len(t.run.token_ids),
         "tpp": t.run.tokens_per_pass, "alpha": t.run.alpha, "speedup": speedup, "fewer": base / spec, "why": why,
-    }, t.source)
+    }, t.source, **_timing(t))
 
 
 def sampling_follows_p(ctx: Context, n: int) -> Outcome:
@@ -324,7 +363,7 @@ def sampling_follows_p(ctx: Context, n: int) -> Outcome:
 
 
 def verify_cost(ctx: Context) -> Outcome:
-    t1, t5, src = _pass_costs(ctx)
+    t1, t5, src, timed = _pass_costs(ctx)
     ratio = t5 / t1
     if ratio < 1.5:
         verdict = ("About one pass: the weights are read from memory once for all the tokens, and reading them "
@@ -336,18 +375,18 @@ def verify_cost(ctx: Context) -> Outcome:
         verdict = ("Close to five passes: the honest exception. Here the arithmetic, not the memory read, is the "
                    "limit, so checking drafts is not free and speculative decoding gains little")
     return Outcome(ratio, f"{ratio:.2f}×", {"ratio": ratio, "t1_ms": t1 * 1000, "t5_ms": t5 * 1000,
-                                            "n": K + 1, "verdict": verdict}, src)
+                                            "n": K + 1, "verdict": verdict}, src, **_timing(timed, speed=False))
 
 
 def tokens_per_pass(ctx: Context) -> Outcome:
     t = trial(ctx, "Python function")
     run = t.run
-    t1, t5, _ = _pass_costs(ctx)
+    t1, t5, _, timed = _pass_costs(ctx)
     tpp = run.tokens_per_pass
     return Outcome(tpp, f"{tpp:.2f}", {
         "tpp": tpp, "tokens": len(run.token_ids), "passes": run.target_passes, "alpha": run.alpha,
         "per_token_ms": t5 * 1000 / tpp, "t1_ms": t1 * 1000, "k": K,
-    }, t.source)
+    }, t.source, **_timing(timed, speed=False))
 
 
 def alpha_poem(ctx: Context) -> Outcome:
@@ -419,7 +458,8 @@ def temperature_speedup(ctx: Context) -> Outcome:
     s0, s1 = float(g.baseline["speedup"]), float(s.baseline["speedup"])
     pays = "faster than" if s1 > 1 else "slower than"
     return Outcome(s1, f"{s1:.2f}×", {"s0": s0, "s1": s1, "tpp0": g.run.tokens_per_pass,
-                                      "tpp1": s.run.tokens_per_pass, "pays": pays}, f"{g.source}; {s.source}")
+                                      "tpp1": s.run.tokens_per_pass, "pays": pays}, f"{g.source}; {s.source}",
+                   **_timing(g, s))
 
 
 def best_k_theory(ctx: Context, alpha: float, c: float) -> Outcome:
@@ -433,11 +473,18 @@ def best_k_theory(ctx: Context, alpha: float, c: float) -> Outcome:
 def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
     t = trial(ctx, "Python function")
     alpha = min(t.run.alpha, 0.999)
+    timed: list = [t]
+    flags: list[str] = []
     if ctx.live:
-        from specviz.teaching.experiments import draft_cost_ratio
+        from specviz.teaching import costs, explain as say
 
-        pair = ctx.pair
-        c = draft_cost_ratio(pair.target, pair.chain_draft(), reps=3)
+        # the Speedup page's section 1 reads the same measurement; held against c in the lesson's own run
+        steps = [x for r in t.run.rounds if (x := measure.draft_step_s(r)) is not None]
+        chk = costs.check_c(ctx.pair.target, ctx.pair.chain_draft(), _cost(ctx),
+                            (steps, [t.baseline.get("base_step_s") or float("nan")]))
+        c = chk.cost.c
+        if not chk.agree:
+            flags.append(say.c_disagreement(c, chk.run_c, "this lesson's run against its target alone"))
     else:
         rounds = _steady(t.run)
         step = t.baseline.get("base_step_s")
@@ -453,6 +500,7 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
                         max_new_tokens=ctx.max_new_tokens, seed=ctx.seed, eos_token_id=pair.eos_token_ids,
                         vocab=pair.shared_vocab, progress=ctx.progress)
         speed = {int(k): measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()}
+        timed += list(sweep.values())
         best = max(speed, key=lambda k: (speed[k], -k))
         sweep_text = ("Measured: " + ", ".join(f"k = {k}: {v:.2f}×" for k, v in sorted(speed.items()))
                       + f". The sweep's best is k = {best}.")
@@ -467,7 +515,8 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         src = f"{t.source}; the sweep from theory"
         measured = None
     return Outcome(float(best), str(best), {"k": best, "alpha": alpha, "c": c, "k_pred": k_pred, "s_pred": s_pred,
-                                            "sweep": sweep_text, "k_max": max(ks), "measured": measured}, src)
+                                            "sweep": sweep_text, "k_max": max(ks), "measured": measured}, src,
+                   **_timing(*timed, flags=tuple(flags)))
 
 
 def slow_draft_theory(ctx: Context, k: int, c: float) -> Outcome:
@@ -498,15 +547,15 @@ def self_draft(ctx: Context) -> Outcome:
             "s": s, "alpha": t.run.alpha, "tpp": t.run.tokens_per_pass, "how": "measured",
             "detail": f"α = {t.run.alpha:.2f} (every draft is the target's own choice) and "
                       f"{t.run.tokens_per_pass:.2f} tokens per target pass, yet each round also paid {K} "
-                      "draft steps as costly as target steps", "moral": _moral(s)}, t.source)
-    t1, t5, src = _pass_costs(ctx)
+                      "draft steps as costly as target steps", "moral": _moral(s)}, t.source, **_timing(t))
+    t1, t5, src, timed = _pass_costs(ctx)
     ratio = t5 / t1
     s = theory.expected_speedup(1.0, K, 1.0, verify_cost={1: 1.0, K + 1: ratio})
     return Outcome(s, f"{s:.2f}×", {
         "s": s, "alpha": 1.0, "tpp": K + 1.0, "how": "predicted from the recorded pass costs",
         "detail": f"α = 1 gives {K + 1} tokens per round, but the round costs {K} draft steps of one target pass "
                   f"each plus a {K + 1}-token check of {ratio:.2f} passes", "moral": _moral(s)},
-        src + " (no model: theory with them)")
+        src + " (no model: theory with them)", **_timing(timed, speed=False))
 
 
 # --------------------------------------------------------------------------

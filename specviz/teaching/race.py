@@ -1,6 +1,6 @@
 """The Speedup page's experiments, without streamlit: the cost model's inputs, the race and the k policies.
 
-  measure_cost(target, draft, progress)              c and the verify cost on this device -> Cost
+  measure_cost(target, draft, progress)              c and the verify cost on this device -> Cost (costs.shared_cost)
   race(target, draft, ids, k, on_round, **run_kw)    the target alone, then speculative, both warmed -> Race
   replay_schedule(race)                              [(seconds, "base" | "spec", rounds shown)] in time order
   compare_policies(target, draft, ids, k, ...)       fixed k, adaptive k and the best-k chooser -> {name: Run}
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from specviz.teaching import experiments, lab
+from specviz.teaching import costs, lab
 from specviz.core import measure
 from specviz.decoding.engine import autoregressive_stream, speculative_stream, warm_up
 from specviz.data.records import Round, Run
@@ -29,24 +29,13 @@ def _say(progress: Progress, msg: str, frac: float | None = None) -> None:
         progress(msg, frac)
 
 
-@dataclass(frozen=True)
-class Cost:
-    """What one draft step and one verify pass cost on this device."""
-
-    c: float  # a draft step ÷ a 1-token target step
-    timings: dict[int, list[float]]  # tokens per pass -> seconds per target pass
-    verify: dict[int, float]  # tokens per pass -> cost(n) ÷ cost(1)
+Cost = costs.Cost
 
 
-def measure_cost(target, draft, reps: int = 5, pass_reps: int = 3, sizes=(1, 2, 4, 8, 16),
-                 progress: Progress = None) -> Cost:
-    """Time a draft step against a target step, then target passes over each number of tokens in sizes."""
-    _say(progress, "timing one draft step and one target step…", 0.0)
-    c = experiments.draft_cost_ratio(target, draft, reps=reps)
-    _say(progress, f"timing target passes of {min(sizes)}–{max(sizes)} tokens…", 0.3)
-    t = experiments.forward_cost(target, n_tokens=tuple(sizes), reps=pass_reps,
-                                 progress=lambda m, f: _say(progress, m, 0.3 + 0.7 * (f or 0)))
-    return Cost(c=c, timings={int(n): list(v) for n, v in t.items()}, verify=measure.verify_ratios(t))
+def measure_cost(target, draft, fresh: bool = False, progress: Progress = None, **kw) -> Cost:
+    """c and the verify cost: this server's one measurement of them for this target and draft
+    (costs.shared_cost, which the lessons read too); fresh: time them again."""
+    return costs.shared_cost(target, draft, fresh=fresh, progress=progress, **kw)
 
 
 @dataclass(frozen=True)
