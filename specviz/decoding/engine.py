@@ -570,7 +570,7 @@ def warm_path(target, draft=None) -> tuple[object, str]:
     return model, f"{type(draft).__name__}, {getattr(draft, 'head_name', 'full')}"
 
 
-def warm_up(target, input_ids, draft=None, runner: Runner | None = None, **kw) -> bool:
+def warm_up(target, input_ids, draft=None, *, runner: Runner | None = None, **kw) -> bool:
     """An untimed run of WARM_TOKENS new tokens, of the target alone or (with a draft) speculative, with the
     settings of the run about to be timed (kw), so one-time costs (allocations, kernel selection) and the
     change from whatever the models ran before land in no timed run. True when it ran.
