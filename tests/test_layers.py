@@ -136,3 +136,73 @@ def test_the_layer_checks_can_fail(tmp_path):
     assert layer_violations(mods) == ["specviz.core.low:2 (core) imports specviz.decoding.engine (decoding)"]
     assert private_imports(mods) == ["specviz.teaching.high:2 imports specviz.core.measure._x",
                                      "specviz.teaching.high:3 uses charts._fig"]
+
+
+# --- the engine takes the device as a runner ----------------------------------------------------------------------
+# These modules do their model work through a runner passed in (specviz/device/runner.py). The one use of devqueue
+# they may make: the default for a runner their caller did not pass, written `runner or devqueue.queue_runner(...)`
+# in a function that takes a `runner` parameter (an entry point: CachedLM, open_lm, the engine's and tree's
+# *_stream / *_decode, warm_up), imported as `from specviz.device import devqueue`.
+RUNNER_USERS = ("modeling/lm.py", "decoding/engine.py", "decoding/tree.py")
+
+
+def _default_runner_calls(tree: ast.AST) -> set[int]:
+    """ids of the `devqueue` names in `runner or devqueue.queue_runner(...)` inside a function taking `runner`."""
+    ok = set()
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if "runner" not in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}:
+            continue
+        for node in ast.walk(fn):
+            if not (isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and len(node.values) == 2):
+                continue
+            first, call = node.values
+            if (isinstance(first, ast.Name) and first.id == "runner" and isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute) and call.func.attr == "queue_runner"
+                    and isinstance(call.func.value, ast.Name)):
+                ok.add(id(call.func.value))
+    return ok
+
+
+def devqueue_uses(modules) -> list[str]:
+    """'module:line what' for each use of devqueue other than the default runner (the rule above), in line order."""
+    bad = []
+    for path, name in modules:
+        tree = ast.parse(path.read_text())
+        ok = _default_runner_calls(tree)
+        attrs = {id(n.value): n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == "devqueue" and id(node) not in ok:
+                bad.append(f"{name}:{node.lineno} devqueue.{attrs.get(id(node), '')}".rstrip("."))
+            elif isinstance(node, ast.ImportFrom) and node.module == "specviz.device.devqueue":
+                bad.append(f"{name}:{node.lineno} imports from specviz.device.devqueue")
+            elif isinstance(node, ast.ImportFrom) and node.module == "specviz.device":
+                bad += [f"{name}:{node.lineno} imports devqueue as {a.asname}" for a in node.names
+                        if a.name == "devqueue" and a.asname]
+            elif isinstance(node, ast.Import):
+                bad += [f"{name}:{node.lineno} imports {a.name}" for a in node.names if "devqueue" in a.name]
+    return sorted(bad, key=lambda s: (s.split(":")[0], int(s.split(":")[1].split()[0])))
+
+
+def test_the_engine_and_the_lm_take_the_device_as_a_runner():
+    mods = [(PKG / m, "specviz." + m[:-3].replace("/", ".")) for m in RUNNER_USERS]
+    assert devqueue_uses(mods) == []
+
+
+def test_the_runner_check_can_fail(tmp_path):
+    src = tmp_path / "eng.py"
+    src.write_text(
+        "from specviz.device import devqueue\n"
+        "from specviz.device.devqueue import run\n"
+        "def stream(model, runner=None):\n"
+        "    runner = runner or devqueue.queue_runner(model.device)\n"  # the allowed default
+        "    with devqueue.watch():\n"
+        "        return runner\n"
+        "def step(lm):\n"
+        "    return lm.runner or devqueue.queue_runner(lm.device)\n"  # a default outside an entry point
+        "def feed(lm, runner=None):\n"
+        "    return devqueue.run(lm.device, lm.model)\n"
+    )
+    assert devqueue_uses([(src, "eng")]) == ["eng:2 imports from specviz.device.devqueue", "eng:5 devqueue.watch",
+                                             "eng:8 devqueue.queue_runner", "eng:10 devqueue.run"]

@@ -54,6 +54,10 @@ class Drafter:
     def use_vocab(self, vocab: int) -> None:
         """The run compares p and q over the ids below `vocab` (the engine says so before the first round)."""
 
+    def use_runner(self, runner) -> None:
+        """The run's model passes go through `runner` (device/runner.py; the engine says so before the first
+        round). A drafter without a model has none."""
+
     def propose(self, ids: list[int], k: int, sampler: Sampler) -> Proposal:
         raise NotImplementedError
 
@@ -82,6 +86,9 @@ class ModelDrafter(Drafter):
     def head_name(self) -> str:
         """'full', or 'frequent-N': the draft's head over N ranked tokens (plus the prompt's and the run's)."""
         return "full" if self.head is None else f"frequent-{self.head.rows.size}"
+
+    def use_runner(self, runner) -> None:
+        self.lm.runner = runner
 
     def start(self, prompt_ids: list[int]) -> float:
         self.lm.reset()  # the first draft step reads the whole prompt (no separate prefill pass)

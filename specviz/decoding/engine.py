@@ -30,6 +30,7 @@ from typing import Callable, Iterator
 import torch
 
 from specviz.device import devqueue
+from specviz.device.runner import InlineRunner, Runner
 from specviz.decoding import kpolicy
 from specviz.decoding.drafters import Drafter, ModelDrafter, Proposal
 from specviz.core.errors import InvalidSetting
@@ -258,7 +259,7 @@ def step(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[
     """One whole round. Appends to `ids` in place; returns (Round, hit_eos)."""
     t0 = time.perf_counter()
     prefill = max(0, len(ids) - 1 - target.n)  # earlier tokens the target has not read (first round: the prompt)
-    with devqueue.watch() as load:  # did any pass of this round run while other programs used the cores?
+    with target.runner.watch() as load:  # did any pass of this round run while other programs used the cores?
         prop = until_eos(draft(drafter, ids, k, sampler, policy, reads_prompt=prefill > 0), eos)
         tokens = prop.tokens
         logits, verify_s = verify(target, ids, tokens, vocab)
@@ -308,23 +309,30 @@ def step(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[
 class DecodeStream:
     """Iterate to get each Round as it happens; afterwards `.run` holds the Run.
 
-    Each next() holds the device for one round (devqueue.QUEUE, in turn with every other
-    session), so a long job lets others in between its rounds. The wait happens before
-    the round's generator resumes, while the engine counts the time as not decoding:
+    Each next() holds the device for one round through the stream's runner (the queue's: in turn
+    with every other session), so a long job lets others in between its rounds. The wait happens
+    before the round's generator resumes, while the engine counts the time as not decoding:
     decode_s is only time spent holding the device. `waited_s` sums the waits.
     """
 
-    def __init__(self, gen: Iterator[Round] | Callable[["DecodeStream"], Iterator[Round]], device="cpu",
-                 what: str | None = None):
+    def __init__(self, gen: Iterator[Round] | Callable[["DecodeStream"], Iterator[Round]],
+                 runner: Runner | None = None, what: str | None = None):
         """gen: the rounds' generator, or a function of this stream that makes it (`drive` clears
         `model_work_left` before the last round, so collecting the Run does not queue again).
+        runner: how the rounds reach the device, also the generator's (`out.runner`); None: in the
+        caller (InlineRunner), for a generator that does no model work.
         what: what each hold of the device is, for the queue's trace (the Run's mode)."""
-        self.device = devqueue.device_key(device)
+        self.runner = runner or InlineRunner()
         self.what = what
         self.run: Run | None = None
         self.waited_s = 0.0
         self.model_work_left = True
         self._gen = gen(self) if callable(gen) else gen
+
+    @property
+    def device(self) -> str:
+        """The key of the device the rounds hold."""
+        return self.runner.device
 
     def __iter__(self) -> "DecodeStream":
         return self
@@ -333,14 +341,14 @@ class DecodeStream:
         if self._gen is None:
             raise StopIteration
         # after the last round only the Run is assembled: no need to queue for the device
-        queue = devqueue.hold(self.device, self.what) if self.model_work_left else contextlib.nullcontext()
+        queue = self.runner.hold(self.what) if self.model_work_left else contextlib.nullcontext()
         with queue as slot:
             if slot is not None:
                 self.waited_s += slot.waited_s
             try:
                 if slot is None:
                     return next(self._gen)
-                return devqueue.run(self.device, lambda: next(self._gen))  # the round on the device's own thread
+                return self.runner.run(lambda: next(self._gen))  # the round on the device's own thread
             except StopIteration as e:
                 self.run, self._gen = e.value, None
                 raise
@@ -362,11 +370,14 @@ def _settings(eos: set[int], *, k: int, k_policy: str, drafter: str, temperature
 
 def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: float = 0.0, top_p: float = 1.0,
                        top_k: int = 0, max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
-                       k_policy: str = "fixed", vocab: int | None = None) -> DecodeStream:
+                       k_policy: str = "fixed", vocab: int | None = None,
+                       runner: Runner | None = None) -> DecodeStream:
     """Speculative decoding, one Round at a time. `draft` is a model or a Drafter.
 
-    Checks every setting before any work starts (InvalidSetting on bad input).
+    Checks every setting before any work starts (InvalidSetting on bad input). runner: how every round and
+    pass reaches the device (device/runner.py); None: the shared queue's for the target's device.
     """
+    runner = runner or devqueue.queue_runner(device_of(target))
     drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
     models = [target] + ([drafter.lm.model] if isinstance(drafter, ModelDrafter) else [])
     vocab = pair_vocab(target, drafter.lm.model, vocab) if isinstance(drafter, ModelDrafter) \
@@ -378,6 +389,7 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     if isinstance(drafter, ModelDrafter):
         drafter.vocab, drafter.eos = vocab, eos
     drafter.use_vocab(vocab)
+    drafter.use_runner(runner)
     policy = make_k_policy(k, k_policy)
     policy_name = k_policy if isinstance(k_policy, str) else getattr(k_policy, "name", type(k_policy).__name__)
     extra = {"draft_head": drafter.head_name} if getattr(drafter, "head", None) is not None else {}
@@ -385,7 +397,7 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
                          top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, **extra)
     sampler = Sampler.create(temperature, top_k, top_p, seed)
     return DecodeStream(lambda out: _speculative(target, drafter, ids, policy, sampler, vocab, eos, max_new_tokens,
-                                                 settings, out), device_of(target), SPECULATIVE)
+                                                 settings, out), runner, SPECULATIVE)
 
 
 def device_of(model):
@@ -423,7 +435,7 @@ def drive(ids: list[int], n_prompt: int, max_new_tokens: int, one_round, out: De
 
 
 def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max_new_tokens, settings, out):
-    target = open_lm(target_model)
+    target = open_lm(target_model, runner=out.runner)
     try:
         return (yield from _speculative_on(target, target_model, drafter, prompt, policy, sampler, vocab, eos,
                                            max_new_tokens, settings, out))
@@ -459,11 +471,11 @@ def _speculative_on(target, target_model, drafter, prompt, policy, sampler, voca
 
 def speculative_decode(target, draft, input_ids, *, k: int = 4, temperature: float = 0.0, top_p: float = 1.0,
                        top_k: int = 0, max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
-                       k_policy: str = "fixed", vocab: int | None = None) -> Run:
-    """Speculative decoding to completion; returns the Run."""
+                       k_policy: str = "fixed", vocab: int | None = None, runner: Runner | None = None) -> Run:
+    """Speculative decoding to completion; returns the Run (runner: speculative_stream's)."""
     stream = speculative_stream(target, draft, input_ids, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
                                 max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id,
-                                k_policy=k_policy, vocab=vocab)
+                                k_policy=k_policy, vocab=vocab, runner=runner)
     for _ in stream:
         pass
     return stream.run
@@ -471,8 +483,10 @@ def speculative_decode(target, draft, input_ids, *, k: int = 4, temperature: flo
 
 def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                           max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
-                          vocab: int | None = None) -> DecodeStream:
-    """Plain decoding, one token per target pass, with the same cache machinery."""
+                          vocab: int | None = None, runner: Runner | None = None) -> DecodeStream:
+    """Plain decoding, one token per target pass, with the same cache machinery (runner: as
+    speculative_stream's)."""
+    runner = runner or devqueue.queue_runner(device_of(model))
     vocab = vocab or default_vocab(model)
     ids = as_id_list(input_ids)
     check_settings(ids, [model], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -482,11 +496,11 @@ def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: 
                          top_k=top_k, max_new_tokens=max_new_tokens, seed=seed)
     sampler = Sampler.create(temperature, top_k, top_p, seed)
     return DecodeStream(lambda out: _autoregressive(model, ids, sampler, vocab, eos, max_new_tokens, settings, out),
-                        device_of(model), AUTOREGRESSIVE)
+                        runner, AUTOREGRESSIVE)
 
 
 def _autoregressive(model, prompt, sampler, vocab, eos, max_new_tokens, settings, out):
-    lm = open_lm(model)
+    lm = open_lm(model, runner=out.runner)
     try:
         return (yield from _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, settings, out))
     finally:
@@ -499,7 +513,7 @@ def _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, s
     def one_round(room, index):
         t_round = time.perf_counter()
         prefill = len(ids) - 1 - lm.n  # the first pass reads the whole prompt (no separate prefill)
-        with devqueue.watch() as load:
+        with lm.runner.watch() as load:
             logits, dt = lm.timed_feed(ids[lm.n:], keep=1)
         logits = logits[:, :vocab].float()  # (1, V)
         p = sampler.probs(logits)  # (1, V)
@@ -527,10 +541,11 @@ def _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, s
 
 def autoregressive_decode(model, input_ids, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                           max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
-                          vocab: int | None = None) -> Run:
-    """Plain decoding to completion; returns the Run (same shape as speculative)."""
+                          vocab: int | None = None, runner: Runner | None = None) -> Run:
+    """Plain decoding to completion; returns the Run (same shape as speculative; runner: its stream's)."""
     stream = autoregressive_stream(model, input_ids, temperature=temperature, top_p=top_p, top_k=top_k,
-                                   max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id, vocab=vocab)
+                                   max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id, vocab=vocab,
+                                   runner=runner)
     for _ in stream:
         pass
     return stream.run
@@ -555,7 +570,7 @@ def warm_path(target, draft=None) -> tuple[object, str]:
     return model, f"{type(draft).__name__}, {getattr(draft, 'head_name', 'full')}"
 
 
-def warm_up(target, input_ids, draft=None, **kw) -> bool:
+def warm_up(target, input_ids, draft=None, *, runner: Runner | None = None, **kw) -> bool:
     """An untimed run of WARM_TOKENS new tokens, of the target alone or (with a draft) speculative, with the
     settings of the run about to be timed (kw), so one-time costs (allocations, kernel selection) and the
     change from whatever the models ran before land in no timed run. True when it ran.
@@ -563,11 +578,13 @@ def warm_up(target, input_ids, draft=None, **kw) -> bool:
     It always runs the first time this process warms that path (warm_path: the target alone, or this draft),
     and after that while no other session holds or waits for the device. With others in line, the timed run's
     passes take turns with their work anyway, so the change a warm-up would absorb comes before each pass, and
-    a warm-up would only keep them waiting."""
+    a warm-up would only keep them waiting. runner: as the run's (None: the shared queue's for the target's
+    device)."""
+    runner = runner or devqueue.queue_runner(device_of(target))
     model, path = warm_path(target, draft)
-    if path in _WARMED.get(model, ()) and devqueue.QUEUE.others(device_of(target)):
+    if path in _WARMED.get(model, ()) and runner.others():
         return False
-    kw = {**kw, "max_new_tokens": WARM_TOKENS}
+    kw = {**kw, "max_new_tokens": WARM_TOKENS, "runner": runner}
     if draft is None:
         autoregressive_decode(target, input_ids, **kw)
     else:

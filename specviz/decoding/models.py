@@ -23,6 +23,7 @@ from typing import Any, Iterable
 import torch
 
 from specviz.device import devqueue
+from specviz.device.runner import Runner
 from specviz.core import limits
 from specviz.modeling import memory, quant, vocabhead
 from specviz.decoding.drafters import ModelDrafter
@@ -511,7 +512,7 @@ def _locate(m: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, str
     return str(src.path), {}, f"folder {src.path}"
 
 
-def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, progress: Progress = quiet):
+def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, progress: Progress, runner: Runner):
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -527,7 +528,7 @@ def _load_one(where: str, kw: dict, m: ModelSpec, role: str, dtype, device, prog
             with hf_quiet():
                 tok = AutoTokenizer.from_pretrained(where, local_files_only=True, **kw)
                 # on the device's worker, with the cores' threads (devqueue.share_cores)
-                model = devqueue.run(device, lambda: AutoModelForCausalLM.from_pretrained(
+                model = runner.run(lambda: AutoModelForCausalLM.from_pretrained(
                     where, dtype=dtype, local_files_only=True, device_map=None if device == "cpu" else device, **kw
                 ), turn=False)  # pages go on drawing while a model loads
             break
@@ -589,7 +590,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
               progress: Progress | None = None, registry: Registry | str | os.PathLike | None = None,
               fast_linear: bool | None = None, draft_precision: str | None = None,
               draft_head: str | None = None, target_precision: str | None = None,
-              loaded: Iterable[Pair] = (), check: bool = True) -> Pair:
+              loaded: Iterable[Pair] = (), check: bool = True, runner: Runner | None = None) -> Pair:
     """Load a draft/target pair by name (None = default), or with draft=/target= overrides.
 
     check: refuse (NotEnoughMemory) a pair that will not fit the memory budget, before anything loads
@@ -620,6 +621,8 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     reads the weights once for any small row count. The target's weights are
     also packed into oneDNN's layout (fastlinear.enable(pack=True)), which makes
     a verify pass of up to 6 tokens cost what a 1-token pass does.
+
+    runner: how the loading work reaches the device (device/runner.py); None: the shared queue's.
     """
     progress = progress or quiet
     t0 = time.perf_counter()
@@ -629,12 +632,13 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     precision = quant.check(draft_precision, device)
     t_precision = check_target_precision(target_precision, dtype, device)
     head = vocabhead.check(draft_head, device)
+    runner = runner or devqueue.queue_runner(device)
     lender = next((p for p in loaded if _shares_target(p, spec, dtype, device, t_precision)), None)
     if check:
         check_memory(spec, dtype, device, with_target=lender is None, target_precision=t_precision)  # its peak: the draft loads in dtype
     (d_tok, d_model), (t_tok, t_model), sources, precision = _load_models(spec, dtype, device, precision,
-                                                                          lender, progress, t_precision)
-    fast_linear = _fast_linear(t_model, d_model, device, fast_linear)
+                                                                          lender, progress, t_precision, runner)
+    fast_linear = _fast_linear(t_model, d_model, device, fast_linear, runner)
     if device.startswith("cuda"):
         limit_cpu_threads()
         serve_static(t_model, d_model)
@@ -653,7 +657,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     return pair
 
 
-def _fast_linear(t_model, d_model, device: str, wanted: bool | None) -> bool:
+def _fast_linear(t_model, d_model, device: str, wanted: bool | None, runner: Runner) -> bool:
     """Route the float32 linears through oneDNN where wanted (None: SPECVIZ_FAST_LINEAR, default on) on a CPU
     that has it; whether they were."""
     if wanted is None:
@@ -669,7 +673,7 @@ def _fast_linear(t_model, d_model, device: str, wanted: bool | None) -> bool:
         fastlinear.enable(t_model, pack=True)  # only the float32 Linears; first, so a draft made of its layers is packed too
         fastlinear.enable(d_model)  # left plain: a draft is copied and quantized from these weights
 
-    devqueue.run(device, fast, turn=False)
+    runner.run(fast, turn=False)
     return True
 
 
@@ -693,7 +697,7 @@ def check_target_precision(target_precision: str | None, dtype: torch.dtype | st
 
 
 def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pair | None, progress: Progress,
-                 t_precision: str = "float32"):
+                 t_precision: str, runner: Runner):
     """((draft tokenizer, model), (target tokenizer, model), where each came from, the draft's precision)."""
     derived = isinstance(spec.draft.source, DerivedSource)
     roles = [("draft", spec.draft), ("target", spec.target)][1 if derived else 0:]
@@ -704,10 +708,10 @@ def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pai
         sources["target"] = f"{lender.sources.get('target', 'loaded')} (shared with the pair {lender.name})"
     for role, m in roles:
         where, kw, sources[role] = _locate(m, role, progress)
-        got[role] = _load_one(where, kw, m, role, dtype, device, progress)
+        got[role] = _load_one(where, kw, m, role, dtype, device, progress, runner)
         if role == "target" and t_precision != "float32":  # before a draft is made of its layers
             progress(f"target precision: {t_precision}", None)
-            devqueue.run(device, lambda: quant.apply_target(got["target"][1], t_precision), turn=False)
+            runner.run(lambda: quant.apply_target(got["target"][1], t_precision), turn=False)
     if derived:  # a draft made from the target: its tokenizer, its weights
         d_model, sources["draft"] = _derive_draft(spec, got["target"][1])
         got["draft"] = (got["target"][0], d_model)
@@ -715,7 +719,7 @@ def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pai
         precision = t_precision if t_precision != "float32" else str(dtype).replace("torch.", "")
     else:
         progress(f"draft precision: {precision}", None)
-        devqueue.run(device, lambda: quant.apply(got["draft"][1], precision), turn=False)
+        runner.run(lambda: quant.apply(got["draft"][1], precision), turn=False)
     return got["draft"], got["target"], sources, precision
 
 
@@ -726,10 +730,11 @@ def _shares_target(pair: Pair, spec: PairSpec, dtype: torch.dtype, device: str,
             and pair.target_precision == t_precision)
 
 
-def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
+def with_draft_precision(pair: Pair, precision: str | None, runner: Runner | None = None) -> Pair:
     """The same pair (same target and tokenizer objects) with a copy of its draft in `precision`.
 
-    The copy is made from `pair.draft`, which should be at least as precise (float32 or bfloat16).
+    The copy is made from `pair.draft`, which should be at least as precise (float32 or bfloat16), through
+    `runner` (None: the shared queue's for the pair's device).
     """
     precision = quant.check(precision, pair.device)
     if precision == pair.draft_precision or isinstance(pair.spec.draft.source, DerivedSource):
@@ -746,7 +751,7 @@ def with_draft_precision(pair: Pair, precision: str | None) -> Pair:
             fastlinear.enable(draft)
         return draft
 
-    draft = devqueue.run(pair.device, make, turn=False)
+    draft = (runner or devqueue.queue_runner(pair.device)).run(make, turn=False)
     memory.give_back()  # the copy's float32 weights, replaced by the quantized ones, go back to the system
     return dataclasses.replace(pair, draft=draft, draft_precision=precision,
                                load_s=time.perf_counter() - t0)

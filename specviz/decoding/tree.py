@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specviz.device import devqueue
+from specviz.device.runner import Runner
 from specviz.decoding import kpolicy
 from specviz.core import measure
 from specviz.decoding.engine import DecodeStream, cut_at_eos, device_of, topk_of, topk_rows, as_id_list, check_settings, is_int, drive, \
@@ -380,7 +381,7 @@ def tree_step(target: CachedLM, draft: CachedLM, ids: list[int], sampler: Sample
     t0 = time.perf_counter()
     prefill = max(0, len(ids) - 1 - target.n)
     depth = min(max_depth, room)  # a deeper path could not be emitted
-    with devqueue.watch() as load:  # did any pass of this round run while other programs used the cores?
+    with target.runner.watch() as load:  # did any pass of this round run while other programs used the cores?
         if policy is None:
             tree = draft_tree(draft, ids, sampler, vocab, eos, budget=budget, branch=branch, max_depth=depth)
         else:
@@ -440,13 +441,15 @@ def check_tree(budget: int, branch: int, max_depth: int, shape: str = "tree", do
 def tree_stream(target, draft, input_ids, *, budget: int = 16, branch: int = 2, max_depth: int = 8,
                 temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64,
                 seed: int = 0, eos_token_id=None, vocab: int | None = None, shape: str = "tree",
-                doubt: float = DOUBT, k_policy: str = "best") -> DecodeStream:
+                doubt: float = DOUBT, k_policy: str = "best", runner: Runner | None = None) -> DecodeStream:
     """Token-tree speculative decoding, one TreeRound at a time; afterwards `.run` is the TreeRun.
 
     shape "tree": drafted depth by depth (budget, branch, max_depth). "spine": a chain that the best-k
     chooser stops (k_policy "best"; "fixed": always max_depth long), at most max_depth long, with
     branch - 1 siblings where the draft's top probability is below `doubt`, budget nodes at most
-    (module doc)."""
+    (module doc). runner: how every round and pass reaches the device (device/runner.py); None: the
+    shared queue's for the target's device."""
+    runner = runner or devqueue.queue_runner(device_of(target))
     vocab = pair_vocab(target, draft, vocab)
     ids = as_id_list(input_ids)
     check_settings(ids, [target, draft], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -465,7 +468,7 @@ def tree_stream(target, draft, input_ids, *, budget: int = 16, branch: int = 2, 
         step_kw.update(policy=policy, doubt=doubt)
     sampler = Sampler.create(temperature, top_k, top_p, seed)
     return DecodeStream(lambda out: _tree(target, draft, ids, sampler, vocab, eos, max_new_tokens, settings, step_kw,
-                                          out), device_of(target))
+                                          out), runner)
 
 
 def spine_policy(draft_model, target_model, greedy: bool) -> kpolicy.KPolicy:
@@ -474,7 +477,7 @@ def spine_policy(draft_model, target_model, greedy: bool) -> kpolicy.KPolicy:
 
 
 def _tree(target_model, draft_model, prompt, sampler, vocab, eos, max_new_tokens, settings, step_kw, out):
-    target, draft = CachedLM(target_model), CachedLM(draft_model)
+    target, draft = CachedLM(target_model, out.runner), CachedLM(draft_model, out.runner)
     ids = list(prompt)
     policy = step_kw.get("policy")
 
@@ -496,12 +499,12 @@ def _tree(target_model, draft_model, prompt, sampler, vocab, eos, max_new_tokens
 def tree_decode(target, draft, input_ids, *, budget: int = 16, branch: int = 2, max_depth: int = 8,
                 temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64,
                 seed: int = 0, eos_token_id=None, vocab: int | None = None, shape: str = "tree",
-                doubt: float = DOUBT, k_policy: str = "best") -> TreeRun:
-    """Token-tree speculative decoding to completion; returns the TreeRun."""
+                doubt: float = DOUBT, k_policy: str = "best", runner: Runner | None = None) -> TreeRun:
+    """Token-tree speculative decoding to completion; returns the TreeRun (runner: tree_stream's)."""
     stream = tree_stream(target, draft, input_ids, budget=budget, branch=branch, max_depth=max_depth,
                          temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                          seed=seed, eos_token_id=eos_token_id, vocab=vocab, shape=shape, doubt=doubt,
-                         k_policy=k_policy)
+                         k_policy=k_policy, runner=runner)
     for _ in stream:
         pass
     return stream.run

@@ -93,6 +93,9 @@ class CrossTokenizerDrafter(Drafter):
     def use_vocab(self, vocab: int) -> None:
         self.vocab = vocab  # q goes onto the target's ids: as wide as the run's p
 
+    def use_runner(self, runner) -> None:
+        self.lm.runner = runner
+
     def start(self, prompt_ids: list[int]) -> float:
         self.lm.reset()
         self.d_ids = []

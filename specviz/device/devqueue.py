@@ -1112,4 +1112,39 @@ def note_pass(device, wall_s: float, cpu_s: float, threads: int, others_s: float
     return busy
 
 
+# --------------------------------------------------------------------------
+# the queue as the engine's runner (specviz/device/runner.py)
+
+
+@dataclass(frozen=True)
+class QueueRunner:
+    """The device as the app runs it (runner.Runner): the fair queue, the device's worker thread, the pass
+    clock and the load checks of this module, for one device."""
+
+    device: str  # its key (device_key)
+
+    def hold(self, what: str | None = None):
+        return QUEUE.hold(self.device, what=what)
+
+    def run(self, fn: Callable[[], object], turn: bool = True):
+        return run(self.device, fn, turn=turn)
+
+    def watch(self):
+        return watch()
+
+    def clock(self) -> PassClock:
+        return PassClock(self.device)
+
+    def note_pass(self, t: PassTime) -> bool:
+        return note_pass(self.device, t.wall, t.cpu, model_threads(self.device), t.others, t.stalled)
+
+    def others(self) -> int:
+        return QUEUE.others(self.device)
+
+
+def queue_runner(device) -> QueueRunner:
+    """The shared queue's runner for `device`: what an entry point uses when its caller passes no runner."""
+    return QueueRunner(device_key(device))
+
+
 share_cores()

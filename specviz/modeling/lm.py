@@ -5,9 +5,11 @@ the ids the cache has not seen yet and returns their logits; `rollback(n)`
 crops the cache to its first n tokens after a rejection. transformers 5.x's
 DynamicCache.crop takes a negative count (tokens to remove).
 
-Every pass holds the device (devqueue.QUEUE; inside a decoding round, which
-already holds it, this passes straight through), and a timed pass is judged
-for load from outside the app by its process CPU time (devqueue.note_pass).
+Every pass goes through the cache's runner (device/runner.py): it holds the
+device (inside a decoding round, which already holds it, this passes straight
+through) and runs on the device's thread, and a timed pass is judged for load
+from outside the app (runner.note_pass). A cache made without a runner uses
+the shared queue's for its model's device (devqueue.queue_runner).
 
 On a GPU a pass of a small model costs mostly its kernel launches and
 transformers' Python, not its arithmetic. `static_cache(model)` makes
@@ -37,6 +39,7 @@ from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import StaticLayer
 
 from specviz.device import devqueue
+from specviz.device.runner import Runner
 
 
 def sync(device: torch.device) -> None:
@@ -100,9 +103,10 @@ class CachedLM:
     recorded_s = 0.0  # one-off time spent recording CUDA graphs since reset() (StaticLM); never timed as decoding
     head = None  # None: the model's own head; else hidden (T, H) -> logits (T, V) (vocabhead.VocabHead.logits)
 
-    def __init__(self, model):
+    def __init__(self, model, runner: Runner | None = None):
         self.model = model
         self.device = next(model.parameters()).device
+        self.runner = runner or devqueue.queue_runner(self.device)  # how its passes reach the device
         params = inspect.signature(model.forward).parameters
         self._can_trim_logits = "logits_to_keep" in params
         self.reset()
@@ -123,8 +127,8 @@ class CachedLM:
         kw = {}
         if keep is not None and self._can_trim_logits:
             kw["logits_to_keep"] = keep  # prefill needs no logits for the whole prompt
-        out = devqueue.run(self.device, lambda: self.model(input_ids=x, past_key_values=self.cache, use_cache=True,
-                                                           **kw))  # on the device's own thread
+        out = self.runner.run(lambda: self.model(input_ids=x, past_key_values=self.cache, use_cache=True,
+                                                 **kw))  # on the device's own thread
         self.cache = out.past_key_values
         self.n += len(ids)
         logits = out.logits[0]  # (T, V)
@@ -136,7 +140,7 @@ class CachedLM:
             out = self.model.model(input_ids=x, past_key_values=self.cache, use_cache=True)
             hidden = out.last_hidden_state[0]  # (T, H) after the final norm
             return out.past_key_values, self.head(hidden if keep is None else hidden[-keep:])  # (keep, V)
-        self.cache, logits = devqueue.run(self.device, forward)  # on the device's own thread
+        self.cache, logits = self.runner.run(forward)  # on the device's own thread
         self.n += x.shape[1]
         return logits
 
@@ -148,18 +152,18 @@ class CachedLM:
 
     def timed(self, fn, *args, **kw) -> tuple[Any, float]:
         """fn(*args, **kw), one of this model's passes, and its seconds, with GPU work synchronized; the
-        pass is judged for outside load (devqueue.note_pass).
+        pass is judged for outside load (runner.note_pass).
 
         The clock starts once the device is held, so waiting for a turn is never timed, nor is recording
         a CUDA graph (a one-off, like loading), nor the time other threads held the cores (PassTime.held).
         """
-        with devqueue.hold(self.device):
+        with self.runner.hold():
             sync(self.device)
-            clock, r0 = devqueue.PassClock(self.device), self.recorded_s
+            clock, r0 = self.runner.clock(), self.recorded_s
             out = fn(*args, **kw)
             sync(self.device)
             t = clock.stop(less_s=self.recorded_s - r0)
-        devqueue.note_pass(self.device, t.wall, t.cpu, devqueue.model_threads(self.device), t.others, t.stalled)
+        self.runner.note_pass(t)
         return out, t.held
 
     def timed_feed(self, ids: list[int], keep: int | None = None) -> tuple[torch.Tensor, float]:
@@ -183,8 +187,8 @@ class CachedLM:
         mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
         mask = mask.masked_fill(~allowed.to(self.device), torch.finfo(dtype).min)[None, None]  # (1, 1, T, n+T)
         kw = {"logits_to_keep": keep} if keep is not None and self._can_trim_logits else {}
-        out = devqueue.run(self.device, lambda: self.model(input_ids=x, attention_mask=mask, position_ids=pos,
-                                                           past_key_values=self.cache, use_cache=True, **kw))
+        out = self.runner.run(lambda: self.model(input_ids=x, attention_mask=mask, position_ids=pos,
+                                                 past_key_values=self.cache, use_cache=True, **kw))
         self.cache = out.past_key_values
         self.n += T
         logits = out.logits[0]  # (T, V)
@@ -230,17 +234,18 @@ def static_cache(model, max_len: int, graphs: bool | None = None) -> StaticPlan 
     return model._specviz_static
 
 
-def open_lm(model, owner=None) -> CachedLM:
+def open_lm(model, owner=None, runner: Runner | None = None) -> CachedLM:
     """A cache for one run on `model`: a StaticLM from the model's plan (idle one reused, graphs and all) or a
     CachedLM. Given an owner, the StaticLM goes back to the idle ones when the owner is collected; else call
-    close() when done."""
+    close() when done. runner: how its passes reach the device (None: the shared queue's)."""
     plan = getattr(model, "_specviz_static", None)
     if plan is None:
-        return CachedLM(model)
+        return CachedLM(model, runner)
     try:
         lm = plan.idle.pop()
+        lm.runner = runner or devqueue.queue_runner(lm.device)  # this run's, not the last one's
     except IndexError:
-        lm = StaticLM(model, plan)
+        lm = StaticLM(model, plan, runner)
     lm.reset()
     lm.closed = False
     if owner is not None:
@@ -251,14 +256,14 @@ def open_lm(model, owner=None) -> CachedLM:
 class StaticLM(CachedLM):
     """model + StaticCache: `n` is the cache's length; passes of up to GRAPH_MAX_TOKENS tokens replay CUDA graphs."""
 
-    def __init__(self, model, plan: StaticPlan):
+    def __init__(self, model, plan: StaticPlan, runner: Runner | None = None):
         self.plan = plan
         self.static = StaticCache(config=model.config, max_cache_len=plan.max_len)
         # (T, keep) -> (graph, ids (1, T), logits (keep, V)), or None where recording failed (then eager)
         self.graphs: dict[tuple[int, int | None], tuple | None] = {}
         self.graph_error: str | None = None  # why the last recording failed, if one did
         self.closed = False
-        super().__init__(model)
+        super().__init__(model, runner)
 
     def reset(self) -> None:
         self.cache, self.spilled = self.static, False
@@ -303,7 +308,7 @@ class StaticLM(CachedLM):
             self._spill()
         if self.spilled:
             return super().feed(ids, keep)
-        logits = devqueue.run(self.device, lambda: self._pass(ids, keep))  # on the device's own thread
+        logits = self.runner.run(lambda: self._pass(ids, keep))  # on the device's own thread
         self.n += T
         return logits if keep is None else logits[-keep:]
 

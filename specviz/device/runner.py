@@ -1,0 +1,114 @@
+"""What the engine and a model's cache need from the device: a runner.
+
+The decoding engine (decoding/engine.py, decoding/tree.py) and the KV caches (modeling/lm.py) never call
+the queue themselves; each is handed a Runner and does its model work through it:
+
+    with runner.hold(what) as slot:      # the device for one round or one pass; slot.waited_s
+        runner.run(fn)                   # fn() on the device's own thread, the caller waiting
+    with runner.watch() as load:         # the load verdicts of the passes inside (a round's)
+        clock = runner.clock()           # times one pass: clock.stop(less_s) -> PassTime
+        runner.note_pass(clock.stop())   # judge the pass for outside load, tell the open watches
+    runner.others()                      # how many other owners hold or wait for the device
+
+Two runners implement it. `devqueue.QueueRunner` is the app's: one fair queue per device, the device's
+worker thread, the load checks (devqueue.queue_runner(device) gives the one for a device; an entry point
+picks it when its caller passes none). `InlineRunner` runs everything in the caller, with no queue, no
+threads and no load checks (each pass is timed by its wall clock and never judged under load): for tests
+and scripts that want the engine and nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, ContextManager, Iterator, Protocol, TypeVar, runtime_checkable
+
+from specviz.device.devqueue import LoadWatch, PassTime, Slot, device_key
+
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    def stop(self, less_s: float = 0.0) -> PassTime: ...
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """The device as the engine and a model's cache use it (module doc)."""
+
+    device: str  # the device's key: 'cpu', 'cuda:0', ...
+
+    def hold(self, what: str | None = None) -> ContextManager[Slot]:
+        """Hold the device for the block (a round, or a pass outside one); yields the Slot (waited_s)."""
+        ...
+
+    def run(self, fn: Callable[[], T], turn: bool = True) -> T:
+        """fn() on the device's thread, holding the device; turn=False: pages may draw meanwhile (a load)."""
+        ...
+
+    def watch(self) -> ContextManager[LoadWatch]:
+        """The passes noted (note_pass) inside the block: how many, and how many ran under outside load."""
+        ...
+
+    def clock(self) -> Clock:
+        """A clock for one pass, started now."""
+        ...
+
+    def note_pass(self, t: PassTime) -> bool:
+        """Judge one timed pass for outside load and tell every open watch; the verdict."""
+        ...
+
+    def others(self) -> int:
+        """How many other owners hold or wait for the device now."""
+        ...
+
+
+class WallClock:
+    """A pass's wall and process CPU time, nothing taken off (InlineRunner)."""
+
+    def __init__(self) -> None:
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+    def stop(self, less_s: float = 0.0) -> PassTime:
+        return PassTime(time.perf_counter() - self.t0 - less_s, time.process_time() - self.c0, math.nan)
+
+
+class InlineRunner:
+    """Model work in the caller's thread, one caller at a time by trust: no queue, no worker thread, and no
+    pass judged under outside load."""
+
+    def __init__(self, device="cpu") -> None:
+        self.device = device_key(device)
+        self._watches = threading.local()  # per thread: the open watches, innermost last
+
+    @contextmanager
+    def hold(self, what: str | None = None) -> Iterator[Slot]:
+        yield Slot(owner="inline", device=self.device, what=what)
+
+    def run(self, fn: Callable[[], T], turn: bool = True) -> T:
+        return fn()
+
+    @contextmanager
+    def watch(self) -> Iterator[LoadWatch]:
+        stack = self._watches.__dict__.setdefault("stack", [])
+        w = LoadWatch()
+        stack.append(w)
+        try:
+            yield w
+        finally:
+            stack.remove(w)
+
+    def clock(self) -> Clock:
+        return WallClock()
+
+    def note_pass(self, t: PassTime) -> bool:
+        for w in getattr(self._watches, "stack", ()):
+            w.passes += 1
+            w.wall_s += t.wall
+            w.cpu_s += t.cpu
+        return False
+
+    def others(self) -> int:
+        return 0

@@ -1,0 +1,137 @@
+"""The engine takes the device as a runner (specviz/device/runner.py): every model pass of a run goes through
+the runner it was given, and running inline (no queue, no worker thread) gives the same tokens as the queue."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.decoding import engine, tree
+from specviz.device import devqueue
+from specviz.device.runner import InlineRunner, Runner
+from specviz.modeling import lm as L
+from tiny import tiny_qwen
+
+PROMPT = [2, 7, 1, 8, 2, 8]
+
+
+class RecordingRunner(InlineRunner):
+    """An inline runner that counts what goes through it: holds, calls run, and the passes noted."""
+
+    def __init__(self):
+        super().__init__()
+        self.inside = 0  # how deep in run() the caller is now
+        self.holds = self.runs = self.noted = 0
+
+    def hold(self, what=None):
+        self.holds += 1
+        return super().hold(what)
+
+    def run(self, fn, turn=True):
+        self.runs += 1
+        self.inside += 1
+        try:
+            return fn()
+        finally:
+            self.inside -= 1
+
+    def note_pass(self, t):
+        self.noted += 1
+        return super().note_pass(t)
+
+
+def forwards(model, runner: RecordingRunner) -> list[int]:
+    """One entry per forward pass of `model` from now on: how deep in runner.run it ran. A pass in a round runs
+    at depth 2: the round's run (DecodeStream) and the pass's own (the cache's)."""
+    seen: list[int] = []
+    model.register_forward_pre_hook(lambda m, a: seen.append(runner.inside))
+    return seen
+
+
+def through(seen: list[int]) -> bool:
+    """Every pass ran in its own run(), inside its round's."""
+    return all(d == 2 for d in seen)
+
+
+def test_both_runners_are_runners():
+    assert isinstance(InlineRunner(), Runner)
+    assert isinstance(devqueue.queue_runner("cpu"), Runner)
+    assert devqueue.queue_runner("cuda") == devqueue.QueueRunner("cuda:0")  # one runner per physical device
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_every_pass_of_a_speculative_run_goes_through_its_runner(cache, temperature):
+    target, draft = tiny_qwen(11), tiny_qwen(12)
+    if cache == "static":  # StaticLM's own pass (eager here; CUDA graphs on a GPU)
+        for m in (target, draft):
+            assert L.static_cache(m, 64, graphs=False) is not None
+    rec = RecordingRunner()
+    t_seen, d_seen = forwards(target, rec), forwards(draft, rec)
+    run = engine.speculative_decode(target, draft, PROMPT, k=3, temperature=temperature, max_new_tokens=12,
+                                    eos_token_id=[], k_policy="best", runner=rec)
+    assert run.target_passes == len(run.rounds) and run.draft_passes > 0
+    # each model's forwards are its Run's passes, and every one ran in the runner's run()
+    assert (len(t_seen), len(d_seen)) == (run.target_passes, run.draft_passes)
+    assert through(t_seen) and through(d_seen), (t_seen, d_seen)
+    # every pass was run, timed and judged through the runner, and every round held the device through it
+    passes = run.target_passes + run.draft_passes
+    assert rec.noted == passes and rec.runs == len(run.rounds) + passes
+    assert rec.holds == len(run.rounds) + passes
+
+
+def test_every_pass_of_the_target_alone_and_of_a_tree_goes_through_its_runner():
+    target, draft = tiny_qwen(11), tiny_qwen(12)
+    rec = RecordingRunner()
+    t_seen, d_seen = forwards(target, rec), forwards(draft, rec)
+    base = engine.autoregressive_decode(target, PROMPT, max_new_tokens=6, eos_token_id=[], runner=rec)
+    assert len(t_seen) == base.target_passes == rec.noted == 6 and through(t_seen) and not d_seen
+    del t_seen[:]
+    for shape in ("tree", "spine"):
+        rec.noted = 0
+        t0, d0 = len(t_seen), len(d_seen)
+        run = tree.tree_decode(target, draft, PROMPT, budget=6, branch=2, max_depth=3, max_new_tokens=8,
+                               eos_token_id=[], shape=shape, runner=rec)
+        assert (len(t_seen) - t0, len(d_seen) - d0) == (run.target_passes, run.draft_passes), shape
+        assert rec.noted == run.target_passes + run.draft_passes, shape
+    assert through(t_seen) and through(d_seen)
+
+
+def test_a_drafter_made_before_the_run_passes_through_the_runs_runner():
+    from specviz.decoding.drafters import ModelDrafter
+
+    target, draft = tiny_qwen(11), tiny_qwen(12)
+    drafter = ModelDrafter(draft)  # its cache opened with the queue's runner, before any run
+    rec = RecordingRunner()
+    d_seen = forwards(draft, rec)
+    run = engine.speculative_decode(target, drafter, PROMPT, k=2, max_new_tokens=6, eos_token_id=[], runner=rec)
+    assert len(d_seen) == run.draft_passes > 0 and through(d_seen)
+
+
+@pytest.mark.parametrize("mode", ["chain greedy", "chain sampled", "target alone", "tree sampled"])
+def test_inline_gives_the_tokens_the_queue_gives(mode):
+    target, draft = tiny_qwen(21), tiny_qwen(22)
+
+    def decode(runner):
+        if mode == "target alone":
+            return engine.autoregressive_decode(target, PROMPT, temperature=1.0, seed=3, max_new_tokens=10,
+                                                eos_token_id=[], runner=runner)
+        if mode == "tree sampled":
+            return tree.tree_decode(target, draft, PROMPT, budget=6, branch=2, max_depth=3, temperature=1.0,
+                                    seed=3, max_new_tokens=10, eos_token_id=[], runner=runner)
+        return engine.speculative_decode(target, draft, PROMPT, k=3, temperature=1.0 if "sampled" in mode else 0.0,
+                                         seed=3, max_new_tokens=10, eos_token_id=[], runner=runner)
+
+    queued, inline = decode(None), decode(InlineRunner())  # None: the shared queue's, on the CPU's worker
+    assert len(queued.token_ids) == 10
+    assert inline.token_ids == queued.token_ids
+    assert [r.emitted for r in inline.rounds] == [r.emitted for r in queued.rounds]
+
+
+def test_a_stream_queues_through_its_runner_and_a_bare_one_runs_inline():
+    target, draft = tiny_qwen(11), tiny_qwen(12)
+    assert engine.speculative_stream(target, draft, PROMPT, max_new_tokens=2).runner == devqueue.queue_runner("cpu")
+    rec = RecordingRunner()
+    stream = engine.speculative_stream(target, draft, PROMPT, max_new_tokens=2, runner=rec)
+    assert stream.runner is rec and stream.device == "cpu"
+    stream.close()
+    assert isinstance(engine.DecodeStream(iter(())).runner, InlineRunner)
