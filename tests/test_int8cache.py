@@ -8,6 +8,7 @@ GGUF (store._load_gguf), then quant.apply_target (a target) or quant.apply (a dr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -16,9 +17,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_models import chunk_source_dict, fake_chunks, registry_data
 from tiny_gguf import tiny_model, write_gguf
 
+from specviz import autoregressive_decode, speculative_decode
+from specviz.decoding import models
 from specviz.modeling import int8cache, quant, store
+from specviz.modeling.config import PathSource, parse_registry
 from specviz.modeling.lm import CachedLM
 
 pytestmark = pytest.mark.skipif("int8" not in quant.supported("cpu"), reason="no fbgemm int8 here")
@@ -74,6 +79,85 @@ def test_the_cache_holds_int8_linears_and_only_the_tensors_that_stay_float(tmp_p
 
 
 # -----------------------------------------------------------------------------
+# through load_pair: chunk packages of real (tiny) GGUF files
+
+
+@pytest.fixture
+def gguf_pair(tmp_path, monkeypatch):
+    """Registry 'p': a draft and a target shipped as fake chunk packages of tiny GGUF files; cache in tmp."""
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    files = {role: write_gguf(tiny_model("qwen2", seed=3, noise=noise, vocab=128), tmp_path / f"{role}.gguf")
+             for role, noise in (("draft", 0.05), ("target", 0.0))}
+    srcs = {}
+    for role, f in files.items():
+        data = f.read_bytes()
+        srcs[role] = fake_chunks(tmp_path, monkeypatch, [data[:len(data) // 2], data[len(data) // 2:]])
+    data = registry_data({"d": chunk_source_dict(srcs["draft"]), "t": chunk_source_dict(srcs["target"])},
+                         {"p": ("d", "t")})
+    return parse_registry(data), files
+
+
+def _cached(tmp_path) -> list[str]:
+    """The cache's folders, as model[-int8]."""
+    return sorted(p.name.split("-")[0] + ("-int8" if p.name.endswith("-int8") else "")
+                  for p in (tmp_path / "cache").iterdir())
+
+
+def test_an_int8_load_converts_only_int8_copies_and_keeps_greedy_identity(tmp_path, gguf_pair):
+    reg, files = gguf_pair
+    stages = []
+    pair = models.load_pair("p", registry=reg, device="cpu", target_precision="int8", draft_precision="int8",
+                            progress=lambda s, f=None: stages.append(s))
+    assert _cached(tmp_path) == ["d-int8", "t-int8"]  # no float32 copy: no run here needs one
+    assert "converting target to int8 (first time only)" in stages
+    assert pair.sources["target"].endswith("(int8)") and pair.sources["draft"].endswith("(int8)")
+    assert pair.target_precision == "int8" and pair.draft_precision == "int8"
+    ref = _reference(files["target"])
+    with torch.inference_mode():
+        x = torch.tensor([PROMPT])
+        assert torch.equal(pair.target(x).logits, ref(x).logits)
+    for prompt in ([5, 6, 7], [12, 40, 3, 3, 9, 21]):
+        alone = autoregressive_decode(ref, prompt, max_new_tokens=30, **pair.run_kw)
+        assert autoregressive_decode(pair.target, prompt, max_new_tokens=30, **pair.run_kw).token_ids == alone.token_ids
+        for k in (2, 4):
+            run = speculative_decode(pair.target, pair.drafter(), prompt, k=k, max_new_tokens=30, **pair.run_kw)
+            assert run.token_ids == alone.token_ids, (prompt, k)
+
+    # a second load comes from the int8 copies; a float32 target is what writes a float32 copy
+    stages.clear()
+    models.load_pair("p", registry=reg, device="cpu", target_precision="int8", draft_precision="int8",
+                     progress=lambda s, f=None: stages.append(s))
+    assert "loading cached int8 target" in stages and not any("converting" in s for s in stages)
+    f32 = models.load_pair("p", registry=reg, device="cpu", draft_precision="int8")
+    assert f32.target_precision == "float32" and _cached(tmp_path) == ["d-int8", "t", "t-int8"]
+    assert "converted copy cached in" in models.pair_status("p", reg).reason
+
+
+def test_a_damaged_int8_copy_is_rebuilt(tmp_path, gguf_pair):
+    reg, _ = gguf_pair
+    models.load_pair("p", registry=reg, device="cpu", target_precision="int8", draft_precision="int8")
+    weights = store.cached_dir(reg.pairs["p"].target.source, "t", "int8") / int8cache.WEIGHTS
+    full = weights.stat().st_size
+    with open(weights, "r+b") as f:
+        f.truncate(full // 2)
+    stages = []
+    models.load_pair("p", registry=reg, device="cpu", target_precision="int8", draft_precision="int8",
+                     progress=lambda s, f=None: stages.append(s))
+    assert any(s.startswith("the cached copy of t is damaged") for s in stages)
+    assert weights.stat().st_size == full
+
+
+def test_an_int8_target_from_its_copy_needs_no_float32_stage_in_the_memory_estimate(gguf_pair):
+    reg, _ = gguf_pair
+    spec = reg.pairs["p"]
+    spec = dataclasses.replace(spec, target=dataclasses.replace(spec.target, params=10**9))  # as a real one declares
+    assert models.loading_bytes(spec, "float32", target_precision="int8") == models.loading_bytes(spec, "float32")
+    # a target from a folder still passes through float32 on its way to int8
+    folder = dataclasses.replace(spec, target=dataclasses.replace(spec.target, source=PathSource(path=Path("/x"))))
+    assert models.loading_bytes(folder, "float32", target_precision="int8") > models.loading_bytes(spec, "float32")
+
+
+# -----------------------------------------------------------------------------
 # the conversion's peak: a block of rows, not the model
 
 PEAK = textwrap.dedent("""
@@ -123,3 +207,60 @@ def test_converting_holds_a_block_of_rows_not_the_model(tmp_path):
     assert peak < 0.4 * model_bytes, (peak / 2**20, largest / 2**20, model_bytes / 2**20)
     # what it wrote loads, and is the int8 model (its size: about a quarter of float32, the embedding float32)
     assert (tmp_path / "int8" / int8cache.WEIGHTS).stat().st_size < 0.45 * model_bytes
+
+
+# -----------------------------------------------------------------------------
+# the real default pair (run by hand: -m real)
+
+
+@pytest.mark.real
+def test_real_int8_copies_are_small_load_in_seconds_and_never_hold_float32(tmp_path):
+    """From a fresh cache: converting the default pair to int8 holds little, each int8 copy is at most 1.5x its
+    GGUF, and a load of the int8 pair from them takes seconds and holds about the int8 models."""
+    import os
+
+    spec = models.as_registry(None).pair(None)
+    env = {**os.environ, "SPECVIZ_CACHE": str(tmp_path / "cache")}
+    root = Path(__file__).resolve().parents[1]
+    code = textwrap.dedent("""
+        import json, sys, time
+        from specviz.decoding import models
+        from specviz.modeling import store
+        t0 = time.perf_counter()
+        store.prepare(precisions={"draft": "int8", "target": "int8"})
+        convert_s = time.perf_counter() - t0
+        hwm = lambda: int([l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]) * 1024
+        print(json.dumps({"convert_s": convert_s, "convert_hwm": hwm()}))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=root, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    conv = json.loads(res.stdout.strip().splitlines()[-1])
+    for role, m in (("draft", spec.draft), ("target", spec.target)):
+        folder = tmp_path / "cache" / store.cached_dir(m.source, m.name, "int8").name
+        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        # the linears in int8 within 1.5x the GGUF; the embedding stays float32 as the float32 path keeps it
+        # (151,936 rows: 0.54 GB for the 0.5B, 0.93 GB for the 1.5B)
+        cfg = json.loads((folder / "config.json").read_text())
+        embedding = cfg["vocab_size"] * cfg["hidden_size"] * 4
+        assert size <= 1.5 * m.source.size + embedding, (role, size, m.source.size, embedding)
+        assert not (tmp_path / "cache" / folder.name.removesuffix("-int8")).exists()  # no float32 copy
+    # the conversion's peak includes the GGUF's mapped pages (file-backed, given back under pressure)
+    assert conv["convert_hwm"] < 3.5 * 2**30, conv
+
+    load = textwrap.dedent("""
+        import json, time
+        from specviz.decoding import models
+        t0 = time.perf_counter()
+        pair = models.load_pair(device="cpu", target_precision="int8", draft_precision="int8")
+        load_s = time.perf_counter() - t0
+        anon = int([l for l in open('/proc/self/status') if l.startswith('RssAnon:')][0].split()[1]) * 1024
+        hwm = int([l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]) * 1024
+        print(json.dumps({"load_s": load_s, "anon": anon, "hwm": hwm, "sources": pair.sources}))
+    """)
+    res = subprocess.run([sys.executable, "-c", load], check=False, capture_output=True, text=True, cwd=root, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    print(conv, got)
+    assert all(s.endswith("(int8)") for s in got["sources"].values()), got
+    assert got["load_s"] < 30, got
+    assert got["hwm"] < 6 * 2**30, got  # the float32 path peaked at 16.4 GB
