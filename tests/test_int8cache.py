@@ -264,3 +264,20 @@ def test_real_int8_copies_are_small_load_in_seconds_and_never_hold_float32(tmp_p
     assert all(s.endswith("(int8)") for s in got["sources"].values()), got
     assert got["load_s"] < 30, got
     assert got["hwm"] < 6 * 2**30, got  # the float32 path peaked at 16.4 GB
+
+
+@pytest.mark.real
+def test_real_int8_target_from_its_copy_gives_the_float32_paths_int8_logits():
+    """The default pair's target: its int8 copy gives, bit for bit, the logits of its float32 copy put into int8
+    by apply_target (what load_pair did before the int8 copy). Holds the float32 target (7 GB) and the int8 one."""
+    from transformers import AutoModelForCausalLM
+
+    spec = models.as_registry(None).pair(None)
+    pair = models.load_pair(device="cpu", target_precision="int8", draft_precision="int8")
+    assert pair.sources["target"].endswith("(int8)")
+    folder, _ = store.ensure_cached(spec.target, "target", store.quiet)  # the float32 copy (made if absent)
+    ref = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
+    quant.apply_target(ref.requires_grad_(False), "int8")
+    ids = torch.tensor([pair.tokenizer("def fibonacci(n):\n    \"\"\"Return the n-th number.")["input_ids"]])
+    with torch.inference_mode():
+        assert torch.equal(pair.target(ids).logits, ref(ids).logits)
