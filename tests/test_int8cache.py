@@ -133,6 +133,20 @@ def test_an_int8_load_converts_only_int8_copies_and_keeps_greedy_identity(tmp_pa
     assert "converted copy cached in" in models.pair_status("p", reg).reason
 
 
+@pytest.mark.parametrize("draft", ["self", {"early-exit": {"layers": 1}}])
+def test_a_draft_made_of_the_int8_targets_layers_keeps_greedy_identity(tmp_path, monkeypatch, gguf_pair, draft):
+    reg, _ = gguf_pair
+    t = reg.pairs["p"].target
+    data = registry_data({"t": chunk_source_dict(t.source)}, {"s": ("t", "t")})
+    data["pairs"]["s"]["draft"] = draft
+    pair = models.load_pair("s", registry=parse_registry(data), device="cpu", target_precision="int8")
+    assert _cached(tmp_path) == ["t-int8"] and pair.draft_precision == "int8"
+    prompt = [12, 40, 3, 3, 9, 21]
+    alone = autoregressive_decode(pair.target, prompt, max_new_tokens=20, **pair.run_kw)
+    run = speculative_decode(pair.target, pair.drafter(), prompt, k=3, max_new_tokens=20, **pair.run_kw)
+    assert run.token_ids == alone.token_ids
+
+
 def test_a_damaged_int8_copy_is_rebuilt(tmp_path, gguf_pair):
     reg, _ = gguf_pair
     models.load_pair("p", registry=reg, device="cpu", target_precision="int8", draft_precision="int8")
