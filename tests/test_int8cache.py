@@ -46,12 +46,17 @@ def _chunked_logits(model, k1: int) -> torch.Tensor:
     return torch.cat(out)
 
 
-@pytest.mark.parametrize("arch,tie", [("qwen2", False), ("qwen2", True), ("llama", False), ("llama", True)])
-def test_an_int8_cache_gives_the_float32_paths_int8_logits_bit_for_bit(tmp_path, monkeypatch, arch, tie):
+@pytest.mark.parametrize("arch,tie,kind", [("qwen2", False, "mixed"), ("qwen2", True, "mixed"),
+                                           ("llama", False, "mixed"), ("llama", True, "mixed"),
+                                           ("qwen2", False, "kquants"), ("llama", True, "kquants")])
+def test_an_int8_cache_gives_the_float32_paths_int8_logits_bit_for_bit(tmp_path, monkeypatch, arch, tie, kind):
     """qwen2 (biases on q/k/v, no permutation) and llama (q/k rows permuted in the file), with a head of its
-    own or tied to the embedding; blocks of 3 rows, so each tensor is written in many blocks."""
-    monkeypatch.setattr(int8cache, "BLOCK_BYTES", 4 * 64 * 3)
-    gguf = write_gguf(tiny_model(arch, tie=tie), tmp_path / "m.gguf")
+    own or tied to the embedding; blocks of 3 rows, so each tensor is written in many blocks. mixed: F16, F32
+    and five of ggml's block types; kquants: Q4_K and Q6_K, as the real files have."""
+    hidden = 256 if kind == "kquants" else 64  # k-quant rows are whole blocks of 256
+    monkeypatch.setattr(int8cache, "BLOCK_BYTES", 4 * hidden * 3)
+    model = tiny_model(arch, tie=tie, hidden=hidden, intermediate=2 * hidden)
+    gguf = write_gguf(model, tmp_path / "m.gguf", kind)
     int8cache.write(gguf, tmp_path / "int8")
     with torch.inference_mode():
         for target in (True, False):
@@ -63,6 +68,15 @@ def test_an_int8_cache_gives_the_float32_paths_int8_logits_bit_for_bit(tmp_path,
             if target:  # the int8 target's row exactness holds on the loaded copy too
                 for k1 in (1, 2, 5):
                     assert torch.equal(_chunked_logits(got, k1), _chunked_logits(ref, k1)), k1
+
+
+def test_the_float32_path_reads_qwen2_and_llama_with_gguf_py_as_the_int8_cache_does():
+    """The reference the identity rests on: transformers reads these architectures with its legacy loader
+    (gguf-py's dequantize, as int8cache does), not its own torch dequantizer, which may round otherwise. If a
+    transformers upgrade moves them, this says so before any cache is compared."""
+    from transformers.integrations.gguf import utils
+
+    assert not any(utils.is_gguf_arch_supported(arch) for arch in int8cache.SUPPORTED)
 
 
 def test_the_cache_holds_int8_linears_and_only_the_tensors_that_stay_float(tmp_path):

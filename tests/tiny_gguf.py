@@ -52,9 +52,27 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+# the block types gguf-py can write, taken in turn by the 2-D weights of a 'mixed' file
+MIXED = ("Q8_0", "Q5_0", "Q4_1", "Q5_1", "Q4_0")
+# k-quant blocks: bytes per 256 values, and where each block's float16 scales are (value)
+KQUANTS = {"Q4_K": (144, ((0, 0.01), (2, 0.005))), "Q6_K": (210, ((208, 0.002),))}
+
+
+def _kquant(rows: int, cols: int, qtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Random k-quant blocks (gguf-py cannot write these types) with sane scales: what they dequantize to is
+    the tensor's value, read back by both transformers and the int8 cache."""
+    size, scales = KQUANTS[qtype]
+    raw = rng.integers(0, 256, size=(rows, cols // 256, size), dtype=np.uint8)
+    for at, value in scales:
+        raw[:, :, at:at + 2] = np.frombuffer(np.float16(value).tobytes(), dtype=np.uint8)
+    return raw.reshape(rows, -1)
+
+
 def write_gguf(model, path: Path, quant: str = "mixed") -> Path:
-    """Write `model` as a GGUF file. quant: 'f32' (every tensor float32) or 'mixed' (the 2-D weights in Q8_0
-    where their rows allow it, else F16; norms and biases float32), as a quantized GGUF mixes types."""
+    """Write `model` as a GGUF file. quant: 'f32' (every tensor float32); 'mixed' (the 2-D weights in the
+    MIXED block types in turn where their rows allow it, else F16; norms and biases float32), as a quantized
+    GGUF mixes types; 'kquants' (the 2-D weights whose rows are whole 256-blocks as random Q4_K and Q6_K
+    blocks, the types of the real files, whose values then replace the model's)."""
     import gguf
 
     cfg = model.config
@@ -87,7 +105,8 @@ def write_gguf(model, path: Path, quant: str = "mixed") -> Path:
                  "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
                  "post_attention_layernorm": "ffn_norm"}
     state = model.state_dict()
-    for hf, t in state.items():
+    rng = np.random.default_rng(0)
+    for n, (hf, t) in enumerate(state.items()):
         if hf == "lm_head.weight" and cfg.tie_word_embeddings:
             continue  # a tied head is not in the file: the reader ties it
         if hf in names:
@@ -98,9 +117,13 @@ def write_gguf(model, path: Path, quant: str = "mixed") -> Path:
         data = t.detach().float().numpy().copy()
         if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             data = _permute(data, cfg.num_attention_heads if "attn_q" in name else cfg.num_key_value_heads)
-        if quant == "mixed" and data.ndim == 2:
+        if quant == "kquants" and data.ndim == 2 and data.shape[1] % 256 == 0:
+            kind = ("Q4_K", "Q6_K")[n % 2]
+            qtype = gguf.GGMLQuantizationType[kind]
+            w.add_tensor(name, _kquant(*data.shape, kind, rng), raw_dtype=qtype)
+        elif quant in ("mixed", "kquants") and data.ndim == 2:
             if data.shape[1] % 32 == 0 and name != "token_embd.weight":
-                qtype = gguf.GGMLQuantizationType.Q8_0
+                qtype = gguf.GGMLQuantizationType[MIXED[n % len(MIXED)]]
             else:
                 qtype = gguf.GGMLQuantizationType.F16
             w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
