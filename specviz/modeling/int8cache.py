@@ -1,0 +1,229 @@
+"""A GGUF model cached in int8, written a block of rows at a time, and loaded with no float32 weights made.
+
+write(gguf, out) reads one tensor of the GGUF at a time (the gguf package's reader maps the file), dequantizes
+a block of its rows, renames it to transformers' name (transformers' own GGUF name map, and its tensor
+processor: llama's q and k rows are un-permuted as transformers does; qwen2 has none), quantizes a linear's
+rows as quant.Int8Linear does (quant.int8_weight) and appends them to one safetensors file. What it holds at
+once is one block of float rows and its int8 copy, not the model. The file holds, for each linear NAME:
+NAME.weight (int8), NAME.weight_scale (float64, one per row), NAME.weight_row_sums (float32) and NAME.bias;
+every other tensor (embeddings, norms) in float32, as the float32 path keeps them. A head tied to the
+embedding is quantized from the embedding, as apply_target does.
+
+load(folder, target=...) builds the model's skeleton with its parameters on the meta device, puts an int8
+linear in place of each nn.Linear (quant.ExactInt8Linear for a target, quant.Int8Linear for a draft) and
+reads the float tensors. Its logits are bit-identical to a float32 load put into int8 by apply_target (or,
+for a draft, quant.apply).
+
+Public API: write, load, SUPPORTED, WEIGHTS.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from specviz.core.errors import PairUnavailable
+from specviz.modeling import memory, quant
+
+SUPPORTED = ("qwen2", "llama")  # GGUF architectures whose tensors map one to one onto transformers' names
+WEIGHTS = "model.safetensors"
+BLOCK_BYTES = 8 << 20  # float32 bytes of one block of rows dequantized at once
+_DTYPES = {torch.int8: "I8", torch.float32: "F32", torch.float64: "F64"}
+
+Progress = Callable[[str, "float | None"], None]
+
+
+def _quiet(stage: str, fraction: float | None = None) -> None:
+    pass
+
+
+def _skeleton(config) -> nn.Module:
+    """The causal LM of `config` with its parameters on the meta device (its buffers, such as rotary
+    frequencies, made as usual)."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return model.eval().requires_grad_(False)
+
+
+def _linears(model: nn.Module) -> dict[str, nn.Linear]:
+    return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+
+
+# -----------------------------------------------------------------------------
+# write
+
+
+class _Plan:
+    """What the file will hold, in order: (name, dtype, shape) of every entry; header() is the safetensors header."""
+
+    def __init__(self):
+        self.entries: list[tuple[str, torch.dtype, tuple[int, ...]]] = []
+
+    def add(self, name: str, dtype: torch.dtype, shape) -> None:
+        self.entries.append((name, dtype, tuple(int(s) for s in shape)))
+
+    def header(self) -> bytes:
+        table, at = {}, 0
+        for name, dtype, shape in self.entries:
+            n = int(np.prod(shape, dtype=np.int64)) * torch.tensor([], dtype=dtype).element_size()
+            table[name] = {"dtype": _DTYPES[dtype], "shape": list(shape), "data_offsets": [at, at + n]}
+            at += n
+        table["__metadata__"] = {"format": "pt"}
+        raw = json.dumps(table, separators=(",", ":")).encode()
+        return raw + b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
+
+
+def _blocks(tensor, cols: int, processor, whole: bool) -> Iterator[np.ndarray]:
+    """The dequantized float32 rows of one GGUF tensor of `cols` columns, about BLOCK_BYTES at a time (the
+    whole tensor when `whole`: the processor reorders its rows)."""
+    from gguf import dequantize
+
+    data = tensor.data
+    if whole or data.ndim < 2:
+        w = dequantize(data, tensor.tensor_type)
+        yield _writable(processor.process(weights=w, name=tensor.name).weights)
+        return
+    step = max(1, BLOCK_BYTES // (4 * cols))
+    for start in range(0, data.shape[0], step):
+        yield _writable(dequantize(data[start:start + step], tensor.tensor_type))
+
+
+def _writable(a: np.ndarray) -> np.ndarray:
+    """float32 rows torch can own: a float32 tensor's rows are a view of the read-only mapped file."""
+    a = np.asarray(a, dtype=np.float32)
+    return a if a.flags.writeable else a.copy()
+
+
+def _bytes(t: torch.Tensor) -> memoryview:
+    return memoryview(t.contiguous().numpy()).cast("B")
+
+
+def write(gguf: Path, out: Path, progress: Progress = _quiet, stage: str = "converting") -> None:
+    """Write the int8 cache of `gguf` into the folder `out`: config, tokenizer and WEIGHTS (see the module)."""
+    from gguf import GGUFReader
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers.modeling_gguf_pytorch_utils import (
+        TENSOR_PROCESSORS,
+        TensorProcessor,
+        get_gguf_hf_weights_map,
+        load_gguf_checkpoint,
+        read_field,
+    )
+
+    gguf, out = Path(gguf), Path(out)
+    reader = GGUFReader(str(gguf))
+    arch = read_field(reader, "general.architecture")[0]
+    if arch not in SUPPORTED:
+        raise PairUnavailable(f"an int8 cache is made for GGUF architectures {', '.join(SUPPORTED)}, not {arch}; "
+                              f"load it in float32.")
+    parsed = load_gguf_checkpoint(str(gguf), return_tensors=False)["config"]
+    processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=parsed)
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config.dtype = torch.float32
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = _skeleton(config)
+    to_hf = get_gguf_hf_weights_map(model, processor)
+    linears = _linears(model)
+    shapes = {n: p.shape for n, p in model.named_parameters(remove_duplicate=False)}
+
+    # plan every entry before any data, so the header can go first and each block be written as it is made
+    plan, jobs = _Plan(), []
+    written = set()
+    for t in reader.tensors:
+        hf = to_hf.get(t.name)
+        if hf is None:
+            continue
+        targets = [hf]
+        if hf == "model.embed_tokens.weight" and "lm_head" in linears and "output.weight" not in {
+                x.name for x in reader.tensors}:
+            targets.append("lm_head.weight")  # a head tied to the embedding: quantized from it
+        for name in targets:
+            owner, _, kind = name.rpartition(".")
+            if owner in linears and kind == "weight":
+                plan.add(name, torch.int8, shapes[name])
+                plan.add(name + "_scale", torch.float64, shapes[name][:1])
+                plan.add(name + "_row_sums", torch.float32, shapes[name][:1])
+            else:
+                plan.add(name, torch.float32, shapes[name])
+            written.add(name)
+        jobs.append((t, targets))
+    missing = sorted(set(shapes) - written)
+    if missing:
+        raise PairUnavailable(f"{gguf.name}: the GGUF has no tensor for {missing[0]} (and {len(missing) - 1} more)")
+
+    out.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(out)
+    GenerationConfig.from_model_config(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    del tok, parsed  # the vocabulary's Python objects are not needed while the tensors are written
+    header = plan.header()
+    whole = arch == "llama"  # llama's q and k rows are un-permuted over the whole tensor
+    with open(out / WEIGHTS, "wb") as f:
+        f.write(len(header).to_bytes(8, "little"))
+        f.write(header)
+        for i, (t, targets) in enumerate(jobs):
+            # one pass over the GGUF tensor per entry it fills (the embedding twice for a tied head)
+            for name in targets:
+                owner, _, kind = name.rpartition(".")
+                is_linear = owner in linears and kind == "weight"
+                parts: list[list[torch.Tensor]] = [[], []] if is_linear else []
+                cols = int(np.prod(shapes[name][1:], dtype=np.int64))
+                reorder = whole and (".attn_q." in t.name or ".attn_k." in t.name)
+                for block in _blocks(t, cols, processor, reorder):
+                    w = torch.from_numpy(block).reshape(-1, *shapes[name][1:])
+                    if is_linear:
+                        q, scale, sums = quant.int8_weight(w)
+                        f.write(_bytes(q))
+                        parts[0].append(scale)
+                        parts[1].append(sums)
+                    else:
+                        f.write(_bytes(w))
+                    del w, block
+                    memory.trim()  # glibc keeps freed blocks in its heap: without this it grows block by block
+                if is_linear:  # the small per-row tensors follow the int8 rows
+                    f.write(_bytes(torch.cat(parts[0])))
+                    f.write(_bytes(torch.cat(parts[1])))
+            progress(stage, (i + 1) / len(jobs))
+        f.flush()
+    del model
+
+
+# -----------------------------------------------------------------------------
+# load
+
+
+def load(folder: Path, target: bool, engine: str | None = None) -> nn.Module:
+    """The model in `folder` (written by write) with int8 linears: quant.ExactInt8Linear for a target (and
+    row-by-row attention), quant.Int8Linear packed for `engine` (None: quant.int8_engine()) for a draft."""
+    from safetensors import safe_open
+    from transformers import AutoConfig, GenerationConfig
+
+    folder = Path(folder)
+    model = _skeleton(AutoConfig.from_pretrained(folder))
+    engine = engine or quant.int8_engine()
+    cls = quant.ExactInt8Linear if target else quant.Int8Linear
+    with safe_open(str(folder / WEIGHTS), framework="pt") as f:
+        names = set(f.keys())
+        for name, lin in _linears(model).items():
+            parent, _, attr = name.rpartition(".")
+            bias = f.get_tensor(name + ".bias") if lin.bias is not None else None
+            layer = cls.from_int8(f.get_tensor(name + ".weight"), f.get_tensor(name + ".weight_scale"),
+                                  f.get_tensor(name + ".weight_row_sums"), bias, engine)
+            setattr(model.get_submodule(parent) if parent else model, attr, layer)
+        for name, p in list(model.named_parameters()):
+            if name not in names:
+                raise PairUnavailable(f"{folder}: {WEIGHTS} has no tensor {name}")
+            owner, _, attr = name.rpartition(".")
+            module = model.get_submodule(owner)
+            module._parameters[attr] = nn.Parameter(f.get_tensor(name), requires_grad=False)
+    if (folder / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(folder)
+    return quant.mark_int8(model, target=target, engine=engine)

@@ -1,0 +1,311 @@
+"""The int8 cache (specviz/modeling/int8cache.py, store.ensure_cached(precision='int8')): a GGUF written in int8
+tensor by tensor, loaded with no float32 weights, and bit-identical to the float32 path put into int8.
+
+The GGUF files are tiny random models written the way llama.cpp lays them out (tests/tiny_gguf.py), read by
+transformers as a real GGUF is. The reference is today's float32 path: transformers dequantizes the whole
+GGUF (store._load_gguf), then quant.apply_target (a target) or quant.apply (a draft) quantizes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from test_models import chunk_source_dict, fake_chunks, registry_data
+from tiny_gguf import tiny_model, write_gguf
+
+from specviz import autoregressive_decode, speculative_decode
+from specviz.decoding import models
+from specviz.modeling import int8cache, quant, store
+from specviz.modeling.config import PathSource, parse_registry
+from specviz.modeling.lm import CachedLM
+
+pytestmark = pytest.mark.skipif("int8" not in quant.supported("cpu"), reason="no fbgemm int8 here")
+
+PROMPT = [5, 9, 33, 70, 2, 11, 90, 40]
+
+
+def _reference(gguf: Path, target: bool = True):
+    """Today's path: the whole GGUF dequantized to float32 by transformers, then put into int8."""
+    _, model = store._load_gguf(gguf, "target", store.quiet)
+    model.eval().requires_grad_(False)
+    return quant.apply_target(model, "int8") if target else quant.apply(model, "int8")
+
+
+def _chunked_logits(model, k1: int) -> torch.Tensor:
+    """Every position's logits, fed k1 tokens a call after the first 3 (a verify pass's shape)."""
+    lm = CachedLM(model)
+    out = [lm.feed(PROMPT[:3])[-1:]]
+    out += [lm.feed(PROMPT[i:i + k1]) for i in range(3, len(PROMPT), k1)]
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("arch,tie,kind", [("qwen2", False, "mixed"), ("qwen2", True, "mixed"),
+                                           ("llama", False, "mixed"), ("llama", True, "mixed"),
+                                           ("qwen2", False, "kquants"), ("llama", True, "kquants")])
+def test_an_int8_cache_gives_the_float32_paths_int8_logits_bit_for_bit(tmp_path, monkeypatch, arch, tie, kind):
+    """qwen2 (biases on q/k/v, no permutation) and llama (q/k rows permuted in the file), with a head of its
+    own or tied to the embedding; blocks of 3 rows, so each tensor is written in many blocks. mixed: F16, F32
+    and five of ggml's block types; kquants: Q4_K and Q6_K, as the real files have."""
+    hidden = 256 if kind == "kquants" else 64  # k-quant rows are whole blocks of 256
+    monkeypatch.setattr(int8cache, "BLOCK_BYTES", 4 * hidden * 3)
+    model = tiny_model(arch, tie=tie, hidden=hidden, intermediate=2 * hidden)
+    gguf = write_gguf(model, tmp_path / "m.gguf", kind)
+    int8cache.write(gguf, tmp_path / "int8")
+    with torch.inference_mode():
+        for target in (True, False):
+            ref, got = _reference(gguf, target), int8cache.load(tmp_path / "int8", target=target)
+            assert type(got.lm_head) is type(ref.lm_head)
+            assert quant.precision_label(got) == quant.precision_label(ref)
+            x = torch.tensor([PROMPT])
+            assert torch.equal(got(x).logits, ref(x).logits), target
+            if target:  # the int8 target's row exactness holds on the loaded copy too
+                for k1 in (1, 2, 5):
+                    assert torch.equal(_chunked_logits(got, k1), _chunked_logits(ref, k1)), k1
+
+
+def test_the_float32_path_reads_qwen2_and_llama_with_gguf_py_as_the_int8_cache_does():
+    """The reference the identity rests on: transformers reads these architectures with its legacy loader
+    (gguf-py's dequantize, as int8cache does), not its own torch dequantizer, which may round otherwise. If a
+    transformers upgrade moves them, this says so before any cache is compared."""
+    from transformers.integrations.gguf import utils
+
+    assert not any(utils.is_gguf_arch_supported(arch) for arch in int8cache.SUPPORTED)
+
+
+def test_the_cache_holds_int8_linears_and_only_the_tensors_that_stay_float(tmp_path):
+    gguf = write_gguf(tiny_model("qwen2"), tmp_path / "m.gguf")
+    int8cache.write(gguf, tmp_path / "int8")
+    raw = (tmp_path / "int8" / int8cache.WEIGHTS).read_bytes()
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    header.pop("__metadata__")
+    floats = sorted(n for n, h in header.items() if h["dtype"] == "F32" and not n.endswith("_row_sums"))
+    assert all(n.endswith(("norm.weight", "bias")) or n == "model.embed_tokens.weight" for n in floats), floats
+    linears = [n for n, h in header.items() if h["dtype"] == "I8"]
+    assert "lm_head.weight" in linears and len(linears) == 1 + 2 * 7  # the head and 7 per layer
+    assert all(f"{n}_scale" in header and f"{n}_row_sums" in header for n in linears)
+
+
+# -----------------------------------------------------------------------------
+# through load_pair: chunk packages of real (tiny) GGUF files
+
+
+@pytest.fixture
+def gguf_pair(tmp_path, monkeypatch):
+    """Registry 'p': a draft and a target shipped as fake chunk packages of tiny GGUF files; cache in tmp."""
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    files = {role: write_gguf(tiny_model("qwen2", seed=3, noise=noise, vocab=128), tmp_path / f"{role}.gguf")
+             for role, noise in (("draft", 0.05), ("target", 0.0))}
+    srcs = {}
+    for role, f in files.items():
+        data = f.read_bytes()
+        srcs[role] = fake_chunks(tmp_path, monkeypatch, [data[:len(data) // 2], data[len(data) // 2:]])
+    data = registry_data({"d": chunk_source_dict(srcs["draft"]), "t": chunk_source_dict(srcs["target"])},
+                         {"p": ("d", "t")})
+    return parse_registry(data), files
+
+
+def _cached(tmp_path) -> list[str]:
+    """The cache's folders, as model[-int8]."""
+    return sorted(p.name.split("-")[0] + ("-int8" if p.name.endswith("-int8") else "")
+                  for p in (tmp_path / "cache").iterdir())
+
+
+def test_an_int8_load_converts_only_int8_copies_and_keeps_greedy_identity(tmp_path, gguf_pair):
+    reg, files = gguf_pair
+    stages = []
+    pair = models.load_pair("p", registry=reg, device="cpu", target_precision="int8", draft_precision="int8",
+                            progress=lambda s, f=None: stages.append(s))
+    assert _cached(tmp_path) == ["d-int8", "t-int8"]  # no float32 copy: no run here needs one
+    assert "converting target to int8 (first time only)" in stages
+    assert pair.sources["target"].endswith("(int8)") and pair.sources["draft"].endswith("(int8)")
+    assert pair.target_precision == "int8" and pair.draft_precision == "int8"
+    ref = _reference(files["target"])
+    with torch.inference_mode():
+        x = torch.tensor([PROMPT])
+        assert torch.equal(pair.target(x).logits, ref(x).logits)
+    for prompt in ([5, 6, 7], [12, 40, 3, 3, 9, 21]):
+        alone = autoregressive_decode(ref, prompt, max_new_tokens=30, **pair.run_kw)
+        assert autoregressive_decode(pair.target, prompt, max_new_tokens=30, **pair.run_kw).token_ids == alone.token_ids
+        for k in (2, 4):
+            run = speculative_decode(pair.target, pair.drafter(), prompt, k=k, max_new_tokens=30, **pair.run_kw)
+            assert run.token_ids == alone.token_ids, (prompt, k)
+
+    # a second load comes from the int8 copies; a float32 target is what writes a float32 copy
+    stages.clear()
+    models.load_pair("p", registry=reg, device="cpu", target_precision="int8", draft_precision="int8",
+                     progress=lambda s, f=None: stages.append(s))
+    assert "loading cached int8 target" in stages and not any("converting" in s for s in stages)
+    f32 = models.load_pair("p", registry=reg, device="cpu", draft_precision="int8")
+    assert f32.target_precision == "float32" and _cached(tmp_path) == ["d-int8", "t", "t-int8"]
+    assert "converted copy cached in" in models.pair_status("p", reg).reason
+
+
+@pytest.mark.parametrize("draft", ["self", {"early-exit": {"layers": 1}}])
+def test_a_draft_made_of_the_int8_targets_layers_keeps_greedy_identity(tmp_path, monkeypatch, gguf_pair, draft):
+    reg, _ = gguf_pair
+    t = reg.pairs["p"].target
+    data = registry_data({"t": chunk_source_dict(t.source)}, {"s": ("t", "t")})
+    data["pairs"]["s"]["draft"] = draft
+    pair = models.load_pair("s", registry=parse_registry(data), device="cpu", target_precision="int8")
+    assert _cached(tmp_path) == ["t-int8"] and pair.draft_precision == "int8"
+    prompt = [12, 40, 3, 3, 9, 21]
+    alone = autoregressive_decode(pair.target, prompt, max_new_tokens=20, **pair.run_kw)
+    run = speculative_decode(pair.target, pair.drafter(), prompt, k=3, max_new_tokens=20, **pair.run_kw)
+    assert run.token_ids == alone.token_ids
+
+
+def test_a_damaged_int8_copy_is_rebuilt(tmp_path, gguf_pair):
+    reg, _ = gguf_pair
+    models.load_pair("p", registry=reg, device="cpu", target_precision="int8", draft_precision="int8")
+    weights = store.cached_dir(reg.pairs["p"].target.source, "t", "int8") / int8cache.WEIGHTS
+    full = weights.stat().st_size
+    with open(weights, "r+b") as f:
+        f.truncate(full // 2)
+    stages = []
+    models.load_pair("p", registry=reg, device="cpu", target_precision="int8", draft_precision="int8",
+                     progress=lambda s, f=None: stages.append(s))
+    assert any(s.startswith("the cached copy of t is damaged") for s in stages)
+    assert weights.stat().st_size == full
+
+
+def test_an_int8_target_from_its_copy_needs_no_float32_stage_in_the_memory_estimate(gguf_pair):
+    reg, _ = gguf_pair
+    spec = reg.pairs["p"]
+    spec = dataclasses.replace(spec, target=dataclasses.replace(spec.target, params=10**9))  # as a real one declares
+    assert models.loading_bytes(spec, "float32", target_precision="int8") == models.loading_bytes(spec, "float32")
+    # a target from a folder still passes through float32 on its way to int8
+    folder = dataclasses.replace(spec, target=dataclasses.replace(spec.target, source=PathSource(path=Path("/x"))))
+    assert models.loading_bytes(folder, "float32", target_precision="int8") > models.loading_bytes(spec, "float32")
+
+
+# -----------------------------------------------------------------------------
+# the conversion's peak: a block of rows, not the model
+
+PEAK = textwrap.dedent("""
+    import sys, threading, time
+    def anon():
+        for line in open('/proc/self/status'):
+            if line.startswith('RssAnon:'):
+                return int(line.split()[1]) * 1024
+    from specviz.modeling import int8cache
+    int8cache.write(sys.argv[3], sys.argv[4])  # a small one first: what imports hold is not the conversion's
+    peak, done = [anon()], []
+    base = peak[0]
+    def watch():
+        while not done:
+            peak.append(anon())
+            time.sleep(0.001)
+    threading.Thread(target=watch, daemon=True).start()
+    int8cache.write(sys.argv[1], sys.argv[2])
+    done.append(1)
+    print(max(peak) - base)
+""")
+
+
+def conversion_peak(gguf: Path, out: Path) -> int:
+    """Anonymous memory (not the mapped GGUF's pages) a conversion in a fresh process holds at its peak, above
+    what it held before it started (after converting a tiny model, so that imports are done)."""
+    root = Path(__file__).resolve().parents[1]
+    small = write_gguf(tiny_model("qwen2"), out.parent / "small.gguf")
+    args = [str(gguf), str(out), str(small), str(out.parent / "small-int8")]
+    res = subprocess.run([sys.executable, "-c", PEAK, *args], check=False, capture_output=True, text=True,
+                         cwd=root, env={**__import__("os").environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return int(res.stdout.strip().splitlines()[-1])
+
+
+def test_converting_holds_a_block_of_rows_not_the_model(tmp_path):
+    """A 308 MiB (float32) model: the conversion's peak is what its setup holds (the GGUF's metadata, the
+    tokenizer: about 50 MiB here) and a few blocks of rows (int8cache.BLOCK_BYTES, 8 MiB); measured 88 MiB.
+    The whole model would be 308 MiB; its largest tensor converted at once (64 MiB, with its copies) about 240."""
+    model = tiny_model("qwen2", hidden=1024, layers=4, heads=8, kv_heads=4, intermediate=2816, vocab=16384)
+    model_bytes = sum(p.numel() * 4 for p in model.parameters())
+    largest = max(p.numel() * 4 for p in model.parameters())
+    gguf = write_gguf(model, tmp_path / "m.gguf")
+    del model
+    peak = conversion_peak(gguf, tmp_path / "int8")
+    assert peak < 0.4 * model_bytes, (peak / 2**20, largest / 2**20, model_bytes / 2**20)
+    # what it wrote loads, and is the int8 model (its size: about a quarter of float32, the embedding float32)
+    assert (tmp_path / "int8" / int8cache.WEIGHTS).stat().st_size < 0.45 * model_bytes
+
+
+# -----------------------------------------------------------------------------
+# the real default pair (run by hand: -m real)
+
+
+@pytest.mark.real
+def test_real_int8_copies_are_small_load_in_seconds_and_never_hold_float32(tmp_path):
+    """From a fresh cache: converting the default pair to int8 holds little, each int8 copy is at most 1.5x its
+    GGUF, and a load of the int8 pair from them takes seconds and holds about the int8 models."""
+    import os
+
+    spec = models.as_registry(None).pair(None)
+    env = {**os.environ, "SPECVIZ_CACHE": str(tmp_path / "cache")}
+    root = Path(__file__).resolve().parents[1]
+    code = textwrap.dedent("""
+        import json, sys, time
+        from specviz.decoding import models
+        from specviz.modeling import store
+        t0 = time.perf_counter()
+        store.prepare(precisions={"draft": "int8", "target": "int8"})
+        convert_s = time.perf_counter() - t0
+        hwm = lambda: int([l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]) * 1024
+        print(json.dumps({"convert_s": convert_s, "convert_hwm": hwm()}))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=root, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    conv = json.loads(res.stdout.strip().splitlines()[-1])
+    for role, m in (("draft", spec.draft), ("target", spec.target)):
+        folder = tmp_path / "cache" / store.cached_dir(m.source, m.name, "int8").name
+        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        # the linears in int8 within 1.5x the GGUF; the embedding stays float32 as the float32 path keeps it
+        # (151,936 rows: 0.54 GB for the 0.5B, 0.93 GB for the 1.5B)
+        cfg = json.loads((folder / "config.json").read_text())
+        embedding = cfg["vocab_size"] * cfg["hidden_size"] * 4
+        assert size <= 1.5 * m.source.size + embedding, (role, size, m.source.size, embedding)
+        assert not (tmp_path / "cache" / folder.name.removesuffix("-int8")).exists()  # no float32 copy
+    # the conversion's peak includes the GGUF's mapped pages (file-backed, given back under pressure)
+    assert conv["convert_hwm"] < 3.5 * 2**30, conv
+
+    load = textwrap.dedent("""
+        import json, time
+        from specviz.decoding import models
+        t0 = time.perf_counter()
+        pair = models.load_pair(device="cpu", target_precision="int8", draft_precision="int8")
+        load_s = time.perf_counter() - t0
+        anon = int([l for l in open('/proc/self/status') if l.startswith('RssAnon:')][0].split()[1]) * 1024
+        hwm = int([l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]) * 1024
+        print(json.dumps({"load_s": load_s, "anon": anon, "hwm": hwm, "sources": pair.sources}))
+    """)
+    res = subprocess.run([sys.executable, "-c", load], check=False, capture_output=True, text=True, cwd=root, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    print(conv, got)
+    assert all(s.endswith("(int8)") for s in got["sources"].values()), got
+    assert got["load_s"] < 30, got
+    assert got["hwm"] < 6 * 2**30, got  # the float32 path peaked at 16.4 GB
+
+
+@pytest.mark.real
+def test_real_int8_target_from_its_copy_gives_the_float32_paths_int8_logits():
+    """The default pair's target: its int8 copy gives, bit for bit, the logits of its float32 copy put into int8
+    by apply_target (what load_pair did before the int8 copy). Holds the float32 target (7 GB) and the int8 one."""
+    from transformers import AutoModelForCausalLM
+
+    spec = models.as_registry(None).pair(None)
+    pair = models.load_pair(device="cpu", target_precision="int8", draft_precision="int8")
+    assert pair.sources["target"].endswith("(int8)")
+    folder, _ = store.ensure_cached(spec.target, "target", store.quiet)  # the float32 copy (made if absent)
+    ref = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
+    quant.apply_target(ref.requires_grad_(False), "int8")
+    ids = torch.tensor([pair.tokenizer("def fibonacci(n):\n    \"\"\"Return the n-th number.")["input_ids"]])
+    with torch.inference_mode():
+        assert torch.equal(pair.target(ids).logits, ref(ids).logits)
