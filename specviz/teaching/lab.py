@@ -23,7 +23,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from specviz.core.errors import InvalidSetting
 from specviz.teaching.experiments import Agreement, agreement_along, first_logits
 from specviz.teaching.experiments import compare_with_baseline  # noqa: F401 - pages call it as lab.compare_with_baseline
 from specviz.data.records import Run
-from specviz.core.settings import is_greedy
+from specviz.core.settings import DecodeSettings, is_greedy
 from specviz.core.theory import expected_speedup, expected_tokens
 
 Progress = Callable[[str, "float | None"], None] | None
@@ -57,13 +57,14 @@ def stream_run(stream, max_new_tokens: int, progress: Progress = None, label: st
     return stream.run
 
 
-def acceptance_sweep(target, draft, prompts: Mapping[str, Sequence[int]], temperatures: Sequence[float], *,
-                     k: int = 4, max_new_tokens: int = 24, seed: int = 0, eos_token_id=None,
-                     vocab: int | None = None, existing: Mapping[str, Mapping[float, Run]] | None = None,
+def acceptance_sweep(target, draft, prompts: Mapping[str, Sequence[int]], temperatures: Sequence[float],
+                     settings: DecodeSettings = DecodeSettings(), *, eos_token_id=None, vocab: int | None = None,
+                     existing: Mapping[str, Mapping[float, Run]] | None = None,
                      progress: Progress = None) -> dict[str, dict[float, Run]]:
     """One speculative run per (domain, temperature); cells already in `existing` are kept.
 
-    Returns {domain: {temperature: Run}}; each Run's settings get "label" = domain.
+    Returns {domain: {temperature: Run}}; each Run's settings get "label" = domain. Each run takes
+    `settings` with that temperature.
     """
     from specviz.decoding.engine import speculative_stream
 
@@ -78,10 +79,9 @@ def acceptance_sweep(target, draft, prompts: Mapping[str, Sequence[int]], temper
         def sub(msg, frac, j=j, dom=dom, t=t):
             _say(progress, f"run {j + 1}/{len(todo)}: {dom}, T = {t:g}: {msg}",
                  (j + (frac or 0.0)) / len(todo))
-        stream = speculative_stream(target, draft, list(prompts[dom]), k=k, temperature=t,
-                                    max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id,
-                                    vocab=vocab)
-        run = stream_run(stream, max_new_tokens, sub)
+        stream = speculative_stream(target, draft, list(prompts[dom]), replace(settings, temperature=t),
+                                    eos_token_id=eos_token_id, vocab=vocab)
+        run = stream_run(stream, settings.max_new_tokens, sub)
         run.settings["label"] = dom
         out[dom][t] = run
     _say(progress, "done", 1.0)
@@ -218,19 +218,18 @@ def entropy_verdict(sweep: Mapping[str, Mapping[float, Run]], temperature: float
 # page 3: speedup
 
 
-def k_sweep(target, draft, input_ids: Sequence[int], ks: Sequence[int], *, temperature: float = 0.0,
-            max_new_tokens: int = 24, seed: int = 0, eos_token_id=None, vocab: int | None = None,
-            progress: Progress = None) -> dict:
-    """compare_with_baseline for each k: {k: Comparison}, each with its own warmed baseline."""
+def k_sweep(target, draft, input_ids: Sequence[int], ks: Sequence[int], settings: DecodeSettings = DecodeSettings(),
+            *, eos_token_id=None, vocab: int | None = None, progress: Progress = None) -> dict:
+    """compare_with_baseline for each k (`settings` with that k): {k: Comparison}, each with its own warmed
+    baseline."""
     ks = sorted({int(k) for k in ks})
     if not ks:
         raise InvalidSetting("Pick at least one k.")
     out = {}
     for j, k in enumerate(ks):
         _say(progress, f"k = {k}: baseline and speculative run ({j + 1}/{len(ks)})", j / len(ks))
-        out[k] = compare_with_baseline(target, draft, list(input_ids), k=k, temperature=temperature,
-                                       max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id,
-                                       vocab=vocab)
+        out[k] = compare_with_baseline(target, draft, list(input_ids), replace(settings, k=k),
+                                       eos_token_id=eos_token_id, vocab=vocab)
     _say(progress, "done", 1.0)
     return out
 

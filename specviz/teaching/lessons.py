@@ -26,6 +26,7 @@ from typing import Any, Callable
 from specviz.core import measure, prompts, theory
 from specviz.core.errors import InvalidSetting, SpecvizError
 from specviz.data.records import Run
+from specviz.core.settings import DecodeSettings
 
 # --------------------------------------------------------------------------
 # the records
@@ -174,8 +175,9 @@ def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool 
 
         pair = ctx.pair
         draft = pair.target if self_draft else pair.draft  # the target drafting for itself: c = 1
-        cmp = compare_with_baseline(pair.target, draft, _ids(ctx, preset), k=K, temperature=temperature,
-                                    max_new_tokens=ctx.max_new_tokens, seed=ctx.seed,
+        cmp = compare_with_baseline(pair.target, draft, _ids(ctx, preset),
+                                    DecodeSettings(k=K, temperature=temperature, max_new_tokens=ctx.max_new_tokens,
+                                                   seed=ctx.seed),
                                     eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
         who = "the target drafting for itself" if self_draft else pair.name
         out = Trial(cmp.spec, baseline_summary(cmp.spec, cmp.base, cmp.speedup, cmp.identical),
@@ -433,8 +435,9 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         from specviz.teaching.lab import k_sweep
 
         pair = ctx.pair
-        sweep = k_sweep(pair.target, pair.chain_draft(), _ids(ctx, "Python function"), ks, temperature=0.0,
-                        max_new_tokens=ctx.max_new_tokens, seed=ctx.seed, eos_token_id=pair.eos_token_ids,
+        sweep = k_sweep(pair.target, pair.chain_draft(), _ids(ctx, "Python function"), ks,
+                        DecodeSettings(temperature=0.0, max_new_tokens=ctx.max_new_tokens,
+                                       seed=ctx.seed), eos_token_id=pair.eos_token_ids,
                         vocab=pair.shared_vocab)
         speed = {int(k): measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()}
         best = max(speed, key=lambda k: (speed[k], -k))

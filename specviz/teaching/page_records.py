@@ -9,6 +9,7 @@ RESULTS[page]. A page whose default run is already a main-page recording (Slow m
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 from specviz.core import prompts, theory
@@ -18,6 +19,7 @@ from specviz.data.tree_records import TreeRun
 from specviz.decoding import selfdraft
 from specviz.decoding.tree import tree_decode
 from specviz.teaching import early_exit, experiments, lab, race, rules, tree_lab
+from specviz.core.settings import DecodeSettings
 
 # pages that replay a main-page recording (specviz/recorded/<name>.json) instead of a page recording
 RECORDED_RUNS = {"slow_motion": "capital-of-france-greedy"}
@@ -71,8 +73,9 @@ def record_exactness(pair, s: dict = EXACTNESS) -> dict[str, Any]:
     trials with the p/q/residual of that position, and the acceptance-rule lab."""
     p = prompts.preset(s["prompt"])
     ids = prompts.encode(pair.tokenizer, p.text, p.chat)
-    greedy = lab.compare_with_baseline(pair.target, pair.draft, ids, k=s["k"], temperature=0.0,
-                                       max_new_tokens=s["new tokens"], seed=0, **pair.run_kw)
+    greedy = lab.compare_with_baseline(pair.target, pair.draft, ids,
+                                       DecodeSettings(k=s["k"], temperature=0.0, max_new_tokens=s["new tokens"],
+                                                      seed=0), **pair.run_kw)
     logits = experiments.first_logits(pair.target, pair.draft, ids, pair.shared_vocab)
     trials = experiments.trials_from_logits(*logits, n=s["trials"], temperature=s["temperature"],
                                             seed=s["first seed"], noise_reps=theory.NOISE_REPS)
@@ -88,8 +91,9 @@ def record_acceptance_lab(pair, s: dict = ACCEPTANCE_LAB) -> dict[str, Any]:
     each run's text."""
     presets = prompts.lab_prompts()
     ids = {d: prompts.encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in s["domains"]}
-    sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, s["temperatures"], k=s["k"],
-                                 max_new_tokens=s["new tokens per run"], seed=s["seed"], **pair.run_kw)
+    sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, s["temperatures"],
+                                 DecodeSettings(k=s["k"], max_new_tokens=s["new tokens per run"],
+                                                seed=s["seed"]), **pair.run_kw)
     agree = lab.agreement_sweep(pair.target, pair.draft, ids, sweep, vocab=pair.shared_vocab)
     return {"sweep": sweep, "agree": agree}
 
@@ -100,13 +104,16 @@ def record_speedup(pair, s: dict = SPEEDUP) -> dict[str, Any]:
     precision, so a recording has none."""
     p = prompts.preset(s["prompt"])
     ids = prompts.encode(pair.tokenizer, p.text, p.chat)
-    kw = dict(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"], **pair.run_kw)
+    settings = DecodeSettings(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"])
+    kw = pair.run_kw
     depths = early_exit.default_layers(selfdraft.num_layers(pair.target))
     return {"cost": race.measure_cost(pair.target, pair.chain_draft()),
-            "sweep": lab.k_sweep(pair.target, pair.chain_draft(), ids, s["k values"], **kw),
-            "race": race.race(pair.target, pair.chain_draft(), ids, s["k for the race"], **kw),
-            "policies": race.compare_policies(pair.target, pair.chain_draft(), ids, s["starting k"], **kw),
-            "early_exit": early_exit.early_exit_sweep(pair.target, ids, depths, k=s["early exit k"], **kw)}
+            "sweep": lab.k_sweep(pair.target, pair.chain_draft(), ids, s["k values"], settings, **kw),
+            "race": race.race(pair.target, pair.chain_draft(), ids, replace(settings, k=s["k for the race"]), **kw),
+            "policies": race.compare_policies(pair.target, pair.chain_draft(), ids,
+                                              replace(settings, k=s["starting k"]), **kw),
+            "early_exit": early_exit.early_exit_sweep(pair.target, ids, depths, replace(settings, k=s["early exit k"]),
+                                                      **kw)}
 
 
 def record_why_fast(pair, s: dict = WHY_FAST) -> dict[str, Any]:
@@ -124,10 +131,11 @@ def record_token_tree(pair, s: dict = TOKEN_TREE) -> dict[str, Any]:
     at each node budget."""
     p = prompts.preset(s["prompt"])
     ids = prompts.encode(pair.tokenizer, p.text, p.chat)
-    kw = dict(branch=s["b"], max_depth=s["max depth"], temperature=s["temperature"],
-              max_new_tokens=s["max new tokens"], seed=s["seed"], **pair.run_kw)
-    return {"run": tree_decode(pair.target, pair.draft, ids, budget=s["node budget"], **kw),
-            "chain_vs_tree": tree_lab.chain_vs_tree(pair.target, pair.draft, ids, budgets=s["node budgets"], **kw)}
+    settings = DecodeSettings(temperature=s["temperature"], max_new_tokens=s["max new tokens"], seed=s["seed"])
+    kw = dict(branch=s["b"], max_depth=s["max depth"], **pair.run_kw)
+    return {"run": tree_decode(pair.target, pair.draft, ids, settings, budget=s["node budget"], **kw),
+            "chain_vs_tree": tree_lab.chain_vs_tree(pair.target, pair.draft, ids, settings, budgets=s["node budgets"],
+                                                    **kw)}
 
 
 RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> (recorder, its settings)
