@@ -6,6 +6,7 @@ from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
 from specviz.teaching import charts, explain, lab, page_records
 from specviz.core import limits, prompts
+from specviz.core.settings import DecodeSettings
 
 ui.page_setup("Acceptance lab: where drafts are accepted", shows=(10,))
 
@@ -46,6 +47,7 @@ cap = limits.max_new_tokens()
 max_new = c2.number_input("new tokens per run", 4, cap, min(48, cap), 4, key="lab.max_new", disabled=off,
                           help="More tokens give tighter estimates and take longer.")
 seed = c2.number_input("seed", 0, 2**31 - 1, 0, 1, key="lab.seed", disabled=off)
+settings = DecodeSettings(k=int(k), max_new_tokens=int(max_new), seed=int(seed))  # each run at its temperature
 
 # results measured with other settings stay visible until the next measurement replaces them
 key = ("recorded",) if off else (pair.name, lab_ui.dtype_name(pair), int(k), int(max_new), int(seed))
@@ -60,8 +62,8 @@ if row.button("Measure", type="primary", key="lab.run", disabled=off):
         try:
             ids = {d: prompts.encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in domains}
             bar = lab_ui.ProgressBar("starting…")
-            sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, temps, k=int(k), max_new_tokens=int(max_new),
-                                         seed=int(seed), existing=existing, progress=bar, **pair.run_kw)
+            sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, temps, settings, existing=existing,
+                                         progress=bar, **pair.run_kw)
             agree = lab.agreement_sweep(pair.target, pair.draft, ids, sweep, vocab=pair.shared_vocab,
                                         existing=existing_agree if existing else None, progress=bar)
             bar.done()
