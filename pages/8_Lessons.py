@@ -13,6 +13,7 @@ from streamlit.errors import StreamlitAPIException
 from pages.common import lab_ui, state, ui
 from pages.common.kept import Kept
 from specviz.teaching import lessons
+from specviz.core.settings import DecodeSettings
 
 ui.page_setup("Lessons: predict, measure, explain")
 LIVE, RECORDED = "Live, on the loaded pair", "Recorded runs and theory (no model needed)"
@@ -83,7 +84,7 @@ if done is None:  # once measured, the prediction is shown next to the measureme
 if done is None:
     if st.button("Run the experiment", type="primary", key="lessons.run",
                  help="Live on the loaded pair, or from the recorded runs and theory; the answer says which."):
-        ctx = lessons.Context(pair=pair, seed=seed, memo=memo)
+        ctx = lessons.Context(pair=pair, settings=DecodeSettings(seed=seed), memo=memo)
         with st.spinner("Measuring…"):
             outcome = lab_ui.run_guarded(lessons.run_step, step, ctx)
             fig = lab_ui.run_guarded(lessons.figure, step, ctx, outcome) if outcome is not None else None
