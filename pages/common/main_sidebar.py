@@ -177,7 +177,7 @@ def sidebar() -> MainSettings:
     more.subheader("Showing")
     speed, baseline_on = _showing(more, live)
     shape = tree_ui.shape_picker(more, live)
-    tree_budget = tree_ui.budget_picker(more, live)
+    tree_budget = tree_ui.budget_picker(more, live, shape)
     return MainSettings(live=live, recording=recording, pair_name=pair_name, dtype=dtype,
                         draft_precision=draft_precision, target_precision=target_precision, lookup=lookup,
                         decode=decode, speed=speed, baseline_on=baseline_on, prompt_text=text, chat=chat,

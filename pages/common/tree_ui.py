@@ -32,10 +32,11 @@ def shape_picker(where, live: bool) -> str:
                             "unsure of, verified in the same one pass.")
 
 
-def budget_picker(where, live: bool) -> int:
-    """The token tree's node budget, drawn in `where` (under More settings, beside the shape)."""
+def budget_picker(where, live: bool, shape: str) -> int:
+    """The token tree's node budget, drawn in `where` (under More settings, under the shape); only a token tree
+    takes it (a spine's chooser ends the chain)."""
     return int(where.select_slider("node budget (token tree)", [4, 8, 16, 32], 16, key="main.tree_budget",
-                                   disabled=not live))
+                                   disabled=not live or shape != TREE))
 
 
 def main_page_tree(pair_name: str | None, dtype: str, draft_precision: str | None, prompt_text: str, chat: bool,
