@@ -473,7 +473,7 @@ def autoregressive_stream(model, input_ids, settings: DecodeSettings = DecodeSet
     ids = as_id_list(input_ids)
     check_settings(ids, [model], settings, vocab=vocab, chain=False)
     eos = set(eos_ids([model], eos_token_id))
-    record = settings.record(k=0, k_policy="none", drafter="none", eos_token_id=sorted(eos))
+    record = replace(settings, k=0, k_policy="none").record(drafter="none", eos_token_id=sorted(eos))
     sampler = sampler_of(settings)
     max_new_tokens = settings.max_new_tokens
     return DecodeStream(lambda out: _autoregressive(model, ids, sampler, vocab, eos, max_new_tokens, record, out),
