@@ -50,12 +50,11 @@ if nav.main_page():
     ctrl = st.container()
     controls.pair_missing(ms)
     load_box = st.container()
-    tree_ui.main_page_tree(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
-                           temperature=ms.decode.temperature, seed=ms.decode.seed, live=ms.live, shape=ms.shape)
+    tree_ui.main_page_tree(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat, ms.decode,
+                           live=ms.live, shape=ms.shape, budget=ms.tree_budget)
     if ms.live and ms.pair_name:  # one run of each offline pair, side by side
         pairs_ui.offline_pairs_section(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
-                                       k=ms.decode.k, temperature=ms.decode.temperature, top_p=ms.decode.top_p,
-                                       max_new_tokens=ms.decode.max_new_tokens, seed=ms.decode.seed)
+                                       ms.decode)
     steps: int | None = 0
     with load_box:
         try:

@@ -9,6 +9,7 @@ from specviz.core import claims, limits
 from specviz.data import playback
 from specviz.decoding.drafters import PromptLookupDrafter
 from specviz.core.limits import K_MAX
+from specviz.core.settings import DecodeSettings
 from specviz.decoding.engine import speculative_stream
 
 ui.page_setup("Slow motion: one round at a time", shows=(3, 4, 5, 7))
@@ -63,6 +64,8 @@ else:
                                 help="Prompt lookup copies what followed an earlier match of the last tokens.")
 
 
+settings = DecodeSettings(k=int(k), temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed))
+
 # the page's run, until the pair or dtype changes; a run that is replaced is stopped, so its KV caches are freed
 kept = Kept("slow.state", ident, close=lambda old: old["pb"].close("replaced"))
 
@@ -76,13 +79,11 @@ def start():
     if ids is None:
         return None
     draft = pair.drafter() if drafter_name == "draft model" else PromptLookupDrafter()
-    stream = lab_ui.run_guarded(speculative_stream, pair.target, draft, ids, k=int(k),
-                                temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
-                                **pair.run_kw)
+    stream = lab_ui.run_guarded(speculative_stream, pair.target, draft, ids, settings, **pair.run_kw)
     if stream is None:
         return None
     # a Playback: two reruns at once (a click while a round is computed) wait for each other
-    pb = playback.Playback.live(stream, ids, text, {"max_new_tokens": int(max_new), "eos_token_id": pair.eos_token_ids},
+    pb = playback.Playback.live(stream, ids, text, settings.record(eos_token_id=pair.eos_token_ids),
                                 {"chat": lab_ui.chat_on("slow")})
     return {"pb": pb, "prompt_text": text,
             "settings": dict(k=int(k), temperature=float(temperature), seed=int(seed), max_new=int(max_new),
@@ -102,7 +103,7 @@ def take(n: int = 1, until_zero: bool = False, bar=None) -> None:
 
 
 # the settings a run is started with, kept with it: the page says which differ when the widgets change
-run_now = lab_ui.run_settings(ids, temperature, max_new, seed, k=int(k), drafter=drafter_name)
+run_now = lab_ui.run_settings(ids, settings, k=int(k), drafter=drafter_name)
 row = ui.button_row()
 if row.button("First round", icon=":material/play_arrow:", type="primary", key="slow.start",
               help="Start a new run and take its first round") and kept.put(start(), settings=run_now) is not None:

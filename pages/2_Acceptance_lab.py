@@ -6,6 +6,7 @@ from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
 from specviz.teaching import charts, explain, lab, page_records
 from specviz.core import limits, prompts
+from specviz.core.settings import DecodeSettings
 
 ui.page_setup("Acceptance lab: where drafts are accepted", shows=(10,))
 
@@ -46,6 +47,7 @@ cap = limits.max_new_tokens()
 max_new = c2.number_input("new tokens per run", 4, cap, min(48, cap), 4, key="lab.max_new", disabled=off,
                           help="More tokens give tighter estimates and take longer.")
 seed = c2.number_input("seed", 0, 2**31 - 1, 0, 1, key="lab.seed", disabled=off)
+settings = DecodeSettings(k=int(k), max_new_tokens=int(max_new), seed=int(seed))  # each run at its temperature
 
 # results measured with other settings stay visible until the next measurement replaces them
 key = ("recorded",) if off else (pair.name, lab_ui.dtype_name(pair), int(k), int(max_new), int(seed))
@@ -58,8 +60,7 @@ if row.button("Measure", type="primary", key="lab.run", disabled=off):
     else:
         existing, existing_agree = kept_sweep.get(), kept_agree.get()  # cells with these settings are kept
         try:
-            run = lab_ui.stoppable(page_records.acceptance_lab, pair, domains, temps, k=int(k),
-                                   max_new_tokens=int(max_new), seed=int(seed), existing=existing,
+            run = lab_ui.stoppable(page_records.acceptance_lab, pair, domains, temps, settings, existing=existing,
                                    existing_agree=existing_agree, key="lab.stop", unit="run")
             if run.keep(kept_sweep, run.value[0] if run.value else None) is not None:
                 run.keep(kept_agree, run.value[1])

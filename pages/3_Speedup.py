@@ -1,6 +1,7 @@
 """Speedup (claims 9, 13): the cost model with c measured here, a measured k sweep, a race, adaptive k, early exit."""
 
 import time
+from dataclasses import replace
 
 import streamlit as st
 
@@ -9,6 +10,7 @@ from pages.common.kept import Kept
 from specviz.teaching import charts, explain, lab, page_records, race, render
 from specviz.core import limits, theory
 from specviz.decoding import models
+from specviz.core.settings import DecodeSettings
 
 ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13))
 
@@ -35,7 +37,7 @@ if off:
     decode, ident, ids, text = rec.decode(), ("recorded",), got["race"].spec.prompt_ids, rec.prompt_text
     st.markdown(f"**Prompt** (recorded): {text}")
     s = rec.settings
-    run_kw = dict(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"])
+    settings = DecodeSettings(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"])
     precision, head, device, pair_name = rec.about["draft_precision"], "full", rec.about["device"], rec.about["pair"]
 else:
     decode = lab_ui.decoder(pair)
@@ -48,7 +50,7 @@ cap = limits.max_new_tokens()
 max_new = c2.number_input("new tokens per run", 4, cap, min(24, cap), 4, key="speed.max_new", disabled=off)
 seed = c3.number_input("seed", 0, 2**31 - 1, 0, 1, key="speed.seed", disabled=off)
 if not off:
-    run_kw = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed), **pair.run_kw)
+    settings = DecodeSettings(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed))
 kept = {name: Kept(f"speed.{name}", ident) for name in ("cost", "sweep", "race", "adaptive")}
 recorded = {"cost": (got["cost"], None), "sweep": got["sweep"], "race": got["race"]} if off else {}
 
@@ -77,13 +79,13 @@ else:
     st.caption("cost(n)/cost(1) measured: " + ", ".join(f"{n} → {r:.2f}×" for n, r in cost.verify.items())
                + ". If these are near 1, checking extra tokens is free; if they grow like n, it is not.")
 
-speed_ui.draft_precisions(pair, ids, run_kw)  # 1b
-speed_ui.target_precisions(pair, ids, run_kw)  # 1c
+speed_ui.draft_precisions(pair, ids, settings)  # 1b
+speed_ui.target_precisions(pair, ids, settings)  # 1c
 speed_ui.c_check(pair, kept["cost"])  # section 1's c against 1b's and 1c's: timed again, or flagged
 
 sw = result("sweep")
 fixed = {"5": [got["policies"]["fixed"]]} if off else speed_ui.fixed_k_runs(pair)
-speed_ui.cost_model(fixed, ids, run_kw, cost, sw)  # 2
+speed_ui.cost_model(fixed, ids, settings, cost, sw)  # 2
 
 # --- 3. a measured k sweep --------------------------------------------------------------------
 st.subheader("3 · Measured: one prompt, several k, each against a warmed target-only run")
@@ -93,8 +95,8 @@ if st.button("Run the k sweep", key="speed.run_sweep", disabled=off) and ids is 
     if not ks:
         st.error("Pick at least one k.", icon=":material/error:")
     else:
-        run = lab_ui.stoppable(lab.k_sweep, pair.target, pair.chain_draft(), ids, ks, key="speed.stop_sweep",
-                               unit="k value", **run_kw)
+        run = lab_ui.stoppable(lab.k_sweep, pair.target, pair.chain_draft(), ids, ks, settings,
+                               key="speed.stop_sweep", unit="k value", **pair.run_kw)
         kept_now = run.keep(kept["sweep"])
         run.go_on()
         if kept_now is not None:
@@ -102,7 +104,7 @@ if st.button("Run the k sweep", key="speed.run_sweep", disabled=off) and ids is 
 if sw is not None:
     if not off:
         lab_ui.stopped_note(kept["sweep"])
-    speed_ui.note_other_settings([cmp.spec for cmp in sw.values()], ids, run_kw, off=off)
+    speed_ui.note_other_settings([cmp.spec for cmp in sw.values()], ids, settings, off=off)
     lab_ui.timing_notes((r for cmp in sw.values() for run in (cmp.spec, cmp.base) for r in run.rounds), "the sweep")
     rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)
     ui.table(rows, hide_index=True)
@@ -137,10 +139,11 @@ def show_text(who: str, rounds) -> None:
 
 
 if r1.button("Start the race", type="primary", key="speed.run_race", disabled=off) and ids is not None:
-    kept["race"].put(lab_ui.run_guarded(race.race, pair.target, pair.chain_draft(), ids, race_k, show_text, **run_kw))
+    kept["race"].put(lab_ui.run_guarded(race.race, pair.target, pair.chain_draft(), ids,
+                                         replace(settings, k=race_k), show_text, **pair.run_kw))
 rc = result("race")
 if rc is not None:
-    speed_ui.note_other_settings([rc.spec], ids, run_kw, k=race_k, off=off)
+    speed_ui.note_other_settings([rc.spec], ids, settings, k=race_k, off=off)
     spec_head.markdown(f"**Speculative** (k = {rc.spec.decode.k})")
     lab_ui.timing_notes(rc.base.rounds + rc.spec.rounds, "the race")
     show_text("base", rc.base.rounds)
@@ -152,5 +155,5 @@ if rc is not None:
             time.sleep(max(0.0, t - (time.perf_counter() - t0)))
             show_text(who, getattr(rc, who).rounds[:n])
 
-speed_ui.k_policies(pair, ids, run_kw, got["policies"] if off else None)  # 5
-speed_ui.early_exit(pair, ids, run_kw, got["early_exit"] if off else None)  # 6
+speed_ui.k_policies(pair, ids, settings, got["policies"] if off else None)  # 5
+speed_ui.early_exit(pair, ids, settings, got["early_exit"] if off else None)  # 6

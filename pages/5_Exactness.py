@@ -9,6 +9,7 @@ from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
 from specviz.teaching import charts, explain, lab, page_records, rules
 from specviz.core import claims, limits, theory
+from specviz.core.settings import DecodeSettings
 
 ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15))
 
@@ -61,11 +62,12 @@ cap = limits.max_new_tokens()
 max_new = c2.number_input("new tokens", 1, cap, min(32, cap), 1, key="exact.max_new", disabled=off)
 c3.caption(f"dtype **{dt}** (change it in the sidebar: in bfloat16 a near-tie can flip the argmax)")
 greedy_now = {**prompt, "k": int(k), "number of new tokens": int(max_new)}
+greedy_settings = DecodeSettings(k=int(k), temperature=0.0, max_new_tokens=int(max_new), seed=0)
 if st.button("Compare with the target alone", type="primary", key="exact.run_greedy", disabled=off) \
         and ids is not None:
     bar = lab_ui.ProgressBar("target alone, then speculative…")
-    cmp = lab_ui.run_guarded(lab.compare_with_baseline, pair.target, pair.draft, ids, k=int(k),
-                             temperature=0.0, max_new_tokens=int(max_new), seed=0, **pair.run_kw)
+    cmp = lab_ui.run_guarded(lab.compare_with_baseline, pair.target, pair.draft, ids, greedy_settings,
+                             **pair.run_kw)
     bar.done()
     kept["greedy"].put({"cmp": cmp, "dtype": dt, "draft": pair.draft_precision} if cmp is not None else None,
                        settings=greedy_now)

@@ -7,6 +7,8 @@ that goes deeper. The lesson, the source and each lesson's progress and results 
 reload (pages/common/state.py).
 """
 
+from dataclasses import replace
+
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
@@ -84,7 +86,8 @@ if done is None:
     if st.button("Run the experiment", type="primary", key="lessons.run",
                  help="Live on the loaded pair, or from the recorded runs and theory; the answer says which."):
         def measure_step(progress):
-            ctx = lessons.Context(pair=pair, seed=seed, memo=memo, progress=progress)
+            ctx = lessons.Context(pair=pair, settings=replace(lessons.LESSON_SETTINGS, seed=seed), memo=memo,
+                                  progress=progress)
             got = lessons.run_step(step, ctx)
             return got, lessons.figure(step, ctx, got)
 

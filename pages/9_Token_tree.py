@@ -1,11 +1,14 @@
 """Token tree: draft a tree of alternatives, verify every node in one target pass, keep the longest accepted path."""
 
+from dataclasses import replace
+
 import streamlit as st
 
 from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
 from specviz.teaching import explain, page_records, render, tree_lab
 from specviz.core import limits, prompts
+from specviz.core.settings import DecodeSettings
 from specviz.data import playback
 from specviz.decoding.tree import BRANCH_MAX, DOUBT, SPINE, tree_stream
 from specviz.teaching.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
@@ -59,8 +62,8 @@ with right:
     speed = st.select_slider("animation speed", list(playback.SPEEDS), playback.DEFAULT_SPEED, key="tree.speed")
 shape = (dict(SPINE, shape="spine", branch=int(branch), doubt=float(doubt)) if is_spine
          else dict(budget=int(budget), branch=int(branch), max_depth=int(max_depth)))
-common = dict(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed),
-              **({} if off else pair.run_kw))
+settings = DecodeSettings(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed))
+common = {} if off else pair.run_kw
 
 # the page's run, until the pair or dtype changes; a run that is replaced is stopped, so its KV caches are freed
 kept = Kept("tree.pb", ident, close=lambda old: old.close("replaced"))
@@ -75,7 +78,7 @@ def step():
 
 
 # the settings a run is started with, kept with it: the page says which differ when the widgets change
-run_now = lab_ui.run_settings(ids, temperature, max_new, seed, shape=layout, b=int(branch),
+run_now = lab_ui.run_settings(ids, settings, shape=layout, b=int(branch),
                               **({"sibling threshold": float(doubt)} if is_spine else
                                  {"node budget": int(budget), "max depth": int(max_depth)}))
 row = ui.button_row()
@@ -83,9 +86,11 @@ fresh = None  # the round computed in this script run, to animate
 if row.button("First round", icon=":material/play_arrow:", type="primary", key="tree.start"):
     if off:  # the recorded run, replayed from its first round
         kept.put(playback.Playback.replay(got["run"], text, {"chat": prompts.preset(rec.settings["prompt"]).chat}))
-    elif ids is not None and (stream := lab_ui.run_guarded(tree_stream, pair.target, pair.draft, ids, **shape,
+    elif ids is not None and (stream := lab_ui.run_guarded(tree_stream, pair.target, pair.draft, ids,
+                                                           replace(settings, k_policy="best"), **shape,
                                                            **common)) is not None:
-        kept.put(playback.Playback.live(stream, ids, text, common, {"chat": lab_ui.chat_on("tree")}),
+        kept.put(playback.Playback.live(stream, ids, text, settings.record(**common),
+                                        {"chat": lab_ui.chat_on("tree")}),
                  settings=run_now)
 pb = kept.get()
 if row.button("Next round", icon=":material/skip_next:", key="tree.next", disabled=pb is None or pb.done) or (
@@ -154,14 +159,14 @@ st.markdown("The same prompt, seed and settings, at each node budget N: a chain 
             "of N nodes. Both verify N drafted tokens in one target pass; the tree spends them on alternatives.")
 budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], [4, 8, 16, 32], key="tree.budgets", disabled=off)
 kept_cmp = Kept("tree.cmp", ident)
-cmp_now = lab_ui.run_settings(ids, temperature, max_new, seed, **{"b": int(branch), "max depth": int(max_depth)})
+cmp_now = lab_ui.run_settings(ids, settings, **{"b": int(branch), "max depth": int(max_depth)})
 if st.button("Measure chain against tree", key="tree.measure", disabled=off):
     if not budgets or ids is None:
         st.error("Pick at least one node budget (and give a prompt).", icon=":material/error:")
     else:
         lab_ui.keep_measured(kept_cmp, lab_ui.with_bar(tree_lab.chain_vs_tree, pair.target, pair.draft, ids,
-                                                       budgets=budgets, branch=int(branch), max_depth=int(max_depth),
-                                                       **common), settings=cmp_now)
+                                                       settings, budgets=budgets, branch=int(branch),
+                                                       max_depth=int(max_depth), **common), settings=cmp_now)
 if (measured := (got["chain_vs_tree"], None) if off else kept_cmp.get()) is not None:
     cmp, note = measured
     ui.note_other_settings(kept_cmp.changed(cmp_now))

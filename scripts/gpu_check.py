@@ -29,6 +29,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from specviz.decoding import engine, models
 from specviz.modeling import lm as L
 from specviz.core import theory
+from specviz.core.settings import DecodeSettings
 
 COMMON = dict(hidden_act="silu", max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
               use_sliding_window=False, bos_token_id=151643, eos_token_id=151645, initializer_range=0.02)
@@ -98,10 +99,14 @@ def engine_runs(target, draft, mode: str, prompt: list[int], new: int = 48) -> d
     set_mode(target, mode)
     set_mode(draft, mode)
     res = {}
-    for name, fn in [("target", lambda: engine.autoregressive_decode(target, prompt, max_new_tokens=new)),
-                     ("k4", lambda: engine.speculative_decode(target, draft, prompt, k=4, max_new_tokens=new)),
-                     ("best", lambda: engine.speculative_decode(target, draft, prompt, k=4, k_policy="best",
-                                                                max_new_tokens=new))]:
+    for name, fn in [("target",
+                      lambda: engine.autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=new))),
+                     ("k4",
+                      lambda: engine.speculative_decode(target, draft, prompt,
+                                                        DecodeSettings(k=4, max_new_tokens=new))),
+                     ("best",
+                      lambda: engine.speculative_decode(target, draft, prompt,
+                                                        DecodeSettings(k=4, k_policy="best", max_new_tokens=new)))]:
         fn()  # warm-up: records the graphs
         runs = [fn() for _ in range(3)]
         r = runs[len(runs) // 2]
@@ -122,9 +127,10 @@ def session(target, draft, prompt, new: int = 48) -> dict:
     """The main page's work for one Run: the target alone, then the best-k chooser, a round at a time."""
     t0 = time.perf_counter()
     runs = {}
-    for name, stream in [("base", engine.autoregressive_stream(target, prompt, max_new_tokens=new)),
-                         ("spec", engine.speculative_stream(target, draft, prompt, k=4, k_policy="best",
-                                                            max_new_tokens=new))]:
+    for name, stream in [("base", engine.autoregressive_stream(target, prompt, DecodeSettings(max_new_tokens=new))),
+                         ("spec",
+                          engine.speculative_stream(target, draft, prompt,
+                                                    DecodeSettings(k=4, k_policy="best", max_new_tokens=new)))]:
         for _ in stream:
             pass
         runs[name] = (stream.run, stream.waited_s)

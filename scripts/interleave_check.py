@@ -20,14 +20,17 @@ import time
 from specviz.device import devqueue
 from specviz.decoding import engine, models
 from specviz.core import prompts
+from specviz.core.settings import DecodeSettings
 
 
 def streams(pair, ids: list[int], target_only: bool) -> list:
     """One session's model work, in order: the speculative run (unless target_only), then the target alone."""
     fr = prompts.FIRST_RUN
     spec = [] if target_only else [engine.speculative_stream(
-        pair.target, pair.draft, ids, k=fr.k, k_policy=fr.k_policy, max_new_tokens=fr.max_new_tokens, **pair.run_kw)]
-    return spec + [engine.autoregressive_stream(pair.target, ids, max_new_tokens=fr.max_new_tokens, **pair.run_kw)]
+        pair.target, pair.draft, ids, DecodeSettings(k=fr.k, k_policy=fr.k_policy,
+                                                     max_new_tokens=fr.max_new_tokens), **pair.run_kw)]
+    return spec + [engine.autoregressive_stream(pair.target, ids, DecodeSettings(max_new_tokens=fr.max_new_tokens),
+                                                **pair.run_kw)]
 
 
 def run_sessions(pair, ids: list[int], n: int, interleave: bool, target_only: bool) -> list[list]:

@@ -2,9 +2,10 @@
 
 Public API (other code depends on these names):
     load_pair(name=None)                 -> Pair with .draft, .target, .tokenizer
-    speculative_decode(target, draft, input_ids, *, k, temperature, ...) -> Run
+    DecodeSettings(k=, k_policy=, temperature=, top_p=, top_k=, max_new_tokens=, seed=)
+    speculative_decode(target, draft, input_ids, settings=DecodeSettings(), *, eos_token_id, vocab) -> Run
     speculative_stream(...)              -> iterable of Rounds, then .run
-    autoregressive_decode(model, input_ids, *, temperature, ...) -> Run
+    autoregressive_decode(model, input_ids, settings=DecodeSettings(), *, eos_token_id, vocab) -> Run
     Run, Round                           -> plain-data records (JSON round-trip)
 
 This package never imports streamlit: the app and pages are thin layers on top.
@@ -23,6 +24,7 @@ from specviz.core.errors import (  # noqa: F401, E402
     SpecvizError,
     TokenizerMismatch,
 )
+from specviz.core.settings import DecodeSettings  # noqa: F401, E402
 from specviz.data.records import Round, Run, TopK  # noqa: F401, E402
 from specviz.decoding.drafters import Drafter, ModelDrafter, PromptLookupDrafter  # noqa: F401, E402
 from specviz.decoding.engine import (  # noqa: F401, E402

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -83,8 +84,8 @@ def direct_run(prompt: str, chat: bool, **kw):
 
     pair = tiny_pair()
     ids = prompts.encode(pair.tokenizer, prompt, chat)
-    return speculative_decode(pair.target, pair.draft, ids, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab,
-                              **kw)
+    return speculative_decode(pair.target, pair.draft, ids, DecodeSettings(**kw), eos_token_id=pair.eos_token_ids,
+                              vocab=pair.shared_vocab)
 
 
 def text_html(at) -> str:
@@ -612,9 +613,9 @@ def test_prompt_lookup_with_adaptive_k_shows_k_trace():
     run = at.session_state["main.job"].run
     assert run.settings["k_policy"] == "adaptive" and run.settings["drafter"] == "prompt-lookup"
     pair = tiny_pair()
-    ref = speculative_decode(pair.target, PromptLookupDrafter(), prompts.encode(pair.tokenizer, text, False), k=4,
-                             max_new_tokens=24, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab,
-                             k_policy="adaptive")
+    ref = speculative_decode(pair.target, PromptLookupDrafter(), prompts.encode(pair.tokenizer, text, False),
+                             DecodeSettings(k=4, max_new_tokens=24, k_policy="adaptive"),
+                             eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     assert run.token_ids == ref.token_ids and run.ks == ref.ks
     figs = figures(at)
     assert "main.k_trace" in figs
@@ -699,7 +700,7 @@ def test_the_first_screen_shows_a_few_controls_and_the_rest_behind_more_settings
     inside = widget_keys(more[0])
     assert widget_keys(at.sidebar) - inside == FIRST_SCREEN | {"ui.presenter"}  # every page has the toggle
     assert {"main.pair", "main.dtype", "main.draft_precision", "main.drafter", "main.top_p", "main.max_new", "main.shape",
-            "main.seed", "main.speed", "main.baseline", "main.prompt", "main.chat"} <= inside
+            "main.tree_budget", "main.seed", "main.speed", "main.baseline", "main.prompt", "main.chat"} <= inside
     assert at.button(key="main.run_btn").label == "Run"
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from test_app import APP, TINY, new_app, start, text_html
+from specviz.core.settings import DecodeSettings
 
 pytestmark = pytest.mark.skipif(not TINY.exists(), reason="tests/models_tiny.yaml (the tiny test registry) is missing")
 
@@ -84,7 +85,7 @@ def long_run_file(n: int) -> bytes:
     from specviz.data import runfile
 
     pair = models.load_pair(None)
-    run = autoregressive_decode(pair.target, [5, 6, 7], max_new_tokens=n, eos_token_id=[],
+    run = autoregressive_decode(pair.target, [5, 6, 7], DecodeSettings(max_new_tokens=n), eos_token_id=[],
                                 vocab=pair.shared_vocab)
     assert len(run.rounds) == n
     return runfile.export_json(run, lambda t: pair.tokenizer.decode([t]), "abc", title="long").encode()

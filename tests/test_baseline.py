@@ -10,11 +10,12 @@ import threading
 from contextlib import contextmanager
 
 import pytest
-from tiny import tiny_qwen
+from tiny import tiny_qwen, split_settings
 
 from specviz.decoding import engine
 from specviz.device import devqueue
 from specviz.teaching import baseline
+from specviz.core.settings import DecodeSettings
 
 IDS, N = [2, 7, 1, 8], 8
 
@@ -62,7 +63,8 @@ def counted(model):
 def spec(models, ids=IDS, draft=None, **kw):
     target, d = models
     kw = {"k": 2, "max_new_tokens": N, "eos_token_id": [], **kw}
-    return engine.speculative_decode(target, draft or d, ids, **kw)
+    settings, rest = split_settings(kw)
+    return engine.speculative_decode(target, draft or d, ids, settings, **rest)
 
 
 def passes(models, store, run, vocab=None) -> tuple[int, baseline.Measured]:
@@ -83,7 +85,7 @@ def test_a_second_run_with_the_same_target_prompt_and_settings_reuses_the_baseli
     assert n2 == 0  # no warm-up, no timed token
     assert again.reused and again.run is first.run and again.at == first.at
     # greedy: the reused tokens are the target's own, so the identity check still holds
-    assert again.run.token_ids == engine.autoregressive_decode(models[0], IDS, max_new_tokens=N,
+    assert again.run.token_ids == engine.autoregressive_decode(models[0], IDS, DecodeSettings(max_new_tokens=N),
                                                                eos_token_id=[]).token_ids == first_run.token_ids
 
 

@@ -15,6 +15,7 @@ from specviz.teaching import explain
 from specviz.modeling import fastlinear
 from specviz.core import measure
 from specviz.core.errors import InvalidSetting
+from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["--tiny", "--reps", "1", "--max-new-tokens", "6", "--ks", "1,3", "--domains", "code,creative",
@@ -247,8 +248,8 @@ def test_steady_figures_leave_out_the_round_that_read_the_prompt():
 
     target, draft = tiny_qwen(1), tiny_qwen(2)
     prompt = list(range(1, 41))  # a long prompt: the first passes are clearly the slowest
-    base = [autoregressive_decode(target, prompt, max_new_tokens=8) for _ in range(2)]
-    spec = [speculative_decode(target, draft, prompt, k=3, max_new_tokens=12) for _ in range(2)]
+    base = [autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=8)) for _ in range(2)]
+    spec = [speculative_decode(target, draft, prompt, DecodeSettings(k=3, max_new_tokens=12)) for _ in range(2)]
     steady_d = [r.draft_s / r.k for run in spec for i, r in enumerate(run.rounds) if i > 0 and r.k]
     steady_t = [r.verify_s for run in base for r in run.rounds[1:]]
     assert measure.c_from_runs(spec, base) == pytest.approx(statistics.median(steady_d) / statistics.median(steady_t))

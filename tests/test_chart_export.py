@@ -25,6 +25,7 @@ import plotly
 import pytest
 
 from specviz.teaching import charts
+from specviz.core.settings import DecodeSettings
 
 pytestmark = pytest.mark.browser
 
@@ -154,7 +155,8 @@ def _figures():
                                                             1.2 + 0.03 * L, 1.25 + 0.03 * L) for L in (6, 11, 17, 22, 28)))
     target = tiny_model(0, dtype=torch.float64)
     draft = tiny_model(0, noise=0.1, dtype=torch.float64)
-    tree = tree_decode(target, draft, [5, 6, 7], budget=12, branch=3, temperature=1.0, max_new_tokens=30, seed=1,
+    tree = tree_decode(target, draft, [5, 6, 7], DecodeSettings(temperature=1.0, max_new_tokens=30, seed=1), budget=12,
+                       branch=3,
                        eos_token_id=[])
     tr = max(tree.rounds, key=lambda x: x.n_nodes)
     shapes = [ShapeRun(s, b, 60, 60 // (2 + b // 4), 2 + b / 4, 40.0 - b, 10 + b) for b in (4, 8, 16)

@@ -16,6 +16,7 @@ from specviz.decoding import models
 from specviz.core import prompts
 from specviz.teaching import render
 from specviz.data.records import Run
+from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_REGISTRY = ROOT / "tests" / "models_tiny.yaml"
@@ -149,7 +150,8 @@ def test_run_tree_prints_the_targets_own_text_and_tree_stats(tiny_cli, capsys):
     assert cli.main([*args, "--json"]) == 0
     run = TreeRun.from_dict(json.loads(capsys.readouterr().out))
     ids = list(tiny_cli.tokenizer("w1 w2 w3")["input_ids"])
-    alone = autoregressive_decode(tiny_cli.target, ids, max_new_tokens=12, eos_token_id=tiny_cli.eos_token_ids,
+    alone = autoregressive_decode(tiny_cli.target, ids, DecodeSettings(max_new_tokens=12),
+                                  eos_token_id=tiny_cli.eos_token_ids,
                                   vocab=tiny_cli.shared_vocab)
     assert run.token_ids == alone.token_ids and run.settings["budget"] == 8 and run.n_nodes > len(run.rounds)
     assert cli.main([*args, "--color", "never"]) == 0
@@ -167,7 +169,8 @@ def test_run_spine_prints_the_targets_own_text_and_its_shape(tiny_cli, capsys):
     assert cli.main([*args, "--json"]) == 0
     run = TreeRun.from_dict(json.loads(capsys.readouterr().out))
     ids = list(tiny_cli.tokenizer("w1 w2 w3")["input_ids"])
-    alone = autoregressive_decode(tiny_cli.target, ids, max_new_tokens=12, eos_token_id=tiny_cli.eos_token_ids,
+    alone = autoregressive_decode(tiny_cli.target, ids, DecodeSettings(max_new_tokens=12),
+                                  eos_token_id=tiny_cli.eos_token_ids,
                                   vocab=tiny_cli.shared_vocab)
     assert run.token_ids == alone.token_ids
     assert run.settings["shape"] == "spine" and run.settings["doubt"] == 1.0 and run.settings["k_policy"] == "best"

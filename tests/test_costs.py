@@ -14,6 +14,7 @@ import statistics
 import pytest
 
 from specviz.core import measure
+from specviz.core.settings import DecodeSettings
 from specviz.teaching import costs, explain, lessons, race
 
 
@@ -62,7 +63,7 @@ def test_the_speedup_page_and_the_lessons_read_one_measurement_of_c(tiny_pair, t
     cost = race.measure_cost(tiny_pair.target, tiny_pair.chain_draft())
     n = len(timed_passes)
     assert n > 0 and not cost.reused and measure.c_ratio(cost.draft_s, cost.target_s) == cost.c
-    ctx = lessons.Context(pair=tiny_pair, max_new_tokens=8)
+    ctx = lessons.Context(pair=tiny_pair, settings=DecodeSettings(k=4, max_new_tokens=8))
     out = lessons.verify_cost(ctx)
     assert len(timed_passes) == n, "the lesson timed the passes again"
     assert out.values["t1_ms"] == pytest.approx(1000 * statistics.median(cost.timings[1]))

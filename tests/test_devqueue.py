@@ -19,6 +19,7 @@ from busy import busy_programs, passes_losing_the_cpu, team_or_skip
 from specviz.device import devqueue
 from specviz.teaching import explain
 from specviz.device.devqueue import Cancelled, DeviceQueue
+from specviz.core.settings import DecodeSettings
 
 
 def _wait_until(cond, timeout: float = 10.0) -> None:
@@ -476,16 +477,16 @@ def test_a_run_waiting_behind_another_holder_reports_the_same_times_as_alone(tin
     from specviz.teaching.experiments import forward_cost
 
     ids = list(range(2, 14))
-    kw = dict(max_new_tokens=16, eos_token_id=[], vocab=tiny_pair.shared_vocab)
+    kw = dict(eos_token_id=[], vocab=tiny_pair.shared_vocab)
 
     def spec():
-        s = speculative_stream(tiny_pair.target, tiny_pair.draft, ids, k=3, **kw)
+        s = speculative_stream(tiny_pair.target, tiny_pair.draft, ids, DecodeSettings(k=3, max_new_tokens=16), **kw)
         for _ in s:
             pass
         return s.run.decode_s, s.waited_s, s.run
 
     def base():
-        s = autoregressive_stream(tiny_pair.target, ids, **kw)
+        s = autoregressive_stream(tiny_pair.target, ids, DecodeSettings(max_new_tokens=16), **kw)
         for _ in s:
             pass
         return s.run.decode_s, s.waited_s, s.run
@@ -534,8 +535,9 @@ def test_no_model_work_holds_the_device_at_once_from_many_threads(tiny_pair):
     runs = {}
 
     def job(i):
-        runs[i] = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=3, max_new_tokens=16, seed=i,
-                                     temperature=0.7, eos_token_id=[], vocab=tiny_pair.shared_vocab)
+        runs[i] = speculative_decode(tiny_pair.target, tiny_pair.draft, ids,
+                                     DecodeSettings(k=3, max_new_tokens=16, seed=i, temperature=0.7),
+                                     eos_token_id=[], vocab=tiny_pair.shared_vocab)
 
     threads = [threading.Thread(target=job, args=(i,)) for i in range(4)]
     for t in threads:
@@ -547,8 +549,9 @@ def test_no_model_work_holds_the_device_at_once_from_many_threads(tiny_pair):
     # one turn per round (its draft and verify passes inside it), none to collect the Run afterwards
     assert devqueue.QUEUE.stats("cpu")["grants"] - before["grants"] == sum(len(r.rounds) for r in runs.values())
     for i, run in runs.items():  # each as if alone
-        ref = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=3, max_new_tokens=16, seed=i,
-                                 temperature=0.7, eos_token_id=[], vocab=tiny_pair.shared_vocab)
+        ref = speculative_decode(tiny_pair.target, tiny_pair.draft, ids,
+                                 DecodeSettings(k=3, max_new_tokens=16, seed=i, temperature=0.7),
+                                 eos_token_id=[], vocab=tiny_pair.shared_vocab)
         assert run.token_ids == ref.token_ids
 
 
@@ -567,13 +570,13 @@ def test_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(tiny_
     from specviz.data.records import Run
 
     ids = list(range(2, 12))
-    kw = dict(max_new_tokens=8, eos_token_id=[], vocab=tiny_pair.shared_vocab)
-    quiet = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=2, **kw)
+    kw = dict(eos_token_id=[], vocab=tiny_pair.shared_vocab)
+    quiet = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, DecodeSettings(k=2, max_new_tokens=8), **kw)
     # a target whose passes lose the CPU for 20 ms (sleep: wall time passes, no CPU time is used),
     # as when another program takes the cores mid-pass
     with passes_losing_the_cpu(tiny_pair.target):
-        busy = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=2, **kw)
-        base = autoregressive_decode(tiny_pair.target, ids, **kw)
+        busy = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, DecodeSettings(k=2, max_new_tokens=8), **kw)
+        base = autoregressive_decode(tiny_pair.target, ids, DecodeSettings(max_new_tokens=8), **kw)
     assert busy.token_ids == quiet.token_ids
     assert busy.outside_load_rounds == len(busy.rounds) and base.outside_load_rounds == len(base.rounds)
     back = Run.from_json(busy.to_json())
@@ -787,11 +790,11 @@ def test_a_runs_time_leaves_out_the_waits_for_a_core(tiny_pair):
 
     team_or_skip()
     ids = list(range(2, 12))
-    kw = dict(max_new_tokens=24, eos_token_id=[], vocab=tiny_pair.shared_vocab)
-    quiet = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=2, **kw)
+    kw = dict(eos_token_id=[], vocab=tiny_pair.shared_vocab)
+    quiet = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, DecodeSettings(k=2, max_new_tokens=24), **kw)
     with busy_programs(os.cpu_count() or 2):
         t0 = time.perf_counter()
-        run = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=2, **kw)
+        run = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, DecodeSettings(k=2, max_new_tokens=24), **kw)
         clock = time.perf_counter() - t0
     assert run.token_ids == quiet.token_ids
     stalled = run.stalled_s
@@ -812,11 +815,11 @@ def test_a_short_run_finishes_long_before_a_k_sweep_started_ahead_of_it(tiny_pai
     t0 = time.perf_counter()
 
     def sweep():
-        lab.k_sweep(tiny_pair.target, tiny_pair.draft, ids, [1, 2, 3, 4], max_new_tokens=48, **kw)
+        lab.k_sweep(tiny_pair.target, tiny_pair.draft, ids, [1, 2, 3, 4], DecodeSettings(max_new_tokens=48), **kw)
         done["sweep"] = time.perf_counter() - t0
 
     def short():
-        speculative_decode(tiny_pair.target, tiny_pair.draft, ids, k=3, max_new_tokens=8, **kw)
+        speculative_decode(tiny_pair.target, tiny_pair.draft, ids, DecodeSettings(k=3, max_new_tokens=8), **kw)
         done["short"] = time.perf_counter() - t0
 
     try:

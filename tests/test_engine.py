@@ -22,6 +22,7 @@ from specviz.decoding.drafters import Drafter, Proposal
 from specviz.decoding.sampling import logits_to_probs
 from stats import passes, total_variation
 from tiny import hf_greedy, tiny_gpt2, tiny_qwen
+from specviz.core.settings import DecodeSettings
 
 
 @pytest.fixture(scope="module")
@@ -54,20 +55,21 @@ def test_greedy_matches_hf_generate(seed, k):
     target, drafter = tiny_qwen(100 + seed), tiny_qwen(200 + seed)
     prompt = [(seed * 7 + i) % 64 for i in range(3 + seed)]
     ref = hf_greedy(target, prompt, 24)
-    run = speculative_decode(target, drafter, prompt, k=k, temperature=0, max_new_tokens=24, seed=seed)
+    run = speculative_decode(target, drafter, prompt, DecodeSettings(k=k, temperature=0, max_new_tokens=24, seed=seed))
     assert run.token_ids == ref
 
 
 def test_greedy_matches_on_gpt2_too():
     target, drafter = tiny_gpt2(0), tiny_gpt2(1)
     prompt = [5, 9, 2]
-    assert speculative_decode(target, drafter, prompt, k=4, max_new_tokens=30).token_ids == hf_greedy(target, prompt, 30)
+    assert speculative_decode(target, drafter, prompt,
+                              DecodeSettings(k=4, max_new_tokens=30)).token_ids == hf_greedy(target, prompt, 30)
 
 
 def test_draft_that_always_agrees(qwen_pair):
     target, _ = qwen_pair
     prompt = [3, 1, 4, 1, 5]
-    run = speculative_decode(target, target, prompt, k=4, max_new_tokens=25)
+    run = speculative_decode(target, target, prompt, DecodeSettings(k=4, max_new_tokens=25))
     assert run.token_ids == hf_greedy(target, prompt, 25)
     assert run.alpha == 1.0
     # every full round emits k accepted + 1 bonus
@@ -79,7 +81,7 @@ def test_draft_that_always_agrees(qwen_pair):
 def test_draft_that_never_agrees_still_progresses(qwen_pair):
     target, _ = qwen_pair
     prompt = [2, 7, 1, 8]
-    run = speculative_decode(target, NeverAgrees(target), prompt, k=3, max_new_tokens=12)
+    run = speculative_decode(target, NeverAgrees(target), prompt, DecodeSettings(k=3, max_new_tokens=12))
     assert run.token_ids == hf_greedy(target, prompt, 12)
     # claim 5: zero accepted, yet each round emits exactly one token (the correction)
     assert run.alpha == 0.0
@@ -90,7 +92,7 @@ def test_draft_that_never_agrees_still_progresses(qwen_pair):
 def test_autoregressive_baseline_matches_hf(qwen_pair):
     target, _ = qwen_pair
     prompt = [1, 2, 3]
-    run = autoregressive_decode(target, prompt, temperature=0, max_new_tokens=20)
+    run = autoregressive_decode(target, prompt, DecodeSettings(temperature=0, max_new_tokens=20))
     assert run.token_ids == hf_greedy(target, prompt, 20)
     assert run.target_passes == 20 and run.mode == "autoregressive"
 
@@ -101,7 +103,7 @@ def test_eos_stops_and_is_never_passed(qwen_pair):
     free = hf_greedy(target, prompt, 30)
     eos = free[7]  # a token the target emits at step 8
     first = free.index(eos)
-    run = speculative_decode(target, drafter, prompt, k=5, max_new_tokens=30, eos_token_id=eos)
+    run = speculative_decode(target, drafter, prompt, DecodeSettings(k=5, max_new_tokens=30), eos_token_id=eos)
     assert run.token_ids == free[: first + 1]
     assert run.stop_reason == "eos"
     assert run.token_ids == hf_greedy(target, prompt, 30, eos=eos)
@@ -114,7 +116,8 @@ def test_a_drafted_eos_ends_the_round(qwen_pair):
     free = hf_greedy(target, prompt, 12)
     eos = free[2]
     first = free.index(eos)
-    run = speculative_decode(target, target, prompt, k=8, max_new_tokens=12, eos_token_id=eos)  # a self-draft
+    run = speculative_decode(target, target, prompt, DecodeSettings(k=8, max_new_tokens=12),
+                             eos_token_id=eos)  # a self-draft
     assert run.token_ids == free[: first + 1] and run.stop_reason == "eos"
     assert run.rounds[0].drafted == free[: first + 1] and run.draft_passes == first + 1
 
@@ -122,7 +125,7 @@ def test_a_drafted_eos_ends_the_round(qwen_pair):
 def test_max_new_tokens_is_exact(qwen_pair):
     target, _ = qwen_pair
     for n in [1, 2, 5, 9]:
-        run = speculative_decode(target, target, [1, 2], k=4, max_new_tokens=n)
+        run = speculative_decode(target, target, [1, 2], DecodeSettings(k=4, max_new_tokens=n))
         assert len(run.token_ids) == n
         assert sum(len(r.emitted) for r in run.rounds) == n
 
@@ -130,9 +133,9 @@ def test_max_new_tokens_is_exact(qwen_pair):
 def test_adaptive_k_changes_k_and_keeps_output(qwen_pair):
     target, drafter = qwen_pair
     prompt = [9, 8, 7]
-    run = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=30, k_policy="adaptive")
+    run = speculative_decode(target, drafter, prompt, DecodeSettings(k=3, max_new_tokens=30, k_policy="adaptive"))
     assert run.token_ids == hf_greedy(target, prompt, 30)
-    run_always = speculative_decode(target, target, prompt, k=2, max_new_tokens=30, k_policy="adaptive")
+    run_always = speculative_decode(target, target, prompt, DecodeSettings(k=2, max_new_tokens=30, k_policy="adaptive"))
     assert run_always.ks[:4] == [2, 3, 4, 5]  # grows after each fully accepted round
 
 
@@ -143,7 +146,7 @@ def test_prompt_lookup_drafter_is_exact_and_accepts_repetition():
     # a context that repeats the target's own continuation: lookup should find it
     ctx = prompt + ref[:20] + prompt
     ref2 = hf_greedy(target, ctx, 20)
-    run = speculative_decode(target, PromptLookupDrafter(), ctx, k=4, max_new_tokens=20)
+    run = speculative_decode(target, PromptLookupDrafter(), ctx, DecodeSettings(k=4, max_new_tokens=20))
     assert run.token_ids == ref2
     assert run.draft_passes == 0
     assert run.n_accepted > 0
@@ -182,8 +185,9 @@ def sampled_counts(target, draft, n, temperature, k=2, top_k=0, top_p=1.0, max_n
     """Counts of the new tokens over n seeded runs, and the runs' rounds (for what happened in them)."""
     counts, rounds = collections.Counter(), []
     for seed in range(n):
-        run = speculative_decode(target, draft, PROMPT, k=k, temperature=temperature, top_k=top_k, top_p=top_p,
-                                 max_new_tokens=max_new_tokens, seed=seed)
+        run = speculative_decode(target, draft, PROMPT,
+                                 DecodeSettings(k=k, temperature=temperature, top_k=top_k, top_p=top_p,
+                                                max_new_tokens=max_new_tokens, seed=seed))
         counts[tuple(run.token_ids)] += 1
         rounds += run.rounds
     return counts, rounds
@@ -326,9 +330,9 @@ def test_a_draft_that_ignores_top_p_fails_the_draw_check(small_vocab_pair, monke
 
 def test_same_seed_same_run_and_json_round_trip(qwen_pair):
     target, drafter = qwen_pair
-    a = speculative_decode(target, drafter, [1, 2, 3], k=3, temperature=1.0, max_new_tokens=20, seed=42)
-    b = speculative_decode(target, drafter, [1, 2, 3], k=3, temperature=1.0, max_new_tokens=20, seed=42)
-    c = speculative_decode(target, drafter, [1, 2, 3], k=3, temperature=1.0, max_new_tokens=20, seed=43)
+    a = speculative_decode(target, drafter, [1, 2, 3], DecodeSettings(k=3, temperature=1.0, max_new_tokens=20, seed=42))
+    b = speculative_decode(target, drafter, [1, 2, 3], DecodeSettings(k=3, temperature=1.0, max_new_tokens=20, seed=42))
+    c = speculative_decode(target, drafter, [1, 2, 3], DecodeSettings(k=3, temperature=1.0, max_new_tokens=20, seed=43))
     assert a.token_ids == b.token_ids and a.token_ids != c.token_ids
     back = Run.from_json(a.to_json())
     assert back == a
@@ -338,7 +342,8 @@ def test_same_seed_same_run_and_json_round_trip(qwen_pair):
 def test_round_records_are_consistent(qwen_pair):
     target, drafter = qwen_pair
     prompt, temperature = [1, 2, 3], 0.9
-    run = speculative_decode(target, drafter, prompt, k=4, temperature=temperature, max_new_tokens=40, seed=1)
+    run = speculative_decode(target, drafter, prompt,
+                             DecodeSettings(k=4, temperature=temperature, max_new_tokens=40, seed=1))
     assert [t for r in run.rounds for t in r.emitted] == run.token_ids
     ids, corrections, thrown_away = list(prompt), 0, 0
     for r in run.rounds:
@@ -391,7 +396,7 @@ def test_the_first_round_reads_the_prompt_no_separate_prefill_pass(monkeypatch):
     prompt = [3, 1, 4, 1, 5, 9]
     expected = hf_greedy(target, prompt, 20)
     t_calls, d_calls = _count_forwards(target, monkeypatch), _count_forwards(draft, monkeypatch)
-    run = speculative_decode(target, draft, prompt, k=3, max_new_tokens=20)
+    run = speculative_decode(target, draft, prompt, DecodeSettings(k=3, max_new_tokens=20))
     assert run.token_ids == expected
     assert len(t_calls) == run.target_passes == len(run.rounds)
     assert len(d_calls) == run.draft_passes == sum(r.k for r in run.rounds)
@@ -399,7 +404,7 @@ def test_the_first_round_reads_the_prompt_no_separate_prefill_pass(monkeypatch):
     assert [r.prefill_tokens for r in run.rounds] == [len(prompt) - 1] + [0] * (len(run.rounds) - 1)
     assert run.steady_rounds == run.rounds[1:]
     t_calls.clear()
-    base = autoregressive_decode(target, prompt, max_new_tokens=7)
+    base = autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=7))
     assert t_calls == [len(prompt)] + [1] * 6 and base.target_passes == 7
     assert base.rounds[0].prefill_tokens == len(prompt) - 1
     # the steady rate leaves out the round that read the prompt, and its tokens
@@ -409,7 +414,7 @@ def test_the_first_round_reads_the_prompt_no_separate_prefill_pass(monkeypatch):
 
 def test_rounds_without_prefill_tokens_load_as_reading_no_prompt(qwen_pair):
     target, drafter = qwen_pair
-    run = speculative_decode(target, drafter, [1, 2, 3], k=3, max_new_tokens=8)
+    run = speculative_decode(target, drafter, [1, 2, 3], DecodeSettings(k=3, max_new_tokens=8))
     d = run.to_dict()
     assert d["rounds"][0]["prefill_tokens"] == 2
     for r in d["rounds"]:
@@ -420,7 +425,7 @@ def test_rounds_without_prefill_tokens_load_as_reading_no_prompt(qwen_pair):
 
 def test_stream_yields_rounds_live_then_run(qwen_pair):
     target, drafter = qwen_pair
-    stream = engine.speculative_stream(target, drafter, [1, 2, 3], k=2, max_new_tokens=10)
+    stream = engine.speculative_stream(target, drafter, [1, 2, 3], DecodeSettings(k=2, max_new_tokens=10))
     seen = []
     for rnd in stream:
         seen.append(rnd)
@@ -434,8 +439,9 @@ def test_time_a_caller_spends_on_a_round_is_not_decode_time(qwen_pair, speculati
     import time
 
     target, drafter = qwen_pair
-    stream = (engine.speculative_stream(target, drafter, [1, 2, 3], k=2, max_new_tokens=12) if speculative
-              else engine.autoregressive_stream(target, [1, 2, 3], max_new_tokens=12))
+    stream = (engine.speculative_stream(target, drafter, [1, 2, 3],
+                                        DecodeSettings(k=2, max_new_tokens=12)) if speculative
+              else engine.autoregressive_stream(target, [1, 2, 3], DecodeSettings(max_new_tokens=12)))
     t0, held = time.perf_counter(), 0.0
     for _ in stream:
         time.sleep(0.05)
@@ -451,9 +457,10 @@ def test_padded_vocab_draft_is_handled():
     # a target whose embedding is padded to more rows than the draft's
     target, drafter = tiny_qwen(5, vocab=72), tiny_qwen(6, vocab=64)
     prompt = [1, 2, 3]
-    run = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15, vocab=64)
+    run = speculative_decode(target, drafter, prompt, DecodeSettings(k=3, max_new_tokens=15), vocab=64)
     assert all(t < 64 for t in run.token_ids)
-    run_t = speculative_decode(target, drafter, prompt, k=3, max_new_tokens=15, temperature=1.0, vocab=64)
+    run_t = speculative_decode(target, drafter, prompt, DecodeSettings(k=3, max_new_tokens=15, temperature=1.0),
+                               vocab=64)
     assert len(run_t.token_ids) == 15
 
 
@@ -464,17 +471,17 @@ def test_both_entry_points_share_one_vocabulary_default():
         target.lm_head.weight[64:] = target.lm_head.weight[:64].abs().max() * 50  # the padded rows would win
     prompt = [1, 2, 3]
     # a draft with more rows than the target: the default is the target's ids, for both
-    base = autoregressive_decode(target, prompt, max_new_tokens=10)
-    spec = speculative_decode(target, tiny_qwen(6, vocab=80), prompt, k=3, max_new_tokens=10)
+    base = autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=10))
+    spec = speculative_decode(target, tiny_qwen(6, vocab=80), prompt, DecodeSettings(k=3, max_new_tokens=10))
     assert spec.token_ids == base.token_ids == hf_greedy(target, prompt, 10)
     assert max(base.token_ids) >= 64  # the padded rows are in the default vocabulary
     assert engine.default_vocab(target) == 72
     # a draft with fewer rows cannot read every id the target may pick: say which ids both share
     small = tiny_qwen(6, vocab=64)
     with pytest.raises(InvalidSetting, match="vocab=64"):
-        speculative_decode(target, small, prompt, k=3, max_new_tokens=10)
-    shared_base = autoregressive_decode(target, prompt, max_new_tokens=10, vocab=64)
-    shared_spec = speculative_decode(target, small, prompt, k=3, max_new_tokens=10, vocab=64)
+        speculative_decode(target, small, prompt, DecodeSettings(k=3, max_new_tokens=10))
+    shared_base = autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=10), vocab=64)
+    shared_spec = speculative_decode(target, small, prompt, DecodeSettings(k=3, max_new_tokens=10), vocab=64)
     assert shared_spec.token_ids == shared_base.token_ids and max(shared_base.token_ids) < 64
 
 
@@ -501,8 +508,9 @@ def test_drafts_after_a_proposed_eos_are_not_judged_or_counted(qwen_pair, temper
     eos = free[1]
     wrong = (free[0] + 1) % 64
     policy = BestK(4)
-    run = speculative_decode(target, Fixed([free[0], eos, wrong, wrong]), prompt, k=4, max_new_tokens=10,
-                             eos_token_id=eos, temperature=temperature, k_policy=policy)
+    run = speculative_decode(target, Fixed([free[0], eos, wrong, wrong]), prompt,
+                             DecodeSettings(k=4, max_new_tokens=10, temperature=temperature, k_policy=policy),
+                             eos_token_id=eos)
     rnd = run.rounds[0]
     assert rnd.k == len(rnd.drafted) == len(rnd.q_top) == 2 and len(rnd.p_top) == 3  # cut after the EOS
     assert all(eos not in r.drafted[:-1] for r in run.rounds)
@@ -537,13 +545,13 @@ def test_bad_input_is_a_clear_error(qwen_pair, kw, match):
     args.update(kw)
     ids = args.pop("input_ids")
     with pytest.raises(InvalidSetting, match=match):
-        speculative_decode(target, drafter, ids, **args)
+        speculative_decode(target, drafter, ids, DecodeSettings(**args))
 
 
 def test_tensor_input_accepted(qwen_pair):
     target, drafter = qwen_pair
-    a = speculative_decode(target, drafter, torch.tensor([[1, 2, 3]]), k=2, max_new_tokens=8)
-    b = speculative_decode(target, drafter, [1, 2, 3], k=2, max_new_tokens=8)
+    a = speculative_decode(target, drafter, torch.tensor([[1, 2, 3]]), DecodeSettings(k=2, max_new_tokens=8))
+    b = speculative_decode(target, drafter, [1, 2, 3], DecodeSettings(k=2, max_new_tokens=8))
     assert a.token_ids == b.token_ids
 
 
@@ -552,7 +560,8 @@ def test_all_k_values_over_product(qwen_pair):
     target, drafter = qwen_pair
     for seed, k in itertools.product(range(3), [1, 4, 7]):
         prompt = [seed + 1, 2 * seed + 3]
-        assert speculative_decode(target, drafter, prompt, k=k, max_new_tokens=15, seed=seed).token_ids == \
+        assert speculative_decode(target, drafter, prompt,
+                                  DecodeSettings(k=k, max_new_tokens=15, seed=seed)).token_ids == \
             hf_greedy(target, prompt, 15)
 
 
@@ -589,13 +598,13 @@ def test_the_pair_labs_default_to_the_engines_vocabulary():
     assert rules.first_distributions(target, big, prompt)[1].shape == (72,)
     assert len(lab.first_position(target, big, prompt).p) > 0
     assert experiments.agreement_along(target, big, prompt, [4, 5]).token_ids == [4, 5]
-    base = autoregressive_decode(target, prompt, max_new_tokens=6)
-    assert tree.tree_decode(target, big, prompt, budget=4, max_new_tokens=6).token_ids == base.token_ids
+    base = autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=6))
+    assert tree.tree_decode(target, big, prompt, DecodeSettings(max_new_tokens=6), budget=4).token_ids == base.token_ids
     calls = [lambda: experiments.first_logits(target, small, prompt),
              lambda: rules.first_distributions(target, small, prompt),
              lambda: lab.first_position(target, small, prompt),
              lambda: experiments.agreement_along(target, small, prompt, [4, 5]),
-             lambda: tree.tree_decode(target, small, prompt, budget=4, max_new_tokens=6)]
+             lambda: tree.tree_decode(target, small, prompt, DecodeSettings(max_new_tokens=6), budget=4)]
     for call in calls:
         with pytest.raises(InvalidSetting, match="vocab=64"):
             call()

@@ -10,6 +10,7 @@ import pytest
 from specviz.core import measure
 from specviz.teaching import baseline, experiments
 from tiny import tiny_qwen
+from specviz.core.settings import DecodeSettings
 
 IDS, N = [2, 7, 1, 8], 8
 
@@ -32,7 +33,8 @@ def target_passes(target, fn):
 
 
 def compare(target, draft, k):
-    return experiments.compare_with_baseline(target, draft, IDS, k=k, max_new_tokens=N, eos_token_id=[], warm=False)
+    return experiments.compare_with_baseline(target, draft, IDS, DecodeSettings(k=k, max_new_tokens=N), eos_token_id=[],
+                                             warm=False)
 
 
 def quiet(run):
@@ -47,7 +49,7 @@ def test_pages_and_lessons_read_one_timing_of_the_target_alone(store, monkeypatc
     if first.base.outside_load_rounds:  # timed under outside load here: kept as a quiet run for the test
         store.put(target, baseline.BaselineKey.of(target, first.spec, None), quiet(first.base))
     spec_only, _ = target_passes(target, lambda: experiments.speculative_decode(
-        target, draft, IDS, k=4, max_new_tokens=N, eos_token_id=[]))
+        target, draft, IDS, DecodeSettings(k=4, max_new_tokens=N), eos_token_id=[]))
     calls, again = target_passes(target, lambda: compare(target, draft, 4))  # another k: the same target alone
     assert again.base_reused and again.identical and calls == spec_only  # no target-alone pass at all
     assert again.base.token_ids == first.base.token_ids and again.base_at == pytest.approx(first.base_at)
@@ -69,7 +71,8 @@ def test_a_speedup_beyond_the_passes_is_timed_again(store):
 
 def test_the_pass_bound():
     target, draft = tiny_qwen(430), tiny_qwen(431)
-    cmp = experiments.compare_with_baseline(target, draft, IDS, k=3, max_new_tokens=N, eos_token_id=[], warm=False)
+    cmp = experiments.compare_with_baseline(target, draft, IDS, DecodeSettings(k=3, max_new_tokens=N), eos_token_id=[],
+                                            warm=False)
     spec, base = cmp.spec, cmp.base
     bound = spec.tokens_per_pass / base.tokens_per_pass
     # a spec run as fast as its passes allow is fine; 20 % faster than that is not

@@ -24,6 +24,7 @@ from specviz.decoding.sampling import accept_token
 from specviz.core.theory import expected_speedup
 from test_lab import PROMPT, VOCAB, decode, spec
 from tiny import tiny_qwen
+from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,8 +79,9 @@ def test_round_summary_counts_what_the_round_did(models):
 def test_tree_round_summary_counts_and_times_what_the_round_did(models):
     from specviz.decoding.tree import tree_decode
 
-    rounds = [r for t in (0.0, 1.0) for r in tree_decode(*models, PROMPT, budget=8, branch=2, temperature=t,
-                                                          max_new_tokens=40, seed=3, eos_token_id=[]).rounds]
+    rounds = [r for t in (0.0, 1.0)
+              for r in tree_decode(*models, PROMPT, DecodeSettings(temperature=t, max_new_tokens=40, seed=3),
+                                   budget=8, branch=2, eos_token_id=[]).rounds]
     seen = set()
     for r in rounds:
         s = explain.tree_round_summary(r, decode)
@@ -102,7 +104,9 @@ def test_time_breakdown_quotes_measures_c(models):
     run = spec(models, k=3, max_new_tokens=16)
     from specviz.decoding.engine import autoregressive_decode
 
-    base = runfile.baseline_summary(run, autoregressive_decode(target, PROMPT, max_new_tokens=16, eos_token_id=[]),
+    base = runfile.baseline_summary(run,
+                                    autoregressive_decode(target, PROMPT, DecodeSettings(max_new_tokens=16),
+                                                          eos_token_id=[]),
                                    1.0, None)
     text = explain.time_breakdown(run, base, "int8")
     steps = [measure.draft_step_s(r) for r in run.steady_rounds]
@@ -110,7 +114,8 @@ def test_time_breakdown_quotes_measures_c(models):
     assert f"(c = {c:.2f} of a target pass, int8 draft)" in text
     assert f"{1000 * measure.median(r.verify_s for r in run.steady_rounds):.0f} ms (median)" in text
     assert explain.time_breakdown(run, {**base, "base_target_passes": 0}) is None
-    one = speculative_decode(target, draft, PROMPT, k=3, max_new_tokens=1, eos_token_id=[])  # only the prompt round
+    one = speculative_decode(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=1),
+                             eos_token_id=[])  # only the prompt round
     assert explain.time_breakdown(one, base) is None
 
 
@@ -121,7 +126,9 @@ def test_time_breakdown_says_what_waits_for_a_core_were_left_out(models):
 
     target, _ = models
     run = spec(models, k=3, max_new_tokens=16)
-    base = runfile.baseline_summary(run, autoregressive_decode(target, PROMPT, max_new_tokens=16, eos_token_id=[]),
+    base = runfile.baseline_summary(run,
+                                    autoregressive_decode(target, PROMPT, DecodeSettings(max_new_tokens=16),
+                                                          eos_token_id=[]),
                                    1.0, None)
     quiet = dataclasses.replace(run, rounds=[dataclasses.replace(r, stalled_s=0.0) for r in run.rounds])
     # zeroed: the real run's own waits are whatever this machine's load made them (23 ms of a tiny run, quiet)
@@ -237,7 +244,7 @@ def test_a_tokens_text_changes_no_markup_in_the_sentences(models):
     hostile = lambda i: MARKUP_TOKENS[i % len(MARKUP_TOKENS)]  # noqa: E731
     run = spec(models, temperature=1.0, seed=1, max_new_tokens=24)
     greedy = spec(models, k=4, max_new_tokens=40)
-    base = autoregressive_decode(target, PROMPT, max_new_tokens=10, eos_token_id=[])
+    base = autoregressive_decode(target, PROMPT, DecodeSettings(max_new_tokens=10), eos_token_id=[])
     changed = list(base.token_ids)
     changed[4] = (changed[4] + 1) % VOCAB
     sentences = [lambda d, r=r: explain.round_story(r, d) for r in run.rounds + greedy.rounds]
@@ -253,7 +260,8 @@ def test_a_tokens_text_changes_no_markup_in_the_sentences(models):
 
 def test_draft_equal_to_target_accepts_all_and_gets_bonus(models):
     target, _ = models
-    run = speculative_decode(target, target, PROMPT, k=3, temperature=0.0, max_new_tokens=12, eos_token_id=[])
+    run = speculative_decode(target, target, PROMPT, DecodeSettings(k=3, temperature=0.0, max_new_tokens=12),
+                             eos_token_id=[])
     r = run.rounds[0]
     assert r.n_accepted == 3 and r.extra_kind == "bonus"
     assert "All 3 drafts accepted" in "\n".join(explain.round_story(r, decode))

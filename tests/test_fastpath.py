@@ -8,6 +8,7 @@ import torch
 from specviz import autoregressive_decode, speculative_decode
 from specviz.modeling import fastlinear
 from specviz.modeling.tiny import tiny_model
+from specviz.core.settings import DecodeSettings
 
 
 # --------------------------------------------------------------------------
@@ -169,13 +170,13 @@ def test_stock_block_unpacks_a_packed_model_and_packs_it_again(fp32_pair):
 def test_greedy_speculative_equals_greedy_with_fastlinear(fp32_pair, pack):
     target, draft = fp32_pair
     prompt = [5, 20, 33, 41, 7, 9]
-    ref = autoregressive_decode(target, prompt, max_new_tokens=24).token_ids  # the stock target
+    ref = autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=24)).token_ids  # the stock target
     fastlinear.enable(target, pack=pack)
     fastlinear.enable(draft)
     try:
-        assert autoregressive_decode(target, prompt, max_new_tokens=24).token_ids == ref
+        assert autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=24)).token_ids == ref
         for k in (1, 4, 7):
-            assert speculative_decode(target, draft, prompt, k=k, max_new_tokens=24).token_ids == ref
+            assert speculative_decode(target, draft, prompt, DecodeSettings(k=k, max_new_tokens=24)).token_ids == ref
     finally:
         fastlinear.disable(target)
         fastlinear.disable(draft)
@@ -219,15 +220,17 @@ def test_without_onednn_load_pair_falls_back_to_the_stock_linear_with_the_same_t
         assert not fastlinear.is_enabled(model)
         assert all("forward" not in vars(m) and not fastlinear.w_is_packed(m.weight) for m in _linears(model))
     prompt = pair.tokenizer.encode("the cat sat on")
-    ref = autoregressive_decode(pair.target, prompt, max_new_tokens=24).token_ids
+    ref = autoregressive_decode(pair.target, prompt, DecodeSettings(max_new_tokens=24)).token_ids
     for k in (1, 4):
-        assert speculative_decode(pair.target, pair.draft, prompt, k=k, max_new_tokens=24).token_ids == ref
+        assert speculative_decode(pair.target, pair.draft, prompt,
+                                  DecodeSettings(k=k, max_new_tokens=24)).token_ids == ref
     int8 = models.with_draft_precision(pair, "int8")  # another precision on the same pair: still stock, still exact
     assert not fastlinear.is_enabled(int8.draft)
-    assert speculative_decode(int8.target, int8.draft, prompt, k=4, max_new_tokens=24).token_ids == ref
+    assert speculative_decode(int8.target, int8.draft, prompt, DecodeSettings(k=4, max_new_tokens=24)).token_ids == ref
     monkeypatch.undo()  # oneDNN back: the same pair loads through it, with the same text
     fastlinear._runs_here.cache_clear()
     if fastlinear.available():
         fast = models.load_pair("tiny-random", registry=reg, dtype="float32", draft_precision="float32")
         assert fast.fast_linear and fastlinear.is_packed(fast.target)
-        assert speculative_decode(fast.target, fast.draft, prompt, k=4, max_new_tokens=24).token_ids == ref
+        assert speculative_decode(fast.target, fast.draft, prompt,
+                                  DecodeSettings(k=4, max_new_tokens=24)).token_ids == ref

@@ -16,6 +16,7 @@ from specviz.core.errors import InvalidSetting
 from specviz.decoding.kpolicy import CALIB_EDGES, BestK
 from specviz.data.records import Round, TopK
 from tiny import hf_greedy, tiny_qwen
+from specviz.core.settings import DecodeSettings
 
 
 def make_round(k: int, n_accepted: int, *, draft_step: float = 0.1, verify: float = 1.0, index: int = 0) -> Round:
@@ -141,14 +142,14 @@ def test_bad_settings_are_clear_errors(kw):
 def test_engine_best_policy_is_exact_and_recorded():
     target, draft = tiny_qwen(100), tiny_qwen(200)
     prompt = [3, 1, 4, 1, 5]
-    run = speculative_decode(target, draft, prompt, k=3, max_new_tokens=30, k_policy="best")
+    run = speculative_decode(target, draft, prompt, DecodeSettings(k=3, max_new_tokens=30, k_policy="best"))
     assert run.token_ids == hf_greedy(target, prompt, 30)
     assert run.settings["k_policy"] == "best"
     # a one-token prompt: the first round is still the stop rule's (primed with measure.c_prior)
-    assert speculative_decode(target, draft, [3], k=3, max_new_tokens=8, k_policy="best").token_ids == \
+    assert speculative_decode(target, draft, [3], DecodeSettings(k=3, max_new_tokens=8, k_policy="best")).token_ids == \
         hf_greedy(target, [3], 8)
     # a self-draft accepts everything (but costs as much as the target, so k need not grow)
-    run = speculative_decode(target, target, prompt, k=2, max_new_tokens=40, k_policy="best")
+    run = speculative_decode(target, target, prompt, DecodeSettings(k=2, max_new_tokens=40, k_policy="best"))
     assert run.token_ids == hf_greedy(target, prompt, 40)
     assert run.alpha == 1.0 and all(1 <= k <= K_MAX for k in run.ks)
 
@@ -157,7 +158,8 @@ def test_engine_takes_a_policy_object_and_sampling_still_runs():
     target, draft = tiny_qwen(100), tiny_qwen(200)
     pol = BestK(2, k_max=6)
     assert make_k_policy(2, pol) is pol
-    run = speculative_decode(target, draft, [1, 2, 3], k=2, temperature=1.0, max_new_tokens=20, k_policy=pol, seed=3)
+    run = speculative_decode(target, draft, [1, 2, 3],
+                             DecodeSettings(k=2, temperature=1.0, max_new_tokens=20, k_policy=pol, seed=3))
     assert len(run.token_ids) == 20 and run.settings["k_policy"] == "best"
     assert all(1 <= k <= 6 for k in run.ks[:-1])
     with pytest.raises(InvalidSetting, match="k_policy"):
@@ -258,17 +260,18 @@ def test_the_engine_primes_the_policy_with_the_weight_ratio():
     assert ratio > 1
     for prompt in ([5, 6, 7, 8, 9, 10], [5]):
         pol = BestK(2, stop=True)
-        speculative_decode(target, draft, prompt, k=2, max_new_tokens=6, k_policy=pol)
+        speculative_decode(target, draft, prompt, DecodeSettings(k=2, max_new_tokens=6, k_policy=pol))
         assert pol.c_prior == pytest.approx(ratio)
     lookup = BestK(2, stop=True)  # no draft model: nothing to compare
-    speculative_decode(target, PromptLookupDrafter(), [5, 6, 5, 6], k=2, max_new_tokens=6, k_policy=lookup)
+    speculative_decode(target, PromptLookupDrafter(), [5, 6, 5, 6],
+                       DecodeSettings(k=2, max_new_tokens=6, k_policy=lookup))
     assert lookup.c_prior is None
 
     class OwnDrafter(PromptLookupDrafter):  # says it runs a model, but does not expose one
         uses_model = True
 
     own = BestK(2, stop=True)
-    run = speculative_decode(target, OwnDrafter(), [5, 6, 5, 6], k=2, max_new_tokens=6, k_policy=own)
+    run = speculative_decode(target, OwnDrafter(), [5, 6, 5, 6], DecodeSettings(k=2, max_new_tokens=6, k_policy=own))
     assert own.c_prior is None and run.token_ids == hf_greedy(target, [5, 6, 5, 6], 6)
 
 
@@ -307,12 +310,12 @@ def test_engine_best_stops_model_drafts_early_and_stays_exact(bytes_only):
     pol = make_k_policy(4, "best")
     assert isinstance(pol, BestK) and pol.stop and pol.clock
     assert ModelDrafter.asks_keep  # the engine passes the policy's keep_drafting into its propose
-    run = speculative_decode(target, draft, prompt, k=4, max_new_tokens=40, k_policy="best")
+    run = speculative_decode(target, draft, prompt, DecodeSettings(k=4, max_new_tokens=40, k_policy="best"))
     assert run.token_ids == hf_greedy(target, prompt, 40)
     assert run.draft_passes == sum(run.ks)
     # without the clock the lengths follow only the draft's confidences: rounds of different lengths, every time
     fixed = BestK(4, k_max=K_MAX, stop=True, clock=False)
-    run = speculative_decode(target, draft, prompt, k=4, max_new_tokens=40, k_policy=fixed)
+    run = speculative_decode(target, draft, prompt, DecodeSettings(k=4, max_new_tokens=40, k_policy=fixed))
     assert run.token_ids == hf_greedy(target, prompt, 40)
     assert fixed.c_prior == 0.5 and run.draft_passes == sum(run.ks) and len(set(run.ks)) > 1
 
@@ -337,8 +340,8 @@ def test_same_seed_and_settings_give_the_same_text_under_every_k_policy(tiny_pai
     """The sidebar's promise: the number of random draws follows k, so k must not follow the wall clock."""
     texts, ks = set(), set()
     for _ in range(6):
-        run = speculative_decode(tiny_pair.target, tiny_pair.draft, [3, 5, 7], k=4, temperature=1.0,
-                                 max_new_tokens=40, seed=7, k_policy=k_policy)
+        run = speculative_decode(tiny_pair.target, tiny_pair.draft, [3, 5, 7],
+                                 DecodeSettings(k=4, temperature=1.0, max_new_tokens=40, seed=7, k_policy=k_policy))
         texts.add(tuple(run.token_ids))
         ks.add(tuple(run.ks))
     assert len(texts) == 1 and len(ks) == 1
@@ -347,8 +350,8 @@ def test_same_seed_and_settings_give_the_same_text_under_every_k_policy(tiny_pai
 def test_seeded_sampling_with_best_k_repeats_while_its_rounds_vary(bytes_only):
     target = tiny_qwen(100)
     draft = _cheap_close_draft(target)
-    runs = [speculative_decode(target, draft, [2, 7, 1, 8], k=4, temperature=0.7, max_new_tokens=40, seed=3,
-                               k_policy="best") for _ in range(3)]
+    runs = [speculative_decode(target, draft, [2, 7, 1, 8],
+                               DecodeSettings(k=4, temperature=0.7, max_new_tokens=40, seed=3, k_policy="best")) for _ in range(3)]
     assert len({tuple(r.token_ids) for r in runs}) == 1 and len(set(runs[0].ks)) > 1
 
 
@@ -370,8 +373,8 @@ def test_sampling_with_early_stops_keeps_the_target_distribution(bytes_only):
     counts, lengths, bonuses = collections.Counter(), collections.Counter(), 0
     for seed in range(N_RUNS):
         pol = copy.deepcopy(seeded)
-        run = speculative_decode(target, draft, PROMPT, k=2, temperature=1.0, max_new_tokens=N_NEW, seed=seed,
-                                 k_policy=pol)
+        run = speculative_decode(target, draft, PROMPT,
+                                 DecodeSettings(k=2, temperature=1.0, max_new_tokens=N_NEW, seed=seed, k_policy=pol))
         counts[tuple(run.token_ids)] += 1
         lengths[run.ks[0]] += 1
         bonuses += run.rounds[0].extra_kind == "bonus"
@@ -414,7 +417,7 @@ def test_the_engine_passes_the_prompt_extra_in_the_first_round_only(monkeypatch)
     pol = Spy(3, k_max=8, stop=True)
     pol.extras, pol.round = [], 0
     prompt = list(range(1, 30))
-    run = speculative_decode(target, draft, prompt, k=3, max_new_tokens=24, k_policy=pol)
+    run = speculative_decode(target, draft, prompt, DecodeSettings(k=3, max_new_tokens=24, k_policy=pol))
     assert run.token_ids == hf_greedy(target, prompt, 24)
     first = [e for r, e in pol.extras if r == 0]
     later = [e for r, e in pol.extras if r > 0]
@@ -496,7 +499,7 @@ def test_a_policy_without_the_stop_rule_drafts_every_k_it_chooses():
     prompt = [3, 1, 4, 1, 5]
     for pol in (recording(FixedK)(3), recording(AdaptiveK)(3), recording(BestK)(3, k_max=8)):
         pol.chosen = []
-        run = speculative_decode(target, draft, prompt, k=3, max_new_tokens=30, k_policy=pol)
+        run = speculative_decode(target, draft, prompt, DecodeSettings(k=3, max_new_tokens=30, k_policy=pol))
         assert run.token_ids == hf_greedy(target, prompt, 30)
         done = [sum(len(r.emitted) for r in run.rounds[:i]) for i in range(len(run.rounds))]
         assert run.ks == [min(k, 30 - n) for k, n in zip(pol.chosen, done)]  # no more than the room left

@@ -18,7 +18,8 @@ from specviz.teaching.experiments import agreement_along, first_token_trials
 from specviz.data.records import Run
 from specviz.decoding.sampling import logits_to_probs
 from specviz.core.theory import expected_speedup, expected_tokens
-from tiny import tiny_qwen
+from tiny import tiny_qwen, split_settings
+from specviz.core.settings import DecodeSettings
 
 VOCAB = 64
 PROMPT = [3, 17, 5, 42, 8, 11]
@@ -37,7 +38,8 @@ def spec(models, **kw) -> Run:
     target, draft = models
     args = dict(k=3, temperature=0.0, max_new_tokens=16, seed=0, eos_token_id=[])
     args.update(kw)
-    return speculative_decode(target, draft, PROMPT, **args)
+    settings, rest = split_settings(args)
+    return speculative_decode(target, draft, PROMPT, settings, **rest)
 
 
 # --- page 2: acceptance sweep ----------------------------------------------------------------------------
@@ -45,7 +47,7 @@ def test_acceptance_sweep_shape_alpha_and_reuse(models):
     target, draft = models
     prompts = {"a": PROMPT, "b": [9, 9, 9, 9, 9]}
     seen = []
-    sweep = lab.acceptance_sweep(target, draft, prompts, [0.0, 1.0], k=2, max_new_tokens=6, seed=0,
+    sweep = lab.acceptance_sweep(target, draft, prompts, [0.0, 1.0], DecodeSettings(k=2, max_new_tokens=6, seed=0),
                                  eos_token_id=[], progress=lambda m, f: seen.append(f))
     assert set(sweep) == {"a", "b"} and all(set(v) == {0.0, 1.0} for v in sweep.values())
     assert seen and seen[-1] == 1.0 and all(0 <= f <= 1 for f in seen if f is not None)
@@ -57,7 +59,7 @@ def test_acceptance_sweep_shape_alpha_and_reuse(models):
             assert a == pytest.approx(run.n_accepted / run.n_judged)
             assert 0 <= a <= 1 and se >= 0
     # cells already measured are kept (same objects), only the new temperature runs
-    grown = lab.acceptance_sweep(target, draft, prompts, [0.0, 1.0, 0.5], k=2, max_new_tokens=6, seed=0,
+    grown = lab.acceptance_sweep(target, draft, prompts, [0.0, 1.0, 0.5], DecodeSettings(k=2, max_new_tokens=6, seed=0),
                                  eos_token_id=[], existing=sweep)
     assert grown["a"][0.0] is sweep["a"][0.0] and grown["b"][1.0] is sweep["b"][1.0]
     assert 0.5 in grown["a"] and 0.5 not in sweep["a"]
@@ -69,13 +71,15 @@ def test_acceptance_sweep_shape_alpha_and_reuse(models):
 
 def test_same_model_as_draft_gives_alpha_one(models):
     target, _ = models
-    sweep = lab.acceptance_sweep(target, target, {"x": PROMPT}, [0.0], k=3, max_new_tokens=8, eos_token_id=[])
+    sweep = lab.acceptance_sweep(target, target, {"x": PROMPT}, [0.0], DecodeSettings(k=3, max_new_tokens=8),
+                                 eos_token_id=[])
     assert lab.alpha_table(sweep)["x"][0.0][0] == 1.0
 
 
 def test_entropy_verdict_names_the_most_uncertain_domain(models):
     target, draft = models
-    sweep = lab.acceptance_sweep(target, draft, {"a": PROMPT, "b": [1, 2, 3, 4]}, [0.0], k=2, max_new_tokens=8,
+    sweep = lab.acceptance_sweep(target, draft, {"a": PROMPT, "b": [1, 2, 3, 4]}, [0.0],
+                                 DecodeSettings(k=2, max_new_tokens=8),
                                  eos_token_id=[])
     ents = {d: lab.mean_entropy(sweep[d][0.0]) for d in sweep}
     hi = max(ents, key=ents.get)
@@ -90,7 +94,7 @@ def test_entropy_verdict_names_the_most_uncertain_domain(models):
 
 def test_agreement_along_with_the_target_as_draft_is_one(models):
     target, _ = models
-    text = autoregressive_decode(target, PROMPT, max_new_tokens=10, eos_token_id=[]).token_ids
+    text = autoregressive_decode(target, PROMPT, DecodeSettings(max_new_tokens=10), eos_token_id=[]).token_ids
     for t in (0.0, 0.8):
         a = agreement_along(target, target, PROMPT, text, t)
         assert a.token_ids == text and len(a.match) == len(a.overlap) == len(a.entropy) == 10
@@ -142,7 +146,8 @@ def test_agreement_along_the_runs_text_sees_what_every_round_judged(models, temp
 def test_agreement_sweep_reads_each_runs_text_and_keeps_measured_cells(models):
     target, draft = models
     prompts = {"a": PROMPT, "b": [9, 9, 9, 9, 9]}
-    sweep = lab.acceptance_sweep(target, draft, prompts, [0.0, 1.0], k=2, max_new_tokens=6, eos_token_id=[])
+    sweep = lab.acceptance_sweep(target, draft, prompts, [0.0, 1.0], DecodeSettings(k=2, max_new_tokens=6),
+                                 eos_token_id=[])
     agree = lab.agreement_sweep(target, draft, prompts, sweep)
     for d in prompts:
         for t, run in sweep[d].items():
@@ -162,7 +167,7 @@ def test_agreement_sweep_reads_each_runs_text_and_keeps_measured_cells(models):
 # --- page 3: speedup -------------------------------------------------------------------------------------
 def test_k_sweep_rows_and_race_points(models):
     target, draft = models
-    sw = lab.k_sweep(target, draft, PROMPT, [2, 1], max_new_tokens=6, eos_token_id=[])
+    sw = lab.k_sweep(target, draft, PROMPT, [2, 1], DecodeSettings(max_new_tokens=6), eos_token_id=[])
     assert list(sw) == [1, 2]
     vc = {1: 1.0, 2: 1.1, 4: 1.3}
     rows = lab.k_sweep_rows(sw, 0.2, vc)
@@ -190,7 +195,8 @@ def test_compare_with_baseline_restricts_both_runs_to_the_shared_vocabulary():
     target, draft = tiny_qwen(0, vocab=VOCAB + 16), tiny_qwen(1, vocab=VOCAB)
     with torch.no_grad():
         target.lm_head.weight[VOCAB:] = target.lm_head.weight[:VOCAB].abs().max() * 50  # padded rows would win
-    cmp = lab.compare_with_baseline(target, draft, PROMPT, k=3, max_new_tokens=8, eos_token_id=[], vocab=VOCAB)
+    cmp = lab.compare_with_baseline(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=8), eos_token_id=[],
+                                    vocab=VOCAB)
     assert max(cmp.base.token_ids) < VOCAB and max(cmp.spec.token_ids) < VOCAB
     assert cmp.identical is True and cmp.speedup > 0
 
@@ -198,7 +204,7 @@ def test_compare_with_baseline_restricts_both_runs_to_the_shared_vocabulary():
 # --- page 5: exactness -----------------------------------------------------------------------------------
 def test_exactness_verdict_and_diff_html(models):
     target, draft = models
-    base = autoregressive_decode(target, PROMPT, max_new_tokens=10, eos_token_id=[])
+    base = autoregressive_decode(target, PROMPT, DecodeSettings(max_new_tokens=10), eos_token_id=[])
     same = spec(models, max_new_tokens=10)
     assert same.token_ids == base.token_ids
     v = explain.exactness_verdict(same.token_ids, base, "float32", decode)

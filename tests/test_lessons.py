@@ -18,6 +18,7 @@ import pytest
 
 from specviz.teaching import lessons
 from specviz.core.errors import SpecvizError
+from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -177,19 +178,20 @@ def test_live_answers_on_the_tiny_pair_are_the_engines():
     from specviz import speculative_decode
 
     pair = models.load_pair(None, draft_precision="float32")
-    ctx = lessons.Context(pair=pair, seed=3, max_new_tokens=12)
-    kw = dict(k=4, max_new_tokens=12, seed=3, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    ctx = lessons.Context(pair=pair, settings=DecodeSettings(seed=3, max_new_tokens=12))
+    run_kw = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     for step, name, t in ((lessons.lesson("creative").steps[0], lessons.STORY, 0.0),
                           (lessons.lesson("temperature").steps[0], "Creative story", 1.0)):
         p = prompts.preset(name)
         ids = prompts.encode(pair.tokenizer, p.text, p.chat)
         o = lessons.run_step(step, ctx)
-        run = speculative_decode(pair.target, pair.draft, ids, temperature=t, **kw)
+        run = speculative_decode(pair.target, pair.draft, ids, DecodeSettings(k=4, max_new_tokens=12, seed=3,
+                                                                              temperature=t), **run_kw)
         assert o.measured == pytest.approx(run.alpha) and f"{run.alpha:.2f}" in lessons.explain(step, o)
         assert o.source.startswith("live")
     fr = prompts.preset("The capital of France")
     cmp = experiments.compare_with_baseline(pair.target, pair.draft, prompts.encode(pair.tokenizer, fr.text, fr.chat),
-                                            temperature=0.0, **kw)
+                                            DecodeSettings(k=4, max_new_tokens=12, seed=3), **run_kw)
     step = lessons.lesson("identity").steps[2]
     trials = experiments.first_token_trials(pair.target, pair.draft, prompts.encode(pair.tokenizer, fr.text, fr.chat),
                                             n=2000, temperature=1.0, seed=3, vocab=pair.shared_vocab)
@@ -198,8 +200,8 @@ def test_live_answers_on_the_tiny_pair_are_the_engines():
     o = lessons.run_step(lessons.lesson("identity").steps[0], ctx)
     assert o.measured == ("identical" if cmp.identical else o.measured) and (o.measured == "identical") == cmp.identical
     # the same seed gives the same sampled run, in a fresh context
-    again = lessons.run_step(lessons.lesson("temperature").steps[0], lessons.Context(pair=pair, seed=3,
-                                                                                     max_new_tokens=12))
+    again = lessons.run_step(lessons.lesson("temperature").steps[0], lessons.Context(
+        pair=pair, settings=DecodeSettings(seed=3, max_new_tokens=12)))
     assert again.measured == lessons.run_step(lessons.lesson("temperature").steps[0], ctx).measured
 
 
@@ -312,8 +314,9 @@ def test_page_walks_every_lesson_live_on_the_tiny_pair():
     assert all("recorded" not in s for s in [c.value for c in at.caption if c.value.startswith("Source:")])
     pair = models.load_pair(None, draft_precision="float32")
     p = prompts.preset(lessons.STORY)  # the creative lesson's story
-    run = speculative_decode(pair.target, pair.draft, prompts.encode(pair.tokenizer, p.text, p.chat), k=4,
-                             temperature=0.0, max_new_tokens=24, seed=0, eos_token_id=pair.eos_token_ids,
+    run = speculative_decode(pair.target, pair.draft, prompts.encode(pair.tokenizer, p.text, p.chat),
+                             DecodeSettings(),  # the lessons page's: its seed widget at 0
+                             eos_token_id=pair.eos_token_ids,
                              vocab=pair.shared_vocab)
     assert seen[("creative", "poem")][0] == f"{run.alpha:.2f}"  # the engine's α on the same pair and settings
     assert f"{run.n_accepted} of {run.n_judged} judged drafts" in seen[("creative", "poem")][1]

@@ -9,7 +9,8 @@ from specviz.tools import cli
 from specviz.decoding import models
 from specviz.core import prompts
 from specviz.decoding.engine import SEED_MAX, TEMPERATURE_MIN
-from tiny import tiny_gpt2, tiny_qwen
+from tiny import tiny_gpt2, tiny_qwen, split_settings
+from specviz.core.settings import DecodeSettings
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,8 @@ def decode(pair, ids=(1, 2, 3), **kw):
     draft, target = pair
     args = dict(k=4, temperature=0.0, max_new_tokens=8, eos_token_id=[])
     args.update(kw)
-    return speculative_decode(target, draft, list(ids), **args)
+    settings, rest = split_settings(args)
+    return speculative_decode(target, draft, list(ids), settings, **rest)
 
 
 @pytest.mark.parametrize("temperature", [1e-45, 1e-30, TEMPERATURE_MIN / 2, True])
@@ -51,17 +53,17 @@ def test_a_run_may_fill_the_context_exactly_drafts_included():
     """GPT-2 has learned positions: a draft or verify pass past n_positions would fail with an IndexError."""
     target, draft = tiny_gpt2(1), tiny_gpt2(0)  # 128 positions each
     prompt = list(range(1, 9))
-    run = speculative_decode(target, draft, prompt, k=8, max_new_tokens=120, eos_token_id=[])
+    run = speculative_decode(target, draft, prompt, DecodeSettings(k=8, max_new_tokens=120), eos_token_id=[])
     assert len(prompt) + len(run.token_ids) == 128
     with pytest.raises(InvalidSetting, match="lower max_new_tokens to at most 120"):
-        speculative_decode(target, draft, prompt, k=8, max_new_tokens=121, eos_token_id=[])
+        speculative_decode(target, draft, prompt, DecodeSettings(k=8, max_new_tokens=121), eos_token_id=[])
 
 
 @pytest.mark.parametrize("n", [128, 200])
 def test_a_prompt_that_alone_fills_the_context_says_shorten_it(n):
     target, draft = tiny_gpt2(1), tiny_gpt2(0)
     with pytest.raises(InvalidSetting) as err:
-        speculative_decode(target, draft, [1] * n, k=2, max_new_tokens=1)
+        speculative_decode(target, draft, [1] * n, DecodeSettings(k=2, max_new_tokens=1))
     msg = str(err.value)
     assert "shorten the prompt" in msg and "max_new_tokens" not in msg and "at most 0" not in msg
 

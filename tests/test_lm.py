@@ -12,6 +12,7 @@ import torch
 from specviz.decoding import engine
 from specviz.modeling import lm as L
 from specviz.modeling.tiny import tiny_model
+from specviz.core.settings import DecodeSettings
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11]
 
@@ -46,13 +47,13 @@ def test_static_feed_matches_dynamic_after_rollbacks():
 
 def test_static_engine_output_equals_dynamic_greedy_and_sampling():
     t, d = pair()
-    runs = [engine.speculative_decode(t, d, PROMPT, k=4, max_new_tokens=40),
-            engine.speculative_decode(t, d, PROMPT, k=3, max_new_tokens=60, temperature=0.8, seed=3),
-            engine.autoregressive_decode(t, PROMPT, max_new_tokens=30)]
+    runs = [engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=4, max_new_tokens=40)),
+            engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=3, max_new_tokens=60, temperature=0.8, seed=3)),
+            engine.autoregressive_decode(t, PROMPT, DecodeSettings(max_new_tokens=30))]
     make_static(t, d)
-    again = [engine.speculative_decode(t, d, PROMPT, k=4, max_new_tokens=40),
-             engine.speculative_decode(t, d, PROMPT, k=3, max_new_tokens=60, temperature=0.8, seed=3),
-             engine.autoregressive_decode(t, PROMPT, max_new_tokens=30)]
+    again = [engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=4, max_new_tokens=40)),
+             engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=3, max_new_tokens=60, temperature=0.8, seed=3)),
+             engine.autoregressive_decode(t, PROMPT, DecodeSettings(max_new_tokens=30))]
     for a, b in zip(runs, again):
         assert a.token_ids == b.token_ids
         assert [r.accepted for r in a.rounds] == [r.accepted for r in b.rounds]
@@ -60,9 +61,9 @@ def test_static_engine_output_equals_dynamic_greedy_and_sampling():
 
 def test_a_run_longer_than_the_static_cache_spills_into_a_dynamic_one():
     t, d = pair()
-    want = engine.speculative_decode(t, d, PROMPT, k=4, max_new_tokens=50)
+    want = engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=4, max_new_tokens=50))
     make_static(t, d, max_len=24)  # the prompt and 50 tokens do not fit
-    got = engine.speculative_decode(t, d, PROMPT, k=4, max_new_tokens=50)
+    got = engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=4, max_new_tokens=50))
     assert got.token_ids == want.token_ids
     assert all(lm.spilled for lm in t._specviz_static.idle)
 
@@ -70,10 +71,10 @@ def test_a_run_longer_than_the_static_cache_spills_into_a_dynamic_one():
 def test_caches_go_back_to_the_idle_pool_and_are_reused():
     t, d = pair()
     make_static(t, d)
-    engine.speculative_decode(t, d, PROMPT, k=4, max_new_tokens=20)
+    engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=4, max_new_tokens=20))
     (first,) = t._specviz_static.idle
     (draft_lm,) = d._specviz_static.idle  # the drafter's cache went back when the drafter was collected
-    engine.speculative_decode(t, d, PROMPT, k=4, max_new_tokens=20)
+    engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=4, max_new_tokens=20))
     assert t._specviz_static.idle == [first] and d._specviz_static.idle == [draft_lm]
     a, b = L.open_lm(t), L.open_lm(t)  # two runs at once get two caches
     assert a is first and b is not a
@@ -120,10 +121,10 @@ def test_a_copied_model_gets_its_own_empty_plan():
 
 
 def _runs(t, d):
-    return [engine.speculative_decode(t, d, PROMPT, k=4, max_new_tokens=40),
-            engine.speculative_decode(t, d, PROMPT, k=2, k_policy="best", max_new_tokens=40),
-            engine.speculative_decode(t, d, PROMPT, k=3, max_new_tokens=60, temperature=0.8, seed=3),
-            engine.autoregressive_decode(t, PROMPT, max_new_tokens=40)]
+    return [engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=4, max_new_tokens=40)),
+            engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=2, k_policy="best", max_new_tokens=40)),
+            engine.speculative_decode(t, d, PROMPT, DecodeSettings(k=3, max_new_tokens=60, temperature=0.8, seed=3)),
+            engine.autoregressive_decode(t, PROMPT, DecodeSettings(max_new_tokens=40))]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")

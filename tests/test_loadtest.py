@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,9 +71,10 @@ def test_a_page_is_read_as_its_committed_text_without_refused_drafts_or_bonus_ma
     if not Path(loadtest.CHROMIUM).exists():
         pytest.skip(f"{loadtest.CHROMIUM} is missing")
     target = tiny_qwen(1)
-    agrees = speculative_decode(target, target, [1, 2, 3], k=3, max_new_tokens=8)  # every round: a bonus
-    differs = speculative_decode(target, tiny_qwen(2), [1, 2, 3], k=3, max_new_tokens=16)
-    assert differs.token_ids == autoregressive_decode(target, [1, 2, 3], max_new_tokens=16).token_ids
+    agrees = speculative_decode(target, target, [1, 2, 3],
+                                DecodeSettings(k=3, max_new_tokens=8))  # every round: a bonus
+    differs = speculative_decode(target, tiny_qwen(2), [1, 2, 3], DecodeSettings(k=3, max_new_tokens=16))
+    assert differs.token_ids == autoregressive_decode(target, [1, 2, 3], DecodeSettings(max_new_tokens=16)).token_ids
     rounds = agrees.rounds + differs.rounds  # drawn one after the other: both kinds of mark
     assert {"correction", "bonus"} <= {r.extra_kind for r in rounds}
     decode = lambda t: f"<{t}>"  # noqa: E731

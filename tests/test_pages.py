@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"
@@ -267,7 +268,8 @@ def test_slow_motion_finds_a_zero_accept_round_like_the_engine():
     # the same run straight from the engine: where is the first round after round 1 that accepts nothing?
     pair = tiny_pair()
     ids = prompts.encode(pair.tokenizer, "The capital of France is", False)
-    run = speculative_decode(pair.target, pair.draft, ids, k=4, temperature=0.0, max_new_tokens=48, seed=0,
+    run = speculative_decode(pair.target, pair.draft, ids,
+                             DecodeSettings(k=4, temperature=0.0, max_new_tokens=48, seed=0),
                              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     zero = next((r.index + 1 for r in run.rounds[1:] if r.n_accepted == 0), None)
     if zero is None:
@@ -328,7 +330,8 @@ def test_acceptance_lab_defaults_measure_both_alphas_and_say_what_they_show():
     for dom in ("code", "creative"):
         p = prompts.lab_prompts()[dom]
         ids = prompts.encode(pair.tokenizer, p.text, p.chat)
-        run = speculative_decode(pair.target, pair.draft, ids, k=4, temperature=0.0, max_new_tokens=48, seed=0,
+        run = speculative_decode(pair.target, pair.draft, ids,
+                                 DecodeSettings(k=4, temperature=0.0, max_new_tokens=48, seed=0),
                                  eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
         a = lab.agreement_along(pair.target, pair.draft, ids, run.token_ids, 0.0, pair.shared_vocab)
         row = table[table["domain"] == dom].iloc[0]
@@ -587,8 +590,9 @@ def test_speedup_early_exit_alpha_c_against_l():
     assert list(rows["L"]) == [1, 2] and rows["α"].iloc[-1] == 1.0  # L = 2: the target drafts for itself
     pair = tiny_pair()
     ids = prompts.encode(pair.tokenizer, prompts.preset("Python function").text, prompts.preset("Python function").chat)
-    direct = engine.speculative_decode(pair.target, selfdraft.early_exit(pair.target, 1), ids, k=4, max_new_tokens=8,
-                                       temperature=0.0, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    direct = engine.speculative_decode(pair.target, selfdraft.early_exit(pair.target, 1), ids,
+                                       DecodeSettings(k=4, max_new_tokens=8, temperature=0.0),
+                                       eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     assert rows["α"].iloc[0] == round(direct.alpha, 3)
     drawn_ok(at)
     at.multiselect(key="speed.ee_layers").set_value([]).run()
@@ -646,7 +650,8 @@ def test_exactness_greedy_matches_the_engine_and_trials_match_p(monkeypatch):
     press(at, "exact.run_greedy")
     pair = tiny_pair()
     ids = prompts.encode(pair.tokenizer, "The capital of France is", False)
-    cmp = lab.compare_with_baseline(pair.target, pair.draft, ids, k=4, temperature=0.0, max_new_tokens=12,
+    cmp = lab.compare_with_baseline(pair.target, pair.draft, ids,
+                                    DecodeSettings(k=4, temperature=0.0, max_new_tokens=12),
                                     eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     assert cmp.identical  # float32 tiny models, both runs on the shared vocabulary: the same text
     assert metrics(at)["identical"] == "yes"

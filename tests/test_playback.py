@@ -9,6 +9,7 @@ from specviz.decoding import engine
 from specviz.data import playback, records
 from specviz.decoding.tree import tree_stream
 from tiny import tiny_qwen
+from specviz.core.settings import DecodeSettings
 
 PROMPT = [2, 7, 1, 8, 2, 8]
 
@@ -16,12 +17,14 @@ PROMPT = [2, 7, 1, 8, 2, 8]
 def _streams(target, draft, n: int, eos: list[int]):
     """Each engine's stream over the same prompt, by name."""
     return {
-        "chain": lambda: engine.speculative_stream(target, draft, PROMPT, k=3, max_new_tokens=n, eos_token_id=eos),
-        "target alone": lambda: engine.autoregressive_stream(target, PROMPT, max_new_tokens=n, eos_token_id=eos),
-        "tree": lambda: tree_stream(target, draft, PROMPT, budget=6, max_depth=3, max_new_tokens=n,
+        "chain": lambda: engine.speculative_stream(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=n),
+                                                   eos_token_id=eos),
+        "target alone": lambda: engine.autoregressive_stream(target, PROMPT, DecodeSettings(max_new_tokens=n),
+                                                             eos_token_id=eos),
+        "tree": lambda: tree_stream(target, draft, PROMPT, DecodeSettings(max_new_tokens=n), budget=6, max_depth=3,
                                     eos_token_id=eos),
-        "spine": lambda: tree_stream(target, draft, PROMPT, budget=6, max_depth=3, shape="spine",
-                                     max_new_tokens=n, eos_token_id=eos),
+        "spine": lambda: tree_stream(target, draft, PROMPT, DecodeSettings(max_new_tokens=n), budget=6, max_depth=3,
+                                     shape="spine", eos_token_id=eos),
     }
 
 
@@ -83,7 +86,7 @@ def test_the_load_note_weighs_the_time_under_outside_load():
     warning that the figures are not the device's speed; a large share, or an unknown one, gets the warning."""
     from specviz.data import runfile
 
-    run = engine.speculative_decode(tiny_qwen(100), tiny_qwen(200), PROMPT, k=2, max_new_tokens=24,
+    run = engine.speculative_decode(tiny_qwen(100), tiny_qwen(200), PROMPT, DecodeSettings(k=2, max_new_tokens=24),
                                     eos_token_id=[])
     n = len(run.rounds)
     assert n >= 8

@@ -21,6 +21,7 @@ from specviz.decoding.models import with_draft_precision
 from specviz.decoding.sampling import logits_to_probs
 from stats import passes, total_variation
 from tiny import hf_greedy, tiny_qwen
+from specviz.core.settings import DecodeSettings
 
 CPU_PRECISIONS = quant.supported("cpu")
 
@@ -127,9 +128,9 @@ def test_greedy_output_is_the_target_alone_with_every_draft_precision(precision,
     target = tiny_qwen(5)
     draft = draft_of(5, precision)  # agrees often: long accepted runs and bonuses
     for prompt in ([3, 4, 5], [9, 1, 7, 7, 2]):
-        run = speculative_decode(target, draft, prompt, k=k, max_new_tokens=24)
+        run = speculative_decode(target, draft, prompt, DecodeSettings(k=k, max_new_tokens=24))
         assert run.token_ids == hf_greedy(target, prompt, 24)
-        assert run.token_ids == autoregressive_decode(target, prompt, max_new_tokens=24).token_ids
+        assert run.token_ids == autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=24)).token_ids
     assert run.n_accepted > 0  # the draft's proposals were used, not just corrected
 
 
@@ -153,7 +154,8 @@ def exact_two_token_distribution(target, temperature=1.0):
 def two_token_counts(target, draft, k, n=N_RUNS):
     counts, kinds = collections.Counter(), collections.Counter()
     for seed in range(n):
-        run = speculative_decode(target, draft, PROMPT, k=k, temperature=1.0, max_new_tokens=2, seed=seed)
+        run = speculative_decode(target, draft, PROMPT,
+                                 DecodeSettings(k=k, temperature=1.0, max_new_tokens=2, seed=seed))
         counts[tuple(run.token_ids)] += 1
         kinds.update(r.extra_kind for r in run.rounds)
     return counts, kinds
@@ -258,8 +260,8 @@ def test_a_draft_made_of_the_targets_layers_is_never_quantized(name):
     assert not any(isinstance(m, quant.Int8Linear) for m in pair.target.modules())
     assert pair.draft_precision == "float32"
     assert with_draft_precision(pair, "int8") is pair
-    run = speculative_decode(pair.target, pair.draft, [5, 6, 7], k=3, max_new_tokens=12)
-    assert run.token_ids == autoregressive_decode(pair.target, [5, 6, 7], max_new_tokens=12).token_ids
+    run = speculative_decode(pair.target, pair.draft, [5, 6, 7], DecodeSettings(k=3, max_new_tokens=12))
+    assert run.token_ids == autoregressive_decode(pair.target, [5, 6, 7], DecodeSettings(max_new_tokens=12)).token_ids
 
 
 # --------------------------------------------------------------------------
@@ -332,10 +334,11 @@ def test_an_int8_draft_on_qnnpack_keeps_greedy_text_the_target_alone(qnnpack, k)
     layers = [m for m in pair.draft.modules() if isinstance(m, quant.Int8Linear)]
     assert layers and {m.engine for m in layers} == {"qnnpack"}
     prompt = pair.tokenizer.encode("the cat sat on")
-    run = speculative_decode(pair.target, pair.drafter(), prompt, k=k, max_new_tokens=24)
-    assert run.token_ids == autoregressive_decode(pair.target, prompt, max_new_tokens=24).token_ids
+    run = speculative_decode(pair.target, pair.drafter(), prompt, DecodeSettings(k=k, max_new_tokens=24))
+    assert run.token_ids == autoregressive_decode(pair.target, prompt, DecodeSettings(max_new_tokens=24)).token_ids
     assert run.n_accepted > 0  # the int8 draft's proposals were used
-    sampled = speculative_decode(pair.target, pair.drafter(), prompt, k=k, temperature=1.0, max_new_tokens=16, seed=3)
+    sampled = speculative_decode(pair.target, pair.drafter(), prompt,
+                                 DecodeSettings(k=k, temperature=1.0, max_new_tokens=16, seed=3))
     assert len(sampled.token_ids) == 16 and sampled.rounds  # the sampling path runs on qnnpack too
-    assert sampled.token_ids == speculative_decode(pair.target, pair.drafter(), prompt, k=k, temperature=1.0,
-                                                   max_new_tokens=16, seed=3).token_ids
+    assert sampled.token_ids == speculative_decode(pair.target, pair.drafter(), prompt,
+                                                   DecodeSettings(k=k, temperature=1.0, max_new_tokens=16, seed=3)).token_ids

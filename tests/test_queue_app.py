@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from specviz.core.settings import DecodeSettings
 from test_app import TINY, direct_run, new_app, shared_runtime, start  # noqa: F401 (shared_runtime: a fixture)
 
 pytestmark = pytest.mark.skipif(not TINY.exists(), reason="tests/models_tiny.yaml (the tiny test registry) is missing")
@@ -207,7 +208,8 @@ def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp
     name = models.list_pairs()[0].name  # the tiny registry's default pair
     pair = ui.load_pair_cached(name, "float32")
     ids, n = [2, 7, 1, 8, 2, 8], 12
-    stream = engine.speculative_stream(pair.target, pair.draft, ids, k=3, max_new_tokens=n, eos_token_id=[])
+    stream = engine.speculative_stream(pair.target, pair.draft, ids, DecodeSettings(k=3, max_new_tokens=n),
+                                       eos_token_id=[])
     job = playback.Playback.live(stream, ids, "", {"max_new_tokens": n, "eos_token_id": []},
                                  meta={"pair": name, "dtype": "float32", "baseline_wanted": True})
     while job.advance() is not None:
@@ -279,7 +281,7 @@ def test_the_target_alone_is_warmed_up_unless_other_sessions_wait_for_the_device
 
     ids, n = [2, 7, 1, 8], 6
     target, draft = tiny_qwen(300), tiny_qwen(301)
-    spec = engine.speculative_decode(target, draft, ids, k=2, max_new_tokens=n, eos_token_id=[])
+    spec = engine.speculative_decode(target, draft, ids, DecodeSettings(k=2, max_new_tokens=n), eos_token_id=[])
 
     def passes(model, others_waiting: bool) -> int:
         calls, base = _forward_passes(model, lambda: baseline.target_alone(model, spec), others_waiting)
@@ -307,7 +309,7 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     def passes(others_waiting: bool, d=draft, warm: bool = True) -> int:
         baseline.STORE.clear()  # each call times the target alone (reusing it is test_experiments')
         calls, cmp = _forward_passes(target, lambda: experiments.compare_with_baseline(
-            target, d, ids, k=2, max_new_tokens=n, eos_token_id=[], warm=warm), others_waiting)
+            target, d, ids, DecodeSettings(k=2, max_new_tokens=n), eos_token_id=[], warm=warm), others_waiting)
         assert cmp.identical and len(cmp.base.token_ids) == n
         return calls
 
@@ -337,7 +339,8 @@ def test_loading_a_pair_counts_as_its_speculative_warm_up():
 
     def draft_passes(warm: bool) -> int:
         calls, cmp = _forward_passes(pair.draft, lambda: experiments.compare_with_baseline(
-            pair.target, pair.drafter(), ids, k=2, max_new_tokens=n, warm=warm, **{**pair.run_kw, "eos_token_id": []}),
+            pair.target, pair.drafter(), ids, DecodeSettings(k=2, max_new_tokens=n), warm=warm,
+            **{**pair.run_kw, "eos_token_id": []}),
             others_waiting=True)
         assert cmp.identical
         return calls
@@ -384,7 +387,7 @@ def test_a_target_alone_run_that_failed_in_an_earlier_script_run_is_a_message_no
     name = models.list_pairs()[0].name
     target, draft = tiny_qwen(100), tiny_qwen(200)
     ids, n = [2, 7, 1, 8], 6
-    job = playback.Playback.live(engine.speculative_stream(target, draft, ids, k=2, max_new_tokens=n,
+    job = playback.Playback.live(engine.speculative_stream(target, draft, ids, DecodeSettings(k=2, max_new_tokens=n),
                                                            eos_token_id=[]),
                                  ids, "", {"max_new_tokens": n, "eos_token_id": []},
                                  meta={"pair": name, "dtype": "float32", "baseline_wanted": True})

@@ -10,9 +10,11 @@ from specviz import autoregressive_decode, speculative_decode
 from specviz.core import measure
 from specviz.teaching import race
 from tiny import tiny_qwen
+from specviz.core.settings import DecodeSettings
 
 PROMPT = [3, 17, 5, 42, 8, 11]
-RUN_KW = dict(temperature=0.0, max_new_tokens=10, seed=0, eos_token_id=[])
+N_NEW = 10
+RUN_KW = dict(eos_token_id=[])
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +40,18 @@ def test_race_runs_the_target_alone_and_speculative_with_the_page_settings(model
         assert len(rounds) == seen[who] + 1  # every round, in order, as it is computed
         seen[who] = len(rounds)
 
-    r = race.race(target, draft, PROMPT, 3, on_round, **RUN_KW)
+    r = race.race(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=N_NEW), on_round, **RUN_KW)
     assert r.k == r.spec.settings["k"] == 3 and seen == {"base": len(r.base.rounds), "spec": len(r.spec.rounds)}
     # the same runs as the engine gives: the warm-ups change no token
-    assert r.base.token_ids == autoregressive_decode(target, PROMPT, **RUN_KW).token_ids
-    assert r.spec.token_ids == speculative_decode(target, draft, PROMPT, k=3, **RUN_KW).token_ids
+    assert r.base.token_ids == autoregressive_decode(target, PROMPT, DecodeSettings(max_new_tokens=N_NEW), **RUN_KW).token_ids
+    assert r.spec.token_ids == speculative_decode(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=N_NEW), **RUN_KW).token_ids
     assert r.spec.token_ids == r.base.token_ids  # greedy: speculative writes the target's own text
-    assert len(r.base.rounds) == RUN_KW["max_new_tokens"]  # one token per pass for the target alone
+    assert len(r.base.rounds) == N_NEW  # one token per pass for the target alone
 
 
 def test_replay_schedule_shows_every_round_of_both_runs_in_time_order(models):
     target, draft = models
-    r = race.race(target, draft, PROMPT, 2, **RUN_KW)
+    r = race.race(target, draft, PROMPT, DecodeSettings(k=2, max_new_tokens=N_NEW), **RUN_KW)
     events = race.replay_schedule(r)
     assert [t for t, _, _ in events] == sorted(t for t, _, _ in events)
     for who, run in (("base", r.base), ("spec", r.spec)):
@@ -61,7 +63,8 @@ def test_replay_schedule_shows_every_round_of_both_runs_in_time_order(models):
 def test_compare_policies_runs_each_policy_from_the_same_k(models):
     target, draft = models
     fracs = []
-    runs = race.compare_policies(target, draft, PROMPT, 2, progress=lambda m, f: fracs.append(f), **RUN_KW)
+    runs = race.compare_policies(target, draft, PROMPT, DecodeSettings(k=2, max_new_tokens=N_NEW), progress=lambda m, f: fracs.append(f),
+                                 **RUN_KW)
     assert list(runs) == list(race.POLICIES)
     assert all(r.settings.get("k_policy") == p for p, r in runs.items())
     assert set(runs["fixed"].ks[:-1]) == {2}  # fixed k never moves (the last round may draft only what is left)
@@ -72,7 +75,7 @@ def test_compare_policies_runs_each_policy_from_the_same_k(models):
 
 def test_policy_summary_measures_against_fixed_k(models):
     target, draft = models
-    runs = race.compare_policies(target, draft, PROMPT, 3, **RUN_KW)
+    runs = race.compare_policies(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=N_NEW), **RUN_KW)
     s = race.policy_summary(runs)
     assert s["fixed"].gain is None
     for name, run in runs.items():

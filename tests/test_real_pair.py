@@ -12,6 +12,7 @@ from specviz import autoregressive_decode, speculative_decode
 from specviz.teaching.experiments import first_token_trials
 from specviz.core.prompts import encode, preset
 from specviz.core.theory import expected_tv_noise, total_variation
+from specviz.core.settings import DecodeSettings
 
 pytestmark = pytest.mark.real
 
@@ -41,10 +42,10 @@ def test_real_greedy_equals_target_generate(fp32_pair, text, chat):
                                eos_token_id=pair.eos_token_ids, pad_token_id=pair.eos_token_ids[0],
                                repetition_penalty=1.0, top_k=None, top_p=None, temperature=None)
     ref = ref[0, len(ids):].tolist()
-    run = speculative_decode(pair.target, pair.draft, ids, k=4, temperature=0, max_new_tokens=N_NEW,
+    run = speculative_decode(pair.target, pair.draft, ids, DecodeSettings(k=4, temperature=0, max_new_tokens=N_NEW),
                              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     assert run.token_ids == ref, (pair.tokenizer.decode(run.token_ids), pair.tokenizer.decode(ref))
-    base = autoregressive_decode(pair.target, ids, temperature=0, max_new_tokens=N_NEW,
+    base = autoregressive_decode(pair.target, ids, DecodeSettings(temperature=0, max_new_tokens=N_NEW),
                                  eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     assert base.token_ids == ref
     # the draft really drafted, and the rounds account for every token
@@ -68,7 +69,7 @@ def test_real_capital_of_france_preset_runs(default_pair):
     pair = default_pair
     p = preset("The capital of France")
     ids = encode(pair.tokenizer, p.text, chat=p.chat)
-    run = speculative_decode(pair.target, pair.draft, ids, k=4, temperature=0, max_new_tokens=8,
+    run = speculative_decode(pair.target, pair.draft, ids, DecodeSettings(k=4, temperature=0, max_new_tokens=8),
                              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     assert len(run.token_ids) == 8
     assert run.rounds[0].k == 4 and len(run.rounds[0].p_top) == 5
@@ -84,7 +85,7 @@ def domain_baselines(default_pair_fp32):
     pair, out = default_pair_fp32, {}
     for dom, p in domain_prompts().items():
         ids = encode(pair.tokenizer, p.text, chat=p.chat)
-        out[dom] = ids, autoregressive_decode(pair.target, ids, temperature=0, max_new_tokens=16,
+        out[dom] = ids, autoregressive_decode(pair.target, ids, DecodeSettings(temperature=0, max_new_tokens=16),
                                               eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab).token_ids
     return out
 
@@ -100,7 +101,7 @@ def test_real_greedy_is_the_target_alone_with_every_draft_precision(default_pair
     pair = with_draft_precision(default_pair_fp32, precision)
     assert pair.target is default_pair_fp32.target
     for dom, (ids, ref) in domain_baselines.items():
-        run = speculative_decode(pair.target, pair.draft, ids, k=4, temperature=0, max_new_tokens=16,
+        run = speculative_decode(pair.target, pair.draft, ids, DecodeSettings(k=4, temperature=0, max_new_tokens=16),
                                  eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
         assert run.token_ids == ref, (precision, dom, pair.tokenizer.decode(run.token_ids))
         assert run.n_accepted > 0, (precision, dom)  # the draft is still a useful draft

@@ -6,6 +6,7 @@ import re
 
 from specviz.teaching import render
 from specviz.data.records import Round, Run, TopK
+from specviz.core.settings import DecodeSettings
 
 VOCAB = {1: " Paris", 2: ",", 3: " a", 4: " city", 5: " major", 6: "\n", 7: "<script>alert(1)</script>",
          8: " and", 9: " the", 10: " x"}
@@ -222,7 +223,8 @@ def test_ansi_tokens_draws_a_tree_run_with_its_path_and_extra_token():
     from specviz.decoding.tree import tree_decode
 
     # the target drafting for itself: paths are accepted, a bonus follows, the last round is cut
-    run = tree_decode(tiny_qwen(100), tiny_qwen(100), [2, 7, 1, 8], budget=4, max_new_tokens=10, eos_token_id=[])
+    run = tree_decode(tiny_qwen(100), tiny_qwen(100), [2, 7, 1, 8], DecodeSettings(max_new_tokens=10), budget=4,
+                      eos_token_id=[])
     texts = [f"<{t}>" for t in run.token_ids]
     s = render.ansi_tokens(run, str, texts=texts)
     assert _plain(s).replace("⁺", "") == "".join(texts)

@@ -155,5 +155,5 @@ def test_the_sampler_the_settings_and_the_records_share_one_greedy():
         assert Sampler.create(t, 0, 1.0, 0).greedy == is_greedy(t) == DecodeSettings(temperature=t).greedy
     target, draft = tiny_qwen(0), tiny_qwen(1)
     for t in (0.0, 1e-3):
-        run = speculative_decode(target, draft, [1, 2, 3], k=2, temperature=t, max_new_tokens=4)
+        run = speculative_decode(target, draft, [1, 2, 3], DecodeSettings(k=2, temperature=t, max_new_tokens=4))
         assert all(r.greedy == is_greedy(t) for r in run.rounds)

@@ -23,6 +23,7 @@ from specviz.teaching import charts, early_exit, rules
 from specviz.modeling.config import parse_registry
 from specviz.core.errors import ConfigError, InvalidSetting
 from stats import passes, total_variation
+from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"
@@ -46,9 +47,11 @@ def test_derived_draft_pairs_are_greedy_identical_to_the_target_alone(name):
     tok = pair.tokenizer
     for text in ("The capital of France is", "def f(x):\n    return", "1, 2, 3,"):
         ids = tok(text)["input_ids"]
-        base = engine.autoregressive_decode(_reference_target(name), ids, max_new_tokens=40, temperature=0.0,
+        base = engine.autoregressive_decode(_reference_target(name), ids,
+                                            DecodeSettings(max_new_tokens=40, temperature=0.0),
                                             eos_token_id=[], vocab=pair.shared_vocab)
-        spec = engine.speculative_decode(pair.target, pair.draft, ids, k=4, max_new_tokens=40, temperature=0.0,
+        spec = engine.speculative_decode(pair.target, pair.draft, ids,
+                                         DecodeSettings(k=4, max_new_tokens=40, temperature=0.0),
                                          eos_token_id=[], vocab=pair.shared_vocab)
         assert spec.token_ids == base.token_ids, text
         if name == "tiny-self":
@@ -162,11 +165,11 @@ def test_early_exit_sweep_alpha_c_and_speedup_against_l():
     t = tiny.tiny_model(0, layers=4)
     ids = [5, 6, 7, 8, 9]
     assert early_exit.default_layers(4, 4) == [1, 2, 3, 4] and early_exit.default_layers(28) == [6, 11, 17, 22, 28]
-    sweep = early_exit.early_exit_sweep(t, ids, [3, 1, 4, 3], k=3, max_new_tokens=16, cost_reps=1)
+    sweep = early_exit.early_exit_sweep(t, ids, [3, 1, 4, 3], DecodeSettings(k=3, max_new_tokens=16), cost_reps=1)
     assert [pt.layers for pt in sweep.points] == [1, 3, 4] and sweep.n_layers == 4
     for pt in sweep.points:
-        direct = engine.speculative_decode(t, selfdraft.draft_at(t, pt.layers), ids, k=3, max_new_tokens=16,
-                                           temperature=0.0)
+        direct = engine.speculative_decode(t, selfdraft.draft_at(t, pt.layers), ids,
+                                           DecodeSettings(k=3, max_new_tokens=16, temperature=0.0))
         assert pt.alpha == direct.alpha and pt.tokens_per_pass == direct.tokens_per_pass
         assert pt.c > 0 and pt.speedup > 0 and pt.predicted > 0
     assert sweep.points[-1].alpha == 1.0  # L = 4: the target itself
@@ -203,8 +206,9 @@ def test_sampling_with_a_draft_made_of_the_target_keeps_its_distribution(small_v
     exact = exact_distribution(target, 1.0, top_k=4, top_p=0.95)
     counts, rounds = {}, []
     for seed in range(N_SAMPLED):
-        run = engine.speculative_decode(target, draft, PROMPT, k=2, temperature=1.0, top_k=4, top_p=0.95,
-                                        max_new_tokens=3, seed=seed, eos_token_id=[])
+        run = engine.speculative_decode(target, draft, PROMPT,
+                                        DecodeSettings(k=2, temperature=1.0, top_k=4, top_p=0.95, max_new_tokens=3,
+                                                       seed=seed), eos_token_id=[])
         counts[tuple(run.token_ids)] = counts.get(tuple(run.token_ids), 0) + 1
         rounds += run.rounds
     assert passes(counts, exact, N_SAMPLED), total_variation(counts, exact, N_SAMPLED)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"
@@ -61,7 +62,7 @@ def test_each_pair_runs_greedy_exact_and_self_accepts_everything(reg):
 
     cts = contenders(reg, TINY_NAMES)
     assert cts[1].draft is cts[1].target  # the target drafting for itself: no copy
-    res = {r.name: r for r in sidebyside.compare_pairs(cts, k=3, max_new_tokens=12, seed=0)}
+    res = {r.name: r for r in sidebyside.compare_pairs(cts, DecodeSettings(k=3, max_new_tokens=12, seed=0))}
     assert list(res) == TINY_NAMES
     assert all(r.identical is True for r in res.values())  # greedy: the target's own text, every pair
     assert res["tiny-self"].alpha == 1.0 and res["tiny-self"].tokens_per_pass == 4.0  # k + 1 every round
@@ -80,7 +81,7 @@ def test_a_draft_with_another_tokenizer_drafts_through_text_in_the_comparison(re
 
     (ct,) = contenders(reg, ["tiny-other-tokenizer"])
     assert isinstance(ct.draft, CrossTokenizerDrafter) and "another tokenizer" in ct.draft_desc
-    (res,) = sidebyside.compare_pairs([ct], k=3, max_new_tokens=12, seed=0)
+    (res,) = sidebyside.compare_pairs([ct], DecodeSettings(k=3, max_new_tokens=12, seed=0))
     assert res.identical is True and 0 < res.alpha < 1.0  # the noisy draft, reached through text
 
 

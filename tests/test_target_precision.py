@@ -14,6 +14,7 @@ from specviz import InvalidSetting, autoregressive_decode, speculative_decode
 from specviz.core import measure
 from specviz.decoding import models
 from specviz.modeling import quant
+from specviz.core.settings import DecodeSettings
 
 REG = Path(__file__).resolve().parent / "models_tiny.yaml"
 pytestmark = pytest.mark.skipif("int8" not in quant.supported("cpu"), reason="no fbgemm int8 here")
@@ -114,8 +115,9 @@ PROMPTS = ([5, 6, 7], [12, 40, 3, 3, 9, 21], [30])
 def test_greedy_speculative_text_is_the_int8_target_alone(int8_pair, k):
     target, accepted = int8_pair.target, 0
     for prompt in PROMPTS:
-        alone = autoregressive_decode(target, prompt, max_new_tokens=40, **int8_pair.run_kw)
-        run = speculative_decode(target, int8_pair.drafter(), prompt, k=k, max_new_tokens=40, **int8_pair.run_kw)
+        alone = autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=40), **int8_pair.run_kw)
+        run = speculative_decode(target, int8_pair.drafter(), prompt, DecodeSettings(k=k, max_new_tokens=40),
+                                 **int8_pair.run_kw)
         assert run.token_ids == alone.token_ids, (prompt, k)
         accepted += run.n_accepted
     assert accepted > 0  # whole drafts were verified in one multi-row pass, not just corrected
@@ -125,16 +127,17 @@ def test_greedy_speculative_text_is_the_int8_target_alone(int8_pair, k):
 def test_greedy_identity_holds_for_every_tiny_pair_with_an_int8_target(name):
     pair = models.load_pair(name, registry=REG, device="cpu", target_precision="int8")
     prompt = [8, 9, 10, 11]
-    alone = autoregressive_decode(pair.target, prompt, max_new_tokens=30, **pair.run_kw)
+    alone = autoregressive_decode(pair.target, prompt, DecodeSettings(max_new_tokens=30), **pair.run_kw)
     for k in (2, 5):
-        run = speculative_decode(pair.target, pair.drafter(), prompt, k=k, max_new_tokens=30, **pair.run_kw)
+        run = speculative_decode(pair.target, pair.drafter(), prompt, DecodeSettings(k=k, max_new_tokens=30),
+                                 **pair.run_kw)
         assert run.token_ids == alone.token_ids, k
 
 
 def test_a_sampling_run_with_an_int8_target_completes_and_follows_its_seed(int8_pair):
-    kw = dict(k=3, temperature=0.8, top_p=0.95, max_new_tokens=30, **int8_pair.run_kw)
-    a = speculative_decode(int8_pair.target, int8_pair.drafter(), [5, 6, 7], seed=3, **kw)
-    b = speculative_decode(int8_pair.target, int8_pair.drafter(), [5, 6, 7], seed=3, **kw)
+    s = DecodeSettings(k=3, temperature=0.8, top_p=0.95, max_new_tokens=30, seed=3)
+    a = speculative_decode(int8_pair.target, int8_pair.drafter(), [5, 6, 7], s, **int8_pair.run_kw)
+    b = speculative_decode(int8_pair.target, int8_pair.drafter(), [5, 6, 7], s, **int8_pair.run_kw)
     assert len(a.token_ids) > 0 and a.token_ids == b.token_ids
     assert all(0 <= t < int8_pair.shared_vocab for t in a.token_ids)
 
@@ -170,7 +173,8 @@ def test_real_default_pair_with_an_int8_target_is_greedy_identical_to_it_alone()
     assert pair.target_precision == "int8"
     for text in ("The capital of France is", "def fibonacci(n):"):
         ids = pair.tokenizer(text)["input_ids"]
-        alone = autoregressive_decode(pair.target, ids, max_new_tokens=48, **pair.run_kw)
+        alone = autoregressive_decode(pair.target, ids, DecodeSettings(max_new_tokens=48), **pair.run_kw)
         for k in (2, 5):
-            run = speculative_decode(pair.target, pair.drafter(), ids, k=k, max_new_tokens=48, **pair.run_kw)
+            run = speculative_decode(pair.target, pair.drafter(), ids, DecodeSettings(k=k, max_new_tokens=48),
+                                     **pair.run_kw)
             assert run.token_ids == alone.token_ids, (text, k)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specviz.modeling import quant
+from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"
@@ -87,7 +88,7 @@ def compared():
     pairs = {tp: models.load_pair("tiny-random", registry=TINY, device="cpu", dtype="float32",
                                   draft_precision="float32", target_precision=tp) for tp in ("float32", "int8")}
     ids = list(range(3, 19))
-    res = experiments.target_comparison(pairs, ids, k=4, max_new_tokens=16, **pairs["float32"].run_kw)
+    res = experiments.target_comparison(pairs, ids, DecodeSettings(k=4, max_new_tokens=16), **pairs["float32"].run_kw)
     return pairs, res
 
 
@@ -99,7 +100,7 @@ def test_target_comparison_runs_each_target_against_its_own_target_alone(compare
     assert [r.precision for r in res] == ["float32", "int8"]
     for r in res:
         pair, spec = pairs[r.precision], r.comparison.spec
-        alone = autoregressive_decode(pair.target, spec.prompt_ids, max_new_tokens=16, **pair.run_kw)
+        alone = autoregressive_decode(pair.target, spec.prompt_ids, DecodeSettings(max_new_tokens=16), **pair.run_kw)
         assert r.comparison.base.token_ids == alone.token_ids  # the target alone is its own target's
         assert r.comparison.identical is True  # greedy: each equals its own target alone
         assert r.c == measure.c_from_runs([spec], [r.comparison.base])
@@ -115,7 +116,7 @@ def test_target_comparison_refuses_two_drafts(compared):
     pairs, _ = compared
     other = {"float32": pairs["float32"], "int8": dataclasses.replace(pairs["int8"], draft_precision="int8")}
     with pytest.raises(InvalidSetting, match="same draft"):
-        experiments.target_comparison(other, [3, 4, 5], k=2, max_new_tokens=4)
+        experiments.target_comparison(other, [3, 4, 5], DecodeSettings(k=2, max_new_tokens=4))
 
 
 def test_the_verdict_quotes_the_comparisons_own_numbers(compared):

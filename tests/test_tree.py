@@ -24,7 +24,8 @@ from specviz.decoding.tree import ROOT, DraftTree, draft_mask, draft_tree, tree_
 from specviz.data.tree_records import TreeRun
 from busy import busy_programs, team_or_skip
 from stats import passes, total_variation
-from tiny import hf_greedy, tiny_gpt2, tiny_qwen
+from tiny import hf_greedy, tiny_gpt2, tiny_qwen, split_settings
+from specviz.core.settings import DecodeSettings
 
 
 def no_eos(model):
@@ -145,8 +146,8 @@ def test_draft_passes_see_each_nodes_path_alone(greedy):
 def test_greedy_matches_hf_generate(seed, budget, branch, max_depth):
     target, draft = tiny_qwen(100 + seed), tiny_qwen(200 + seed)
     prompt = [(seed * 7 + i) % 64 for i in range(3 + seed)]
-    run = tree_decode(target, draft, prompt, budget=budget, branch=branch, max_depth=max_depth,
-                      max_new_tokens=20, seed=seed)
+    run = tree_decode(target, draft, prompt, DecodeSettings(max_new_tokens=20, seed=seed), budget=budget, branch=branch,
+                      max_depth=max_depth)
     assert run.token_ids == hf_greedy(target, prompt, 20)
 
 
@@ -155,9 +156,9 @@ def test_greedy_matches_hf_generate(seed, budget, branch, max_depth):
 def test_greedy_with_a_draft_that_often_agrees(noise, budget, branch):
     target, draft = close_pair(noise) if noise else (close_pair()[0],) * 2
     prompt = [5, 6, 7, 8]
-    run = tree_decode(target, draft, prompt, budget=budget, branch=branch, max_new_tokens=40)
+    run = tree_decode(target, draft, prompt, DecodeSettings(max_new_tokens=40), budget=budget, branch=branch)
     assert run.token_ids == hf_greedy(target, prompt, 40)
-    assert run.token_ids == autoregressive_decode(target, prompt, max_new_tokens=40).token_ids
+    assert run.token_ids == autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=40)).token_ids
     assert max(r.n_accepted for r in run.rounds) >= 3  # trees are accepted deep
     assert run.tokens_per_pass > 1.5
 
@@ -165,7 +166,8 @@ def test_greedy_with_a_draft_that_often_agrees(noise, budget, branch):
 def test_greedy_matches_on_gpt2_too():
     target, draft = tiny_gpt2(0), tiny_gpt2(1)
     prompt = [5, 9, 2]
-    assert tree_decode(target, draft, prompt, max_new_tokens=20).token_ids == hf_greedy(target, prompt, 20)
+    assert tree_decode(target, draft, prompt,
+                       DecodeSettings(max_new_tokens=20)).token_ids == hf_greedy(target, prompt, 20)
 
 
 # --------------------------------------------------------------------------
@@ -177,8 +179,9 @@ def test_greedy_matches_on_gpt2_too():
 def test_spine_greedy_matches_hf_generate(seed, doubt, branch):
     target, draft = tiny_qwen(100 + seed), tiny_qwen(200 + seed)
     prompt = [(seed * 7 + i) % 64 for i in range(3 + seed)]
-    run = tree_decode(target, draft, prompt, shape="spine", doubt=doubt, branch=branch, budget=24, max_depth=12,
-                      max_new_tokens=20, seed=seed)
+    run = tree_decode(target, draft, prompt, DecodeSettings(k_policy="best", max_new_tokens=20, seed=seed), shape="spine",
+                      doubt=doubt,
+                      branch=branch, budget=24, max_depth=12)
     assert run.token_ids == hf_greedy(target, prompt, 20)
 
 
@@ -193,8 +196,8 @@ def test_spine_accepts_the_drafts_second_choice_and_saves_passes(noise):
     ending on a sibling; every node is a chain node or a leaf, and only chain nodes are fed to the draft."""
     target, draft = close_pair(noise)
     prompt = [5, 6, 7, 8]
-    chain, spine = (tree_decode(target, draft, prompt, shape="spine", doubt=d, budget=64, max_depth=6,
-                                k_policy="fixed", max_new_tokens=60) for d in (0.0, 1.0))
+    chain, spine = (tree_decode(target, draft, prompt, DecodeSettings(k_policy="fixed", max_new_tokens=60),
+                                shape="spine", doubt=d, budget=64, max_depth=6) for d in (0.0, 1.0))
     assert spine.token_ids == chain.token_ids == hf_greedy(target, prompt, 60)
     assert sibling_paths(chain) == 0 and all(len(r.children.get(-1, [])) == 1 for r in chain.rounds)
     assert sibling_paths(spine) >= 2 and max(len(r.path) for r in spine.rounds) >= 2
@@ -212,10 +215,11 @@ def top_probs(run) -> list[tuple[float, int]]:
 
 def test_spine_branches_exactly_where_the_draft_is_unsure():
     target, draft = close_pair(0.05)
-    kw = dict(shape="spine", budget=64, max_depth=32, max_new_tokens=40, branch=2)
-    tops = sorted(t for t, _ in top_probs(tree_decode(target, draft, [5, 6, 7, 8], doubt=0.0, **kw)))
+    kw = dict(shape="spine", budget=64, max_depth=32, branch=2)
+    s = DecodeSettings(k_policy="best", max_new_tokens=40)
+    tops = sorted(t for t, _ in top_probs(tree_decode(target, draft, [5, 6, 7, 8], s, doubt=0.0, **kw)))
     doubt = tops[len(tops) // 2]  # the tiny draft is never sure in absolute terms: half its nodes are below
-    nodes = top_probs(tree_decode(target, draft, [5, 6, 7, 8], doubt=doubt, **kw))
+    nodes = top_probs(tree_decode(target, draft, [5, 6, 7, 8], s, doubt=doubt, **kw))
     assert all((n == 2) == (t < doubt) for t, n in nodes), nodes
     assert any(n == 2 for _, n in nodes) and any(n == 1 for _, n in nodes)
 
@@ -246,7 +250,7 @@ def test_the_mask_works_with_each_attention_implementation(attn):
     for m in (target, draft):
         m.set_attn_implementation(attn)
     prompt = [5, 6, 7]
-    run = tree_decode(target, draft, prompt, max_new_tokens=25)
+    run = tree_decode(target, draft, prompt, DecodeSettings(max_new_tokens=25))
     assert run.token_ids == hf_greedy(target, prompt, 25) and run.tokens_per_pass > 1.5
 
 
@@ -254,8 +258,8 @@ def test_tree_beats_chain_of_same_first_branch_on_a_noisy_draft():
     """Alternatives help: with a draft that is often second-best, branch 3 accepts more per pass than branch 1."""
     target, draft = close_pair(0.1)
     prompt = [5, 6, 7, 8]
-    chain = tree_decode(target, draft, prompt, budget=6, branch=1, max_depth=6, max_new_tokens=60)
-    wide = tree_decode(target, draft, prompt, budget=24, branch=3, max_depth=6, max_new_tokens=60)
+    chain = tree_decode(target, draft, prompt, DecodeSettings(max_new_tokens=60), budget=6, branch=1, max_depth=6)
+    wide = tree_decode(target, draft, prompt, DecodeSettings(max_new_tokens=60), budget=24, branch=3, max_depth=6)
     assert chain.token_ids == wide.token_ids
     assert wide.tokens_per_pass > chain.tokens_per_pass
 
@@ -265,7 +269,7 @@ def test_eos_stops_and_is_never_passed():
     prompt = [4, 4, 2]
     free = hf_greedy(target, prompt, 30)
     eos = free[9]
-    run = tree_decode(target, draft, prompt, max_new_tokens=30, eos_token_id=eos)
+    run = tree_decode(target, draft, prompt, DecodeSettings(max_new_tokens=30), eos_token_id=eos)
     assert run.token_ids == free[: free.index(eos) + 1] == hf_greedy(target, prompt, 30, eos=eos)
     assert run.stop_reason == "eos"
 
@@ -276,7 +280,7 @@ def test_one_target_pass_per_round_and_one_draft_pass_per_depth(monkeypatch):
     for name, m in (("t", target), ("d", draft)):
         orig = m.forward
         monkeypatch.setattr(m, "forward", lambda *a, _o=orig, _c=calls[name], **kw: _c.append(1) or _o(*a, **kw))
-    run = tree_decode(target, draft, [1, 2, 3], budget=16, branch=2, max_depth=5, max_new_tokens=25)
+    run = tree_decode(target, draft, [1, 2, 3], DecodeSettings(max_new_tokens=25), budget=16, branch=2, max_depth=5)
     assert len(calls["t"]) == run.target_passes == len(run.rounds)
     assert len(calls["d"]) == run.draft_passes == sum(len(r.draft_s) for r in run.rounds)
     assert all(len(r.draft_s) <= 5 for r in run.rounds)
@@ -285,7 +289,7 @@ def test_one_target_pass_per_round_and_one_draft_pass_per_depth(monkeypatch):
 @pytest.mark.parametrize("n", [1, 2, 5, 9])
 def test_max_new_tokens_is_exact(n):
     target, draft = close_pair(0.0)
-    run = tree_decode(target, draft, [1, 2], max_new_tokens=n)
+    run = tree_decode(target, draft, [1, 2], DecodeSettings(max_new_tokens=n))
     assert len(run.token_ids) == n and sum(len(r.emitted) for r in run.rounds) == n
 
 
@@ -340,8 +344,9 @@ def sampled_counts(target, draft, temperature, top_k=0, top_p=1.0, shape="tree")
     # the spine with doubt 1.0: siblings at every node, so each token can come from a sibling
     spine = dict(shape="spine", doubt=1.0) if shape == "spine" else {}
     for seed in range(N_RUNS):
-        run = tree_decode(target, draft, PROMPT, budget=8, branch=3, temperature=temperature, top_k=top_k,
-                          top_p=top_p, max_new_tokens=2, seed=seed, **spine)
+        run = tree_decode(target, draft, PROMPT,
+                          DecodeSettings(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=2,
+                                         seed=seed), budget=8, branch=3, **spine)
         counts[tuple(run.token_ids)] += 1
     return counts
 
@@ -387,11 +392,11 @@ def test_sampling_three_tokens_deep_matches_target_distribution(close_small_voca
     assert (P, V) == (PROMPT, VOCAB)
     target, draft = close_small_vocab_pair
     want = exact_distribution(target, 1.0, n=3)
-    spine = dict(shape="spine", doubt=1.0, k_policy="fixed") if shape == "spine" else {}
+    spine = dict(shape="spine", doubt=1.0) if shape == "spine" else {}  # DecodeSettings' k policy: fixed
     counts, deep = collections.Counter(), 0
     for seed in range(N_DEEP):
-        run = tree_decode(target, draft, PROMPT, budget=12, branch=2, max_depth=3, temperature=1.0,
-                          max_new_tokens=3, seed=seed, **spine)
+        run = tree_decode(target, draft, PROMPT, DecodeSettings(temperature=1.0, max_new_tokens=3, seed=seed),
+                          budget=12, branch=2, max_depth=3, **spine)
         counts[tuple(run.token_ids)] += 1
         deep += any(d >= 2 and v != "untried" for r in run.rounds for d, v in zip(r.depths, r.verdict))
     assert deep > N_DEEP / 2, deep  # most runs judged a node below depth 1
@@ -438,7 +443,8 @@ def test_not_removing_a_rejected_child_from_q_fails_the_distribution_check(small
 
 def test_records_are_consistent_and_round_trip_through_json():
     target, draft = close_pair(0.1)
-    run = tree_decode(target, draft, [1, 2, 3], budget=12, branch=3, temperature=0.9, max_new_tokens=30, seed=5)
+    run = tree_decode(target, draft, [1, 2, 3], DecodeSettings(temperature=0.9, max_new_tokens=30, seed=5), budget=12,
+                      branch=3)
     assert [t for r in run.rounds for t in r.emitted] == run.token_ids
     assert run.tokens_per_pass == pytest.approx(len(run.token_ids) / len(run.rounds))
     for r in run.rounds:
@@ -468,9 +474,9 @@ def test_tree_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(
     from specviz.core.errors import SpecvizError
 
     target, draft = close_pair(0.1)
-    quiet = tree_decode(target, draft, [1, 2, 3], budget=6, max_new_tokens=8)
+    quiet = tree_decode(target, draft, [1, 2, 3], DecodeSettings(max_new_tokens=8), budget=6)
     with passes_losing_the_cpu(target):  # the verify pass (masked)
-        busy = tree_decode(target, draft, [1, 2, 3], budget=6, max_new_tokens=8)
+        busy = tree_decode(target, draft, [1, 2, 3], DecodeSettings(max_new_tokens=8), budget=6)
     assert busy.token_ids == quiet.token_ids
     assert busy.outside_load_rounds == len(busy.rounds) > 0
     assert busy.outside_load_s == pytest.approx(busy.rounds_s)
@@ -496,7 +502,7 @@ def test_a_tree_runs_time_leaves_out_the_waits_for_a_core():
     target, draft = close_pair(0.1)
     with busy_programs(os.cpu_count() or 2):
         t0 = time.perf_counter()
-        run = tree_decode(target, draft, [1, 2, 3], budget=6, max_new_tokens=16)
+        run = tree_decode(target, draft, [1, 2, 3], DecodeSettings(max_new_tokens=16), budget=6)
         clock = time.perf_counter() - t0
     assert run.stalled_s >= 0.05 * clock, (run.stalled_s, clock)
     assert run.rounds_s + run.stalled_s <= clock + 1e-3 and run.decode_s + run.stalled_s <= clock + 1e-3
@@ -512,7 +518,8 @@ def test_a_tree_runs_time_leaves_out_the_waits_for_a_core():
 
 def test_same_seed_same_run():
     target, draft = close_pair(0.1)
-    a, b, c = (tree_decode(target, draft, [1, 2, 3], temperature=1.0, max_new_tokens=20, seed=s) for s in (4, 4, 5))
+    a, b, c = (tree_decode(target, draft, [1, 2, 3],
+                           DecodeSettings(temperature=1.0, max_new_tokens=20, seed=s)) for s in (4, 4, 5))
     assert a.token_ids == b.token_ids and a.token_ids != c.token_ids
 
 
@@ -528,7 +535,7 @@ def test_a_malformed_tree_file_names_the_field(field, value, match):
     from specviz.core.errors import SpecvizError
 
     target, draft = close_pair(0.0)
-    d = tree_decode(target, draft, [1, 2], max_new_tokens=8).to_dict()
+    d = tree_decode(target, draft, [1, 2], DecodeSettings(max_new_tokens=8)).to_dict()
     assert len(d["rounds"][0]["path"]) >= 2
     d["rounds"][0][field] = value(d["rounds"][0])
     with pytest.raises(SpecvizError, match=match):
@@ -544,8 +551,10 @@ def test_bad_input_is_a_clear_error(kw, match):
     target, draft = close_pair()
     args = dict(input_ids=[1, 2, 3], max_new_tokens=5)
     args.update(kw)
+    ids = args.pop("input_ids")
+    settings, rest = split_settings(args)
     with pytest.raises(InvalidSetting, match=match):
-        tree_decode(target, draft, args.pop("input_ids"), **args)
+        tree_decode(target, draft, ids, settings, **rest)
 
 
 # --------------------------------------------------------------------------
@@ -560,10 +569,11 @@ def test_real_pair_greedy_tree_equals_the_target_alone(default_pair_fp32):
     if pair.dtype != torch.float32:
         pytest.skip("greedy identity is checked in float32")
     ids = encode(pair.tokenizer, "Write a Python function `fib(n)` that returns the n-th Fibonacci number.", chat=True)
-    common = dict(max_new_tokens=16, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
-    alone = autoregressive_decode(pair.target, ids, **common)
+    common = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    s = DecodeSettings(k_policy="best", max_new_tokens=16)
+    alone = autoregressive_decode(pair.target, ids, s, **common)
     for shape in (dict(budget=16, branch=2), dict(tree.SPINE, shape="spine")):
-        run = tree_decode(pair.target, pair.draft, ids, **shape, **common)
+        run = tree_decode(pair.target, pair.draft, ids, s, **shape, **common)
         assert run.token_ids == alone.token_ids, (shape, pair.tokenizer.decode(run.token_ids),
                                                   pair.tokenizer.decode(alone.token_ids))
         assert run.n_accepted > 0 and run.target_passes < len(run.token_ids)  # the tree did accept drafts

@@ -8,6 +8,7 @@ import torch
 from specviz.modeling.tiny import tiny_model
 from specviz.decoding.tree import tree_decode
 from specviz.teaching.tree_charts import NODE_STATES, fig_tree, tree_layout
+from specviz.core.settings import DecodeSettings
 
 EVIL = "<a href='x'>y</a>"
 
@@ -16,8 +17,8 @@ EVIL = "<a href='x'>y</a>"
 def rounds():
     target = tiny_model(0, dtype=torch.float64)
     draft = tiny_model(0, noise=0.1, dtype=torch.float64)
-    runs = [tree_decode(target, draft, [5, 6, 7], budget=12, branch=3, temperature=t, max_new_tokens=30,
-                        seed=1, eos_token_id=[]) for t in (0.0, 1.0)]
+    runs = [tree_decode(target, draft, [5, 6, 7], DecodeSettings(temperature=t, max_new_tokens=30, seed=1), budget=12,
+                        branch=3, eos_token_id=[]) for t in (0.0, 1.0)]
     return [r for run in runs for r in run.rounds]
 
 

@@ -7,6 +7,7 @@ from specviz.decoding.engine import speculative_decode
 from specviz.modeling.tiny import tiny_model
 from specviz.decoding.tree import tree_decode
 from specviz.teaching.tree_charts import DRAFTED_STATE, fig_tree
+from specviz.core.settings import DecodeSettings
 from specviz.teaching.tree_lab import (ChainVsTree, ShapeRun, by_depth, by_rank, chain_vs_tree, chain_vs_tree_verdict,
                               node_story, ranks)
 
@@ -18,8 +19,9 @@ def pair():
 
 @pytest.fixture(scope="module")
 def rounds(pair):
-    return [r for t in (0.0, 1.0) for r in tree_decode(*pair, [5, 6, 7], budget=12, branch=3, temperature=t,
-                                                        max_new_tokens=40, seed=2, eos_token_id=[]).rounds]
+    return [r for t in (0.0, 1.0)
+            for r in tree_decode(*pair, [5, 6, 7], DecodeSettings(temperature=t, max_new_tokens=40, seed=2),
+                                 budget=12, branch=3, eos_token_id=[]).rounds]
 
 
 def test_tallies_count_what_the_walk_tried_and_accepted(rounds):
@@ -74,10 +76,13 @@ def test_drafting_view_grows_by_depth_with_nothing_verified(rounds):
 
 
 def test_chain_vs_tree_runs_the_engines_chain_and_tree(pair):
-    cmp = chain_vs_tree(*pair, [5, 6, 7], budgets=[2, 6], max_new_tokens=12, seed=1, eos_token_id=[], cost_reps=1)
+    cmp = chain_vs_tree(*pair, [5, 6, 7], settings=DecodeSettings(max_new_tokens=12, seed=1), budgets=[2, 6],
+                        eos_token_id=[], cost_reps=1)
     for b in (2, 6):
-        chain = speculative_decode(*pair, [5, 6, 7], k=b, max_new_tokens=12, seed=1, eos_token_id=[])
-        tree = tree_decode(*pair, [5, 6, 7], budget=b, max_new_tokens=12, seed=1, eos_token_id=[])
+        chain = speculative_decode(*pair, [5, 6, 7], settings=DecodeSettings(k=b, max_new_tokens=12, seed=1),
+                                   eos_token_id=[])
+        tree = tree_decode(*pair, [5, 6, 7], settings=DecodeSettings(max_new_tokens=12, seed=1), budget=b,
+                           eos_token_id=[])
         assert cmp.get("chain", b).target_passes == chain.target_passes
         assert cmp.get("tree", b).target_passes == tree.target_passes
     assert cmp.same_output and set(cmp.verify_ratio) == {1, 3, 7} and cmp.verify_ratio[1] == 1.0

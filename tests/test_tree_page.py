@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from specviz.core.settings import DecodeSettings
+from tiny import split_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = str(ROOT / "pages" / "9_Token_tree.py")
@@ -58,8 +60,9 @@ def direct(**kw):
     p = prompts.preset("Python function")
     ids = prompts.encode(pair.tokenizer, p.text, p.chat)
     settings = dict(budget=16, branch=2, max_depth=8, temperature=0.0, max_new_tokens=32, seed=0) | kw
-    return pair, ids, tree_decode(pair.target, pair.draft, ids, eos_token_id=pair.eos_token_ids,
-                                  vocab=pair.shared_vocab, **settings)
+    decode, shape = split_settings(settings)
+    return pair, ids, tree_decode(pair.target, pair.draft, ids, decode, eos_token_id=pair.eos_token_ids,
+                                  vocab=pair.shared_vocab, **shape)
 
 
 def test_rounds_draw_the_engines_tree_and_explain_a_node():
@@ -124,7 +127,7 @@ def test_chain_against_tree_is_measured_on_the_same_prompt_and_seed():
     press(at, "tree.measure")
     fig = figure(at, "Chain against tree")
     pair, ids, _ = direct(max_new_tokens=12)
-    cmp = chain_vs_tree(pair.target, pair.draft, ids, budgets=[2, 8], max_new_tokens=12, seed=0,
+    cmp = chain_vs_tree(pair.target, pair.draft, ids, DecodeSettings(max_new_tokens=12, seed=0), budgets=[2, 8],
                         eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab, cost_reps=1)
     for shape in ("chain", "tree"):
         tpp = [t for t in fig["data"] if t.get("name") == shape and t["xaxis"] == "x"][0]["y"]
@@ -167,8 +170,9 @@ def test_the_main_page_drafts_its_prompt_as_a_tree_when_asked():
     ids = prompts.encode(pair.tokenizer, text, chat)
     from specviz.decoding.tree import tree_decode
 
-    r = tree_decode(pair.target, pair.draft, ids, budget=8, temperature=at.slider(key="main.temperature").value,
-                    seed=0, max_new_tokens=16, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab).rounds[0]
+    r = tree_decode(pair.target, pair.draft, ids,
+                    DecodeSettings(temperature=at.slider(key="main.temperature").value, seed=0, max_new_tokens=16),
+                    budget=8, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab).rounds[0]
     nodes = drawn_nodes(figure(at, "Round 1: a tree of 8 drafted tokens"))
     assert nodes["accepted path"] == sorted(r.path)
 
@@ -184,7 +188,7 @@ def test_the_main_page_drafts_its_first_round_as_a_spine_when_asked(bytes_only):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
     at.radio(key="main.shape").set_value("spine").run()
-    assert not at.exception and not any(s.key == "main.tree_budget" for s in at.select_slider)  # the chooser ends it
+    assert not at.exception and at.select_slider(key="main.tree_budget").disabled  # the chooser ends it
     assert any(e.label.startswith("Spine:") for e in at.expander)
     press(at, "main.tree_run")
     rnd, _ = at.session_state["main.spine"]
@@ -201,7 +205,7 @@ def test_the_main_page_drafts_its_first_round_as_a_spine_when_asked(bytes_only):
     text, chat = at.session_state["main.prompt"], at.session_state["main.chat"]
     pair, _, _ = direct()
     ids = prompts.encode(pair.tokenizer, text, chat)
-    alone = engine.autoregressive_decode(pair.target, ids, max_new_tokens=len(rnd.emitted),
+    alone = engine.autoregressive_decode(pair.target, ids, DecodeSettings(max_new_tokens=len(rnd.emitted)),
                                          eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     assert rnd.emitted == alone.token_ids
 

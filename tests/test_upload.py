@@ -17,6 +17,7 @@ from specviz.teaching import explain
 from specviz.data import playback, runfile
 from specviz.core.limits import K_MAX
 from specviz.core.errors import SpecvizError
+from tiny import split_settings
 
 GOOD = Path(runfile.RECORDED_DIR) / "capital-of-france-greedy.json"
 SAMPLED = Path(runfile.RECORDED_DIR) / "creative-sampling-t1.json"
@@ -292,8 +293,10 @@ def test_every_kind_of_live_run_passes_its_own_file_checks(how):
           "adaptive": {"k_policy": "adaptive", "temperature": 1.0}, "lookup": {}, "eos": {"eos_token_id": [5, 9]},
           "autoregressive": {}, "autoregressive sampled": {"temperature": 1.0, "seed": 2}}[how]
     if how.startswith("autoregressive"):
-        run = autoregressive_decode(target, prompt, max_new_tokens=40, **kw)
+        settings, rest = split_settings({"max_new_tokens": 40, **kw})
+        run = autoregressive_decode(target, prompt, settings, **rest)
     else:
         drafter = PromptLookupDrafter() if how == "lookup" else draft
-        run = speculative_decode(target, drafter, prompt, k=5, max_new_tokens=40, **kw)
+        settings, rest = split_settings({"k": 5, "max_new_tokens": 40, **kw})
+        run = speculative_decode(target, drafter, prompt, settings, **rest)
     runfile.load_export(runfile.export_json(run, lambda t: f"t{t} ", "p"))

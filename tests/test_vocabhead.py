@@ -20,6 +20,7 @@ from specviz.decoding.drafters import ModelDrafter
 from specviz.decoding.sampling import logits_to_probs
 from stats import passes, total_variation
 from tiny import hf_greedy, tiny_qwen
+from specviz.core.settings import DecodeSettings
 
 
 @pytest.fixture
@@ -86,9 +87,9 @@ def test_greedy_output_is_the_target_alone_with_a_frequent_head(ranked, precisio
     rows = vocabhead.frequent_rows(draft, "fam", rows=32)
     for prompt in ([3, 4, 5], [9, 1, 7, 7, 2]):
         drafter = ModelDrafter(draft, rows=rows)
-        run = speculative_decode(target, drafter, prompt, k=k, max_new_tokens=24)
+        run = speculative_decode(target, drafter, prompt, DecodeSettings(k=k, max_new_tokens=24))
         assert run.token_ids == hf_greedy(target, prompt, 24)
-        assert run.token_ids == autoregressive_decode(target, prompt, max_new_tokens=24).token_ids
+        assert run.token_ids == autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=24)).token_ids
         seen = set(prompt)
         for r in run.rounds:  # every drafted token was allowed when it was drafted
             assert all(t % 2 == 0 or t in seen for t in r.drafted), (r.drafted, seen)
@@ -118,8 +119,8 @@ def exact_two_token_distribution(target):
 def two_token_counts(target, draft, rows, k):
     counts, kinds, drafted = collections.Counter(), collections.Counter(), collections.Counter()
     for seed in range(N_RUNS):
-        run = speculative_decode(target, ModelDrafter(draft, rows=rows), PROMPT, k=k, temperature=1.0,
-                                 max_new_tokens=2, seed=seed)
+        run = speculative_decode(target, ModelDrafter(draft, rows=rows), PROMPT,
+                                 DecodeSettings(k=k, temperature=1.0, max_new_tokens=2, seed=seed))
         counts[tuple(run.token_ids)] += 1
         kinds.update(r.extra_kind for r in run.rounds)
         drafted.update(run.rounds[0].drafted[:1])

@@ -19,6 +19,7 @@ from specviz.modeling import tiny
 from specviz.decoding import xtok
 from specviz.decoding.engine import autoregressive_decode, speculative_decode
 from stats import passes, total_variation
+from specviz.core.settings import DecodeSettings
 
 PROMPT = "the cat sat on the mat; the cat sat"
 N = len(tiny.SPECIALS + tiny.CHARS)  # real tokens: the tiny model's rows above N are never a token
@@ -41,9 +42,9 @@ def test_the_draft_tokenizer_really_differs(setup):
 def test_greedy_identity_and_a_lossless_conversion(setup, k):
     target, t_tok, draft, d_tok = setup
     ids = t_tok.encode(PROMPT)
-    base = autoregressive_decode(target, ids, max_new_tokens=24, eos_token_id=[], vocab=N)
-    spec = speculative_decode(target, xtok.CrossTokenizerDrafter(draft, d_tok, t_tok), ids, k=k,
-                              max_new_tokens=24, eos_token_id=[], vocab=N)
+    base = autoregressive_decode(target, ids, DecodeSettings(max_new_tokens=24), eos_token_id=[], vocab=N)
+    spec = speculative_decode(target, xtok.CrossTokenizerDrafter(draft, d_tok, t_tok), ids,
+                              DecodeSettings(k=k, max_new_tokens=24), eos_token_id=[], vocab=N)
     assert spec.token_ids == base.token_ids  # the target decides every token
     # the same weights, reached through text: every draft is the target's own choice
     assert spec.alpha == 1.0 and spec.n_judged > 0
@@ -53,9 +54,9 @@ def test_a_draft_that_disagrees_still_gives_the_target_text(setup):
     target, t_tok, _, d_tok = setup
     other = tiny.tiny_model(seed=7)  # unrelated weights: most drafts are wrong
     ids = t_tok.encode(PROMPT)
-    base = autoregressive_decode(target, ids, max_new_tokens=24, eos_token_id=[], vocab=N)
-    spec = speculative_decode(target, xtok.CrossTokenizerDrafter(other, d_tok, t_tok), ids, k=4,
-                              max_new_tokens=24, eos_token_id=[], vocab=N)
+    base = autoregressive_decode(target, ids, DecodeSettings(max_new_tokens=24), eos_token_id=[], vocab=N)
+    spec = speculative_decode(target, xtok.CrossTokenizerDrafter(other, d_tok, t_tok), ids,
+                              DecodeSettings(k=4, max_new_tokens=24), eos_token_id=[], vocab=N)
     assert spec.token_ids == base.token_ids and spec.alpha < 1.0
 
 
@@ -83,7 +84,8 @@ def sampled_two_tokens(target, drafter, prompt):
     """Counts of the two new tokens over N_RUNS seeds (k = 1: an accepted draft earns a bonus), and the rounds."""
     counts, rounds = collections.Counter(), []
     for seed in range(N_RUNS):
-        run = speculative_decode(target, drafter, prompt, k=1, temperature=T, max_new_tokens=2, seed=seed,
+        run = speculative_decode(target, drafter, prompt,
+                                 DecodeSettings(k=1, temperature=T, max_new_tokens=2, seed=seed),
                                  eos_token_id=[], vocab=N)
         counts[tuple(run.token_ids)] += 1
         rounds += run.rounds
@@ -198,8 +200,9 @@ def test_a_draft_missing_much_of_the_vocabulary_keeps_the_target_distribution_wi
     counts, rounds = collections.Counter(), []
     drafter = xtok.CrossTokenizerDrafter(draft, d_tok, t_tok, vocab=N)
     for seed in range(N_CUT):
-        run = speculative_decode(target, drafter, prompt, k=1,
-                                 temperature=T_CUT, top_k=TOP_K, top_p=TOP_P, max_new_tokens=2, seed=seed,
+        run = speculative_decode(target, drafter, prompt,
+                                 DecodeSettings(k=1, temperature=T_CUT, top_k=TOP_K, top_p=TOP_P, max_new_tokens=2,
+                                                seed=seed),
                                  eos_token_id=[], vocab=N)
         counts[tuple(run.token_ids)] += 1
         rounds += run.rounds
@@ -217,8 +220,8 @@ def test_a_drafter_left_to_its_defaults_samples():
     t_tok, d_tok = tiny.char_tokenizer(), tiny.char_tokenizer(reversed_ids=True)
     target, draft = tiny.tiny_model(seed=0), tiny.tiny_model(seed=0, noise=0.05, reversed_ids=True)
     drafter = xtok.CrossTokenizerDrafter(draft, d_tok, t_tok)
-    run = speculative_decode(target, drafter, t_tok.encode("the cat s"), k=2, temperature=0.8, max_new_tokens=8,
-                             seed=0)
+    run = speculative_decode(target, drafter, t_tok.encode("the cat s"),
+                             DecodeSettings(k=2, temperature=0.8, max_new_tokens=8, seed=0))
     assert len(run.token_ids) == 8 and run.n_judged > 0
     assert all(q > 0 for r in run.rounds for q in r.q_drafted)  # q on the target's ids, where it drew
 
@@ -242,9 +245,9 @@ def test_a_tiny_pair_with_another_tokenizer_loads_and_drafts_through_text():
     pair = models.load_pair("tiny-other-tokenizer", registry=reg, loaded=[host])
     assert pair.target is host.target and not pair.shares_vocab  # the target is lent, not loaded again
     ids = pair.tokenizer.encode(PROMPT)
-    kw = dict(max_new_tokens=16, eos_token_id=[], vocab=pair.shared_vocab)
-    base = autoregressive_decode(pair.target, ids, **kw)
-    spec = speculative_decode(pair.target, pair.drafter(), ids, k=3, **kw)
+    kw = dict(eos_token_id=[], vocab=pair.shared_vocab)
+    base = autoregressive_decode(pair.target, ids, DecodeSettings(max_new_tokens=16), **kw)
+    spec = speculative_decode(pair.target, pair.drafter(), ids, DecodeSettings(k=3, max_new_tokens=16), **kw)
     assert spec.token_ids == base.token_ids and spec.n_judged > 0
     # the shared-token table reads both vocabularies: the pair builds it once for all its drafters
     first = pair.drafter().shared()
@@ -261,12 +264,13 @@ def test_smollm2_drafts_for_the_embedded_qwen(default_pair_fp32):
     pair = models.load_pair("smollm2-135m-coder-1.5b", draft_precision="float32", loaded=[default_pair_fp32])
     assert pair.target is default_pair_fp32.target
     ids = prompts.encode(pair.tokenizer, "Write a Python function that adds two numbers.", True)
-    kw = dict(max_new_tokens=24, eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
-    base = autoregressive_decode(pair.target, ids, **kw)
-    spec = speculative_decode(pair.target, pair.drafter(), ids, k=4, **kw)
+    kw = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
+    base = autoregressive_decode(pair.target, ids, DecodeSettings(max_new_tokens=24), **kw)
+    spec = speculative_decode(pair.target, pair.drafter(), ids, DecodeSettings(k=4, max_new_tokens=24), **kw)
     assert spec.token_ids == base.token_ids
     assert spec.alpha > 0.3  # a real small model drafts usefully through text
-    sampled = speculative_decode(pair.target, pair.drafter(), ids, k=4, temperature=1.0, seed=0, **kw)
+    sampled = speculative_decode(pair.target, pair.drafter(), ids, DecodeSettings(k=4, temperature=1.0, seed=0,
+                                                                                    max_new_tokens=24), **kw)
     assert sampled.n_judged > 0 and sampled.alpha > 0.2
 
 

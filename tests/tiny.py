@@ -8,6 +8,8 @@ draft and target disagree often.
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
+from specviz.core.settings import DecodeSettings
+
 
 def tiny_qwen(seed: int, vocab: int = 64, init: float = 0.5, positions: int = 256):
     torch.manual_seed(seed)
@@ -32,3 +34,9 @@ def hf_greedy(model, prompt, n, eos=None):
                          min_new_tokens=0 if eos is not None else n, eos_token_id=eos,
                          pad_token_id=0, repetition_penalty=1.0)
     return out[0, len(prompt):].tolist()
+
+
+def split_settings(kw: dict) -> tuple[DecodeSettings, dict]:
+    """A test helper's keywords: (a DecodeSettings of those that are decoding settings, the rest)."""
+    names = DecodeSettings.__dataclass_fields__
+    return DecodeSettings(**{n: v for n, v in kw.items() if n in names}), {n: v for n, v in kw.items() if n not in names}

@@ -8,7 +8,7 @@
   measure(fn, *a, **kw)        run_guarded inside devqueue.watch(): (result, outside-load note or None)
   with_bar(fn, *a, text=, **kw) measure(fn, ..., progress=a progress bar), the bar gone after
   keep_measured(kept, measured, settings) keep measure's (result, note) in a kept.Kept unless the result is None
-  run_settings(ids, temperature, max_new_tokens, seed, **more)  a run's settings by the names the pages say
+  run_settings(ids, settings, **more)  a run's settings by the names the pages say
   StopBar(text)                a ProgressBar that a Stop click (a rerun of the script) stops between units
   stoppable(fn, *a, key=, unit=, **kw) a Stop button, then fn behind a StopBar: a Stoppable (result or the units
                                done before a stop, the outside-load note, the stop's note)
@@ -33,6 +33,7 @@ from specviz.teaching import explain
 from specviz.core import limits, prompts
 from specviz.data import playback
 from specviz.core.errors import SpecvizError, Stopped
+from specviz.core.settings import DecodeSettings
 
 
 def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True, shared_vocab: bool = True):
@@ -260,11 +261,12 @@ def keep_measured(kept, measured, settings=None):
     return kept.put((result, note) if result is not None else None, settings=settings)
 
 
-def run_settings(ids, temperature: float, max_new_tokens: int, seed: int, **more) -> dict:
-    """A run's settings by the names the pages' words give them (explain.other_settings): what Kept.put records
-    with a result and Kept.changed compares, and what a kept Run is compared on. more: a section's own (k, b)."""
-    return {"prompt": list(ids or []), "temperature": float(temperature), "number of new tokens": int(max_new_tokens),
-            "seed": int(seed), **more}
+def run_settings(ids, settings: DecodeSettings, **more) -> dict:
+    """A run's settings (its prompt ids and DecodeSettings) by the names the pages' words give them
+    (explain.other_settings): what Kept.put records with a result and Kept.changed compares, and what a kept Run
+    is compared on. more: a section's own (k, b)."""
+    return {"prompt": list(ids or []), "temperature": float(settings.temperature),
+            "number of new tokens": int(settings.max_new_tokens), "seed": int(settings.seed), **more}
 
 
 def load_warning(note) -> None:

@@ -80,9 +80,9 @@ def start_live(ms: MainSettings, t_script: float) -> playback.Playback:
 
 def _open_live(ms: MainSettings, t_script: float, pair, lease, load_s: float) -> playback.Playback:
     ids = prompts.encode(pair.tokenizer, ms.prompt_text, ms.chat)
-    kw = {**ms.decode.engine_kwargs(), "eos_token_id": pair.eos_token_ids}
+    kw = ms.decode.record(eos_token_id=pair.eos_token_ids)
     drafter = PromptLookupDrafter() if ms.lookup else pair.drafter()
-    stream = speculative_stream(pair.target, drafter, ids, **ms.decode.engine_kwargs(), **pair.run_kw)
+    stream = speculative_stream(pair.target, drafter, ids, ms.decode, **pair.run_kw)
     meta = {"origin": "live", "pair": ms.pair_name, "dtype": ms.dtype, "device": pair.device, "chat": ms.chat,
             "drafter": "prompt lookup" if ms.lookup else explain.drafter_words(pair.draft_precision,
                                                                                 getattr(drafter, "head_name", "full")),

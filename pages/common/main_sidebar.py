@@ -49,6 +49,7 @@ class MainSettings:
     prompt_text: str
     chat: bool
     shape: str  # the drafter shape of the main page's tree panel (tree_ui.shape_picker)
+    tree_budget: int  # the tree panel's node budget (tree_ui.budget_picker)
 
 
 def _apply_preset() -> None:
@@ -183,7 +184,8 @@ def sidebar() -> MainSettings:
     more.subheader("Showing")
     speed, baseline_on = _showing(more, live)
     shape = tree_ui.shape_picker(more, live)
+    tree_budget = tree_ui.budget_picker(more, live, shape)
     return MainSettings(live=live, recording=recording, pair_name=pair_name, dtype=dtype,
                         draft_precision=draft_precision, target_precision=target_precision, lookup=lookup,
                         decode=decode, speed=speed, baseline_on=baseline_on, prompt_text=text, chat=chat,
-                        shape=shape)
+                        shape=shape, tree_budget=tree_budget)

@@ -1,6 +1,6 @@
 """The main page's side-by-side of the offline pairs (specviz.teaching.sidebyside), drawn in an expander.
 
-    offline_pairs_section(pair_name, dtype, draft_precision, prompt_text, chat, **settings)
+    offline_pairs_section(pair_name, dtype, draft_precision, prompt_text, chat, settings)
 
 One run of each offline pair on the page's prompt and settings; the results stay (kept.Kept under
 "main.pairs", with the settings they ran with) until the next comparison, and say which settings those were. A pair that cannot load is
@@ -16,8 +16,9 @@ from pages.common import kept, lab_ui, ui
 from pages.common.kept import Kept
 from specviz.core import prompts
 from specviz.modeling import quant
-from specviz.teaching import charts, sidebyside
+from specviz.teaching import charts, explain, sidebyside
 from specviz.core.errors import SpecvizError
+from specviz.core.settings import DecodeSettings
 
 KEY = "main.pairs"
 
@@ -52,9 +53,10 @@ def _contenders(names: list[str], registry, prefer: str, dtype: str, precisions:
     return out
 
 
-def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prompt_text: str, chat: bool, *,
-                          k: int, temperature: float, top_p: float, max_new_tokens: int, seed: int) -> None:
-    """An expander: pick draft precisions, press the button, see α, c, tokens per pass and speedup per pair."""
+def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prompt_text: str, chat: bool,
+                          settings: DecodeSettings) -> None:
+    """An expander: pick draft precisions, press the button, see α, c, tokens per pass and speedup per pair, each
+    run with the sidebar's `settings`."""
     from specviz.modeling.config import default_registry
     from specviz.decoding.models import default_device
 
@@ -84,12 +86,12 @@ def offline_pairs_section(pair_name: str, dtype: str, draft_precision: str, prom
             contenders = _contenders(names, registry, pair_name, dtype, precisions, prompt_text, chat)
         if contenders:
             bar = lab_ui.ProgressBar("comparing the offline pairs…")
-            results, note = lab_ui.measure(sidebyside.compare_pairs, contenders, k=k, temperature=temperature,
-                                           top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, progress=bar)
+            results, note = lab_ui.measure(sidebyside.compare_pairs, contenders, settings, progress=bar)
             bar.done()
-            settings = f"k = {k}, T = {temperature:g}, {max_new_tokens} new tokens, seed {seed}, {dtype}"
-            Kept(KEY, settings).put({"results": results, "note": note, "settings": settings}
-                                    if results is not None else None)
+            said = (f"{explain.k_words(settings.k, settings.k_policy)}, T = {settings.temperature:g}, "
+                    f"{settings.max_new_tokens} new tokens, seed {settings.seed}, {dtype}")
+            Kept(KEY, said).put({"results": results, "note": note, "settings": said}
+                                if results is not None else None)
         got = kept.latest(KEY)
         if got is None:
             return

@@ -1,28 +1,30 @@
 """The Speedup page's self-contained sections, one call each from pages/3_Speedup.py.
 
-  draft_precisions(pair, ids, run_kw)   1b · the same prompt with the draft in each precision: c against α
-  target_precisions(pair, ids, run_kw)  1c · the same draft against the float32 and the int8 target
-  cost_model(fixed, ids, run_kw, cost, sweep)  2 · predicted speedup against k, at the α measured on the page
-  k_policies(pair, ids, run_kw, recorded)  5  · fixed k, adaptive k and the best-k chooser (specviz.teaching.race)
-  early_exit(pair, ids, run_kw, recorded)  6  · the target's own first L layers as the draft (specviz.decoding.selfdraft)
+  draft_precisions(pair, ids, settings)   1b · the same prompt with the draft in each precision: c against α
+  target_precisions(pair, ids, settings)  1c · the same draft against the float32 and the int8 target
+  cost_model(fixed, ids, settings, cost, sweep)  2 · predicted speedup against k, at the α measured on the page
+  k_policies(pair, ids, settings, recorded)  5  · fixed k, adaptive k and the best-k chooser (specviz.teaching.race)
+  early_exit(pair, ids, settings, recorded)  6  · the target's own first L layers as the draft (specviz.decoding.selfdraft)
   c_check(pair, kept_cost)              section 1's c against 1b's and 1c's for the same draft: timed again, or flagged
   fixed_k_runs(pair)                    the runs of 1b and 5 with the sidebar's draft and a fixed k (section 2's α)
-  measured_here(run, ids, run_kw)       whether a kept run came from the prompt and settings above
-  note_other_settings(runs, ids, run_kw, k)  a kept result measured with another prompt or settings says which
+  measured_here(run, ids, settings)       whether a kept run came from the prompt and settings above
+  note_other_settings(runs, ids, settings, k)  a kept result measured with another prompt or settings says which
 
 Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it; with pair None
 (a page recording) it draws the recorded result, its widgets off (1b, which loads a pair per precision, says that
-recorded mode does not cover it). run_kw: the page's decoding settings (temperature, max_new_tokens, seed, ...).
+recorded mode does not cover it). settings: the page's DecodeSettings (temperature, new tokens, seed), built once from its widgets.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import streamlit as st
 
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
+from specviz.core.settings import DecodeSettings
 from specviz.teaching import charts, costs, experiments, explain, race
 from specviz.teaching import early_exit as exit_sweep
 from specviz.core import claims, measure, theory
@@ -50,41 +52,40 @@ def fixed_k_runs(pair) -> dict[str, list]:
 def _settings(run) -> dict:
     """What a kept run was measured with."""
     d = run.decode
-    return lab_ui.run_settings(run.prompt_ids, d.temperature, d.max_new_tokens, d.seed, k=d.k)
+    return lab_ui.run_settings(run.prompt_ids, d, k=d.k)
 
 
-def _settings_now(ids, run_kw: dict, k: int | None = None) -> dict:
+def _settings_now(ids, settings: DecodeSettings, k: int | None = None) -> dict:
     """The page's settings as they are now (k only where a section has one)."""
-    return lab_ui.run_settings(ids, run_kw["temperature"], run_kw["max_new_tokens"], run_kw["seed"],
-                               **({"k": int(k)} if k is not None else {}))
+    return lab_ui.run_settings(ids, settings, **({"k": int(k)} if k is not None else {}))
 
 
-def measured_here(run, ids, run_kw: dict) -> bool:
+def measured_here(run, ids, settings: DecodeSettings) -> bool:
     """Whether a kept run came from the prompt and the settings above: a result stays on the page when they
     change, so a page must ask before it calls the result this prompt's."""
-    now = _settings_now(ids, run_kw)
+    now = _settings_now(ids, settings)
     return all(_settings(run)[name] == value for name, value in now.items())
 
 
-def note_other_settings(runs, ids, run_kw: dict, k: int | None = None, off: bool = False) -> None:
+def note_other_settings(runs, ids, settings: DecodeSettings, k: int | None = None, off: bool = False) -> None:
     """A caption under a kept result naming the settings above (and the section's k, if given) that differ from
     any of its runs'; none under a recorded result (off), which shows its own settings."""
     if off:
         return
-    now = _settings_now(ids, run_kw, k)
+    now = _settings_now(ids, settings, k)
     then = [_settings(r) for r in runs]
     ui.note_other_settings(name for name in now if any(t[name] != now[name] for t in then))
 
 
-def _comparison_table(res, ids, run_kw: dict, *header: str) -> None:
+def _comparison_table(res, ids, settings: DecodeSettings, *header: str) -> None:
     """A kept precision comparison (1b, 1c): the settings it differs in, its timing notes, and its table."""
-    note_other_settings([r.comparison.spec for r in res], ids, run_kw, k=st.session_state.get("speed.k0", 4))
+    note_other_settings([r.comparison.spec for r in res], ids, settings, k=st.session_state.get("speed.k0", 4))
     lab_ui.timing_notes((x for r in res for run in (r.comparison.spec, r.comparison.base) for x in run.rounds),
                         "the comparison")
     ui.table(explain.precision_rows(res, *header), hide_index=True, width="stretch")
 
 
-def draft_precisions(pair, ids, run_kw: dict) -> None:
+def draft_precisions(pair, ids, settings: DecodeSettings) -> None:
     st.subheader("1b · A cheaper draft: the same prompt with the draft in each precision")
     st.caption("The draft's precision never changes the output (the target decides every token); it changes c, "
                "what a draft step costs, and may change α a little. Each precision runs next to its own run of "
@@ -101,18 +102,19 @@ def draft_precisions(pair, ids, run_kw: dict) -> None:
         try:
             pairs = {p: ui.load_pair_cached(pair.name, lab_ui.dtype_name(pair), p) for p in precs}
             kept.put(lab_ui.with_bar(experiments.precision_comparison, pairs, ids, text="loading the drafts…",
-                                     k=int(st.session_state.get("speed.k0", 4)), **run_kw)[0])
+                                     settings=replace(settings, k=int(st.session_state.get("speed.k0", 4))),
+                                     **pair.run_kw)[0])
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
     if (res := kept.get()) is not None:
-        _comparison_table(res, ids, run_kw)
+        _comparison_table(res, ids, settings)
         st.caption("c here is each run's own: its draft steps against its target-alone run's one-token passes. "
                    "Section 1 times single steps apart from any run, so the two can differ a little for the same "
                    "draft.")
         st.markdown(explain.precision_verdict(res))
 
 
-def target_precisions(pair, ids, run_kw: dict) -> None:
+def target_precisions(pair, ids, settings: DecodeSettings) -> None:
     """1c · the same draft against the float32 target and the int8 target, each against its own target alone
     (experiments.target_comparison): c, α, tokens per pass and speedup, and why the int8 one gains little."""
     st.subheader("1c · A quantized target: the same draft against the float32 and the int8 target")
@@ -134,11 +136,12 @@ def target_precisions(pair, ids, run_kw: dict) -> None:
             pairs = {tp: ui.load_pair_cached(pair.name, "float32", pair.draft_precision, tp)
                      for tp in quant.TARGET_PRECISIONS}
             kept.put(lab_ui.with_bar(experiments.target_comparison, pairs, ids, text="loading the targets…",
-                                     k=int(st.session_state.get("speed.k0", 4)), **run_kw)[0])
+                                     settings=replace(settings, k=int(st.session_state.get("speed.k0", 4))),
+                                     **pair.run_kw)[0])
         except Exception as e:  # noqa: BLE001 - shown in the page, never a traceback
             ui.show_error(e)
     if (res := kept.get()) is not None:
-        _comparison_table(res, ids, run_kw, "target precision")
+        _comparison_table(res, ids, settings, "target precision")
         st.markdown(explain.target_verdict(res))
 
 
@@ -181,24 +184,24 @@ START_ALPHA = 0.8  # section 2's α before anything is measured
 K_MAX = 12  # the largest k of the page's sliders
 
 
-def measured_alpha(fixed: dict[str, list], ids, run_kw: dict, sweep) -> tuple[float | None, list[str]]:
+def measured_alpha(fixed: dict[str, list], ids, settings: DecodeSettings, sweep) -> tuple[float | None, list[str]]:
     """α over the page's runs with the sidebar's draft and a fixed k, on the prompt and settings above (the
     sweep, 3; fixed: 1b's and 5's, fixed_k_runs), and the sections it came from; None where no draft was judged."""
     sources = {**fixed, "3": [cmp.spec for cmp in (sweep or {}).values()]}
     here = {where: got for where, runs in sources.items()
-            if (got := [r for r in runs if measured_here(r, ids, run_kw)])}
+            if (got := [r for r in runs if measured_here(r, ids, settings)])}
     alpha = measure.pooled_alpha([r for runs in here.values() for r in runs]) if here else None
     return (alpha if alpha is not None and math.isfinite(alpha) else None), sorted(here)
 
 
-def cost_model(fixed: dict[str, list], ids, run_kw: dict, cost, sweep) -> None:
+def cost_model(fixed: dict[str, list], ids, settings: DecodeSettings, cost, sweep) -> None:
     """2 · predicted speedup against k, with c and the verify cost of section 1 (cost), at an α the learner
     sets: the α measured on the page (fixed: fixed_k_runs, and the sweep) until the slider is moved; the sweep's
     (3) measured points on it."""
     st.subheader("2 · The model: predicted speedup against k")
     if cost is None:
         return
-    alpha_now, where = measured_alpha(fixed, ids, run_kw, sweep)
+    alpha_now, where = measured_alpha(fixed, ids, settings, sweep)
 
     def use_measured_alpha():
         st.session_state["speed.alpha"] = st.session_state["speed.alpha_auto"] = round(float(alpha_now), 2)
@@ -228,7 +231,7 @@ def cost_model(fixed: dict[str, list], ids, run_kw: dict, cost, sweep) -> None:
                                                              "these settings." if sb < 1 else ""))
 
 
-def k_policies(pair, ids, run_kw: dict, recorded: dict | None = None) -> None:
+def k_policies(pair, ids, settings: DecodeSettings, recorded: dict | None = None) -> None:
     st.subheader(f"5 · Adaptive k and the best-k chooser: k changes as acceptance is observed ({claims.link(13)})")
     st.caption("Adaptive k grows by 1 after a fully accepted round and shrinks by 1 after a rejection. The best-k "
                "chooser estimates α, c and the verify cost as it goes, and drafts while one more draft is expected "
@@ -238,13 +241,13 @@ def k_policies(pair, ids, run_kw: dict, recorded: dict | None = None) -> None:
     kept = Kept("speed.adaptive", ("recorded",) if off else _ident(pair))
     if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_adaptive", disabled=off) \
             and ids is not None:
-        if kept.put(lab_ui.with_bar(race.compare_policies, pair.target, pair.chain_draft(), ids, k0,
-                                    text="fixed k…", **run_kw)[0]) is not None:
+        if kept.put(lab_ui.with_bar(race.compare_policies, pair.target, pair.chain_draft(), ids,
+                                    replace(settings, k=k0), text="fixed k…", **pair.run_kw)[0]) is not None:
             st.rerun()  # so section 2 above can use the measured α
     runs = recorded if off else kept.get()
     if runs is None:
         return
-    note_other_settings(runs.values(), ids, run_kw, k=k0, off=off)
+    note_other_settings(runs.values(), ids, settings, k=k0, off=off)
     lab_ui.timing_notes((r for run in runs.values() for r in run.rounds), "the comparison")
     s = race.policy_summary(runs)  # engine time only: the progress bar is excluded
     for col, name in zip(st.columns(3), race.POLICIES):  # α and k under each: a metric cuts a long value off
@@ -256,7 +259,7 @@ def k_policies(pair, ids, run_kw: dict, recorded: dict | None = None) -> None:
             ui.show_chart(charts.fig_k_trace(runs[name], charts.HALF_WIDTH), f"{name}_k_trace", key=key)
 
 
-def early_exit(pair, ids, run_kw: dict, recorded=None) -> None:
+def early_exit(pair, ids, settings: DecodeSettings, recorded=None) -> None:
     st.subheader("6 · Early exit: the target's own first L layers as the draft")
     st.caption("Self-speculation needs no second model: the draft is the target's first L layers, then its own "
                "final norm and LM head (the same weights). A deeper exit drafts better (α up) but costs more (c up); "
@@ -275,11 +278,12 @@ def early_exit(pair, ids, run_kw: dict, recorded=None) -> None:
                             key="speed.ee_layers")
     ek = e2.slider("k", 1, 8, recorded.k if off else 4, key="speed.ee_k", disabled=off)
     kept = Kept("speed.early_exit", ("recorded",) if off else _ident(pair))
-    now = _settings_now(ids, run_kw, int(ek))  # the sweep's runs are not kept: what it was measured with is
+    now = _settings_now(ids, settings, int(ek))  # the sweep's runs are not kept: what it was measured with is
     if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit", disabled=off) \
             and ids is not None:
-        lab_ui.keep_measured(kept, lab_ui.with_bar(exit_sweep.early_exit_sweep, pair.target, ids, depths, k=int(ek),
-                                                   text="early exit…", **run_kw), settings=now)
+        lab_ui.keep_measured(kept, lab_ui.with_bar(exit_sweep.early_exit_sweep, pair.target, ids, depths,
+                                                   replace(settings, k=int(ek)), text="early exit…", **pair.run_kw),
+                             settings=now)
     if (got := (recorded, None) if off else kept.get()) is not None:
         sweep, note = got
         ui.note_other_settings([] if off else kept.changed(now))

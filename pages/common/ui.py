@@ -49,6 +49,7 @@ from pages.common import nav, state
 from specviz.teaching import charts, explain, render
 from specviz.core import claims
 from specviz.core.errors import InvalidSetting, SpecvizError
+from specviz.core.settings import DecodeSettings
 
 DTYPE_CHOICES = ["float32", "bfloat16"]
 
@@ -604,7 +605,8 @@ def _warm_up(pair, progress) -> None:
     from specviz.decoding.engine import warm_up
 
     progress("warming up", 1.0)
-    warm_up(pair.target, list(range(1, 9)), pair.drafter(), k=2, eos_token_id=[], vocab=pair.shared_vocab)
+    warm_up(pair.target, list(range(1, 9)), pair.drafter(), DecodeSettings(k=2), eos_token_id=[],
+            vocab=pair.shared_vocab)
     devqueue.freeze_heap()
 
 

@@ -29,21 +29,12 @@ class DecodeSettings:
     def greedy(self) -> bool:
         return is_greedy(self.temperature)
 
-    def engine_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of engine.speculative_stream / speculative_decode."""
-        return asdict(self)
-
-    def baseline_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of engine.autoregressive_stream: the same sampling, one token per pass."""
-        d = asdict(self)
-        del d["k"], d["k_policy"]
-        return d
-
     def baseline_ident(self) -> tuple[tuple[str, Any], ...]:
-        """What a target-alone run with these settings depends on (baseline_kwargs(), sorted): not k, the k
+        """What a target-alone run with these settings depends on (the settings, sorted): not k, the k
         policy or the drafter. Greedy takes the argmax, with no draw and no truncated distribution, so its
         seed, top-p and top-k are left out; a sampling run's are kept."""
-        d = self.baseline_kwargs()
+        d = asdict(self)
+        del d["k"], d["k_policy"]
         if self.greedy:
             d.update(temperature=0.0, seed=0, top_p=1.0, top_k=0)
         return tuple(sorted(d.items()))

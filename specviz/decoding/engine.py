@@ -24,7 +24,7 @@ import contextlib
 import math
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import torch
@@ -73,10 +73,12 @@ def is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def check_decoding(*, k: int | None, temperature: float, top_p: float, top_k: int, max_new_tokens: int,
-                   seed: int = 0) -> None:
-    """The settings that need no model (the CLI checks them before loading one); InvalidSetting."""
-    if k is not None and not (is_int(k) and 1 <= k <= K_MAX):
+def check_decoding(settings: DecodeSettings, chain: bool = True) -> None:
+    """The settings that need no model (the CLI checks them before loading one); InvalidSetting.
+    chain: a run that drafts k per round (not the target alone, not a tree), so k is checked too."""
+    k, temperature, top_p, top_k = settings.k, settings.temperature, settings.top_p, settings.top_k
+    max_new_tokens, seed = settings.max_new_tokens, settings.seed
+    if chain and not (is_int(k) and 1 <= k <= K_MAX):
         raise InvalidSetting(f"k (tokens drafted per round) must be an integer from 1 to {K_MAX}, got {k!r}.")
     if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
             and math.isfinite(temperature) and (is_greedy(temperature) or temperature >= TEMPERATURE_MIN)):
@@ -92,13 +94,13 @@ def check_decoding(*, k: int | None, temperature: float, top_p: float, top_k: in
         raise InvalidSetting(f"seed must be an integer from 0 to 2**63-1, got {seed!r}.")
 
 
-def check_settings(ids: list[int], models: list, *, k: int | None, temperature: float, top_p: float,
-                   top_k: int, max_new_tokens: int, vocab: int, seed: int = 0) -> None:
+def check_settings(ids: list[int], models: list, settings: DecodeSettings, *, vocab: int,
+                   chain: bool = True) -> None:
     """Every setting, the prompt and the context; InvalidSetting with a message for a person."""
     if len(ids) == 0:
         raise InvalidSetting("The prompt is empty: type something for the model to continue.")
-    check_decoding(k=k, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
-                   seed=seed)
+    check_decoding(settings, chain)
+    max_new_tokens = settings.max_new_tokens
     bad = [t for t in ids if not 0 <= t < vocab]
     if bad:
         raise InvalidSetting(f"token id {bad[0]} is outside the shared vocabulary (0..{vocab - 1}).")
@@ -360,18 +362,8 @@ class DecodeStream:
             gen.close()
 
 
-def _settings(eos: set[int], *, k: int, k_policy: str, drafter: str, temperature: float, top_p: float, top_k: int,
-              max_new_tokens: int, seed: int, **extra) -> dict:
-    """The `settings` a Run records: its DecodeSettings, plus who drafted, the EOS ids and `extra`."""
-    return DecodeSettings(k=k, k_policy=k_policy, temperature=temperature, top_p=top_p, top_k=top_k,
-                          max_new_tokens=max_new_tokens, seed=seed).record(drafter=drafter, eos_token_id=sorted(eos),
-                                                                           **extra)
-
-
-def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: float = 0.0, top_p: float = 1.0,
-                       top_k: int = 0, max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
-                       k_policy: str = "fixed", vocab: int | None = None,
-                       runner: Runner | None = None) -> DecodeStream:
+def speculative_stream(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(), *, eos_token_id=None,
+                       vocab: int | None = None, runner: Runner | None = None) -> DecodeStream:
     """Speculative decoding, one Round at a time. `draft` is a model or a Drafter.
 
     Checks every setting before any work starts (InvalidSetting on bad input). runner: how every round and
@@ -383,21 +375,27 @@ def speculative_stream(target, draft, input_ids, *, k: int = 4, temperature: flo
     vocab = pair_vocab(target, drafter.lm.model, vocab) if isinstance(drafter, ModelDrafter) \
         else vocab or default_vocab(target)
     ids = as_id_list(input_ids)
-    check_settings(ids, models, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
-                   max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
+    check_settings(ids, models, settings, vocab=vocab)
     eos = set(eos_ids(models, eos_token_id))
     if isinstance(drafter, ModelDrafter):
         drafter.vocab, drafter.eos = vocab, eos
     drafter.use_vocab(vocab)
     drafter.use_runner(runner)
-    policy = make_k_policy(k, k_policy)
+    k_policy = settings.k_policy
+    policy = make_k_policy(settings.k, k_policy)
     policy_name = k_policy if isinstance(k_policy, str) else getattr(k_policy, "name", type(k_policy).__name__)
     extra = {"draft_head": drafter.head_name} if getattr(drafter, "head", None) is not None else {}
-    settings = _settings(eos, k=k, k_policy=policy_name, drafter=drafter.name, temperature=temperature, top_p=top_p,
-                         top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, **extra)
-    sampler = Sampler.create(temperature, top_k, top_p, seed)
+    # the `settings` the Run records: these, plus who drafted, the EOS ids and the draft head
+    record = replace(settings, k_policy=policy_name).record(drafter=drafter.name, eos_token_id=sorted(eos), **extra)
+    sampler = sampler_of(settings)
+    max_new_tokens = settings.max_new_tokens
     return DecodeStream(lambda out: _speculative(target, drafter, ids, policy, sampler, vocab, eos, max_new_tokens,
-                                                 settings, out), runner, SPECULATIVE)
+                                                 record, out), runner, SPECULATIVE)
+
+
+def sampler_of(settings: DecodeSettings) -> Sampler:
+    """The Sampler of a run with these settings."""
+    return Sampler.create(settings.temperature, settings.top_k, settings.top_p, settings.seed)
 
 
 def device_of(model):
@@ -469,33 +467,29 @@ def _speculative_on(target, target_model, drafter, prompt, policy, sampler, voca
     )
 
 
-def speculative_decode(target, draft, input_ids, *, k: int = 4, temperature: float = 0.0, top_p: float = 1.0,
-                       top_k: int = 0, max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
-                       k_policy: str = "fixed", vocab: int | None = None, runner: Runner | None = None) -> Run:
+def speculative_decode(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(), *, eos_token_id=None,
+                       vocab: int | None = None, runner: Runner | None = None) -> Run:
     """Speculative decoding to completion; returns the Run (runner: speculative_stream's)."""
-    stream = speculative_stream(target, draft, input_ids, k=k, temperature=temperature, top_p=top_p, top_k=top_k,
-                                max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id,
-                                k_policy=k_policy, vocab=vocab, runner=runner)
+    stream = speculative_stream(target, draft, input_ids, settings, eos_token_id=eos_token_id, vocab=vocab,
+                                runner=runner)
     for _ in stream:
         pass
     return stream.run
 
 
-def autoregressive_stream(model, input_ids, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
-                          max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
+def autoregressive_stream(model, input_ids, settings: DecodeSettings = DecodeSettings(), *, eos_token_id=None,
                           vocab: int | None = None, runner: Runner | None = None) -> DecodeStream:
-    """Plain decoding, one token per target pass, with the same cache machinery (runner: as
-    speculative_stream's)."""
+    """Plain decoding, one token per target pass, with the same cache machinery. The settings' k and k
+    policy are not used (the Run records k 0 and policy "none"); runner: as speculative_stream's."""
     runner = runner or devqueue.queue_runner(device_of(model))
     vocab = vocab or default_vocab(model)
     ids = as_id_list(input_ids)
-    check_settings(ids, [model], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
-                   max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
+    check_settings(ids, [model], settings, vocab=vocab, chain=False)
     eos = set(eos_ids([model], eos_token_id))
-    settings = _settings(eos, k=0, k_policy="none", drafter="none", temperature=temperature, top_p=top_p,
-                         top_k=top_k, max_new_tokens=max_new_tokens, seed=seed)
-    sampler = Sampler.create(temperature, top_k, top_p, seed)
-    return DecodeStream(lambda out: _autoregressive(model, ids, sampler, vocab, eos, max_new_tokens, settings, out),
+    record = replace(settings, k=0, k_policy="none").record(drafter="none", eos_token_id=sorted(eos))
+    sampler = sampler_of(settings)
+    max_new_tokens = settings.max_new_tokens
+    return DecodeStream(lambda out: _autoregressive(model, ids, sampler, vocab, eos, max_new_tokens, record, out),
                         runner, AUTOREGRESSIVE)
 
 
@@ -539,12 +533,10 @@ def _autoregressive_on(lm, model, prompt, sampler, vocab, eos, max_new_tokens, s
     )
 
 
-def autoregressive_decode(model, input_ids, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
-                          max_new_tokens: int = 64, seed: int = 0, eos_token_id=None,
+def autoregressive_decode(model, input_ids, settings: DecodeSettings = DecodeSettings(), *, eos_token_id=None,
                           vocab: int | None = None, runner: Runner | None = None) -> Run:
     """Plain decoding to completion; returns the Run (same shape as speculative; runner: its stream's)."""
-    stream = autoregressive_stream(model, input_ids, temperature=temperature, top_p=top_p, top_k=top_k,
-                                   max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id, vocab=vocab,
+    stream = autoregressive_stream(model, input_ids, settings, eos_token_id=eos_token_id, vocab=vocab,
                                    runner=runner)
     for _ in stream:
         pass
@@ -570,10 +562,11 @@ def warm_path(target, draft=None) -> tuple[object, str]:
     return model, f"{type(draft).__name__}, {getattr(draft, 'head_name', 'full')}"
 
 
-def warm_up(target, input_ids, draft=None, *, runner: Runner | None = None, **kw) -> bool:
+def warm_up(target, input_ids, draft=None, settings: DecodeSettings = DecodeSettings(), *,
+            runner: Runner | None = None, **kw) -> bool:
     """An untimed run of WARM_TOKENS new tokens, of the target alone or (with a draft) speculative, with the
-    settings of the run about to be timed (kw), so one-time costs (allocations, kernel selection) and the
-    change from whatever the models ran before land in no timed run. True when it ran.
+    settings of the run about to be timed (settings; kw: eos_token_id, vocab), so one-time costs (allocations,
+    kernel selection) and the change from whatever the models ran before land in no timed run. True when it ran.
 
     It always runs the first time this process warms that path (warm_path: the target alone, or this draft),
     and after that while no other session holds or waits for the device. With others in line, the timed run's
@@ -584,10 +577,11 @@ def warm_up(target, input_ids, draft=None, *, runner: Runner | None = None, **kw
     model, path = warm_path(target, draft)
     if path in _WARMED.get(model, ()) and runner.others():
         return False
-    kw = {**kw, "max_new_tokens": WARM_TOKENS, "runner": runner}
+    settings = replace(settings, max_new_tokens=WARM_TOKENS)
+    kw = {**kw, "runner": runner}
     if draft is None:
-        autoregressive_decode(target, input_ids, **kw)
+        autoregressive_decode(target, input_ids, settings, **kw)
     else:
-        speculative_decode(target, draft, input_ids, **kw)
+        speculative_decode(target, draft, input_ids, settings, **kw)
     _WARMED.setdefault(model, set()).add(path)
     return True

@@ -59,7 +59,8 @@ from specviz.device.runner import Runner
 from specviz.decoding import kpolicy
 from specviz.core import measure
 from specviz.decoding.engine import DecodeStream, cut_at_eos, device_of, topk_of, topk_rows, as_id_list, check_settings, is_int, drive, \
-    pair_vocab
+    pair_vocab, sampler_of
+from specviz.core.settings import DecodeSettings
 from specviz.core.errors import InvalidSetting
 from specviz.modeling.lm import CachedLM, eos_ids
 from specviz.decoding.sampling import Sampler, accept_token, residual, sample, uniform
@@ -438,36 +439,37 @@ def check_tree(budget: int, branch: int, max_depth: int, shape: str = "tree", do
         raise InvalidSetting(f"doubt must be a number from 0 to 1, got {doubt!r}.")
 
 
-def tree_stream(target, draft, input_ids, *, budget: int = 16, branch: int = 2, max_depth: int = 8,
-                temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64,
-                seed: int = 0, eos_token_id=None, vocab: int | None = None, shape: str = "tree",
-                doubt: float = DOUBT, k_policy: str = "best", runner: Runner | None = None) -> DecodeStream:
+def tree_stream(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(), *, budget: int = 16,
+                branch: int = 2, max_depth: int = 8, eos_token_id=None, vocab: int | None = None,
+                shape: str = "tree", doubt: float = DOUBT, runner: Runner | None = None) -> DecodeStream:
     """Token-tree speculative decoding, one TreeRound at a time; afterwards `.run` is the TreeRun.
 
-    shape "tree": drafted depth by depth (budget, branch, max_depth). "spine": a chain that the best-k
-    chooser stops (k_policy "best"; "fixed": always max_depth long), at most max_depth long, with
-    branch - 1 siblings where the draft's top probability is below `doubt`, budget nodes at most
-    (module doc). runner: how every round and pass reaches the device (device/runner.py); None: the
-    shared queue's for the target's device."""
+    shape "tree": drafted depth by depth (budget, branch, max_depth); settings.k and k_policy are not used.
+    "spine": a chain that the best-k chooser stops (settings.k_policy "best"; "fixed": always max_depth long),
+    at most max_depth long, with branch - 1 siblings where the draft's top probability is below `doubt`,
+    budget nodes at most (module doc). runner: how every round and pass reaches the device
+    (device/runner.py); None: the shared queue's for the target's device."""
     runner = runner or devqueue.queue_runner(device_of(target))
     vocab = pair_vocab(target, draft, vocab)
     ids = as_id_list(input_ids)
-    check_settings(ids, [target, draft], k=None, temperature=temperature, top_p=top_p, top_k=top_k,
-                   max_new_tokens=max_new_tokens, vocab=vocab, seed=seed)
+    check_settings(ids, [target, draft], settings, vocab=vocab, chain=False)
     check_tree(budget, branch, max_depth, shape, doubt)
-    if k_policy not in ("best", "fixed"):
+    k_policy = settings.k_policy
+    if shape == "spine" and k_policy not in ("best", "fixed"):
         raise InvalidSetting(f"a spine's k_policy must be 'best' or 'fixed', got {k_policy!r}.")
     eos = set(eos_ids([target, draft], eos_token_id))
-    settings = dict(budget=budget, branch=branch, max_depth=max_depth, temperature=temperature, top_p=top_p,
-                    top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, eos_token_id=sorted(eos))
+    record = dict(budget=budget, branch=branch, max_depth=max_depth, temperature=settings.temperature,
+                  top_p=settings.top_p, top_k=settings.top_k, max_new_tokens=settings.max_new_tokens,
+                  seed=settings.seed, eos_token_id=sorted(eos))
     step_kw = dict(budget=budget, branch=branch, max_depth=max_depth)
     if shape == "spine":
-        settings.update(shape=shape, doubt=doubt, k_policy=k_policy)
-        policy = spine_policy(draft, target, greedy=temperature == 0) if k_policy == "best" else \
+        record.update(shape=shape, doubt=doubt, k_policy=k_policy)
+        policy = spine_policy(draft, target, greedy=settings.greedy) if k_policy == "best" else \
             kpolicy.FixedK(max_depth)
         step_kw.update(policy=policy, doubt=doubt)
-    sampler = Sampler.create(temperature, top_k, top_p, seed)
-    return DecodeStream(lambda out: _tree(target, draft, ids, sampler, vocab, eos, max_new_tokens, settings, step_kw,
+    sampler = sampler_of(settings)
+    max_new_tokens = settings.max_new_tokens
+    return DecodeStream(lambda out: _tree(target, draft, ids, sampler, vocab, eos, max_new_tokens, record, step_kw,
                                           out), runner)
 
 
@@ -496,15 +498,12 @@ def _tree(target_model, draft_model, prompt, sampler, vocab, eos, max_new_tokens
     )
 
 
-def tree_decode(target, draft, input_ids, *, budget: int = 16, branch: int = 2, max_depth: int = 8,
-                temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64,
-                seed: int = 0, eos_token_id=None, vocab: int | None = None, shape: str = "tree",
-                doubt: float = DOUBT, k_policy: str = "best", runner: Runner | None = None) -> TreeRun:
+def tree_decode(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(), *, budget: int = 16,
+                branch: int = 2, max_depth: int = 8, eos_token_id=None, vocab: int | None = None,
+                shape: str = "tree", doubt: float = DOUBT, runner: Runner | None = None) -> TreeRun:
     """Token-tree speculative decoding to completion; returns the TreeRun (runner: tree_stream's)."""
-    stream = tree_stream(target, draft, input_ids, budget=budget, branch=branch, max_depth=max_depth,
-                         temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
-                         seed=seed, eos_token_id=eos_token_id, vocab=vocab, shape=shape, doubt=doubt,
-                         k_policy=k_policy, runner=runner)
+    stream = tree_stream(target, draft, input_ids, settings, budget=budget, branch=branch, max_depth=max_depth,
+                         eos_token_id=eos_token_id, vocab=vocab, shape=shape, doubt=doubt, runner=runner)
     for _ in stream:
         pass
     return stream.run

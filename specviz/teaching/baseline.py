@@ -51,10 +51,10 @@ def target_alone_stream(target, spec: Run, vocab: int | None = None, warm: bool 
     `warm` first decodes a few tokens (engine.warm_up), so one-time costs (allocations, kernel selection) and
     the change from the speculative run's passes land in neither run; while other sessions are in line for
     the device, only the first time this process times this target alone."""
-    kw = dict(spec.decode.baseline_kwargs(), eos_token_id=spec.eos_token_ids, vocab=vocab)
+    kw = dict(eos_token_id=spec.eos_token_ids, vocab=vocab)
     if warm:
-        warm_up(target, spec.prompt_ids, **kw)
-    return autoregressive_stream(target, spec.prompt_ids, **kw)
+        warm_up(target, spec.prompt_ids, None, spec.decode, **kw)
+    return autoregressive_stream(target, spec.prompt_ids, spec.decode, **kw)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 from specviz.core import measure, theory
 from specviz.core.errors import InvalidSetting
+from specviz.core.settings import DecodeSettings
 from specviz.decoding.selfdraft import draft_at, num_layers
 from specviz.teaching.experiments import compare_with_baseline, draft_cost_ratio
 
@@ -37,8 +38,8 @@ def default_layers(n: int, count: int = 5) -> list[int]:
     return sorted({max(1, round(n * (i + 1) / count)) for i in range(count)})
 
 
-def early_exit_sweep(target, input_ids: Sequence[int], layers: Sequence[int], *, k: int = 4,
-                     temperature: float = 0.0, max_new_tokens: int = 24, seed: int = 0, eos_token_id=None,
+def early_exit_sweep(target, input_ids: Sequence[int], layers: Sequence[int],
+                     settings: DecodeSettings = DecodeSettings(), *, eos_token_id=None,
                      vocab: int | None = None, cost_reps: int = 5,
                      progress: Callable[[str, float | None], None] | None = None) -> EarlyExitSweep:
     """For each L: a speculative run with the first L layers as the draft against a warmed
@@ -52,16 +53,16 @@ def early_exit_sweep(target, input_ids: Sequence[int], layers: Sequence[int], *,
         if progress is not None:
             progress(f"L = {L} of {n} layers: baseline, speculative run and c ({j + 1}/{len(ls)})", j / len(ls))
         draft = draft_at(target, L)
-        cmp = compare_with_baseline(target, draft, list(input_ids), k=k, temperature=temperature,
-                                    max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id, vocab=vocab)
+        cmp = compare_with_baseline(target, draft, list(input_ids), settings, eos_token_id=eos_token_id,
+                                    vocab=vocab)
         c = draft_cost_ratio(target, draft, reps=cost_reps)
         a = cmp.spec.alpha
-        pred = theory.expected_speedup(a, k, c) if a == a else float("nan")  # nan when nothing was judged
+        pred = theory.expected_speedup(a, settings.k, c) if a == a else float("nan")  # nan when nothing was judged
         speedup = measure.steady_speedup(cmp.spec, cmp.base)
         points.append(EarlyExitPoint(L, a, c, cmp.spec.tokens_per_pass, speedup, float(pred)))
     if progress is not None:
         progress("done", 1.0)
-    return EarlyExitSweep(n, int(k), float(temperature), tuple(points))
+    return EarlyExitSweep(n, int(settings.k), float(settings.temperature), tuple(points))
 
 
 def early_exit_rows(sweep: EarlyExitSweep) -> list[dict]:

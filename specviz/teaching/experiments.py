@@ -39,7 +39,7 @@ from specviz.core.progress import Units
 from specviz.modeling.lm import CachedLM, sync, vocab_size
 from specviz.data.records import Run
 from specviz.decoding.sampling import Sampler, logits_to_probs
-from specviz.core.settings import is_greedy
+from specviz.core.settings import DecodeSettings, is_greedy
 from specviz.core.theory import Estimate, TVNoise, simulate_tv_noise
 
 Progress = Callable[[str, float | None], None] | None
@@ -339,10 +339,9 @@ def _comparison(spec: Run, measured) -> Comparison:
                       measure.beyond_pass_bound(spec, base))
 
 
-def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: float = 0.0, top_p: float = 1.0,
-                          top_k: int = 0, max_new_tokens: int, seed: int = 0, eos_token_id=None,
-                          vocab: int | None = None, spec: Run | None = None, warm: bool = True,
-                          **kw) -> Comparison:
+def compare_with_baseline(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(), *,
+                          eos_token_id=None, vocab: int | None = None, spec: Run | None = None,
+                          warm: bool = True) -> Comparison:
     """A speculative run and the target alone with the same settings.
 
     The target alone is this server's one measurement of it (baseline.shared_target_alone: every page and
@@ -351,14 +350,12 @@ def compare_with_baseline(target, draft, input_ids, *, k: int, temperature: floa
     could not. `warm` runs a few tokens of each first (engine.warm_up) so one-time costs (allocations, kernel
     selection) land in neither measurement. A speedup above what the passes allow (measure.beyond_pass_bound)
     means a slowed timing of the target alone: it is timed once more, and flagged `slowed` if it stays so.
-    `kw` goes to the speculative run only (k_policy, ...).
     """
-    common = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, eos_token_id=eos_token_id,
-                  vocab=vocab)
+    common = dict(eos_token_id=eos_token_id, vocab=vocab)
     if spec is None:
         if warm:
-            warm_up(target, input_ids, draft, k=k, **common, **kw)
-        spec = speculative_decode(target, draft, input_ids, k=k, max_new_tokens=max_new_tokens, **common, **kw)
+            warm_up(target, input_ids, draft, settings, **common)
+        spec = speculative_decode(target, draft, input_ids, settings, **common)
     cmp = _comparison(spec, baseline.shared_target_alone(target, spec, vocab, warm=warm))
     if cmp.slowed:  # one timing was slowed, the target alone most often: time it again
         cmp = _comparison(spec, baseline.shared_target_alone(target, spec, vocab, warm=False, fresh=True))
@@ -374,9 +371,9 @@ class PrecisionResult:
     c: float  # measure.c_from_runs over the speculative run and its target-alone run
 
 
-def precision_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", temperature: float = 0.0,
-                         max_new_tokens: int, seed: int = 0, eos_token_id=None, vocab: int | None = None,
-                         progress: Progress = None, role: str = "draft") -> list[PrecisionResult]:
+def precision_comparison(pairs, input_ids, settings: DecodeSettings = DecodeSettings(), *, eos_token_id=None,
+                         vocab: int | None = None, progress: Progress = None,
+                         role: str = "draft") -> list[PrecisionResult]:
     """`pairs`: draft precision -> a pair (same target) with its draft in that precision.
 
     Each precision runs next to its own warmed target-alone run (its own target's), so a change of load
@@ -386,17 +383,15 @@ def precision_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", t
     out = []
     for i, (precision, pair) in enumerate(pairs.items()):
         _say(progress, f"{precision} {role}", i / max(len(pairs), 1))
-        cmp = compare_with_baseline(pair.target, pair.chain_draft(), input_ids, k=k, k_policy=k_policy,
-                                    temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
+        cmp = compare_with_baseline(pair.target, pair.chain_draft(), input_ids, settings,
                                     eos_token_id=eos_token_id, vocab=vocab)
         out.append(PrecisionResult(precision, cmp, measure.c_from_runs([cmp.spec], [cmp.base])))
     _say(progress, "done", 1.0)
     return out
 
 
-def target_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", temperature: float = 0.0,
-                      max_new_tokens: int, seed: int = 0, eos_token_id=None, vocab: int | None = None,
-                      progress: Progress = None) -> list[PrecisionResult]:
+def target_comparison(pairs, input_ids, settings: DecodeSettings = DecodeSettings(), *, eos_token_id=None,
+                      vocab: int | None = None, progress: Progress = None) -> list[PrecisionResult]:
     """`pairs`: target precision (float32, int8) -> a pair with its target in that precision and the same
     draft (model and precision). Each runs against its own target alone, so each speedup is over its own
     target (precision_comparison, keyed by the target's precision). InvalidSetting when the drafts differ."""
@@ -404,6 +399,5 @@ def target_comparison(pairs, input_ids, *, k: int, k_policy: str = "fixed", temp
     if len(drafts) > 1:
         raise InvalidSetting("comparing targets needs the same draft against each; got "
                              + ", ".join(f"{name} in {prec}" for name, prec in sorted(drafts)) + ".")
-    return precision_comparison(pairs, input_ids, k=k, k_policy=k_policy, temperature=temperature,
-                                max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id, vocab=vocab,
+    return precision_comparison(pairs, input_ids, settings, eos_token_id=eos_token_id, vocab=vocab,
                                 progress=progress, role="target")

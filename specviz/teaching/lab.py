@@ -24,7 +24,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from specviz.core.progress import Units
 from specviz.teaching.experiments import Agreement, agreement_along, first_logits
 from specviz.teaching.experiments import compare_with_baseline  # noqa: F401 - pages call it as lab.compare_with_baseline
 from specviz.data.records import Run
-from specviz.core.settings import is_greedy
+from specviz.core.settings import DecodeSettings, is_greedy
 from specviz.core.theory import expected_speedup, expected_tokens
 
 Progress = Callable[[str, "float | None"], None] | None
@@ -59,13 +59,14 @@ def stream_run(stream, max_new_tokens: int, progress: Progress = None, label: st
     return stream.run
 
 
-def acceptance_sweep(target, draft, prompts: Mapping[str, Sequence[int]], temperatures: Sequence[float], *,
-                     k: int = 4, max_new_tokens: int = 24, seed: int = 0, eos_token_id=None,
-                     vocab: int | None = None, existing: Mapping[str, Mapping[float, Run]] | None = None,
+def acceptance_sweep(target, draft, prompts: Mapping[str, Sequence[int]], temperatures: Sequence[float],
+                     settings: DecodeSettings = DecodeSettings(), *, eos_token_id=None, vocab: int | None = None,
+                     existing: Mapping[str, Mapping[float, Run]] | None = None,
                      progress: Progress = None) -> dict[str, dict[float, Run]]:
     """One speculative run per (domain, temperature); cells already in `existing` are kept.
 
-    Returns {domain: {temperature: Run}}; each Run's settings get "label" = domain.
+    Returns {domain: {temperature: Run}}; each Run's settings get "label" = domain. Each run takes
+    `settings` with that temperature.
     """
     if not prompts:
         raise InvalidSetting("Pick at least one domain.")
@@ -77,24 +78,26 @@ def acceptance_sweep(target, draft, prompts: Mapping[str, Sequence[int]], temper
     # a stop keeps the cells finished before it
     units = Units(progress, len(todo), partial=lambda: {d: dict(by_t) for d, by_t in out.items()})
     for dom, t in todo:
-        out[dom][t] = _lab_run(target, draft, prompts[dom], dom, t, units, k=k, max_new_tokens=max_new_tokens,
-                               seed=seed, eos_token_id=eos_token_id, vocab=vocab)
+        out[dom][t] = _lab_run(target, draft, prompts[dom], dom, t, units, settings, eos_token_id=eos_token_id,
+                               vocab=vocab)
         units.unit_done(f"{dom}, T = {t:g}")
     return out
 
 
-def _lab_run(target, draft, ids, dom: str, t: float, units: Units, **kw) -> Run:
-    """One acceptance-lab cell: a speculative run on the domain's prompt at temperature t, labelled."""
+def _lab_run(target, draft, ids, dom: str, t: float, units: Units, settings: DecodeSettings, **kw) -> Run:
+    """One acceptance-lab cell: a speculative run on the domain's prompt with `settings` at temperature t,
+    labelled."""
     from specviz.decoding.engine import speculative_stream
 
-    stream = speculative_stream(target, draft, list(ids), temperature=t, **kw)
-    run = stream_run(stream, kw["max_new_tokens"], lambda msg, frac: units.say(f"{dom}, T = {t:g}: {msg}", frac))
+    stream = speculative_stream(target, draft, list(ids), replace(settings, temperature=t), **kw)
+    run = stream_run(stream, settings.max_new_tokens,
+                     lambda msg, frac: units.say(f"{dom}, T = {t:g}: {msg}", frac))
     run.settings["label"] = dom
     return run
 
 
-def acceptance_lab(target, draft, prompts: Mapping[str, Sequence[int]], temperatures: Sequence[float], *,
-                   k: int = 4, max_new_tokens: int = 24, seed: int = 0, eos_token_id=None, vocab: int | None = None,
+def acceptance_lab(target, draft, prompts: Mapping[str, Sequence[int]], temperatures: Sequence[float],
+                   settings: DecodeSettings = DecodeSettings(), *, eos_token_id=None, vocab: int | None = None,
                    existing: Mapping[str, Mapping[float, Run]] | None = None,
                    existing_agree: Mapping[str, Mapping[float, Agreement]] | None = None,
                    progress: Progress = None) -> tuple[dict, dict]:
@@ -116,8 +119,7 @@ def acceptance_lab(target, draft, prompts: Mapping[str, Sequence[int]], temperat
     units = Units(progress, len(todo), partial=lambda: ({d: dict(v) for d, v in sweep.items() if v},
                                                          {d: dict(v) for d, v in agree.items() if v}))
     for dom, t in todo:
-        run = _lab_run(target, draft, prompts[dom], dom, t, units, k=k, max_new_tokens=max_new_tokens, seed=seed,
-                       eos_token_id=eos_token_id, vocab=vocab)
+        run = _lab_run(target, draft, prompts[dom], dom, t, units, settings, eos_token_id=eos_token_id, vocab=vocab)
         units.say(f"{dom}, T = {t:g}: agreement along the text", 1.0)
         agree[dom][t] = agreement_along(target, draft, list(prompts[dom]), run.token_ids, t, vocab)
         sweep[dom][t] = run
@@ -261,11 +263,10 @@ def entropy_verdict(sweep: Mapping[str, Mapping[float, Run]], temperature: float
 # page 3: speedup
 
 
-def k_sweep(target, draft, input_ids: Sequence[int], ks: Sequence[int], *, temperature: float = 0.0,
-            max_new_tokens: int = 24, seed: int = 0, eos_token_id=None, vocab: int | None = None,
-            progress: Progress = None) -> dict:
-    """compare_with_baseline for each k: {k: Comparison}, each with its own warmed baseline. A stop
-    (core.errors.Stopped) keeps the k values finished in its partial."""
+def k_sweep(target, draft, input_ids: Sequence[int], ks: Sequence[int], settings: DecodeSettings = DecodeSettings(),
+            *, eos_token_id=None, vocab: int | None = None, progress: Progress = None) -> dict:
+    """compare_with_baseline for each k (`settings` with that k): {k: Comparison}, each with its own warmed
+    baseline. A stop (core.errors.Stopped) keeps the k values finished in its partial."""
     ks = sorted({int(k) for k in ks})
     if not ks:
         raise InvalidSetting("Pick at least one k.")
@@ -273,9 +274,8 @@ def k_sweep(target, draft, input_ids: Sequence[int], ks: Sequence[int], *, tempe
     units = Units(progress, len(ks), partial=lambda: dict(out))  # a stop keeps the k values finished
     for k in ks:
         units.say(f"k = {k}: target alone and speculative run")
-        out[k] = compare_with_baseline(target, draft, list(input_ids), k=k, temperature=temperature,
-                                       max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id,
-                                       vocab=vocab)
+        out[k] = compare_with_baseline(target, draft, list(input_ids), replace(settings, k=k),
+                                       eos_token_id=eos_token_id, vocab=vocab)
         units.unit_done(f"k = {k}")
     return out
 

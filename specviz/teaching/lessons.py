@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 from specviz.core import measure, prompts, theory
 from specviz.core.errors import InvalidSetting, SpecvizError
 from specviz.core.progress import Units
 from specviz.data.records import Run
+from specviz.core.settings import DecodeSettings
 
 # --------------------------------------------------------------------------
 # the records
@@ -106,6 +107,11 @@ class Outcome:
         return asdict(self)
 
 
+# a live lesson run: k = K drafted tokens, 24 new tokens (a step with a run and its target alone stays within a
+# class's 30 s on a 2-core CPU: `python -m specviz timing`)
+LESSON_SETTINGS = DecodeSettings(k=4, max_new_tokens=24)
+
+
 @dataclass
 class Context:
     """Where an experiment runs: a loaded pair, or None (recorded runs and theory only).
@@ -117,8 +123,8 @@ class Context:
 
     pair: Any | None = None  # specviz.decoding.models.Pair
     recordings: dict[str, Any] | None = None  # name -> runfile.Recording; None: the shipped ones
-    seed: int = 0
-    max_new_tokens: int = 24
+    settings: DecodeSettings = field(default_factory=lambda: LESSON_SETTINGS)  # every live run's; a step
+    # varies k or temperature with replace()
     memo: dict = field(default_factory=dict)
     progress: Callable[[str, float | None], Any] | None = None  # the steps of several units report to it (core.progress)
 
@@ -180,12 +186,12 @@ def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool 
 
         pair = ctx.pair
         draft = pair.target if self_draft else pair.draft  # the target drafting for itself: c = 1
-        cmp = compare_with_baseline(pair.target, draft, _ids(ctx, preset), k=K, temperature=temperature,
-                                    max_new_tokens=ctx.max_new_tokens, seed=ctx.seed,
+        cmp = compare_with_baseline(pair.target, draft, _ids(ctx, preset),
+                                    replace(ctx.settings, k=K, temperature=temperature),
                                     eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
         who = "the target drafting for itself" if self_draft else pair.name
         out = Trial(cmp.spec, baseline_summary(cmp.spec, cmp.base, cmp.speedup, cmp.identical),
-                    f"live: {who}, {preset}, T = {temperature:g}, seed {ctx.seed}",
+                    f"live: {who}, {preset}, T = {temperature:g}, seed {ctx.settings.seed}",
                     lambda t: pair.tokenizer.decode([int(t)]))
     else:
         if self_draft:
@@ -328,9 +334,10 @@ def sampling_follows_p(ctx: Context, n: int) -> Outcome:
     if ctx.live:
         pair = ctx.pair
         tr = first_token_trials(pair.target, pair.draft, _ids(ctx, "The capital of France"), n=n, temperature=1.0,
-                                seed=ctx.seed, vocab=pair.shared_vocab, noise_reps=theory.NOISE_REPS,
+                                seed=ctx.settings.seed, vocab=pair.shared_vocab, noise_reps=theory.NOISE_REPS,
                                 progress=ctx.progress)
-        src = f"live: {pair.name}, The capital of France, first new token, T = 1, seeds {ctx.seed}–{ctx.seed + n - 1}"
+        seed = ctx.settings.seed
+        src = f"live: {pair.name}, The capital of France, first new token, T = 1, seeds {seed}–{seed + n - 1}"
     else:
         name = RECORDED[("Creative story", 1.0)]
         first = ctx.recording(name).run.rounds[0]
@@ -343,9 +350,9 @@ def sampling_follows_p(ctx: Context, n: int) -> Outcome:
         pv.append(max(0.0, 1.0 - sum(pv)))
         qv.append(max(0.0, 1.0 - sum(qv)))
         logits = [torch.tensor(v, dtype=torch.float64).clamp_min(1e-30).log() for v in (pv, qv)]  # (len(ids)+1,)
-        tr = trials_from_logits(*logits, n=n, temperature=1.0, seed=ctx.seed, noise_reps=theory.NOISE_REPS)
+        tr = trials_from_logits(*logits, n=n, temperature=1.0, seed=ctx.settings.seed, noise_reps=theory.NOISE_REPS)
         src = (f"recorded: {name}, first position: its top {len(p_top)} of p and q, the rest as one token; "
-               f"{n} draws of the rule from seed {ctx.seed}")
+               f"{n} draws of the rule from seed {ctx.settings.seed}")
     tv_p, tv_q = theory.total_variation(tr.p, tr.counts), theory.total_variation(tr.q, tr.counts)
     noise = tr.noise  # n tokens drawn straight from the same p, over the same tokens as the trials
     if tv_p <= noise.limit:
@@ -496,8 +503,8 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         from specviz.teaching.lab import k_sweep
 
         pair = ctx.pair
-        sweep = k_sweep(pair.target, pair.chain_draft(), _ids(ctx, "Python function"), ks, temperature=0.0,
-                        max_new_tokens=ctx.max_new_tokens, seed=ctx.seed, eos_token_id=pair.eos_token_ids,
+        sweep = k_sweep(pair.target, pair.chain_draft(), _ids(ctx, "Python function"), ks,
+                        replace(ctx.settings, temperature=0.0), eos_token_id=pair.eos_token_ids,
                         vocab=pair.shared_vocab, progress=ctx.progress)
         speed = {int(k): measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()}
         timed += list(sweep.values())

@@ -9,11 +9,12 @@ RESULTS[page]. A page whose default run is already a main-page recording (Slow m
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from specviz.core import prompts, theory
 from specviz.core.errors import Stopped
+from specviz.core.settings import DecodeSettings
 from specviz.data import pagefile
 from specviz.data.records import Run
 from specviz.data.tree_records import TreeRun
@@ -92,15 +93,14 @@ def exactness_trials(pair, ids, *, n: int, temperature: float, seed: int, progre
     return trials, lab.position_from_logits(*logits, temperature=temperature)
 
 
-def acceptance_lab(pair, domains, temperatures, *, k: int, max_new_tokens: int, seed: int, existing=None,
-                   existing_agree=None, progress=None):
+def acceptance_lab(pair, domains, temperatures, settings: DecodeSettings, *, existing=None, existing_agree=None,
+                   progress=None):
     """The Acceptance lab's Measure: (sweep, agreement) of each domain's prompt at each temperature
     (lab.acceptance_lab: a stop keeps whole cells)."""
     presets = prompts.lab_prompts()
     ids = {d: prompts.encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in domains}
-    return lab.acceptance_lab(pair.target, pair.draft, ids, temperatures, k=k, max_new_tokens=max_new_tokens,
-                              seed=seed, existing=existing, existing_agree=existing_agree, progress=progress,
-                              **pair.run_kw)
+    return lab.acceptance_lab(pair.target, pair.draft, ids, temperatures, settings, existing=existing,
+                              existing_agree=existing_agree, progress=progress, **pair.run_kw)
 
 
 def first_run(pair, progress=None):
@@ -108,19 +108,25 @@ def first_run(pair, progress=None):
     then the target alone with the same settings, measured once per server (baseline.shared_target_alone). The
     main page makes the same two calls itself (pages/common/main_controls.py, main_view.py), playing the run
     round by round as it comes. (Run, baseline.Measured)."""
-    from specviz.core.settings import DecodeSettings
     from specviz.decoding.engine import speculative_decode
     from specviz.teaching import baseline
 
     f = prompts.FIRST_RUN
     decode = DecodeSettings(k=f.k, k_policy=f.k_policy, temperature=f.temperature, max_new_tokens=f.max_new_tokens)
-    run = speculative_decode(pair.target, pair.drafter(), _preset_ids(pair, f.preset), **decode.engine_kwargs(),
-                             **pair.run_kw)
+    run = speculative_decode(pair.target, pair.drafter(), _preset_ids(pair, f.preset), decode, **pair.run_kw)
     return run, baseline.shared_target_alone(pair.target, run, pair.shared_vocab)
 
 
-def _speed_kw(pair, s: dict) -> dict:
-    return dict(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"], **pair.run_kw)
+def _speed_settings(s: dict) -> DecodeSettings:
+    return DecodeSettings(temperature=s["temperature"], max_new_tokens=s["new tokens per run"], seed=s["seed"])
+
+
+def _lab_settings(s: dict) -> DecodeSettings:
+    return DecodeSettings(k=s["k"], max_new_tokens=s["new tokens per run"], seed=s["seed"])
+
+
+def _tree_settings(s: dict) -> DecodeSettings:
+    return DecodeSettings(temperature=s["temperature"], max_new_tokens=s["max new tokens"], seed=s["seed"])
 
 
 @dataclass(frozen=True)
@@ -136,21 +142,22 @@ S, E, L, W, T = SPEEDUP, EXACTNESS, ACCEPTANCE_LAB, WHY_FAST, TOKEN_TREE
 BUTTONS: tuple[Button, ...] = (
     Button("Main page", "Run (then the target alone)", first_run),
     Button("Acceptance lab", "Measure", lambda pair, progress: acceptance_lab(
-        pair, L["domains"], L["temperatures"], k=L["k"], max_new_tokens=L["new tokens per run"], seed=L["seed"],
-        progress=progress)),
+        pair, L["domains"], L["temperatures"], _lab_settings(L), progress=progress)),
     Button("Speedup", "Measure c and the verify cost", lambda pair, progress: race.measure_cost(
         pair.target, pair.chain_draft(), progress=progress)),
     Button("Speedup", "Run the k sweep", lambda pair, progress: lab.k_sweep(
-        pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), S["k values"], progress=progress,
-        **_speed_kw(pair, S))),
+        pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), S["k values"], _speed_settings(S),
+        progress=progress, **pair.run_kw)),
     Button("Speedup", "Start the race", lambda pair, progress: race.race(
-        pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), S["k for the race"], **_speed_kw(pair, S))),
+        pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), replace(_speed_settings(S),
+                                                                                 k=S["k for the race"]),
+        **pair.run_kw)),
     Button("Speedup", "Run fixed k, adaptive k and the best-k chooser", lambda pair, progress: race.compare_policies(
-        pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), S["starting k"], progress=progress,
-        **_speed_kw(pair, S))),
+        pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), replace(_speed_settings(S), k=S["starting k"]),
+        progress=progress, **pair.run_kw)),
     Button("Speedup", "Measure α, c and the speedup for each L", lambda pair, progress: early_exit.early_exit_sweep(
         pair.target, _preset_ids(pair, S["prompt"]), early_exit.default_layers(selfdraft.num_layers(pair.target)),
-        k=S["early exit k"], progress=progress, **_speed_kw(pair, S))),
+        replace(_speed_settings(S), k=S["early exit k"]), progress=progress, **pair.run_kw)),
     Button("Why it is fast", "Measure forward cost", lambda pair, progress: experiments.forward_cost(
         pair.target, n_tokens=tuple(W["tokens per pass"]), reps=W["repetitions"], progress=progress)),
     Button("Why it is fast", "Check against memory bandwidth",
@@ -159,8 +166,8 @@ BUTTONS: tuple[Button, ...] = (
         pair.target, n_tokens=tuple(W["batch: tokens per sequence"]), batches=tuple(W["batch sizes"]),
         reps=W["batch: repetitions"], progress=progress)),
     Button("Exactness", "Compare with the target alone", lambda pair, progress: lab.compare_with_baseline(
-        pair.target, pair.draft, _preset_ids(pair, E["prompt"]), k=E["k"], temperature=0.0,
-        max_new_tokens=E["new tokens"], seed=0, **pair.run_kw)),
+        pair.target, pair.draft, _preset_ids(pair, E["prompt"]),
+        DecodeSettings(k=E["k"], temperature=0.0, max_new_tokens=E["new tokens"], seed=0), **pair.run_kw)),
     Button("Exactness", "Run 2000 trials", lambda pair, progress: exactness_trials(
         pair, _preset_ids(pair, E["prompt"]), n=E["trials"], temperature=E["temperature"], seed=E["first seed"],
         progress=progress)),
@@ -168,14 +175,13 @@ BUTTONS: tuple[Button, ...] = (
         pair.target, pair.draft, _preset_ids(pair, E["prompt"]), exactness_rules(E["ε"], E["δ"], E["τ"]),
         n=E["rules: trials"], temperature=E["rules: temperature"], seed=E["rules: seed"], vocab=pair.shared_vocab)),
     Button("Token tree", "Measure chain against tree", lambda pair, progress: tree_lab.chain_vs_tree(
-        pair.target, pair.draft, _preset_ids(pair, T["prompt"]), budgets=T["node budgets"], progress=progress,
-        **_tree_kw(pair, T))),
+        pair.target, pair.draft, _preset_ids(pair, T["prompt"]), _tree_settings(T), budgets=T["node budgets"],
+        progress=progress, **_tree_kw(pair, T))),
 )
 
 
 def _tree_kw(pair, s: dict) -> dict:
-    return dict(branch=s["b"], max_depth=s["max depth"], temperature=s["temperature"],
-                max_new_tokens=s["max new tokens"], seed=s["seed"], **pair.run_kw)
+    return dict(branch=s["b"], max_depth=s["max depth"], **pair.run_kw)
 
 
 def button(page: str, label: str) -> Button:
@@ -190,8 +196,9 @@ def record_exactness(pair, s: dict = EXACTNESS) -> dict[str, Any]:
     """The Exactness page's three experiments at its defaults: the greedy comparison, the seeded first-step
     trials with the p/q/residual of that position, and the acceptance-rule lab."""
     ids = _preset_ids(pair, s["prompt"])
-    greedy = lab.compare_with_baseline(pair.target, pair.draft, ids, k=s["k"], temperature=0.0,
-                                       max_new_tokens=s["new tokens"], seed=0, **pair.run_kw)
+    greedy = lab.compare_with_baseline(pair.target, pair.draft, ids,
+                                       DecodeSettings(k=s["k"], temperature=0.0, max_new_tokens=s["new tokens"],
+                                                      seed=0), **pair.run_kw)
     trials, fp = exactness_trials(pair, ids, n=s["trials"], temperature=s["temperature"], seed=s["first seed"])
     rlab = rules.rule_lab(pair.target, pair.draft, ids, exactness_rules(s["ε"], s["δ"], s["τ"]),
                           n=s["rules: trials"], temperature=s["rules: temperature"], seed=s["rules: seed"],
@@ -202,8 +209,7 @@ def record_exactness(pair, s: dict = EXACTNESS) -> dict[str, Any]:
 def record_acceptance_lab(pair, s: dict = ACCEPTANCE_LAB) -> dict[str, Any]:
     """The Acceptance lab's default measurement: each domain's run at each temperature, and the agreement along
     each run's text."""
-    sweep, agree = acceptance_lab(pair, s["domains"], s["temperatures"], k=s["k"],
-                                  max_new_tokens=s["new tokens per run"], seed=s["seed"])
+    sweep, agree = acceptance_lab(pair, s["domains"], s["temperatures"], _lab_settings(s))
     return {"sweep": sweep, "agree": agree}
 
 
@@ -212,13 +218,15 @@ def record_speedup(pair, s: dict = SPEEDUP) -> dict[str, Any]:
     policies (5) and early exit at the default depths (6). Section 2 is drawn from these; 1b loads a pair per draft
     precision, so a recording has none."""
     ids = _preset_ids(pair, s["prompt"])
-    kw = _speed_kw(pair, s)
+    settings, kw = _speed_settings(s), pair.run_kw
     depths = early_exit.default_layers(selfdraft.num_layers(pair.target))
     return {"cost": race.measure_cost(pair.target, pair.chain_draft()),
-            "sweep": lab.k_sweep(pair.target, pair.chain_draft(), ids, s["k values"], **kw),
-            "race": race.race(pair.target, pair.chain_draft(), ids, s["k for the race"], **kw),
-            "policies": race.compare_policies(pair.target, pair.chain_draft(), ids, s["starting k"], **kw),
-            "early_exit": early_exit.early_exit_sweep(pair.target, ids, depths, k=s["early exit k"], **kw)}
+            "sweep": lab.k_sweep(pair.target, pair.chain_draft(), ids, s["k values"], settings, **kw),
+            "race": race.race(pair.target, pair.chain_draft(), ids, replace(settings, k=s["k for the race"]), **kw),
+            "policies": race.compare_policies(pair.target, pair.chain_draft(), ids,
+                                              replace(settings, k=s["starting k"]), **kw),
+            "early_exit": early_exit.early_exit_sweep(pair.target, ids, depths, replace(settings, k=s["early exit k"]),
+                                                      **kw)}
 
 
 def record_why_fast(pair, s: dict = WHY_FAST) -> dict[str, Any]:
@@ -235,9 +243,10 @@ def record_token_tree(pair, s: dict = TOKEN_TREE) -> dict[str, Any]:
     """The Token tree page's defaults: a whole tree run (the page steps through its rounds), and chain against tree
     at each node budget."""
     ids = _preset_ids(pair, s["prompt"])
-    kw = _tree_kw(pair, s)
-    return {"run": tree_decode(pair.target, pair.draft, ids, budget=s["node budget"], **kw),
-            "chain_vs_tree": tree_lab.chain_vs_tree(pair.target, pair.draft, ids, budgets=s["node budgets"], **kw)}
+    settings, kw = _tree_settings(s), _tree_kw(pair, s)
+    return {"run": tree_decode(pair.target, pair.draft, ids, settings, budget=s["node budget"], **kw),
+            "chain_vs_tree": tree_lab.chain_vs_tree(pair.target, pair.draft, ids, settings, budgets=s["node budgets"],
+                                                    **kw)}
 
 
 RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> (recorder, its settings)

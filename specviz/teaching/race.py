@@ -12,13 +12,14 @@ eos_token_id, vocab). Each experiment warms the paths it times first, so one-tim
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from specviz.teaching import costs, lab
 from specviz.core import measure
 from specviz.decoding.engine import autoregressive_stream, speculative_stream, warm_up
 from specviz.data.records import Round, Run
+from specviz.core.settings import DecodeSettings
 
 Progress = Callable[[str, "float | None"], None] | None
 POLICIES = ("fixed", "adaptive", "best")
@@ -47,17 +48,18 @@ class Race:
     k: int
 
 
-def race(target, draft, input_ids, k: int, on_round: Callable[[str, list[Round]], None] | None = None,
-         **run_kw) -> Race:
-    """Warm both paths, then run the target alone and speculative one after the other.
+def race(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(),
+         on_round: Callable[[str, list[Round]], None] | None = None, **run_kw) -> Race:
+    """Warm both paths, then run the target alone and speculative one after the other, with `settings`.
 
     on_round(name, rounds so far) is called after each round ("base" or "spec"), to draw it live.
+    run_kw: what comes from the pair (eos_token_id, vocab: Pair.run_kw).
     """
     # warm both paths first so one-time costs land in neither
-    warm_up(target, input_ids, **run_kw)
-    warm_up(target, input_ids, draft, k=int(k), **run_kw)
-    streams = {"base": autoregressive_stream(target, input_ids, **run_kw),
-               "spec": speculative_stream(target, draft, input_ids, k=int(k), **run_kw)}
+    warm_up(target, input_ids, None, settings, **run_kw)
+    warm_up(target, input_ids, draft, settings, **run_kw)
+    streams = {"base": autoregressive_stream(target, input_ids, settings, **run_kw),
+               "spec": speculative_stream(target, draft, input_ids, settings, **run_kw)}
     runs = {}
     for name, stream in streams.items():
         done = []
@@ -66,7 +68,7 @@ def race(target, draft, input_ids, k: int, on_round: Callable[[str, list[Round]]
             if on_round is not None:
                 on_round(name, done)
         runs[name] = stream.run
-    return Race(base=runs["base"], spec=runs["spec"], k=int(k))
+    return Race(base=runs["base"], spec=runs["spec"], k=int(settings.k))
 
 
 def replay_schedule(r: Race) -> list[tuple[float, str, int]]:
@@ -76,14 +78,15 @@ def replay_schedule(r: Race) -> list[tuple[float, str, int]]:
     return sorted(events)
 
 
-def compare_policies(target, draft, input_ids, k: int, progress: Progress = None, **run_kw) -> dict[str, Run]:
-    """One warmed speculative run for each k policy in POLICIES, all starting at k, same prompt and settings."""
-    warm_up(target, input_ids, draft, k=int(k), **run_kw)
-    n = int(run_kw.get("max_new_tokens", 64))
+def compare_policies(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(),
+                     progress: Progress = None, **run_kw) -> dict[str, Run]:
+    """One warmed speculative run for each k policy in POLICIES, all starting at settings.k, same prompt and
+    settings. run_kw: eos_token_id, vocab (Pair.run_kw)."""
+    warm_up(target, input_ids, draft, settings, **run_kw)
     out = {}
     for i, policy in enumerate(POLICIES):
-        stream = speculative_stream(target, draft, input_ids, k=int(k), k_policy=policy, **run_kw)
-        out[policy] = lab.stream_run(stream, n, lambda m, f, i=i, p=policy: _say(
+        stream = speculative_stream(target, draft, input_ids, replace(settings, k_policy=policy), **run_kw)
+        out[policy] = lab.stream_run(stream, settings.max_new_tokens, lambda m, f, i=i, p=policy: _say(
             progress, f"{p} k: {m}", (i + (f or 0)) / len(POLICIES)))
     return out
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 from specviz.modeling.config import ChunkSource, DerivedSource, PackagedSource, PairSpec, Registry, TinySource, default_registry
 from specviz.core.errors import InvalidSetting
+from specviz.core.settings import DecodeSettings
 
 Progress = Callable[[str, float | None], None] | None
 OFFLINE_SOURCES = (ChunkSource, PackagedSource, DerivedSource, TinySource)  # nothing to download from the hub
@@ -111,8 +112,8 @@ class PairResult:
     new_tokens: int
 
 
-def compare_pairs(contenders: Sequence[Contender], *, k: int, temperature: float = 0.0, top_p: float = 1.0,
-                  max_new_tokens: int, seed: int = 0, progress: Progress = None) -> list[PairResult]:
+def compare_pairs(contenders: Sequence[Contender], settings: DecodeSettings = DecodeSettings(), *,
+                  progress: Progress = None) -> list[PairResult]:
     """Each contender once on its prompt, next to its own warmed target-alone run, in order."""
     from specviz.core import measure
     from specviz.teaching.experiments import compare_with_baseline
@@ -124,8 +125,7 @@ def compare_pairs(contenders: Sequence[Contender], *, k: int, temperature: float
         if progress is not None:
             progress(f"{ct.name}: the target alone, then speculative ({i + 1}/{len(contenders)})",
                      i / len(contenders))
-        cmp = compare_with_baseline(ct.target, ct.draft, ct.input_ids, k=k, temperature=temperature, top_p=top_p,
-                                    max_new_tokens=max_new_tokens, seed=seed, eos_token_id=ct.eos_token_id,
+        cmp = compare_with_baseline(ct.target, ct.draft, ct.input_ids, settings, eos_token_id=ct.eos_token_id,
                                     vocab=ct.vocab)
         out.append(PairResult(ct.name, ct.draft_desc, cmp.spec.alpha, measure.c_from_runs([cmp.spec], [cmp.base]),
                               cmp.spec.tokens_per_pass, measure.steady_speedup(cmp.spec, cmp.base), cmp.speedup,

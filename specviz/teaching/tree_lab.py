@@ -7,14 +7,14 @@ Plain data in, plain data and sentences out; the Token tree page and the bench c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specviz.teaching import explain
 from specviz.core import measure, theory
 from specviz.core.limits import K_MAX
 from specviz.decoding.engine import speculative_decode
 from specviz.teaching.experiments import forward_cost
-from specviz.core.settings import is_greedy
+from specviz.core.settings import DecodeSettings
 from specviz.decoding.tree import tree_decode
 from specviz.data.tree_records import TreeRound
 
@@ -151,28 +151,28 @@ def _shape_run(shape: str, budget: int, run) -> ShapeRun:
                     1000 * measure.median(steady))
 
 
-def chain_vs_tree(target, draft, ids: list[int], *, budgets: Sequence[int] = (4, 8, 16, 32), branch: int = 2,
-                  max_depth: int = 8, temperature: float = 0.0, max_new_tokens: int = 32, seed: int = 0,
+def chain_vs_tree(target, draft, ids: list[int], settings: DecodeSettings = DecodeSettings(), *,
+                  budgets: Sequence[int] = (4, 8, 16, 32), branch: int = 2, max_depth: int = 8,
                   eos_token_id=None, vocab: int | None = None, cost_reps: int = 3,
                   progress: Callable[[str, float], None] | None = None) -> ChainVsTree:
     """Per budget N: a chain drafting k = N (at most K_MAX) and a tree of N nodes, same prompt and seed, run
-    one after the other; then the target's pass over 1 and N + 1 tokens, timed."""
+    one after the other, with `settings` (its k replaced by N); then the target's pass over 1 and N + 1
+    tokens, timed."""
     say = progress or (lambda msg, frac: None)
     budgets = sorted({int(b) for b in budgets})
-    common = dict(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed, eos_token_id=eos_token_id,
-                  vocab=vocab)
+    common = dict(eos_token_id=eos_token_id, vocab=vocab)
     runs, outputs, steps = [], [], 2 * len(budgets) + 1
     for j, b in enumerate(budgets):
         say(f"chain, k = {min(b, K_MAX)}", (2 * j) / steps)
-        chain = speculative_decode(target, draft, ids, k=min(b, K_MAX), **common)
+        chain = speculative_decode(target, draft, ids, replace(settings, k=min(b, K_MAX), k_policy="fixed"), **common)
         say(f"tree of {b} nodes", (2 * j + 1) / steps)
-        tree = tree_decode(target, draft, ids, budget=b, branch=branch, max_depth=max_depth, **common)
+        tree = tree_decode(target, draft, ids, settings, budget=b, branch=branch, max_depth=max_depth, **common)
         runs += [_shape_run("chain", b, chain), _shape_run("tree", b, tree)]
         outputs += [chain.token_ids, tree.token_ids]
     say("the target's pass over 1 and N + 1 tokens", (steps - 1) / steps)
     sizes = tuple(sorted({1} | {b + 1 for b in budgets}))
     ratio = measure.verify_ratios(forward_cost(target, n_tokens=sizes, reps=cost_reps))
-    return ChainVsTree(budgets, runs, ratio, all(o == outputs[0] for o in outputs), is_greedy(temperature))
+    return ChainVsTree(budgets, runs, ratio, all(o == outputs[0] for o in outputs), settings.greedy)
 
 
 def chain_vs_tree_verdict(cmp: ChainVsTree) -> list[str]:

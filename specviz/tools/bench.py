@@ -51,7 +51,7 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -73,6 +73,7 @@ from specviz.core.prompts import bench_prompts, encode
 from specviz.data.records import json_safe
 from specviz.decoding.tree import tree_decode
 from specviz.data.tree_records import TreeRound, TreeRun
+from specviz.core.settings import DecodeSettings
 
 FORMAT = "specviz.tools.bench/1"
 DEFAULT_DOMAINS = ("code", "list", "factual", "creative")
@@ -220,27 +221,32 @@ def _generate(pair, name: str, ids: list[int], mode: str, args, seed: int) -> Sa
     temperature = 0.0 if mode == "greedy" else args.temperature
     n = args.max_new_tokens
     eos = list(pair.eos_token_ids)
-    common = dict(temperature=temperature, max_new_tokens=n, seed=seed, eos_token_id=eos, vocab=pair.shared_vocab)
+    base = DecodeSettings(temperature=temperature, max_new_tokens=n, seed=seed)
+    common = dict(eos_token_id=eos, vocab=pair.shared_vocab)
     t0 = time.perf_counter()
     if name == ENGINE_BASELINE:
-        run = autoregressive_decode(pair.target, ids, **common)
+        run = autoregressive_decode(pair.target, ids, base, **common)
     elif name.startswith("k="):
-        run = speculative_decode(pair.target, pair.drafter(), ids, k=int(name[2:]), **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, replace(base, k=int(name[2:])), **common)
     elif name == "adaptive":
-        run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy="adaptive", **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, replace(base, k=4, k_policy="adaptive"), **common)
     elif name == "best":
-        run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy="best", **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, replace(base, k=4, k_policy="best"), **common)
     elif name == BEST_FULL_HEAD:  # the best-k chooser with the draft's whole head, whatever the pair's
-        run = speculative_decode(pair.target, ModelDrafter(pair.draft), ids, k=4, k_policy="best", **common)
+        run = speculative_decode(pair.target, ModelDrafter(pair.draft), ids, replace(base, k=4, k_policy="best"),
+                                 **common)
     elif name == "best-nostop":
-        run = speculative_decode(pair.target, pair.drafter(), ids, k=4, k_policy=BestK(4, k_max=16), **common)
+        run = speculative_decode(pair.target, pair.drafter(), ids, replace(base, k=4, k_policy=BestK(4, k_max=16)),
+                                 **common)
     elif name == "prompt-lookup":
-        run = speculative_decode(pair.target, PromptLookupDrafter(), ids, k=4, k_policy=BestK(4, k_max=16),
+        run = speculative_decode(pair.target, PromptLookupDrafter(), ids,
+                                 replace(base, k=4, k_policy=BestK(4, k_max=16)),
                                  **common)
     elif name.startswith(TREE):
-        run = tree_decode(pair.target, pair.draft, ids, budget=int(name[len(TREE):]), **common)
+        run = tree_decode(pair.target, pair.draft, ids, base, budget=int(name[len(TREE):]), **common)
     elif name == SPINE:
-        run = tree_decode(pair.target, pair.draft, ids, shape="spine", **tree.SPINE, **common)
+        run = tree_decode(pair.target, pair.draft, ids, replace(base, k_policy="best"), shape="spine", **tree.SPINE,
+                          **common)
     elif name == HF_TARGET:
         return _hf_generate(pair.target, ids, n, eos, mode, temperature, seed)
     elif name == HF_ASSISTED:

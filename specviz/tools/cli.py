@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import TextIO
 
 from specviz.teaching import explain, render
@@ -189,17 +190,17 @@ def decode_settings(args) -> DecodeSettings:
     """The run's decoding settings, checked before any model is loaded (InvalidSetting: a typo costs no load)."""
     from specviz.decoding import engine, kpolicy
 
-    engine.check_decoding(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+    k_policy = args.k_policy or prompts.FIRST_RUN.k_policy  # not given: the main page's first run's
+    settings = DecodeSettings(k=args.k, k_policy=k_policy, temperature=args.temperature, top_p=args.top_p,
+                              top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    engine.check_decoding(settings)
     if (shape := tree_shape(args)) is not None:
         from specviz.decoding.tree import check_tree
 
         check_tree(shape["budget"], shape["branch"], shape["max_depth"], shape["shape"], shape["doubt"])
-    k_policy = args.k_policy or prompts.FIRST_RUN.k_policy  # not given: the main page's first run's
     kpolicy.make_k_policy(args.k, k_policy)  # InvalidSetting for an unknown policy
     limits.check_max_new_tokens(args.max_new_tokens)
-    return DecodeSettings(k=args.k, k_policy=k_policy, temperature=args.temperature, top_p=args.top_p,
-                          top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    return settings
 
 
 def tree_shape(args) -> dict | None:
@@ -250,13 +251,14 @@ def _generate(args, pair, input_ids: list[int], decode: DecodeSettings):
                 else f"a tree of {shape['budget']} nodes")
         print(f"generating with {pair.name}, {pair.draft_label} draft, {pair.target_precision} target ({what}, "
               f"temperature={args.temperature}) ...", file=sys.stderr)
-        return tree_decode(pair.target, pair.draft, input_ids, **shape, **decode.baseline_kwargs(), **common)
+        # a spine is stopped by the best-k chooser (--k-policy applies to chains)
+        return tree_decode(pair.target, pair.draft, input_ids, replace(decode, k_policy="best"), **shape, **common)
     drafter = PromptLookupDrafter() if lookup else pair.drafter()
     head = getattr(drafter, "head_name", "full")
     who = "prompt lookup" if lookup else f"{pair.draft_label} draft" + (f", {head} head" if head != "full" else "")
     print(f"generating with {pair.name}, {who}, {pair.target_precision} target (k={decode.k}, k policy {decode.k_policy}, "
           f"temperature={args.temperature}) ...", file=sys.stderr)
-    return engine.speculative_decode(pair.target, drafter, input_ids, **decode.engine_kwargs(), **common)
+    return engine.speculative_decode(pair.target, drafter, input_ids, decode, **common)
 
 
 def _print_run(args, run, tokenizer) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specviz.core.prompts import encode, preset
-from specviz.core.settings import is_greedy
+from specviz.core.settings import DecodeSettings, is_greedy
 from specviz.data import pagefile
 from specviz.data.runfile import DEFAULT_RECORDINGS, RECORDED_DIR, RecordSpec, export_dict
 from specviz.decoding.engine import speculative_decode, warm_up
@@ -43,11 +43,12 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
     for s in specs:
         p = preset(s.preset)
         ids = encode(tok, p.text, p.chat)
-        kw = dict(k=s.k, k_policy=s.k_policy, temperature=s.temperature, top_p=s.top_p,
-                  max_new_tokens=max_new_tokens, seed=s.seed, eos_token_id=pair.eos_token_ids)
+        settings = DecodeSettings(k=s.k, k_policy=s.k_policy, temperature=s.temperature, top_p=s.top_p,
+                                  max_new_tokens=max_new_tokens, seed=s.seed)
+        kw = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
         # a short warm-up so one-time costs do not land in the recorded timings
-        warm_up(pair.target, ids, pair.drafter(), **kw, vocab=pair.shared_vocab)
-        run = speculative_decode(pair.target, pair.drafter(), ids, **kw, vocab=pair.shared_vocab)
+        warm_up(pair.target, ids, pair.drafter(), settings, **kw)
+        run = speculative_decode(pair.target, pair.drafter(), ids, settings, **kw)
         run.settings["drafter"] = drafter_words(pair.draft_precision, pair.draft_head_name)  # the replay's header
         base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
         temp = "greedy" if is_greedy(s.temperature) else f"temperature {s.temperature:g}, seed {s.seed}"

@@ -33,7 +33,7 @@ import statistics
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -106,7 +106,7 @@ def press_main(pair, max_new: int) -> Outcome:
     first = prompts.FIRST_RUN
     decode = DecodeSettings(k=first.k, k_policy=first.k_policy, max_new_tokens=max_new)
     stream = speculative_stream(pair.target, pair.drafter(), _ids(pair, prompts.preset(first.preset)),
-                                **decode.engine_kwargs(), **pair.run_kw)
+                                decode, **pair.run_kw)
     for _ in stream:
         pass
     got = baseline.shared_target_alone(pair.target, stream.run, pair.shared_vocab)
@@ -117,7 +117,7 @@ def press_lab(pair, max_new: int) -> Outcome:
     """The Acceptance lab's Measure with its defaults (pages/2_Acceptance_lab.py)."""
     presets = prompts.lab_prompts()
     ids = {d: _ids(pair, presets[d]) for d in prompts.LAB_DEFAULT_DOMAINS}
-    sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, [0.0], k=LAB_K, max_new_tokens=max_new, seed=0,
+    sweep = lab.acceptance_sweep(pair.target, pair.draft, ids, [0.0], DecodeSettings(k=LAB_K, max_new_tokens=max_new),
                                  **pair.run_kw)
     lab.agreement_sweep(pair.target, pair.draft, ids, sweep, vocab=pair.shared_vocab)
     return Outcome([r for by_t in sweep.values() for r in by_t.values()])
@@ -126,13 +126,14 @@ def press_lab(pair, max_new: int) -> Outcome:
 def press_speedup(pair, max_new: int) -> Outcome:
     """The Speedup page's k sweep with its default ks (pages/3_Speedup.py); the speedup judged: at k = LAB_K."""
     ids = _ids(pair, prompts.preset(prompts.FIRST_RUN.preset))
-    sweep = lab.k_sweep(pair.target, pair.chain_draft(), ids, SPEEDUP_KS, max_new_tokens=max_new, **pair.run_kw)
+    sweep = lab.k_sweep(pair.target, pair.chain_draft(), ids, SPEEDUP_KS, DecodeSettings(max_new_tokens=max_new),
+                        **pair.run_kw)
     return Outcome([c.spec for c in sweep.values()], sweep[LAB_K].speedup)
 
 
 def press_lesson(pair, max_new: int) -> Outcome:
     """The first lesson's first step on the loaded pair (pages/8_Lessons.py), a fresh session's memo."""
-    ctx = lessons.Context(pair=pair, max_new_tokens=max_new)
+    ctx = lessons.Context(pair=pair, settings=replace(lessons.LESSON_SETTINGS, max_new_tokens=max_new))
     lessons.run_step(lessons.LESSONS[0].steps[0], ctx)
     trials = [v for k, v in ctx.memo.items() if k[0] == "trial"]
     return Outcome([t.run for t in trials], trials[0].baseline.get("speedup") if trials else None)

@@ -18,7 +18,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from specviz.core.errors import SpecvizError
 from specviz.teaching import baseline, lessons, page_records
@@ -87,7 +87,7 @@ def lesson_items(pair, *, seed: int = 0, limit_s: float = LIMIT_S, cold: bool = 
     for les in lessons.LESSONS:
         if only and only not in les.key:
             continue
-        ctx = lessons.Context(pair=pair, seed=seed)
+        ctx = lessons.Context(pair=pair, settings=replace(lessons.LESSON_SETTINGS, seed=seed))
         for step in les.steps:
             if cold:
                 baseline.STORE.clear()
