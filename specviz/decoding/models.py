@@ -751,6 +751,23 @@ def int8_cached(m: ModelSpec, precision: str, dtype: torch.dtype | str = torch.f
     return precision == "int8" and isinstance(m.source, ChunkSource) and parse_dtype(dtype) == torch.float32
 
 
+def cached_precisions(name: str | None = None, *, dtype: torch.dtype | str | None = None,
+                      draft_precision: str | None = None, target_precision: str | None = None,
+                      registry: Registry | str | os.PathLike | None = None) -> dict[str, str]:
+    """{role: 'int8' | 'float32'}: the cached copy of each chunked model a load_pair with these settings on this
+    machine's default device reads (store.prepare's precisions): int8 where it loads straight from its int8 copy
+    (int8_cached), else the float32 copy, which every other dtype and precision loads from. None: what a
+    default load takes (DEFAULT_DTYPE, quant.default_precision, a float32 target). InvalidSetting, naming the
+    setting, for a precision that does not load here."""
+    device = default_device()
+    dtype = check_dtype(DEFAULT_DTYPE if dtype is None else parse_dtype(dtype), device)
+    precision = quant.check(draft_precision, device)
+    t_precision = check_target_precision(target_precision, dtype, device)
+    spec = as_registry(registry).pair(name)
+    return {role: "int8" if int8_cached(m, p, dtype) else "float32"
+            for role, m, p in (("draft", spec.draft, precision), ("target", spec.target, t_precision))}
+
+
 def _load_int8(m: ModelSpec, role: str, device: str, progress: Progress, target: bool):
     """((tokenizer, model), where it came from) for a chunked model from its int8 copy (converted on the first
     load); a copy that does not load is rebuilt, once."""
@@ -816,6 +833,6 @@ def with_draft_precision(pair: Pair, precision: str | None, runner: Runner | Non
 __all__ = [
     "DEFAULT_DTYPE", "DEVICES", "Pair", "PairStatus", "check_device", "check_dtype", "check_target_precision",
     "check_tokenizers",
-    "config_parts", "default_device", "draft_loads_direct", "estimate_memory_bytes", "loading_bytes", "pair_parts",
+    "cached_precisions", "config_parts", "default_device", "draft_loads_direct", "estimate_memory_bytes", "loading_bytes", "pair_parts",
     "list_pairs", "load_pair", "pair_status", "with_draft_precision",
 ]  # fmt: skip
