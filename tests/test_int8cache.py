@@ -265,6 +265,27 @@ def test_the_app_loads_an_int8_draft_from_its_int8_copy_and_lends_its_target(tmp
     assert store_.peek(("p", "float32", "bfloat16")).pair is bf16  # a variant of the float32 pair
 
 
+def test_the_main_page_runs_the_default_int8_draft_from_its_int8_copy(tmp_path, gguf_app):
+    """The main page on the chunked pair, as a laptop starts it (the CPU's default int8 draft): Run caches no
+    float32 copy of the draft, and the text is identical to the target alone."""
+    from streamlit.testing.v1 import AppTest
+
+    from pages.common import ui
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=180)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.radio(key="main.draft_precision").value == "int8"
+    at.select_slider(key="main.speed").set_value("instant")
+    at.radio(key="main.k_policy").set_value("fixed")
+    at.number_input(key="main.max_new").set_value(8)
+    at.button(key="main.run_btn").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert _cached(tmp_path) == ["d-int8", "t"]
+    assert ui._models().keys() == [("p", "float32", "int8")]
+    assert at.session_state["main.job"].meta["baseline"]["identical"] is True
+
+
 # -----------------------------------------------------------------------------
 # the conversion's peak: a block of rows, not the model
 
