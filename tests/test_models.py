@@ -328,7 +328,9 @@ def test_a_flipped_byte_is_caught_by_prepare_verify_and_rebuilt(chunk_pair, caps
     bad = _sha256(weights)
     _loads(chunk_pair.reg)  # the cheap check on a load cannot see it
     assert chunk_pair.converted == ["draft", "target"]
-    assert cli.main(["--models", str(chunk_pair.yaml), "prepare", "--pair", "p", "--verify"]) == 0
+    # the float32 copies _loads reads (a default prepare on a CPU would convert the draft's int8 copy)
+    assert cli.main(["--models", str(chunk_pair.yaml), "prepare", "--pair", "p", "--verify",
+                     "--draft-precision", "float32"]) == 0
     out, err = capsys.readouterr()
     assert (f"the cached copy of t is damaged (model.safetensors has sha256 {bad[:12]}…, expected {good[:12]}…): "
             "rebuilding") in err
