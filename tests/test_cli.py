@@ -356,3 +356,62 @@ def test_bench_refuses_bad_options_before_it_runs(tmp_path, capsys, monkeypatch,
     err = capsys.readouterr().err
     assert rc == 2 and not ran and "Traceback" not in err
     assert err.strip().startswith("error: ") and message.format(tmp=tmp_path) in err, err
+
+
+# -----------------------------------------------------------------------------
+# prepare: the copies a run loads
+
+
+@pytest.fixture
+def chunked_registry(tmp_path, monkeypatch):
+    """A registry file whose pair 'p' is a tiny GGUF draft and target shipped as fake chunk packages; cache in
+    tmp."""
+    import yaml
+    from test_models import chunk_source_dict, fake_chunks, registry_data
+    from tiny_gguf import tiny_model, write_gguf
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    srcs = {}
+    for name, noise in (("d", 0.05), ("t", 0.0)):
+        data = write_gguf(tiny_model("qwen2", seed=3, noise=noise, vocab=128), tmp_path / f"{name}.gguf").read_bytes()
+        half = len(data) // 2
+        srcs[name] = chunk_source_dict(fake_chunks(tmp_path, monkeypatch, [data[:half], data[half:]]))
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(registry_data(srcs, {"p": ("d", "t")})))
+    return path
+
+
+def _cached(tmp_path) -> list[str]:
+    """The cache's folders, as model[-int8]."""
+    return sorted(p.name.split("-")[0] + ("-int8" if p.name.endswith("-int8") else "")
+                  for p in (tmp_path / "cache").iterdir())
+
+
+def test_prepare_caches_the_copies_a_default_run_loads_and_the_ones_asked_for(chunked_registry, tmp_path):
+    from specviz.modeling import quant
+    from specviz.tools.cli import main
+
+    if models.default_device() != "cpu" or "int8" not in quant.supported("cpu"):
+        pytest.skip("a default run here does not load an int8 draft")
+    assert main(["--models", str(chunked_registry), "prepare"]) == 0
+    assert _cached(tmp_path) == ["d-int8", "t"]  # a default run on a CPU: an int8 draft, a float32 target
+    stages = []
+    models.load_pair("p", registry=chunked_registry, progress=lambda s, f=None: stages.append(s))  # as `run` does
+    assert _cached(tmp_path) == ["d-int8", "t"] and not any("convert" in s for s in stages)
+    assert main(["--models", str(chunked_registry), "prepare", "--draft-precision", "float32",
+                 "--target-precision", "int8"]) == 0
+    assert _cached(tmp_path) == ["d", "d-int8", "t", "t-int8"]
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--draft-precision", "int3"], "--draft-precision"),
+    (["--target-precision", "bfloat16"], "--target-precision"),
+    (["--target-precision", "int4"], "--target-precision"),
+])
+def test_prepare_refuses_a_bad_precision_in_one_line_naming_its_flag(args, flag, capsys):
+    from specviz.tools.cli import main
+
+    assert main(["--models", str(TINY_REGISTRY), "prepare", *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {flag}: ") and args[1] in lines[0], lines
+    assert main(["--models", str(TINY_REGISTRY), "prepare"]) == 0  # the tiny pair needs nothing prepared

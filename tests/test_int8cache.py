@@ -97,8 +97,9 @@ def test_the_cache_holds_int8_linears_and_only_the_tensors_that_stay_float(tmp_p
 
 
 @pytest.fixture
-def gguf_pair(tmp_path, monkeypatch):
-    """Registry 'p': a draft and a target shipped as fake chunk packages of tiny GGUF files; cache in tmp."""
+def gguf_data(tmp_path, monkeypatch):
+    """(registry data, GGUF files) of pair 'p': a draft and a target shipped as fake chunk packages of tiny GGUF
+    files; cache in tmp."""
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
     files = {role: write_gguf(tiny_model("qwen2", seed=3, noise=noise, vocab=128), tmp_path / f"{role}.gguf")
              for role, noise in (("draft", 0.05), ("target", 0.0))}
@@ -108,6 +109,13 @@ def gguf_pair(tmp_path, monkeypatch):
         srcs[role] = fake_chunks(tmp_path, monkeypatch, [data[:len(data) // 2], data[len(data) // 2:]])
     data = registry_data({"d": chunk_source_dict(srcs["draft"]), "t": chunk_source_dict(srcs["target"])},
                          {"p": ("d", "t")})
+    return data, files
+
+
+@pytest.fixture
+def gguf_pair(gguf_data):
+    """Registry 'p' (gguf_data) parsed, and its GGUF files."""
+    data, files = gguf_data
     return parse_registry(data), files
 
 
@@ -183,6 +191,99 @@ def test_an_int8_target_from_its_copy_needs_no_float32_stage_in_the_memory_estim
     # a target from a folder still passes through float32 on its way to int8
     folder = dataclasses.replace(spec, target=dataclasses.replace(spec.target, source=PathSource(path=Path("/x"))))
     assert models.loading_bytes(folder, "float32", target_precision="int8") > models.loading_bytes(spec, "float32")
+
+
+def test_a_chunked_int8_draft_needs_no_float32_draft_in_the_memory_estimate(gguf_pair):
+    """What the app's budget counts for an int8 draft from its int8 copy: the int8 draft, no float32 draft beside
+    it, and no float32 stage while it loads."""
+    from specviz.modeling import memory
+
+    reg, _ = gguf_pair
+    spec = reg.pairs["p"]
+    spec = dataclasses.replace(spec, draft=dataclasses.replace(spec.draft, params=10**8))
+    direct = models.pair_parts(spec, "float32", "int8")
+    assert models.config_parts(spec, "float32", "int8") == direct
+    assert models.loading_bytes(spec, "float32", "int8") == memory.LOADING
+    assert models.estimate_memory_bytes(spec, "float32", True, "int8") == sum(direct.values()) + memory.LOADING
+    # an int4 draft still loads in float32 and is copied into int4; a bfloat16 run has no int8 copy to load
+    assert models.loading_bytes(spec, "float32", "int4") > memory.LOADING
+    assert len(models.config_parts(spec, "float32", "int4")) == 3
+    assert not models.draft_loads_direct(spec, "bfloat16", "int8")
+
+
+@pytest.fixture
+def gguf_app(gguf_data, tmp_path, monkeypatch):
+    """The app's store pointed at registry 'p' (gguf_data), empty before and after; -> the parsed registry."""
+    import yaml
+
+    from pages.common import ui
+
+    data, _ = gguf_data
+    for name in ("d", "t"):  # sizes for the store to charge (the GGUF files are tiny)
+        data["models"][name]["params"] = 10**6
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("SPECVIZ_MODELS", str(path))
+    ui._slot.clear()
+    yield parse_registry(data)
+    ui._slot.clear()
+
+
+def test_the_app_loads_an_int8_draft_from_its_int8_copy_and_lends_its_target(tmp_path, gguf_app):
+    """The app's pair with an int8 draft (the CPU's default) holds and caches no float32 draft, and runs the
+    tokens the old path ran (the float32 draft copied into int8: with_draft_precision). A float32 draft then
+    loads beside it, lent its target; a bfloat16 draft is a copy of that one, no load."""
+    from pages.common import ui
+
+    reg = gguf_app
+    store_ = ui._models()
+    pair, lease = ui.lease_pair("p", "float32", "int8")
+    lease.release()
+    assert _cached(tmp_path) == ["d-int8", "t"]  # the float32 target's copy; no float32 copy of the draft
+    assert pair.draft_precision == "int8" and pair.sources["draft"].endswith("(int8)")
+    assert store_.keys() == [("p", "float32", "int8")]
+    assert store_.held() == sum(models.pair_parts(reg.pairs["p"], "float32", "int8").values())
+
+    old = models.with_draft_precision(models.load_pair("p", registry=reg, device="cpu", draft_precision="float32"),
+                                      "int8")
+    x = torch.tensor([PROMPT])
+    with torch.inference_mode():
+        assert torch.equal(pair.draft(x).logits, old.draft(x).logits)
+    for prompt in ([5, 6, 7], [12, 40, 3, 3, 9, 21]):
+        for k in (2, 4):
+            run = speculative_decode(pair.target, pair.drafter(), prompt, k=k, max_new_tokens=30, **pair.run_kw)
+            ref = speculative_decode(old.target, old.drafter(), prompt, k=k, max_new_tokens=30, **old.run_kw)
+            assert run.token_ids == ref.token_ids and [r.drafted for r in run.rounds] == [r.drafted for r in ref.rounds]
+
+    f32, lease = ui.lease_pair("p", "float32", "float32")
+    lease.release()
+    assert f32.target is pair.target and "(shared with the pair p)" in f32.sources["target"]
+    calls = ui.LOAD_CALLS
+    bf16, lease = ui.lease_pair("p", "float32", "bfloat16")
+    lease.release()
+    assert ui.LOAD_CALLS == calls and bf16.target is pair.target and bf16.draft_precision == "bfloat16"
+    assert store_.peek(("p", "float32", "bfloat16")).pair is bf16  # a variant of the float32 pair
+
+
+def test_the_main_page_runs_the_default_int8_draft_from_its_int8_copy(tmp_path, gguf_app):
+    """The main page on the chunked pair, as a laptop starts it (the CPU's default int8 draft): Run caches no
+    float32 copy of the draft, and the text is identical to the target alone."""
+    from streamlit.testing.v1 import AppTest
+
+    from pages.common import ui
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=180)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.radio(key="main.draft_precision").value == "int8"
+    at.select_slider(key="main.speed").set_value("instant")
+    at.radio(key="main.k_policy").set_value("fixed")
+    at.number_input(key="main.max_new").set_value(8)
+    at.button(key="main.run_btn").click().run()
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    assert _cached(tmp_path) == ["d-int8", "t"]
+    assert ui._models().keys() == [("p", "float32", "int8")]
+    assert at.session_state["main.job"].meta["baseline"]["identical"] is True
 
 
 # -----------------------------------------------------------------------------

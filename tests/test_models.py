@@ -328,7 +328,9 @@ def test_a_flipped_byte_is_caught_by_prepare_verify_and_rebuilt(chunk_pair, caps
     bad = _sha256(weights)
     _loads(chunk_pair.reg)  # the cheap check on a load cannot see it
     assert chunk_pair.converted == ["draft", "target"]
-    assert cli.main(["--models", str(chunk_pair.yaml), "prepare", "--pair", "p", "--verify"]) == 0
+    # the float32 copies _loads reads (a default prepare on a CPU would convert the draft's int8 copy)
+    assert cli.main(["--models", str(chunk_pair.yaml), "prepare", "--pair", "p", "--verify",
+                     "--draft-precision", "float32"]) == 0
     out, err = capsys.readouterr()
     assert (f"the cached copy of t is damaged (model.safetensors has sha256 {bad[:12]}…, expected {good[:12]}…): "
             "rebuilding") in err
@@ -397,17 +399,22 @@ def test_memory_estimate_scales_with_dtype():
 
 
 def test_memory_estimate_counts_the_draft_copy_in_its_precision():
-    """An int8 draft is made from the dtype one: the configuration holds both, the int8 copy less than the
-    float32 one; a draft made of the target's layers costs nothing of its own."""
+    """An int4 draft is made from the dtype one: the configuration holds both, the int4 copy less than the
+    float32 one. The default (chunked) draft in int8 loads from its int8 copy: no float32 draft at all."""
     reg = config.default_registry()
     spec = reg.pair()
-    parts = models.config_parts(spec, "float32", "int8")
+    parts = models.config_parts(spec, "float32", "int4")
     draft_fp32 = spec.draft.params * 4
-    assert draft_fp32 / 4 < sum(parts.values()) - sum(models.config_parts(spec, "float32").values()) < draft_fp32
+    assert draft_fp32 / 8 < sum(parts.values()) - sum(models.config_parts(spec, "float32").values()) < draft_fp32
     # at the peak the copy passes through float32 (it is quantized layer by layer from a float32 copy)
-    peak = models.estimate_memory_bytes(spec, torch.float32, draft_precision="int8")
+    peak = models.estimate_memory_bytes(spec, torch.float32, draft_precision="int4")
     assert peak - models.estimate_memory_bytes(spec, torch.float32) == memory.held_bytes(spec.draft.params, "float32")
     assert len(parts) == 3 and sum(1 for k in parts if k[0] == "target") == 1
+    int8 = models.config_parts(spec, "float32", "int8")
+    assert len(int8) == 2 and not any(k[0] == "draft" and k[3] == "float32" for k in int8)
+    assert (models.estimate_memory_bytes(spec, torch.float32, draft_precision="int8")
+            - models.estimate_memory_bytes(spec, torch.float32)
+            == memory.held_bytes(spec.draft.params, "int8") - memory.held_bytes(spec.draft.params, "float32"))
     assert models.pair_parts(reg.pair("qwen2.5-coder-1.5b-self"), "float32") == {
         k: v for k, v in parts.items() if k[0] == "target"}
 

@@ -72,11 +72,14 @@ def test_the_estimator_counts_an_int8_target_as_an_int8_draft_is_counted():
         assert target == memory.held_bytes(models._guess_params(spec.target), "int8")  # the draft's rule
         # an int8-target pair holds a target and a draft of its own: no key shared with the float32 pair
         assert not set(parts) & set(models.pair_parts(spec, "float32"))
-    # while it is made, the target passes through float32: the peak says so
-    spec = config.load_registry(ROOT / "models.yaml").pair()
+    # a target made from float32 weights passes through float32 while it is put into int8: the peak says so
+    spec = config.load_registry(TINY).pair("tiny-random")
     params = models._guess_params(spec.target)
     assert (models.loading_bytes(spec, "float32", None, "int8") - memory.LOADING
             == memory.held_bytes(params, "float32") - memory.held_bytes(params, "int8"))
+    # the default (chunked) target loads from its int8 copy: no float32 stage (models.int8_cached)
+    spec = config.load_registry(ROOT / "models.yaml").pair()
+    assert models.loading_bytes(spec, "float32", None, "int8") == memory.LOADING
 
 
 @pytest.fixture(scope="module")

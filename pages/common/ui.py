@@ -503,7 +503,7 @@ class _Slot:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.pair = None  # the pair (the one in dtype: the source of every draft precision)
+        self.pair = None  # the pair as loaded (in dtype: the source of the draft precisions copied from it)
         self.loader: threading.Thread | None = None
         self.error: BaseException | None = None
         self.stage, self.frac, self.t0 = "waiting for the models", 0.0, 0.0
@@ -615,8 +615,10 @@ def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None,
     """The pair, loaded once per server and shared by every session, within the memory budget.
 
     The first load shows a status box with a progress bar (stage and seconds);
-    sessions asking at the same time wait for that one load. Each draft precision is
-    a copy of the loaded draft, made once, sharing the target. Each target precision (float32, int8) is a
+    sessions asking at the same time wait for that one load. A draft that loads straight in its precision
+    (an int8 draft from its int8 copy: models.draft_loads_direct) is loaded so, lent the target of a pair
+    loaded already; any other draft precision is a copy of the draft loaded in dtype, made once, sharing the
+    target. Each target precision (float32, int8) is a
     pair of its own (models.load_pair(target_precision=...)). What was used least recently
     is unloaded to make room; a choice that does not fit is refused before anything loads.
     Raises SpecvizError (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
@@ -638,17 +640,20 @@ def lease_pair(name: str, dtype: str, draft_precision: str | None = None, target
     tp = models.check_target_precision(target_precision, dtype, device)
     store = _models()
     what = explain.config_words(name, dtype, precision, tp)
+    # a draft that loads straight in its precision (an int8 draft from its int8 copy) is loaded so; any other is
+    # loaded in dtype, and its precision is a copy of that draft (_variant)
+    loaded_as = precision if models.draft_loads_direct(spec, dtype, precision) else dtype
     with devqueue.QUEUE.paused():  # a load may wait on model work: not while this page holds a turn to draw
-        # refused before anything loads: the pair in dtype and the draft's copy must fit at once
+        # refused before anything loads: the pair as loaded and the draft's copy must fit at once
         store.check(models.config_parts(spec, dtype, precision, device, tp), what,
                     models.loading_bytes(spec, dtype, precision, tp))
-        base_key = _key(name, dtype, dtype, tp)
-        slot, base = store.lease(base_key, models.pair_parts(spec, dtype, None, device, target_precision=tp),
-                                 _Slot, explain.config_words(name, dtype, dtype, tp),
-                                 models.loading_bytes(spec, dtype, None, tp))
+        base_key = _key(name, dtype, loaded_as, tp)
+        slot, base = store.lease(base_key, models.pair_parts(spec, dtype, loaded_as, device, target_precision=tp),
+                                 _Slot, explain.config_words(name, dtype, loaded_as, tp),
+                                 models.loading_bytes(spec, dtype, loaded_as, tp))
         try:
-            pair = _load_base(name, dtype, slot, store, base_key, tp)
-            if precision == dtype:
+            pair = _load_base(name, dtype, slot, store, base_key, tp, loaded_as)
+            if precision == loaded_as:
                 return pair, base
             return _variant(pair, precision, store, what)
         except BaseException:
@@ -657,7 +662,7 @@ def lease_pair(name: str, dtype: str, draft_precision: str | None = None, target
             base.release()
             raise
         finally:
-            if precision != dtype:
+            if precision != loaded_as:
                 base.release()  # the variant is made: the dtype pair may go when room is needed
 
 
@@ -688,16 +693,19 @@ def _variant(base, precision: str, store, what: str):
 _LOADED: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()  # a store key (_key) -> Pair
 
 
-def _load_base(name: str, dtype: str, slot: _Slot, store, key, target_precision: str = "float32"):
+def _load_base(name: str, dtype: str, slot: _Slot, store, key, target_precision: str = "float32",
+               draft_precision: str | None = None):
+    """The pair with its draft in draft_precision (None: in dtype), loaded in the slot's thread."""
     from specviz.decoding import models
 
     if slot.pair is not None:
         return slot.pair
+    draft_precision = draft_precision or dtype
 
     def load(progress):
         # a pair loaded already with the same target lends it: a second pair costs only its draft; the store
         # has made room for this one (check=False: no second check against what is free)
-        pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=dtype,
+        pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=draft_precision,
                                 target_precision=target_precision, loaded=list(_LOADED.values()), check=False)
         _LOADED[key] = pair
         _warm_up(pair, progress)
@@ -706,7 +714,8 @@ def _load_base(name: str, dtype: str, slot: _Slot, store, key, target_precision:
     _, hold = store.lease(key, {}, _Slot)  # the loader's own lease: a rerun stops this page, not the load
     slot.start(load, hold)  # another session may have started it: then this one waits for that load
     box = st.empty()
-    label = dtype if target_precision == "float32" else f"{dtype}, {target_precision} target"
+    label = dtype + ("" if draft_precision == dtype else f", {draft_precision} draft") + (
+        "" if target_precision == "float32" else f", {target_precision} target")
     with box.status(f"Loading {name} ({label})…", expanded=True) as status:
         bar = st.progress(0.0, text="waiting for the models")
         pair = slot.wait(lambda stage, f: bar.progress(f, text=f"{stage} ({time.perf_counter() - slot.t0:.0f} s)"))

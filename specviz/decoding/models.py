@@ -330,9 +330,18 @@ def config_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str 
                  device: str = "cpu", target_precision: str | None = None) -> dict[tuple, int]:
     """The parts a configuration holds while it is made: the pair in `dtype` (its target in target_precision),
     and, for another draft precision, the draft's copy in it as well (made from the dtype draft, which can be
-    unloaded later)."""
+    unloaded later). A draft that loads straight in its precision (draft_loads_direct) has no dtype copy."""
+    if draft_loads_direct(spec, dtype, draft_precision):
+        return pair_parts(spec, dtype, draft_precision, device, target_precision=target_precision)
     return {**pair_parts(spec, dtype, None, device, target_precision=target_precision),
             **pair_parts(spec, dtype, draft_precision, device, target_precision=target_precision)}
+
+
+def draft_loads_direct(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None) -> bool:
+    """Does the pair's draft load straight in draft_precision (from its int8 copy: int8_cached), with no copy in
+    `dtype` to make it from? Then a configuration holds no dtype draft, and no dtype pair is loaded first."""
+    return (draft_precision is not None and not isinstance(spec.draft.source, DerivedSource)
+            and int8_cached(spec.draft, draft_precision, dtype))
 
 
 def _quantizing_bytes(params: int, precision: str) -> int:
@@ -345,11 +354,12 @@ def loading_bytes(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str
     """Room a load needs for a moment beyond what stays: buffers (memory.LOADING), and, while the draft's copy in
     another precision is made or the target is put into int8, what its float32 stage holds beyond the finished
     copy (each is put into float32, then quantized layer by layer; the two never happen at once). A chunked
-    target in int8 loads from its int8 copy, with no float32 stage (int8_cached)."""
+    target or draft in int8 loads from its int8 copy, with no float32 stage (int8_cached)."""
     dt = _dtype_name(dtype)
     precision = draft_precision or dt
     draft = 0
-    if precision != dt and not isinstance(spec.draft.source, DerivedSource):
+    if precision != dt and not isinstance(spec.draft.source, DerivedSource) \
+            and not draft_loads_direct(spec, dt, precision):
         draft = _quantizing_bytes(_guess_params(spec.draft), precision)
     t_precision = target_precision or "float32"
     target = 0 if t_precision == "float32" or int8_cached(spec.target, t_precision) \
@@ -361,8 +371,8 @@ def estimate_memory_bytes(spec: PairSpec, dtype: torch.dtype, with_target: bool 
                           draft_precision: str | None = None, target_precision: str | None = None) -> int:
     """Bytes a load of the pair needs at its peak: the target in `dtype` or target_precision (not with
     with_target=False: it is loaded already), the draft in `dtype` (it loads in dtype before it is put into
-    draft_precision), the draft's copy in draft_precision when that differs, and the room a load needs for a
-    moment (loading_bytes)."""
+    draft_precision; not a draft that loads straight in it: draft_loads_direct), the draft's copy in
+    draft_precision when that differs, and the room a load needs for a moment (loading_bytes)."""
     parts = config_parts(spec, dtype, draft_precision, target_precision=target_precision)
     if not with_target:
         parts = {k: v for k, v in parts.items() if k[0] != "target"}
@@ -638,8 +648,9 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     head = vocabhead.check(draft_head, device)
     runner = runner or devqueue.queue_runner(device)
     lender = next((p for p in loaded if _shares_target(p, spec, dtype, device, t_precision)), None)
-    if check:
-        check_memory(spec, dtype, device, with_target=lender is None, target_precision=t_precision)  # its peak: the draft loads in dtype
+    if check:  # its peak: the draft loads in dtype, unless it loads straight in its precision
+        check_memory(spec, dtype, device, with_target=lender is None, target_precision=t_precision,
+                     draft_precision=precision if draft_loads_direct(spec, dtype, precision) else None)
     (d_tok, d_model), (t_tok, t_model), sources, precision = _load_models(spec, dtype, device, precision,
                                                                           lender, progress, t_precision, runner)
     fast_linear = _fast_linear(t_model, d_model, device, fast_linear, runner)
@@ -740,6 +751,23 @@ def int8_cached(m: ModelSpec, precision: str, dtype: torch.dtype | str = torch.f
     return precision == "int8" and isinstance(m.source, ChunkSource) and parse_dtype(dtype) == torch.float32
 
 
+def cached_precisions(name: str | None = None, *, dtype: torch.dtype | str | None = None,
+                      draft_precision: str | None = None, target_precision: str | None = None,
+                      registry: Registry | str | os.PathLike | None = None) -> dict[str, str]:
+    """{role: 'int8' | 'float32'}: the cached copy of each chunked model a load_pair with these settings on this
+    machine's default device reads (store.prepare's precisions): int8 where it loads straight from its int8 copy
+    (int8_cached), else the float32 copy, which every other dtype and precision loads from. None: what a
+    default load takes (DEFAULT_DTYPE, quant.default_precision, a float32 target). InvalidSetting, naming the
+    setting, for a precision that does not load here."""
+    device = default_device()
+    dtype = check_dtype(DEFAULT_DTYPE if dtype is None else parse_dtype(dtype), device)
+    precision = quant.check(draft_precision, device)
+    t_precision = check_target_precision(target_precision, dtype, device)
+    spec = as_registry(registry).pair(name)
+    return {role: "int8" if int8_cached(m, p, dtype) else "float32"
+            for role, m, p in (("draft", spec.draft, precision), ("target", spec.target, t_precision))}
+
+
 def _load_int8(m: ModelSpec, role: str, device: str, progress: Progress, target: bool):
     """((tokenizer, model), where it came from) for a chunked model from its int8 copy (converted on the first
     load); a copy that does not load is rebuilt, once."""
@@ -805,6 +833,6 @@ def with_draft_precision(pair: Pair, precision: str | None, runner: Runner | Non
 __all__ = [
     "DEFAULT_DTYPE", "DEVICES", "Pair", "PairStatus", "check_device", "check_dtype", "check_target_precision",
     "check_tokenizers",
-    "config_parts", "default_device", "estimate_memory_bytes", "loading_bytes", "pair_parts",
+    "cached_precisions", "config_parts", "default_device", "draft_loads_direct", "estimate_memory_bytes", "loading_bytes", "pair_parts",
     "list_pairs", "load_pair", "pair_status", "with_draft_precision",
 ]  # fmt: skip

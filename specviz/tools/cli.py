@@ -1,7 +1,7 @@
 """Command line: `python -m specviz models | prepare | run | bench`.
 
     python -m specviz models                      # pairs, available or not, how to get each
-    python -m specviz prepare                     # assemble + convert + cache the default pair
+    python -m specviz prepare                     # assemble + convert + cache the default pair, as a run loads it
     python -m specviz run --prompt "def fib(n):"  # one speculative run, coloured by round
     python -m specviz run --tree 16 --prompt ...  # the same with a token tree of 16 nodes per round
     python -m specviz bench --tiny                # specviz.tools.bench: every method against the target alone
@@ -154,12 +154,29 @@ def cmd_models(args) -> int:
     return 0
 
 
+def _flag(flag: str, check):
+    """check(), its InvalidSetting said as one line that starts with the flag it is about."""
+    try:
+        return check()
+    except InvalidSetting as e:
+        raise InvalidSetting(f"{flag}: {e}") from None
+
+
 def cmd_prepare(args) -> int:
+    from specviz.decoding import models
+    from specviz.modeling import quant
     from specviz.modeling.store import prepare
 
+    # the copies a run with these precisions loads (a default run's by default); a bad value names its flag
+    device = models.default_device()
+    _flag("--draft-precision", lambda: quant.check(args.draft_precision, device))
+    _flag("--target-precision",
+          lambda: models.check_target_precision(args.target_precision, models.DEFAULT_DTYPE, device))
+    precisions = models.cached_precisions(args.pair, registry=args.models, draft_precision=args.draft_precision,
+                                          target_precision=args.target_precision)
     progress = ProgressPrinter()
     try:
-        out = prepare(args.pair, progress=progress, registry=args.models, verify=args.verify)
+        out = prepare(args.pair, progress=progress, registry=args.models, verify=args.verify, precisions=precisions)
     finally:
         progress.done()
     for role, what in out.items():
@@ -614,6 +631,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--pair", help="pair name from `models` (default: the default pair)")
     pr.add_argument("--verify", action="store_true",
                     help="also check the sha256 of every cached file (reads them all) and rebuild a damaged copy")
+    pr.add_argument("--draft-precision", default="auto", metavar="PRECISION",
+                    help="prepare the copy a run with this draft precision loads (default auto, as `run` and the "
+                         "app: int8 on a CPU, from its own int8 copy; float32, bfloat16, float16 and int4 load "
+                         "from the float32 copy)")
+    pr.add_argument("--target-precision", default="float32", metavar="PRECISION",
+                    help="prepare the copy a run with this target precision loads (default float32, as `run` and "
+                         "the app; int8 on a CPU loads from its own int8 copy)")
     pr.set_defaults(func=cmd_prepare)
 
     add_run_parser(sub)
