@@ -21,6 +21,7 @@ from test_models import chunk_source_dict, fake_chunks, registry_data
 from tiny_gguf import tiny_model, write_gguf
 
 from specviz import autoregressive_decode, speculative_decode
+from specviz.core.settings import DecodeSettings
 from specviz.decoding import models
 from specviz.modeling import int8cache, quant, store
 from specviz.modeling.config import PathSource, parse_registry
@@ -139,10 +140,10 @@ def test_an_int8_load_converts_only_int8_copies_and_keeps_greedy_identity(tmp_pa
         x = torch.tensor([PROMPT])
         assert torch.equal(pair.target(x).logits, ref(x).logits)
     for prompt in ([5, 6, 7], [12, 40, 3, 3, 9, 21]):
-        alone = autoregressive_decode(ref, prompt, max_new_tokens=30, **pair.run_kw)
-        assert autoregressive_decode(pair.target, prompt, max_new_tokens=30, **pair.run_kw).token_ids == alone.token_ids
+        alone = autoregressive_decode(ref, prompt, DecodeSettings(max_new_tokens=30), **pair.run_kw)
+        assert autoregressive_decode(pair.target, prompt, DecodeSettings(max_new_tokens=30), **pair.run_kw).token_ids == alone.token_ids
         for k in (2, 4):
-            run = speculative_decode(pair.target, pair.drafter(), prompt, k=k, max_new_tokens=30, **pair.run_kw)
+            run = speculative_decode(pair.target, pair.drafter(), prompt, DecodeSettings(k=k, max_new_tokens=30), **pair.run_kw)
             assert run.token_ids == alone.token_ids, (prompt, k)
 
     # a second load comes from the int8 copies; a float32 target is what writes a float32 copy
@@ -164,8 +165,8 @@ def test_a_draft_made_of_the_int8_targets_layers_keeps_greedy_identity(tmp_path,
     pair = models.load_pair("s", registry=parse_registry(data), device="cpu", target_precision="int8")
     assert _cached(tmp_path) == ["t-int8"] and pair.draft_precision == "int8"
     prompt = [12, 40, 3, 3, 9, 21]
-    alone = autoregressive_decode(pair.target, prompt, max_new_tokens=20, **pair.run_kw)
-    run = speculative_decode(pair.target, pair.drafter(), prompt, k=3, max_new_tokens=20, **pair.run_kw)
+    alone = autoregressive_decode(pair.target, prompt, DecodeSettings(max_new_tokens=20), **pair.run_kw)
+    run = speculative_decode(pair.target, pair.drafter(), prompt, DecodeSettings(k=3, max_new_tokens=20), **pair.run_kw)
     assert run.token_ids == alone.token_ids
 
 
@@ -251,8 +252,8 @@ def test_the_app_loads_an_int8_draft_from_its_int8_copy_and_lends_its_target(tmp
         assert torch.equal(pair.draft(x).logits, old.draft(x).logits)
     for prompt in ([5, 6, 7], [12, 40, 3, 3, 9, 21]):
         for k in (2, 4):
-            run = speculative_decode(pair.target, pair.drafter(), prompt, k=k, max_new_tokens=30, **pair.run_kw)
-            ref = speculative_decode(old.target, old.drafter(), prompt, k=k, max_new_tokens=30, **old.run_kw)
+            run = speculative_decode(pair.target, pair.drafter(), prompt, DecodeSettings(k=k, max_new_tokens=30), **pair.run_kw)
+            ref = speculative_decode(old.target, old.drafter(), prompt, DecodeSettings(k=k, max_new_tokens=30), **old.run_kw)
             assert run.token_ids == ref.token_ids and [r.drafted for r in run.rounds] == [r.drafted for r in ref.rounds]
 
     f32, lease = ui.lease_pair("p", "float32", "float32")

@@ -315,7 +315,7 @@ def test_page_walks_every_lesson_live_on_the_tiny_pair():
     pair = models.load_pair(None, draft_precision="float32")
     p = prompts.preset(lessons.STORY)  # the creative lesson's story
     run = speculative_decode(pair.target, pair.draft, prompts.encode(pair.tokenizer, p.text, p.chat),
-                             DecodeSettings(),  # the lessons page's: its seed widget at 0
+                             lessons.LESSON_SETTINGS,  # the lessons page's: its seed widget at 0
                              eos_token_id=pair.eos_token_ids,
                              vocab=pair.shared_vocab)
     assert seen[("creative", "poem")][0] == f"{run.alpha:.2f}"  # the engine's α on the same pair and settings

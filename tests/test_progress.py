@@ -7,12 +7,14 @@ after n units gets exactly those n units back in Stopped.partial.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from specviz.core.errors import Stopped
+from specviz.core.settings import DecodeSettings
 from specviz.core.progress import Tick, Units, eta_words
 from specviz.teaching import experiments, lab
 from tiny import tiny_qwen
@@ -70,13 +72,13 @@ def test_units_estimate_from_the_measured_cost_of_the_units_done():
 @pytest.mark.parametrize("how", ["raise", "false"])
 def test_k_sweep_reports_monotone_progress_and_stops_with_the_ks_done(models, how):
     target, draft = models
-    kw = dict(temperature=0.0, max_new_tokens=8, seed=0, eos_token_id=[])
+    settings, kw = DecodeSettings(temperature=0.0, max_new_tokens=8, seed=0), dict(eos_token_id=[])
     rec = Recorder()
-    full = lab.k_sweep(target, draft, PROMPT, [1, 2, 3], progress=rec, **kw)
+    full = lab.k_sweep(target, draft, PROMPT, [1, 2, 3], settings, progress=rec, **kw)
     check_monotone(rec, 3)
     assert sorted(full) == [1, 2, 3]
     with pytest.raises(Stopped) as e:
-        lab.k_sweep(target, draft, PROMPT, [1, 2, 3], progress=Recorder(stop_after=2, how=how), **kw)
+        lab.k_sweep(target, draft, PROMPT, [1, 2, 3], settings, progress=Recorder(stop_after=2, how=how), **kw)
     assert sorted(e.value.partial) == [1, 2]  # exactly the two k values finished
     assert e.value.partial[2].spec.token_ids == full[2].spec.token_ids
 
@@ -84,14 +86,14 @@ def test_k_sweep_reports_monotone_progress_and_stops_with_the_ks_done(models, ho
 def test_acceptance_lab_stops_with_whole_cells(models):
     target, draft = models
     prompts = {"a": PROMPT, "b": PROMPT[::-1]}
-    kw = dict(k=3, max_new_tokens=8, seed=0, eos_token_id=[])
+    settings, kw = DecodeSettings(k=3, max_new_tokens=8, seed=0), dict(eos_token_id=[])
     rec = Recorder()
-    sweep, agree = lab.acceptance_lab(target, draft, prompts, [0.0, 1.0], progress=rec, **kw)
+    sweep, agree = lab.acceptance_lab(target, draft, prompts, [0.0, 1.0], settings, progress=rec, **kw)
     check_monotone(rec, 4)
     assert {d: sorted(v) for d, v in sweep.items()} == {"a": [0.0, 1.0], "b": [0.0, 1.0]}
     assert {d: sorted(v) for d, v in agree.items()} == {"a": [0.0, 1.0], "b": [0.0, 1.0]}
     with pytest.raises(Stopped) as e:
-        lab.acceptance_lab(target, draft, prompts, [0.0, 1.0], progress=Recorder(stop_after=3), **kw)
+        lab.acceptance_lab(target, draft, prompts, [0.0, 1.0], settings, progress=Recorder(stop_after=3), **kw)
     part_sweep, part_agree = e.value.partial
     cells = sorted((d, t) for d, v in part_sweep.items() for t in v)
     assert cells == [("a", 0.0), ("a", 1.0), ("b", 0.0)]  # three cells, each with its agreement
@@ -134,13 +136,14 @@ def test_a_lesson_step_of_two_runs_counts_them_and_a_stop_keeps_the_first_for_th
 
     monkeypatch.setenv("SPECVIZ_MODELS", str(Path(__file__).parent / "models_tiny.yaml"))
     pair = models.load_pair(None, draft_precision="float32")
+    EIGHT = dataclasses.replace(lessons.LESSON_SETTINGS, max_new_tokens=8)
     step = lessons.lesson("temperature").steps[0]  # α at T = 0 and at T = 1: two runs, each with its target alone
     memo: dict = {}
     with pytest.raises(Stopped):
-        lessons.run_step(step, lessons.Context(pair=pair, max_new_tokens=8, memo=memo, progress=Recorder(stop_after=1)))
+        lessons.run_step(step, lessons.Context(pair=pair, settings=EIGHT, memo=memo, progress=Recorder(stop_after=1)))
     assert [k[2] for k in memo if k[0] == "trial"] == [0.0]  # the first run is kept, the second was not begun
     rec = Recorder()
-    out = lessons.run_step(step, lessons.Context(pair=pair, max_new_tokens=8, memo=memo, progress=rec))
+    out = lessons.run_step(step, lessons.Context(pair=pair, settings=EIGHT, memo=memo, progress=rec))
     check_monotone(rec, 1)  # the next press runs only the run left
-    fresh = lessons.run_step(step, lessons.Context(pair=pair, max_new_tokens=8))
+    fresh = lessons.run_step(step, lessons.Context(pair=pair, settings=EIGHT))
     assert {k: out.values[k] for k in ("a0", "a1", "judged")} == {k: fresh.values[k] for k in ("a0", "a1", "judged")}

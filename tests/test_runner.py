@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from specviz.core.settings import DecodeSettings
 from specviz.decoding import engine, tree
 from specviz.device import devqueue
 from specviz.device.runner import InlineRunner, Runner
@@ -67,8 +68,8 @@ def test_every_pass_of_a_speculative_run_goes_through_its_runner(cache, temperat
             assert L.static_cache(m, 64, graphs=False) is not None
     rec = RecordingRunner()
     t_seen, d_seen = forwards(target, rec), forwards(draft, rec)
-    run = engine.speculative_decode(target, draft, PROMPT, k=3, temperature=temperature, max_new_tokens=12,
-                                    eos_token_id=[], k_policy="best", runner=rec)
+    settings = DecodeSettings(k=3, k_policy="best", temperature=temperature, max_new_tokens=12)
+    run = engine.speculative_decode(target, draft, PROMPT, settings, eos_token_id=[], runner=rec)
     assert run.target_passes == len(run.rounds) and run.draft_passes > 0
     # each model's forwards are its Run's passes, and every one ran in the runner's run()
     assert (len(t_seen), len(d_seen)) == (run.target_passes, run.draft_passes)
@@ -83,14 +84,14 @@ def test_every_pass_of_the_target_alone_and_of_a_tree_goes_through_its_runner():
     target, draft = tiny_qwen(11), tiny_qwen(12)
     rec = RecordingRunner()
     t_seen, d_seen = forwards(target, rec), forwards(draft, rec)
-    base = engine.autoregressive_decode(target, PROMPT, max_new_tokens=6, eos_token_id=[], runner=rec)
+    base = engine.autoregressive_decode(target, PROMPT, DecodeSettings(max_new_tokens=6), eos_token_id=[], runner=rec)
     assert len(t_seen) == base.target_passes == rec.noted == 6 and through(t_seen) and not d_seen
     del t_seen[:]
     for shape in ("tree", "spine"):
         rec.noted = 0
         t0, d0 = len(t_seen), len(d_seen)
-        run = tree.tree_decode(target, draft, PROMPT, budget=6, branch=2, max_depth=3, max_new_tokens=8,
-                               eos_token_id=[], shape=shape, runner=rec)
+        run = tree.tree_decode(target, draft, PROMPT, DecodeSettings(max_new_tokens=8), budget=6, branch=2,
+                               max_depth=3, eos_token_id=[], shape=shape, runner=rec)
         assert (len(t_seen) - t0, len(d_seen) - d0) == (run.target_passes, run.draft_passes), shape
         assert rec.noted == run.target_passes + run.draft_passes, shape
     assert through(t_seen) and through(d_seen)
@@ -103,7 +104,7 @@ def test_a_drafter_made_before_the_run_passes_through_the_runs_runner():
     drafter = ModelDrafter(draft)  # its cache opened with the queue's runner, before any run
     rec = RecordingRunner()
     d_seen = forwards(draft, rec)
-    run = engine.speculative_decode(target, drafter, PROMPT, k=2, max_new_tokens=6, eos_token_id=[], runner=rec)
+    run = engine.speculative_decode(target, drafter, PROMPT, DecodeSettings(k=2, max_new_tokens=6), eos_token_id=[], runner=rec)
     assert len(d_seen) == run.draft_passes > 0 and through(d_seen)
 
 
@@ -113,13 +114,13 @@ def test_inline_gives_the_tokens_the_queue_gives(mode):
 
     def decode(runner):
         if mode == "target alone":
-            return engine.autoregressive_decode(target, PROMPT, temperature=1.0, seed=3, max_new_tokens=10,
+            return engine.autoregressive_decode(target, PROMPT, DecodeSettings(temperature=1.0, seed=3, max_new_tokens=10),
                                                 eos_token_id=[], runner=runner)
         if mode == "tree sampled":
-            return tree.tree_decode(target, draft, PROMPT, budget=6, branch=2, max_depth=3, temperature=1.0,
-                                    seed=3, max_new_tokens=10, eos_token_id=[], runner=runner)
-        return engine.speculative_decode(target, draft, PROMPT, k=3, temperature=1.0 if "sampled" in mode else 0.0,
-                                         seed=3, max_new_tokens=10, eos_token_id=[], runner=runner)
+            return tree.tree_decode(target, draft, PROMPT, DecodeSettings(temperature=1.0, seed=3, max_new_tokens=10),
+                                    budget=6, branch=2, max_depth=3, eos_token_id=[], runner=runner)
+        return engine.speculative_decode(target, draft, PROMPT, DecodeSettings(
+            k=3, temperature=1.0 if "sampled" in mode else 0.0, seed=3, max_new_tokens=10), eos_token_id=[], runner=runner)
 
     queued, inline = decode(None), decode(InlineRunner())  # None: the shared queue's, on the CPU's worker
     assert len(queued.token_ids) == 10
@@ -129,9 +130,9 @@ def test_inline_gives_the_tokens_the_queue_gives(mode):
 
 def test_a_stream_queues_through_its_runner_and_a_bare_one_runs_inline():
     target, draft = tiny_qwen(11), tiny_qwen(12)
-    assert engine.speculative_stream(target, draft, PROMPT, max_new_tokens=2).runner == devqueue.queue_runner("cpu")
+    assert engine.speculative_stream(target, draft, PROMPT, DecodeSettings(max_new_tokens=2)).runner == devqueue.queue_runner("cpu")
     rec = RecordingRunner()
-    stream = engine.speculative_stream(target, draft, PROMPT, max_new_tokens=2, runner=rec)
+    stream = engine.speculative_stream(target, draft, PROMPT, DecodeSettings(max_new_tokens=2), runner=rec)
     assert stream.runner is rec and stream.device == "cpu"
     stream.close()
     assert isinstance(engine.DecodeStream(iter(())).runner, InlineRunner)

@@ -81,6 +81,7 @@ LOOSE_ALLOWED = {
     "specviz.teaching.lab.stream_run",
     # single-position sampling experiments (no decoding run): the temperature/top-k/top-p of one distribution
     "specviz.teaching.experiments.first_token_trials", "specviz.teaching.experiments.trials_from_logits",
+    "specviz.teaching.page_records.exactness_trials",
     "specviz.teaching.experiments.agreement_along", "specviz.teaching.lab.first_position",
     "specviz.teaching.lab.position_from_logits", "specviz.teaching.lab.entropy_verdict",
     "specviz.teaching.rules.compare_rules", "specviz.teaching.rules.first_distributions",

@@ -613,11 +613,9 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
 
     device: cpu, cuda or mps (None: default_device()); dtype: one that runs there (quant.dtypes).
 
-    draft_precision: float32, bfloat16, float16, int8 or int4, those that run on the device
-    (quant.supported; None or 'auto': quant.default_precision for the device). The draft is loaded in `dtype`, then put into that precision (specviz/modeling/quant.py);
-    the target stays in `dtype`. A chunked model asked for in int8 (with dtype float32) loads from its int8 copy
-    instead, with no float32 stage (int8_cached, store.ensure_cached(precision='int8')), and only that copy is
-    converted: a float32 copy is made only for a load that runs the model in float32.
+    draft_precision: float32, bfloat16, float16, int8 or int4 where it runs (quant.supported; None or 'auto':
+    quant.default_precision). The draft loads in `dtype`, then goes into that precision (quant.py); a chunked model
+    in int8 (dtype float32) loads from its int8 copy, with no float32 stage and no float32 copy (int8_cached).
 
     target_precision: float32 (None: the reference) or int8 (quant.apply_target: int8 weights, each
     token's activations quantized on their own, a quarter of the weight bytes). Both keep greedy

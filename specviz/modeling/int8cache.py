@@ -106,6 +106,55 @@ def _bytes(t: torch.Tensor) -> memoryview:
     return memoryview(t.contiguous().numpy()).cast("B")
 
 
+def _plan(reader, to_hf: dict, linears, shapes: dict, gguf: Path) -> tuple["_Plan", list]:
+    """Every entry of the cache before any data, so the header can go first and each block be written as it is
+    made: (the plan, [(GGUF tensor, the HF names it fills)])."""
+    plan, jobs, written = _Plan(), [], set()
+    in_gguf = {x.name for x in reader.tensors}
+    for t in reader.tensors:
+        hf = to_hf.get(t.name)
+        if hf is None:
+            continue
+        targets = [hf]
+        if hf == "model.embed_tokens.weight" and "lm_head" in linears and "output.weight" not in in_gguf:
+            targets.append("lm_head.weight")  # a head tied to the embedding: quantized from it
+        for name in targets:
+            owner, _, kind = name.rpartition(".")
+            if owner in linears and kind == "weight":
+                plan.add(name, torch.int8, shapes[name])
+                plan.add(name + "_scale", torch.float64, shapes[name][:1])
+                plan.add(name + "_row_sums", torch.float32, shapes[name][:1])
+            else:
+                plan.add(name, torch.float32, shapes[name])
+            written.add(name)
+        jobs.append((t, targets))
+    missing = sorted(set(shapes) - written)
+    if missing:
+        raise PairUnavailable(f"{gguf.name}: the GGUF has no tensor for {missing[0]} (and {len(missing) - 1} more)")
+    return plan, jobs
+
+
+def _write_entry(f, t, name: str, shape, is_linear: bool, processor, reorder: bool) -> None:
+    """One entry from one pass over the GGUF tensor t, a block of rows at a time: a linear's int8 rows, then its
+    per-row scales and sums; any other tensor as float32."""
+    parts: list[list[torch.Tensor]] = [[], []]
+    cols = int(np.prod(shape[1:], dtype=np.int64))
+    for block in _blocks(t, cols, processor, reorder):
+        w = torch.from_numpy(block).reshape(-1, *shape[1:])
+        if is_linear:
+            q, scale, sums = quant.int8_weight(w)
+            f.write(_bytes(q))
+            parts[0].append(scale)
+            parts[1].append(sums)
+        else:
+            f.write(_bytes(w))
+        del w, block
+        memory.trim()  # glibc keeps freed blocks in its heap: without this it grows block by block
+    if is_linear:  # the small per-row tensors follow the int8 rows
+        f.write(_bytes(torch.cat(parts[0])))
+        f.write(_bytes(torch.cat(parts[1])))
+
+
 def write(gguf: Path, out: Path, progress: Progress = _quiet, stage: str = "converting") -> None:
     """Write the int8 cache of `gguf` into the folder `out`: config, tokenizer and WEIGHTS (see the module)."""
     from gguf import GGUFReader
@@ -130,34 +179,9 @@ def write(gguf: Path, out: Path, progress: Progress = _quiet, stage: str = "conv
     config.dtype = torch.float32
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = _skeleton(config)
-    to_hf = get_gguf_hf_weights_map(model, processor)
     linears = _linears(model)
     shapes = {n: p.shape for n, p in model.named_parameters(remove_duplicate=False)}
-
-    # plan every entry before any data, so the header can go first and each block be written as it is made
-    plan, jobs = _Plan(), []
-    written = set()
-    for t in reader.tensors:
-        hf = to_hf.get(t.name)
-        if hf is None:
-            continue
-        targets = [hf]
-        if hf == "model.embed_tokens.weight" and "lm_head" in linears and "output.weight" not in {
-                x.name for x in reader.tensors}:
-            targets.append("lm_head.weight")  # a head tied to the embedding: quantized from it
-        for name in targets:
-            owner, _, kind = name.rpartition(".")
-            if owner in linears and kind == "weight":
-                plan.add(name, torch.int8, shapes[name])
-                plan.add(name + "_scale", torch.float64, shapes[name][:1])
-                plan.add(name + "_row_sums", torch.float32, shapes[name][:1])
-            else:
-                plan.add(name, torch.float32, shapes[name])
-            written.add(name)
-        jobs.append((t, targets))
-    missing = sorted(set(shapes) - written)
-    if missing:
-        raise PairUnavailable(f"{gguf.name}: the GGUF has no tensor for {missing[0]} (and {len(missing) - 1} more)")
+    plan, jobs = _plan(reader, get_gguf_hf_weights_map(model, processor), linears, shapes, gguf)
 
     out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(out)
@@ -173,24 +197,8 @@ def write(gguf: Path, out: Path, progress: Progress = _quiet, stage: str = "conv
             # one pass over the GGUF tensor per entry it fills (the embedding twice for a tied head)
             for name in targets:
                 owner, _, kind = name.rpartition(".")
-                is_linear = owner in linears and kind == "weight"
-                parts: list[list[torch.Tensor]] = [[], []] if is_linear else []
-                cols = int(np.prod(shapes[name][1:], dtype=np.int64))
                 reorder = whole and (".attn_q." in t.name or ".attn_k." in t.name)
-                for block in _blocks(t, cols, processor, reorder):
-                    w = torch.from_numpy(block).reshape(-1, *shapes[name][1:])
-                    if is_linear:
-                        q, scale, sums = quant.int8_weight(w)
-                        f.write(_bytes(q))
-                        parts[0].append(scale)
-                        parts[1].append(sums)
-                    else:
-                        f.write(_bytes(w))
-                    del w, block
-                    memory.trim()  # glibc keeps freed blocks in its heap: without this it grows block by block
-                if is_linear:  # the small per-row tensors follow the int8 rows
-                    f.write(_bytes(torch.cat(parts[0])))
-                    f.write(_bytes(torch.cat(parts[1])))
+                _write_entry(f, t, name, shapes[name], owner in linears and kind == "weight", processor, reorder)
             progress(stage, (i + 1) / len(jobs))
         f.flush()
     del model
