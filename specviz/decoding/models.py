@@ -608,11 +608,10 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     check: refuse (NotEnoughMemory) a pair that will not fit the memory budget, before anything loads
     (check_memory); a caller that made room for it in a memory.ModelStore passes False.
 
-    loaded: pairs loaded already. One whose target is this pair's target (the same model, dtype and
-    device) lends its target model and tokenizer, so a second pair costs only its draft.
+    loaded: pairs loaded already. One whose target is this pair's target (the same model, dtype and device)
+    lends its target model and tokenizer, so a second pair costs only its draft.
 
     device: cpu, cuda or mps (None: default_device()); dtype: one that runs there (quant.dtypes).
-
     draft_precision: float32, bfloat16, float16, int8 or int4 where it runs (quant.supported; None or 'auto':
     quant.default_precision). The draft loads in `dtype`, then goes into that precision (quant.py); a chunked model
     in int8 (dtype float32) loads from its int8 copy, with no float32 stage and no float32 copy (int8_cached).
