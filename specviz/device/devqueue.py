@@ -98,7 +98,7 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, ContextManager, Iterator, NamedTuple
 
 from specviz.core.errors import InvalidSetting, SpecvizError
 
@@ -1074,12 +1074,17 @@ class LoadWatch:
 _watches = threading.local()
 
 
-@contextmanager
-def watch() -> Iterator[LoadWatch]:
+def watch() -> ContextManager[LoadWatch]:
     """Collect note_pass() verdicts of this thread's passes inside the block (watches nest)."""
-    stack = getattr(_watches, "stack", None)
+    return watching(_watches)
+
+
+@contextmanager
+def watching(local: threading.local) -> Iterator[LoadWatch]:
+    """A LoadWatch open on this thread's stack of watches in `local` (innermost last) for the block."""
+    stack = getattr(local, "stack", None)
     if stack is None:
-        stack = _watches.stack = []
+        stack = local.stack = []
     w = LoadWatch()
     stack.append(w)
     try:

@@ -25,7 +25,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, ContextManager, Iterator, Protocol, TypeVar, runtime_checkable
 
-from specviz.device.devqueue import LoadWatch, PassTime, Slot, device_key
+from specviz.device.devqueue import LoadWatch, PassTime, Slot, device_key, watching
 
 T = TypeVar("T")
 
@@ -90,15 +90,8 @@ class InlineRunner:
     def run(self, fn: Callable[[], T], turn: bool = True) -> T:
         return fn()
 
-    @contextmanager
-    def watch(self) -> Iterator[LoadWatch]:
-        stack = self._watches.__dict__.setdefault("stack", [])
-        w = LoadWatch()
-        stack.append(w)
-        try:
-            yield w
-        finally:
-            stack.remove(w)
+    def watch(self) -> ContextManager[LoadWatch]:
+        return watching(self._watches)
 
     def clock(self) -> Clock:
         return WallClock()
