@@ -190,7 +190,9 @@ class Int8Linear(nn.Module):
             raise InvalidSetting("precision int8 needs a quantized engine (fbgemm or qnnpack); "
                                  "this PyTorch build has none.")
         zero = torch.zeros(q.shape[0], dtype=torch.long)
-        qw = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)  # (N, K)
+        with warnings.catch_warnings():  # quantized tensors are deprecated; the fbgemm kernel is the fast one
+            warnings.simplefilter("ignore")
+            qw = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)  # (N, K)
         out._set(qw, bias, row_sums)
         return out
 
