@@ -411,3 +411,43 @@ def test_real_int8_target_from_its_copy_gives_the_float32_paths_int8_logits():
     ids = torch.tensor([pair.tokenizer("def fibonacci(n):\n    \"\"\"Return the n-th number.")["input_ids"]])
     with torch.inference_mode():
         assert torch.equal(pair.target(ids).logits, ref(ids).logits)
+
+
+def test_under_a_budget_only_an_int8_target_fits_the_app_starts_with_it_and_runs(gguf_data, tmp_path, monkeypatch):
+    """The 8 GB laptop: a budget in which no float32 target fits, in any dtype or draft precision, but the int8
+    target does. The main page starts with the int8 target, says why, and a Run loads it and keeps greedy
+    identity (the pages without a target picker load the same choice)."""
+    import yaml
+    from streamlit.testing.v1 import AppTest
+
+    from pages.common import ui
+
+    data, _ = gguf_data
+    for m in data["models"].values():
+        m["params"] = 10**9  # as a real one declares: the estimates see models of this size
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("SPECVIZ_MODELS", str(path))
+    spec = parse_registry(data).pairs["p"]
+    f32 = [models.estimate_memory_bytes(spec, d, True, p, "float32") for d in ("float32", "bfloat16")
+           for p in quant.supported("cpu")]
+    int8 = models.estimate_memory_bytes(spec, "float32", True, "int8", "int8")
+    assert int8 < min(f32)
+    monkeypatch.setenv("SPECVIZ_MEMORY_GB", str((int8 + min(f32)) / 2 / 2**30))
+    ui._slot.clear()
+    try:
+        assert ui.fitting_default("p")[:3] == ("float32", "int8", "int8")
+        at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
+        at.run()
+        assert not at.exception, at.exception
+        assert at.radio(key="main.target_precision").value == "int8"
+        assert any("so this page starts with p (float32, int8 draft, int8 target)" in i.value for i in at.sidebar.info)
+        at.select_slider(key="main.speed").set_value("instant")
+        at.button(key="main.run_btn").click().run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        job = at.session_state["main.job"]
+        assert job.done and job.meta["baseline"]["identical"] is True, job.meta.get("baseline")
+        held = ui._models().keys()
+        assert held and all("int8 target" in key for key in held), held
+    finally:
+        ui._slot.clear()

@@ -43,7 +43,7 @@ def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True, shared
     shared_vocab: the page compares the draft's q with the target's p token by token, which a draft with
     another tokenizer (drafting through text) cannot give: such a pair is explained, not used.
     """
-    name, dt, precision, _ = ui.choice_pickers(prefix, dtype=dtype, draft=draft)
+    name, dt, precision, t_precision = ui.choice_pickers(prefix, dtype=dtype, draft=draft)
     if name is None:
         ui.show_device(None, dt)
         return None
@@ -54,7 +54,7 @@ def pair_for_page(prefix: str, *, dtype: bool = True, draft: bool = True, shared
                  f"How to get it: {status.how_to_get}", icon=":material/error:")
         return None
     try:
-        pair = ui.load_pair_cached(name, dt, precision)
+        pair = ui.load_pair_cached(name, dt, precision, t_precision)
     except (SpecvizError, MemoryError) as e:
         ui.show_device(None, dt)
         ui.show_error(e)

@@ -14,7 +14,8 @@ Stable API (pages import these):
                                            specviz.modeling.memory), with a progress indicator on the first load
     lease_pair(name, dtype, draft_precision=None, target_precision=None)
                                         -> (Pair, lease): the store never unloads it while the lease is held
-    fitting_default(name)               -> (dtype, draft precision, why): the defaults, or the first that fits
+    fitting_default(name)               -> (dtype, draft precision, target precision, why): the defaults, or
+                                           the first that fits
     memory_note(name, dtype, precision, target_precision=None)
                                         what the choice needs of the memory budget, and what each choice needs
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
@@ -444,15 +445,16 @@ def target_choices(dtype: str) -> list[str]:
     return out
 
 
-def target_picker(prefix: str, dtype: str, where=None) -> str:
-    """The target's precision: float32 (the reference) or int8 (target_choices: where it loads); a choice the
-    dtype no longer offers goes back to float32."""
+def target_picker(prefix: str, dtype: str, where=None, default: str = "float32") -> str:
+    """The target's precision: float32 (the reference) or int8 (target_choices: where it loads), starting at
+    `default` (fitting_default's); a choice the dtype no longer offers goes back to the first offered."""
     where = where or st.sidebar
     choices = target_choices(dtype)
     key = f"{prefix}.target_precision"
     if st.session_state.get(key) not in (None, *choices):
         st.session_state.pop(key)
-    return where.radio("target precision", choices, key=key, horizontal=True, disabled=len(choices) < 2,
+    return where.radio("target precision", choices, index=choices.index(default) if default in choices else 0,
+                       key=key, horizontal=True, disabled=len(choices) < 2,
                        help=explain.TARGET_PRECISION_HELP)
 
 
@@ -463,11 +465,12 @@ def choice_pickers(prefix: str, dtype: bool = True, draft: bool = True, target: 
     (memory_note). target=False: no target picker, and the target is float32."""
     where = where or st.sidebar
     name = sidebar_pair_picker(prefix, where)
-    dt0, p0, why = fitting_default(name) if dtype else (default_dtype_name(), None, None)
+    dt0, p0, t0, why = fitting_default(name) if dtype else (default_dtype_name(), None, "float32", None)
     dt = dtype_picker(prefix, where, default=dt0) if dtype else default_dtype_name()
     precision = precision_picker(prefix, where, default=p0) if draft else dt  # else: the loaded draft as it is
-    t_precision = target_picker(prefix, dt, where) if target else "float32"
-    if why and (dt, precision) == (dt0, p0):
+    # no picker: the target precision that fits (float32 unless only an int8 target fits the budget)
+    t_precision = target_picker(prefix, dt, where, default=t0) if target else (t0 if dt == dt0 else "float32")
+    if why and (dt, precision, t_precision) == (dt0, p0, t0):
         where.info(why, icon=":material/memory:")
     memory_note(name, dt, precision, where, target_precision=t_precision)
     return name, dt, precision, t_precision
@@ -725,32 +728,45 @@ def _load_base(name: str, dtype: str, slot: _Slot, store, key, target_precision:
 
 
 # --- memory: what each choice needs, and the one that fits ------------------------------------------------------
-def fitting_default(name: str | None) -> tuple[str, str, str | None]:
-    """(dtype, draft precision, why) this session starts with: the defaults, or, when they do not fit the memory
-    budget, the first choice of the pair that does (why says which and why; None when the defaults fit)."""
+def fitting_default(name: str | None) -> tuple[str, str, str, str | None]:
+    """(dtype, draft precision, target precision, why) this session starts with: the defaults, or, when they do
+    not fit the memory budget, the first choice of the pair that does (why says which and why; None when the
+    defaults fit). Exact choices come first: every target precision of the wanted dtype (float32, then int8)
+    before another dtype."""
     from specviz.decoding import models
     from specviz.modeling import quant
 
     device = models.default_device()
     dtype, precision = default_dtype_name(), quant.default_precision(device)
     if not name:
-        return dtype, precision, None
+        return dtype, precision, "float32", None
     try:
         spec = _spec(name)
         precision = _precision(spec, dtype, precision, device)
         store = _models()
-        options = models.choices(DTYPE_CHOICES, quant.supported(device), dtype, precision)
-        chosen = next((o for o in options if store.fits(models.config_parts(spec, *o, device),
+        options = [(d, p, t) for d, ps in _by_dtype(models.choices(DTYPE_CHOICES, quant.supported(device), dtype,
+                                                                   precision))
+                   for t in target_choices(d) for p in ps]
+        chosen = next((o for o in options if store.fits(models.config_parts(spec, o[0], o[1], device, o[2]),
                                                         models.loading_bytes(spec, *o))), None)
     except SpecvizError:  # a broken registry or budget setting is said where the pair is loaded
-        return dtype, precision, None
-    if chosen == (dtype, precision):
-        return dtype, precision, None
-    need = lambda d, p: store.need(models.config_parts(spec, d, p, device), models.loading_bytes(spec, d, p))  # noqa: E731
-    why = explain.fitting_choice(explain.config_words(name, dtype, precision), need(dtype, precision),
+        return dtype, precision, "float32", None
+    if chosen == (dtype, precision, "float32"):
+        return dtype, precision, "float32", None
+    need = lambda d, p, t: store.need(models.config_parts(spec, d, p, device, t),
+                                      models.loading_bytes(spec, d, p, t))
+    why = explain.fitting_choice(explain.config_words(name, dtype, precision), need(dtype, precision, "float32"),
                                  None if chosen is None else explain.config_words(name, *chosen),
                                  0 if chosen is None else need(*chosen), store.budget())
-    return (*(chosen or (dtype, precision)), why)
+    return (*(chosen or (dtype, precision, "float32")), why)
+
+
+def _by_dtype(options: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """models.choices' (dtype, precision) list as (dtype, its precisions in order), dtypes in order."""
+    out: dict[str, list[str]] = {}
+    for d, p in options:
+        out.setdefault(d, []).append(p)
+    return list(out.items())
 
 
 def memory_note(name: str | None, dtype: str, precision: str, where=None, target_precision: str | None = None) -> None:
