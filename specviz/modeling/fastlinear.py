@@ -22,7 +22,8 @@ padded rows. On the plain weight oneDNN re-packs on every call of 2+ rows, and
 its kernel for 1..4 rows streams the weights slower than the one for 5; packed
 and padded, a pass of 1 to 6 tokens costs the same, and less than a plain
 1-token pass. The packed weight replaces the plain one
-(memory unchanged; `disable` unpacks it exactly), so only a model whose weights
+(memory unchanged; `disable` unpacks it exactly; a weight mapped from a file has its pages released from the
+resident set once packed: memory.release_file_pages), so only a model whose weights
 nothing else reads should be packed: load_pair packs the target, never a draft
 that is copied or quantized. A weight shared by two modules (a tied head) is
 left plain.
@@ -37,6 +38,8 @@ import types
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from specviz.modeling import memory
 
 MIN_ROWS = 1  # oneDNN beat MKL for every size measured: 1 row (one token) up to 256 (a long prompt)
 MAX_ROWS = None  # no upper limit
@@ -127,7 +130,9 @@ def enable(model: nn.Module, max_rows: int | None = MAX_ROWS, min_rows: int = MI
             mod._specviz_max_rows = None if max_rows is None else int(max_rows)
             mod._specviz_min_rows = int(min_rows)
             if pack and id(mod.weight) not in shared:
-                _set_weight(mod, torch.ops.mkldnn._reorder_linear_weight(mod.weight.detach(), PACK_HINT))
+                plain_w = mod.weight.detach()
+                _set_weight(mod, torch.ops.mkldnn._reorder_linear_weight(plain_w, PACK_HINT))
+                memory.release_file_pages(plain_w)  # a mapped file's pages, read for the copy, leave the resident set
             setattr(mod, _FLAG, True)
     return model
 

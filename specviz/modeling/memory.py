@@ -9,11 +9,13 @@ the bytes of its parts (a part shared by two entries, such as one target under t
 charged once), unloads what was least recently used to make room for a new entry, never unloads an entry
 that is leased (in use), and refuses, before anything loads, an entry that cannot fit.
 
-Public API: Budget, read_budget, held_bytes, give_back, trim, Refusal, OverBudget, Lease, ModelStore, GiB, ENV.
+Public API: Budget, read_budget, held_bytes, give_back, trim, release_file_pages, Refusal, OverBudget, Lease, ModelStore, GiB, ENV.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import itertools
 import os
@@ -68,6 +70,59 @@ def trim() -> None:
     fn = _malloc_trim()
     if fn is not None:
         fn(0)
+
+
+def release_file_pages(tensor) -> int:
+    """Take the pages of a tensor that maps a file (a safetensors load maps the file, private and read-only in
+    use) out of this process's resident set; the bytes released (0 for any other tensor, or off Linux).
+
+    For a weight that was just copied into another layout (fastlinear's packing): its mapped pages, read once
+    for the copy, would otherwise stay resident beside the copy, the model counted twice. Only whole pages
+    inside the tensor are released. The pages stay the file's, so a read through any other reference maps
+    them in again with the same bytes; they also stay in the page cache, which the kernel reclaims."""
+    start, size = tensor.data_ptr(), tensor.numel() * tensor.element_size()
+    if size <= 0 or not tensor.is_contiguous() or not _is_file_mapped(start, start + size):
+        return 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    lo, hi = -(-start // page) * page, (start + size) // page * page  # whole pages inside the tensor
+    if hi <= lo:
+        return 0
+    fn = _madvise()
+    if fn is None or fn(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), MADV_DONTNEED) != 0:
+        return 0
+    return hi - lo
+
+
+MADV_DONTNEED = 4  # Linux: drop the pages; a private file mapping reads them from the file again if touched
+
+
+def _is_file_mapped(lo: int, hi: int) -> bool:
+    """Whether [lo, hi) lies in one mapping of a file (/proc/self/maps: an inode and a path, not a [heap])."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split()
+                a, b = (int(x, 16) for x in fields[0].split("-"))
+                if a <= lo < b:
+                    return hi <= b and len(fields) >= 6 and fields[4] != "0" and fields[5].startswith("/")
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _madvise():
+    global _MADVISE
+    if _MADVISE is False:
+        try:
+            fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).madvise
+            fn.argtypes, fn.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+            _MADVISE = fn
+        except (OSError, AttributeError):
+            _MADVISE = None
+    return _MADVISE
+
+
+_MADVISE: Any = False  # not looked up yet
 
 
 def _malloc_trim():
