@@ -208,17 +208,57 @@ def write(gguf: Path, out: Path, progress: Progress = _quiet, stage: str = "conv
 # load
 
 
+class _Reader:
+    """The cache file read one tensor at a time with plain reads into a tensor of its own, not mapped.
+
+    A mapped file's pages stay in the resident set until it closes, beside the int8 modules made from them:
+    the model counted twice at the load's peak. Read, the file passes through the page cache only, which the
+    kernel reclaims."""
+
+    _TORCH = {v: k for k, v in _DTYPES.items()}
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._f = open(path, "rb")  # noqa: SIM115 - closed by __exit__
+        try:
+            n = int.from_bytes(self._f.read(8), "little")
+            self._table = json.loads(self._f.read(n))
+        except (ValueError, UnicodeDecodeError) as e:
+            self._f.close()
+            raise PairUnavailable(f"{path}: not a safetensors file ({e})") from None
+        self._table.pop("__metadata__", None)
+        self._base = 8 + n
+
+    def keys(self):
+        return self._table.keys()
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        h = self._table[name]
+        start, end = h["data_offsets"]
+        t = torch.empty(h["shape"], dtype=self._TORCH[h["dtype"]])
+        if end > start:
+            self._f.seek(self._base + start)
+            if self._f.readinto(memoryview(t.view(-1).numpy()).cast("B")) != end - start:
+                raise PairUnavailable(f"{self.path}: tensor {name} is cut short")
+        return t
+
+    def __enter__(self) -> "_Reader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+
 def load(folder: Path, target: bool, engine: str | None = None) -> nn.Module:
     """The model in `folder` (written by write) with int8 linears: quant.ExactInt8Linear for a target (and
     row-by-row attention), quant.Int8Linear packed for `engine` (None: quant.int8_engine()) for a draft."""
-    from safetensors import safe_open
     from transformers import AutoConfig, GenerationConfig
 
     folder = Path(folder)
     model = _skeleton(AutoConfig.from_pretrained(folder))
     engine = engine or quant.int8_engine()
     cls = quant.ExactInt8Linear if target else quant.Int8Linear
-    with safe_open(str(folder / WEIGHTS), framework="pt") as f:
+    with _Reader(folder / WEIGHTS) as f:
         names = set(f.keys())
         for name, lin in _linears(model).items():
             parent, _, attr = name.rpartition(".")
@@ -226,6 +266,8 @@ def load(folder: Path, target: bool, engine: str | None = None) -> nn.Module:
             layer = cls.from_int8(f.get_tensor(name + ".weight"), f.get_tensor(name + ".weight_scale"),
                                   f.get_tensor(name + ".weight_row_sums"), bias, engine)
             setattr(model.get_submodule(parent) if parent else model, attr, layer)
+            del layer
+            memory.trim()  # the int8 rows read and the quantized copy, freed once packed, go back to the system
         for name, p in list(model.named_parameters()):
             if name not in names:
                 raise PairUnavailable(f"{folder}: {WEIGHTS} has no tensor {name}")
