@@ -281,11 +281,14 @@ def early_exit(pair, ids, settings: DecodeSettings, recorded=None) -> None:
     now = _settings_now(ids, settings, int(ek))  # the sweep's runs are not kept: what it was measured with is
     if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit", disabled=off) \
             and ids is not None:
-        lab_ui.keep_measured(kept, lab_ui.with_bar(exit_sweep.early_exit_sweep, pair.target, ids, depths,
-                                                   replace(settings, k=int(ek)), text="early exit…", **pair.run_kw),
-                             settings=now)
+        run = lab_ui.stoppable(exit_sweep.early_exit_sweep, pair.target, ids, depths, replace(settings, k=int(ek)),
+                               key="speed.stop_early_exit", unit="depth", text="early exit…", **pair.run_kw)
+        run.keep(kept, (run.value, run.load) if run.value is not None else None, settings=now)
+        run.go_on()
     if (got := (recorded, None) if off else kept.get()) is not None:
         sweep, note = got
+        if not off:
+            lab_ui.stopped_note(kept)
         ui.note_other_settings([] if off else kept.changed(now))
         lab_ui.load_warning(note)  # its runs are not kept: the note of every pass it timed
         ui.show_chart(charts.fig_early_exit(sweep), "early_exit_alpha_c", key="speed.fig_early_exit")

@@ -48,7 +48,7 @@ WHY_FAST = {  # the page's defaults (pages/4_Why_it_is_fast.py); the pair's dtyp
 
 TOKEN_TREE = {  # the page's defaults (pages/9_Token_tree.py)
     "prompt": "Python function", "shape": "tree", "node budget": 16, "b": 2, "max depth": 8,
-    "temperature": 0.0, "seed": 0, "max new tokens": 32, "node budgets": [4, 8, 16, 32],
+    "temperature": 0.0, "seed": 0, "max new tokens": 32, "node budgets": list(tree_lab.DEFAULT_BUDGETS),
 }  # fmt: skip
 
 RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
