@@ -17,17 +17,13 @@ from typing import Callable, Mapping
 
 from specviz.teaching import costs, lab
 from specviz.core import measure
+from specviz.core.progress import Units
 from specviz.decoding.engine import autoregressive_stream, speculative_stream, warm_up
 from specviz.data.records import Round, Run
 from specviz.core.settings import DecodeSettings
 
 Progress = Callable[[str, "float | None"], None] | None
 POLICIES = ("fixed", "adaptive", "best")
-
-
-def _say(progress: Progress, msg: str, frac: float | None = None) -> None:
-    if progress is not None:
-        progress(msg, frac)
 
 
 Cost = costs.Cost
@@ -80,14 +76,18 @@ def replay_schedule(r: Race) -> list[tuple[float, str, int]]:
 
 def compare_policies(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(),
                      progress: Progress = None, **run_kw) -> dict[str, Run]:
-    """One warmed speculative run for each k policy in POLICIES, all starting at settings.k, same prompt and
-    settings. run_kw: eos_token_id, vocab (Pair.run_kw)."""
-    warm_up(target, input_ids, draft, settings, **run_kw)
+    """One warmed speculative run for each k policy in POLICIES (a unit of progress each), all starting at
+    settings.k, same prompt and settings. run_kw: eos_token_id, vocab (Pair.run_kw). A stop
+    (core.errors.Stopped) keeps the policies finished, in POLICIES' order, in its partial."""
     out = {}
-    for i, policy in enumerate(POLICIES):
+    units = Units(progress, len(POLICIES), partial=lambda: dict(out) or None)
+    units.say("warming up")
+    warm_up(target, input_ids, draft, settings, **run_kw)
+    for policy in POLICIES:
         stream = speculative_stream(target, draft, input_ids, replace(settings, k_policy=policy), **run_kw)
-        out[policy] = lab.stream_run(stream, settings.max_new_tokens, lambda m, f, i=i, p=policy: _say(
-            progress, f"{p} k: {m}", (i + (f or 0)) / len(POLICIES)))
+        out[policy] = lab.stream_run(stream, settings.max_new_tokens,
+                                     lambda m, f, p=policy: units.say(f"{p} k: {m}", f))
+        units.unit_done(f"{policy} k")
     return out
 
 
