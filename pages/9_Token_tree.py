@@ -157,8 +157,8 @@ else:
 st.subheader("Chain against tree, measured here")
 st.markdown("The same prompt, seed and settings, at each node budget N: a chain drafting k = N tokens and a tree "
             "of N nodes. Both verify N drafted tokens in one target pass; the tree spends them on alternatives.")
-budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], list(tree_lab.DEFAULT_BUDGETS), key="tree.budgets",
-                         disabled=off)
+budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], key="tree.budgets", disabled=off,
+                         default=got["chain_vs_tree"].budgets if off else list(tree_lab.DEFAULT_BUDGETS))
 kept_cmp = Kept("tree.cmp", ident)
 cmp_now = lab_ui.run_settings(ids, settings, **{"b": int(branch), "max depth": int(max_depth)})
 if st.button("Measure chain against tree", key="tree.measure", disabled=off):

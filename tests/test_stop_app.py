@@ -118,3 +118,42 @@ def test_chain_against_tree_stopped_after_one_budget_shows_that_budget_and_says_
                                  "tree.cmp", "node budget", len(budgets))
     cmp, _ = kept
     assert cmp.budgets == budgets[:1]
+
+
+def test_a_race_stopped_after_the_target_alone_shows_it_and_says_it_stopped(click_stop_after):
+    at, kept = _stopped_after_one(click_stop_after, SPEEDUP, "speed.run_race", "speed.race", "run", 2)
+    assert kept.spec is None and kept.base.token_ids
+    assert not [b for b in at.button if b.key == "speed.replay"]  # nothing to replay without the speculative run
+
+
+def test_a_click_while_the_race_draws_a_round_stops_it_there(monkeypatch):
+    """The click that streamlit signals at the live text's update (not the bar's): the race stops with the
+    target alone kept, as at the bar."""
+    from streamlit.testing.v1 import AppTest
+
+    from pages.common import lab_ui
+    from specviz.teaching import render
+
+    real_bar, real_html = lab_ui.ProgressBar.__call__, render.tokens_html
+    last, clicked = [], []
+
+    def bar(self, msg, frac=None):
+        last[:] = [msg]
+        return real_bar(self, msg, frac)
+
+    def html(*a, **kw):
+        if last and getattr(last[0], "done", 0) >= 1 and not clicked:  # the first speculative round drawn
+            clicked.append(True)
+            raise RerunException(RerunData())
+        return real_html(*a, **kw)
+
+    monkeypatch.setattr(lab_ui.ProgressBar, "__call__", bar)
+    monkeypatch.setattr(render, "tokens_html", html)
+    at = AppTest.from_file(SPEEDUP, default_timeout=120)
+    at.run()
+    at.button(key="speed.run_race").click().run()
+    assert not at.exception, at.exception
+    assert clicked
+    kept = at.session_state["speed.race"]
+    assert kept.spec is None and kept.base.token_ids
+    assert any(w.value.startswith("Stopped after 1 run of 2") for w in at.warning)

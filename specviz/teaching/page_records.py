@@ -151,7 +151,7 @@ BUTTONS: tuple[Button, ...] = (
     Button("Speedup", "Start the race", lambda pair, progress: race.race(
         pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), replace(_speed_settings(S),
                                                                                  k=S["k for the race"]),
-        **pair.run_kw)),
+        progress=progress, **pair.run_kw)),
     Button("Speedup", "Run fixed k, adaptive k and the best-k chooser", lambda pair, progress: race.compare_policies(
         pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), replace(_speed_settings(S), k=S["starting k"]),
         progress=progress, **pair.run_kw)),
