@@ -284,7 +284,7 @@ def early_exit(pair, ids, settings: DecodeSettings, recorded=None) -> None:
     depths = e1.multiselect("depths L (layers the draft runs)", list(range(1, n_layers + 1)), disabled=off,
                             default=[p.layers for p in recorded.points] if off else exit_sweep.default_layers(n_layers),
                             key="speed.ee_layers")
-    ek = e2.slider("k", 1, 8, recorded.k if off else 4, key="speed.ee_k", disabled=off)
+    ek = e2.slider("k", 1, 8, recorded.k if off else exit_sweep.DEFAULT_K, key="speed.ee_k", disabled=off)
     kept = Kept("speed.early_exit", ("recorded",) if off else _ident(pair))
     now = _settings_now(ids, settings, int(ek))  # the sweep's runs are not kept: what it was measured with is
     if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit", disabled=off) \

@@ -38,7 +38,7 @@ ACCEPTANCE_LAB = {  # the page's defaults (pages/2_Acceptance_lab.py)
 
 SPEEDUP = {  # the page's defaults (pages/3_Speedup.py, pages/common/speed_ui.py); 1b needs other pairs: not recorded
     "prompt": "Python function", "temperature": 0.0, "new tokens per run": 24, "seed": 0,
-    "k values": [1, 2, 4, 6, 8], "k for the race": 4, "starting k": 4, "early exit k": 4,
+    "k values": [1, 2, 4, 6, 8], "k for the race": 4, "starting k": 4, "early exit k": early_exit.DEFAULT_K,
 }  # fmt: skip
 
 WHY_FAST = {  # the page's defaults (pages/4_Why_it_is_fast.py); the pair's dtype is the recording's
