@@ -139,17 +139,24 @@ def show_text(who: str, rounds) -> None:
 
 
 if r1.button("Start the race", type="primary", key="speed.run_race", disabled=off) and ids is not None:
-    kept["race"].put(lab_ui.run_guarded(race.race, pair.target, pair.chain_draft(), ids,
-                                         replace(settings, k=race_k), show_text, **pair.run_kw))
+    run = lab_ui.stoppable(race.race, pair.target, pair.chain_draft(), ids, replace(settings, k=race_k),
+                           key="speed.stop_race", unit="run", text="warming up…", on_round=show_text, **pair.run_kw)
+    run.keep(kept["race"])
+    run.go_on()
 rc = result("race")
 if rc is not None:
-    speed_ui.note_other_settings([rc.spec], ids, settings, k=race_k, off=off)
-    spec_head.markdown(f"**Speculative** (k = {rc.spec.decode.k})")
-    lab_ui.timing_notes(rc.base.rounds + rc.spec.rounds, "the race")
+    if not off:
+        lab_ui.stopped_note(kept["race"])
+    runs = [r for r in (rc.base, rc.spec) if r is not None]  # a stopped race: the target alone only
+    speed_ui.note_other_settings(runs[-1:], ids, settings, k=race_k, off=off)
+    spec_head.markdown(f"**Speculative** (k = {rc.k})")
+    lab_ui.timing_notes([r for run in runs for r in run.rounds], "the race")
     show_text("base", rc.base.rounds)
-    show_text("spec", rc.spec.rounds)
-    ui.show_chart(charts.fig_race(lab.race_points(rc.spec), lab.race_points(rc.base)), "race", key="speed.fig_race")
-    if st.button("Replay side by side at the measured speed", key="speed.replay"):
+    if rc.spec is not None:
+        show_text("spec", rc.spec.rounds)
+    ui.show_chart(charts.fig_race(lab.race_points(rc.spec) if rc.spec else [], lab.race_points(rc.base)), "race",
+                  key="speed.fig_race")
+    if rc.spec is not None and st.button("Replay side by side at the measured speed", key="speed.replay"):
         t0 = time.perf_counter()
         for t, who, n in race.replay_schedule(rc):
             time.sleep(max(0.0, t - (time.perf_counter() - t0)))

@@ -157,18 +157,23 @@ else:
 st.subheader("Chain against tree, measured here")
 st.markdown("The same prompt, seed and settings, at each node budget N: a chain drafting k = N tokens and a tree "
             "of N nodes. Both verify N drafted tokens in one target pass; the tree spends them on alternatives.")
-budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], [4, 8, 16, 32], key="tree.budgets", disabled=off)
+budgets = st.multiselect("Node budgets", [2, 4, 8, 16, 32], key="tree.budgets", disabled=off,
+                         default=got["chain_vs_tree"].budgets if off else list(tree_lab.DEFAULT_BUDGETS))
 kept_cmp = Kept("tree.cmp", ident)
 cmp_now = lab_ui.run_settings(ids, settings, **{"b": int(branch), "max depth": int(max_depth)})
 if st.button("Measure chain against tree", key="tree.measure", disabled=off):
     if not budgets or ids is None:
         st.error("Pick at least one node budget (and give a prompt).", icon=":material/error:")
     else:
-        lab_ui.keep_measured(kept_cmp, lab_ui.with_bar(tree_lab.chain_vs_tree, pair.target, pair.draft, ids,
-                                                       settings, budgets=budgets, branch=int(branch),
-                                                       max_depth=int(max_depth), **common), settings=cmp_now)
+        run = lab_ui.stoppable(tree_lab.chain_vs_tree, pair.target, pair.draft, ids, settings, budgets=budgets,
+                               branch=int(branch), max_depth=int(max_depth), key="tree.stop_cmp", unit="node budget",
+                               **common)
+        run.keep(kept_cmp, (run.value, run.load) if run.value is not None else None, settings=cmp_now)
+        run.go_on()
 if (measured := (got["chain_vs_tree"], None) if off else kept_cmp.get()) is not None:
     cmp, note = measured
+    if not off:
+        lab_ui.stopped_note(kept_cmp)
     ui.note_other_settings(kept_cmp.changed(cmp_now))
     lab_ui.load_warning(note)
     ui.show_chart(fig_chain_vs_tree(cmp), "chain_vs_tree", key="tree.fig_cmp")

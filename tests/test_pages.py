@@ -545,7 +545,7 @@ def test_speedup_says_when_a_kept_result_came_from_other_settings():
     assert other_settings(at) == []
     at.slider(key="speed.race_k").set_value(2).run()  # the race's own k: the race shown keeps the k it ran with
     assert other_settings(at) == ["k"] and spec_head(at) == "**Speculative** (k = 4)"
-    at.slider(key="speed.ee_k").set_value(2).run()
+    at.slider(key="speed.ee_k").set_value(3).run()  # another k than early exit ran with
     assert other_settings(at) == ["k", "k"]
     at.number_input(key="speed.temperature").set_value(0.5).run()
     assert other_settings(at) == ["temperature", "temperature and k", "temperature and k"]
@@ -579,6 +579,7 @@ def test_every_timed_section_says_when_its_times_ran_under_outside_load():
 def test_speedup_early_exit_alpha_c_against_l():
     from specviz.decoding import engine, selfdraft
     from specviz.core import prompts
+    from specviz.teaching import early_exit
 
     at = page("3")
     assert at.multiselect(key="speed.ee_layers").value == [1, 2]  # the tiny target has 2 layers
@@ -591,7 +592,7 @@ def test_speedup_early_exit_alpha_c_against_l():
     pair = tiny_pair()
     ids = prompts.encode(pair.tokenizer, prompts.preset("Python function").text, prompts.preset("Python function").chat)
     direct = engine.speculative_decode(pair.target, selfdraft.early_exit(pair.target, 1), ids,
-                                       DecodeSettings(k=4, max_new_tokens=8, temperature=0.0),
+                                       DecodeSettings(k=early_exit.DEFAULT_K, max_new_tokens=8, temperature=0.0),
                                        eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     assert rows["α"].iloc[0] == round(direct.alpha, 3)
     drawn_ok(at)

@@ -73,6 +73,44 @@ def test_compare_policies_runs_each_policy_from_the_same_k(models):
     assert fracs == sorted(fracs) and fracs[-1] == pytest.approx(1.0)
 
 
+def test_compare_policies_stopped_after_one_policy_keeps_fixed_k_only(models):
+    from specviz.core.errors import Stopped
+
+    target, draft = models
+    ticks = []
+
+    def stop_after_one(msg, frac):
+        ticks.append(msg)
+        return msg.done < 1  # False once one policy is done: stop
+
+    with pytest.raises(Stopped) as got:
+        race.compare_policies(target, draft, PROMPT, DecodeSettings(k=2, max_new_tokens=N_NEW), progress=stop_after_one,
+                              **RUN_KW)
+    assert list(got.value.partial) == ["fixed"] and got.value.partial["fixed"].settings.get("k_policy") == "fixed"
+    assert ticks[-1].done == 1 and ticks[-1].total == len(race.POLICIES) and ticks[-1].eta_s is not None
+
+def test_a_race_stopped_after_the_target_alone_keeps_it_and_a_stop_while_drawing_too(models):
+    from specviz.core.errors import Stopped
+
+    target, draft = models
+    settings = DecodeSettings(k=2, max_new_tokens=N_NEW)
+
+    def stop_after_one(msg, frac):
+        return msg.done < 1  # False once the target alone is done: stop
+
+    with pytest.raises(Stopped) as got:
+        race.race(target, draft, PROMPT, settings, progress=stop_after_one, **RUN_KW)
+    part = got.value.partial
+    assert part.spec is None and part.k == 2 and len(part.base.token_ids) == N_NEW
+
+    def drawing_stopped(name, rounds):  # a click that streamlit signals while the page draws a speculative round
+        if name == "spec":
+            raise Stopped()
+
+    with pytest.raises(Stopped) as got:
+        race.race(target, draft, PROMPT, settings, drawing_stopped, **RUN_KW)
+    assert got.value.partial.spec is None and got.value.partial.base.token_ids == part.base.token_ids
+
 def test_policy_summary_measures_against_fixed_k(models):
     target, draft = models
     runs = race.compare_policies(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=N_NEW), **RUN_KW)

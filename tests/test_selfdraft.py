@@ -164,8 +164,8 @@ def test_the_pair_control_lists_and_loads_the_derived_draft_pairs(tiny_app_regis
 def test_early_exit_sweep_alpha_c_and_speedup_against_l():
     t = tiny.tiny_model(0, layers=4)
     ids = [5, 6, 7, 8, 9]
-    assert early_exit.default_layers(4, 4) == [1, 2, 3, 4] and early_exit.default_layers(28) == [6, 11, 17, 22, 28]
-    sweep = early_exit.early_exit_sweep(t, ids, [3, 1, 4, 3], DecodeSettings(k=3, max_new_tokens=16), cost_reps=1)
+    assert early_exit.default_layers(4, 4) == [1, 2, 3, 4] and early_exit.default_layers(28) == [9, 19, 28]
+    sweep = early_exit.early_exit_sweep(t, ids, [3, 1, 4, 3], DecodeSettings(k=3, max_new_tokens=16))
     assert [pt.layers for pt in sweep.points] == [1, 3, 4] and sweep.n_layers == 4
     for pt in sweep.points:
         direct = engine.speculative_decode(t, selfdraft.draft_at(t, pt.layers), ids,
@@ -181,6 +181,50 @@ def test_early_exit_sweep_alpha_c_and_speedup_against_l():
     with pytest.raises(InvalidSetting, match="at least one"):
         early_exit.early_exit_sweep(t, ids, [])
 
+
+
+def _target_calls(t, fn) -> int:
+    """Forward calls of the target's top module while fn runs (tools.timing's counter)."""
+    from specviz.tools.timing import Calls
+
+    calls = Calls(t)
+    try:
+        fn()
+    finally:
+        calls.close()
+    return calls.n
+
+
+def test_early_exit_sweep_times_the_target_alone_and_warms_up_once_for_every_depth(monkeypatch):
+    """A second depth costs the target exactly its own speculative run: no second target-alone run, no second
+    warm-up (the store keeps nothing here, so only the sweep's own reuse can spare them)."""
+    from specviz.teaching import baseline
+
+    monkeypatch.setattr(baseline.STORE, "ttl_s", 0.0)
+    t = tiny.tiny_model(0, layers=4)
+    ids, settings = [5, 6, 7, 8, 9], DecodeSettings(k=3, max_new_tokens=16)
+    one = _target_calls(t, lambda: early_exit.early_exit_sweep(t, ids, [1], settings))
+    two = _target_calls(t, lambda: early_exit.early_exit_sweep(t, ids, [1, 2], settings))
+    spec2 = _target_calls(t, lambda: engine.speculative_decode(t, selfdraft.draft_at(t, 2), ids, settings))
+    assert two - one == spec2
+
+
+def test_early_exit_sweep_stopped_after_one_depth_keeps_that_depth():
+    from specviz.core.errors import Stopped
+
+    t = tiny.tiny_model(0, layers=4)
+    ticks = []
+
+    def stop_after_one(msg, frac):
+        ticks.append(msg)
+        return msg.done < 1  # False once one depth is done: stop
+
+    with pytest.raises(Stopped) as got:
+        early_exit.early_exit_sweep(t, [5, 6, 7], [1, 2, 4], DecodeSettings(k=2, max_new_tokens=8),
+                                    progress=stop_after_one)
+    part = got.value.partial
+    assert [pt.layers for pt in part.points] == [1] and part.n_layers == 4 and part.k == 2
+    assert ticks[-1].done == 1 and ticks[-1].total == 3 and ticks[-1].eta_s is not None
 
 # --- sampling: the target's distribution, with the target drafting for itself and with early exit ---------------
 

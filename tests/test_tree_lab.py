@@ -88,6 +88,24 @@ def test_chain_vs_tree_runs_the_engines_chain_and_tree(pair):
     assert cmp.same_output and set(cmp.verify_ratio) == {1, 3, 7} and cmp.verify_ratio[1] == 1.0
 
 
+def test_chain_vs_tree_stopped_after_one_budget_keeps_that_budget(pair):
+    from specviz.core.errors import Stopped
+
+    ticks = []
+
+    def stop_after_one(msg, frac):
+        ticks.append(msg)
+        return msg.done < 1  # False once one budget is done: stop
+
+    with pytest.raises(Stopped) as got:
+        chain_vs_tree(*pair, [5, 6, 7], settings=DecodeSettings(max_new_tokens=12, seed=1), budgets=[6, 2, 4],
+                      eos_token_id=[], cost_reps=1, progress=stop_after_one)
+    part = got.value.partial
+    assert part.budgets == [2] and [(r.shape, r.budget) for r in part.runs] == [("chain", 2), ("tree", 2)]
+    assert set(part.verify_ratio) == {1, 3}  # the pass sizes of the budget kept
+    assert chain_vs_tree_verdict(part)  # a partial result still reads
+    assert ticks[-1].done == 1 and ticks[-1].total == 3 and ticks[-1].eta_s is not None
+
 def made(ratio, tps):
     """A ChainVsTree with the given verify ratios and tree tokens/s by budget (the chain at 10 tokens/s)."""
     runs = [ShapeRun(s, b, 30, 10, 3.0 if s == "tree" else 2.0, tps[b] if s == "tree" else 10.0, 1.0)

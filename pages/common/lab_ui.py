@@ -10,8 +10,8 @@
   keep_measured(kept, measured, settings) keep measure's (result, note) in a kept.Kept unless the result is None
   run_settings(ids, settings, **more)  a run's settings by the names the pages say
   StopBar(text)                a ProgressBar that a Stop click (a rerun of the script) stops between units
-  stoppable(fn, *a, key=, unit=, **kw) a Stop button, then fn behind a StopBar: a Stoppable (result or the units
-                               done before a stop, the outside-load note, the stop's note)
+  stoppable(fn, *a, key=, unit=, on_round=, **kw) a Stop button, then fn behind a StopBar: a Stoppable (result
+                               or the units done before a stop, the outside-load note, the stop's note)
   Stoppable.keep(kept), .go_on() keep its value with the stop's note; then let the Stop click's rerun go on
   stopped_note(kept)           the note of a result kept from a stopped measurement (nothing otherwise)
   load_warning(note)           the outside-load note next to the figures: a warning, or a caption when the
@@ -167,6 +167,19 @@ class StopBar(ProgressBar):
             self.interrupt = e
             raise Stopped() from None
 
+    def guard(self, draw):
+        """draw(...), which draws as the measurement goes: a click that streamlit signals at its update stops
+        the measurement, as one at the bar's does."""
+        def drawn(*args, **kw):
+            if self.interrupt is not None:
+                raise Stopped()
+            try:
+                return draw(*args, **kw)
+            except ScriptControlException as e:
+                self.interrupt = e
+                raise Stopped() from None
+        return drawn
+
 
 @dataclass
 class Stoppable:
@@ -199,16 +212,20 @@ class Stoppable:
 STOPPED = ".stopped"
 
 
-def stoppable(fn, *args, key: str, unit: str, plural: str | None = None, text: str = "starting…", **kw) -> Stoppable:
+def stoppable(fn, *args, key: str, unit: str, plural: str | None = None, text: str = "starting…", on_round=None,
+              **kw) -> Stoppable:
     """A Stop button drawn first, then fn(*args, progress=a StopBar, **kw) while watching its passes. A click on
     Stop (or any widget) stops fn between its units: the Stoppable holds the units done and says so. The page
-    keeps what it needs (Stoppable.keep), then calls Stoppable.go_on()."""
+    keeps what it needs (Stoppable.keep), then calls Stoppable.go_on(). on_round: what fn draws with as it goes
+    (given to fn as on_round), stopped by a click as the bar is (StopBar.guard)."""
     from specviz.device import devqueue
 
     slot = st.empty()
     slot.button(explain.STOP_LABEL, key=key, icon=":material/stop:", help=explain.STOP_HELP)
     bar = StopBar(text)
     stopped, done = None, 0
+    if on_round is not None:
+        kw = {**kw, "on_round": bar.guard(on_round)}
     with devqueue.watch() as w:
         try:
             value = fn(*args, progress=bar, **kw)

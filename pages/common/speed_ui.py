@@ -241,22 +241,30 @@ def k_policies(pair, ids, settings: DecodeSettings, recorded: dict | None = None
     kept = Kept("speed.adaptive", ("recorded",) if off else _ident(pair))
     if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_adaptive", disabled=off) \
             and ids is not None:
-        if kept.put(lab_ui.with_bar(race.compare_policies, pair.target, pair.chain_draft(), ids,
-                                    replace(settings, k=k0), text="fixed k…", **pair.run_kw)[0]) is not None:
+        run = lab_ui.stoppable(race.compare_policies, pair.target, pair.chain_draft(), ids, replace(settings, k=k0),
+                               key="speed.stop_adaptive", unit="k policy", plural="k policies", text="fixed k…",
+                               **pair.run_kw)
+        kept_now = run.keep(kept)
+        run.go_on()
+        if kept_now is not None:
             st.rerun()  # so section 2 above can use the measured α
     runs = recorded if off else kept.get()
     if runs is None:
         return
+    if not off:
+        lab_ui.stopped_note(kept)
     note_other_settings(runs.values(), ids, settings, k=k0, off=off)
     lab_ui.timing_notes((r for run in runs.values() for r in run.rounds), "the comparison")
     s = race.policy_summary(runs)  # engine time only: the progress bar is excluded
     for col, name in zip(st.columns(3), race.POLICIES):  # α and k under each: a metric cuts a long value off
-        col.metric(f"{name} k: tokens/s", f"{s[name].tokens_per_s:.1f}",
-                   f"{s[name].gain * 100:+.0f}%" if s[name].gain is not None else None)
-        col.caption(f"α = {s[name].alpha:.2f} · mean k = {s[name].mean_k:.1f}")
+        if name in s:  # a stopped comparison has the policies finished
+            col.metric(f"{name} k: tokens/s", f"{s[name].tokens_per_s:.1f}",
+                       f"{s[name].gain * 100:+.0f}%" if s[name].gain is not None else None)
+            col.caption(f"α = {s[name].alpha:.2f} · mean k = {s[name].mean_k:.1f}")
     for col, name, key in zip(st.columns(2), ("adaptive", "best"), ("speed.fig_k", "speed.fig_k_best")):
-        with col:
-            ui.show_chart(charts.fig_k_trace(runs[name], charts.HALF_WIDTH), f"{name}_k_trace", key=key)
+        if name in runs:
+            with col:
+                ui.show_chart(charts.fig_k_trace(runs[name], charts.HALF_WIDTH), f"{name}_k_trace", key=key)
 
 
 def early_exit(pair, ids, settings: DecodeSettings, recorded=None) -> None:
@@ -276,16 +284,19 @@ def early_exit(pair, ids, settings: DecodeSettings, recorded=None) -> None:
     depths = e1.multiselect("depths L (layers the draft runs)", list(range(1, n_layers + 1)), disabled=off,
                             default=[p.layers for p in recorded.points] if off else exit_sweep.default_layers(n_layers),
                             key="speed.ee_layers")
-    ek = e2.slider("k", 1, 8, recorded.k if off else 4, key="speed.ee_k", disabled=off)
+    ek = e2.slider("k", 1, 8, recorded.k if off else exit_sweep.DEFAULT_K, key="speed.ee_k", disabled=off)
     kept = Kept("speed.early_exit", ("recorded",) if off else _ident(pair))
     now = _settings_now(ids, settings, int(ek))  # the sweep's runs are not kept: what it was measured with is
     if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit", disabled=off) \
             and ids is not None:
-        lab_ui.keep_measured(kept, lab_ui.with_bar(exit_sweep.early_exit_sweep, pair.target, ids, depths,
-                                                   replace(settings, k=int(ek)), text="early exit…", **pair.run_kw),
-                             settings=now)
+        run = lab_ui.stoppable(exit_sweep.early_exit_sweep, pair.target, ids, depths, replace(settings, k=int(ek)),
+                               key="speed.stop_early_exit", unit="depth", text="early exit…", **pair.run_kw)
+        run.keep(kept, (run.value, run.load) if run.value is not None else None, settings=now)
+        run.go_on()
     if (got := (recorded, None) if off else kept.get()) is not None:
         sweep, note = got
+        if not off:
+            lab_ui.stopped_note(kept)
         ui.note_other_settings([] if off else kept.changed(now))
         lab_ui.load_warning(note)  # its runs are not kept: the note of every pass it timed
         ui.show_chart(charts.fig_early_exit(sweep), "early_exit_alpha_c", key="speed.fig_early_exit")

@@ -341,7 +341,7 @@ def _comparison(spec: Run, measured) -> Comparison:
 
 def compare_with_baseline(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(), *,
                           eos_token_id=None, vocab: int | None = None, spec: Run | None = None,
-                          warm: bool = True) -> Comparison:
+                          warm: bool = True, base: baseline.Measured | None = None) -> Comparison:
     """A speculative run and the target alone with the same settings.
 
     The target alone is this server's one measurement of it (baseline.shared_target_alone: every page and
@@ -350,13 +350,15 @@ def compare_with_baseline(target, draft, input_ids, settings: DecodeSettings = D
     could not. `warm` runs a few tokens of each first (engine.warm_up) so one-time costs (allocations, kernel
     selection) land in neither measurement. A speedup above what the passes allow (measure.beyond_pass_bound)
     means a slowed timing of the target alone: it is timed once more, and flagged `slowed` if it stays so.
+    base: a target-alone measurement this caller already holds for the same target, prompt and settings (a
+    sweep's first, given to each of its later points), used instead of asking the store again.
     """
     common = dict(eos_token_id=eos_token_id, vocab=vocab)
     if spec is None:
         if warm:
             warm_up(target, input_ids, draft, settings, **common)
         spec = speculative_decode(target, draft, input_ids, settings, **common)
-    cmp = _comparison(spec, baseline.shared_target_alone(target, spec, vocab, warm=warm))
+    cmp = _comparison(spec, base or baseline.shared_target_alone(target, spec, vocab, warm=warm))
     if cmp.slowed:  # one timing was slowed, the target alone most often: time it again
         cmp = _comparison(spec, baseline.shared_target_alone(target, spec, vocab, warm=False, fresh=True))
     return cmp

@@ -38,7 +38,7 @@ ACCEPTANCE_LAB = {  # the page's defaults (pages/2_Acceptance_lab.py)
 
 SPEEDUP = {  # the page's defaults (pages/3_Speedup.py, pages/common/speed_ui.py); 1b needs other pairs: not recorded
     "prompt": "Python function", "temperature": 0.0, "new tokens per run": 24, "seed": 0,
-    "k values": [1, 2, 4, 6, 8], "k for the race": 4, "starting k": 4, "early exit k": 4,
+    "k values": [1, 2, 4, 6, 8], "k for the race": 4, "starting k": 4, "early exit k": early_exit.DEFAULT_K,
 }  # fmt: skip
 
 WHY_FAST = {  # the page's defaults (pages/4_Why_it_is_fast.py); the pair's dtype is the recording's
@@ -48,7 +48,7 @@ WHY_FAST = {  # the page's defaults (pages/4_Why_it_is_fast.py); the pair's dtyp
 
 TOKEN_TREE = {  # the page's defaults (pages/9_Token_tree.py)
     "prompt": "Python function", "shape": "tree", "node budget": 16, "b": 2, "max depth": 8,
-    "temperature": 0.0, "seed": 0, "max new tokens": 32, "node budgets": [4, 8, 16, 32],
+    "temperature": 0.0, "seed": 0, "max new tokens": 32, "node budgets": list(tree_lab.DEFAULT_BUDGETS),
 }  # fmt: skip
 
 RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
@@ -151,7 +151,7 @@ BUTTONS: tuple[Button, ...] = (
     Button("Speedup", "Start the race", lambda pair, progress: race.race(
         pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), replace(_speed_settings(S),
                                                                                  k=S["k for the race"]),
-        **pair.run_kw)),
+        progress=progress, **pair.run_kw)),
     Button("Speedup", "Run fixed k, adaptive k and the best-k chooser", lambda pair, progress: race.compare_policies(
         pair.target, pair.chain_draft(), _preset_ids(pair, S["prompt"]), replace(_speed_settings(S), k=S["starting k"]),
         progress=progress, **pair.run_kw)),

@@ -1,7 +1,7 @@
 """The Speedup page's experiments, without streamlit: the cost model's inputs, the race and the k policies.
 
   measure_cost(target, draft, progress)              c and the verify cost on this device -> Cost (costs.shared_cost)
-  race(target, draft, ids, k, on_round, **run_kw)    the target alone, then speculative, both warmed -> Race
+  race(target, draft, ids, k, on_round, progress, **run_kw)  the target alone, then speculative, both warmed -> Race
   replay_schedule(race)                              [(seconds, "base" | "spec", rounds shown)] in time order
   compare_policies(target, draft, ids, k, ...)       fixed k, adaptive k and the best-k chooser -> {name: Run}
   policy_summary(runs)                               tokens/s, gain over fixed k, mean k and α per policy
@@ -17,17 +17,14 @@ from typing import Callable, Mapping
 
 from specviz.teaching import costs, lab
 from specviz.core import measure
+from specviz.core.errors import Stopped
+from specviz.core.progress import Units
 from specviz.decoding.engine import autoregressive_stream, speculative_stream, warm_up
 from specviz.data.records import Round, Run
 from specviz.core.settings import DecodeSettings
 
 Progress = Callable[[str, "float | None"], None] | None
 POLICIES = ("fixed", "adaptive", "best")
-
-
-def _say(progress: Progress, msg: str, frac: float | None = None) -> None:
-    if progress is not None:
-        progress(msg, frac)
 
 
 Cost = costs.Cost
@@ -41,34 +38,53 @@ def measure_cost(target, draft, fresh: bool = False, progress: Progress = None, 
 
 @dataclass(frozen=True)
 class Race:
-    """The target alone and speculative decoding on the same prompt and settings."""
+    """The target alone and speculative decoding on the same prompt and settings (spec None: stopped before
+    the speculative run was finished)."""
 
     base: Run
-    spec: Run
+    spec: Run | None
     k: int
 
 
+RUNNERS = {"base": "target alone", "spec": "speculative"}  # the race's two runs, in order
+
+
 def race(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(),
-         on_round: Callable[[str, list[Round]], None] | None = None, **run_kw) -> Race:
-    """Warm both paths, then run the target alone and speculative one after the other, with `settings`.
+         on_round: Callable[[str, list[Round]], None] | None = None, progress: Progress = None, **run_kw) -> Race:
+    """Warm both paths, then run the target alone and speculative one after the other (a unit of progress
+    each), with `settings`.
 
     on_round(name, rounds so far) is called after each round ("base" or "spec"), to draw it live.
-    run_kw: what comes from the pair (eos_token_id, vocab: Pair.run_kw).
+    run_kw: what comes from the pair (eos_token_id, vocab: Pair.run_kw). A stop (core.errors.Stopped, from
+    progress or from on_round) keeps the target alone, once finished, in its partial (a Race without spec).
     """
+    runs: dict[str, Run] = {}
+
+    def so_far() -> Race | None:
+        return Race(base=runs["base"], spec=runs.get("spec"), k=int(settings.k)) if runs else None
+
+    units = Units(progress, len(RUNNERS), partial=so_far)
+    units.say("warming up")
     # warm both paths first so one-time costs land in neither
     warm_up(target, input_ids, None, settings, **run_kw)
     warm_up(target, input_ids, draft, settings, **run_kw)
     streams = {"base": autoregressive_stream(target, input_ids, settings, **run_kw),
                "spec": speculative_stream(target, draft, input_ids, settings, **run_kw)}
-    runs = {}
+    n = max(int(settings.max_new_tokens), 1)
     for name, stream in streams.items():
         done = []
         for rnd in stream:  # each round is reported as soon as it is computed
             done.append(rnd)
+            made = sum(len(r.emitted) for r in done)
+            units.say(f"{RUNNERS[name]}: {made}/{n} tokens", made / n)
             if on_round is not None:
-                on_round(name, done)
+                try:
+                    on_round(name, done)
+                except Stopped as e:  # a click while drawing: the runs finished are kept
+                    raise Stopped(str(e), so_far()) from None
         runs[name] = stream.run
-    return Race(base=runs["base"], spec=runs["spec"], k=int(settings.k))
+        units.unit_done(RUNNERS[name])
+    return so_far()
 
 
 def replay_schedule(r: Race) -> list[tuple[float, str, int]]:
@@ -80,14 +96,18 @@ def replay_schedule(r: Race) -> list[tuple[float, str, int]]:
 
 def compare_policies(target, draft, input_ids, settings: DecodeSettings = DecodeSettings(),
                      progress: Progress = None, **run_kw) -> dict[str, Run]:
-    """One warmed speculative run for each k policy in POLICIES, all starting at settings.k, same prompt and
-    settings. run_kw: eos_token_id, vocab (Pair.run_kw)."""
-    warm_up(target, input_ids, draft, settings, **run_kw)
+    """One warmed speculative run for each k policy in POLICIES (a unit of progress each), all starting at
+    settings.k, same prompt and settings. run_kw: eos_token_id, vocab (Pair.run_kw). A stop
+    (core.errors.Stopped) keeps the policies finished, in POLICIES' order, in its partial."""
     out = {}
-    for i, policy in enumerate(POLICIES):
+    units = Units(progress, len(POLICIES), partial=lambda: dict(out) or None)
+    units.say("warming up")
+    warm_up(target, input_ids, draft, settings, **run_kw)
+    for policy in POLICIES:
         stream = speculative_stream(target, draft, input_ids, replace(settings, k_policy=policy), **run_kw)
-        out[policy] = lab.stream_run(stream, settings.max_new_tokens, lambda m, f, i=i, p=policy: _say(
-            progress, f"{p} k: {m}", (i + (f or 0)) / len(POLICIES)))
+        out[policy] = lab.stream_run(stream, settings.max_new_tokens,
+                                     lambda m, f, p=policy: units.say(f"{p} k: {m}", f))
+        units.unit_done(f"{policy} k")
     return out
 
 

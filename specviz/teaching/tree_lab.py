@@ -11,7 +11,9 @@ from dataclasses import dataclass, replace
 
 from specviz.teaching import explain
 from specviz.core import measure, theory
+from specviz.core.errors import InvalidSetting
 from specviz.core.limits import K_MAX
+from specviz.core.progress import Progress, Units
 from specviz.decoding.engine import speculative_decode
 from specviz.teaching.experiments import forward_cost
 from specviz.core.settings import DecodeSettings
@@ -151,28 +153,44 @@ def _shape_run(shape: str, budget: int, run) -> ShapeRun:
                     1000 * measure.median(steady))
 
 
+DEFAULT_BUDGETS = (4, 8, 16)  # the page's: chain against tree at three widths, within a class's time on a CPU
+
+
 def chain_vs_tree(target, draft, ids: list[int], settings: DecodeSettings = DecodeSettings(), *,
-                  budgets: Sequence[int] = (4, 8, 16, 32), branch: int = 2, max_depth: int = 8,
+                  budgets: Sequence[int] = DEFAULT_BUDGETS, branch: int = 2, max_depth: int = 8,
                   eos_token_id=None, vocab: int | None = None, cost_reps: int = 3,
-                  progress: Callable[[str, float], None] | None = None) -> ChainVsTree:
-    """Per budget N: a chain drafting k = N (at most K_MAX) and a tree of N nodes, same prompt and seed, run
-    one after the other, with `settings` (its k replaced by N); then the target's pass over 1 and N + 1
-    tokens, timed."""
-    say = progress or (lambda msg, frac: None)
+                  progress: Progress = None) -> ChainVsTree:
+    """First the target's pass over 1 and N + 1 tokens, timed; then per budget N (a unit of progress): a chain
+    drafting k = N (at most K_MAX) and a tree of N nodes, same prompt and seed, one after the other, with
+    `settings` (its k replaced by N). A stop (core.errors.Stopped) keeps the budgets finished in its partial
+    (a ChainVsTree; None before the first)."""
     budgets = sorted({int(b) for b in budgets})
+    if not budgets:
+        raise InvalidSetting("Pick at least one node budget.")
     common = dict(eos_token_id=eos_token_id, vocab=vocab)
-    runs, outputs, steps = [], [], 2 * len(budgets) + 1
-    for j, b in enumerate(budgets):
-        say(f"chain, k = {min(b, K_MAX)}", (2 * j) / steps)
+    runs, outputs, done = [], [], []
+
+    def so_far() -> ChainVsTree | None:
+        if not done:
+            return None
+        sizes = {1} | {b + 1 for b in done}
+        return ChainVsTree(list(done), list(runs), {n: r for n, r in ratio.items() if n in sizes},
+                           all(o == outputs[0] for o in outputs), settings.greedy)
+
+    units = Units(progress, len(budgets), partial=so_far)
+    units.say("the target's pass over 1 and N + 1 tokens")
+    ratio = measure.verify_ratios(forward_cost(target, n_tokens=tuple(sorted({1} | {b + 1 for b in budgets})),
+                                               reps=cost_reps))
+    for b in budgets:
+        units.say(f"chain, k = {min(b, K_MAX)}")
         chain = speculative_decode(target, draft, ids, replace(settings, k=min(b, K_MAX), k_policy="fixed"), **common)
-        say(f"tree of {b} nodes", (2 * j + 1) / steps)
+        units.say(f"tree of {b} nodes", 0.5)
         tree = tree_decode(target, draft, ids, settings, budget=b, branch=branch, max_depth=max_depth, **common)
         runs += [_shape_run("chain", b, chain), _shape_run("tree", b, tree)]
         outputs += [chain.token_ids, tree.token_ids]
-    say("the target's pass over 1 and N + 1 tokens", (steps - 1) / steps)
-    sizes = tuple(sorted({1} | {b + 1 for b in budgets}))
-    ratio = measure.verify_ratios(forward_cost(target, n_tokens=sizes, reps=cost_reps))
-    return ChainVsTree(budgets, runs, ratio, all(o == outputs[0] for o in outputs), settings.greedy)
+        done.append(b)
+        units.unit_done(f"{b} nodes")
+    return so_far()
 
 
 def chain_vs_tree_verdict(cmp: ChainVsTree) -> list[str]:
