@@ -414,7 +414,8 @@ def test_memory_estimate_counts_the_draft_copy_in_its_precision():
     assert len(int8) == 2 and not any(k[0] == "draft" and k[3] == "float32" for k in int8)
     assert (models.estimate_memory_bytes(spec, torch.float32, draft_precision="int8")
             - models.estimate_memory_bytes(spec, torch.float32)
-            == memory.held_bytes(spec.draft.params, "int8") - memory.held_bytes(spec.draft.params, "float32"))
+            == memory.held_bytes(spec.draft.params, "int8", spec.draft.source.size / spec.draft.params)
+            - memory.held_bytes(spec.draft.params, "float32"))  # its embedding at the GGUF's bits
     assert models.pair_parts(reg.pair("qwen2.5-coder-1.5b-self"), "float32") == {
         k: v for k, v in parts.items() if k[0] == "target"}
 

@@ -201,10 +201,10 @@ def decoder_layers(model) -> int | None:
 
 
 def weight_bytes(model) -> int:
-    """Bytes of weights one decoding step streams: every parameter and buffer but the input embedding
-    (unless the output head shares it)."""
+    """Bytes of weights one decoding step streams: every parameter and buffer but the input embedding's
+    (unless the output head shares them: a lookup reads a row, a head the whole table)."""
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
-    skip = {id(t) for t in emb.parameters()} if emb is not None else set()
+    skip = {id(t) for t in [*emb.parameters(), *emb.buffers()]} if emb is not None else set()
     skip -= {id(t) for t in head.parameters()} if head is not None else set()  # tied: the head reads it all
     tensors = {id(t): t for t in [*model.parameters(), *model.buffers()] if id(t) not in skip}
     packed = sum(getattr(m, "weight_nbytes", 0) for m in model.modules())  # Int8Linear keeps its own

@@ -311,19 +311,30 @@ def pair_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | 
     target's own layers has no part of its own. draft_precision None: the draft in `dtype`.
 
     target_precision int8 (None: float32): the target is counted as an int8 draft is (memory.BYTES_PER_PARAM),
-    and both keys end with 'int8 target': a pair loaded with it holds a target and a draft of its own."""
+    and both keys end with 'int8 target': a pair loaded with it holds a target and a draft of its own. A model
+    loaded from its int8 copy (int8_cached) holds its embedding at its GGUF's bits (_embedding_bytes)."""
     dt = _dtype_name(dtype)
     precision = draft_precision or dt
     t_precision = target_precision or "float32"
     tail = () if t_precision == "float32" else (f"{t_precision} target",)
     parts = {}
     if with_target:
+        t = dt if t_precision == "float32" else t_precision
         parts[("target", spec.target.name, dt, device, *tail)] = memory.held_bytes(
-            _guess_params(spec.target), dt if t_precision == "float32" else t_precision)
+            _guess_params(spec.target), t, _embedding_bytes(spec.target, t, dt))
     if not isinstance(spec.draft.source, DerivedSource) and spec.draft.name != spec.target.name:
-        parts[("draft", spec.name, dt, precision, device, *tail)] = memory.held_bytes(_guess_params(spec.draft),
-                                                                                         precision)
+        parts[("draft", spec.name, dt, precision, device, *tail)] = memory.held_bytes(
+            _guess_params(spec.draft), precision, _embedding_bytes(spec.draft, precision, dt))
     return parts
+
+
+def _embedding_bytes(m: ModelSpec, precision: str, dtype: torch.dtype | str) -> float | None:
+    """Bytes a weight of m's embedding holds when m loads from its int8 copy (int8_cached), which keeps it in the
+    GGUF's own blocks: the GGUF's bytes a weight on average (its size over its parameters; its embedding's
+    own type is read only at conversion). None: it loads otherwise, its embedding in float32."""
+    if not int8_cached(m, precision, dtype):
+        return None
+    return m.source.size / max(_guess_params(m), 1)
 
 
 def config_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,

@@ -6,15 +6,17 @@ processor: llama's q and k rows are un-permuted as transformers does; qwen2 has 
 rows as quant.Int8Linear does (quant.int8_weight) and appends them to one safetensors file. What it holds at
 once is one block of float rows and its int8 copy, not the model. The file holds, for each linear NAME:
 NAME.weight (int8), NAME.weight_scale (float64, one per row), NAME.weight_row_sums (float32) and NAME.bias;
-every other tensor (embeddings, norms) in float32, as the float32 path keeps them. A head tied to the
-embedding is quantized from the embedding, as apply_target does.
+an embedding as the GGUF's own blocks (uint8 rows of its GGUF type, named with its shape in the file's
+metadata: a Q4_K embedding takes 4.5 bits a weight, not 32); every other tensor (norms, biases) in float32, as
+the float32 path keeps them. A head tied to the embedding is quantized from the embedding, as apply_target does.
 
 load(folder, target=...) builds the model's skeleton with its parameters on the meta device, puts an int8
 linear in place of each nn.Linear (quant.ExactInt8Linear for a target, quant.Int8Linear for a draft) and
-reads the float tensors. Its logits are bit-identical to a float32 load put into int8 by apply_target (or,
-for a draft, quant.apply).
+reads the float tensors; an embedding becomes a GGUFEmbedding, which keeps the GGUF's blocks and dequantizes
+only the rows a call looks up (gguf-py's dequantize, as the float32 path does: the same float32 rows). Its
+logits are bit-identical to a float32 load put into int8 by apply_target (or, for a draft, quant.apply).
 
-Public API: write, load, SUPPORTED, WEIGHTS.
+Public API: write, load, GGUFEmbedding, SUPPORTED, WEIGHTS.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from specviz.modeling import memory, quant
 SUPPORTED = ("qwen2", "llama")  # GGUF architectures whose tensors map one to one onto transformers' names
 WEIGHTS = "model.safetensors"
 BLOCK_BYTES = 8 << 20  # float32 bytes of one block of rows dequantized at once
-_DTYPES = {torch.int8: "I8", torch.float32: "F32", torch.float64: "F64"}
+_DTYPES = {torch.int8: "I8", torch.uint8: "U8", torch.float32: "F32", torch.float64: "F64"}
 
 Progress = Callable[[str, "float | None"], None]
 
@@ -57,6 +59,59 @@ def _linears(model: nn.Module) -> dict[str, nn.Linear]:
     return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
 
 
+def _embeddings(model: nn.Module) -> dict[str, nn.Embedding]:
+    return {n: m for n, m in model.named_modules() if isinstance(m, nn.Embedding)}
+
+
+# -----------------------------------------------------------------------------
+# the embedding in the GGUF's own blocks
+
+
+class GGUFEmbedding(nn.Module):
+    """nn.Embedding's lookup over a table kept in a GGUF type's blocks (`raw`: one row of blocks per token, as
+    uint8): a call dequantizes only the rows it looks up, with gguf-py's dequantize, into the float32 values
+    the whole table dequantized would hold there.
+
+    `weight` is a meta tensor of the table's shape and dtype (float32), for what reads only those
+    (get_input_embeddings().weight.shape, .dtype); full_weight() dequantizes the whole table."""
+
+    def __init__(self, raw: torch.Tensor, qtype: str, shape: tuple[int, int]) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = int(shape[0]), int(shape[1])
+        self.qtype = qtype
+        self.padding_idx = None
+        self.register_buffer("raw", raw, persistent=False)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return torch.empty((self.num_embeddings, self.embedding_dim), dtype=torch.float32, device="meta")
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the table holds (its blocks)."""
+        return self.raw.numel()
+
+    def _rows(self, ids: torch.Tensor) -> torch.Tensor:
+        from gguf import GGMLQuantizationType, dequantize
+
+        raw = self.raw[ids.cpu()].numpy()  # (n, bytes of a row): indexing copies just these rows
+        return torch.from_numpy(_writable(dequantize(raw, GGMLQuantizationType[self.qtype])))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        # each distinct id is dequantized once (a prompt repeats tokens), then spread to its positions
+        uniq, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
+        rows = self._rows(uniq).to(self.raw.device)
+        return rows[inverse].reshape(*ids.shape, self.embedding_dim)
+
+    def full_weight(self) -> torch.Tensor:
+        """The whole table in float32 (num_embeddings x embedding_dim float32 bytes: only where the matrix is
+        truly needed)."""
+        return self._rows(torch.arange(self.num_embeddings)).to(self.raw.device)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, {self.qtype}"
+
+
 # -----------------------------------------------------------------------------
 # write
 
@@ -66,6 +121,7 @@ class _Plan:
 
     def __init__(self):
         self.entries: list[tuple[str, torch.dtype, tuple[int, ...]]] = []
+        self.metadata: dict[str, str] = {"format": "pt"}
 
     def add(self, name: str, dtype: torch.dtype, shape) -> None:
         self.entries.append((name, dtype, tuple(int(s) for s in shape)))
@@ -76,7 +132,7 @@ class _Plan:
             n = int(np.prod(shape, dtype=np.int64)) * torch.tensor([], dtype=dtype).element_size()
             table[name] = {"dtype": _DTYPES[dtype], "shape": list(shape), "data_offsets": [at, at + n]}
             at += n
-        table["__metadata__"] = {"format": "pt"}
+        table["__metadata__"] = self.metadata
         raw = json.dumps(table, separators=(",", ":")).encode()
         return raw + b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
 
@@ -106,7 +162,12 @@ def _bytes(t: torch.Tensor) -> memoryview:
     return memoryview(t.contiguous().numpy()).cast("B")
 
 
-def _plan(reader, to_hf: dict, linears, shapes: dict, gguf: Path) -> tuple["_Plan", list]:
+def _raw(tensor, rows: int) -> np.ndarray:
+    """The GGUF tensor's bytes as `rows` rows of uint8 (a view of the mapped file): one row's blocks each."""
+    return np.asarray(tensor.data).reshape(-1).view(np.uint8).reshape(rows, -1)
+
+
+def _plan(reader, to_hf: dict, linears, embeddings, shapes: dict, gguf: Path) -> tuple["_Plan", list]:
     """Every entry of the cache before any data, so the header can go first and each block be written as it is
     made: (the plan, [(GGUF tensor, the HF names it fills)])."""
     plan, jobs, written = _Plan(), [], set()
@@ -124,6 +185,9 @@ def _plan(reader, to_hf: dict, linears, shapes: dict, gguf: Path) -> tuple["_Pla
                 plan.add(name, torch.int8, shapes[name])
                 plan.add(name + "_scale", torch.float64, shapes[name][:1])
                 plan.add(name + "_row_sums", torch.float32, shapes[name][:1])
+            elif owner in embeddings and kind == "weight":  # the GGUF's blocks, and what they are
+                plan.add(name, torch.uint8, _raw(t, shapes[name][0]).shape)
+                plan.metadata[name] = json.dumps({"gguf_type": t.tensor_type.name, "shape": list(shapes[name])})
             else:
                 plan.add(name, torch.float32, shapes[name])
             written.add(name)
@@ -134,9 +198,16 @@ def _plan(reader, to_hf: dict, linears, shapes: dict, gguf: Path) -> tuple["_Pla
     return plan, jobs
 
 
-def _write_entry(f, t, name: str, shape, is_linear: bool, processor, reorder: bool) -> None:
-    """One entry from one pass over the GGUF tensor t, a block of rows at a time: a linear's int8 rows, then its
-    per-row scales and sums; any other tensor as float32."""
+def _write_entry(f, t, name: str, shape, kind: str, processor, reorder: bool) -> None:
+    """One entry from one pass over the GGUF tensor t, a block of rows at a time. kind: 'linear' (its int8
+    rows, then its per-row scales and sums), 'raw' (the GGUF's bytes as they are) or 'float' (float32)."""
+    if kind == "raw":
+        raw = _raw(t, shape[0])
+        step = max(1, BLOCK_BYTES // raw.shape[1])
+        for start in range(0, raw.shape[0], step):
+            f.write(memoryview(np.ascontiguousarray(raw[start:start + step])).cast("B"))
+        return
+    is_linear = kind == "linear"
     parts: list[list[torch.Tensor]] = [[], []]
     cols = int(np.prod(shape[1:], dtype=np.int64))
     for block in _blocks(t, cols, processor, reorder):
@@ -179,9 +250,9 @@ def write(gguf: Path, out: Path, progress: Progress = _quiet, stage: str = "conv
     config.dtype = torch.float32
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = _skeleton(config)
-    linears = _linears(model)
+    linears, embeddings = _linears(model), _embeddings(model)
     shapes = {n: p.shape for n, p in model.named_parameters(remove_duplicate=False)}
-    plan, jobs = _plan(reader, get_gguf_hf_weights_map(model, processor), linears, shapes, gguf)
+    plan, jobs = _plan(reader, get_gguf_hf_weights_map(model, processor), linears, embeddings, shapes, gguf)
 
     out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(out)
@@ -196,9 +267,11 @@ def write(gguf: Path, out: Path, progress: Progress = _quiet, stage: str = "conv
         for i, (t, targets) in enumerate(jobs):
             # one pass over the GGUF tensor per entry it fills (the embedding twice for a tied head)
             for name in targets:
-                owner, _, kind = name.rpartition(".")
+                owner, _, attr = name.rpartition(".")
                 reorder = whole and (".attn_q." in t.name or ".attn_k." in t.name)
-                _write_entry(f, t, name, shapes[name], owner in linears and kind == "weight", processor, reorder)
+                kind = "float" if attr != "weight" else \
+                    "linear" if owner in linears else "raw" if owner in embeddings else "float"
+                _write_entry(f, t, name, shapes[name], kind, processor, reorder)
             progress(stage, (i + 1) / len(jobs))
         f.flush()
     del model
@@ -226,11 +299,14 @@ class _Reader:
         except (ValueError, UnicodeDecodeError) as e:
             self._f.close()
             raise PairUnavailable(f"{path}: not a safetensors file ({e})") from None
-        self._table.pop("__metadata__", None)
+        self._meta = self._table.pop("__metadata__", None) or {}
         self._base = 8 + n
 
     def keys(self):
         return self._table.keys()
+
+    def metadata(self) -> dict:
+        return self._meta
 
     def get_tensor(self, name: str) -> torch.Tensor:
         h = self._table[name]
@@ -259,7 +335,13 @@ def load(folder: Path, target: bool, engine: str | None = None) -> nn.Module:
     engine = engine or quant.int8_engine()
     cls = quant.ExactInt8Linear if target else quant.Int8Linear
     with _Reader(folder / WEIGHTS) as f:
-        names = set(f.keys())
+        names, meta = set(f.keys()), f.metadata() or {}
+        for name in _embeddings(model):  # the GGUF's blocks in place of the float32 table
+            if name + ".weight" in meta:
+                about = json.loads(meta[name + ".weight"])
+                parent, _, attr = name.rpartition(".")
+                emb = GGUFEmbedding(f.get_tensor(name + ".weight"), about["gguf_type"], tuple(about["shape"]))
+                setattr(model.get_submodule(parent) if parent else model, attr, emb)
         for name, lin in _linears(model).items():
             parent, _, attr = name.rpartition(".")
             bias = f.get_tensor(name + ".bias") if lin.bias is not None else None

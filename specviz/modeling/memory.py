@@ -9,7 +9,8 @@ the bytes of its parts (a part shared by two entries, such as one target under t
 charged once), unloads what was least recently used to make room for a new entry, never unloads an entry
 that is leased (in use), and refuses, before anything loads, an entry that cannot fit.
 
-Public API: Budget, read_budget, held_bytes, give_back, trim, release_file_pages, Refusal, OverBudget, Lease, ModelStore, GiB, ENV.
+Public API: Budget, read_budget, held_bytes, int8_bytes_per_param, give_back, trim, release_file_pages, Refusal,
+OverBudget, Lease, ModelStore, GiB, ENV.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ NO_LIMIT = 2**60  # cgroup v1 writes 'no limit' as a number near 2**63
 
 # bytes per parameter as loaded. A quantized draft keeps its embedding table in float32 (a lookup reads one
 # row): KEPT_FP32 is the share of parameters that stay float32, the embedding of a small model with a large
-# vocabulary (Qwen2.5 0.5B: 136M of 630M).
+# vocabulary (Qwen2.5 0.5B: 136M of 630M). An int8 model loaded from its int8 copy (int8cache) keeps that
+# share in the GGUF's own blocks instead: int8_bytes_per_param.
 KEPT_FP32 = 0.25
 BYTES_PER_PARAM = {
     "float32": 4.0, "bfloat16": 2.0, "float16": 2.0,
@@ -44,11 +46,22 @@ RUNNING = 1.1  # KV caches and activations of a run, on top of the weights
 LOADING = 512 * 2**20  # room a load needs for a moment on top of what stays (buffers, oneDNN packing)
 
 
-def held_bytes(params: int, precision: str) -> int:
-    """Bytes that `params` parameters in `precision` hold while they run (weights, caches, activations)."""
+def int8_bytes_per_param(embedding_bytes: float) -> float:
+    """Bytes per parameter of an int8 model whose embedding (KEPT_FP32 of its parameters) holds `embedding_bytes`
+    a weight: 4.0 when it stays float32 (quant.apply), a GGUF's bits / 8 when it stays in the GGUF's blocks (an
+    int8 copy: int8cache); the rest in a byte a weight."""
+    return (1 - KEPT_FP32) * 1.0 + KEPT_FP32 * embedding_bytes
+
+
+def held_bytes(params: int, precision: str, embedding_bytes: float | None = None) -> int:
+    """Bytes that `params` parameters in `precision` hold while they run (weights, caches, activations).
+    embedding_bytes (int8 only): the embedding's bytes a weight where it is not float32 (int8_bytes_per_param)."""
     if precision not in BYTES_PER_PARAM:
         raise InvalidSetting(f"no memory estimate for precision {precision!r}")
-    return int(params * BYTES_PER_PARAM[precision] * RUNNING)
+    per_param = BYTES_PER_PARAM[precision]
+    if embedding_bytes is not None and precision == "int8":
+        per_param = int8_bytes_per_param(embedding_bytes)
+    return int(params * per_param * RUNNING)
 
 
 def give_back() -> None:
@@ -446,4 +459,4 @@ class ModelStore:
 
 
 __all__ = ["Budget", "ENV", "GiB", "Lease", "ModelStore", "OverBudget", "Refusal", "cgroup_room", "give_back",
-           "held_bytes", "peak_resident_bytes", "read_budget", "trim"]
+           "held_bytes", "int8_bytes_per_param", "peak_resident_bytes", "read_budget", "trim"]

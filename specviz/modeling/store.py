@@ -37,11 +37,14 @@ import torch
 from specviz.modeling.config import (ChunkSource, DerivedSource, HubSource, ModelSpec, PackagedSource, Registry, TinySource,
                      as_registry)
 from specviz.core.errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable
+from specviz.modeling import memory
 
 Progress = Callable[[str, "float | None"], None]
 
 GiB = 1024**3
-CACHE_FORMAT = 1  # bump to invalidate converted copies made by older code
+# each precision's copy format: bump one to have copies made by older code converted again (int8 2: the
+# embedding kept in the GGUF's own blocks, not float32)
+CACHE_FORMAT = {"float32": 1, "int8": 2}
 PRECISIONS = ("float32", "int8")  # the cached copies a model can have (one folder each)
 
 
@@ -170,7 +173,7 @@ def _check_cache(folder: Path, sha256: str, verify: bool = False, progress: Prog
         return "absent", "", {}
     except (OSError, ValueError) as e:
         return ("damaged" if folder.is_dir() else "absent"), f"{MANIFEST} is unreadable: {type(e).__name__}", {}
-    if (not isinstance(meta, dict) or meta.get("sha256") != sha256 or meta.get("format") != CACHE_FORMAT
+    if (not isinstance(meta, dict) or meta.get("sha256") != sha256 or meta.get("format") != CACHE_FORMAT.get(precision)
             or meta.get("dtype", "float32") != precision):
         return "absent", "", {}
     files = meta.get("files")
@@ -470,8 +473,10 @@ def _convert(m: ModelSpec, role: str, progress: Progress, precision: str = "floa
     root = final.parent
     root.mkdir(parents=True, exist_ok=True)
     _clean_stale_tmp(root)
-    # the joined .gguf and the converted copy live side by side for a moment (int8: the embedding stays float32)
-    need_disk = src.size + int(m.params * (4 if precision == "float32" else 1.75)) + 256 * 2**20
+    # the joined .gguf and the converted copy live side by side for a moment (int8: the linears in a byte a
+    # weight, the embedding in the GGUF's own bits)
+    per_param = 4 if precision == "float32" else memory.int8_bytes_per_param(src.size / max(m.params, 1))
+    need_disk = src.size + int(m.params * per_param) + 256 * 2**20
     free_disk = shutil.disk_usage(root).free
     if need_disk > free_disk:
         raise PairUnavailable(
@@ -499,7 +504,7 @@ def _convert(m: ModelSpec, role: str, progress: Progress, precision: str = "floa
         for name in _cached_files(out):
             _fsync(out / name)
         meta = {
-            "format": CACHE_FORMAT, "name": m.name, "label": m.label, "sha256": src.sha256,
+            "format": CACHE_FORMAT[precision], "name": m.name, "label": m.label, "sha256": src.sha256,
             "gguf": src.filename, "dtype": precision, "chat_template_from_gguf": had_template,
             "files": _file_table(out, hashes=True, progress=progress, stage=f"recording checksums of {role}"),
         }  # fmt: skip
