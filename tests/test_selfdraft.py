@@ -164,7 +164,7 @@ def test_the_pair_control_lists_and_loads_the_derived_draft_pairs(tiny_app_regis
 def test_early_exit_sweep_alpha_c_and_speedup_against_l():
     t = tiny.tiny_model(0, layers=4)
     ids = [5, 6, 7, 8, 9]
-    assert early_exit.default_layers(4, 4) == [1, 2, 3, 4] and early_exit.default_layers(28) == [9, 19, 28]
+    assert early_exit.default_layers(4, 3) == [1, 2, 4] and early_exit.default_layers(28) == [7, 14, 28]
     sweep = early_exit.early_exit_sweep(t, ids, [3, 1, 4, 3], DecodeSettings(k=3, max_new_tokens=16))
     assert [pt.layers for pt in sweep.points] == [1, 3, 4] and sweep.n_layers == 4
     for pt in sweep.points:

@@ -285,11 +285,17 @@ def early_exit(pair, ids, settings: DecodeSettings, recorded=None) -> None:
                             default=[p.layers for p in recorded.points] if off else exit_sweep.default_layers(n_layers),
                             key="speed.ee_layers")
     ek = e2.slider("k", 1, 8, recorded.k if off else exit_sweep.DEFAULT_K, key="speed.ee_k", disabled=off)
+    cap = max(4, int(settings.max_new_tokens))
+    e_new = e2.number_input("new tokens per depth", 4, cap, min(exit_sweep.DEFAULT_TOKENS, cap), 4,
+                            key="speed.ee_tokens", disabled=off,
+                            help="Each depth makes this many tokens. A shallow exit is accepted rarely, so its run "
+                                 "takes about one round a token: fewer tokens keep the sweep short.")
+    settings = replace(settings, k=int(ek), max_new_tokens=int(e_new))
     kept = Kept("speed.early_exit", ("recorded",) if off else _ident(pair))
     now = _settings_now(ids, settings, int(ek))  # the sweep's runs are not kept: what it was measured with is
     if st.button("Measure α, c and the speedup for each L", key="speed.run_early_exit", disabled=off) \
             and ids is not None:
-        run = lab_ui.stoppable(exit_sweep.early_exit_sweep, pair.target, ids, depths, replace(settings, k=int(ek)),
+        run = lab_ui.stoppable(exit_sweep.early_exit_sweep, pair.target, ids, depths, settings,
                                key="speed.stop_early_exit", unit="depth", text="early exit…", **pair.run_kw)
         run.keep(kept, (run.value, run.load) if run.value is not None else None, settings=now)
         run.go_on()

@@ -40,11 +40,13 @@ class EarlyExitSweep:
 # target itself) show the trend, and k = 2 wastes few draft steps where an early exit drafts poorly (α near 0).
 DEFAULT_DEPTHS = 3
 DEFAULT_K = 2
+DEFAULT_TOKENS = 16  # new tokens a depth's run makes: a shallow exit yields about one a round, so a round each
 
 
 def default_layers(n: int, count: int = DEFAULT_DEPTHS) -> list[int]:
-    """`count` depths spread over 1..n, ending with n (the target itself)."""
-    return sorted({max(1, round(n * (i + 1) / count)) for i in range(count)})
+    """`count` depths, each twice the one before, ending with n (the target itself): 7, 14, 28 of 28 layers.
+    Halving keeps the shallow, cheap exits, whose poor α is the point, and costs less than even spacing."""
+    return sorted({max(1, round(n / 2 ** (count - 1 - i))) for i in range(count)})
 
 
 def early_exit_sweep(target, input_ids: Sequence[int], layers: Sequence[int],

@@ -39,6 +39,7 @@ ACCEPTANCE_LAB = {  # the page's defaults (pages/2_Acceptance_lab.py)
 SPEEDUP = {  # the page's defaults (pages/3_Speedup.py, pages/common/speed_ui.py); 1b needs other pairs: not recorded
     "prompt": "Python function", "temperature": 0.0, "new tokens per run": 24, "seed": 0,
     "k values": [1, 2, 4, 6, 8], "k for the race": 4, "starting k": 4, "early exit k": early_exit.DEFAULT_K,
+    "early exit new tokens": early_exit.DEFAULT_TOKENS,
 }  # fmt: skip
 
 WHY_FAST = {  # the page's defaults (pages/4_Why_it_is_fast.py); the pair's dtype is the recording's
@@ -157,7 +158,7 @@ BUTTONS: tuple[Button, ...] = (
         progress=progress, **pair.run_kw)),
     Button("Speedup", "Measure α, c and the speedup for each L", lambda pair, progress: early_exit.early_exit_sweep(
         pair.target, _preset_ids(pair, S["prompt"]), early_exit.default_layers(selfdraft.num_layers(pair.target)),
-        replace(_speed_settings(S), k=S["early exit k"]), progress=progress, **pair.run_kw)),
+        _early_exit_settings(S), progress=progress, **pair.run_kw)),
     Button("Why it is fast", "Measure forward cost", lambda pair, progress: experiments.forward_cost(
         pair.target, n_tokens=tuple(W["tokens per pass"]), reps=W["repetitions"], progress=progress)),
     Button("Why it is fast", "Check against memory bandwidth",
@@ -213,6 +214,11 @@ def record_acceptance_lab(pair, s: dict = ACCEPTANCE_LAB) -> dict[str, Any]:
     return {"sweep": sweep, "agree": agree}
 
 
+def _early_exit_settings(s: dict) -> DecodeSettings:
+    """The early-exit section's settings: the page's, with its own k and new tokens per depth."""
+    return replace(_speed_settings(s), k=s["early exit k"], max_new_tokens=s["early exit new tokens"])
+
+
 def record_speedup(pair, s: dict = SPEEDUP) -> dict[str, Any]:
     """The Speedup page's default measurements: c and the verify cost (1), the k sweep (3), the race (4), the k
     policies (5) and early exit at the default depths (6). Section 2 is drawn from these; 1b loads a pair per draft
@@ -225,7 +231,7 @@ def record_speedup(pair, s: dict = SPEEDUP) -> dict[str, Any]:
             "race": race.race(pair.target, pair.chain_draft(), ids, replace(settings, k=s["k for the race"]), **kw),
             "policies": race.compare_policies(pair.target, pair.chain_draft(), ids,
                                               replace(settings, k=s["starting k"]), **kw),
-            "early_exit": early_exit.early_exit_sweep(pair.target, ids, depths, replace(settings, k=s["early exit k"]),
+            "early_exit": early_exit.early_exit_sweep(pair.target, ids, depths, _early_exit_settings(s),
                                                       **kw)}
 
 
