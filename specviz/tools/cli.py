@@ -621,7 +621,8 @@ def add_timing_parser(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
     p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{models,prepare,run,bench,timing,claims-data,loadtest}")
+    sub = p.add_subparsers(dest="command", required=True,
+                           metavar="{models,prepare,run,bench,timing,claims-data,loadtest,laptop}")
 
     m = sub.add_parser("models", help="list model pairs, whether each is available here, how to get it")
     m.add_argument("-v", "--verbose", action="store_true", help="say where each model comes from")
@@ -657,6 +658,11 @@ def build_parser() -> argparse.ArgumentParser:
                         add_help=False)
     lt.add_argument("rest", nargs=argparse.REMAINDER)
     lt.set_defaults(func=lambda a: _loadtest(a.rest))
+
+    lp = sub.add_parser("laptop", help="one main-page Run on a server with a small memory budget and an empty cache, "
+                                       "timed and weighed (specviz.tools.laptop)", add_help=False)
+    lp.add_argument("rest", nargs=argparse.REMAINDER)
+    lp.set_defaults(func=lambda a: _laptop(a.rest))
     return p
 
 
@@ -664,6 +670,12 @@ def _loadtest(argv: list[str]) -> int:
     from specviz.tools import loadtest
 
     return loadtest.main(argv)
+
+
+def _laptop(argv: list[str]) -> int:
+    from specviz.tools import laptop
+
+    return laptop.main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -674,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
         devqueue.concurrency("cpu")  # a bad $SPECVIZ_DEVICE_CONCURRENCY: said now, once, for every command
         if argv and argv[0] == "loadtest":
             return _loadtest(argv[1:])  # loadtest parses its own options
+        if argv and argv[0] == "laptop":
+            return _laptop(argv[1:])  # and so does laptop
         args = build_parser().parse_args(argv)
         return args.func(args)
     except SpecvizError as e:

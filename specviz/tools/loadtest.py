@@ -197,34 +197,73 @@ def wait_healthy(url: str, proc: subprocess.Popen, start_s: float, output: Calla
         time.sleep(0.5)
 
 
+class Server:
+    """A started `streamlit run app.py`: its URL, its process, when it was started (time.monotonic()) and what
+    it printed (stdout and stderr together; still readable after it stopped)."""
+
+    def __init__(self, url: str, proc: subprocess.Popen, log: Path, started: float):
+        self.url, self.proc, self.log, self.started = url, proc, log, started
+        self._final: str | None = None
+
+    def output(self) -> str:
+        if self._final is not None:
+            return self._final
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._final = self.output()  # kept, and the file removed
+        self.log.unlink(missing_ok=True)
+
+
 @contextmanager
-def serve(models: str | None = None, start_s: float = 120.0, trace: str | None = None,
-          options: tuple[str, ...] = ()) -> Iterator[str]:
-    """`streamlit run app.py` on a free port of 127.0.0.1; yields its URL, stops it afterwards.
+def server(models: str | None = None, start_s: float = 120.0, trace: str | None = None,
+           options: tuple[str, ...] = (), env: dict[str, str | None] | None = None) -> Iterator[Server]:
+    """`streamlit run app.py` on a free port of 127.0.0.1, answering its health check; yields the Server,
+    stops it afterwards.
 
     trace: a file where the server's device queue writes every hold (devqueue.ENV_TRACE); options: more
-    streamlit options."""
-    env = dict(os.environ)
+    streamlit options; env: more environment variables for it (None removes one)."""
+    environ = dict(os.environ)
     if models:
-        env["SPECVIZ_MODELS"] = str(models)
+        environ["SPECVIZ_MODELS"] = str(models)
     if trace:
-        env[ENV_TRACE] = trace
+        environ[ENV_TRACE] = trace
+    for k, v in (env or {}).items():
+        if v is None:
+            environ.pop(k, None)
+        else:
+            environ[k] = v
     port = free_port()
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
            str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none", *options]
-    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    fd, log = tempfile.mkstemp(suffix=".log", prefix="specviz-streamlit-")
+    started = time.monotonic()
+    with os.fdopen(fd, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stdout=out, stderr=subprocess.STDOUT)
+    s = Server(f"http://127.0.0.1:{port}", proc, Path(log), started)
     try:
-        wait_healthy(url, proc, start_s, lambda: (log.seek(0), log.read())[1])
-        yield url
+        wait_healthy(s.url, proc, start_s, s.output)
+        yield s
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        s._stop()
+
+
+@contextmanager
+def serve(models: str | None = None, start_s: float = 120.0, trace: str | None = None,
+          options: tuple[str, ...] = ()) -> Iterator[str]:
+    """server(), yielding only its URL."""
+    with server(models, start_s, trace, options) as s:
+        yield s.url
 
 
 def _stat_fields(path) -> list[str]:
