@@ -688,3 +688,13 @@ def test_two_missing_int8_copies_are_converted_at_the_same_time(tmp_path, gguf_p
         shutil.rmtree(p)
     got = store.prepare("p", registry=reg, precisions={"draft": "int8", "target": "int8"})
     assert got["draft"].startswith("converted") and got["target"].startswith("converted"), got
+
+
+def test_an_int8_target_drafts_through_the_frequent_head_unless_asked(gguf_pair):
+    """load_pair's default head follows the target's precision (vocabhead.default_head): frequent against an
+    int8 target, full against float32, and an explicit choice wins."""
+    reg, _ = gguf_pair
+    kw = {"registry": reg, "device": "cpu", "draft_precision": "int8"}
+    assert models.load_pair("p", target_precision="int8", **kw).draft_head == "frequent"
+    assert models.load_pair("p", target_precision="int8", draft_head="full", **kw).draft_head == "full"
+    assert models.load_pair("p", **kw).draft_head == "full"

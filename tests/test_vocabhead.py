@@ -194,6 +194,9 @@ def test_the_head_setting_is_checked_and_full_is_the_default():
 
     assert vocabhead.check(None, "cpu") == vocabhead.check("auto", "cuda") == "full"
     assert vocabhead.check("frequent", "cpu") == "frequent"
+    # against an int8 target the draft's step weighs more: auto drafts through the frequent head
+    assert vocabhead.check(None, "cpu", "int8") == vocabhead.check("auto", "cpu", "int8") == "frequent"
+    assert vocabhead.check("full", "cpu", "int8") == "full"
     with pytest.raises(InvalidSetting, match="draft head"):
         vocabhead.check("half", "cpu")
     assert cli.parse_bench_args(["--tiny", "--draft-head", "frequent"]).draft_head == "frequent"

@@ -633,7 +633,8 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     speculative text equal to the same target's alone; bfloat16 is refused (InvalidSetting). int8
     needs dtype float32 on a CPU.
 
-    draft_head: full or frequent (None or 'auto': vocabhead.default_head for the device). With
+    draft_head: full or frequent (None or 'auto': vocabhead.default_head for the device and the target's
+    precision: frequent against an int8 target). With
     'frequent', the draft proposes only among its tokenizer family's ranked frequent tokens, the
     prompt's and the run's (specviz/modeling/vocabhead.py), where the family has a list and the head allows it.
 
@@ -654,7 +655,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     dtype = check_dtype(DEFAULT_DTYPE if dtype is None else parse_dtype(dtype), device)
     precision = quant.check(draft_precision, device)
     t_precision = check_target_precision(target_precision, dtype, device)
-    head = vocabhead.check(draft_head, device)
+    head = vocabhead.check(draft_head, device, t_precision)
     runner = runner or devqueue.queue_runner(device)
     lender = next((p for p in loaded if _shares_target(p, spec, dtype, device, t_precision)), None)
     if check:  # its peak: the draft loads in dtype, unless it loads straight in its precision

@@ -509,7 +509,7 @@ def add_pair_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-head", choices=["auto", *HEADS], default="auto",
                    help="the draft's output layer: full, or frequent (only its family's most written tokens, "
                         "the prompt's and the run's: a cheaper step, sometimes a lower acceptance; default auto: "
-                        "full); never changes the output")
+                        "full, frequent against an int8 target); never changes the output")
 
 
 def add_decoding_options(p: argparse.ArgumentParser, temperature: float, temperature_help: str,
