@@ -658,38 +658,6 @@ def test_real_int8_pair_copies_take_at_most_3_gb_and_their_embedding_lookups_are
     assert total <= 3e9, total
 
 
-def test_two_missing_int8_copies_are_converted_at_the_same_time(tmp_path, gguf_pair, monkeypatch):
-    """A cold start of an int8 pair converts the draft and the target at once (store.convert_together), one
-    thread each: each conversion waits at a barrier for the other to start, which a one-after-the-other
-    conversion never passes. Greedy identity and prepare's report hold."""
-    import threading
-
-    reg, _ = gguf_pair
-    both = threading.Barrier(2, timeout=20)
-    write = int8cache.write
-
-    def meet_then_write(*a, **kw):
-        both.wait()  # BrokenBarrierError after 20 s alone
-        return write(*a, **kw)
-
-    monkeypatch.setattr(int8cache, "write", meet_then_write)
-    stages = []
-    pair = models.load_pair("p", registry=reg, device="cpu", target_precision="int8", draft_precision="int8",
-                            progress=lambda s, f=None: stages.append(s))
-    assert _cached(tmp_path) == ["d-int8", "t-int8"]
-    assert any("(the target at the same time)" in s for s in stages)
-    s = DecodeSettings(k=3, max_new_tokens=12)
-    assert speculative_decode(pair.target, pair.drafter(), PROMPT, s, **pair.run_kw).token_ids == \
-        autoregressive_decode(pair.target, PROMPT, s, **pair.run_kw).token_ids
-    # prepare says which copies it made, though both were made before its own loop
-    for p in (tmp_path / "cache").iterdir():
-        import shutil
-
-        shutil.rmtree(p)
-    got = store.prepare("p", registry=reg, precisions={"draft": "int8", "target": "int8"})
-    assert got["draft"].startswith("converted") and got["target"].startswith("converted"), got
-
-
 def test_an_int8_target_drafts_through_the_frequent_head_unless_asked(gguf_pair):
     """load_pair's default head follows the target's precision (vocabhead.default_head): frequent against an
     int8 target, full against float32, and an explicit choice wins."""

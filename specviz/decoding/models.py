@@ -53,7 +53,6 @@ from specviz.core.errors import (
 from specviz.modeling.store import (
     GiB,
     Progress,
-    convert_together,
     ensure_cached,
     hf_hub_cache,
     hf_quiet,
@@ -732,8 +731,6 @@ def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pai
         got["target"] = (lender.tokenizer, lender.target)
         sources["target"] = f"{lender.sources.get('target', 'loaded')} (shared with the pair {lender.name})"
     in_int8 = set()  # the roles loaded from an int8 copy: already in their precision
-    prec = {"draft": precision, "target": t_precision}
-    convert_together([(m, role, "int8") for role, m in roles if int8_cached(m, prec[role], dtype)], progress)
     for role, m in roles:
         if int8_cached(m, t_precision if role == "target" else precision, dtype):
             got[role], sources[role] = _load_int8(m, role, device, progress, target=role == "target")

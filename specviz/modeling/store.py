@@ -16,7 +16,6 @@ Public API: prepare, ensure_cached, model_status, cache_root, cached_dir, chunk_
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import gc
 import hashlib
@@ -601,41 +600,6 @@ def ensure_cached(m: ModelSpec, role: str, progress: Progress, verify: bool = Fa
     return folder, True
 
 
-def convert_together(items: list[tuple[ModelSpec, str, str]], progress: Progress) -> set[str]:
-    """Make the int8 copies still missing among (model, role, precision), all at once, a thread each; the
-    roles converted (none unless two or more int8 copies are missing: ensure_cached makes one alone).
-
-    An int8 conversion holds a block of rows at a time and spends it in numpy and torch, which let go of
-    the GIL: two cores convert two GGUFs in about the time of the longer one. A float32 copy, which holds
-    the whole model in float32 while it converts, is always made alone."""
-    todo = [(m, role) for m, role, p in items if p == "int8" and isinstance(m.source, ChunkSource)
-            and not _is_cached(cached_dir(m.source, m.name, p), m.source.sha256, p)]
-    if len(todo) < 2:
-        return set()
-    say = _Together(progress, [role for _, role in todo])
-    with concurrent.futures.ThreadPoolExecutor(len(todo), thread_name_prefix="specviz-convert") as pool:
-        jobs = [pool.submit(ensure_cached, m, role, say.of(role), precision="int8") for m, role in todo]
-        for job in jobs:
-            job.result()  # the first failure is raised here, once the others have ended
-    return {role for _, role in todo}
-
-
-class _Together:
-    """One progress for conversions running at once: the latest stage said, the fraction their mean."""
-
-    def __init__(self, progress: Progress, roles: list[str]):
-        self.progress, self.fracs, self.lock = progress, dict.fromkeys(roles, 0.0), threading.Lock()
-
-    def of(self, role: str) -> Progress:
-        def say(stage: str, frac: float | None = None) -> None:
-            with self.lock:
-                if frac is not None:
-                    self.fracs[role] = float(frac)
-                others = " and ".join(r for r in self.fracs if r != role)
-                self.progress(f"{stage} (the {others} at the same time)", sum(self.fracs.values()) / len(self.fracs))
-        return say
-
-
 # -----------------------------------------------------------------------------
 # status (cheap: no weights are read)
 
@@ -693,14 +657,11 @@ def prepare(name: str | None = None, progress: Progress | None = None,
     """
     progress = progress or quiet
     spec = as_registry(registry).pair(name)
-    roles = (("draft", spec.draft), ("target", spec.target))
-    made = convert_together([(m, role, (precisions or {}).get(role, "float32")) for role, m in roles], progress)
     out = {}
-    for role, m in roles:
+    for role, m in (("draft", spec.draft), ("target", spec.target)):
         if isinstance(m.source, ChunkSource):
             precision = (precisions or {}).get(role, "float32")
             folder, was_cached = ensure_cached(m, role, progress, verify=verify, precision=precision)
-            was_cached = was_cached and role not in made
             how = ("already cached, sha256 verified" if verify else "already cached") if was_cached else "converted"
             out[role] = f"{how}: {folder} ({_dir_bytes(folder) / GiB:.2f} GiB)"
         else:
