@@ -632,8 +632,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     speculative text equal to the same target's alone; bfloat16 is refused (InvalidSetting). int8
     needs dtype float32 on a CPU.
 
-    draft_head: full or frequent (None or 'auto': vocabhead.default_head for the device and the target's
-    precision: frequent against an int8 target). With
+    draft_head: full or frequent (None or 'auto': vocabhead.default_head, frequent against an int8 target). With
     'frequent', the draft proposes only among its tokenizer family's ranked frequent tokens, the
     prompt's and the run's (specviz/modeling/vocabhead.py), where the family has a list and the head allows it.
 
