@@ -167,6 +167,15 @@ def _raw(tensor, rows: int) -> np.ndarray:
     return np.asarray(tensor.data).reshape(-1).view(np.uint8).reshape(rows, -1)
 
 
+def _kind(name: str, linears, embeddings) -> str:
+    """How the cache holds the HF tensor `name`: 'linear' (int8 rows, scales, sums), 'raw' (an embedding's GGUF
+    blocks) or 'float' (float32)."""
+    owner, _, attr = name.rpartition(".")
+    if attr != "weight":
+        return "float"
+    return "linear" if owner in linears else "raw" if owner in embeddings else "float"
+
+
 def _plan(reader, to_hf: dict, linears, embeddings, shapes: dict, gguf: Path) -> tuple["_Plan", list]:
     """Every entry of the cache before any data, so the header can go first and each block be written as it is
     made: (the plan, [(GGUF tensor, the HF names it fills)])."""
@@ -180,12 +189,12 @@ def _plan(reader, to_hf: dict, linears, embeddings, shapes: dict, gguf: Path) ->
         if hf == "model.embed_tokens.weight" and "lm_head" in linears and "output.weight" not in in_gguf:
             targets.append("lm_head.weight")  # a head tied to the embedding: quantized from it
         for name in targets:
-            owner, _, kind = name.rpartition(".")
-            if owner in linears and kind == "weight":
+            kind = _kind(name, linears, embeddings)
+            if kind == "linear":
                 plan.add(name, torch.int8, shapes[name])
                 plan.add(name + "_scale", torch.float64, shapes[name][:1])
                 plan.add(name + "_row_sums", torch.float32, shapes[name][:1])
-            elif owner in embeddings and kind == "weight":  # the GGUF's blocks, and what they are
+            elif kind == "raw":  # the GGUF's blocks, and what they are
                 plan.add(name, torch.uint8, _raw(t, shapes[name][0]).shape)
                 plan.metadata[name] = json.dumps({"gguf_type": t.tensor_type.name, "shape": list(shapes[name])})
             else:
@@ -267,11 +276,8 @@ def write(gguf: Path, out: Path, progress: Progress = _quiet, stage: str = "conv
         for i, (t, targets) in enumerate(jobs):
             # one pass over the GGUF tensor per entry it fills (the embedding twice for a tied head)
             for name in targets:
-                owner, _, attr = name.rpartition(".")
                 reorder = whole and (".attn_q." in t.name or ".attn_k." in t.name)
-                kind = "float" if attr != "weight" else \
-                    "linear" if owner in linears else "raw" if owner in embeddings else "float"
-                _write_entry(f, t, name, shapes[name], kind, processor, reorder)
+                _write_entry(f, t, name, shapes[name], _kind(name, linears, embeddings), processor, reorder)
             progress(stage, (i + 1) / len(jobs))
         f.flush()
     del model
@@ -335,7 +341,7 @@ def load(folder: Path, target: bool, engine: str | None = None) -> nn.Module:
     engine = engine or quant.int8_engine()
     cls = quant.ExactInt8Linear if target else quant.Int8Linear
     with _Reader(folder / WEIGHTS) as f:
-        names, meta = set(f.keys()), f.metadata() or {}
+        names, meta = set(f.keys()), f.metadata()
         for name in _embeddings(model):  # the GGUF's blocks in place of the float32 table
             if name + ".weight" in meta:
                 about = json.loads(meta[name + ".weight"])
