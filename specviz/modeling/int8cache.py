@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import torch
@@ -36,6 +37,7 @@ SUPPORTED = ("qwen2", "llama")  # GGUF architectures whose tensors map one to on
 WEIGHTS = "model.safetensors"
 BLOCK_BYTES = 8 << 20  # float32 bytes of one block of rows dequantized at once
 _DTYPES = {torch.int8: "I8", torch.uint8: "U8", torch.float32: "F32", torch.float64: "F64"}
+_TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
 
 Progress = Callable[[str, "float | None"], None]
 
@@ -294,8 +296,6 @@ class _Reader:
     the model counted twice at the load's peak. Read, the file passes through the page cache only, which the
     kernel reclaims."""
 
-    _TORCH = {v: k for k, v in _DTYPES.items()}
-
     def __init__(self, path: Path):
         self.path = path
         self._f = open(path, "rb")  # noqa: SIM115 - closed by __exit__
@@ -317,14 +317,14 @@ class _Reader:
     def get_tensor(self, name: str) -> torch.Tensor:
         h = self._table[name]
         start, end = h["data_offsets"]
-        t = torch.empty(h["shape"], dtype=self._TORCH[h["dtype"]])
+        t = torch.empty(h["shape"], dtype=_TORCH_DTYPES[h["dtype"]])
         if end > start:
             self._f.seek(self._base + start)
             if self._f.readinto(memoryview(t.view(-1).numpy()).cast("B")) != end - start:
                 raise PairUnavailable(f"{self.path}: tensor {name} is cut short")
         return t
 
-    def __enter__(self) -> "_Reader":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
