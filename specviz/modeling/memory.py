@@ -9,14 +9,15 @@ the bytes of its parts (a part shared by two entries, such as one target under t
 charged once), unloads what was least recently used to make room for a new entry, never unloads an entry
 that is leased (in use), and refuses, before anything loads, an entry that cannot fit.
 
-Public API: Budget, read_budget, held_bytes, int8_bytes_per_param, give_back, trim, release_file_pages, Refusal,
-OverBudget, Lease, ModelStore, GiB, ENV.
+Public API: Budget, read_budget, held_bytes, int8_bytes_per_param, give_back, trim, release_file_pages,
+peak_resident_bytes, status_bytes, Refusal, OverBudget, Lease, ModelStore, GiB, ENV.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import itertools
 import os
@@ -71,7 +72,7 @@ def give_back() -> None:
     the process's heap: measured on two 108M-parameter models, 0.40 GB of 0.43 GB freed stayed resident, and
     0.03 GB with it."""
     gc.collect()
-    trim = _malloc_trim()
+    trim = _libc("malloc_trim")
     if trim is not None:
         trim(0)
 
@@ -80,7 +81,7 @@ def trim() -> None:
     """Hand the heap's free memory back to the system (glibc's malloc_trim; elsewhere nothing), without
     give_back's gc.collect: cheap enough to call after each block of a conversion, whose freed blocks glibc
     would otherwise keep."""
-    fn = _malloc_trim()
+    fn = _libc("malloc_trim")
     if fn is not None:
         fn(0)
 
@@ -100,7 +101,7 @@ def release_file_pages(tensor) -> int:
     lo, hi = -(-start // page) * page, (start + size) // page * page  # whole pages inside the tensor
     if hi <= lo:
         return 0
-    fn = _madvise()
+    fn = _libc("madvise")
     if fn is None or fn(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), MADV_DONTNEED) != 0:
         return 0
     return hi - lo
@@ -123,35 +124,19 @@ def _is_file_mapped(lo: int, hi: int) -> bool:
     return False
 
 
-def _madvise():
-    global _MADVISE
-    if _MADVISE is False:
-        try:
-            fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).madvise
-            fn.argtypes, fn.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
-            _MADVISE = fn
-        except (OSError, AttributeError):
-            _MADVISE = None
-    return _MADVISE
+@functools.cache
+def _glibc():
+    """The C library, opened once; None where it cannot be (then trim and release_file_pages do nothing)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
 
 
-_MADVISE: Any = False  # not looked up yet
-
-
-def _malloc_trim():
-    import ctypes
-    import ctypes.util
-
-    global _TRIM
-    if _TRIM is False:
-        try:
-            _TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-        except (OSError, AttributeError):  # not glibc: gc.collect is all there is
-            _TRIM = None
-    return _TRIM
-
-
-_TRIM: Any = False  # not looked up yet
+def _libc(name: str):
+    """The C library's function `name` (madvise, malloc_trim); None where there is none (not glibc: gc.collect
+    is all there is)."""
+    return getattr(_glibc(), name, None)
 
 
 # --- the budget ---------------------------------------------------------------------------------------------------
@@ -261,12 +246,18 @@ def cgroup_room(held: int = 0, proc: str | os.PathLike = "/proc",
 
 def peak_resident_bytes(proc: str | os.PathLike = "/proc") -> int | None:
     """The most memory this process has held resident so far (VmHWM of /proc/self/status); None if unknown."""
+    return status_bytes("VmHWM", "self", proc)
+
+
+def status_bytes(field: str, pid: int | str = "self", proc: str | os.PathLike = "/proc") -> int | None:
+    """A memory field of a process's /proc status (VmHWM, VmRSS, RssAnon, ...) in bytes; None where the process
+    or the field is missing (gone, or not Linux)."""
     try:
-        lines = (Path(proc) / "self" / "status").read_text().splitlines()
+        lines = (Path(proc) / str(pid) / "status").read_text().splitlines()
     except OSError:
         return None
     for line in lines:
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     return None
 
@@ -459,4 +450,5 @@ class ModelStore:
 
 
 __all__ = ["Budget", "ENV", "GiB", "Lease", "ModelStore", "OverBudget", "Refusal", "cgroup_room", "give_back",
-           "held_bytes", "int8_bytes_per_param", "peak_resident_bytes", "read_budget", "trim"]
+           "held_bytes", "int8_bytes_per_param", "peak_resident_bytes", "read_budget", "release_file_pages",
+           "status_bytes", "trim"]

@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from specviz.modeling import memory
 from specviz.tools.loadtest import CHROMIUM, CHROMIUM_ARGS, descendants, server
 
 DEFAULT_MEMORY_GB = 5.0  # an 8 GB laptop, less what its system and browser hold
@@ -85,14 +86,6 @@ def folder_sizes(root: Path) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _status_kib(pid: int, field_name: str) -> int | None:
-    try:
-        m = re.search(rf"^{field_name}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
-    except OSError:
-        return None
-    return int(m.group(1)) if m else None
-
-
 class MemoryWatch:
     """Reads, every poll_s on a thread of its own, the resident memory of process pid and every process below
     it: the largest VmHWM of one process, and the largest sum of their VmRSS."""
@@ -107,9 +100,8 @@ class MemoryWatch:
     def read(self) -> None:
         total = 0
         for p in {self.pid} | descendants(self.pid):
-            hwm, rss = _status_kib(p, "VmHWM"), _status_kib(p, "VmRSS")
-            self.hwm = max(self.hwm, 1024 * (hwm or 0))
-            total += 1024 * (rss or 0)
+            self.hwm = max(self.hwm, memory.status_bytes("VmHWM", p) or 0)
+            total += memory.status_bytes("VmRSS", p) or 0
         self.rss_sum = max(self.rss_sum, total)
 
     def _loop(self) -> None:
