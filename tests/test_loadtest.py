@@ -43,7 +43,7 @@ def test_loadtest_runs_two_sessions_on_the_tiny_pair(monkeypatch):
     # the page's split of the decode time, and the tokens each run drafted, were read
     assert all(r.draft_s is not None and r.verify_s is not None and r.drafted > 0 for r in [rep.solo, *rep.together])
     assert all(r.draft_s + r.verify_s <= r.decode_s + 0.02 for r in rep.together)  # parts of it (2 decimals)
-    assert len(rep.lines()) == 12 and "main thread" in rep.lines()[-2]  # the server's CPU, read from /proc
+    assert len(rep.lines()) == 13 and "main thread" in rep.lines()[-2]  # the server's CPU, read from /proc
     # the target alone's one-token holds were told apart in the trace, at once and in both solo runs
     assert s["target_token_s"][0] and all(s["per_batch"][0]["target_token_alone_s"])
     assert rep.lines()[-1].startswith("one token of the target alone held the device (median): ")
@@ -187,7 +187,7 @@ def test_a_cpu_cap_holds_a_busy_process_and_what_it_starts_to_its_share():
 
 @pytest.mark.parametrize("args, wrong", [(["--sessions", "0"], "--sessions"), (["--browser-cpu", "0"], "--browser-cpu"),
                                          (["--browser-cpu", "nan"], "--browser-cpu"), (["--timeout", "0"], "--timeout"),
-                                         (["--timeout", "nan"], "--timeout")])
+                                         (["--timeout", "nan"], "--timeout"), (["--fresh", "0"], "--fresh")])
 def test_the_loadtests_own_settings_are_checked_before_anything_starts(args, wrong, capsys):
     from specviz.tools import loadtest
 
@@ -206,7 +206,30 @@ def test_the_time_limit_grows_with_the_batches_unless_given(monkeypatch):
     for batches in (1, 4):
         loadtest.loadtest(batches=batches)
     loadtest.loadtest(batches=4, timeout_s=60.0)
-    assert seen == pytest.approx([1800.0, 4500.0, 60.0], abs=5.0)
+    loadtest.loadtest(batches=1, fresh_s=60.0)  # and the pause before each of the three runs after the warm-up
+    assert seen == pytest.approx([1800.0, 4500.0, 60.0, 1980.0], abs=5.0)
+
+
+def test_a_pause_waits_its_seconds_after_the_last_phase_ended_and_no_longer():
+    from specviz.tools.loadtest import Pause
+
+    far = time.monotonic() + 60
+    pause = Pause(0.4)
+    t0 = time.monotonic()
+    pause(far)  # nothing ended yet: no wait
+    pause.end()
+    pause(far)
+    waited = time.monotonic() - t0
+    assert 0.4 <= waited < 1.0
+    pause.end()
+    time.sleep(0.2)
+    t1 = time.monotonic()
+    pause(far)  # 0.2 s of the 0.4 s were already gone
+    assert 0.1 <= time.monotonic() - t1 < 0.35
+    t2 = time.monotonic()
+    Pause(0.0)(far)  # none asked
+    Pause(5.0, ended=time.monotonic())(time.monotonic() + 0.1)  # never past the deadline
+    assert time.monotonic() - t2 < 0.5
 
 
 def test_each_batch_is_judged_against_its_own_solo_runs():
@@ -229,13 +252,16 @@ def test_each_batch_is_judged_against_its_own_solo_runs():
     # the wall over the ideal: 40 s against 2 x 10 s for the first batch and 2 x 9 s for the second
     assert s["wall_over_solo_model_sum"] == pytest.approx(40.0 / 38.0)
     assert s["texts_identical_to_solo"] and s["finished"] == 4
-    assert len(rep.lines()) == 11 and rep.lines()[1].startswith("batch 1: ")
+    assert len(rep.lines()) == 12 and rep.lines()[2].startswith("batch 1: ")
+    # the room's figure: the last session's figures after 24 s and 16 s, against 5 s for one session alone
+    assert s["last_over_solo"] == pytest.approx([24.0 / 5.0, 16.0 / 5.0])
+    assert "24.0 s against 5.00 s, 4.80x; 16.0 s against 5.00 s, 3.20x" in rep.lines()[1]
     # the machine alone, judged the same way: the middle solo run against the mean of the two around it
     assert s["solo_over_neighbours"] == pytest.approx([2.2 / 2.5]) and s["solo_within_tolerance"] == 1
-    assert rep.lines()[3].endswith("0.88; within 15 %: 1/1")
+    assert rep.lines()[4].endswith("0.88; within 15 %: 1/1")
     one = Report(2, [first]).summary()  # one batch gives that batch's own figures
     assert one["speedup_over_solo"] == first.summary()["speedup_over_solo"] and one["wall_s"] == 24.0
-    assert one["solo_over_neighbours"] == [] and len(Report(2, [first]).lines()) == 9  # two solo runs: no line
+    assert one["solo_over_neighbours"] == [] and len(Report(2, [first]).lines()) == 10  # two solo runs: no line
 
 
 def test_a_target_alone_token_is_read_from_the_trace_at_once_and_in_the_solo_runs_around():

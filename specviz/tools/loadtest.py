@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -260,9 +261,9 @@ def server(models: str | None = None, start_s: float = 120.0, trace: str | None 
 
 @contextmanager
 def serve(models: str | None = None, start_s: float = 120.0, trace: str | None = None,
-          options: tuple[str, ...] = ()) -> Iterator[str]:
+          options: tuple[str, ...] = (), env: dict[str, str | None] | None = None) -> Iterator[str]:
     """server(), yielding only its URL."""
-    with server(models, start_s, trace, options) as s:
+    with server(models, start_s, trace, options, env) as s:
         yield s.url
 
 
@@ -690,6 +691,10 @@ class Batch:
             # a lower bound too: one session alone already takes this long (animation included)
             "solo_wall_s": self.before.finished_s,
             "wall_over_ideal": self.wall_s / max(sessions * solo_model, self.before.finished_s or 0.0),
+            # the room's figure: the last session's figures came this many times later than one session's alone
+            # (the mean of the solo runs before and after), both from Run, as the browsers showed them
+            "solo_finished_s": self._solo_mean("finished_s"),
+            "last_over_solo": _over_mean(self.wall_s, [self.before.finished_s, self.after.finished_s]),
             "sessions_model_s": [r.model_s for r in self.together],
             "solo_speedup": solo_speedup,
             "solo_speedups": [self.before.speedup, self.after.speedup],
@@ -740,6 +745,7 @@ class Report:
     browser_processes_lowered: int = 0  # driver and browser processes set to BROWSER_NICE
     browser_cpu: float | None = None  # the share of one core all browsers together were capped at (None: no cap)
     gate: dict | None = None  # BrowserGate's stops and stopped_s over the whole test (None: the browsers always ran)
+    fresh_baseline: str = ""  # how the target alone was made to be timed afresh for each phase ("": reused as usual)
 
     @property
     def solos(self) -> list[SessionResult]:
@@ -784,6 +790,8 @@ class Report:
             "solo_wall_s": self.solo.finished_s,
             "wall_over_ideal": wall / sum(max(p["sessions"] * p["solo_model_s"], p["solo_wall_s"] or 0.0)
                                           for p in per),
+            "solo_finished_s": [r.finished_s for r in self.solos],
+            "last_over_solo": [p["last_over_solo"] for p in per],
             "sessions_model_s": [v for p in per for v in p["sessions_model_s"]],
             "solo_speedup": (None if None in solo_speedups else sum(solo_speedups) / len(solo_speedups)),
             "solo_speedups": solo_speedups,  # every solo run, in order: before, between and after the batches
@@ -837,6 +845,11 @@ class Report:
             f"{s['wall_over_solo_model_sum']:.2f} (target <= 1.15); one session alone took {fmt(s['solo_wall_s'])} s "
             f"from Run to its figures, so the best possible wall is the larger of the two: "
             f"{s['wall_over_ideal']:.2f} of it",
+            "the last session's figures, from Run, against one session's alone (the solo runs around it): "
+            + "; ".join(f"{p['wall_s']:.1f} s against {fmt(p['solo_finished_s'])} s, {fmt(p['last_over_solo'])}x"
+                        for p in s["per_batch"])
+            + (f" (the target alone timed afresh for each solo run and each batch: {self.fresh_baseline})"
+               if self.fresh_baseline else ""),
             *each,
             *(["each solo run between two others, against their mean (the machine alone): "
                + ", ".join(f"{fmt(v)}" for v in s["solo_over_neighbours"])
@@ -886,27 +899,32 @@ def default_timeout(batches: int) -> float:
 
 def loadtest(sessions: int = 4, models: str | None = None, max_new: int | None = None,
              timeout_s: float | None = None, browser_cpu: float = BROWSER_CPU, batches: int = 1,
-             gate: bool = True) -> Report:
-    """timeout_s: for the whole test (None: default_timeout(batches)). gate: the browsers run only while the
-    server is idle (BrowserGate), where the server's process is known; else always, lowered and capped."""
+             gate: bool = True, fresh_s: float | None = None) -> Report:
+    """timeout_s: for the whole test (None: default_timeout(batches) and the pauses). gate: the browsers run only
+    while the server is idle (BrowserGate), where the server's process is known; else always, lowered and capped.
+    fresh_s: the server reuses a target-alone timing for this many seconds (SPECVIZ_BASELINE_TTL_S), and the
+    test waits as long before each solo run and each batch, so each times the target alone once, afresh, as a
+    room's first Run does (None: the server's default, and timings are reused from one phase to the next)."""
     if not Path(CHROMIUM).exists():
         raise RuntimeError(f"{CHROMIUM} is missing: apt-get install -y chromium")
-    timeout_s = default_timeout(batches) if timeout_s is None else timeout_s
+    if timeout_s is None:  # and the pauses: before every run and batch but the warm-up
+        timeout_s = default_timeout(batches) + (fresh_s or 0.0) * (2 * batches + 1)
     deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryDirectory() as tmp:
         # the holds go to $SPECVIZ_QUEUE_TRACE where it is set (kept for a closer look), else to a scratch file
         return _loadtest(sessions, models, max_new, timeout_s, deadline, os.environ.get(ENV_TRACE) or f"{tmp}/holds",
-                         browser_cpu, batches, gate)
+                         browser_cpu, batches, gate, fresh_s)
 
 
 def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browser_cpu: float, batches: int,
-              gate: bool) -> Report:
+              gate: bool, fresh_s: float | None = None) -> Report:
     from playwright.sync_api import sync_playwright
 
     # a stopped browser answers no websocket ping: the server's, every 30 s with a 30 s timeout by default,
     # would end its session while the others' model work keeps the server busy
-    with serve(models, trace=trace, options=("--server.websocketPingInterval", str(GATE_PING_S)) if gate else ()
-               ) as url:
+    env = {"SPECVIZ_BASELINE_TTL_S": str(round(fresh_s))} if fresh_s else None
+    with serve(models, trace=trace, options=("--server.websocketPingInterval", str(GATE_PING_S)) if gate else (),
+               env=env) as url:
         server = descendants(os.getpid())
         cap = CpuCap.make(browser_cpu)
         try:
@@ -923,14 +941,17 @@ def _loadtest(sessions, models, max_new, timeout_s, deadline, trace: str, browse
                 keep_low()
                 pid = min(server) if len(server) == 1 else None  # the streamlit process, where it is clear
                 g = BrowserGate(pid, lambda: started_since(server)).start() if gate and pid is not None else None
-                done = _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low, pid, g)
+                pause = Pause(fresh_s or 0.0)
+                done = _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low, pid, g, pause)
                 for b in done:
                     b.device = trace_holds(trace, b.started, b.started + b.wall_s)
                     b.token_s = {"at_once": target_token_s(b.device),
                                  **{k: target_token_s(trace_holds(trace, *r.window)) if r.window else None
                                     for k, r in (("before", b.before), ("after", b.after))}}
                 return Report(sessions, done, lowered[0], cap.share if cap is not None else None,
-                              None if g is None else {"stops": g.stops, "stopped_s": g.stopped_s})
+                              None if g is None else {"stops": g.stops, "stopped_s": g.stopped_s},
+                              f"reused for {fresh_s:.0f} s, and each phase began {fresh_s:.0f} s after the last ended"
+                              if fresh_s else "")
         finally:
             if cap is not None:
                 cap.close()
@@ -946,23 +967,50 @@ def _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate=None) -> S
     return res
 
 
+@dataclass
+class Pause:
+    """Waits `s` seconds after the last phase ended before the next begins (0: none): with the server reusing a
+    target-alone timing for no longer than that, each phase times it afresh."""
+
+    s: float = 0.0
+    ended: float = -math.inf  # time.monotonic() when the last phase ended
+
+    def __call__(self, deadline: float) -> None:
+        wait = self.ended + self.s - time.monotonic()
+        if self.s > 0 and wait > 0:
+            time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+
+    def end(self) -> None:
+        self.ended = time.monotonic()
+
+
 def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep_low,
-             server_pid: int | None = None, gate: BrowserGate | None = None) -> list[Batch]:
+             server_pid: int | None = None, gate: BrowserGate | None = None, pause: Pause | None = None,
+             ) -> list[Batch]:
     """A warm-up run, then a solo run, and `batches` times: `sessions` pages pressing Run at once, then a solo
-    run again. Each run on a new page, so no page shows an earlier run's figures when its Run is pressed.
-    Closes the browser, and the gate before it, however it ends."""
-    out = []
+    run again. Each run on a new page, so no page shows an earlier run's figures when its Run is pressed; each
+    run and batch begins after `pause`. Closes the browser, and the gate before it, however it ends."""
+    out, pause = [], pause or Pause()
+
+    def alone() -> SessionResult:
+        pause(deadline)
+        res = _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)
+        pause.end()
+        return res
+
     try:
-        _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)  # loads and warms the models
-        before = _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)
+        alone()  # loads and warms the models
+        before = alone()
         for _ in range(batches):
             pages = [open_session(browser, url, max_new, timeout_s) for _ in range(sessions)]
+            pause(deadline)
             use = CpuUse(server_pid)
             together, wall, started = run_at_once(pages, deadline, keep_low, gate)
             cpu = use.done()
+            pause.end()
             for page in pages:
                 page.context.close()
-            after = _alone(browser, url, max_new, timeout_s, deadline, keep_low, gate)
+            after = alone()
             out.append(Batch(together, wall, started, before, after, server_cpu=cpu))
             before = after
     finally:
@@ -1002,6 +1050,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, help=f"seconds for the whole test (default {TIMEOUT_PER_BATCH_S:.0f} "
                                                   f"per batch, and {TIMEOUT_PER_BATCH_S:.0f} more)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--fresh", type=float, metavar="S",
+                    help="the server reuses a target-alone timing for S seconds, and each solo run and batch begins "
+                         "S seconds after the last ended, so each times the target alone afresh (as a room's first "
+                         "Run does); by default a timing is reused across them")
     ap.add_argument("--browser-cpu", type=float, default=BROWSER_CPU,
                     help=f"the share of one core all browsers together get, where a cgroup can be made (default "
                          f"{BROWSER_CPU}): they stand in for laptops, which draw on cores of their own")
@@ -1028,7 +1080,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--timeout must be a positive number of seconds")
     if not 0.01 <= a.browser_cpu <= 64:
         ap.error("--browser-cpu must be from 0.01 to 64 (a share of one core)")
-    rep = loadtest(a.sessions, a.models, a.max_new, a.timeout, a.browser_cpu, a.batches, not a.browsers_always)
+    if a.fresh is not None and not 1 <= a.fresh <= 3600:
+        ap.error("--fresh must be from 1 to 3600 seconds")
+    rep = loadtest(a.sessions, a.models, a.max_new, a.timeout, a.browser_cpu, a.batches, not a.browsers_always,
+                   a.fresh)
     for line in rep.lines():
         print(line)
     if a.json:
