@@ -73,7 +73,8 @@ def test_each_session_is_judged_against_the_mean_of_its_kinds_solo_runs_before_a
                                          (["--mix", "room:2"], "unknown kind"),
                                          (["--mix", "main:x"], "kind:count"),
                                          (["--simulate", "0"], "--simulate"),
-                                         (["--simulate", "2", "--spread", "nan"], "--spread")])
+                                         (["--simulate", "2", "--spread", "nan"], "--spread"),
+                                         (["--simulate", "2", "--target-precision", "bfloat16"], "--target-precision")])
 def test_the_rooms_settings_are_checked_before_anything_loads(args, wrong, capsys):
     from specviz.tools import loadtest
 
@@ -87,3 +88,16 @@ def test_a_default_mix_is_two_thirds_main():
 
     assert default_mix(30) == {"main": 20, "lab": 4, "speedup": 3, "lesson": 3}
     assert sum(default_mix(7).values()) == 7 and sum(default_mix(1).values()) == 1
+
+
+def test_a_room_may_run_the_int8_target(tmp_path, capsys):
+    """--target-precision int8: the room runs on the int8 target (as a server under a small memory budget does),
+    and its report names it."""
+    from specviz.tools import loadtest
+
+    out = tmp_path / "room.json"
+    assert loadtest.main(["--simulate", "1", "--mix", "main:1", "--spread", "0", "--models", TINY, "--max-new", "6",
+                          "--target-precision", "int8", "--json", str(out)]) == 0
+    md = out.with_suffix(".md").read_text()
+    assert md.startswith("# Simulated room: 1 sessions on ") and ", int8 target (" in md.splitlines()[0]
+    assert json.loads(out.read_text())["all"]["finished"] == 1

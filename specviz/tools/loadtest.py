@@ -1068,6 +1068,8 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument("--spread", type=float, default=10.0, help="the sessions start within this many seconds "
                                                                 "(default 10)")
     sim.add_argument("--pair", help="the pair to load (default: the registry's default pair)")
+    sim.add_argument("--target-precision", choices=("float32", "int8"),
+                     help="the target's precision (default float32); the draft takes its default for that target")
     sim.add_argument("--seed", type=int, default=0, help="the random start moments' seed (default 0)")
     a = ap.parse_args(argv)
     if a.simulate is not None or a.mix:

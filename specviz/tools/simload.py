@@ -371,9 +371,9 @@ def main(args) -> int:
     from specviz.decoding.models import load_pair
 
     mix = parse_mix(args.mix) if args.mix else default_mix(args.simulate)
-    pair = load_pair(args.pair, registry=args.models)
-    rep = simulate(pair, mix, args.spread, args.max_new or prompts.FIRST_RUN.max_new_tokens, args.seed,
-                   pair.name)
+    pair = load_pair(args.pair, registry=args.models, target_precision=getattr(args, "target_precision", None))
+    name = pair.name if pair.target_precision == "float32" else f"{pair.name}, {pair.target_precision} target"
+    rep = simulate(pair, mix, args.spread, args.max_new or prompts.FIRST_RUN.max_new_tokens, args.seed, name)
     md = rep.markdown()
     print(md, end="")
     out = Path(args.json or f"simload-{os.getpid()}.json")
