@@ -31,13 +31,19 @@ def test_the_sessions_contexts_spread_from_half_to_the_longest():
     assert context_lengths(3, 1) == [1, 1, 1]
 
 
-def test_a_target_with_row_exact_attention_is_named_in_the_report():
-    """The int8 target attends row by row alone and with stock attention in a batch: its figures favour batching."""
-    from specviz.modeling import rowattn
-    from specviz.modeling.tiny import tiny_model
-    from specviz.tools.batchbench import row_exact
+def test_a_packed_target_is_timed_on_the_apps_exact_pass_and_its_rows_are_bit_for_bit_their_own(tmp_path, capsys):
+    """With fast-linear the tiny target's Linears are packed (row-exact), so the bench times the app's own batched
+    pass (batched.feed_many): every session's logits in it equal its own pass's exactly. The stock target, which
+    the app does not batch, is timed with transformers' padded batch, and the report says so."""
+    from specviz.tools import batchbench, cli
 
-    model = tiny_model()
-    assert not row_exact(model)
-    rowattn.enable(model)
-    assert row_exact(model)
+    out = tmp_path / "batch.json"
+    for extra, exact in (([], False), (["--fast-linear"], True)):
+        assert cli.main(["bench", "--tiny", "--batch", "--batch-sizes", "2,3", "--batch-k", "3", "--batch-context", "20",
+                         "--batch-reps", "1", "-q", "--out", str(out), *extra]) == 0
+        rep = json.loads(out.read_text())
+        assert all(p["exact"] is exact for p in rep["points"])
+        assert (batchbench.NOT_EXACT_NOTE in rep["about"]) is not exact
+        if exact:
+            assert all(p["max_logit_diff"] == 0.0 for p in rep["points"]), rep["points"]
+    capsys.readouterr()

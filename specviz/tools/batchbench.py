@@ -1,19 +1,19 @@
-"""python -m specviz bench --batch: would batching the verify passes of sessions in line pay?
+"""python -m specviz bench --batch: does batching the verify passes of sessions in line pay?
 
-Sessions waiting in the device queue with verify passes for the same target could share one forward pass:
-the R = k + 1 rows of each of B sessions at once, each session on its own context. This measures it, and
-builds nothing: for each B (--batch-sizes), B sessions each with its own context (lengths spread from L / 2 to L,
-so the batch needs padding as a real one would), and
-  separate  each session's R-row pass on its own KV cache, one after another (what the queue does today)
-  batched   one pass of B × R rows over one batched KV cache: the contexts left-padded to the longest, an
-            attention mask that hides the padding, and each row's own positions
+Sessions waiting in the device queue with verify passes for the same target share one forward pass in the app
+(decoding/pool.py, through modeling/batched.feed_many): the R = k + 1 rows of each of B sessions at once, each
+session on its own context. This times that pass: for each B (--batch-sizes), B sessions each with its own
+context (lengths spread from L / 2 to L) and its own KV cache, and
+  separate  each session's R-row pass on its own cache, one after another (a pass of its own)
+  batched   one feed_many pass over the B × R rows: every weight read once, attention per session
 timed alternately, --batch-reps times after a warm-up, each pass on the device's worker
 (devqueue.run, PassTime.held). Reported per B: the batched pass against one R-row pass (the median of
-the separate passes), against the sum of the B separate passes, and each session's attributed share
-(the batched pass ÷ B) against its own pass alone: below 1, batching would pay. It also checks that the
-batched pass computes what the separate ones do (the largest difference of the rows' logits). A target with
-row-exact attention (specviz.modeling.rowattn, the int8 target) attends row by row in one session's pass and with
-stock attention in a batch: the report says so, as its figures then favour batching.
+the separate passes), against the sum of the B separate passes, and each session's share (the batched
+pass ÷ B) against its own pass alone: below 1, batching pays. It also checks that the batched pass computes
+what the separate ones do: the largest difference of the rows' logits, 0 for feed_many (bit for bit).
+A target feed_many cannot serve (batched.can_batch: a stock float Linear, another architecture, a GPU) is
+timed with transformers' own batched forward instead, padded and masked, whose rows differ in their last
+bits: the report says so (NOT_EXACT_NOTE), as the app never batches such a target.
 """
 
 from __future__ import annotations
@@ -27,16 +27,8 @@ from specviz.device import devqueue
 from specviz.modeling.lm import sync, vocab_size
 
 SIZES = (1, 2, 4, 8)
-ROW_EXACT_NOTE = (" (row-exact attention, as the int8 target runs: one session's pass attends row by row, a batch "
-                  "of several falls back to stock attention, so the batched figures here are not exact and favour "
-                  "batching)")
-
-
-def row_exact(model) -> bool:
-    """Whether the model attends row by row (rowattn, switched on with an int8 target)."""
-    from specviz.modeling import rowattn
-
-    return getattr(model.config, "_attn_implementation", None) == rowattn.ROW_EXACT
+NOT_EXACT_NOTE = (" (a target the app does not batch, batched.can_batch: timed with transformers' padded batch, whose "
+                  "rows differ from a pass of their own in the last bits)")
 
 
 @dataclass(frozen=True)
@@ -50,6 +42,7 @@ class BatchPoint:
     separate_s: float  # the B separate passes, one after another
     batched_s: float  # one pass of B × R rows
     max_logit_diff: float  # the largest |batched - separate| of the rows' logits
+    exact: bool = True  # the app's own batched pass (feed_many); False: transformers' padded batch (NOT_EXACT_NOTE)
 
     @property
     def batched_over_one(self) -> float:
@@ -96,37 +89,48 @@ def _timed_pass(device, fn) -> tuple[float, torch.Tensor]:
     return devqueue.run(device, job)
 
 
-@torch.inference_mode()
-def measure_batch(model, sessions: int, rows: int = 5, context: int = 128, reps: int = 5, seed: int = 0,
-                  ) -> BatchPoint:
-    """Time `sessions` R-row passes one after another and as one batched pass (see the module)."""
+def _exact(model, ctxs: list[torch.Tensor], new: torch.Tensor):
+    """The app's path: each session a CachedLM on its own cache; (one(i), batched(), undo()), or None where
+    batched.can_batch refuses the target. Each pass leaves the caches as it found them (undo)."""
+    from specviz.device.runner import InlineRunner
+    from specviz.modeling import batched as bt
+    from specviz.modeling.lm import CachedLM
+
+    device = next(model.parameters()).device
+    lms = [CachedLM(model, InlineRunner(device)) for _ in ctxs]  # passes run where called: on the worker here
+    if not bt.can_batch(lms):
+        return None
+    for lm, c in zip(lms, ctxs):
+        devqueue.run(device, lambda lm=lm, c=c: lm.feed(c.tolist(), keep=1))  # its context, untimed
+    rows = new.shape[1]
+    lens = [lm.n for lm in lms]
+    rows_of = [new[i].tolist() for i in range(len(lms))]
+
+    def undo() -> None:
+        for lm, n in zip(lms, lens):
+            lm.rollback(n)
+
+    return ((lambda i: lms[i].feed(rows_of[i], keep=rows)),
+            (lambda: torch.stack(bt.feed_many(lms, rows_of, [rows] * len(lms)))), undo)
+
+
+def _padded(model, ctxs: list[torch.Tensor], new: torch.Tensor):
+    """transformers' own batch (a target the app does not batch): contexts left-padded to the longest, a mask
+    that hides the padding, each row at its own positions; (one(i), batched(), undo())."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    lens = context_lengths(sessions, context)
-    g = torch.Generator().manual_seed(seed + sessions)
-    vocab = min(vocab_size(model), 1000)
-    ctxs = [torch.randint(0, vocab, (n,), generator=g) for n in lens]
-    new = torch.randint(0, vocab, (sessions, rows), generator=g)
+    sessions, rows = new.shape
+    lens = [len(c) for c in ctxs]
     width = max(lens)
-
-    # the separate sessions: each its own cache, its context read untimed
     caches = []
     for c in ctxs:
         cache = DynamicCache(config=model.config)
         devqueue.run(device, lambda c=c, cache=cache: model(input_ids=c[None].to(device), past_key_values=cache,
                                                            use_cache=True, logits_to_keep=1))
         caches.append(cache)
-
-    # each with the same kind of inputs as the batch (a mask, its positions), so only the batching differs
     own_mask = [torch.ones(1, n + rows, dtype=torch.long, device=device) for n in lens]
     own_pos = [torch.arange(n, n + rows, device=device)[None] for n in lens]
-
-    def one(i: int):
-        return model(input_ids=new[i:i + 1].to(device), attention_mask=own_mask[i], position_ids=own_pos[i],
-                     past_key_values=caches[i], use_cache=True, logits_to_keep=rows).logits[0]
-
-    # the batch: contexts left-padded to the longest, the padding masked, each row at its own positions
     pad = torch.zeros(sessions, width, dtype=torch.long)
     mask = torch.zeros(sessions, width + rows, dtype=torch.long)
     for i, c in enumerate(ctxs):
@@ -139,30 +143,55 @@ def measure_batch(model, sessions: int, rows: int = 5, context: int = 128, reps:
     devqueue.run(device, lambda: model(input_ids=pad, attention_mask=mask[:, :width], position_ids=ctx_pos,
                                        past_key_values=batched_cache, use_cache=True, logits_to_keep=1))
 
+    def one(i: int):
+        return model(input_ids=new[i:i + 1].to(device), attention_mask=own_mask[i], position_ids=own_pos[i],
+                     past_key_values=caches[i], use_cache=True, logits_to_keep=rows).logits[0]
+
     def batched():
         return model(input_ids=new.to(device), attention_mask=mask, position_ids=positions,
                      past_key_values=batched_cache, use_cache=True, logits_to_keep=rows).logits
+
+    def undo() -> None:  # each cache back to its context
+        for cache, n in zip([*caches, batched_cache], [*lens, width]):
+            if cache.get_seq_length() > n:
+                cache.crop(n - cache.get_seq_length())
+
+    return one, batched, undo
+
+
+@torch.inference_mode()
+def measure_batch(model, sessions: int, rows: int = 5, context: int = 128, reps: int = 5, seed: int = 0,
+                  ) -> BatchPoint:
+    """Time `sessions` R-row passes one after another and as one batched pass (see the module)."""
+    device = next(model.parameters()).device
+    g = torch.Generator().manual_seed(seed + sessions)
+    vocab = min(vocab_size(model), 1000)
+    ctxs = [torch.randint(0, vocab, (n,), generator=g) for n in context_lengths(sessions, context)]
+    new = torch.randint(0, vocab, (sessions, rows), generator=g)
+    paths = _exact(model, ctxs, new)
+    exact = paths is not None
+    one, batched, undo = paths if exact else _padded(model, ctxs, new)
 
     ones, separates, batches, diff = [], [], [], 0.0
     for r in range(reps + 1):  # the first is a warm-up
         each = []
         if r % 2:  # every other repetition the batched pass first, so neither order favours one side
             tb, logits_b = _timed_pass(device, batched)
-            batched_cache.crop(-rows)
+            undo()
         for i in range(sessions):
             t, logits_i = _timed_pass(device, lambda i=i: one(i))
-            caches[i].crop(-rows)  # back to its context
+            undo()
             each.append((t, logits_i))
         if not r % 2:
             tb, logits_b = _timed_pass(device, batched)
-            batched_cache.crop(-rows)
+            undo()
         diff = max(diff, max(float((logits_b[i].float() - li.float()).abs().max()) for i, (_, li) in enumerate(each)))
         if r:
             ones += [t for t, _ in each]
             separates.append(sum(t for t, _ in each))
             batches.append(tb)
     return BatchPoint(sessions, rows, context, statistics.median(ones), statistics.median(separates),
-                      statistics.median(batches), diff)
+                      statistics.median(batches), diff, exact)
 
 
 def batch_bench(model, sizes=SIZES, rows: int = 5, context: int = 128, reps: int = 5, say=None) -> list[BatchPoint]:

@@ -423,8 +423,8 @@ def _batch_bench(args, say) -> int:
     points = batchbench.batch_bench(pair.target, sizes, args.batch_k + 1, args.batch_context, args.batch_reps, say)
     device = next(pair.target.parameters()).device
     about = f"{pair.name}'s target, {str(pair.dtype).replace('torch.', '')} on {device}"
-    if batchbench.row_exact(pair.target):
-        about += batchbench.ROW_EXACT_NOTE
+    if not all(p.exact for p in points):
+        about += batchbench.NOT_EXACT_NOTE
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"about": about, "points": [p.record() for p in points]}, f, indent=1)
