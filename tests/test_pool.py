@@ -221,7 +221,8 @@ def test_a_request_with_no_measured_cost_runs_its_own_pass_and_fills_the_table(p
         got = box[0]
         assert torch.equal(got.logits, ref)
         assert got.shared == 1 and got.shared_pass_s == 0 and got.verify_s > 0
-    assert len(pool.solo.entries(reqs[0].key)) == 2
+    kept = sum(not box[0].outside_load for box in boxes)  # a pass under outside load is not this device's speed
+    assert len(pool.solo.entries(reqs[0].key)) == kept
 
 
 def test_a_cancelled_leader_hands_over_and_the_others_finish(pair):
