@@ -463,9 +463,9 @@ def drive(ids: list[int], n_prompt: int, max_new_tokens: int, one_round, out: De
     one_round(room, index) -> (round, hit_eos) computes one round and appends its tokens to ids; room is
     how many tokens the run may still add. It may instead return a round_steps generator: its VerifyRequests
     are yielded to the stream, and the time until the pass's result comes back is not decoding, except the
-    seconds the round is charged for the pass (VerifyResult.verify_s). Yields each round; returns (rounds, stop_reason, busy_s), busy_s
-    being the seconds spent computing rounds, not in the caller between them, nor while other threads held the
-    cores (each round's stalled_s).
+    seconds the round is charged for the pass (VerifyResult.verify_s). Yields each round; returns (rounds,
+    stop_reason, busy_s), busy_s being the seconds spent computing rounds, not in the caller between them, not
+    waiting in the verify pool, nor while other threads held the cores (each round's stalled_s).
     """
     rounds, stop = [], "max_new_tokens"
     t0, paused = time.perf_counter(), 0.0
