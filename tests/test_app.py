@@ -741,6 +741,27 @@ def test_what_the_timings_left_out_is_said_in_the_how_measured_expander():
     assert any("First round on screen" in c for c in outside)
 
 
+def test_verify_passes_shared_with_other_sessions_are_said_in_the_how_measured_expander():
+    """A run some of whose verify passes were shared with other sessions (decoding/pool.py) says so, with what
+    each was charged, in the "How these figures were measured" expander; a run with none says nothing of it."""
+    import dataclasses
+
+    from specviz.teaching import explain
+
+    at = start(new_app(), max_new=6)  # the target alone is timed after the run
+    assert not any("shared with other sessions" in c.value for c in at.caption)
+    job = at.session_state["main.job"]
+    rounds = [dataclasses.replace(r, shared=3, shared_pass_s=0.01) if i == 0 else r
+              for i, r in enumerate(job.run.rounds)]
+    job.run = dataclasses.replace(job.run, rounds=rounds)
+    at.run()
+    assert not at.exception, at.exception
+    measured = [e for e in at.expander if e.label == explain.MEASURED_TITLE]
+    assert len(measured) == 1
+    said = [c.value for c in measured[0].caption if "shared with other sessions" in c.value]
+    assert said == [explain.shared_note(rounds)] and said[0].startswith(f"1 of this run's {len(rounds)} verify")
+
+
 def test_the_main_page_says_which_claims_it_shows_in_its_footer():
     """The first line under the title is the page's introduction, not the bookkeeping "Shows claim 3, …": that
     caption is the page's last element, before a run and after one."""

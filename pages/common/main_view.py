@@ -296,15 +296,17 @@ def _latency(job: playback.Playback) -> None:
 
 
 def _bookkeeping(job: playback.Playback, base: dict, load) -> None:
-    """What the timings left out (waits for a core) and a light outside load, in a collapsed expander: still on
-    the page, out of the way of the figures."""
+    """What the timings left out (waits for a core), a light outside load and the verify passes shared with
+    other sessions, in a collapsed expander: still on the page, out of the way of the figures."""
     waited = explain.run_stalled_note(job.run, base) if job.run is not None else None
-    if waited is None and load is None:
+    shared = explain.shared_note(job.run.rounds) if job.run is not None else None  # verify passes shared
+    if waited is None and load is None and shared is None:
         return
     with st.expander(explain.MEASURED_TITLE):
         lab_ui.load_warning(load)
-        if waited:
-            st.caption(waited)
+        for note in (waited, shared):
+            if note:
+                st.caption(note)
 
 
 def _identity(job: playback.Playback, base: dict) -> None:

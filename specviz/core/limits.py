@@ -13,7 +13,10 @@ variable (Streamlit's config.toml has no room for an app's own settings):
                              prompt and every drafted and emitted token's text (default 200000)
   SPECVIZ_BASELINE_TTL_S     seconds a measured target-alone run is reused by later
                              runs with the same target, prompt and settings
-                             (default 600; 0: measured for every run)
+                             (default 600; 0: measured for every run); also how long
+                             a verify pass's measured time is kept (decoding/pool.py)
+  SPECVIZ_BATCH_VERIFY       1: sessions waiting with verify passes for the same target
+                             share one forward pass (default); 0: each runs its own
 
 The app, the pages, the CLI and run-file validation all read them from here.
 """
@@ -70,6 +73,12 @@ def max_drawn_chars() -> int:
 def baseline_ttl_s() -> int:
     """How long a target-alone run measured on this server is reused (teaching.baseline.BaselineStore)."""
     return _env_int("SPECVIZ_BASELINE_TTL_S", 600, lo=0, hi=7 * 24 * 3600)
+
+
+def batch_verify() -> bool:
+    """Whether sessions waiting to verify on the same target share one forward pass (decoding/pool.py):
+    $SPECVIZ_BATCH_VERIFY, on unless it is "0" (any other value leaves it on, as the other on/off switches)."""
+    return os.environ.get("SPECVIZ_BATCH_VERIFY", "1").strip() != "0"
 
 
 def check_prompt_tokens(n: int) -> None:

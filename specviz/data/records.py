@@ -74,6 +74,8 @@ class Round:
     prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read (the first round: prompt length - 1)
     outside_load: bool = False  # other programs used the CPU during this round's passes (devqueue.note_pass)
     stalled_s: float = 0.0  # wall time not counted in the times above: other threads held the passes' cores
+    shared: int = 1  # how many sessions the verify pass served (decoding/pool.py); verify_s is a pass of its own
+    shared_pass_s: float = 0.0  # the whole shared pass's held seconds; 0 when not shared
 
     @property
     def rejected(self) -> bool:
@@ -373,7 +375,8 @@ def want_topk_dict(v: Any, path: str) -> None:
 
 
 LOAD_FIELDS = ("outside_load", "stalled_s")  # a round's load record (chain or tree): optional, older files lack it
-_OPTIONAL = ("prefill_tokens",) + LOAD_FIELDS  # Round fields a file may leave out (older files)
+SHARE_FIELDS = ("shared", "shared_pass_s")  # a chain round's shared verify pass: optional, older files lack it
+_OPTIONAL = ("prefill_tokens",) + LOAD_FIELDS + SHARE_FIELDS  # Round fields a file may leave out (older files)
 
 
 def check_load_fields(d: dict, w: str) -> None:
@@ -408,6 +411,10 @@ def _check_round_dict(d: Any, w: str) -> None:
     if "prefill_tokens" in d:
         want_int(d["prefill_tokens"], f"{w}.prefill_tokens", 0, LIST_MAX)
     check_load_fields(d, w)
+    if "shared" in d:
+        want_int(d["shared"], f"{w}.shared", 1, LIST_MAX)
+    if "shared_pass_s" in d:
+        want_num(d["shared_pass_s"], f"{w}.shared_pass_s")
 
 
 # settings a run records, and the type of each; other keys may hold a short scalar
@@ -476,6 +483,8 @@ def _round_from_dict(d: dict[str, Any]) -> Round:
     kw["prefill_tokens"] = int(d.get("prefill_tokens", 0))  # optional: absent means it read no prompt
     kw["outside_load"] = d.get("outside_load") is True  # optional: absent means not flagged
     kw["stalled_s"] = float(d.get("stalled_s", 0.0))  # optional: absent means nothing was taken off
+    kw["shared"] = int(d.get("shared", 1))  # optional: absent means its verify pass was its own
+    kw["shared_pass_s"] = float(d.get("shared_pass_s", 0.0))
     kw["p_top"] = [topk_from_dict(t) for t in d["p_top"]]
     kw["q_top"] = [topk_from_dict(t) for t in d["q_top"]]
     kw["residual_top"] = topk_from_dict(d["residual_top"])

@@ -303,6 +303,9 @@ def _check_round_values(r, w: str) -> None:
         raise malformed(f"{w}.emitted", "the emitted tokens do not start with the accepted drafts")
     if len(r.emitted) > r.n_accepted + 1:
         raise malformed(f"{w}.emitted", f"more than n_accepted + 1 = {r.n_accepted + 1} tokens")
+    if getattr(r, "shared", 1) != 1 or getattr(r, "shared_pass_s", 0.0):  # a chain round's shared verify pass
+        records.want_int(r.shared, f"{w}.shared", 1, records.LIST_MAX)
+        records.want_num(r.shared_pass_s, f"{w}.shared_pass_s")
 
 
 # the baseline block of a file: the fields the page reads, and their types

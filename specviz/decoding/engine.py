@@ -21,6 +21,7 @@ timings compare like with like.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import time
 import weakref
@@ -36,6 +37,7 @@ from specviz.decoding.drafters import Drafter, ModelDrafter, Proposal
 from specviz.core.errors import InvalidSetting
 from specviz.core.limits import K_MAX
 from specviz.decoding.kpolicy import make_k_policy
+from specviz.decoding.pool import VerifyPool, VerifyRequest, VerifyResult, pool_for, solo_key
 from specviz.modeling.lm import CachedLM, eos_ids, max_positions, open_lm, vocab_size
 from specviz.data.records import AUTOREGRESSIVE, SPECULATIVE, Round, Run, TopK
 from specviz.decoding.sampling import Sampler, accept_token, residual, uniform
@@ -258,13 +260,50 @@ def decide(logits: torch.Tensor, prop: Proposal, sampler: Sampler, argmax: list[
 
 def step(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[int], k: int, sampler: Sampler,
          vocab: int, eos: set[int], room: int, index: int) -> tuple[Round, bool]:
-    """One whole round. Appends to `ids` in place; returns (Round, hit_eos)."""
+    """One whole round, its verify pass inline. Appends to `ids` in place; returns (Round, hit_eos)."""
+    try:
+        next(round_steps(target, drafter, policy, ids, k, sampler, vocab, eos, room, index))
+    except StopIteration as e:
+        return e.value
+    raise RuntimeError("a round without a pool asked for one")  # pragma: no cover - round_steps never does
+
+
+def round_steps(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[int], k: int,
+                sampler: Sampler, vocab: int, eos: set[int], room: int, index: int, pool: VerifyPool | None = None):
+    """One whole round as a generator: returns (Round, hit_eos) as step does. With a pool that wants this
+    round's pass (pool.wanted: others are waiting for the device), it yields a VerifyRequest instead of verifying
+    and is sent back the pass's VerifyResult (decoding/pool.py); it yields nothing otherwise.
+
+    The draft steps are watched for outside load apart from the verify pass, so no watch is open while the
+    round waits at its request (watches are a stack per thread, and another session's round runs next)."""
     t0 = time.perf_counter()
     prefill = max(0, len(ids) - 1 - target.n)  # earlier tokens the target has not read (first round: the prompt)
-    with target.runner.watch() as load:  # did any pass of this round run while other programs used the cores?
+    with target.runner.watch() as drafting:  # did any pass of this round run while other programs used the cores?
         prop = until_eos(draft(drafter, ids, k, sampler, policy, reads_prompt=prefill > 0), eos)
-        tokens = prop.tokens
-        logits, verify_s = verify(target, ids, tokens, vocab)
+    feed = ids[target.n:] + prop.tokens  # the last committed token (the cache holds the rest), then the drafts
+    if pool is not None and pool.wanted(target):
+        drafted_s = drafting.held_since(t0)
+        got = yield VerifyRequest(target, feed, len(prop.tokens) + 1)
+        t1 = time.perf_counter()  # a round in a shared pass: its draft, the pass it is charged, its own finish
+        load = {"outside_load": drafting.busy or got.outside_load, "stalled_s": drafting.stalled_s}
+        return finish(prop, got.logits[:, :vocab].float(), sampler, target, drafter, ids, eos, room, index, prefill,
+                      got, lambda: drafted_s + got.verify_s + time.perf_counter() - t1, load)
+    key = solo_key(target, feed)
+    with target.runner.watch() as checking:
+        logits, verify_s = verify(target, ids, prop.tokens, vocab)
+    if pool is not None and pool.eligible(target):
+        pool.note_solo(key, verify_s, checking.busy)  # an unshared pass: what sharing rounds are charged
+    load = drafting + checking  # one verdict over all the round's passes
+    return finish(prop, logits, sampler, target, drafter, ids, eos, room, index, prefill,
+                  VerifyResult(None, verify_s, load.busy), lambda: load.held_since(t0), load.record())
+
+
+def finish(prop: Proposal, logits: torch.Tensor, sampler: Sampler, target: CachedLM, drafter: Drafter,
+           ids: list[int], eos: set[int], room: int, index: int, prefill: int, got: VerifyResult,
+           round_s: Callable[[], float], load: dict) -> tuple[Round, bool]:
+    """Steps 3-5 and the record, after the verify pass: (Round, hit_eos). logits: (k+1, V) over the run's
+    vocabulary; got: the pass's time and sharing; round_s(): the round's seconds, read last."""
+    tokens = prop.tokens
     argmax = torch.argmax(logits, dim=-1).tolist()  # (k+1,): decisions (greedy) and the record
     d = decide(logits, prop, sampler, argmax)
     n_acc, extra, kind, p = d.n_accepted, d.extra_id, d.extra_kind, d.p
@@ -298,8 +337,8 @@ def step(target: CachedLM, drafter: Drafter, policy: kpolicy.KPolicy, ids: list[
         extra_id=extra, extra_kind=kind, p_top=topk_rows(p), q_top=q_top,
         target_argmax=argmax, overlap=overlap,
         entropy=_entropy(p), residual_top=topk_of(d.residual) if d.residual is not None else None,
-        greedy=sampler.greedy, draft_s=sum(prop.step_s), verify_s=verify_s,
-        round_s=load.held_since(t0), prefill_tokens=prefill, **load.record(),
+        greedy=sampler.greedy, draft_s=sum(prop.step_s), verify_s=got.verify_s, prefill_tokens=prefill,
+        shared=got.shared, shared_pass_s=got.shared_pass_s, round_s=round_s(), **load,
     )
     return rnd, hit_eos
 
@@ -342,18 +381,28 @@ class DecodeStream:
     def __next__(self) -> Round:
         if self._gen is None:
             raise StopIteration
+        try:
+            got = self._round()
+            while isinstance(got, VerifyRequest):  # the round lets go of the device and shares its verify pass
+                req, req.gen = got, self._gen
+                try:
+                    got = pool_for(req.lm.model).verify(req)  # the rest of the round runs in the pass's hold
+                finally:
+                    self.waited_s += req.waited_s
+            return got
+        except StopIteration as e:
+            self.run, self._gen = e.value, None
+            raise
+
+    def _round(self):
+        """The next round, holding the device (or its VerifyRequest: decoding/pool.py)."""
         # after the last round only the Run is assembled: no need to queue for the device
         queue = self.runner.hold(self.what) if self.model_work_left else contextlib.nullcontext()
         with queue as slot:
-            if slot is not None:
-                self.waited_s += slot.waited_s
-            try:
-                if slot is None:
-                    return next(self._gen)
-                return self.runner.run(lambda: next(self._gen))  # the round on the device's own thread
-            except StopIteration as e:
-                self.run, self._gen = e.value, None
-                raise
+            if slot is None:
+                return next(self._gen)
+            self.waited_s += slot.waited_s
+            return self.runner.run(lambda: next(self._gen))  # the round on the device's own thread
 
     def close(self) -> None:
         """End the run now: the generator stops and lets its KV caches go; no round is computed."""
@@ -412,14 +461,20 @@ def drive(ids: list[int], n_prompt: int, max_new_tokens: int, one_round, out: De
     """The loop every decoding mode shares: a round at a time, until an end token or the length limit.
 
     one_round(room, index) -> (round, hit_eos) computes one round and appends its tokens to ids; room is
-    how many tokens the run may still add. Yields each round; returns (rounds, stop_reason, busy_s), busy_s
-    being the seconds spent computing rounds, not in the caller between them, nor while other threads held the
-    cores (each round's stalled_s).
+    how many tokens the run may still add. It may instead return a round_steps generator: its VerifyRequests
+    are yielded to the stream, and the time until the pass's result comes back is not decoding, except the
+    seconds the round is charged for the pass (VerifyResult.verify_s). Yields each round; returns (rounds,
+    stop_reason, busy_s), busy_s being the seconds spent computing rounds, not in the caller between them, not
+    waiting in the verify pool, nor while other threads held the cores (each round's stalled_s).
     """
     rounds, stop = [], "max_new_tokens"
     t0, paused = time.perf_counter(), 0.0
     while (room := max_new_tokens - (len(ids) - n_prompt)) > 0:
-        rnd, hit_eos = one_round(room, len(rounds))
+        done = one_round(room, len(rounds))
+        if inspect.isgenerator(done):  # a round that may hand its verify pass to the pool (round_steps)
+            done, away = yield from _pooled(done)
+            paused += away
+        rnd, hit_eos = done
         rounds.append(rnd)
         # the stream queues for the device only while this is set: the last round clears it
         out.model_work_left = not hit_eos and len(ids) - n_prompt < max_new_tokens
@@ -430,6 +485,20 @@ def drive(ids: list[int], n_prompt: int, max_new_tokens: int, one_round, out: De
             stop = "eos"
             break
     return rounds, stop, time.perf_counter() - t0 - paused - sum(r.stalled_s for r in rounds)
+
+
+def _pooled(steps):
+    """Run one round's steps (round_steps), yielding each VerifyRequest to the stream and sending the result
+    back; returns (what the steps return, seconds away in the pool less the pass time charged)."""
+    away, got = 0.0, None
+    while True:
+        try:
+            req = steps.send(got)
+        except StopIteration as e:
+            return e.value, away
+        t = time.perf_counter()
+        got = yield req
+        away += time.perf_counter() - t - got.verify_s
 
 
 def _speculative(target_model, drafter, prompt, policy, sampler, vocab, eos, max_new_tokens, settings, out):
@@ -450,9 +519,12 @@ def _speculative_on(target, target_model, drafter, prompt, policy, sampler, voca
     prefill_s = time.perf_counter() - t0
     kpolicy.prepare(policy, getattr(getattr(drafter, "lm", None), "model", None), target_model, sampler.greedy)
 
+    pool = pool_for(target_model) if VerifyPool.eligible(target) else None  # sessions may share verify passes
+
     def one_round(room, index):
         k = min(policy.next_k(drafter.asks_keep), room)  # no point drafting past the length limit
-        rnd, hit_eos = step(target, drafter, policy, ids, k, sampler, vocab, eos, room, index)
+        rnd, hit_eos = yield from round_steps(target, drafter, policy, ids, k, sampler, vocab, eos, room, index,
+                                              pool)
         policy.observe(rnd)
         return rnd, hit_eos
 

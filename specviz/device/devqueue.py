@@ -627,8 +627,8 @@ _WORKERS = _Workers()
 def run(device, fn: Callable[[], object], turn: bool = True):
     """Hold the device (QUEUE.hold) and run fn() on one of its worker threads; return what fn returns.
 
-    The caller waits; fn sees the caller's context variables, holds, load watches and PyTorch
-    grad/inference mode, and its exception is raised here. Inside a hold of a worker, fn runs directly.
+    The caller waits; fn sees the caller's context variables (its owner too, outside a session()), holds,
+    load watches and PyTorch grad/inference mode, and its exception is raised here. Inside a hold of a worker, fn runs directly.
     turn=False: pages may draw meanwhile (loading a model; see QUEUE.hold).
     """
     key = device_key(device)
@@ -642,6 +642,8 @@ def _on_worker(key: str, fn: Callable[[], object]):
     import torch
 
     ctx = contextvars.copy_context()
+    if ctx.get(_owner) is None:  # outside a session(): fn's holds and others() are still the caller's thread's
+        ctx.run(_owner.set, (_current_owner(), None))
     depth = getattr(QUEUE._depth, "d", None)  # the caller holds the device: its nested holds pass through
     stack = getattr(_watches, "stack", None)
     grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
@@ -1052,6 +1054,10 @@ class LoadWatch:
     @property
     def busy(self) -> bool:
         return self.busy_passes > 0 or self.crowded
+
+    def __add__(self, other: LoadWatch) -> LoadWatch:
+        """The passes of both watches as if one watch had seen them all (a round watched in two parts)."""
+        return LoadWatch(**{f: getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__})
 
     def held_since(self, t0: float) -> float:
         """Seconds since perf_counter() read t0, less the waits for a core of the passes watched: a round's

@@ -14,6 +14,7 @@ streamlit, no models.
   round_rows                               one round's decisions as a table, arithmetic written out
   time_breakdown                           where a run's time went, against the target alone
   stalled_note                             the wall time left out because other threads held the cores
+  shared_note                              verify passes shared with other sessions, and what each is charged
   slowed_speedup, c_disagreement           a measurement that contradicts itself: said, never taught from
   speedup_verdict, theory_summary          the cost model's prediction against a measurement
   best_k_words                             the model's best k, said to be the bound when it is
@@ -711,6 +712,17 @@ def stalled_note(run_s: float, run_timed_s: float, base_s=None, base_timed_s=Non
     return (f"Not counted: {' and '.join(parts)}, while other work held the cores the model's threads were "
             "waiting for (other programs on this machine, or other sessions' pages drawn by this server). The "
             "times shown are what the passes took less those waits.")
+
+
+def shared_note(rounds: Sequence) -> str | None:
+    """The sentence that says how many of a run's verify passes were shared with other sessions in one forward
+    pass (decoding/pool.py) and what each was charged; None when none was (tree rounds never are)."""
+    shared = [n for r in rounds if (n := getattr(r, "shared", 1)) > 1]
+    if not shared:
+        return None
+    return (f"{len(shared)} of this run's {len(rounds)} verify passes were shared with other sessions in one "
+            f"forward pass (up to {max(shared)} at once); each is charged the measured time of a pass of its "
+            "own on this device.")
 
 
 def gpu_advice(device: str, speedup: float | None, suggestion=None) -> str | None:

@@ -1,0 +1,229 @@
+"""Verify passes of several sessions on the same target, as one forward pass.
+
+In a workshop many sessions decode on one target, taking turns on the device a round at a time. A round that
+reaches its verify pass while others hold or wait for the device (runner.others() > 0) need not run its pass
+alone: it hands a VerifyRequest to the target's VerifyPool and lets go of the device. The first waiting request
+leads: it queues for the device (`runner.hold("verify")`, at the back of the line) while later ones just join.
+When the leader's turn comes it takes every waiting request (up to MAX_BATCH), runs their passes as one
+(modeling/batched.feed_many) on the device's worker, and there resumes each round with its own logits, so the
+rest of each round runs as it does inline. Requests that arrive meanwhile wait for the next leader. A leader
+whose hold is dropped (Cancelled) hands over to the first request still waiting.
+
+What a shared pass charges each round (Round.verify_s) is what a pass of its own costs on this device,
+measured, never its share: every unshared verify pass not under outside load is kept in a SoloCost table by
+(rows, context / CONTEXT_BUCKET), and a round in a shared pass is charged the median of its key. A request whose
+key has no entry runs its own pass first, in the same hold, and fills it. So a run's speedup and c stay what
+one laptop alone sees; sharing only makes the room wait less. Round.shared and shared_pass_s record how.
+
+Off with $SPECVIZ_BATCH_VERIFY=0 (core/limits.batch_verify), for a runner that is not the queue's, and for a
+cache feed_many cannot serve (batched.can_batch); a session alone always verifies inline.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specviz.core import limits
+from specviz.device.devqueue import QueueRunner
+from specviz.modeling import batched
+from specviz.modeling.lm import CachedLM
+
+MAX_BATCH = 8  # the most requests one shared pass serves
+CONTEXT_BUCKET = 256  # SoloCost keys passes by their cached context in steps of this many tokens
+SOLO_KEPT = 32  # the most recent solo timings a key keeps
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What a round's verify pass gave it, sent back into the round (engine.round_steps)."""
+
+    logits: torch.Tensor  # (keep, V): what lm.feed(ids, keep) returns
+    verify_s: float  # the seconds the round is charged: its own pass's, or the SoloCost median
+    outside_load: bool  # the pass ran under outside load (devqueue.note_pass)
+    shared: int = 1  # how many rounds the pass served
+    shared_pass_s: float = 0.0  # the shared pass's held seconds (0: not shared)
+
+
+@dataclass(eq=False)
+class VerifyRequest:
+    """A round at its verify pass: feed `ids` (pending + drafted tokens) to `lm`, keep the last `keep` logits."""
+
+    lm: CachedLM
+    ids: list[int]
+    keep: int
+    gen: Any = None  # the run's generator, suspended at this request (DecodeStream sets it)
+    asked: float = field(default_factory=time.perf_counter)
+    waited_s: float = 0.0  # from asking to its pass (DecodeStream.waited_s)
+    done: bool = False
+    value: Any = None  # what resuming the generator gave (the Round)
+    error: BaseException | None = None  # or what it raised (StopIteration included)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return solo_key(self.lm, self.ids)
+
+
+def solo_key(lm: CachedLM, ids: list[int]) -> tuple[int, int]:
+    """The SoloCost key of feeding ids to lm: (rows, cached context bucket)."""
+    return len(ids), lm.n // CONTEXT_BUCKET
+
+
+class SoloCost:
+    """Measured seconds of verify passes of one's own, by key; entries older than baseline_ttl_s are dropped."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._times: dict[tuple[int, int], deque] = {}  # key -> (monotonic, seconds), oldest first
+
+    def add(self, key: tuple[int, int], seconds: float) -> None:
+        with self._lock:
+            self._times.setdefault(key, deque(maxlen=SOLO_KEPT)).append((time.monotonic(), seconds))
+
+    def entries(self, key: tuple[int, int]) -> list[float]:
+        """The key's live entries (seconds), oldest first."""
+        cutoff = time.monotonic() - limits.baseline_ttl_s()
+        with self._lock:
+            times = self._times.get(key)
+            while times and times[0][0] < cutoff:
+                times.popleft()
+            return [s for _, s in times or ()]
+
+    def median(self, key: tuple[int, int]) -> float | None:
+        """The median of the key's live entries; None when it has none."""
+        live = self.entries(key)
+        return statistics.median(live) if live else None
+
+
+class VerifyPool:
+    """The requests waiting to verify on one target model, and its SoloCost table (module doc)."""
+
+    def __init__(self) -> None:
+        self.solo = SoloCost()
+        self._cond = threading.Condition()
+        self._pending: list[VerifyRequest] = []
+        self._leader: VerifyRequest | None = None
+
+    @staticmethod
+    def eligible(lm: CachedLM) -> bool:
+        """Whether lm's verify passes may ever be pooled: pooling on, the queue's runner, a cache feed_many serves."""
+        return limits.batch_verify() and isinstance(lm.runner, QueueRunner) and batched.can_batch([lm])
+
+    def wanted(self, lm: CachedLM) -> bool:
+        """Pool this verify pass now: eligible, and another session holds or waits for the device."""
+        return self.eligible(lm) and lm.runner.others() > 0
+
+    def waiting(self) -> int:
+        """How many requests wait for a pass now (the leader's included)."""
+        with self._cond:
+            return len(self._pending)
+
+    def note_solo(self, key: tuple[int, int], seconds: float, busy: bool) -> None:
+        """An unshared verify pass's held seconds, kept unless it ran under outside load."""
+        if not busy:
+            self.solo.add(key, seconds)
+
+    def verify(self, req: VerifyRequest):
+        """Wait for req's pass, run by whichever request leads; what resuming its round gave (or raise it)."""
+        with self._cond:
+            self._pending.append(req)
+            while not req.done:
+                if self._leader is None and self._pending and self._pending[0] is req:
+                    break
+                self._cond.wait()
+        if not req.done:
+            self._lead(req)
+        if req.error is not None:
+            raise req.error
+        return req.value
+
+    def _lead(self, req: VerifyRequest) -> None:
+        """Hold the device for every request waiting when it is granted; serve them on the device's worker."""
+        runner, batch = req.lm.runner, []
+        with self._cond:
+            self._leader = req
+        try:
+            with runner.hold("verify"):
+                with self._cond:
+                    batch = self._pending[:MAX_BATCH]
+                    del self._pending[:len(batch)]
+                runner.run(lambda: self._serve(batch))
+        except BaseException as e:  # noqa: BLE001 - the leader's hold was dropped: it alone fails
+            with self._cond:
+                if req in self._pending:
+                    self._pending.remove(req)
+            for m in batch or [req]:
+                if not m.done:
+                    m.error, m.done = e, True
+        finally:
+            with self._cond:
+                self._leader = None
+                self._cond.notify_all()
+
+    def _serve(self, batch: list[VerifyRequest]) -> None:
+        """On the worker, holding the device: passes of their own first (keys with no measured cost), then
+        one shared pass for the rest; each round resumed with its logits."""
+        start = time.perf_counter()
+        for m in batch:
+            m.waited_s = start - m.asked
+        costs = {m: self.solo.median(m.key) for m in batch}
+        alone = [m for m in batch if costs[m] is None]
+        together = [m for m in batch if costs[m] is not None]
+        if len(together) == 1:
+            alone, together = alone + together, []
+        for m in alone:
+            self._resume(m, self._own_pass(m))
+        if together:
+            self._shared_pass(together, costs)
+
+    def _own_pass(self, m: VerifyRequest) -> VerifyResult:
+        """m's pass alone, timed as CachedLM.timed does, its time kept in the table."""
+        key = m.key
+        with m.lm.runner.watch() as load:
+            logits, seconds = m.lm.timed_feed(m.ids, keep=m.keep)
+        self.note_solo(key, seconds, load.busy)
+        return VerifyResult(logits, seconds, load.busy)
+
+    def _shared_pass(self, batch: list[VerifyRequest], costs: dict) -> None:
+        """One timed pass for the batch (feed_many); each round charged its key's SoloCost median."""
+        runner = batch[0].lm.runner
+        clock = runner.clock()
+        try:
+            logits = batched.feed_many([m.lm for m in batch], [m.ids for m in batch], [m.keep for m in batch])
+        except Exception as e:  # noqa: BLE001 - every round of the pass fails with it
+            for m in batch:
+                m.error, m.done = e, True
+            return
+        t = clock.stop()
+        busy = runner.note_pass(t)
+        for m, out in zip(batch, logits):
+            self._resume(m, VerifyResult(out, costs[m], busy, len(batch), t.held))
+
+    @staticmethod
+    def _resume(m: VerifyRequest, result: VerifyResult) -> None:
+        """The rest of m's round, on this thread, with its pass's result."""
+        try:
+            m.value = m.gen.send(result)
+        except BaseException as e:  # noqa: BLE001 - StopIteration or the round's error, raised in its session
+            m.error = e
+        m.done = True
+
+
+_POOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model -> its VerifyPool
+_POOLS_LOCK = threading.Lock()
+
+
+def pool_for(model) -> VerifyPool:
+    """The VerifyPool of a target model (one per model in this process)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(model)
+        if pool is None:
+            pool = _POOLS[model] = VerifyPool()
+        return pool

@@ -1,0 +1,282 @@
+"""Verify passes of several sessions shared in one forward pass (specviz/decoding/pool.py), on tiny models.
+
+Sessions are threads, each a distinct owner of the real device queue (devqueue.session).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import threading
+import time
+
+import pytest
+import torch
+from tiny import tiny_qwen
+
+from specviz.core.errors import SpecvizError
+from specviz.core.settings import DecodeSettings
+from specviz.data import runfile
+from specviz.data.records import Run
+from specviz.decoding import engine
+from specviz.decoding import pool as pool_mod
+from specviz.decoding.pool import VerifyPool, VerifyRequest, solo_key
+from specviz.device import devqueue
+from specviz.device.runner import InlineRunner
+from specviz.modeling import batched
+from specviz.modeling.lm import CachedLM
+from specviz.teaching import explain
+
+PROMPTS = ([1, 2, 3], [5, 6, 7, 8], [9, 10])
+SETTINGS = (DecodeSettings(k=4, max_new_tokens=40), DecodeSettings(k=4, max_new_tokens=40),
+            DecodeSettings(k=4, max_new_tokens=40, temperature=1.0, seed=7))
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_qwen(0), tiny_qwen(1)
+
+
+@pytest.fixture(autouse=True)
+def _pooling_on(monkeypatch):
+    monkeypatch.setenv("SPECVIZ_BATCH_VERIFY", "1")
+    monkeypatch.setattr(pool_mod, "SOLO_KEPT", 100_000)  # keep every solo timing: each median can be checked
+
+
+def _in_sessions(fns: dict) -> dict:
+    """Run each fn in its own thread as its own queue owner; {owner: what it returned or raised}."""
+    out = {}
+
+    def go(owner, fn):
+        with devqueue.session(owner):
+            try:
+                out[owner] = fn()
+            except BaseException as e:  # noqa: BLE001 - the test looks at it
+                out[owner] = e
+
+    threads = [threading.Thread(target=go, args=item, daemon=True) for item in fns.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return out
+
+
+def _decode(target, draft, i):
+    return engine.speculative_decode(target, draft, PROMPTS[i], SETTINGS[i])
+
+
+def _medians(table, key) -> set[float]:
+    """Every median the table could have given for key: its entries are only ever appended."""
+    e = table.entries(key)
+    return {statistics.median(e[:j]) for j in range(1, len(e) + 1)}
+
+
+def test_sessions_share_verify_passes_with_the_tokens_of_each_run_alone(pair):
+    target, draft = pair
+    alone = [_decode(target, draft, i) for i in range(3)]
+    assert all(r.shared == 1 for run in alone for r in run.rounds)  # one session: never pooled
+    shared = 0
+    for _ in range(3):  # a few tries: sharing needs the threads to meet at verify
+        runs = _in_sessions({f"s{i}": (lambda i=i: _decode(target, draft, i)) for i in range(3)})
+        runs = [runs[f"s{i}"] for i in range(3)]
+        for run, ref in zip(runs, alone):
+            assert isinstance(run, Run), run
+            assert run.token_ids == ref.token_ids  # greedy and sampling alike: sharing changes no token
+        shared += sum(r.shared > 1 for run in runs for r in run.rounds)
+        if shared:
+            break
+    assert shared
+    table = pool_mod.pool_for(target).solo
+    for run in runs:
+        for r in run.rounds:
+            if r.shared > 1:
+                key = (r.prefill_tokens + 1 + r.k, 0)  # rows fed, context bucket (the prompts are short)
+                assert r.verify_s in _medians(table, key)  # a pass of its own, measured: never its share
+                assert r.shared_pass_s > 0
+        # the wait in the pool is not decoding: the run's time is its rounds' (and the loop's own bit)
+        assert run.decode_s <= 1.25 * run.rounds_s + 0.02, (run.decode_s, run.rounds_s)
+    note = explain.shared_note(runs[0].rounds + runs[1].rounds + runs[2].rounds)
+    assert note is not None and "shared with other sessions" in note
+
+
+def test_a_session_alone_verifies_inline_in_its_round_s_hold(pair):
+    """Alone, a round's verify pass runs in the round's own hold: one grant of the device per round, as
+    without pooling (a pooled pass would take a second one)."""
+    target, draft = pair
+    before = devqueue.QUEUE.stats("cpu")["grants"]
+    run = _decode(target, draft, 0)
+    assert devqueue.QUEUE.stats("cpu")["grants"] - before == len(run.rounds)
+    assert all(r.shared == 1 and r.shared_pass_s == 0 for r in run.rounds)
+
+
+def test_no_sharing_when_turned_off(pair, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_BATCH_VERIFY", "0")
+    target, draft = pair
+    runs = _in_sessions({f"o{i}": (lambda i=i: _decode(target, draft, i)) for i in range(3)})
+    assert all(isinstance(r, Run) for r in runs.values()), runs
+    assert all(r.shared == 1 and r.shared_pass_s == 0 for run in runs.values() for r in run.rounds)
+    assert explain.shared_note(runs["o0"].rounds) is None
+
+
+def _member(lm: CachedLM, ids: list[int], box: list):
+    """A round suspended at its verify request, as the engine's is: it takes the result and yields a value."""
+    got = yield
+    box.append(got)
+    yield ("round", lm.n)
+
+
+def _reference(model, prompt: list[int], ids: list[int], keep: int) -> torch.Tensor:
+    lm = CachedLM(model, runner=InlineRunner())
+    lm.feed(prompt)
+    return lm.feed(ids, keep)
+
+
+def _requests(model, n: int):
+    """n requests on their own caches of model, each after its own prompt: (requests, boxes, references)."""
+    reqs, boxes, refs = [], [], []
+    for i in range(n):
+        prompt, ids = [1 + i, 2, 3 + 2 * i], [7 + i, 4, 9, 11 - i]
+        lm = CachedLM(model)  # the queue's runner
+        lm.feed(prompt)
+        box: list = []
+        gen = _member(lm, ids, box)
+        next(gen)
+        reqs.append(VerifyRequest(lm, ids, keep=3, gen=gen))
+        boxes.append(box)
+        refs.append(_reference(model, prompt, ids, 3))
+    return reqs, boxes, refs
+
+
+class _Holder:
+    """Another session holding the device until released."""
+
+    def __init__(self):
+        self.held, self.release = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._hold, daemon=True)
+        self.thread.start()
+        assert self.held.wait(10)
+
+    def _hold(self):
+        with devqueue.session("holder"), devqueue.hold("cpu"):
+            self.held.set()
+            self.release.wait(30)
+
+
+def _wait_for(cond, timeout=10.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.005)
+
+
+def _start(pool, reqs, owners):
+    out, threads = {}, []
+    for req, owner in zip(reqs, owners):
+        def go(req=req, owner=owner):
+            with devqueue.session(owner):
+                try:
+                    out[owner] = pool.verify(req)
+                except BaseException as e:  # noqa: BLE001
+                    out[owner] = e
+        threads.append(threading.Thread(target=go, daemon=True))
+        threads[-1].start()
+        n = len(threads)
+        _wait_for(lambda n=n: pool.waiting() == n)  # in this order: the first leads
+    return out, threads
+
+
+def test_one_shared_pass_gives_each_its_own_logits_and_charges_its_measured_solo_time(pair):
+    model = pair[0]
+    reqs, boxes, refs = _requests(model, 3)
+    pool = VerifyPool()
+    for req in reqs:
+        pool.solo.add(req.key, 0.123)
+    holder = _Holder()
+    out, threads = _start(pool, reqs, ["a", "b", "c"])
+    _wait_for(lambda: "a" in devqueue.QUEUE.stats("cpu")["waiting"])  # the leader alone queues
+    assert "b" not in devqueue.QUEUE.stats("cpu")["waiting"]
+    holder.release.set()
+    for t in threads:
+        t.join(30)
+    for owner, req, box, ref in zip("abc", reqs, boxes, refs):
+        assert out[owner] == ("round", req.lm.n)
+        got = box[0]
+        assert torch.equal(got.logits, ref)  # its own rows, not a neighbour's
+        assert (got.shared, got.verify_s) == (3, 0.123)  # charged its measured solo cost, not the pass / 3
+        assert got.shared_pass_s > 0
+
+
+def test_a_request_with_no_measured_cost_runs_its_own_pass_and_fills_the_table(pair):
+    model = pair[0]
+    reqs, boxes, refs = _requests(model, 2)
+    pool = VerifyPool()
+    holder = _Holder()
+    _, threads = _start(pool, reqs, ["a", "b"])
+    holder.release.set()
+    for t in threads:
+        t.join(30)
+    for req, box, ref in zip(reqs, boxes, refs):
+        got = box[0]
+        assert torch.equal(got.logits, ref)
+        assert got.shared == 1 and got.shared_pass_s == 0 and got.verify_s > 0
+    kept = sum(not box[0].outside_load for box in boxes)  # a pass under outside load is not this device's speed
+    assert len(pool.solo.entries(reqs[0].key)) == kept
+
+
+def test_a_cancelled_leader_hands_over_and_the_others_finish(pair):
+    model = pair[0]
+    reqs, boxes, refs = _requests(model, 3)
+    pool = VerifyPool()
+    for req in reqs:
+        pool.solo.add(req.key, 0.05)
+    n_before = reqs[0].lm.n
+    holder = _Holder()
+    out, threads = _start(pool, reqs, ["a", "b", "c"])
+    _wait_for(lambda: "a" in devqueue.QUEUE.stats("cpu")["waiting"])
+    assert devqueue.QUEUE.cancel("a") == 1
+    threads[0].join(10)
+    assert isinstance(out["a"], devqueue.Cancelled)
+    holder.release.set()
+    for t in threads:
+        t.join(30)
+    assert not boxes[0] and reqs[0].lm.n == n_before  # the dropped round was never resumed
+    for owner, box, ref in zip("bc", boxes[1:], refs[1:]):
+        assert out[owner][0] == "round"
+        assert torch.equal(box[0].logits, ref) and box[0].shared == 2
+
+
+def test_placeholder_contract(pair):
+    model = pair[0]
+    lms = [CachedLM(model, runner=InlineRunner()) for _ in range(2)]
+    assert batched.can_batch(lms)
+    assert not batched.can_batch([lms[0], CachedLM(pair[1], runner=InlineRunner())])
+    assert solo_key(lms[0], [1, 2]) == (2, 0)
+
+
+def _run_with_shared(pair) -> Run:
+    target, draft = pair
+    run = engine.speculative_decode(target, draft, PROMPTS[0], SETTINGS[0])
+    rounds = list(run.rounds)
+    rounds[0] = dataclasses.replace(rounds[0], shared=3, shared_pass_s=0.0125)
+    return dataclasses.replace(run, rounds=rounds)
+
+
+def test_run_files_keep_the_sharing_and_refuse_a_bad_one(pair):
+    run = _run_with_shared(pair)
+    back = Run.from_json(run.to_json())
+    assert (back.rounds[0].shared, back.rounds[0].shared_pass_s) == (3, 0.0125)
+    assert back.rounds[1].shared == 1
+    runfile.validate_run(back)
+    d = json.loads(run.to_json())
+    for r in d["rounds"]:  # an older file: no sharing recorded
+        del r["shared"], r["shared_pass_s"]
+    old = Run.from_dict(d)
+    assert all(r.shared == 1 and r.shared_pass_s == 0.0 for r in old.rounds)
+    d["rounds"][0]["shared"] = "x"
+    with pytest.raises(SpecvizError, match=r"rounds\[0\]\.shared"):
+        Run.from_dict(d)
+    d["rounds"][0]["shared"] = 0
+    with pytest.raises(SpecvizError, match=r"rounds\[0\]\.shared"):
+        Run.from_dict(d)
