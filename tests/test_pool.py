@@ -35,7 +35,14 @@ SETTINGS = (DecodeSettings(k=4, max_new_tokens=40), DecodeSettings(k=4, max_new_
 
 @pytest.fixture(scope="module")
 def pair():
-    return tiny_qwen(0), tiny_qwen(1)
+    """A target whose Linears are packed (fastlinear), as the float32 target is: row-exact, so it may share."""
+    from specviz.modeling import fastlinear
+
+    if not fastlinear.available():
+        pytest.skip("oneDNN's linear is not available here: no target can share its passes")
+    target = fastlinear.enable(tiny_qwen(0).float(), pack=True)  # float32: what fastlinear packs
+    assert batched.can_batch([CachedLM(target)])
+    return target, tiny_qwen(1).float()
 
 
 @pytest.fixture(autouse=True)
@@ -247,7 +254,7 @@ def test_a_cancelled_leader_hands_over_and_the_others_finish(pair):
         assert torch.equal(box[0].logits, ref) and box[0].shared == 2
 
 
-def test_placeholder_contract(pair):
+def test_a_pool_shares_only_caches_of_one_model_and_keys_passes_by_rows_and_context(pair):
     model = pair[0]
     lms = [CachedLM(model, runner=InlineRunner()) for _ in range(2)]
     assert batched.can_batch(lms)
