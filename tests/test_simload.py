@@ -101,3 +101,22 @@ def test_a_room_may_run_the_int8_target(tmp_path, capsys):
     md = out.with_suffix(".md").read_text()
     assert md.startswith("# Simulated room: 1 sessions on ") and ", int8 target (" in md.splitlines()[0]
     assert json.loads(out.read_text())["all"]["finished"] == 1
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_room_reports_how_many_rounds_shared_their_verify_pass(on, tmp_path, monkeypatch):
+    """Four main-page Runs at once on the tiny pair (its target packed, so it may share): with sharing on, rounds
+    shared their verify pass and each shared round's cost is its pass over the rounds it served; off, none did."""
+    from specviz.tools import loadtest
+
+    monkeypatch.setenv("SPECVIZ_BATCH_VERIFY", "1" if on else "0")
+    out = tmp_path / "room.json"
+    assert loadtest.main(["--simulate", "4", "--mix", "main:4", "--spread", "0", "--models", TINY, "--max-new", "16",
+                          "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    sessions = rep["sessions"]
+    assert all(s["rounds"] > 0 and len(s["share_s"]) == s["shared_rounds"] <= s["rounds"] for s in sessions)
+    assert rep["all"]["shared_rounds"] == sum(s["shared_rounds"] for s in sessions)
+    assert (rep["all"]["shared_rounds"] > 0) is on
+    assert f"Rounds whose verify pass was shared with other sessions: {rep['all']['shared_rounds']} of " \
+           in out.with_suffix(".md").read_text()

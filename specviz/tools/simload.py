@@ -164,6 +164,9 @@ class Session:
     outside_load_rounds: int = 0
     stalled_s: float = 0.0  # waits for a core its runs' times left out (Round.stalled_s)
     other_s: float | None = None  # the rest of its wait: another session timing the shared target alone, Python
+    rounds: int = 0  # rounds of its speculative runs
+    shared_rounds: int = 0  # ... whose verify pass served other sessions too (Round.shared > 1)
+    share_s: list = field(default_factory=list)  # each shared round's share: the shared pass ÷ the rounds it served
     error: str | None = None
     outcome: Outcome | None = field(default=None, repr=False)
 
@@ -241,6 +244,9 @@ def run_sessions(sessions: list[Session], pair, max_new: int, trace: str) -> Non
             s.speedup = s.outcome.speedup
             s.outside_load_rounds = sum(r.outside_load_rounds for r in s.outcome.spec_runs)
             s.stalled_s = sum(r.stalled_s for r in s.outcome.spec_runs)
+            rounds = [r for run in s.outcome.spec_runs for r in run.rounds]
+            s.rounds, s.share_s = len(rounds), [r.shared_pass_s / r.shared for r in rounds if r.shared > 1]
+            s.shared_rounds = len(s.share_s)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -282,7 +288,10 @@ def kind_summary(sessions: list[Session]) -> dict:
             "pass_over_solo": off_one("pass_over_solo"), "speedup_over_solo": off_one("speedup_over_solo"),
             "honest": sum(bool(s.honest) for s in judged), "judged": len(judged),
             "outside_load_rounds": sum(s.outside_load_rounds for s in done),
-            "stalled_s": sum(s.stalled_s for s in done)}
+            "stalled_s": sum(s.stalled_s for s in done),
+            "rounds": sum(s.rounds for s in done), "shared_rounds": sum(s.shared_rounds for s in done),
+            "share_s": percentile([v for s in done for v in s.share_s], 50),
+            "pass_s": percentile([s.pass_s for s in done if s.pass_s is not None], 50)}
 
 
 @dataclass
@@ -331,7 +340,11 @@ class SimReport:
                       "wait outside the queue and the device (another session timing the shared target alone). "
                       "Rounds flagged under outside load: "
                       f"{s['all']['outside_load_rounds']}; waits for a core left out of the runs' times: "
-                      f"{s['all']['stalled_s']:.1f} s."]
+                      f"{s['all']['stalled_s']:.1f} s. Rounds whose verify pass was shared with other sessions: "
+                      f"{s['all']['shared_rounds']} of {s['all']['rounds']}"
+                      + (f"; a shared pass cost each round {1000 * s['all']['share_s']:.0f} ms (median), which is "
+                         f"charged the {1000 * s['all']['pass_s']:.0f} ms of a pass of its own"
+                         if s["all"]["share_s"] is not None and s["all"]["pass_s"] is not None else "") + "."]
         errors = [x for x in self.sessions if x.error]
         lines += [f"- {x.owner}: {x.error}" for x in errors[:10]]
         return "\n".join(lines) + "\n"
