@@ -115,7 +115,7 @@ def test_a_room_reports_how_many_rounds_shared_their_verify_pass(on, tmp_path, m
                           "--json", str(out)]) == 0
     rep = json.loads(out.read_text())
     sessions = rep["sessions"]
-    assert all(s["rounds"] > 0 and len(s["share_s"]) == s["shared_rounds"] <= s["rounds"] for s in sessions)
+    assert all(s["rounds"] > 0 and len(s["share_s"]) <= s["shared_rounds"] <= s["rounds"] for s in sessions)
     assert rep["all"]["shared_rounds"] == sum(s["shared_rounds"] for s in sessions)
     assert (rep["all"]["shared_rounds"] > 0) is on
     assert f"Rounds whose verify pass was shared with other sessions: {rep['all']['shared_rounds']} of " \

@@ -77,24 +77,31 @@ def solo_key(lm: CachedLM, ids: list[int]) -> tuple[int, int]:
 
 
 class SoloCost:
-    """Measured seconds of verify passes of one's own, by key; entries older than baseline_ttl_s are dropped."""
+    """Measured seconds of verify passes of one's own, by key; entries older than baseline_ttl_s are dropped.
+
+    A key's first pass ever is left out once the key has another: the first pass of a row count also sets up
+    oneDNN's kernels for that shape, a one-off like loading (it read 8 % slower than the rest)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._times: dict[tuple[int, int], deque] = {}  # key -> (monotonic, seconds), oldest first
+        self._times: dict[tuple[int, int], deque] = {}  # key -> (monotonic, seconds, first ever), oldest first
 
     def add(self, key: tuple[int, int], seconds: float) -> None:
         with self._lock:
-            self._times.setdefault(key, deque(maxlen=SOLO_KEPT)).append((time.monotonic(), seconds))
+            first = key not in self._times
+            self._times.setdefault(key, deque(maxlen=SOLO_KEPT)).append((time.monotonic(), seconds, first))
 
-    def entries(self, key: tuple[int, int]) -> list[float]:
-        """The key's live entries (seconds), oldest first."""
+    def entries(self, key: tuple[int, int], steady: bool = True) -> list[float]:
+        """The key's live entries (seconds), oldest first; steady: its first pass ever left out when others are
+        live."""
         cutoff = time.monotonic() - limits.baseline_ttl_s()
         with self._lock:
             times = self._times.get(key)
             while times and times[0][0] < cutoff:
                 times.popleft()
-            return [s for _, s in times or ()]
+            live = list(times or ())
+        rest = [s for _, s, first in live if not (steady and first)]
+        return rest or [s for _, s, _ in live]
 
     def median(self, key: tuple[int, int]) -> float | None:
         """The median of the key's live entries; None when it has none."""

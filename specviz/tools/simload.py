@@ -166,7 +166,7 @@ class Session:
     other_s: float | None = None  # the rest of its wait: another session timing the shared target alone, Python
     rounds: int = 0  # rounds of its speculative runs
     shared_rounds: int = 0  # ... whose verify pass served other sessions too (Round.shared > 1)
-    share_s: list = field(default_factory=list)  # each shared round's share: the shared pass ÷ the rounds it served
+    share_s: list = field(default_factory=list)  # each shared steady round's share: the pass ÷ the rounds it served
     error: str | None = None
     outcome: Outcome | None = field(default=None, repr=False)
 
@@ -245,8 +245,10 @@ def run_sessions(sessions: list[Session], pair, max_new: int, trace: str) -> Non
             s.outside_load_rounds = sum(r.outside_load_rounds for r in s.outcome.spec_runs)
             s.stalled_s = sum(r.stalled_s for r in s.outcome.spec_runs)
             rounds = [r for run in s.outcome.spec_runs for r in run.rounds]
-            s.rounds, s.share_s = len(rounds), [r.shared_pass_s / r.shared for r in rounds if r.shared > 1]
-            s.shared_rounds = len(s.share_s)
+            s.rounds, s.shared_rounds = len(rounds), sum(r.shared > 1 for r in rounds)
+            # after the prompt was read, as pass_s: a first round's pass also reads the whole prompt
+            s.share_s = [r.shared_pass_s / r.shared for run in s.outcome.spec_runs for r in run.steady_rounds
+                         if r.shared > 1]
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -342,8 +344,8 @@ class SimReport:
                       f"{s['all']['outside_load_rounds']}; waits for a core left out of the runs' times: "
                       f"{s['all']['stalled_s']:.1f} s. Rounds whose verify pass was shared with other sessions: "
                       f"{s['all']['shared_rounds']} of {s['all']['rounds']}"
-                      + (f"; a shared pass cost each round {1000 * s['all']['share_s']:.0f} ms (median), which is "
-                         f"charged the {1000 * s['all']['pass_s']:.0f} ms of a pass of its own"
+                      + (f"; after the prompt, a shared pass cost each round {1000 * s['all']['share_s']:.0f} ms "
+                         f"(median), which is charged the {1000 * s['all']['pass_s']:.0f} ms of a pass of its own"
                          if s["all"]["share_s"] is not None and s["all"]["pass_s"] is not None else "") + "."]
         errors = [x for x in self.sessions if x.error]
         lines += [f"- {x.owner}: {x.error}" for x in errors[:10]]
