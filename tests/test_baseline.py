@@ -154,6 +154,26 @@ def test_a_baseline_timed_under_outside_load_is_not_kept(models, machine):
     assert passes(models, store, run)[0] == 0  # a clean one is kept
 
 
+def test_a_baseline_with_a_minor_share_under_outside_load_is_kept_and_a_serious_one_is_not(models):
+    """As the page judges it (playback.load_note): flagged passes under 5 % of the run's time leave it this
+    device's speed, so the sessions waiting for it reuse it instead of each timing their own."""
+    import dataclasses
+
+    store = baseline.BaselineStore(ttl_s=600, clock=Clock())
+    run = spec(models)
+    _, clean = passes(models, store, run)
+    key = baseline.BaselineKey.of(models[0], run)
+    rounds = list(clean.run.rounds)
+    total = sum(r.round_s for r in rounds)
+    for share, kept in ((0.01, True), (0.5, False)):
+        store.clear()
+        flagged = dataclasses.replace(rounds[0], outside_load=True, round_s=share * total / (1 - share))
+        measured = dataclasses.replace(clean.run, rounds=[flagged, *rounds[1:]])
+        assert measured.outside_load_rounds == 1
+        store.put(models[0], key, measured)
+        assert (store.get(models[0], key) is not None) is kept, share
+
+
 def test_sessions_asking_at_once_share_one_measurement(models):
     """A room presses Run together: their runs end together, and one of them times the target alone while
     the others wait for its run instead of each timing their own."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from specviz.core import limits
 from specviz.core.errors import SpecvizError
+from specviz.data import playback
 from specviz.data.records import Run
 from specviz.data.runfile import baseline_of
 from specviz.decoding.engine import (
@@ -121,9 +122,13 @@ class BaselineStore:
 
     def put(self, target, key: BaselineKey, run: Run) -> Measured:
         """`run` as measured now; kept for later runs unless it was timed under outside load (its figures are
-        not this device's speed) or did not finish."""
+        not this device's speed) or did not finish. Passes under outside load that took under MINOR_SHARE of
+        its time (playback.load_note: the page shows a note, not the warning) leave it this device's speed: it
+        is kept, and every page that reuses it shows the same note. Not keeping it would have every session
+        waiting for it time its own, one after another."""
         m = Measured(run, self.clock())
-        if run.outside_load_rounds or run.stop_reason == "running" or self.ttl() <= 0:
+        note = playback.load_note(run)
+        if (note is not None and note.serious) or run.stop_reason == "running" or self.ttl() <= 0:
             return m
         with self._lock:
             kept = self._kept.setdefault(target, {})

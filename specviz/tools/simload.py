@@ -339,7 +339,8 @@ class SimReport:
                 f"{v['honest']}/{v['judged']} |")
         lines += ["", f"Honest: the session's median target pass (and its speedup, where it shows one) within "
                       f"{100 * TOLERANCE:.0f} % of the mean of its kind's solo runs before and after. Other: the "
-                      "wait outside the queue and the device (another session timing the shared target alone). "
+                      "wait outside the queue and the device (another session timing the shared target alone, or a round "
+                      "waiting in the verify pool for a shared pass). "
                       "Rounds flagged under outside load: "
                       f"{s['all']['outside_load_rounds']}; waits for a core left out of the runs' times: "
                       f"{s['all']['stalled_s']:.1f} s. Rounds whose verify pass was shared with other sessions: "
