@@ -213,6 +213,6 @@ def markdown(points: list[BatchPoint], about: str = "") -> str:
                      f"{1000 * p.batched_s:.2f} ms | {p.batched_over_one:.2f} | {p.batched_over_separate:.2f} | "
                      f"{p.share_over_one:.2f} | {p.max_logit_diff:.1e} |")
     lines += ["", "A session's share below 1 (batched ÷ one below B) means one pass for B sessions costs less than "
-                  "their passes one after another: batching would pay by that factor, before the cost of gathering "
-                  "the sessions and of a batched cache."]
+                  "their passes one after another, by that factor: what the app's shared verify passes save the "
+                  "room (decoding/pool.py), where each session is still charged a pass of its own."]
     return "\n".join(lines)

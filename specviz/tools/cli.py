@@ -422,7 +422,8 @@ def _batch_bench(args, say) -> int:
     pair = bench.load(args)
     points = batchbench.batch_bench(pair.target, sizes, args.batch_k + 1, args.batch_context, args.batch_reps, say)
     device = next(pair.target.parameters()).device
-    precision = pair.target_precision if pair.target_precision != "float32" else str(pair.dtype).replace("torch.", "")
+    t_precision = getattr(pair, "target_precision", "float32")  # --tiny's pair has none: float32
+    precision = t_precision if t_precision != "float32" else str(pair.dtype).replace("torch.", "")
     about = f"{pair.name}'s target, {precision} on {device}"
     if not all(p.exact for p in points):
         about += batchbench.NOT_EXACT_NOTE
