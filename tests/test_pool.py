@@ -136,7 +136,7 @@ def _member(lm: CachedLM, ids: list[int], box: list):
 
 
 def _reference(model, prompt: list[int], ids: list[int], keep: int) -> torch.Tensor:
-    lm = CachedLM(model, runner=InlineRunner())
+    lm = CachedLM(model)  # on the device's worker, as the shared pass: a pass's bits depend on its thread count
     lm.feed(prompt)
     return lm.feed(ids, keep)
 

@@ -16,6 +16,10 @@ not (a tied head fastlinear left plain, a draft's VocabHead) runs per session on
 
 The pass replicates transformers' Qwen2Model / LlamaModel forward op by op, so only those
 architectures (full attention, no sliding window) are accepted.
+
+Bit for bit at the same thread count: a kernel splits its work by the threads it has, so a pass
+computed with two threads and one with one may differ in the last bits. The app computes every pass,
+shared or not, on the device's worker thread (decoding/pool.py, device/devqueue.py).
 """
 
 from __future__ import annotations
