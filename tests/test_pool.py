@@ -157,6 +157,15 @@ def _requests(model, n: int):
     return reqs, boxes, refs
 
 
+def _priced(model, n: int, seconds: float):
+    """A pool and n requests (as _requests) whose keys each have one measured pass of `seconds`."""
+    reqs, boxes, refs = _requests(model, n)
+    pool = VerifyPool()
+    for req in reqs:
+        pool.solo.add(req.key, seconds)
+    return pool, reqs, boxes, refs
+
+
 class _Holder:
     """Another session holding the device until released."""
 
@@ -196,11 +205,7 @@ def _start(pool, reqs, owners):
 
 
 def test_one_shared_pass_gives_each_its_own_logits_and_charges_its_measured_solo_time(pair):
-    model = pair[0]
-    reqs, boxes, refs = _requests(model, 3)
-    pool = VerifyPool()
-    for req in reqs:
-        pool.solo.add(req.key, 0.123)
+    pool, reqs, boxes, refs = _priced(pair[0], 3, 0.123)
     holder = _Holder()
     out, threads = _start(pool, reqs, ["a", "b", "c"])
     _wait_for(lambda: "a" in devqueue.QUEUE.stats("cpu")["waiting"])  # the leader alone queues
@@ -249,11 +254,7 @@ def test_a_keys_first_pass_is_left_out_of_what_rounds_are_charged_once_it_has_ot
 
 
 def test_a_cancelled_leader_hands_over_and_the_others_finish(pair):
-    model = pair[0]
-    reqs, boxes, refs = _requests(model, 3)
-    pool = VerifyPool()
-    for req in reqs:
-        pool.solo.add(req.key, 0.05)
+    pool, reqs, boxes, refs = _priced(pair[0], 3, 0.05)
     n_before = reqs[0].lm.n
     holder = _Holder()
     out, threads = _start(pool, reqs, ["a", "b", "c"])
