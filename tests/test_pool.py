@@ -304,3 +304,122 @@ def test_run_files_keep_the_sharing_and_refuse_a_bad_one(pair):
     d["rounds"][0]["shared"] = 0
     with pytest.raises(SpecvizError, match=r"rounds\[0\]\.shared"):
         Run.from_dict(d)
+
+
+class _Raises:
+    """A head that raises: one session's pass fails (its own, or the shared one at its rows)."""
+
+    def __call__(self, hidden):
+        raise RuntimeError("this session's head broke")
+
+
+def test_one_sessions_failure_fails_its_round_alone_in_a_shared_pass(pair):
+    """The shared pass raises at one session's head, after every layer has appended to every cache: the caches
+    are as they were, the others' rounds get their own logits, and only the broken session fails."""
+    pool, reqs, boxes, refs = _priced(pair[0], 3, 0.05)
+    n_before = reqs[1].lm.n
+    reqs[1].lm.head = _Raises()
+    holder = _Holder()
+    out, threads = _start(pool, reqs, ["a", "b", "c"])
+    holder.release.set()
+    for t in threads:
+        t.join(30)
+    assert isinstance(out["b"], RuntimeError) and "head broke" in str(out["b"])
+    assert not boxes[1] and reqs[1].lm.n == n_before
+    for owner, req, box, ref in zip("ac", (reqs[0], reqs[2]), (boxes[0], boxes[2]), (refs[0], refs[2])):
+        assert out[owner] == ("round", req.lm.n)
+        assert torch.equal(box[0].logits, ref)  # its cache had no rows of the failed pass left in it
+
+
+def test_one_sessions_failure_fails_its_round_alone_in_passes_of_their_own(pair):
+    reqs, boxes, refs = _requests(pair[0], 3)  # no measured cost: each runs its own pass
+    reqs[0].lm.head = _Raises()
+    pool = VerifyPool()
+    holder = _Holder()
+    out, threads = _start(pool, reqs, ["a", "b", "c"])
+    holder.release.set()
+    for t in threads:
+        t.join(30)
+    assert isinstance(out["a"], RuntimeError)
+    for owner, box, ref in zip("bc", boxes[1:], refs[1:]):
+        assert out[owner][0] == "round" and torch.equal(box[0].logits, ref)
+
+
+class _Stop(Exception):
+    """What Streamlit raises in a page's on_wait when the script must stop (a rerun, a closed tab)."""
+
+
+def test_a_waiting_round_leaves_the_pool_within_a_second_of_its_page_stopping(pair):
+    pool, reqs, boxes, _ = _priced(pair[0], 2, 0.05)
+    n_before = reqs[1].lm.n
+    holder = _Holder()
+    stop, heard, out = threading.Event(), [], {}
+
+    def on_wait(ahead):
+        heard.append(ahead)
+        if stop.is_set():
+            raise _Stop
+
+    def go(owner, req, hook):
+        with devqueue.session(owner, hook):
+            try:
+                out[owner] = pool.verify(req)
+            except BaseException as e:  # noqa: BLE001
+                out[owner] = e
+
+    lead = threading.Thread(target=go, args=("a", reqs[0], None), daemon=True)
+    lead.start()
+    _wait_for(lambda: "a" in devqueue.QUEUE.stats("cpu")["waiting"])  # the leader queues for the device
+    follower = threading.Thread(target=go, args=("b", reqs[1], on_wait), daemon=True)
+    follower.start()
+    _wait_for(lambda: pool.waiting() == 2 and heard)
+    assert heard[0] >= 1  # its page is told that others hold or wait for the device
+    t0 = time.monotonic()
+    stop.set()
+    follower.join(5)
+    assert not follower.is_alive() and time.monotonic() - t0 < 1.0
+    assert isinstance(out["b"], _Stop) and pool.waiting() == 1  # its place is free
+    holder.release.set()
+    lead.join(30)
+    assert out["a"][0] == "round"
+    assert not boxes[1] and reqs[1].lm.n == n_before  # the stopped round was never resumed
+
+
+def test_a_run_whose_pool_wait_was_stopped_goes_on_from_its_round_with_the_tokens_of_a_run_alone(pair, monkeypatch):
+    """A page stopped while its round waits for a shared pass (a rerun) calls next() again on its next run: the
+    round goes on from its verify request, and the run writes what it writes alone."""
+    target, draft = pair
+    alone = _decode(target, draft, 0)
+    holders, stop = [], threading.Event()
+
+    def others_arrive(self, lm):  # another session asks for the device while this round drafts
+        if stop.is_set() and not holders:
+            holders.append(_Asking())
+            _wait_for(lambda: "holder" in devqueue.QUEUE.stats("cpu")["waiting"])
+        return VerifyPool.eligible(lm)
+
+    def on_wait(ahead):
+        if stop.is_set():
+            raise _Stop
+
+    monkeypatch.setattr(VerifyPool, "wanted", others_arrive)
+    with devqueue.session("page", on_wait):
+        stream = engine.speculative_stream(target, draft, PROMPTS[0], SETTINGS[0])
+        first = next(stream)
+        stop.set()
+        with pytest.raises(_Stop):
+            next(stream)  # its round waits for the device behind the other session, and its page stops
+        stop.clear()
+        holders[0].release.set()
+        rounds = [first] + list(stream)
+    assert stream.run.token_ids == alone.token_ids
+    assert len(rounds) == len(alone.rounds)
+
+
+class _Asking(_Holder):
+    """Another session that asks for the device now and holds it, once granted, until released."""
+
+    def __init__(self):
+        self.held, self.release = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._hold, daemon=True)
+        self.thread.start()

@@ -354,6 +354,9 @@ class DecodeStream:
     with every other session), so a long job lets others in between its rounds. The wait happens
     before the round's generator resumes, while the engine counts the time as not decoding:
     decode_s is only time spent holding the device. `waited_s` sums the waits.
+
+    A round waiting for a shared verify pass (decoding/pool.py) that is stopped (its page must stop) stays at its
+    request: the next next() asks again, or takes what the pass gave it if it was served meanwhile.
     """
 
     def __init__(self, gen: Iterator[Round] | Callable[["DecodeStream"], Iterator[Round]],
@@ -369,6 +372,7 @@ class DecodeStream:
         self.waited_s = 0.0
         self.model_work_left = True
         self._gen = gen(self) if callable(gen) else gen
+        self._asked: VerifyRequest | None = None  # a round's verify request whose wait was stopped
 
     @property
     def device(self) -> str:
@@ -382,17 +386,29 @@ class DecodeStream:
         if self._gen is None:
             raise StopIteration
         try:
-            got = self._round()
+            got, self._asked = self._asked or self._round(), None
             while isinstance(got, VerifyRequest):  # the round lets go of the device and shares its verify pass
-                req, req.gen = got, self._gen
-                try:
-                    got = pool_for(req.lm.model).verify(req)  # the rest of the round runs in the pass's hold
-                finally:
-                    self.waited_s += req.waited_s
+                got = self._verify(got)
             return got
         except StopIteration as e:
             self.run, self._gen = e.value, None
             raise
+
+    def _verify(self, req: VerifyRequest):
+        """What req's pass gave its round (the rest of the round runs in the pass's hold); a wait that is stopped
+        keeps req for the next call."""
+        if not req.done:
+            req.gen, req.asked = self._gen, time.perf_counter()
+            try:
+                pool_for(req.lm.model).verify(req)
+            except BaseException:
+                if not req.done or req.error is None:  # stopped while it waited: its round is still at the request
+                    self._asked = req
+                    raise
+        self.waited_s += req.waited_s
+        if req.error is not None:
+            raise req.error
+        return req.value
 
     def _round(self):
         """The next round, holding the device (or its VerifyRequest: decoding/pool.py)."""
@@ -406,7 +422,7 @@ class DecodeStream:
 
     def close(self) -> None:
         """End the run now: the generator stops and lets its KV caches go; no round is computed."""
-        gen, self._gen = self._gen, None
+        gen, self._gen, self._asked = self._gen, None, None
         if gen is not None and hasattr(gen, "close"):
             gen.close()
 

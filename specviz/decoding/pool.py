@@ -9,6 +9,11 @@ When the leader's turn comes it takes every waiting request (up to MAX_BATCH), r
 rest of each round runs as it does inline. Requests that arrive meanwhile wait for the next leader. A leader
 whose hold is dropped (Cancelled) hands over to the first request still waiting.
 
+A waiting request reports to its session's on_wait (devqueue.session) every POLL_S, as a queued hold does: a page
+that must stop (a rerun, a closed tab, Stop) raises there, and the request leaves the line at once. One taken into
+a pass already waits for that pass. A failure fails one round alone: a pass of its own that raises fails its round;
+a shared pass that raises leaves every cache as it was (batched.feed_many), and each round then runs its own pass.
+
 What a shared pass charges each round (Round.verify_s) is what a pass of its own costs on this device,
 measured, never its share: every unshared verify pass not under outside load is kept in a SoloCost table by
 (rows, context / CONTEXT_BUCKET), and a round in a shared pass is charged the median of its key. A request whose
@@ -32,6 +37,7 @@ from typing import Any
 import torch
 
 from specviz.core import limits
+from specviz.device import devqueue
 from specviz.device.devqueue import QueueRunner
 from specviz.modeling import batched
 from specviz.modeling.lm import CachedLM
@@ -39,6 +45,7 @@ from specviz.modeling.lm import CachedLM
 MAX_BATCH = 8  # the most requests one shared pass serves
 CONTEXT_BUCKET = 256  # SoloCost keys passes by their cached context in steps of this many tokens
 SOLO_KEPT = 32  # the most recent solo timings a key keeps
+POLL_S = devqueue.POLL_S  # how often a waiting request reports its place (and may be told to stop)
 
 
 @dataclass(frozen=True)
@@ -138,18 +145,57 @@ class VerifyPool:
             self.solo.add(key, seconds)
 
     def verify(self, req: VerifyRequest):
-        """Wait for req's pass, run by whichever request leads; what resuming its round gave (or raise it)."""
+        """Wait for req's pass, run by whichever request leads; what resuming its round gave (or raise it).
+
+        What the session's on_wait raises while req waits (a page that must stop), or a leader's dropped hold
+        (Cancelled), takes req out of the line and is raised with req.done still False: its round was not resumed,
+        and req may be asked again."""
+        on_wait = devqueue.session_on_wait()
         with self._cond:
             self._pending.append(req)
-            while not req.done:
-                if self._leader is None and self._pending and self._pending[0] is req:
-                    break
-                self._cond.wait()
-        if not req.done:
+        try:
+            lead = self._wait(req, on_wait)
+        except BaseException:
+            self._withdraw(req)
+            raise
+        if lead:
             self._lead(req)
         if req.error is not None:
             raise req.error
         return req.value
+
+    def _next_leader(self, req: VerifyRequest) -> bool:
+        return self._leader is None and bool(self._pending) and self._pending[0] is req
+
+    def _wait(self, req: VerifyRequest, on_wait: devqueue.OnWait | None) -> bool:
+        """Until req is served (False) or is to lead (True); on_wait hears the sessions ahead on the device at
+        once, then every POLL_S, and None after a wait."""
+        waited = False
+        while True:
+            with self._cond:
+                if req.done or self._next_leader(req):
+                    break
+                if waited:
+                    self._cond.wait(POLL_S)
+                    if req.done or self._next_leader(req):
+                        continue
+            waited = True
+            if on_wait is not None:
+                on_wait(req.lm.runner.others())  # may raise: the page must stop
+        if waited and on_wait is not None:
+            on_wait(None)
+        return not req.done
+
+    def _withdraw(self, req: VerifyRequest) -> None:
+        """req leaves the line: at once where no leader has taken it yet, else once the pass it is in is done (its
+        round is being resumed on the worker, and must not be closed meanwhile)."""
+        with self._cond:
+            if req in self._pending:
+                self._pending.remove(req)
+                self._cond.notify_all()  # the request behind it may lead now
+                return
+            while not req.done:
+                self._cond.wait()
 
     def _lead(self, req: VerifyRequest) -> None:
         """Hold the device for every request waiting when it is granted; serve them on the device's worker."""
@@ -162,13 +208,15 @@ class VerifyPool:
                     batch = self._pending[:MAX_BATCH]
                     del self._pending[:len(batch)]
                 runner.run(lambda: self._serve(batch))
-        except BaseException as e:  # noqa: BLE001 - the leader's hold was dropped: it alone fails
+        except BaseException as e:
             with self._cond:
-                if req in self._pending:
+                if req in self._pending:  # its hold was dropped while it waited: it leaves the line, unserved
                     self._pending.remove(req)
-            for m in batch or [req]:
+            for m in batch:  # taken into the pass and not served: the pass broke under them
                 if not m.done:
                     m.error, m.done = e, True
+            if not req.done:
+                raise
         finally:
             with self._cond:
                 self._leader = None
@@ -186,9 +234,18 @@ class VerifyPool:
         if len(together) == 1:
             alone, together = alone + together, []
         for m in alone:
-            self._resume(m, self._own_pass(m))
+            self._alone(m)
         if together:
             self._shared_pass(together, costs)
+
+    def _alone(self, m: VerifyRequest) -> None:
+        """m's pass of its own and the rest of its round; a pass that raises fails m alone."""
+        try:
+            result = self._own_pass(m)
+        except Exception as e:  # noqa: BLE001 - raised in m's session
+            m.error, m.done = e, True
+            return
+        self._resume(m, result)
 
     def _own_pass(self, m: VerifyRequest) -> VerifyResult:
         """m's pass alone, timed as CachedLM.timed does, its time kept in the table."""
@@ -204,9 +261,9 @@ class VerifyPool:
         clock = runner.clock()
         try:
             logits = batched.feed_many([m.lm for m in batch], [m.ids for m in batch], [m.keep for m in batch])
-        except Exception as e:  # noqa: BLE001 - every round of the pass fails with it
+        except Exception:  # noqa: BLE001 - the caches are as they were: each round's own pass says whose it was
             for m in batch:
-                m.error, m.done = e, True
+                self._alone(m)
             return
         t = clock.stop()
         busy = runner.note_pass(t)

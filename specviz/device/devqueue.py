@@ -224,6 +224,12 @@ def _current_owner() -> str:
     return ctx[0] if ctx else f"thread-{threading.get_ident()}"
 
 
+def session_on_wait() -> OnWait | None:
+    """The on_wait of the current session() (None outside one): what a wait outside the queue reports to."""
+    ctx = _owner.get()
+    return ctx[1] if ctx else None
+
+
 def set_session(owner: str, on_wait: OnWait | None = None) -> None:
     """session() for the rest of this context (a page script sets it once per run)."""
     _owner.set((str(owner), on_wait))

@@ -201,9 +201,28 @@ def feed_many(lms, ids, keeps) -> list[torch.Tensor]:
     """For each i: exactly lms[i].feed(ids[i], keeps[i]) — the returned logits (keeps[i] or len(ids[i]), V) and the
     cache advanced (lm.cache updated, lm.n += len(ids[i])) — computed in ONE pass of the shared layers over all rows.
     Runs in the calling thread (the caller already holds the device and is on its worker); no runner calls.
-    ValueError where the caches cannot share a pass (can_batch) or one appears twice."""
+    ValueError where the caches cannot share a pass (can_batch) or one appears twice. A pass that raises
+    leaves every cache as it was, so each session may still run its own pass."""
     lms, ids, keeps = list(lms), [list(x) for x in ids], list(keeps)
     _check(lms, ids, keeps)
+    try:
+        return _feed_many(lms, ids, keeps)
+    except BaseException:
+        for lm in lms:
+            _restore(lm)
+        raise
+
+
+def _restore(lm: CachedLM) -> None:
+    """Each cache layer back to the lm.n tokens it held before a pass that raised (it may have reached some
+    layers and not others)."""
+    for layer in lm.cache.layers:
+        extra = layer.get_seq_length() - lm.n
+        if extra > 0:
+            layer.crop(-extra)
+
+
+def _feed_many(lms: list[CachedLM], ids: list[list[int]], keeps: list) -> list[torch.Tensor]:
     model = lms[0].model
     body, arch = model.model, _ARCHS[type(model)]
     x = torch.tensor([[t for row in ids for t in row]], dtype=torch.long, device=lms[0].device)  # (1, ΣT)
