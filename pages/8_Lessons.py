@@ -111,7 +111,7 @@ if done is not None:
     outcome = done["outcome"]
     c1, c2 = st.columns(2)
     c1.metric("your prediction", lessons.format_prediction(step, done["prediction"]))
-    c2.metric("measured", outcome.shown)
+    c2.metric(outcome.answer, outcome.shown)  # "measured", or "from theory": never a formula called measured
     for flag in outcome.flags:  # a figure that contradicts itself: said before anything is read from it
         st.warning(flag, icon=":material/warning:")
     for note in outcome.load:  # its timings ran under outside load: a warning, or a quiet note when it moved little

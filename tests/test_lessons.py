@@ -237,6 +237,14 @@ def metrics(at) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
+def answer(at) -> dict[str, str]:
+    """metrics(at), the answer's under "measured" whether it was measured or is from theory."""
+    m = metrics(at)
+    if lessons.FROM_THEORY in m:
+        m["measured"] = m.pop(lessons.FROM_THEORY)
+    return m
+
+
 def predict(at, les, step):
     """Set a prediction away from the default; return it."""
     pr, key = step.prediction, f"lessons.{les.key}.{step.key}.prediction"
@@ -260,7 +268,7 @@ def walk(at, check=None) -> dict:
             assert at.subheader[0].value == step.text
             value = predict(at, les, step)
             ok(at.button(key="lessons.run").click().run())
-            m = metrics(at)
+            m = answer(at)
             assert m["your prediction"] == lessons.format_prediction(step, value)
             explanation = [md.value for md in at.markdown if m["measured"] in md.value and md.value != step.text]
             assert explanation, f"{les.key}/{step.key}: the measured {m['measured']} is in no explanation"
@@ -336,7 +344,7 @@ def test_a_lessons_state_survives_reruns_and_lesson_switches():
     ok(at.number_input(key="lessons.seed").set_value(5).run())  # any rerun
     assert [p.proto.text for p in at.get("progress")] == ["step 2 of 3"]
     ok(button(at, "← Previous step").click().run())
-    assert metrics(at)["measured"] == lessons.run_step(creative.steps[0], lessons.Context()).shown  # kept
+    assert answer(at)["measured"] == lessons.run_step(creative.steps[0], lessons.Context()).shown  # kept
     ok(at.button(key="lessons.redo").click().run())
     assert not at.metric and at.button(key="lessons.run")  # predict again: the answer is hidden
     ok(at.button(key="lessons.restart").click().run())
@@ -482,3 +490,21 @@ def test_the_page_draws_a_steps_load_and_wait_notes(monkeypatch):
         [devqueue.load_text(playback.load_note(rec.run, rec.baseline).what)]
     assert any(c.value.startswith("Not counted: ") for c in at.caption)
 
+
+
+def test_an_answer_computed_from_theory_is_never_labelled_measured():
+    """Choosing k: its first step is theory's, and with no model its second step's best k is predicted from the
+    recording's α and c (the sweep too): the page labels both "from theory", and says so in the comparison."""
+    choose = lessons.lesson("choose_k")
+    ctx = lessons.Context()  # no pair: recordings and theory
+    for step in choose.steps:
+        o = lessons.run_step(step, ctx)
+        assert o.answer == lessons.FROM_THEORY
+        said = lessons.compare(step, step.prediction.lo, o)
+        assert "measured" not in said and lessons.FROM_THEORY in said
+    measured = lessons.run_step(lessons.lesson("identity").steps[0], ctx)  # a recording's own verdict
+    assert measured.answer == lessons.MEASURED
+    at = lessons_page(RECORDED)
+    ok(at.selectbox(key="lessons.lesson").set_value(choose.title).run())
+    ok(at.button(key="lessons.run").click().run())
+    assert set(metrics(at)) == {"your prediction", lessons.FROM_THEORY}

@@ -91,6 +91,9 @@ class Lesson:
     steps: tuple[Step, ...]
 
 
+MEASURED, FROM_THEORY = "measured", "from theory"  # what a step's answer is, as the page labels it
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The measured answer of one step."""
@@ -99,6 +102,7 @@ class Outcome:
     shown: str  # the measured answer as the page shows it
     values: dict[str, Any]  # every number the explanation quotes
     source: str  # "live: <pair>", "recorded: <file>" or "theory"
+    answer: str = MEASURED  # MEASURED, or FROM_THEORY: computed from α and c by the formulas, never timed
     flags: tuple[str, ...] = ()  # a measured figure that contradicts itself, said instead of taught (_timing)
     load: tuple = ()  # devqueue.LoadNote of each timing behind a figure that ran under outside load (_timing)
     waited: tuple[str, ...] = ()  # what wall time its timings left out: waits for a core (explain.stalled_note)
@@ -474,7 +478,7 @@ def best_k_theory(ctx: Context, alpha: float, c: float) -> Outcome:
     s1 = theory.expected_speedup(alpha, 1, c)
     s16 = theory.expected_speedup(alpha, 16, c)
     return Outcome(float(k), str(k), {"k": k, "speedup": s, "s1": s1, "s16": s16, "alpha": alpha, "c": c},
-                   "theory")
+                   "theory", answer=FROM_THEORY)
 
 
 def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
@@ -523,14 +527,15 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
         measured = None
     return Outcome(float(best), str(best), {"k": best, "alpha": alpha, "c": c, "k_pred": k_pred, "s_pred": s_pred,
                                             "sweep": sweep_text, "k_max": max(ks), "measured": measured}, src,
-                   **_timing(*timed, flags=tuple(flags)))
+                   answer=MEASURED if ctx.live else FROM_THEORY, **_timing(*timed, flags=tuple(flags)))
 
 
 def slow_draft_theory(ctx: Context, k: int, c: float) -> Outcome:
     s = theory.expected_speedup(1.0, k, c)
     grid = [theory.best_k(a / 20, c, k_max=16)[1] for a in range(0, 20)] + [s]
     return Outcome(s, f"{s:.2f}×", {"s": s, "k": k, "c": c, "tokens": theory.expected_tokens(1.0, k),
-                                    "cost": 1 + k * c, "best_any": max(grid)}, "theory")
+                                    "cost": 1 + k * c, "best_any": max(grid)}, "theory",
+                   answer=FROM_THEORY)
 
 
 EVEN = 0.02  # a speedup within this of 1× reads as "no faster", not "slower" (0.998 is shown as 1.00×)
@@ -775,18 +780,18 @@ def format_prediction(step: Step, value: float | str | None) -> str:
 
 
 def compare(step: Step, prediction: float | str | None, outcome: Outcome) -> str:
-    """One sentence: the learner's prediction against the measured answer."""
-    shown = format_prediction(step, prediction)
+    """One sentence: the learner's prediction against the answer, measured or from theory (outcome.answer)."""
+    shown, answer = format_prediction(step, prediction), outcome.answer
     if prediction is None:
-        return f"No answer was picked before the experiment; measured: **{outcome.shown}**."
+        return f"No answer was picked before the experiment; {answer}: **{outcome.shown}**."
     if step.prediction.kind == "choice":
         if prediction == outcome.measured:
-            return f"You predicted **{shown}**, and that is what was measured."
-        return f"You predicted **{shown}**; measured: **{outcome.shown}**."
+            return f"You predicted **{shown}**, and that is what {'was measured' if answer == MEASURED else 'theory gives'}."
+        return f"You predicted **{shown}**; {answer}: **{outcome.shown}**."
     diff = float(outcome.measured) - float(prediction)
     if abs(diff) <= step.prediction.close:
         how = "close"
     else:
         gap = format(abs(diff), step.prediction.fmt) + step.prediction.unit
-        how = f"the measurement is {gap} {'higher' if diff > 0 else 'lower'}"
-    return f"You predicted **{shown}**; measured: **{outcome.shown}** ({how})."
+        how = f"the answer is {gap} {'higher' if diff > 0 else 'lower'}"
+    return f"You predicted **{shown}**; {answer}: **{outcome.shown}** ({how})."
