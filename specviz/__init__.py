@@ -25,20 +25,20 @@ from specviz.core.errors import (  # noqa: F401, E402
     TokenizerMismatch,
 )
 from specviz.core.settings import DecodeSettings  # noqa: F401, E402
-from specviz.data.records import Round, Run, TopK  # noqa: F401, E402
-from specviz.decoding.drafters import Drafter, ModelDrafter, PromptLookupDrafter  # noqa: F401, E402
-from specviz.decoding.engine import (  # noqa: F401, E402
-    autoregressive_decode,
-    autoregressive_stream,
-    speculative_decode,
-    speculative_stream,
-)
+
+_LAZY = {  # imported on first use, so importing any specviz module starts nothing (device/devqueue.start)
+    "Round": "specviz.data.records", "Run": "specviz.data.records", "TopK": "specviz.data.records",
+    "Drafter": "specviz.decoding.drafters", "ModelDrafter": "specviz.decoding.drafters",
+    "PromptLookupDrafter": "specviz.decoding.drafters",
+    "autoregressive_decode": "specviz.decoding.engine", "autoregressive_stream": "specviz.decoding.engine",
+    "speculative_decode": "specviz.decoding.engine", "speculative_stream": "specviz.decoding.engine",
+    "Pair": "specviz.decoding.models", "load_pair": "specviz.decoding.models",  # transformers' GGUF path, yaml
+}
 
 
 def __getattr__(name):
-    # model loading (transformers' GGUF path, yaml) is imported on first use
-    if name in ("Pair", "load_pair"):
-        from specviz.decoding import models
+    if name in _LAZY:
+        import importlib
 
-        return getattr(models, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'specviz' has no attribute {name!r}")

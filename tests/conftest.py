@@ -14,6 +14,13 @@ import torch
 TINY_VOCAB = 64
 
 
+def pytest_configure(config):
+    """The device layer starts before any test computes, as in the app and the command line (devqueue.start)."""
+    from specviz.device import devqueue
+
+    devqueue.start()
+
+
 def _tokenizer(words: list[str], specials=("<|endoftext|>", "<|im_end|>")):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast

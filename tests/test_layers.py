@@ -206,3 +206,35 @@ def test_the_runner_check_can_fail(tmp_path):
     )
     assert devqueue_uses([(src, "eng")]) == ["eng:2 imports from specviz.device.devqueue", "eng:5 devqueue.watch",
                                              "eng:8 devqueue.queue_runner", "eng:10 devqueue.run"]
+
+
+# Imports every module of specviz/ (but __main__, which runs the CLI) in a fresh interpreter, after torch, and
+# reports the threads and PyTorch's thread count before and after; then starts the device layer.
+_IMPORT_ALL = """
+import importlib, json, pkgutil, threading, torch
+before = {"threads": sorted(t.name for t in threading.enumerate()), "torch": torch.get_num_threads()}
+import specviz
+for m in sorted(m.name for m in pkgutil.walk_packages(specviz.__path__, "specviz.")):
+    if m != "specviz.__main__":
+        importlib.import_module(m)
+after = {"threads": sorted(t.name for t in threading.enumerate()), "torch": torch.get_num_threads()}
+from specviz.device import devqueue
+devqueue.start()
+started = {"threads": sorted(t.name for t in threading.enumerate()), "torch": torch.get_num_threads()}
+print(json.dumps({"before": before, "after": after, "started": started}))
+"""
+
+
+def test_importing_any_module_starts_no_thread_and_changes_no_torch_setting():
+    """The device layer starts when first asked (devqueue.start), never at import."""
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "2"}  # two threads: share_cores has a count to change
+    out = subprocess.run([sys.executable, "-c", _IMPORT_ALL], capture_output=True, text=True, check=True, env=env)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["after"] == got["before"]
+    # the check sees what starting does: the workers' maker, and the worker's own thread count apart
+    assert "specviz-device-maker" in got["started"]["threads"]
+    assert got["started"]["torch"] == 1 or got["before"]["torch"] == 1
+    light = subprocess.run([sys.executable, "-c", "import sys, threading, specviz.core.settings; "
+                            "print(threading.active_count(), 'torch' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+    assert light.stdout.split() == ["1", "False"]  # the settings alone: no thread, not even torch

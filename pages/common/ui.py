@@ -208,6 +208,7 @@ def join_device_queue() -> None:
 
     owner = ctx.session_id if ctx is not None else "no-session"
     devqueue.set_session(owner, on_wait)
+    devqueue.start()  # once per server, before lower_page_threads: the device's workers keep the server's priority
     for server_setting in (devqueue.lower_page_threads, devqueue.handover):
         try:
             server_setting()

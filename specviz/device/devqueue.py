@@ -32,8 +32,8 @@ the device's own worker threads, made at normal priority, while the caller
 waits. Loading a model, a round, a pass, a measurement and transformers'
 generate in the bench all go through it. Two things follow:
 - the cores: only the CPU worker runs PyTorch with all its threads; every other
-  thread gets one (`share_cores()`, at import; $SPECVIZ_SHARE_CORES=0 turns it
-  off). Each thread that runs parallel work keeps its own team of OpenMP
+  thread gets one (`share_cores()`, when the layer starts; $SPECVIZ_SHARE_CORES=0
+  turns it off). Each thread that runs parallel work keeps its own team of OpenMP
   threads, and once a process has more of them than cores GNU OpenMP puts them
   to sleep between regions, which slowed every pass after a second thread had
   run model work.
@@ -45,6 +45,10 @@ generate in the bench all go through it. Two things follow:
   every browser) waited for a core while the device stood idle. Nicing cannot
   be undone without privileges, so the model work runs off the page's thread
   either way.
+
+Starting: importing this module starts no thread and changes no PyTorch setting. `start()` does both, once
+per process: `run()` calls it on first use, a page calls it before it lowers its own priority (a worker
+inherits the niceness of the thread that makes it), and the command line calls it first.
 
 Drawing apart from model work: a page draws in Python, and Python runs one thread at a time (the GIL).
 The model worker lets go of the GIL in every PyTorch operation and must take it back after, so while
@@ -593,8 +597,10 @@ class _Workers:
         self._orders: queue.SimpleQueue = queue.SimpleQueue()
         self.threads: dict[str, int] = {}  # a device's workers' OpenMP threads, where they were set apart
         self.team: dict[str, frozenset[int]] = {}  # the thread ids of a device's worker and its OpenMP team
-        # the threads are made by one thread started now, at import, before any page lowers its
-        # own priority: a thread inherits its maker's niceness
+
+    def start(self) -> None:
+        """Start the thread that makes the workers (see start()): before any page lowers its own priority, since
+        a thread inherits its maker's niceness."""
         threading.Thread(target=self._maker, name="specviz-device-maker", daemon=True).start()
 
     def _maker(self) -> None:
@@ -628,6 +634,21 @@ class _Workers:
 
 
 _WORKERS = _Workers()
+_START = threading.RLock()  # held while the layer starts: a second thread's first run() waits for it
+_started = False
+
+
+def start() -> None:
+    """Start the device layer, once per process: the thread that makes the devices' workers, then the CPU's
+    cores given to its worker (share_cores). Its model work goes to the worker directly, not through the queue,
+    so a thread that already holds the device and starts the layer waits for nothing but this."""
+    global _started
+    with _START:
+        if _started:
+            return
+        _started = True
+        _WORKERS.start()
+        share_cores()
 
 
 def run(device, fn: Callable[[], object], turn: bool = True):
@@ -637,6 +658,7 @@ def run(device, fn: Callable[[], object], turn: bool = True):
     load watches and PyTorch grad/inference mode, and its exception is raised here. Inside a hold of a worker, fn runs directly.
     turn=False: pages may draw meanwhile (loading a model; see QUEUE.hold).
     """
+    start()
     key = device_key(device)
     with QUEUE.hold(key, turn=turn):
         if _WORKERS.on_worker(key):
@@ -730,7 +752,7 @@ def share_cores() -> int | None:
     that had each run model work made every pass after that slower. So the worker, which runs
     all model work, keeps PyTorch's thread count, and every other thread (pages, the main
     thread) gets one thread: what they compute runs on their own core and starts no team.
-    Called once at import; None, and nothing changed, where this runtime cannot set one
+    Called once, by start(); None, and nothing changed, where this runtime cannot set one
     thread's count alone (not GNU OpenMP) or there is one core.
     """
     import torch
@@ -746,13 +768,13 @@ def share_cores() -> int | None:
         _WORKERS.threads["cpu"] = n
     torch.set_num_threads(1)  # this thread and every thread that starts from now
     _WORKERS.submit("cpu", limit, lambda: None)  # make the worker now, with its n threads
-    got = run("cpu", torch.get_num_threads)
+    got = _on_worker("cpu", torch.get_num_threads)
     if got != n:  # the runtime did not keep a per-thread count: back to PyTorch's own setting
         torch.set_num_threads(n)
         with _WORKERS._lock:
             _WORKERS.threads.pop("cpu", None)
         return None
-    _find_team("cpu")
+    _find_team("cpu", _on_worker)
     return n
 
 
@@ -766,7 +788,7 @@ def _native_ids() -> set[int]:
     return tids - {t.native_id for t in threading.enumerate()}
 
 
-def _find_team(key: str) -> frozenset[int]:
+def _find_team(key: str, on_worker: Callable = run) -> frozenset[int]:
     """Record the thread ids of the device's worker and of the OpenMP team it runs model work with.
 
     The team is made by the worker's first parallel region: the threads that appear across one are its own.
@@ -780,7 +802,7 @@ def _find_team(key: str) -> frozenset[int]:
         torch.ones(1 << 20).add_(1)  # (2^20,): big enough for every thread of the team to take a share
         return frozenset({threading.get_native_id()} | (_native_ids() - before))
 
-    found = run(key, find)
+    found = on_worker(key, find)
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -824,6 +846,7 @@ def model_threads(device="cpu") -> int:
 
 def set_model_threads(n: int, device="cpu") -> int:
     """Run the device's model work with n OpenMP threads from now on; the count it has then."""
+    start()
     key = device_key(device)
     if not _WORKERS.threads.get(key):
         import torch
@@ -1162,6 +1185,3 @@ class QueueRunner:
 def queue_runner(device) -> QueueRunner:
     """The shared queue's runner for `device`: what an entry point uses when its caller passes no runner."""
     return QueueRunner(device_key(device))
-
-
-share_cores()

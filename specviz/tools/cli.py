@@ -686,6 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         from specviz.device import devqueue
 
         devqueue.concurrency("cpu")  # a bad $SPECVIZ_DEVICE_CONCURRENCY: said now, once, for every command
+        devqueue.start()  # the worker gets the cores before this thread computes anything (share_cores)
         if argv and argv[0] == "loadtest":
             return _loadtest(argv[1:])  # loadtest parses its own options
         if argv and argv[0] == "laptop":
