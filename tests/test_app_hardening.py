@@ -331,3 +331,24 @@ def test_a_file_just_over_the_size_limit_gets_a_message_and_the_run_stays():
     assert any("larger than the limit of 2 MB" in plain(e.value) for e in at.error), [e.value for e in at.error]
     assert at.session_state["main.job"] is job
     assert any("at most 2 MB" in u.label for u in at.get("file_uploader"))
+
+
+def test_a_carriage_return_in_a_file_keeps_its_text_in_one_html_block():
+    """A prompt "Hello\\r\\rworld" ended the raw-HTML block: the tokens after it were read as markdown, a remote
+    image fetched and a link drawn. Every markdown body the page draws as HTML is one HTML block."""
+    MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt
+    d = json.loads(GOOD.read_text(encoding="utf-8"))
+    payload = "![i](http://127.0.0.1:9/cr-img.png) [CLICK TO FIX](https://evil.example/fix)"
+    d["specviz_export"]["prompt_text"] = "Hello\r\rworld " + payload
+    for i, t in enumerate(d["specviz_export"]["tokens"]):
+        d["specviz_export"]["tokens"][t] = ("\r\r", "\r\n\r\n", "\u2028\u2028", "\u2029\u2029")[i % 4] + payload
+    at = new_app()
+    at.select_slider(key="main.speed").set_value("instant")
+    upload(at, "cr.json", json.dumps(d).encode())
+    assert not at.error and at.session_state["main.job"].done, [e.value for e in at.error]
+    drawn = [m.value for m in at.markdown if 'class="sv-text"' in m.value]
+    assert len(drawn) >= 2  # the text, and the chosen round's tokens
+    for body in drawn:
+        assert not re.search("[\r\n\u2028\u2029]", body)
+        assert [b.type for b in MarkdownIt("commonmark").parse(body)] == ["html_block"]
+

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from specviz.teaching import render
 from specviz.data.records import Round, Run, TopK
 from specviz.core.settings import DecodeSettings
@@ -230,3 +232,26 @@ def test_ansi_tokens_draws_a_tree_run_with_its_path_and_extra_token():
     assert _plain(s).replace("⁺", "") == "".join(texts)
     n_acc = sum(r.n_accepted for r in run.rounds)
     assert n_acc > 0 and s.count(f"\x1b[{render.ANSI_STYLES['accepted']}m") == n_acc
+
+
+# every character that ends a line in CommonMark ('\r\n', '\r', '\n') and the others str.splitlines breaks at
+LINE_ENDS = ["\r\n", "\r", "\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+PAYLOAD = "![i](http://127.0.0.1:9/cr-img.png) [CLICK TO FIX](https://evil.example/fix)"
+
+
+def test_no_line_break_character_lets_markdown_out_of_the_html_block():
+    """A prompt "Hello\\r\\rworld" ended the raw-HTML block inside st.markdown: the texts after it were read as
+    markdown, an image fetched and a link drawn. Every line break is drawn as a mark and <br>, in the prompt, the
+    tokens and their hover titles, so markdown reads the whole text as one HTML block."""
+    MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt
+    vocab = {i: f"a{end}{end}{PAYLOAD}" for i, end in enumerate(LINE_ENDS)}
+    r = mk_round(0, list(vocab)[:4], [True] * 4, 4, "bonus",
+                 emitted=list(vocab)[:4] + list(vocab)[4:])  # every token's text, in one round's emitted list
+    for prompt in ["Hello\r\rworld " + PAYLOAD, *(f"x{end}{end}{PAYLOAD}" for end in LINE_ENDS)]:
+        h = render.tokens_html(prompt, [r], vocab.__getitem__)
+        assert not any(end in h for end in LINE_ENDS), repr(prompt)
+        blocks = MarkdownIt("commonmark").parse(h)
+        assert [b.type for b in blocks] == ["html_block"], repr(prompt)  # no paragraph, image or link after it
+        assert h.count("⏎") == 2 + 2 * len(LINE_ENDS)  # each break shown: two in the prompt, two in each token
+    assert "\r" not in render.text_block("", [("t", "accepted", "a\r\rb")])  # a hover title too
+

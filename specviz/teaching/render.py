@@ -18,6 +18,7 @@ import re
 import string
 from collections.abc import Callable, Iterable, Sequence
 
+from specviz.core import markup
 from specviz.data.records import Round, Run
 
 # Okabe-Ito palette (Okabe & Ito 2008): distinguishable with all common CVDs.
@@ -124,20 +125,15 @@ def md_code(s: str) -> str:
 
 
 def _tok_html(text: str, state: str, title: str = "") -> str:
-    """One token as a <span>: escaped, newlines shown as '⏎' then <br>.
+    """One token as a <span>: escaped, each line break shown as '⏎' then <br>, a tab as '⇥'.
 
-    The output never contains a literal newline: in st.markdown a blank line
-    would end the raw-HTML block and the rest would be parsed as markdown.
+    The output never holds a line-ending character (core.markup): in st.markdown a blank line would end the
+    raw-HTML block and the rest would be parsed as markdown.
     """
-    parts = []
-    for i, line in enumerate(text.split("\n")):
-        if i:
-            parts.append('<span class="sv-nl">⏎</span><br>')
-        parts.append(html.escape(line.replace("\t", "⇥").replace("\r", "␍"), quote=False))
-    body = "".join(parts) if text else "∅"
+    body = markup.html_text(text.replace("\t", "⇥")) if text else "∅"
     if state == "bonus":
         body += '<sup class="sv-plus">+</sup>'
-    t = f' title="{html.escape(title, quote=True)}"' if title else ""
+    t = f' title="{markup.html_attr(title)}"' if title else ""
     return (f'<span class="sv-tok sv-{state}" data-state="{state}" '
             f'style="{STATE_STYLES[state]}"{t}>{body}</span>')
 
@@ -196,7 +192,7 @@ def text_block(prompt_text: str, toks: Iterable[tuple[str, str, str]], reply: bo
     reply: the prompt went in as a chat message, so the model's text is its reply, a turn of its own: it starts
     on a new line, not as a continuation of the prompt's last line."""
     parts = [f'<span class="sv-prompt" style="{STATE_STYLES["prompt"]}">'
-             + html.escape(prompt_text, quote=False).replace("\n", "⏎<br>") + "</span>"
+             + markup.html_text(prompt_text) + "</span>"
              + ('<br class="sv-reply">' if reply and prompt_text else "")]
     parts += [_tok_html(text, state, title) for text, state, title in toks]
     return f'<div class="sv-text" style="{_CONTAINER}">{"<wbr>".join(parts)}</div>'
