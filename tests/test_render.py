@@ -255,3 +255,32 @@ def test_no_line_break_character_lets_markdown_out_of_the_html_block():
         assert h.count("⏎") == 2 + 2 * len(LINE_ENDS)  # each break shown: two in the prompt, two in each token
     assert "\r" not in render.text_block("", [("t", "accepted", "a\r\rb")])  # a hover title too
 
+
+def _read(md: str) -> str:
+    """What markdown shows of md: the text of its inline text pieces, escapes read."""
+    from markdown_it import MarkdownIt
+
+    return "".join(c.content for b in MarkdownIt("commonmark").parse(md) if b.type == "inline"
+                   for c in b.children if c.type == "text")
+
+
+def test_md_text_shows_a_web_or_mail_address_as_plain_text():
+    """Streamlit's markdown (GFM, mdast-util-gfm-autolink-literal) makes a link of "http://", "https://",
+    "www." and "a@b.c" in the text as read, after its escapes: a file named "see https://evil.example/fix.json"
+    quoted in an error was a live link. md_text puts a word joiner (drawn as nothing) into each."""
+    pytest.importorskip("markdown_it")
+    for s in ["see https://evil.example/fix.json", "HTTP://EVIL.EXAMPLE", "www.evil.example", "WWW.evil.example",
+              "mail me: x.y+z@evil.example", "drafter http://127.0.0.1:9/x"]:
+        shown = _read(render.md_text(s))
+        assert shown.replace("\u2060", "") == s  # the same text, to the eye
+        assert not re.search(r"(?i)https?://|www\.|[-.\w+]@[-\w]", shown), shown
+
+
+def test_md_text_shows_a_bidi_control_as_a_mark():
+    """U+202E in a file name mirrored the page's header ("replay of dehsinif"): shown as ⟨U+202E⟩, as token
+    texts from a file are (runfile.neutral), every bidirectional control character it knows."""
+    from specviz.data.records import BIDI_CONTROLS
+
+    for ch in BIDI_CONTROLS:
+        shown = render.md_text(f"finished{ch}.json")
+        assert ch not in shown and f"⟨U\\+{ord(ch):04X}⟩" in shown

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from specviz.core import markup
 from specviz.data.records import Round, Run
+from specviz.data.runfile import neutral
 
 # Okabe-Ito palette (Okabe & Ito 2008): distinguishable with all common CVDs.
 OKABE_ITO = {
@@ -106,13 +107,22 @@ def visible(s: str, spaces: bool = True, runs: bool = False) -> str:
     return _RUN.sub(lambda m: f"{m.group(1)}×{len(m.group(0))}", out) if runs else out
 
 
-def md_text(s: str) -> str:
-    """Text to show literally inside markdown (a title from a file): punctuation escaped, one line.
+# where markdown (GFM) makes a link of bare text: "http://", "https://", "www." and an e-mail's "@". Streamlit finds
+# them in the text after the escapes are read, so an escaped "\\:" is linked too: a word joiner (U+2060, drawn as
+# nothing) before each ':' and '@', and before the '.' after "www", breaks every one of them.
+_AUTOLINK = re.compile(r"[:@]|(?<=[wW]{3})\.")
+_WORD_JOINER = "\u2060"
 
-    Every ASCII punctuation character may be backslash-escaped in CommonMark, so no link, image,
-    emphasis, HTML or Streamlit directive (:red[...], :material/...:) can be planted.
+
+def md_text(s: str) -> str:
+    """Text to show literally inside markdown (a title, a file name, an error quoting a file): one line, plain.
+
+    Every ASCII punctuation character is backslash-escaped (CommonMark allows it), so no link, image, emphasis,
+    HTML or Streamlit directive (:red[...], :material/...:) can be planted; a bare web address or e-mail address
+    is not made a link (_AUTOLINK); a bidirectional control character is shown as a mark, ⟨U+202E⟩ (neutral).
     """
-    line = " ".join(str(s).splitlines())
+    line = neutral(" ".join(str(s).splitlines()))
+    line = _AUTOLINK.sub(lambda m: _WORD_JOINER + m.group(0), line)
     return "".join("\\" + ch if ch in string.punctuation else ch for ch in line)
 
 
