@@ -398,3 +398,19 @@ def test_a_bidi_control_in_a_file_name_is_shown_as_a_mark():
     d["mode"] = "x"  # an error quoting the file's name
     upload(at, "bad\u202e.json", json.dumps(d).encode())
     assert at.error and not [e.value for e in at.error if "\u202e" in e.value]
+
+
+def test_a_run_file_of_line_breaks_is_refused_for_the_html_it_would_draw():
+    """The fuzz's file: 512 rounds, tokens of 179 line breaks, a prompt of 16,000, 258 KB, inside every limit
+    (107,648 characters, the cap is 200,000): it drew 6.7 MB of HTML per redraw and froze the tab. It is refused,
+    naming the limit, and the run on screen stays."""
+    d = json.loads(long_run_file(512))
+    d["specviz_export"]["prompt_text"] = "\n" * 16000
+    d["specviz_export"]["tokens"] = {t: "\n" * 179 for t in d["specviz_export"]["tokens"]}
+    data = json.dumps(d).encode()
+    assert len(data) < 2**20
+    at = start(new_app(), max_new=12, baseline=False)
+    job = at.session_state["main.job"]
+    upload(at, "flood.json", data)
+    assert any("SPECVIZ_MAX_DRAWN_CHARS" in plain(e.value) for e in at.error), [e.value for e in at.error]
+    assert at.session_state["main.job"] is job
