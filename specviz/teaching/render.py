@@ -109,8 +109,8 @@ def visible(s: str, spaces: bool = True, runs: bool = False) -> str:
 
 # where markdown (GFM) makes a link of bare text: "http://", "https://", "www." and an e-mail's "@". Streamlit finds
 # them in the text after the escapes are read, so an escaped "\\:" is linked too: a word joiner (U+2060, drawn as
-# nothing) before each ':' and '@', and before the '.' after "www", breaks every one of them.
-_AUTOLINK = re.compile(r"[:@]|(?<=[wW]{3})\.")
+# nothing) before the ':' of "://", before each '@', and before the '.' after "www", breaks every one of them.
+_AUTOLINK = re.compile(r":(?=//)|@|(?<=[wW]{3})\.")
 _WORD_JOINER = "\u2060"
 
 
