@@ -3,8 +3,8 @@
 Each step: a question, the learner's prediction (slider or choice), the experiment (live on the
 loaded pair, or from the shipped recorded runs and theory when no model is loaded), the measured
 answer next to the prediction with an explanation filled from the data, and a link to the page
-that goes deeper. The lesson, the source and each lesson's progress and results survive a change of page and a
-reload (pages/common/state.py).
+that goes deeper. The lesson, its step and the source survive a change of page and a reload; the predictions and
+results are the session's own, kept across a change of page, never in the address (pages/common/state.py).
 """
 
 from dataclasses import replace
@@ -43,11 +43,14 @@ if source == LIVE:
 where = (f"live:{pair.name}:{lab_ui.dtype_name(pair)}:{pair.draft_precision}:{seed}" if pair is not None
          else "recorded")
 
-progress = state.session_store("lessons")  # lesson key -> {"step": i, "done": {step key: result}}
-mine = progress.setdefault(les.key, {"step": 0, "done": {}})
-memo = Kept("lessons.memo", where).setdefault({})  # runs shared by the steps, until the source changes
+progress = state.session_store("lessons")  # lesson key -> {"step": i, "done": {step key: result}}: this session's
 n = len(les.steps)
+if les.key not in progress:  # the session's first lesson (a reload, a link) starts at the step its address names
+    progress[les.key] = {"step": 0 if progress else state.address_index("step", n), "done": {}}
+mine = progress[les.key]
+memo = Kept("lessons.memo", where).setdefault({})  # runs shared by the steps, until the source changes
 i = min(mine["step"], n - 1)
+state.remember("step", str(i + 1), "1")  # the step, not its results, is in the address
 step = les.steps[i]
 done = mine["done"].get(step.key)
 

@@ -61,7 +61,7 @@ def test_an_uploaded_title_is_plain_text():
     head = [c.value for c in at.caption if "replay of" in c.value]
     assert head, [c.value for c in at.caption]
     assert "](http" not in head[0] and ":red[" not in head[0]
-    assert r"\[click me\]\(http\:\/\/evil.example\)" in head[0].replace(r"\.", ".")
+    assert r"\[click me\]\(http\:\/\/evil.example\)" in head[0].replace(r"\.", ".").replace("\u2060", "")
 
 
 def test_a_live_run_replaced_by_an_upload_is_stopped():
@@ -331,3 +331,86 @@ def test_a_file_just_over_the_size_limit_gets_a_message_and_the_run_stays():
     assert any("larger than the limit of 2 MB" in plain(e.value) for e in at.error), [e.value for e in at.error]
     assert at.session_state["main.job"] is job
     assert any("at most 2 MB" in u.label for u in at.get("file_uploader"))
+
+
+def _shown(md: str) -> str:
+    """What markdown shows of md: the text of its inline text pieces, escapes read (what Streamlit's GFM autolinks
+    look for)."""
+    from markdown_it import MarkdownIt
+
+    return "".join(c.content for b in MarkdownIt("commonmark").parse(md) if b.type == "inline"
+                   for c in b.children if c.type == "text")
+
+
+BARE_LINK = re.compile(r"(?i)https?://|www\.|[-.\w+]@[-\w]")  # what GFM makes a link of in the text as read
+
+
+def test_a_carriage_return_in_a_file_keeps_its_text_in_one_html_block():
+    """A prompt "Hello\\r\\rworld" ended the raw-HTML block: the tokens after it were read as markdown, a remote
+    image fetched and a link drawn. Every markdown body the page draws as HTML is one HTML block."""
+    MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt
+    d = json.loads(GOOD.read_text(encoding="utf-8"))
+    payload = "![i](http://127.0.0.1:9/cr-img.png) [CLICK TO FIX](https://evil.example/fix)"
+    d["specviz_export"]["prompt_text"] = "Hello\r\rworld " + payload
+    for i, t in enumerate(d["specviz_export"]["tokens"]):
+        d["specviz_export"]["tokens"][t] = ("\r\r", "\r\n\r\n", "\u2028\u2028", "\u2029\u2029")[i % 4] + payload
+    at = new_app()
+    at.select_slider(key="main.speed").set_value("instant")
+    upload(at, "cr.json", json.dumps(d).encode())
+    assert not at.error and at.session_state["main.job"].done, [e.value for e in at.error]
+    drawn = [m.value for m in at.markdown if 'class="sv-text"' in m.value]
+    assert len(drawn) >= 2  # the text, and the chosen round's tokens
+    for body in drawn:
+        assert not re.search("[\r\n\u2028\u2029]", body)
+        assert [b.type for b in MarkdownIt("commonmark").parse(body)] == ["html_block"]
+
+
+def test_a_web_address_in_a_file_name_or_drafter_is_plain_text():
+    """Streamlit's markdown makes a link of a bare web address: a file named "see https://evil.example/fix.json"
+    quoted in an error, and a drafter or a file name in the replay's head line, were live links."""
+    pytest.importorskip("markdown_it")
+    d = json.loads(GOOD.read_text(encoding="utf-8"))
+    d["stop_reason"] = "see https://evil.example/fix or www.evil.example or help@evil.example"
+    at = new_app()
+    upload(at, "see https://evil.example/fix.json", json.dumps(d).encode())
+    errors = [_shown(e.value) for e in at.error]
+    assert errors and "stop_reason" in errors[0] and "evil" in errors[0], errors
+    assert not [e for e in errors if BARE_LINK.search(e)], errors
+    d = json.loads(GOOD.read_text(encoding="utf-8"))
+    d["specviz_export"]["title"] = ""  # the file name is the title
+    d["settings"]["drafter"] = "see https://evil.example/drafter"
+    at.select_slider(key="main.speed").set_value("instant")
+    upload(at, "see https://evil.example/fix.json", json.dumps(d).encode())
+    head = [_shown(c.value) for c in at.caption if "replay of" in c.value]
+    assert head and "evil.example/fix.json" in head[0].replace("\u2060", "") and "drafter" in head[0], head
+    assert not BARE_LINK.search(head[0]), head
+
+
+def test_a_bidi_control_in_a_file_name_is_shown_as_a_mark():
+    """U+202E in a file name mirrored the head line ("replay of dehsinif ✓ · 91/91 dnuor…")."""
+    d = json.loads(GOOD.read_text(encoding="utf-8"))
+    d["specviz_export"]["title"] = ""
+    at = new_app()
+    at.select_slider(key="main.speed").set_value("instant")
+    upload(at, "finished\u202e.json", json.dumps(d).encode())
+    head = [c.value for c in at.caption if "replay of" in c.value]
+    assert head and "\u202e" not in head[0] and "finished⟨U\\+202E⟩" in head[0], head
+    d["mode"] = "x"  # an error quoting the file's name
+    upload(at, "bad\u202e.json", json.dumps(d).encode())
+    assert at.error and not [e.value for e in at.error if "\u202e" in e.value]
+
+
+def test_a_run_file_of_line_breaks_is_refused_for_the_html_it_would_draw():
+    """The fuzz's file: 512 rounds, tokens of 179 line breaks, a prompt of 16,000, 258 KB, inside every limit
+    (107,648 characters, the cap is 200,000): it drew 6.7 MB of HTML per redraw and froze the tab. It is refused,
+    naming the limit, and the run on screen stays."""
+    d = json.loads(long_run_file(512))
+    d["specviz_export"]["prompt_text"] = "\n" * 16000
+    d["specviz_export"]["tokens"] = {t: "\n" * 179 for t in d["specviz_export"]["tokens"]}
+    data = json.dumps(d).encode()
+    assert len(data) < 2**20
+    at = start(new_app(), max_new=12, baseline=False)
+    job = at.session_state["main.job"]
+    upload(at, "flood.json", data)
+    assert any("SPECVIZ_MAX_DRAWN_CHARS" in plain(e.value) for e in at.error), [e.value for e in at.error]
+    assert at.session_state["main.job"] is job

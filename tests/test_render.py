@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from specviz.teaching import render
 from specviz.data.records import Round, Run, TopK
 from specviz.core.settings import DecodeSettings
@@ -230,3 +232,55 @@ def test_ansi_tokens_draws_a_tree_run_with_its_path_and_extra_token():
     assert _plain(s).replace("⁺", "") == "".join(texts)
     n_acc = sum(r.n_accepted for r in run.rounds)
     assert n_acc > 0 and s.count(f"\x1b[{render.ANSI_STYLES['accepted']}m") == n_acc
+
+
+# every character that ends a line in CommonMark ('\r\n', '\r', '\n') and the others str.splitlines breaks at
+LINE_ENDS = ["\r\n", "\r", "\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+PAYLOAD = "![i](http://127.0.0.1:9/cr-img.png) [CLICK TO FIX](https://evil.example/fix)"
+
+
+def test_no_line_break_character_lets_markdown_out_of_the_html_block():
+    """A prompt "Hello\\r\\rworld" ended the raw-HTML block inside st.markdown: the texts after it were read as
+    markdown, an image fetched and a link drawn. Every line break is drawn as a mark and <br>, in the prompt, the
+    tokens and their hover titles, so markdown reads the whole text as one HTML block."""
+    MarkdownIt = pytest.importorskip("markdown_it").MarkdownIt
+    vocab = {i: f"a{end}{end}{PAYLOAD}" for i, end in enumerate(LINE_ENDS)}
+    r = mk_round(0, list(vocab)[:4], [True] * 4, 4, "bonus",
+                 emitted=list(vocab)[:4] + list(vocab)[4:])  # every token's text, in one round's emitted list
+    for prompt in ["Hello\r\rworld " + PAYLOAD, *(f"x{end}{end}{PAYLOAD}" for end in LINE_ENDS)]:
+        h = render.tokens_html(prompt, [r], vocab.__getitem__)
+        assert not any(end in h for end in LINE_ENDS), repr(prompt)
+        blocks = MarkdownIt("commonmark").parse(h)
+        assert [b.type for b in blocks] == ["html_block"], repr(prompt)  # no paragraph, image or link after it
+        assert h.count("⏎") == 2 + 2 * len(LINE_ENDS)  # each break shown: two in the prompt, two in each token
+    assert "\r" not in render.text_block("", [("t", "accepted", "a\r\rb")])  # a hover title too
+
+
+def _read(md: str) -> str:
+    """What markdown shows of md: the text of its inline text pieces, escapes read."""
+    from markdown_it import MarkdownIt
+
+    return "".join(c.content for b in MarkdownIt("commonmark").parse(md) if b.type == "inline"
+                   for c in b.children if c.type == "text")
+
+
+def test_md_text_shows_a_web_or_mail_address_as_plain_text():
+    """Streamlit's markdown (GFM, mdast-util-gfm-autolink-literal) makes a link of "http://", "https://",
+    "www." and "a@b.c" in the text as read, after its escapes: a file named "see https://evil.example/fix.json"
+    quoted in an error was a live link. md_text puts a word joiner (drawn as nothing) into each."""
+    pytest.importorskip("markdown_it")
+    for s in ["see https://evil.example/fix.json", "HTTP://EVIL.EXAMPLE", "www.evil.example", "WWW.evil.example",
+              "mail me: x.y+z@evil.example", "drafter http://127.0.0.1:9/x"]:
+        shown = _read(render.md_text(s))
+        assert shown.replace("\u2060", "") == s  # the same text, to the eye
+        assert not re.search(r"(?i)https?://|www\.|[-.\w+]@[-\w]", shown), shown
+
+
+def test_md_text_shows_a_bidi_control_as_a_mark():
+    """U+202E in a file name mirrored the page's header ("replay of dehsinif"): shown as ⟨U+202E⟩, as token
+    texts from a file are (runfile.neutral), every bidirectional control character it knows."""
+    from specviz.data.records import BIDI_CONTROLS
+
+    for ch in BIDI_CONTROLS:
+        shown = render.md_text(f"finished{ch}.json")
+        assert ch not in shown and f"⟨U\\+{ord(ch):04X}⟩" in shown

@@ -89,16 +89,51 @@ def _measure_first_step(at):
     ok(nxt.click().run())
 
 
-def test_lesson_progress_and_results_survive_a_reload():
+def _back(at):
+    ok(at.button(key=next(b.key for b in at.button if b.key.startswith("lessons.prev."))).click().run())
+
+
+def measured(at) -> bool:
+    return any(m.label == "measured" for m in at.metric)
+
+
+def test_the_lessons_step_survives_a_reload_and_its_results_stay_with_the_session():
+    """The address carries the lesson and its step, never the learner's predictions and results: a reload (a
+    new session with the same address) is at the same step, and starts it without them."""
     at = app(LESSONS, {"source": "recorded"})
     _measure_first_step(at)
     assert "step 2 of" in step_shown(at), step_shown(at)
+    assert address(at).get("step") == "2" and "session" not in address(at)
     again = app(LESSONS, address(at))  # a reload
     assert "step 2 of" in step_shown(again)
-    ok(again.button(key=next(b.key for b in again.button if b.key.startswith("lessons.prev."))).click().run())
-    assert any(m.label == "measured" for m in again.metric), "step 1's measured answer was lost in the reload"
-    other = app(LESSONS, {"source": "recorded"})  # another session, without the token: its own progress
-    assert "step 1 of" in step_shown(other)
+    _back(again)
+    assert "step 1 of" in step_shown(again) and not measured(again)
+    _back(at)  # the first session still has its answer, after a change of page too
+    ok(at.switch_page("pages/6_Theory.py").run())
+    ok(at.switch_page(LESSONS).run())
+    assert "step 1 of" in step_shown(at) and measured(at)
+
+
+def test_two_sessions_with_one_address_neither_see_nor_wipe_each_others_progress():
+    """A link copied from the projector used to carry the session's token: a second browser saw the first one's
+    predictions and results, and its "Start the lesson again" wiped them."""
+    projector = app(LESSONS, {"source": "recorded"})
+    _measure_first_step(projector)
+    _back(projector)
+    assert measured(projector)
+    student = app(LESSONS, address(projector))  # the same address, another browser
+    assert "step 1 of" in step_shown(student) and not measured(student)
+    ok(student.button(key="lessons.restart").click().run())
+    ok(projector.run())
+    assert "step 1 of" in step_shown(projector) and measured(projector)
+
+
+@pytest.mark.parametrize("query", [{"session": "<script>alert(1)</script>"}, {"session": "x" * 6000},
+                                   {"step": "9" * 6000}, {"step": "<script>"}, {"step": "-1"}, {"step": "999"}])
+def test_a_hostile_token_or_step_in_the_address_is_refused_cleanly(query):
+    at = app(LESSONS, {"source": "recorded", **query})
+    assert "step 1 of" in step_shown(at)
+    assert "session" not in address(at) and "step" not in address(at)  # step 1 is the default, left out
 
 
 def test_the_main_page_is_named_for_what_it_does_and_every_page_keeps_its_address():

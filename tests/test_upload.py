@@ -15,6 +15,7 @@ import pytest
 
 from specviz.teaching import explain
 from specviz.data import playback, runfile
+from specviz.core import markup
 from specviz.core.limits import K_MAX
 from specviz.core.errors import SpecvizError
 from tiny import split_settings
@@ -191,7 +192,8 @@ def test_a_prompt_rebuilt_from_the_token_table_is_held_to_the_prompt_limit():
 
 def test_what_a_file_makes_the_page_draw_is_capped(monkeypatch):
     rec = runfile.load_export(GOOD.read_bytes())
-    drawn = len(rec.prompt_text) + sum(len(rec.tokens[t]) for r in rec.run.rounds for t in r.drafted + r.emitted)
+    drawn = markup.drawn_size(rec.prompt_text) + sum(markup.drawn_size(rec.tokens[t]) for r in rec.run.rounds
+                                                     for t in r.drafted + r.emitted)
     monkeypatch.setenv("SPECVIZ_MAX_DRAWN_CHARS", str(drawn - 1))
     with pytest.raises(SpecvizError, match=f"rounds: its prompt and tokens would draw more than {drawn - 1} char"):
         runfile.load_export(GOOD.read_bytes())
@@ -300,3 +302,24 @@ def test_every_kind_of_live_run_passes_its_own_file_checks(how):
         settings, rest = split_settings({"k": 5, "max_new_tokens": 40, **kw})
         run = speculative_decode(target, drafter, prompt, settings, **rest)
     runfile.load_export(runfile.export_json(run, lambda t: f"t{t} ", "p"))
+
+
+def _breaks_file(text: str, prompt: str) -> bytes:
+    """The good file with every token's text `text` and the prompt `prompt`."""
+    d = base()
+    d["specviz_export"]["prompt_text"] = prompt
+    d["specviz_export"]["tokens"] = {t: text for t in d["specviz_export"]["tokens"]}
+    return json.dumps(d).encode()
+
+
+def test_what_a_file_draws_is_counted_as_html_so_line_breaks_cannot_flood_the_page():
+    """A file of line breaks inside every limit (tokens of 179 of them, a prompt of 16,000) drew megabytes of
+    HTML per redraw: the cap counted a break as 1 character, and it draws as markup.BREAK. Counted as drawn, it
+    is refused with the reason; the same number of plain characters is still accepted."""
+    flood = _breaks_file("\n" * 179, "\n" * 16000)
+    with pytest.raises(SpecvizError, match="characters of HTML .* SPECVIZ_MAX_DRAWN_CHARS"):
+        runfile.load_export(flood)
+    rec = runfile.load_export(_breaks_file("x" * 179, "x" * 16000))  # the same characters, drawn as they are
+    drawn = markup.drawn_size(rec.prompt_text) + sum(markup.drawn_size(rec.tokens[t]) for r in rec.run.rounds
+                                                     for t in r.drafted + r.emitted)
+    assert drawn <= 200_000

@@ -2,31 +2,29 @@
 
 A widget's own key is dropped from st.session_state when another page runs, and a reload starts a new session.
 So a setting that must survive both lives under a key no widget owns (st.session_state["keep.<name>"]) and is
-mirrored in the page's address (st.query_params[name]): a reload reads it back from there. Larger things (a
-lesson's progress and results) stay on the server, in a store of this process, under a token in the address.
+mirrored in the page's address (st.query_params[name]): a reload reads it back from there. Only what is not
+personal goes in the address (presenter mode, the source, the lesson and its step), since an address is copied
+and projected. A learner's predictions and results stay in their own session (session_store): a change of page
+keeps them; a reload, another browser or a copied link starts without them, and nothing in an address reaches them.
 
     remembered("source", "live", ("live", "recorded"))   # the session's value, else the address's, else the default
     remember("source", "recorded")                      # a widget's on_change: keep it, and show it in the address
     restore_widget("lessons.source", "source", "live", {"live": LIVE, "recorded": RECORDED})
                                                         # before drawing a widget: its remembered value, if it has none
-    session_store("lessons")                            # this session's dict in the server's store (survives a reload)
+    address_index("step", n)                            # a number 1..n in the address, as an index (else 0)
+    session_store("lessons")                            # this session's own dict (survives a change of page)
 """
 
 from __future__ import annotations
 
-import secrets
-import threading
-from collections import OrderedDict
 from typing import Any, Iterable, Mapping
 
 import streamlit as st
 
 PREFIX = "keep."
-TOKEN = "session"  # the address's key for the session's token in the store
-STORE_SESSIONS = 200  # sessions the store keeps (the least recently used goes first)
-
-_store: OrderedDict[str, dict] = OrderedDict()
-_store_lock = threading.Lock()
+# an older address's token for the server's store of progress, which any browser given the link could read and
+# wipe: never read, and dropped from the address
+STALE = ("session",)
 
 
 def remember(name: str, value: str, default: str | None = None) -> None:
@@ -66,16 +64,17 @@ def keep_widget(name: str, widget_value: Any, to_widget: Mapping[str, Any], defa
     return value
 
 
+def address_index(name: str, n: int) -> int:
+    """The number 1..n the address gives under name, as a 0-based index; 0 when there is none or it is not one."""
+    raw = st.query_params.get(name) or ""
+    return int(raw) - 1 if len(raw) <= 6 and raw.isascii() and raw.isdigit() and 1 <= int(raw) <= n else 0
+
+
 def session_store(name: str) -> dict:
-    """This session's dict called name in the server's store: the same dict after a change of page and after a
-    reload (the address carries the session's token). Its contents are this process's objects, never sent."""
-    token = remembered(TOKEN, "")
-    if not token:
-        token = secrets.token_urlsafe(9)
-        remember(TOKEN, token)
-    with _store_lock:
-        own = _store.pop(token, None) or {}
-        _store[token] = own  # now the most recently used
-        while len(_store) > STORE_SESSIONS:
-            _store.popitem(last=False)
-        return own.setdefault(name, {})
+    """This session's dict called name, in st.session_state under a key no widget owns: the same dict after a
+    change of page, and out of reach of the page's address (a link carries none of it). Its contents are this
+    process's objects, never sent."""
+    for key in STALE:
+        if key in st.query_params:
+            del st.query_params[key]
+    return st.session_state.setdefault(f"{PREFIX}store.{name}", {})

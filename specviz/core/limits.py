@@ -9,8 +9,9 @@ variable (Streamlit's config.toml has no room for an app's own settings):
   SPECVIZ_MAX_PROMPT_CHARS   characters in a prompt box              (default 16000)
   SPECVIZ_MAX_RUN_FILE_MB    size of a run file that may be loaded   (default 2; keep
                              server.maxUploadSize in .streamlit/config.toml above it)
-  SPECVIZ_MAX_DRAWN_CHARS    characters a loaded run file may make the page draw: its
-                             prompt and every drafted and emitted token's text (default 200000)
+  SPECVIZ_MAX_DRAWN_CHARS    characters of HTML a loaded run file may make the page draw: its
+                             prompt and every drafted and emitted token's text, counted as
+                             drawn (markup.drawn_size: a line break is 34) (default 200000)
   SPECVIZ_BASELINE_TTL_S     seconds a measured target-alone run is reused by later
                              runs with the same target, prompt and settings
                              (default 600; 0: measured for every run); also how long
@@ -65,8 +66,9 @@ def max_run_file_bytes() -> int:
 
 
 def max_drawn_chars() -> int:
-    """The most characters a loaded run file may make the page draw (its prompt and every drafted and emitted
-    token's text): the page redraws them each round, so a small file of long token texts would be a huge page."""
+    """The most characters of HTML a loaded run file may make the page draw (its prompt and every drafted and
+    emitted token's text, as markup.drawn_size counts them): the page redraws them each round, so a small file of
+    long token texts, or of line breaks, would be a huge page."""
     return _env_int("SPECVIZ_MAX_DRAWN_CHARS", 200_000)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from specviz.core import limits, measure
+from specviz.core import limits, markup, measure
 from specviz.core.limits import K_MAX
 from specviz.data import records
 from specviz.core.errors import SpecvizError
@@ -361,14 +361,18 @@ def neutral(text: str) -> str:
 
 
 def _check_drawn(run: Run, tokens: dict[int, str], prompt: str) -> None:
-    """What the page draws, and redraws each round: the prompt and every drafted and emitted token's text."""
+    """What the page draws, and redraws each round: the prompt and every drafted and emitted token's text,
+    counted as the HTML it draws as (markup.drawn_size: a line break is 34 characters of it, not 1)."""
     cap = limits.max_drawn_chars()
-    n = len(prompt)
+    size = {t: markup.drawn_size(text) for t, text in tokens.items()}
+    unknown = markup.drawn_size("⟨0000⟩")  # an id not in the table is drawn as ⟨id⟩
+    n = markup.drawn_size(prompt)
     for r in run.rounds:
-        n += sum(len(tokens.get(t, "⟨0000⟩")) for t in r.drafted + r.emitted)  # an id not in the table: ⟨id⟩
+        n += sum(size.get(t, unknown) for t in r.drafted + r.emitted)
         if n > cap:
-            raise malformed("rounds", f"its prompt and tokens would draw more than {cap} characters (the limit "
-                                      "is set by SPECVIZ_MAX_DRAWN_CHARS)")
+            raise malformed("rounds", f"its prompt and tokens would draw more than {cap} characters of HTML "
+                                      f"(a line break counts as the {len(markup.BREAK)} it draws as; the limit is "
+                                      "set by SPECVIZ_MAX_DRAWN_CHARS)")
 
 
 def load_export(text: str | bytes) -> Recording:

@@ -21,14 +21,13 @@ are explain.py's; the figures (α, c, speedup) are measure.py's.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specviz.core import measure
+from specviz.core import markup, measure
 from specviz.core.errors import InvalidSetting
 from specviz.core.progress import Units
 from specviz.teaching.experiments import Agreement, agreement_along, first_logits
@@ -328,7 +327,7 @@ def diff_html(ids: Sequence[int], other: Sequence[int], decode: Decode) -> str:
     i = measure.first_difference(ids, other)
     parts = []
     for j, t in enumerate(ids):
-        s = html.escape(decode(int(t)), quote=False).replace("\n", "⏎<br>")
+        s = markup.html_text(decode(int(t)))
         if i is not None and j == i:
             parts.append('<span data-state="first-difference" style="background:rgba(213,94,0,0.18);'
                          'border:2px solid #D55E00;font-weight:700;border-radius:3px">'

@@ -18,7 +18,9 @@ import re
 import string
 from collections.abc import Callable, Iterable, Sequence
 
+from specviz.core import markup
 from specviz.data.records import Round, Run
+from specviz.data.runfile import neutral
 
 # Okabe-Ito palette (Okabe & Ito 2008): distinguishable with all common CVDs.
 OKABE_ITO = {
@@ -105,13 +107,22 @@ def visible(s: str, spaces: bool = True, runs: bool = False) -> str:
     return _RUN.sub(lambda m: f"{m.group(1)}×{len(m.group(0))}", out) if runs else out
 
 
-def md_text(s: str) -> str:
-    """Text to show literally inside markdown (a title from a file): punctuation escaped, one line.
+# where markdown (GFM) makes a link of bare text: "http://", "https://", "www." and an e-mail's "@". Streamlit finds
+# them in the text after the escapes are read, so an escaped "\\:" is linked too: a word joiner (U+2060, drawn as
+# nothing) before the ':' of "://", before each '@', and before the '.' after "www", breaks every one of them.
+_AUTOLINK = re.compile(r":(?=//)|@|(?<=[wW]{3})\.")
+_WORD_JOINER = "\u2060"
 
-    Every ASCII punctuation character may be backslash-escaped in CommonMark, so no link, image,
-    emphasis, HTML or Streamlit directive (:red[...], :material/...:) can be planted.
+
+def md_text(s: str) -> str:
+    """Text to show literally inside markdown (a title, a file name, an error quoting a file): one line, plain.
+
+    Every ASCII punctuation character is backslash-escaped (CommonMark allows it), so no link, image, emphasis,
+    HTML or Streamlit directive (:red[...], :material/...:) can be planted; a bare web address or e-mail address
+    is not made a link (_AUTOLINK); a bidirectional control character is shown as a mark, ⟨U+202E⟩ (neutral).
     """
-    line = " ".join(str(s).splitlines())
+    line = neutral(" ".join(str(s).splitlines()))
+    line = _AUTOLINK.sub(lambda m: _WORD_JOINER + m.group(0), line)
     return "".join("\\" + ch if ch in string.punctuation else ch for ch in line)
 
 
@@ -124,20 +135,15 @@ def md_code(s: str) -> str:
 
 
 def _tok_html(text: str, state: str, title: str = "") -> str:
-    """One token as a <span>: escaped, newlines shown as '⏎' then <br>.
+    """One token as a <span>: escaped, each line break shown as '⏎' then <br>, a tab as '⇥'.
 
-    The output never contains a literal newline: in st.markdown a blank line
-    would end the raw-HTML block and the rest would be parsed as markdown.
+    The output never holds a line-ending character (core.markup): in st.markdown a blank line would end the
+    raw-HTML block and the rest would be parsed as markdown.
     """
-    parts = []
-    for i, line in enumerate(text.split("\n")):
-        if i:
-            parts.append('<span class="sv-nl">⏎</span><br>')
-        parts.append(html.escape(line.replace("\t", "⇥").replace("\r", "␍"), quote=False))
-    body = "".join(parts) if text else "∅"
+    body = markup.html_text(text.replace("\t", "⇥")) if text else "∅"
     if state == "bonus":
         body += '<sup class="sv-plus">+</sup>'
-    t = f' title="{html.escape(title, quote=True)}"' if title else ""
+    t = f' title="{markup.html_attr(title)}"' if title else ""
     return (f'<span class="sv-tok sv-{state}" data-state="{state}" '
             f'style="{STATE_STYLES[state]}"{t}>{body}</span>')
 
@@ -196,7 +202,7 @@ def text_block(prompt_text: str, toks: Iterable[tuple[str, str, str]], reply: bo
     reply: the prompt went in as a chat message, so the model's text is its reply, a turn of its own: it starts
     on a new line, not as a continuation of the prompt's last line."""
     parts = [f'<span class="sv-prompt" style="{STATE_STYLES["prompt"]}">'
-             + html.escape(prompt_text, quote=False).replace("\n", "⏎<br>") + "</span>"
+             + markup.html_text(prompt_text) + "</span>"
              + ('<br class="sv-reply">' if reply and prompt_text else "")]
     parts += [_tok_html(text, state, title) for text, state, title in toks]
     return f'<div class="sv-text" style="{_CONTAINER}">{"<wbr>".join(parts)}</div>'
