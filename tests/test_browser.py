@@ -574,3 +574,25 @@ def test_the_page_list_names_the_main_page_for_what_it_does(tiny_server, browser
     page.get_by_text("step 1 of").first.wait_for()
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()
+
+
+@pytest.mark.parametrize("path, shows", [("Slow_motion_round", "{n} round"), ("Token_tree", "round {n}")])
+def test_presenter_keys_step_the_rounds_on_the_pages_that_step_by_hand(tiny_server, browser, path, shows):
+    """Slow motion round and Token tree have no Run or Pause: in presenter mode → takes the first round, then
+    the next, and space the next one too."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(f"{tiny_server}/{path}")
+    page.get_by_text("Presenter mode").first.wait_for(timeout=WAIT_MS)
+    _settled(page)
+    page.get_by_text("Presenter mode").first.click()
+    page.get_by_text("space plays or pauses").first.wait_for()
+    _settled(page)
+    page.wait_for_timeout(1500)  # the key script is in place
+    for n, key in ((1, "ArrowRight"), (2, "ArrowRight"), (3, " ")):
+        page.evaluate("() => document.activeElement && document.activeElement.blur()")  # keys go to the page
+        page.keyboard.press(key)
+        page.get_by_text(shows.format(n=n)).first.wait_for(timeout=WAIT_MS)
+        _settled(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()

@@ -87,7 +87,8 @@ PAGE_CSS = """<style>
 
 
 # presenter mode's keys, on the page around the component's frame: space plays or pauses (or runs),
-# → steps one round (or goes to the next lesson step); never while typing in a box
+# → steps one round (or goes to the next lesson step); on the pages that step by hand (Slow motion round, Token
+# tree) both take the next round, or the first when there is none yet; never while typing in a box
 PRESENTER_KEYS = """<script>
 const doc = window.parent.document;
 {
@@ -107,8 +108,9 @@ const doc = window.parent.document;
     if (tag === 'input' || tag === 'textarea' || tag === 'select' || (t && t.isContentEditable)) return;
     let done = false;
     if (e.key === ' ' && e.repeat) done = true;  // a held key repeats: act on the first press only
-    else if (e.key === ' ') done = click(['Pause', 'Resume']) || click(['Run', 'Play recording', 'Run the experiment']);
-    else if (e.key === 'ArrowRight') done = click(['Step', 'Next step →']);
+    else if (e.key === ' ') done = click(['Pause', 'Resume']) || click(['Run', 'Play recording', 'Run the experiment'])
+      || click(['Next round']) || click(['First round']);
+    else if (e.key === 'ArrowRight') done = click(['Step', 'Next step →', 'Next round']) || click(['First round']);
     if (done) e.preventDefault();
   };
   doc.addEventListener('keydown', doc.specvizKeys);
