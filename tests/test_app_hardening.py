@@ -331,3 +331,21 @@ def test_a_file_just_over_the_size_limit_gets_a_message_and_the_run_stays():
     assert any("larger than the limit of 2 MB" in plain(e.value) for e in at.error), [e.value for e in at.error]
     assert at.session_state["main.job"] is job
     assert any("at most 2 MB" in u.label for u in at.get("file_uploader"))
+
+
+@pytest.mark.parametrize("page, variable, value", [
+    ("app.py", "SPECVIZ_MAX_RUN_FILE_MB", "0"), ("app.py", "SPECVIZ_MAX_NEW_TOKENS", "0"),
+    ("app.py", "SPECVIZ_MAX_PROMPT_CHARS", "[x](https://evil.example)"),
+    ("pages/2_Acceptance_lab.py", "SPECVIZ_MAX_RUN_FILE_MB", "0"),
+])
+def test_a_bad_limit_is_said_on_the_page_naming_the_variable(monkeypatch, page, variable, value):
+    """SPECVIZ_MAX_RUN_FILE_MB=0 was Streamlit's generic error on load (the upload box read it first)."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv(variable, value)
+    at = AppTest.from_file(str(Path(APP).parent / page), default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    said = [plain(e.value) for e in at.error]
+    assert len(said) == 1 and variable in said[0] and (repr(value) in said[0] or f"got {value}." in said[0]), said
+    assert "](" not in at.error[0].value  # the value is plain text, never a link
