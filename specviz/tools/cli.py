@@ -354,14 +354,14 @@ def check_bench_args(a: argparse.Namespace) -> argparse.Namespace:
         raise InvalidSetting("--reps and --max-new-tokens must be >= 1")
     limits.check_max_new_tokens(a.max_new_tokens)
     for flag, path in (("--out", a.out), ("--figure", a.figure)):
-        _check_writable(flag, path)  # before the benchmark runs, not after
+        check_writable(flag, path)  # before the benchmark runs, not after
     if not (a.temperature > 0 and math.isfinite(a.temperature)):
         raise InvalidSetting("--temperature must be > 0 (sample mode); greedy is its own mode")
     a.method_names = select_methods(a.ks, a.trees, _names(a.methods) if a.methods else None)
     return a
 
 
-def _check_writable(flag: str, path: str | None) -> None:
+def check_writable(flag: str, path: str | None) -> None:
     """InvalidSetting naming the flag when a file could not be written at `path` (None: not asked for)."""
     if path is None:
         return
@@ -441,8 +441,8 @@ def cmd_timing(args) -> int:
 
     if args.limit <= 0:
         raise InvalidSetting("--limit must be a number of seconds above 0")
-    _check_writable("--out", args.out)
-    _check_writable("--md", args.md)
+    check_writable("--out", args.out)
+    check_writable("--md", args.md)
     t0 = time.perf_counter()
 
     def say(msg: str) -> None:
