@@ -301,6 +301,7 @@ def test_an_uploaded_dtype_is_plain_text_in_the_identity_warning():
     d = json.loads(GOOD.read_text(encoding="utf-8"))
     d["dtype"] = "![x](http://evil.example/x.png)"
     d["specviz_export"]["baseline"].update(identical=False, first_difference=3)
+    d["specviz_export"]["baseline"]["base_token_ids"][3] += 1  # as the token ids say (they are checked)
     at = new_app()
     at.select_slider(key="main.speed").set_value("instant")
     upload(at, "dtype.json", json.dumps(d).encode())
