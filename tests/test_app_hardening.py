@@ -301,6 +301,7 @@ def test_an_uploaded_dtype_is_plain_text_in_the_identity_warning():
     d = json.loads(GOOD.read_text(encoding="utf-8"))
     d["dtype"] = "![x](http://evil.example/x.png)"
     d["specviz_export"]["baseline"].update(identical=False, first_difference=3)
+    d["specviz_export"]["baseline"]["base_token_ids"][3] += 1  # as the token ids say (they are checked)
     at = new_app()
     at.select_slider(key="main.speed").set_value("instant")
     upload(at, "dtype.json", json.dumps(d).encode())
@@ -414,3 +415,21 @@ def test_a_run_file_of_line_breaks_is_refused_for_the_html_it_would_draw():
     upload(at, "flood.json", data)
     assert any("SPECVIZ_MAX_DRAWN_CHARS" in plain(e.value) for e in at.error), [e.value for e in at.error]
     assert at.session_state["main.job"] is job
+
+
+@pytest.mark.parametrize("page, variable, value", [
+    ("app.py", "SPECVIZ_MAX_RUN_FILE_MB", "0"), ("app.py", "SPECVIZ_MAX_NEW_TOKENS", "0"),
+    ("app.py", "SPECVIZ_MAX_PROMPT_CHARS", "[x](https://evil.example)"),
+    ("pages/2_Acceptance_lab.py", "SPECVIZ_MAX_RUN_FILE_MB", "0"),
+])
+def test_a_bad_limit_is_said_on_the_page_naming_the_variable(monkeypatch, page, variable, value):
+    """SPECVIZ_MAX_RUN_FILE_MB=0 was Streamlit's generic error on load (the upload box read it first)."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv(variable, value)
+    at = AppTest.from_file(str(Path(APP).parent / page), default_timeout=120)
+    at.run()
+    assert not at.exception, at.exception
+    said = [plain(e.value) for e in at.error]
+    assert len(said) == 1 and variable in said[0] and (repr(value) in said[0] or f"got {value}." in said[0]), said
+    assert "](" not in at.error[0].value  # the value is plain text, never a link

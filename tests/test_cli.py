@@ -45,6 +45,7 @@ def test_models_lists_the_default_pair():
     (["run", "--prompt", "hi", "--pair", "nope"], "unknown pair 'nope'"),
     (["run", "--prompt", "hi", "--draft", "/nonexistent/d", "--target", "/nonexistent/t"], "not found"),
     (["--models", "/nonexistent/models.yaml", "models"], "file not found"),
+    (["--models", "/dev/zero", "models"], "/dev/zero: not a regular file"),
 ])
 def test_bad_input_exits_2_without_traceback(args, message):
     r = specviz(*args)
@@ -319,9 +320,10 @@ def test_run_with_a_top_p_below_float_precision_keeps_the_most_likely_token(tiny
     assert len(Run.from_json(out).token_ids) == 6
 
 
-def _specviz_bytes(*args: str, stdin: bytes, env: dict | None = None) -> subprocess.CompletedProcess:
+def _specviz_bytes(*args: str, stdin: bytes, env: dict | None = None,
+                   timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, cwd=ROOT, input=stdin,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, timeout=300)
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, timeout=timeout)
 
 
 def test_a_utf16_prompt_on_stdin_is_a_clear_error():
@@ -331,12 +333,15 @@ def test_a_utf16_prompt_on_stdin_is_a_clear_error():
     assert err.strip().splitlines()[-1].startswith("error: --prompt -: stdin is not UTF-8 text"), err
 
 
-@pytest.mark.parametrize("value", ["-3", "cpu=1,cuda=-3"])
+@pytest.mark.parametrize("value", ["-3", "cpu=1,cuda=-3", "100000", str(10**30), "cpu=1,cuda=100000"])
 def test_a_bad_device_concurrency_is_one_line_for_every_command(value):
-    r = _specviz_bytes("models", stdin=b"", env={"SPECVIZ_DEVICE_CONCURRENCY": value})
+    """A thread is made per holder a device admits, at import where PyTorch has more than one thread
+    (devqueue.share_cores): 100000 of them hung every command, `models` too."""
+    env = {"SPECVIZ_DEVICE_CONCURRENCY": value, "OMP_NUM_THREADS": "2"}
+    r = _specviz_bytes("models", stdin=b"", env=env, timeout=120)
     err = r.stderr.decode()
     assert r.returncode == 2 and "Traceback" not in err, err
-    assert err.strip() == f"error: SPECVIZ_DEVICE_CONCURRENCY must be at least 1, got {value!r}."
+    assert err.strip() == f"error: SPECVIZ_DEVICE_CONCURRENCY must be from 1 to 64, got {value!r}."
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -345,6 +350,9 @@ def test_a_bad_device_concurrency_is_one_line_for_every_command(value):
     (["--out", "{tmp}/missing/bench.json"], "--out '{tmp}/missing/bench.json': the folder '{tmp}/missing' does "
                                             "not exist"),
     (["--figure", "{tmp}"], "--figure '{tmp}' is a folder"),
+    (["--threads", "-1"], "--threads must be from 1 to 256 (PyTorch's threads), got -1"),
+    (["--threads", "0"], "--threads must be from 1 to 256"),
+    (["--cost-reps", "0"], "--cost-reps must be >= 1 (repetitions of the forward-cost measurement), got 0"),
 ])
 def test_bench_refuses_bad_options_before_it_runs(tmp_path, capsys, monkeypatch, extra, message):
     from specviz.tools import bench
@@ -356,6 +364,18 @@ def test_bench_refuses_bad_options_before_it_runs(tmp_path, capsys, monkeypatch,
     err = capsys.readouterr().err
     assert rc == 2 and not ran and "Traceback" not in err
     assert err.strip().startswith("error: ") and message.format(tmp=tmp_path) in err, err
+
+
+@pytest.mark.parametrize("limit", ["nan", "inf", "-1", "0"])
+def test_timing_refuses_a_limit_that_is_not_a_finite_number_above_0(monkeypatch, capsys, limit):
+    """--limit nan was accepted (every comparison with nan is false, so no item was ever over it)."""
+    def load_pair(*a, **k):
+        raise AssertionError("the pair was loaded before --limit was checked")
+
+    monkeypatch.setattr(models, "load_pair", load_pair)
+    rc = cli.main(["--models", str(TINY_REGISTRY), "timing", "-q", "--limit", limit])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and lines == [f"error: --limit must be a finite number of seconds above 0, got {float(limit):g}"]
 
 
 # -----------------------------------------------------------------------------
@@ -401,6 +421,22 @@ def test_prepare_caches_the_copies_a_default_run_loads_and_the_ones_asked_for(ch
     assert main(["--models", str(chunked_registry), "prepare", "--draft-precision", "float32",
                  "--target-precision", "int8"]) == 0
     assert _cached(tmp_path) == ["d", "d-int8", "t", "t-int8"]
+
+
+@pytest.mark.parametrize("where", ["the file", "under the file"])
+def test_prepare_with_the_cache_at_a_file_says_so_in_one_line(chunked_registry, tmp_path, monkeypatch, capsys, where):
+    """SPECVIZ_CACHE pointing at a file was a FileExistsError traceback (under it: NotADirectoryError)."""
+    from specviz.tools.cli import main
+
+    file = tmp_path / "not-a-folder"
+    file.write_text("x")
+    cache = file if where == "the file" else file / "cache"
+    monkeypatch.setenv("SPECVIZ_CACHE", str(cache))
+    assert main(["--models", str(chunked_registry), "prepare"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"error: The cache folder {cache} cannot be made: {file} is a file. Set SPECVIZ_CACHE to a "
+                     "folder."], lines
+    assert file.read_text() == "x"
 
 
 @pytest.mark.parametrize("args,flag", [

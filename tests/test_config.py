@@ -115,6 +115,8 @@ BAD_TINY = [
     (lambda d: TINY_SOURCE(d).update(vocab=10**9), "models.tiny-draft.source.tiny.vocab: must be <= 262144"),
     (lambda d: TINY_SOURCE(d).update(noise=float("nan")), "models.tiny-draft.source.tiny.noise: expected a finite"),
     (lambda d: TINY_SOURCE(d).update(noise=float("inf")), "models.tiny-draft.source.tiny.noise: expected a finite"),
+    (lambda d: TINY_SOURCE(d).update(seed=2**70), f"models.tiny-draft.source.tiny.seed: must be <= {2**63 - 1}"),
+    (lambda d: TINY_SOURCE(d).update(seed=-1), "models.tiny-draft.source.tiny.seed: must be >= 0"),
 ]
 
 
@@ -125,6 +127,54 @@ def test_a_tiny_source_of_impossible_size_or_noise_names_the_field(tmp_path, mut
     with pytest.raises(ConfigError) as err:
         load_registry(_write(tmp_path, data))
     assert message in str(err.value)
+
+
+def test_the_largest_tiny_seed_makes_a_model():
+    """seed: 2**70 was a torch overflow traceback; the largest seed the registry takes is one torch takes, the
+    noisy draft's second seed (seed + 1000003) too."""
+    from specviz.modeling.config import TINY_MAX
+    from specviz.modeling.tiny import tiny_model
+
+    assert tiny_model(seed=TINY_MAX["seed"], noise=0.1, vocab=100, hidden=8, layers=1) is not None
+
+
+def _read_in_time(path, seconds: float = 20.0) -> BaseException | None:
+    """load_registry(path) on a thread: what it raised (None: nothing); fails the test if it is still reading."""
+    import threading
+
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(_raised(lambda: load_registry(path))), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"reading {path} did not end in {seconds} s"
+    return got[0]
+
+
+def _raised(fn) -> BaseException | None:
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - handed to the test
+        return e
+    return None
+
+
+@pytest.mark.parametrize("kind", ["fifo", "too large", "/dev/zero", "a folder"])
+def test_a_registry_that_is_not_a_small_regular_file_is_refused(tmp_path, kind):
+    """--models /dev/zero grew the memory without limit, and a FIFO hung the command."""
+    import os
+
+    from specviz.modeling.config import REGISTRY_MAX_BYTES
+
+    path = {"fifo": tmp_path / "fifo.yaml", "too large": tmp_path / "big.yaml", "/dev/zero": Path("/dev/zero"),
+            "a folder": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    if kind == "too large":
+        path.write_text("# padding\n" * (REGISTRY_MAX_BYTES // 10 + 1))
+    err = _read_in_time(path)
+    assert isinstance(err, ConfigError), err
+    want = "larger than 1024 KiB" if kind == "too large" else "not a regular file"
+    assert str(err).startswith(f"{path}: ") and want in str(err), str(err)
 
 
 def test_the_memory_check_counts_a_tiny_models_layers_not_its_declared_params(tmp_path):

@@ -119,7 +119,8 @@ def test_concurrency_is_a_setting_and_holders_never_exceed_it():
     assert devqueue.concurrency("cpu", "") == 1
     assert devqueue.concurrency("cpu", "3") == 3
     assert devqueue.concurrency("cuda:0", "cpu=1,cuda=2") == 2 and devqueue.concurrency("cpu", "cuda=2") == 1
-    for bad in ("x", "0", "cpu=two"):
+    assert devqueue.concurrency("cpu", str(devqueue.MAX_CONCURRENCY)) == devqueue.MAX_CONCURRENCY
+    for bad in ("x", "0", "cpu=two", "65", "cpu=1,cuda=65", str(10**30)):
         with pytest.raises(devqueue.InvalidSetting, match="SPECVIZ_DEVICE_CONCURRENCY"):
             devqueue.concurrency("cpu", bad)
     q = DeviceQueue(poll_s=0.01, env="2")

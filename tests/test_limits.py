@@ -103,3 +103,16 @@ def test_cli_run_checks_its_settings_before_loading_the_models(monkeypatch, caps
     rc = cli.main(["run", "--prompt", "hello", *extra])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["SPECVIZ_MAX_NEW_TOKENS", "SPECVIZ_MAX_PROMPT_TOKENS", "SPECVIZ_MAX_PROMPT_CHARS",
+                                  "SPECVIZ_MAX_RUN_FILE_MB", "SPECVIZ_MAX_DRAWN_CHARS", "SPECVIZ_BASELINE_TTL_S"])
+def test_check_all_names_each_bad_limit(monkeypatch, name):
+    """What a page checks before it reads any limit (ui.page_setup)."""
+    from specviz import ConfigError
+    from specviz.core import limits
+
+    limits.check_all()
+    monkeypatch.setenv(name, "-1")
+    with pytest.raises(ConfigError, match=rf"\${name} must be from"):
+        limits.check_all()

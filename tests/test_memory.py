@@ -34,7 +34,8 @@ def test_env_var_sets_the_budget_and_a_bad_value_is_said(tmp_path):
     proc = fake_proc(tmp_path, 1024, "")
     b = memory.read_budget(env={"SPECVIZ_MEMORY_GB": "7.5"}, proc=proc, cgroup=tmp_path / "none")
     assert b == Budget(int(7.5 * GiB), "SPECVIZ_MEMORY_GB")
-    for bad in ("lots", "0", "-2", "inf"):
+    assert memory.read_budget(env={"SPECVIZ_MEMORY_GB": str(memory.MAX_GB)}).bytes == memory.MAX_GB * GiB
+    for bad in ("lots", "0", "-2", "inf", "-inf", "nan", "1e300", str(memory.MAX_GB + 1), "9" * 400):
         with pytest.raises(InvalidSetting, match="SPECVIZ_MEMORY_GB"):
             memory.read_budget(env={"SPECVIZ_MEMORY_GB": bad}, proc=proc)
 

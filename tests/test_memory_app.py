@@ -132,3 +132,14 @@ def test_over_the_servers_life_a_pair_in_use_stays_and_the_least_recent_goes(mon
     ui.load_pair_cached("tiny-other-tokenizer", "bfloat16", "bfloat16")
     assert store.unloaded[-1] == ("tiny-early-exit", "bfloat16", "bfloat16")
     assert store.keys() == [("tiny-other-tokenizer", "bfloat16", "bfloat16")]
+
+
+@pytest.mark.parametrize("value", ["1e300", "inf", "nan", "-4", "[x](https://evil.example)"])
+def test_a_bad_budget_is_said_on_the_main_page_naming_the_variable(monkeypatch, value):
+    """SPECVIZ_MEMORY_GB=1e300 overflowed int() in memory.py: the main page showed Streamlit's generic error."""
+    monkeypatch.setenv("SPECVIZ_MEMORY_GB", value)
+    at = new_app()
+    said = [e.value for e in at.error] + [e.value for e in at.sidebar.error]
+    plain = [re.sub(r"\\(.)", r"\1", s) for s in said]  # markdown as it reads: backslash escapes undone
+    assert any("SPECVIZ_MEMORY_GB" in s and repr(value) in s for s in plain), said
+    assert not any("](" in s for s in said)  # the value is plain text, never a link

@@ -83,6 +83,29 @@ def test_the_rooms_settings_are_checked_before_anything_loads(args, wrong, capsy
     assert wrong in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra, wrong", [(["--max-new", "100000"], "--max-new must be from 1 to 512"),
+                                          (["--max-new", "-5"], "--max-new must be from 1 to 512"),
+                                          (["--json", "{tmp}/missing/room.json"], "the folder '{tmp}/missing' does "
+                                                                                  "not exist"),
+                                          (["--json", "{tmp}"], "--json '{tmp}' is a folder")])
+@pytest.mark.parametrize("room", [["--simulate", "1", "--models", TINY], []], ids=["simulated", "browsers"])
+def test_the_length_and_the_report_path_are_checked_before_the_test_runs(extra, wrong, room, tmp_path, capsys,
+                                                                          monkeypatch):
+    """--json into a missing folder, or onto a folder, was a traceback after the whole room had run; --max-new
+    100000 or -5 ran it and said "finished 0/1" with exit 0."""
+    from specviz.tools import loadtest, simload
+
+    def ran(*a, **k):
+        raise AssertionError("the test ran before its options were checked")
+
+    monkeypatch.setattr(simload, "simulate", ran)
+    monkeypatch.setattr(loadtest, "loadtest", ran)
+    with pytest.raises(SystemExit) as stop:
+        loadtest.main([*room, *(x.format(tmp=tmp_path) for x in extra)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and wrong.format(tmp=tmp_path) in err and "Traceback" not in err, err
+
+
 def test_a_default_mix_is_two_thirds_main():
     from specviz.tools.simload import default_mix
 

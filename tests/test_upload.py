@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specviz.teaching import explain
-from specviz.data import playback, runfile
+from specviz.data import playback, records, runfile
 from specviz.core import markup
 from specviz.core.limits import K_MAX
 from specviz.core.errors import SpecvizError
@@ -44,6 +44,14 @@ def set_in(path: list, value):
         for key in path[:-1]:
             d = d[key]
         d[path[-1]] = value
+    return change
+
+
+def without_base_ids(**changes):
+    """An edit of the baseline block: the target alone's token ids left out (an older file), `changes` made."""
+    def change(d):
+        d["specviz_export"]["baseline"].pop("base_token_ids")
+        d["specviz_export"]["baseline"].update(changes)
     return change
 
 
@@ -104,6 +112,38 @@ CRAFTED = {
     "a bidi override in dtype": (edited(set_in(["dtype"], "float\u202e32")), "dtype: holds the bidirectional"),
     "a token text of 1000 characters": (edited(set_in(["specviz_export", "tokens", "12095"], "x" * 1000)),
                                         "specviz_export.tokens.12095: longer than 256 characters"),
+    # figures the rounds, the token ids and the times decide, stored as something else (each was shown as fact)
+    "settings.k of 8 over rounds of 4": (edited(set_in(["settings", "k"], 8)),
+                                         "rounds[0].k: drafted 4, but settings.k = 8 (fixed k policy) drafts 8"),
+    "a first difference of 10**9 in a 48-token run": (
+        edited(set_in(["specviz_export", "baseline", "first_difference"], 10**9)),
+        "specviz_export.baseline.first_difference: 1000000000, but the token ids match"),
+    "a first difference of 10**9 with no target-alone ids": (
+        edited(without_base_ids(first_difference=10**9), SAMPLED),
+        "specviz_export.baseline.first_difference: 1000000000, beyond the 22 tokens both runs have"),
+    "identical with different target-alone ids": (
+        edited(set_in(["specviz_export", "baseline", "base_token_ids", 5], 7)),
+        "specviz_export.baseline.identical: true, but the token ids first differ at token 5"),
+    "identical with a first difference": (
+        edited(without_base_ids(first_difference=3)),
+        "specviz_export.baseline.identical: true with first_difference 3"),
+    "the target alone under outside load for 100000 passes": (
+        edited(set_in(["specviz_export", "baseline", "base_outside_load"], 100000)),
+        "specviz_export.baseline.base_outside_load: 100000, more than the target-alone run's 48 passes"),
+    "the target alone's seconds under outside load beyond its time": (
+        edited(set_in(["specviz_export", "baseline", "base_outside_load_s"], 1e6)),
+        "specviz_export.baseline.base_outside_load_s: 1e+06 s, more than the target-alone run's 9.679 s"),
+    "a speedup of 1e300": (edited(set_in(["specviz_export", "baseline", "speedup"], 1e300)),
+                           "specviz_export.baseline.speedup: 1e+300, but the times give 1.413"),
+    "a speedup of 1e300 with no target-alone times": (
+        edited(lambda d: d["specviz_export"]["baseline"].update(speedup=1e300, base_decode_s=None,
+                                                                base_tokens_per_s=None)),
+        "specviz_export.baseline.speedup: 1e+300: a speedup is above 0 and at most 1000"),
+    "target-alone tokens/s against its time": (
+        edited(set_in(["specviz_export", "baseline", "base_tokens_per_s"], 4000.0)),
+        "specviz_export.baseline.base_tokens_per_s: 4000, but the times give 4.959"),
+    "spec_target_passes against the run's": (edited(set_in(["specviz_export", "baseline", "spec_target_passes"], 1)),
+                                             "specviz_export.baseline.spec_target_passes: 1, but the run has 19"),
 }
 
 
@@ -138,10 +178,22 @@ def _big_k(k: int) -> dict:
              accepted=[True] * k, n_accepted=k, emitted=[tok], extra_id=None, extra_kind=None,
              p_top=[top] * (k + 1), q_top=[top] * k, target_argmax=[tok] * (k + 1), overlap=[0.5] * k,
              entropy=[1.0] * (k + 1))
-    d["rounds"], d["ks"] = [r], [k]
+    d["rounds"], d["ks"], d["settings"]["k"] = [r], [k], k
     d["token_ids"] = r["emitted"]
     d["specviz_export"]["baseline"] = None
     return d
+
+
+def test_a_header_k_that_no_round_drafted_is_refused():
+    """The header said k = 4 while every round drafted 1: settings.k is held to the rounds (fixed k policy)."""
+    d = _big_k(1)
+    d["settings"]["k"] = 4
+    with pytest.raises(SpecvizError, match=r"rounds\[0\]\.k: drafted 1, but settings\.k = 4 \(fixed k policy\)"):
+        runfile.load_export(json.dumps(d).encode())
+    d["rounds"][0]["drafted"] = [5]  # unless a drafted end-of-text token ended the round
+    d["rounds"][0]["emitted"], d["rounds"][0]["target_argmax"], d["token_ids"] = [5], [5, 5], [5]
+    d["settings"]["eos_token_id"] = [5]
+    runfile.load_export(json.dumps(d).encode())
 
 
 def test_k_above_the_engine_limit_is_refused_quickly():
@@ -281,10 +333,11 @@ def test_token_texts_from_a_file_cannot_plant_markdown_in_the_round_summary():
     assert "href" not in html and "<code>a`␣[x](http://evil.example)␣`b</code>" in html
 
 
-@pytest.mark.parametrize("how", ["greedy", "sampled", "top-p", "adaptive", "lookup", "eos", "autoregressive",
-                                 "autoregressive sampled"])
+@pytest.mark.parametrize("how", ["greedy", "sampled", "top-p", "adaptive", "adaptive greedy", "lookup", "eos",
+                                 "autoregressive", "autoregressive sampled"])
 def test_every_kind_of_live_run_passes_its_own_file_checks(how):
-    """The consistency checks (decisions, extras, ks, greedy) hold for what the engine makes, exported as is."""
+    """The consistency checks (decisions, extras, ks and settings.k, greedy, the baseline's figures) hold for what
+    the engine makes, exported as is."""
     from tiny import tiny_gpt2
 
     from specviz import PromptLookupDrafter, autoregressive_decode, speculative_decode
@@ -292,8 +345,10 @@ def test_every_kind_of_live_run_passes_its_own_file_checks(how):
     target, draft = tiny_gpt2(0), tiny_gpt2(1)
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
     kw = {"greedy": {}, "sampled": {"temperature": 1.0, "seed": 3}, "top-p": {"temperature": 0.8, "top_p": 0.7},
-          "adaptive": {"k_policy": "adaptive", "temperature": 1.0}, "lookup": {}, "eos": {"eos_token_id": [5, 9]},
+          "adaptive": {"k_policy": "adaptive", "temperature": 1.0}, "adaptive greedy": {"k_policy": "adaptive"},
+          "lookup": {}, "eos": {"eos_token_id": [5, 9]},
           "autoregressive": {}, "autoregressive sampled": {"temperature": 1.0, "seed": 2}}[how]
+    base = None
     if how.startswith("autoregressive"):
         settings, rest = split_settings({"max_new_tokens": 40, **kw})
         run = autoregressive_decode(target, prompt, settings, **rest)
@@ -301,7 +356,9 @@ def test_every_kind_of_live_run_passes_its_own_file_checks(how):
         drafter = PromptLookupDrafter() if how == "lookup" else draft
         settings, rest = split_settings({"k": 5, "max_new_tokens": 40, **kw})
         run = speculative_decode(target, drafter, prompt, settings, **rest)
-    runfile.load_export(runfile.export_json(run, lambda t: f"t{t} ", "p"))
+        base = runfile.baseline_of(run, autoregressive_decode(target, prompt, run.decode, **rest))
+    rec = runfile.load_export(runfile.export_json(run, lambda t: f"t{t} ", "p", baseline=base))
+    assert rec.baseline == (None if base is None else json.loads(json.dumps(records.json_safe(base))))
 
 
 def _breaks_file(text: str, prompt: str) -> bytes:

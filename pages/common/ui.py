@@ -48,8 +48,8 @@ import streamlit as st
 
 from pages.common import nav, state
 from specviz.teaching import charts, explain, render
-from specviz.core import claims
-from specviz.core.errors import InvalidSetting, SpecvizError
+from specviz.core import claims, limits
+from specviz.core.errors import ConfigError, InvalidSetting, SpecvizError
 from specviz.core.settings import DecodeSettings
 
 DTYPE_CHOICES = ["float32", "bfloat16"]
@@ -150,6 +150,11 @@ def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple
     if shows:
         shows_caption(shows)
     _note_new_session()
+    try:
+        limits.check_all()
+    except ConfigError as e:  # a bad limit (core/limits.py): said, and the page stops before it reads one
+        st.error(render.md_text(str(e)), icon=":material/settings:")  # it quotes the value: plain text
+        st.stop()
     join_device_queue()
 
 
@@ -810,7 +815,7 @@ def memory_note(name: str | None, dtype: str, precision: str, where=None, target
                 lines.append(f"- {d}, {p} draft{target}: {need} ({mark})")
             st.markdown("\n".join(dict.fromkeys(lines)))  # a draft of the target's layers: one line per dtype
     except SpecvizError as e:  # a bad SPECVIZ_MEMORY_GB, a broken registry: said, and the page goes on
-        where.error(str(e), icon=":material/memory:")
+        where.error(render.md_text(str(e)), icon=":material/memory:")  # it quotes the value: plain text
 
 
 # --- text -----------------------------------------------------------------------------------

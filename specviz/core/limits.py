@@ -83,6 +83,14 @@ def batch_verify() -> bool:
     return os.environ.get("SPECVIZ_BATCH_VERIFY", "1").strip() != "0"
 
 
+def check_all() -> None:
+    """ConfigError naming the first of these variables whose value is bad: a page says it before it reads any
+    (a bad SPECVIZ_MAX_RUN_FILE_MB met first in the upload box was Streamlit's generic error)."""
+    for read in (max_new_tokens, max_prompt_tokens, max_prompt_chars, max_run_file_bytes, max_drawn_chars,
+                 baseline_ttl_s):
+        read()
+
+
 def check_prompt_tokens(n: int) -> None:
     """InvalidSetting when a prompt of n tokens is longer than this server allows."""
     cap = max_prompt_tokens()

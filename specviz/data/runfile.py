@@ -4,7 +4,8 @@ Exported / recorded files are ordinary specviz.run/1 JSON (Run.from_json reads
 them) plus a "specviz_export" block: the prompt text and the text of every
 token id the file mentions, so a run can be drawn on a laptop that has no model
 at all. load_export checks a file against the limits of a live run before the
-page draws it.
+page draws it, and the figures the rounds, the token ids and the times decide
+(settings.k, the baseline's identity, speeds and speedup) against them.
 
 tools.record.record_presets(pair, out_dir) regenerates the shipped recordings in
 specviz/recorded/ with a real pair.
@@ -23,7 +24,7 @@ from specviz.core.limits import K_MAX
 from specviz.data import records
 from specviz.core.errors import SpecvizError
 from specviz.core.prompts import FIRST_RUN
-from specviz.data.records import AUTOREGRESSIVE, BIDI_CONTROLS, MODES, Run, TopK, malformed
+from specviz.data.records import AUTOREGRESSIVE, BIDI_CONTROLS, MODES, SPECULATIVE, Run, TopK, malformed
 from specviz.core.settings import DecodeSettings, is_greedy
 
 EXPORT_FORMAT = "specviz.export/1"
@@ -174,6 +175,7 @@ def validate_run(run: Run) -> None:
     _check_ks(run)
     if emitted != run.token_ids:
         raise malformed("token_ids", "the rounds' emitted tokens do not add up to token_ids")
+    _check_k_setting(run)
 
 
 def _run_greedy(run: Run) -> bool:
@@ -229,6 +231,33 @@ def _check_ks(run: Run) -> None:
     """ks, when a file gives it, is each round's k."""
     if run.ks and run.ks != [r.k for r in run.rounds]:
         raise malformed("ks", "does not match the rounds' k")
+
+
+# drafters that propose what they find, so fewer than k tokens (drafters.PromptLookupDrafter, xtok's)
+SHORT_DRAFTERS = ("prompt-lookup", "other-tokenizer")
+
+
+def _check_k_setting(run: Run) -> None:
+    """settings.k against the rounds. With a fixed or an adaptive k policy, settings.k and the rounds before decide
+    each round's k: the engine drafts min(the policy's k, the tokens left to max_new_tokens); a round drafts fewer
+    only when a drafted end-of-text token ended it, or with a drafter that proposes what it finds. The best-k
+    policy chooses each k from live estimates, so only the engine's range (K_MAX) holds for it."""
+    s = run.settings
+    policy = s.get("k_policy", "fixed")
+    if run.mode != SPECULATIVE or "k" not in s or policy not in ("fixed", "adaptive"):
+        return
+    k, cap, eos = s["k"], s.get("max_new_tokens"), set(run.eos_token_ids or ())
+    want, made = k, 0  # the policy's k for the next round, tokens emitted so far
+    for j, r in enumerate(run.rounds):
+        room = cap - made if isinstance(cap, int) else r.k
+        expect = min(want, room)
+        ended = bool(r.drafted) and r.drafted[-1] in eos  # a drafted end-of-text token ends the draft
+        if r.k > expect or (r.k < expect and not ended and s.get("drafter") not in SHORT_DRAFTERS):
+            raise malformed(f"rounds[{j}].k", f"drafted {r.k}, but settings.k = {k} ({policy} k policy) drafts "
+                                              f"{expect} in this round")
+        made += len(r.emitted)
+        if policy == "adaptive":  # kpolicy.AdaptiveK: -1 after a rejection, +1 after a round of all accepted
+            want = max(1, want - 1) if r.rejected else min(max(16, k), want + 1) if r.k else want
 
 
 def _check_run_fields(run: Run) -> None:
@@ -353,6 +382,74 @@ def _check_export_block(extra: Any) -> None:
                 check(base[name], f"{w}.baseline.{name}")
 
 
+SPEEDUP_MAX = 1000.0  # no speedup over the target alone comes near this (a round emits at most K_MAX + 1 tokens)
+FIGURE_TOLERANCE = 1e-3  # a stored figure may differ this much (relative) from the one its times give (rounding)
+
+
+def _check_baseline_facts(run: Run, base: dict) -> None:
+    """The figures of a file's baseline block (baseline_summary) that the run and the block's own token ids and
+    times decide, derived again: a stored figure that differs is refused (the page would show it as fact)."""
+    w = "specviz_export.baseline"
+    n = len(run.token_ids)
+    for name, derived in (("spec_tokens", n), ("spec_target_passes", run.target_passes)):
+        if name in base and base[name] != derived:
+            raise malformed(f"{w}.{name}", f"{base[name]}, but the run has {derived}")
+    ids = base.get("base_token_ids")
+    if ids is not None and len(ids) != base["base_tokens"]:
+        raise malformed(f"{w}.base_tokens", f"{base['base_tokens']}, but base_token_ids has {len(ids)}")
+    _check_identity(run.token_ids, base, w)
+    _check_outside_load(base, w)
+    _check_times(run, base, w)
+
+
+def _check_identity(spec_ids: list[int], base: dict, w: str) -> None:
+    """identical and first_difference: derived from the token ids where the block has the target alone's, else
+    held to what its count allows (a first difference within both runs, and none in identical runs)."""
+    same, first, ids = base.get("identical"), base.get("first_difference"), base.get("base_token_ids")
+    if ids is not None:
+        diff = measure.first_difference(spec_ids, ids)
+        says = "match" if diff is None else f"first differ at token {diff}"
+        if same is not None and same != (diff is None):
+            raise malformed(f"{w}.identical", f"{str(same).lower()}, but the token ids {says}")
+        if first != diff:
+            raise malformed(f"{w}.first_difference", f"{first}, but the token ids {says}")
+        return
+    if same is not None and same != (first is None):
+        raise malformed(f"{w}.identical", f"{str(same).lower()} with first_difference {first}")
+    both = min(len(spec_ids), base["base_tokens"])
+    if first is not None and first > both:
+        raise malformed(f"{w}.first_difference", f"{first}, beyond the {both} tokens both runs have")
+    if same is True and base["base_tokens"] != len(spec_ids):
+        raise malformed(f"{w}.identical", f"true, but the runs have {len(spec_ids)} and {base['base_tokens']} tokens")
+
+
+def _check_outside_load(base: dict, w: str) -> None:
+    """The target alone's rounds under outside load: at most its passes (one a token), their seconds at most
+    its time."""
+    b, passes = base.get("base_outside_load"), base["base_target_passes"]
+    if b is not None and b > passes:
+        raise malformed(f"{w}.base_outside_load", f"{b}, more than the target-alone run's {passes} passes")
+    b_s, total = base.get("base_outside_load_s"), base.get("base_decode_s")
+    if b_s is not None and total is not None and b_s > total * (1 + FIGURE_TOLERANCE):
+        raise malformed(f"{w}.base_outside_load_s", f"{b_s:.4g} s, more than the target-alone run's {total:.4g} s")
+
+
+def _check_times(run: Run, base: dict, w: str) -> None:
+    """The speeds and the speedup, from the times they come from: the run's decode_s and tokens, and the target
+    alone's base_decode_s and base_tokens (measure.speedup); the speedup within (0, SPEEDUP_MAX] in any case."""
+    b_s, b_n = base.get("base_decode_s"), base["base_tokens"]
+    b_rate = measure.tokens_per_s(b_n, b_s) if b_s is not None else base.get("base_tokens_per_s")
+    derived = {"spec_decode_s": run.decode_s, "spec_tokens_per_s": run.tokens_per_s, "base_tokens_per_s": b_rate,
+               "speedup": run.tokens_per_s / b_rate if b_rate else None}
+    for name, d in derived.items():
+        v = base.get(name)
+        if v is not None and d is not None and math.isfinite(d) and not math.isclose(v, d, rel_tol=FIGURE_TOLERANCE):
+            raise malformed(f"{w}.{name}", f"{v:.4g}, but the times give {d:.4g}")
+    v = base.get("speedup")
+    if v is not None and not 0 < v <= SPEEDUP_MAX:
+        raise malformed(f"{w}.speedup", f"{v:.4g}: a speedup is above 0 and at most {SPEEDUP_MAX:g}")
+
+
 def neutral(text: str) -> str:
     """text with each bidirectional control character shown as a mark, ⟨U+202E⟩, so none reorders the page."""
     if not BIDI_CONTROLS.intersection(text):
@@ -390,6 +487,8 @@ def load_export(text: str | bytes) -> Recording:
     extra = d.get("specviz_export") or {}
     _check_export_block(extra)
     validate_run(run)
+    if extra.get("baseline") is not None:
+        _check_baseline_facts(run, extra["baseline"])
     tokens = {int(k): neutral(v) for k, v in (extra.get("tokens") or {}).items()}
     prompt = extra.get("prompt_text")
     if prompt is None:  # rebuilt from the token table: held to the prompt box's limit as well

@@ -107,6 +107,7 @@ from typing import Callable, ContextManager, Iterator, NamedTuple
 from specviz.core.errors import InvalidSetting, SpecvizError
 
 ENV_CONCURRENCY = "SPECVIZ_DEVICE_CONCURRENCY"
+MAX_CONCURRENCY = 64  # holders one device may admit: each is a worker thread, made when the device is first used
 ENV_PAGE_NICE = "SPECVIZ_PAGE_NICE"
 ENV_SHARE_CORES = "SPECVIZ_SHARE_CORES"  # 0: every thread keeps PyTorch's thread count (share_cores)
 ENV_GC_FREEZE = "SPECVIZ_GC_FREEZE"  # 0: a server leaves its loaded objects to the garbage collector (freeze_heap)
@@ -144,7 +145,8 @@ def concurrency(device, env: str | None = None) -> int:
     """How many holders a device admits: $SPECVIZ_DEVICE_CONCURRENCY, 1 by default.
 
     The variable is either one integer for every device ("2") or a list by device
-    type or name ("cpu=1,cuda=2"); a device it does not name gets 1.
+    type or name ("cpu=1,cuda=2"); a device it does not name gets 1. Each value is from 1 to MAX_CONCURRENCY
+    (a device gets a worker thread per holder it admits).
     """
     raw = os.environ.get(ENV_CONCURRENCY, "") if env is None else env
     raw = raw.strip()
@@ -161,13 +163,13 @@ def concurrency(device, env: str | None = None) -> int:
                 name, _, value = part.partition("=")
                 table[name.strip()] = int(value)
             n = table.get(key, table.get(kind, 1))
-            if min(table.values()) < 1:  # a bad value for any device is said whichever device is asked
-                n = min(table.values())
+            bad = [v for v in table.values() if not 1 <= v <= MAX_CONCURRENCY]
+            n = bad[0] if bad else n  # a bad value for any device is said whichever device is asked
     except ValueError:
         raise InvalidSetting(f"{ENV_CONCURRENCY} must be an integer (e.g. 1) or a list like 'cpu=1,cuda=2', "
-                             f"got {raw!r}.") from None
-    if n < 1:
-        raise InvalidSetting(f"{ENV_CONCURRENCY} must be at least 1, got {raw!r}.")
+                             f"got {raw[:40]!r}.") from None
+    if not 1 <= n <= MAX_CONCURRENCY:
+        raise InvalidSetting(f"{ENV_CONCURRENCY} must be from 1 to {MAX_CONCURRENCY}, got {raw[:40]!r}.")
     return n
 
 

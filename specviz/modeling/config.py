@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _GGUF_RE = re.compile(r"^[^/\\]+\.gguf$")
 CHUNKS_MAX = 1000  # chunk packages of one file (the shipped files have a few dozen)
 # a tiny source's sizes: test models, far below these (a bigger one is a typo, and would fill the memory)
-TINY_MAX = {"vocab": 2**18, "hidden": 4096, "layers": 64}
+TINY_MAX = {"vocab": 2**18, "hidden": 4096, "layers": 64,
+            "seed": 2**63 - 1}  # torch's seeds are 64-bit, and a noisy tiny model also seeds seed + 1000003
+REGISTRY_MAX_BYTES = 1 << 20  # a registry is a short YAML file (the shipped one is about 10 KB)
 
 
 # -----------------------------------------------------------------------------
@@ -258,7 +261,7 @@ def _parse_source(c: _Checker, raw: Any, path: str, base: Path | None) -> Source
         if not isinstance(noise, (int, float)) or isinstance(noise, bool) or not 0 <= noise < math.inf:
             c.fail(_join(p, "noise"), f"expected a finite number >= 0, got {_kind(noise)}")
         return TinySource(
-            seed=c.integer(t.get("seed", 0), _join(p, "seed")),
+            seed=c.integer(t.get("seed", 0), _join(p, "seed"), 0, TINY_MAX["seed"]),
             noise=float(noise),
             vocab=c.integer(t.get("vocab", 128), _join(p, "vocab"), 100, TINY_MAX["vocab"]),
             hidden=c.integer(t.get("hidden", 64), _join(p, "hidden"), 8, TINY_MAX["hidden"]),
@@ -415,18 +418,31 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _read_text(path: Path) -> str:
+    """The text of a registry file; ConfigError for a missing one, one that is not a regular file (a FIFO would
+    hang the read, /dev/zero would fill the memory), one over REGISTRY_MAX_BYTES, or one that is not UTF-8."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ConfigError(f"{path}: not a regular file (a registry is a YAML file)")
+        with open(path, "rb") as f:
+            data = f.read(REGISTRY_MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it ({e.strerror})") from None
+    if len(data) > REGISTRY_MAX_BYTES:
+        raise ConfigError(f"{path}: larger than {REGISTRY_MAX_BYTES >> 10} KiB, too large for a registry")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x})") from None
+
+
 def load_registry(path: str | os.PathLike | None = None) -> Registry:
     """Read and validate models.yaml (default: $SPECVIZ_MODELS, else the shipped file)."""
     path = Path(path or os.environ.get("SPECVIZ_MODELS") or DEFAULT_PATH)
     label = path.name
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x})") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read it ({e.strerror})") from None
+    text = _read_text(path)
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:

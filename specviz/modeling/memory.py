@@ -32,6 +32,7 @@ from specviz.core.errors import InvalidSetting, NotEnoughMemory
 GiB = 1024**3
 ENV = "SPECVIZ_MEMORY_GB"
 NO_LIMIT = 2**60  # cgroup v1 writes 'no limit' as a number near 2**63
+MAX_GB = 2**20  # the largest SPECVIZ_MEMORY_GB (a pebibyte): more is no machine's, and 1e300 overflowed int()
 
 # bytes per parameter as loaded. A quantized draft keeps its embedding table in float32 (a lookup reads one
 # row): KEPT_FP32 is the share of parameters that stay float32, the embedding of a small model with a large
@@ -175,8 +176,9 @@ def _gb_setting(text: str) -> int:
         gb = float(text)
     except ValueError:
         gb = float("nan")
-    if not gb > 0 or gb == float("inf"):
-        raise InvalidSetting(f"{ENV}: {text!r} is not a number of gigabytes above 0 (e.g. 8 or 7.5)")
+    if not 0 < gb <= MAX_GB:  # nan, inf, 0, negative, 1e300
+        raise InvalidSetting(f"{ENV}: {text[:40]!r} is not a number of gigabytes above 0 and at most {MAX_GB} "
+                             "(e.g. 8 or 7.5)")
     return int(gb * GiB)
 
 

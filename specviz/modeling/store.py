@@ -36,7 +36,7 @@ import torch
 
 from specviz.modeling.config import (ChunkSource, DerivedSource, HubSource, ModelSpec, PackagedSource, Registry, TinySource,
                      as_registry)
-from specviz.core.errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable
+from specviz.core.errors import ChecksumMismatch, ConfigError, NotEnoughMemory, PairUnavailable
 from specviz.modeling import memory
 
 Progress = Callable[[str, "float | None"], None]
@@ -62,6 +62,16 @@ def cache_root() -> Path:
         return Path(os.path.expanduser(os.environ["SPECVIZ_CACHE"]))
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "specviz"
+
+
+def _make_cache_root(root: Path) -> None:
+    """Make the cache folder (and its parents); ConfigError naming SPECVIZ_CACHE where a file is in the way."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        file = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), root)
+        raise ConfigError(f"The cache folder {root} cannot be made: {file} is a file. Set SPECVIZ_CACHE to a "
+                          "folder.") from None
 
 
 def hf_hub_cache() -> Path:
@@ -471,7 +481,7 @@ def _convert(m: ModelSpec, role: str, progress: Progress, precision: str = "floa
     assert isinstance(src, ChunkSource)
     final = cached_dir(src, m.name, precision)
     root = final.parent
-    root.mkdir(parents=True, exist_ok=True)
+    _make_cache_root(root)
     _clean_stale_tmp(root)
     # the joined .gguf and the converted copy live side by side for a moment (int8: the linears in a byte a
     # weight, the embedding in the GGUF's own bits)

@@ -29,6 +29,7 @@ from specviz.core.settings import DecodeSettings
 
 RESET = "\x1b[0m"
 DIM = "\x1b[2m"
+THREADS_MAX = 256  # bench --threads: PyTorch's threads (a machine has far fewer cores)
 
 
 # -----------------------------------------------------------------------------
@@ -352,16 +353,21 @@ def check_bench_args(a: argparse.Namespace) -> argparse.Namespace:
         raise InvalidSetting(f"unknown domain(s) {bad}; choose from {', '.join(known)}")
     if a.reps < 1 or a.max_new_tokens < 1:
         raise InvalidSetting("--reps and --max-new-tokens must be >= 1")
+    if a.cost_reps < 1:
+        raise InvalidSetting(f"--cost-reps must be >= 1 (repetitions of the forward-cost measurement), got "
+                             f"{a.cost_reps}")
+    if a.threads is not None and not 1 <= a.threads <= THREADS_MAX:
+        raise InvalidSetting(f"--threads must be from 1 to {THREADS_MAX} (PyTorch's threads), got {a.threads}")
     limits.check_max_new_tokens(a.max_new_tokens)
     for flag, path in (("--out", a.out), ("--figure", a.figure)):
-        _check_writable(flag, path)  # before the benchmark runs, not after
+        check_writable(flag, path)  # before the benchmark runs, not after
     if not (a.temperature > 0 and math.isfinite(a.temperature)):
         raise InvalidSetting("--temperature must be > 0 (sample mode); greedy is its own mode")
     a.method_names = select_methods(a.ks, a.trees, _names(a.methods) if a.methods else None)
     return a
 
 
-def _check_writable(flag: str, path: str | None) -> None:
+def check_writable(flag: str, path: str | None) -> None:
     """InvalidSetting naming the flag when a file could not be written at `path` (None: not asked for)."""
     if path is None:
         return
@@ -439,10 +445,10 @@ def cmd_timing(args) -> int:
     """Time every live lesson step and every page button (specviz.tools.timing)."""
     from specviz.tools import timing
 
-    if args.limit <= 0:
-        raise InvalidSetting("--limit must be a number of seconds above 0")
-    _check_writable("--out", args.out)
-    _check_writable("--md", args.md)
+    if not 0 < args.limit < math.inf:  # nan and inf too: every item would be within it
+        raise InvalidSetting(f"--limit must be a finite number of seconds above 0, got {args.limit:g}")
+    check_writable("--out", args.out)
+    check_writable("--md", args.md)
     t0 = time.perf_counter()
 
     def say(msg: str) -> None:

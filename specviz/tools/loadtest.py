@@ -1020,6 +1020,23 @@ def _batches(browser, url, sessions, batches, max_new, timeout_s, deadline, keep
     return out
 
 
+def _check_common(ap: argparse.ArgumentParser, a, outputs: tuple[str, ...]) -> None:
+    """--max-new within the runs' limit, and the files the report goes to writable: checked before any work,
+    as a report written after a long test must not fail for its path (ap.error: the message, exit 2)."""
+    from specviz.core import limits
+    from specviz.core.errors import InvalidSetting
+    from specviz.tools.cli import check_writable
+
+    cap = limits.max_new_tokens()
+    if a.max_new is not None and not 1 <= a.max_new <= cap:
+        ap.error(f"--max-new must be from 1 to {cap} (the limit is set by SPECVIZ_MAX_NEW_TOKENS), got {a.max_new}")
+    try:
+        for path in outputs:
+            check_writable("--json", path)
+    except InvalidSetting as e:
+        ap.error(str(e))
+
+
 def _simulate(ap: argparse.ArgumentParser, a) -> int:
     """--simulate: its settings checked before anything loads, then specviz.tools.simload."""
     from specviz.core.errors import InvalidSetting
@@ -1035,6 +1052,8 @@ def _simulate(ap: argparse.ArgumentParser, a) -> int:
     a.simulate = n
     if not 0 <= a.spread <= 3600:
         ap.error("--spread must be from 0 to 3600 seconds")
+    out = simload.report_path(a.json)
+    _check_common(ap, a, (str(out), str(out.with_suffix(".md"))))
     return simload.main(a)
 
 
@@ -1084,6 +1103,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--browser-cpu must be from 0.01 to 64 (a share of one core)")
     if a.fresh is not None and not 1 <= a.fresh <= 3600:
         ap.error("--fresh must be from 1 to 3600 seconds")
+    _check_common(ap, a, (a.json,) if a.json else ())
     rep = loadtest(a.sessions, a.models, a.max_new, a.timeout, a.browser_cpu, a.batches, not a.browsers_always,
                    a.fresh)
     for line in rep.lines():

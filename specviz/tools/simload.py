@@ -382,6 +382,11 @@ def simulate(pair, mix: dict[str, int], spread_s: float = 10.0, max_new: int = 4
                      str(getattr(pair, "device", "")))
 
 
+def report_path(json_path: str | None) -> Path:
+    """Where the report goes: --json, else simload-<pid>.json here (the markdown beside it, as .md)."""
+    return Path(json_path or f"simload-{os.getpid()}.json")
+
+
 def main(args) -> int:
     """The --simulate mode of loadtest.main (its parsed arguments)."""
     from specviz.decoding.models import load_pair
@@ -392,7 +397,7 @@ def main(args) -> int:
     rep = simulate(pair, mix, args.spread, args.max_new or prompts.FIRST_RUN.max_new_tokens, args.seed, name)
     md = rep.markdown()
     print(md, end="")
-    out = Path(args.json or f"simload-{os.getpid()}.json")
+    out = report_path(args.json)
     out.write_text(json.dumps(rep.summary(), indent=1))
     out.with_suffix(".md").write_text(md)
     print(f"wrote {out} and {out.with_suffix('.md')}")
