@@ -795,3 +795,27 @@ def test_a_speedup_above_what_the_passes_allow_is_said_not_shown_as_a_result():
     assert not at.exception, at.exception
     said = explain.slowed_speedup(3 * bound, bound)
     assert [w.value for w in at.warning if "more than the passes allow" in w.value] == [said]
+
+
+def test_the_speedup_names_the_target_alone_it_is_against():
+    """The headline speedup says what it is against: the precision of the target alone that was timed (a file
+    keeps it, and a replay shows it), and an unknown one in a file is refused."""
+    from specviz.data import runfile
+
+    at = start(new_app(), max_new=8, baseline=True)
+    assert metric(at, "measured speedup over the float32 target alone").endswith("×")
+    run = at.session_state["main.job"].run
+    base = at.session_state["main.job"].meta["baseline"]
+    assert base["target"] == "float32"
+    d = json.loads(runfile.export_json(run, lambda t: f"t{t} ", "p", baseline={**base, "target": "int8"}))
+    rec = runfile.load_export(json.dumps(d))
+    assert rec.baseline["target"] == "int8"
+    d["specviz_export"]["baseline"]["target"] = "int4"
+    with pytest.raises(Exception, match="target"):
+        runfile.load_export(json.dumps(d))
+    d["specviz_export"]["baseline"]["target"] = "int8"
+    at = new_app()
+    at.select_slider(key="main.speed").set_value("instant")
+    at.file_uploader(key="main.upload").set_value(("int8.json", json.dumps(d).encode(), "application/json")).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert metric(at, "measured speedup over the int8 target alone").endswith("×")  # the replay says it too

@@ -420,3 +420,13 @@ def test_the_waiting_notice_gives_the_place_and_the_wait_when_known():
     assert explain.queue_wait(0, 3.0).startswith("Waiting for the device: the device is busy. ")
     assert explain.queue_wait(3, 4.25).startswith(
         "Waiting for the device: 3 sessions ahead of you, about 4.2 s by their last turns on the device. ")
+
+
+def test_a_speedup_names_what_it_is_against():
+    """Every speedup is against one baseline: the comparison names the target alone's precision (an int8 target's
+    weights, else its dtype), and a file that does not say falls back to the run's dtype."""
+    from specviz.teaching import explain
+
+    assert explain.target_alone({"target": "int8"}, "float32") == "the int8 target alone"
+    assert explain.target_alone({}, "float32") == "the float32 target alone"
+    assert explain.target_alone({}) == "the target alone"

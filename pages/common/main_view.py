@@ -272,7 +272,7 @@ def _baseline(job: playback.Playback) -> None:
                                                started=lambda s: job.meta.__setitem__("baseline_stream", s))
             if measure.beyond_pass_bound(job.run, got.run):  # a slowed timing, the target alone's most often
                 got = baseline.shared_target_alone(pair.target, job.run, pair.shared_vocab, warm=False, fresh=True)
-            job.meta["baseline"] = runfile.baseline_of(job.run, got.run)
+            job.meta["baseline"] = runfile.baseline_of(job.run, got.run, job.meta.get("target_precision"))
             job.meta["baseline_note"] = explain.baseline_note(got.age_s() if got.reused else None)
             job.meta.pop("baseline_stream", None)
     except (SpecvizError, MemoryError) as e:
@@ -353,7 +353,9 @@ def _speed_figures(job: playback.Playback) -> None:
                    if job.meta.get("origin") == "live" and not job.meta.get("baseline_wanted")
                    else "No timing of the target alone for this run.")
         return
-    st.caption(f"Target alone: one token per forward pass, same prompt and settings ({job.meta.get('baseline_note')}).")
+    against = explain.target_alone(base, job.run.dtype if job.run is not None else job.meta.get("dtype"))
+    st.caption(f"{against[0].upper()}{against[1:]}: one token per forward pass, same prompt and settings "
+               f"({job.meta.get('baseline_note')}).")
     load = playback.load_note(job.run, base) if job.run is not None else None
     if load is not None and load.serious:  # the figures moved: said before them
         lab_ui.load_warning(load)
@@ -363,9 +365,10 @@ def _speed_figures(job: playback.Playback) -> None:
     c = ui.metric_cells(4)
     c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"], ".1f"))
     c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"], ".1f"))
-    c[2].metric("measured speedup", f"{fmt(base['speedup'])}×",
+    c[2].metric(f"measured speedup over {against}", f"{fmt(base['speedup'])}×",
                 help="(time per token of the target alone) ÷ (time per token of speculative decoding). "
-                     "Tokens per pass is not speedup: each round also pays for k draft passes.")
+                     "Tokens per pass is not speedup: each round also pays for k draft passes. "
+                     + explain.BASELINE_MATTERS)
     c[3].metric("target forward passes", f"{base['spec_target_passes']} vs {base['base_target_passes']}",
                 help="Speculative (one per round) vs. the target alone (one per token).")
     why = explain.time_breakdown(job.run, base, job.meta.get("draft_precision"), waits=False) \

@@ -88,9 +88,15 @@ class Recording:
         return table_decoder(self.tokens, fallback)
 
 
-def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | None) -> dict:
-    """Plain numbers of a speculative-vs-target-alone comparison (for files and the page)."""
+# what the target alone ran in: its dtype, or its weights' precision where they are quantized (an int8 target)
+TARGET_NAMES = ("float32", "float64", "bfloat16", "float16", "int8")  # float64: the tests' tiny models
+
+
+def baseline_summary(spec: Run, base: Run, speedup: float, identical: bool | None, target: str | None = None) -> dict:
+    """Plain numbers of a speculative-vs-target-alone comparison (for files and the page); target: what the target
+    alone ran in where that is not its dtype (an int8 target's weights)."""
     return {
+        "target": target or base.dtype,  # the baseline every speedup of the comparison is against
         "spec_tokens_per_s": spec.tokens_per_s, "base_tokens_per_s": base.tokens_per_s,
         "speedup": speedup, "identical": identical,
         "spec_target_passes": spec.target_passes, "base_target_passes": base.target_passes,
@@ -120,10 +126,10 @@ def beyond_pass_bound(spec: Run, summary: dict) -> bool:
     return measure.beyond_bound(float(summary.get("speedup", float("nan"))), spec.tokens_per_pass, base_tpp)
 
 
-def baseline_of(spec: Run, base: Run) -> dict:
-    """baseline_summary() of a speculative run and its target-alone run."""
+def baseline_of(spec: Run, base: Run, target: str | None = None) -> dict:
+    """baseline_summary() of a speculative run and its target-alone run (target: as baseline_summary)."""
     identical = spec.token_ids == base.token_ids if is_greedy(spec.decode.temperature) else None
-    return baseline_summary(spec, base, measure.speedup(spec, base), identical)
+    return baseline_summary(spec, base, measure.speedup(spec, base), identical, target)
 
 
 def export_dict(run: Run, decode: Callable[[int], str], prompt_text: str, pair: str = "", title: str = "",
@@ -348,6 +354,7 @@ _BASELINE = {
     "first_difference": records.want_opt(records.want_int),
     "base_outside_load": lambda v, p: records.want_int(v, p, 0, records.LIST_MAX),
     "base_outside_load_s": records.want_num, "base_stalled_s": records.want_num,
+    "target": lambda v, p: records.want_str(v, p, options=TARGET_NAMES),
 }  # fmt: skip
 _BASELINE_REQUIRED = ("spec_tokens_per_s", "base_tokens_per_s", "speedup", "spec_target_passes",
                       "base_target_passes")

@@ -13,6 +13,7 @@ streamlit, no models.
   round_story, zero_accept_note            one round told decision by decision (slow motion)
   round_rows                               one round's decisions as a table, arithmetic written out
   time_breakdown                           where a run's time went, against the target alone
+  target_alone, BASELINE_MATTERS           what a speedup is against ("the float32 target alone"), and why it matters
   stalled_note                             the wall time left out because other threads held the cores
   shared_note                              verify passes shared with other sessions, and what each is charged
   slowed_speedup, c_disagreement           a measurement that contradicts itself: said, never taught from
@@ -661,6 +662,18 @@ MEASURED_TITLE = "How these figures were measured"  # the expander with the timi
 def run_stalled_note(run: Run, baseline: Mapping) -> str | None:
     """stalled_note for a run and its target-alone run (runfile.baseline_summary)."""
     return stalled_note(run.stalled_s, run.rounds_s, baseline.get("base_stalled_s"), baseline.get("base_decode_s"))
+
+
+BASELINE_MATTERS = ("A speedup is against one baseline: against a cheaper target (an int8 one, or llama.cpp's "
+                    "quantized ones on a laptop) the same draft saves less, since its steps weigh more next to a "
+                    "cheaper target pass.")
+
+
+def target_alone(baseline: Mapping, dtype: str | None = None) -> str:
+    """What a comparison's speedups are against: "the float32 target alone" (runfile.baseline_summary's target; a
+    file that does not say: the run's dtype)."""
+    name = baseline.get("target") or dtype
+    return f"the {name} target alone" if name else "the target alone"
 
 
 def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None, waits: bool = True) -> str | None:

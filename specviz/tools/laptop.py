@@ -43,8 +43,9 @@ _STREAMLIT_LINES = ("You can now view your Streamlit app in your browser.", "Sto
 
 
 def speedup_shown(text: str) -> float | None:
-    """The measured speedup in a page's text (its innerText: the metric's label, then its value "1.23×")."""
-    m = re.search(r"measured speedup\D{0,80}?(\d+(?:\.\d+)?)\s*×", text)
+    """The measured speedup in a page's text (its innerText: the metric's label, "measured speedup over the float32
+    target alone", then on the next line its value "1.23×")."""
+    m = re.search(r"measured speedup[^\n]{0,80}\n\s*(\d+(?:\.\d+)?)\s*×", text)
     return float(m.group(1)) if m else None
 
 
