@@ -144,3 +144,25 @@ def test_a_bad_budget_is_said_on_the_main_page_naming_the_variable(monkeypatch, 
     plain = [re.sub(r"\\(.)", r"\1", s).replace("\u2060", "") for s in said]
     assert any("SPECVIZ_MEMORY_GB" in s and repr(value) in s for s in plain), said
     assert not any("](" in s for s in said)  # the value is plain text, never a link
+
+
+def test_a_laptop_the_pair_cannot_fit_is_shown_the_way_in_on_the_first_screen(monkeypatch):
+    """Where no configuration of the pair fits the budget, the main page says so above everything (not only in
+    the collapsed settings) and one click shows the recorded runs, remembered in the address."""
+    set_budget(monkeypatch, need("tiny-random", "bfloat16", "bfloat16") - 1)  # nothing of this pair fits
+    at = new_app()
+    said = [w.value for w in at.warning]
+    assert any("no configuration of this pair fits" in w and "recorded runs" in w for w in said), said
+    at.button(key="main.to_recorded").click().run()
+    assert not at.exception
+    assert at.radio(key="main.source").value == "Recorded runs (no model needed)"
+    assert at.query_params.get("source") in ("recorded", ["recorded"])
+    assert not [w.value for w in at.warning if "no configuration" in w.value]  # the way in is taken
+    at.button(key="main.run_btn").click().run()  # Play: the first recording, with no model
+    assert not at.exception and not at.error and at.session_state["main.job"].source == "replay"
+
+
+def test_a_laptop_the_pair_fits_is_shown_no_way_in():
+    at = new_app()
+    assert not [w.value for w in at.warning if "recorded runs" in w.value]
+    assert "main.to_recorded" not in [b.key for b in at.button]

@@ -7,7 +7,7 @@ import time
 
 import streamlit as st
 
-from pages.common import ui
+from pages.common import state, ui
 from pages.common.main_sidebar import RECORDED, WATCH, MainSettings
 from pages.common.main_view import decoder
 from specviz.core import limits
@@ -172,12 +172,26 @@ def buttons(ms: MainSettings, job: playback.Playback | None) -> None:
 
 
 def pair_missing(ms: MainSettings) -> None:
+    """The way in on a laptop that cannot run the pair (not installed, or no configuration of it fits the memory
+    budget): said on the first screen, with one click to the recorded runs."""
     if not (ms.live and ms.pair_name):
         return
     status = ui.pair_status(ms.pair_name)
     if not status.available:
         st.warning(f"The pair **{ms.pair_name}** is not installed here: {status.reason}\n\n**How to get it:** "
-                   f"{status.how_to_get}\n\nMeanwhile, choose **{RECORDED}** in the sidebar.")
+                   f"{status.how_to_get}\n\nMeanwhile, watch the recorded runs.")
+    elif (why := ui.fits_nowhere(ms.pair_name)) is not None:
+        st.warning(f"{why} Meanwhile, watch the recorded runs: real runs of this pair, replayed with no model "
+                   "loaded.", icon=":material/memory:")
+    else:
+        return
+    st.button("Watch the recorded runs (no model needed)", type="primary", key="main.to_recorded",
+              on_click=_to_recorded)
+
+
+def _to_recorded() -> None:
+    state.remember("source", "recorded", "live")
+    S["main.source"] = RECORDED
 
 
 # --- save / load ------------------------------------------------------------------------------

@@ -741,13 +741,24 @@ def fitting_default(name: str | None) -> tuple[str, str, str, str | None]:
     not fit the memory budget, the first choice of the pair that does (why says which and why; None when the
     defaults fit). Exact choices come first: every target precision of the wanted dtype (float32, then int8)
     before another dtype."""
+    return _fitting(name)[:4]
+
+
+def fits_nowhere(name: str | None) -> str | None:
+    """Why no configuration of the pair fits the memory budget (explain.fitting_choice), or None when one does."""
+    *_, why, nowhere = _fitting(name)
+    return why if nowhere else None
+
+
+def _fitting(name: str | None) -> tuple[str, str, str, str | None, bool]:
+    """fitting_default's answer, and whether no configuration of the pair fits."""
     from specviz.decoding import models
     from specviz.modeling import quant
 
     device = models.default_device()
     dtype, precision = default_dtype_name(), quant.default_precision(device)
     if not name:
-        return dtype, precision, "float32", None
+        return dtype, precision, "float32", None, False
     try:
         spec = _spec(name)
         precision = _precision(spec, dtype, precision, device)
@@ -758,15 +769,15 @@ def fitting_default(name: str | None) -> tuple[str, str, str, str | None]:
         chosen = next((o for o in options if store.fits(models.config_parts(spec, o[0], o[1], device, o[2]),
                                                         models.loading_bytes(spec, *o))), None)
     except SpecvizError:  # a broken registry or budget setting is said where the pair is loaded
-        return dtype, precision, "float32", None
+        return dtype, precision, "float32", None, False
     if chosen == (dtype, precision, "float32"):
-        return dtype, precision, "float32", None
+        return dtype, precision, "float32", None, False
     need = lambda d, p, t: store.need(models.config_parts(spec, d, p, device, t),
                                       models.loading_bytes(spec, d, p, t))
     why = explain.fitting_choice(explain.config_words(name, dtype, precision), need(dtype, precision, "float32"),
                                  None if chosen is None else explain.config_words(name, *chosen),
                                  0 if chosen is None else need(*chosen), store.budget())
-    return (*(chosen or (dtype, precision, "float32")), why)
+    return (*(chosen or (dtype, precision, "float32")), why, chosen is None)
 
 
 def _by_dtype(options: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
