@@ -68,6 +68,9 @@ if nav.main_page():
 
     # --- the animation: one round at a time, then the page drawn once more -------------------------
     ph = view.Placeholders.create()
+    # everything under the animation is one element: while a new run animates, it is this run's (empty until the
+    # animation ends), never the last run's figures left on screen, faded, until the script reaches them
+    below = st.empty()
     if job is not None and steps != 0:
         advanced = False
         try:
@@ -85,8 +88,9 @@ if nav.main_page():
                       "(the first run loads the models)." if ms.live else
                       f"Press **{controls.PLAY}** to replay the chosen recorded run, round by round: the draft "
                       "proposing and the target verifying, with the timings it was recorded with."))
-        controls.save_load(job)
-        ui.shows_caption(SHOWS)
+        with below.container():
+            controls.save_load(job)
+            ui.shows_caption(SHOWS)
         st.stop()
 
     with ui.drawing():  # the page as it stands, drawn apart from other sessions' model work
@@ -97,14 +101,17 @@ if nav.main_page():
             ph.status.markdown(explain.round_summary(job.rounds[-1], view.decoder(job)))
         elif job.error is None:
             ph.status.info("Paused before the first round: press Step or Resume.")
-        if job.error:
-            st.error(f"The run stopped early: {job.error}")
         ph.numbers(run)
         if job.rounds:
             ph.round_log(run, job)
-            view.round_detail(job)
-            view.acceptance(run, ms.decode.k)
-    if job.rounds:
-        view.speed(job)  # times the target alone first, when the run asked for it
-    controls.save_load(job)
-    ui.shows_caption(SHOWS)
+    with below.container():
+        with ui.drawing():
+            if job.error:
+                st.error(f"The run stopped early: {job.error}")
+            if job.rounds:
+                view.round_detail(job)
+                view.acceptance(run, ms.decode.k)
+        if job.rounds:
+            view.speed(job)  # times the target alone first, when the run asked for it
+        controls.save_load(job)
+        ui.shows_caption(SHOWS)

@@ -596,3 +596,33 @@ def test_presenter_keys_step_the_rounds_on_the_pages_that_step_by_hand(tiny_serv
         _settled(page)
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()
+
+
+def test_a_new_run_clears_the_last_runs_figures_at_once(tiny_server, browser):
+    """Play one recording to its end, then another: while the second animates, the first one's speed figures are
+    gone at once, not left on screen (faded) until the new animation ends."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(tiny_server)
+    page.get_by_text("Watch speculative decoding").first.wait_for(timeout=WAIT_MS)
+    _settled(page)
+    page.get_by_text("Recorded runs (no model needed)").first.click()
+    _settled(page)
+    play = page.get_by_role("button", name="Play recording", exact=True)
+    play.click()  # the first recording: a few rounds
+    page.get_by_text("✔ finished").first.wait_for()
+    figures = page.get_by_text(re.compile("^measured speedup"))
+    figures.first.wait_for()
+    _settled(page)
+    page.get_by_test_id("stSelectbox").filter(has_text="Recorded run").click()
+    page.get_by_role("option", name=re.compile("^The capital of France")).click()  # many rounds
+    _settled(page)
+    play.click()
+    page.get_by_text(re.compile(r"round 1/\d+")).first.wait_for()  # the new run animates
+    expect(figures).to_have_count(0, timeout=3000)  # and the last run's figures are gone already
+    assert page.get_by_text("✔ finished").count() == 0  # still animating: this was not the end of the run
+    page.get_by_text("✔ finished").first.wait_for()
+    figures.first.wait_for()  # the new run's own, once it has finished
+    page.close()
