@@ -110,7 +110,7 @@ if nav.main_page():
                 st.error(f"The run stopped early: {job.error}")
             if job.rounds:
                 view.round_detail(job)
-                view.acceptance(run, ms.decode.k)
+                view.acceptance(run, ms.decode.k if ms.live else run.decode.k)  # a recording: its own k
         if job.rounds:
             view.speed(job)  # times the target alone first, when the run asked for it
         controls.save_load(job)

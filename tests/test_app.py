@@ -819,3 +819,23 @@ def test_the_speedup_names_the_target_alone_it_is_against():
     at.file_uploader(key="main.upload").set_value(("int8.json", json.dumps(d).encode(), "application/json")).run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert metric(at, "measured speedup over the int8 target alone").endswith("×")  # the replay says it too
+
+
+def test_a_recording_replays_with_its_own_k_and_the_live_k_is_set_aside():
+    """The sidebar read k = 4 while a recording that drafted 10-27 a round replayed: in recorded mode the live k is
+    visibly set aside (disabled, and its label says so), and the expected-tokens curve is drawn for the recording's
+    own k, not the slider's."""
+    from specviz.teaching import explain
+
+    at = new_app()
+    at.slider(key="main.k").set_value(9).run()  # a live setting, unlike any recording's
+    at.radio(key="main.source").set_value("Recorded runs (no model needed)").run()
+    slider = at.slider(key="main.k")
+    assert slider.disabled and slider.label == explain.K_SET_ASIDE_LABEL
+    at.select_slider(key="main.speed").set_value("instant")
+    at.button(key="main.run_btn").click().run()
+    assert not at.exception
+    run = at.session_state["main.job"].run
+    (curve,) = [f for f in figures(at).values() if f["layout"]["title"]["text"].startswith("Tokens per pass vs α")]
+    title = curve["layout"]["title"]["text"].replace("\u00a0", " ")
+    assert f"(k = {run.decode.k};" in title and run.decode.k != 9, title

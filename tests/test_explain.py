@@ -430,3 +430,11 @@ def test_a_speedup_names_what_it_is_against():
     assert explain.target_alone({"target": "int8"}, "float32") == "the int8 target alone"
     assert explain.target_alone({}, "float32") == "the float32 target alone"
     assert explain.target_alone({}) == "the target alone"
+
+
+def test_k_says_whether_it_is_the_setting_or_the_start_and_what_was_drafted():
+    from specviz.teaching import explain
+
+    assert explain.k_used("fixed", 4, 3.75) == "k = 4 set · 3.8 drafted a round on average"
+    assert explain.k_used("adaptive", 4, 5.0).startswith("k starts at 4 ·")
+    assert explain.k_used("best", 4, 12.0).startswith("k starts at 4 ·")

@@ -443,7 +443,9 @@ def test_speedup_cost_sweep_race_and_adaptive():
     assert "adaptive k grows" in subtitles[0] and "best-k chooser" in subtitles[1]
     assert num(metrics(at)["adaptive k: tokens/s"]) > 0 and num(metrics(at)["best k: tokens/s"]) > 0
     # α and the mean k of each policy, in a caption under its metric (a metric cuts a long value off)
-    assert len([c for c in at.caption if c.value.startswith("α = ") and "· mean k = " in c.value]) == 3
+    said = [c.value for c in at.caption if c.value.startswith("α = ") and "drafted a round on average" in c.value]
+    k0 = at.slider(key="speed.k0").value  # fixed k's k, where the others start: each says which it is
+    assert len(said) == 3 and f"k = {k0} set" in said[0] and all(f"k starts at {k0}" in c for c in said[1:]), said
     drawn_ok(at)
     at.multiselect(key="speed.ks").set_value([]).run()
     press(at, "speed.run_sweep")

@@ -112,7 +112,9 @@ def _first(sb, live: bool) -> tuple[int, str, float]:
     label, help_k = ((explain.K_CHOSEN_LIVE_LABEL, explain.K_CHOSEN_LIVE_HELP) if chosen_live else
                      ("k: tokens drafted per round",
                       "How many tokens the drafter proposes before the target checks them in one pass."))
-    k = sb.slider(label, 1, 16, FIRST.k, key="main.k", help=help_k)
+    if not live:  # a recording replays with its own k: the live setting is set aside, visibly
+        label, help_k = explain.K_SET_ASIDE_LABEL, explain.K_SET_ASIDE_HELP
+    k = sb.slider(label, 1, 16, FIRST.k, key="main.k", help=help_k, disabled=not live)
     temperature = sb.slider("temperature (0 = greedy)", 0.0, 2.0, FIRST.temperature, 0.05, key="main.temperature",
                             disabled=not live)
     return k, k_policy, float(temperature)

@@ -235,9 +235,9 @@ def k_policies(pair, ids, settings: DecodeSettings, recorded: dict | None = None
     st.subheader(f"5 · Adaptive k and the best-k chooser: k changes as acceptance is observed ({claims.link(13)})")
     st.caption("Adaptive k grows by 1 after a fully accepted round and shrinks by 1 after a rejection. The best-k "
                "chooser estimates α, c and the verify cost as it goes, and drafts while one more draft is expected "
-               "to pay: long through sure tokens, stopping right after a doubtful one.")
+               f"to pay: long through sure tokens, stopping right after a doubtful one. {explain.K_DRAFTED_NOTE}")
     off = pair is None  # recorded: these runs, nothing runs
-    k0 = st.slider("starting k", 1, 12, 4, key="speed.k0", disabled=off)
+    k0 = st.slider("starting k (fixed k: the k of every round)", 1, 12, 4, key="speed.k0", disabled=off)
     kept = Kept("speed.adaptive", ("recorded",) if off else _ident(pair))
     if st.button("Run fixed k, adaptive k and the best-k chooser", key="speed.run_adaptive", disabled=off) \
             and ids is not None:
@@ -260,7 +260,7 @@ def k_policies(pair, ids, settings: DecodeSettings, recorded: dict | None = None
         if name in s:  # a stopped comparison has the policies finished
             col.metric(f"{name} k: tokens/s", f"{s[name].tokens_per_s:.1f}",
                        f"{s[name].gain * 100:+.0f}%" if s[name].gain is not None else None)
-            col.caption(f"α = {s[name].alpha:.2f} · mean k = {s[name].mean_k:.1f}")
+            col.caption(f"α = {s[name].alpha:.2f} · {explain.k_used(name, runs[name].decode.k, s[name].mean_k)}")
     for col, name, key in zip(st.columns(2), ("adaptive", "best"), ("speed.fig_k", "speed.fig_k_best")):
         if name in runs:
             with col:

@@ -24,6 +24,7 @@ streamlit, no models.
   precision_rows, precision_verdict        draft precisions side by side (precision_rows: target precisions too)
   target_verdict, TARGET_PRECISION_HELP   a float32 and an int8 target side by side: why the int8 one gains little
   drafter_words, k_words                   the draft, and how a run chose k, as headers and captions say them
+  k_used, K_DRAFTED_NOTE, K_SET_ASIDE_*    k as set against k as drafted; a recording's k against the sidebar's
   other_settings                           a kept result measured with other settings than those on screen
   gpu_advice                               a pair too small to win on a GPU, and a pair that can
   ago, baseline_note                       how long ago; where the target-alone timing came from
@@ -649,6 +650,23 @@ K_CHOSEN_LIVE_HELP = ("The best-k chooser picks k live, each round, from its est
                       "round log's 'k this round' column shows what each round drafted; choose 'fixed' above for "
                       "the same k every round.")
 K_POLICY_WORDS = {"adaptive": " (adaptive)", "best": " (best-k chooser, starting k)"}  # engine k_policy -> words
+
+
+K_SET_ASIDE_LABEL = "k: the live runs' setting (a recording replays with its own)"
+K_SET_ASIDE_HELP = ("A recording replays exactly as it was recorded, with its own k and k policy (the caption under "
+                    "the recording names them; the round log shows what each round drafted). This setting is for "
+                    "live runs.")
+
+
+K_DRAFTED_NOTE = ("The charts show what each round drafted: a round near the length limit, or one whose draft hit an "
+                  "end token, drafts fewer than its k.")
+
+
+def k_used(k_policy: str, k: int, mean_drafted: float) -> str:
+    """A k policy's k beside its result: the setting (fixed k) or where it starts (adaptive, best k), and what a
+    round drafted on average, below a fixed k where rounds met the length limit or an end token."""
+    start = f"k = {k} set" if k_policy == "fixed" else f"k starts at {k}"
+    return f"{start} · {mean_drafted:.1f} drafted a round on average"
 
 
 def k_words(k: int, k_policy: str) -> str:
