@@ -20,7 +20,7 @@ import specviz.decoding.engine as engine
 from specviz import InvalidSetting, PromptLookupDrafter, Run, autoregressive_decode, speculative_decode
 from specviz.decoding.drafters import Drafter, Proposal
 from specviz.decoding.sampling import logits_to_probs
-from stats import passes, total_variation
+from stats import chi2_critical, chi2_stat, passes, total_variation
 from tiny import hf_greedy, tiny_gpt2, tiny_qwen
 from specviz.core.settings import DecodeSettings
 
@@ -262,6 +262,53 @@ def test_a_bonus_drawn_from_the_draft_fails_the_distribution_check(small_vocab_p
     monkeypatch.setattr(engine, "decide", bonus_from_q)
     counts, _ = sampled_counts(target, draft, N_RUNS, 1.0)
     assert not passes(counts, exact, N_RUNS)
+
+
+# --------------------------------------------------------------------------
+# one round alone, on chosen p and q: each judged draft is tested with its own u
+
+ROUND_P = [0.5, 0.3, 0.2]  # the target's distribution at every position (it ignores its context)
+ROUND_Q = [0.2, 0.29, 0.51]  # the draft's: the acceptance test rejects often at both positions
+N_ROUNDS = 3000  # one u for both drafts misses by a chi-square of ~400 here, against a bound of ~27
+
+
+def test_each_judged_draft_is_tested_with_the_generators_next_u():
+    """A round's drafts are judged with fresh uniforms, the run's generator's next draws in order: one u
+    for all positions ties their verdicts together (accepting d1 makes accepting d2 likelier)."""
+    from specviz.decoding.sampling import Sampler, uniform
+
+    k = 4
+    logits = torch.tensor([ROUND_P] * (k + 1)).log()
+    q = torch.tensor([[0.1, 0.1, 0.8]] * k)  # p/q >= 1 for tokens 0 and 1: every draft accepted, whatever u
+    prop = Proposal([0, 1, 1, 0], q, q, [])
+    d = engine.decide(logits, prop, Sampler.create(1.0, 0, 1.0, seed=9))
+    g = torch.Generator().manual_seed(9)
+    assert d.n_accepted == k and d.u == [uniform(g) for _ in range(k)]
+    assert len(set(d.u)) == k
+
+
+def test_one_round_then_the_target_alone_gives_the_targets_two_token_distribution():
+    """decide() on N_ROUNDS proposals drawn from q (k = 2): the first two tokens, the round's and then the
+    target's own draw where the round gave one, must be distributed as p x p."""
+    from specviz.decoding.sampling import Sampler, sample
+
+    logits = torch.tensor([ROUND_P] * 3).log()  # (k+1, V)
+    q = torch.tensor([ROUND_Q] * 2)
+    sampler, g = Sampler.create(1.0, 0, 1.0, seed=0), torch.Generator().manual_seed(1)
+    p = sampler.probs(logits)  # the distribution decide() works in (float32)
+    drafts = torch.multinomial(q, N_ROUNDS, replacement=True, generator=g).T.tolist()  # (N, 2): d ~ q
+    counts, accepted = collections.Counter(), collections.Counter()
+    for d1, d2 in drafts:
+        d = engine.decide(logits, Proposal([d1, d2], q, q, []), sampler)
+        accepted[d.n_accepted] += 1
+        out = [d1, d2][: d.n_accepted] + [d.extra_id]
+        if len(out) < 2:
+            out.append(sample(p[1], g))
+        counts[tuple(out[:2])] += 1
+    exact = {(a, b): float(p[0, a] * p[1, b]) for a in range(3) for b in range(3)}
+    stat, df = chi2_stat(counts, exact, N_ROUNDS)
+    assert passes(counts, exact, N_ROUNDS), (stat, chi2_critical(df), total_variation(counts, exact, N_ROUNDS))
+    assert min(accepted[n] for n in range(3)) > N_ROUNDS / 10  # rejected at d1, at d2, and both accepted
 
 
 # --------------------------------------------------------------------------
