@@ -397,21 +397,27 @@ def test_round_records_are_consistent(qwen_pair):
         assert len(r.drafted) == r.k == len(r.q_top) == len(r.overlap)
         assert len(r.p_top) == len(r.entropy) == len(r.target_argmax) == r.k + 1
         assert r.emitted[: r.n_accepted] == r.drafted[: r.n_accepted]
-        assert len(r.u) == len(r.accepted) == len(r.ratio)
+        assert len(r.u) == len(r.accepted) == len(r.ratio) == len(set(r.u))  # a fresh u for each judged draft
         for u, ratio, ok in zip(r.u, r.ratio, r.accepted):
             assert ok == (u < ratio)  # the recorded decision is the rule applied to the recorded numbers
         # a rejection ends the round: the judged drafts are the accepted prefix and at most one rejection
         assert r.accepted == [True] * r.n_accepted + [False] * r.rejected
         if r.rejected:
             assert r.extra_kind == "correction" and r.residual_top is not None
-            # the correction is drawn from norm(max(0, p - q)): a token where p > q at the rejected position
+            # the correction is drawn from norm(max(0, p - q)): a token where p > q at the rejected position.
+            # p and q from the models' float32 logits, as the engine computes them (verify and the draft step
+            # round the float64 logits to float32): a float64 reference differs by up to 2e-5 relative
             ctx = torch.tensor([ids + r.drafted[: r.n_accepted]])
             with torch.no_grad():
-                p = logits_to_probs(target(ctx).logits[0, -1], temperature)
-                q = logits_to_probs(drafter(ctx).logits[0, -1], temperature)
+                p = logits_to_probs(target(ctx).logits[0, -1].float(), temperature)
+                q = logits_to_probs(drafter(ctx).logits[0, -1].float(), temperature)
             assert p[r.extra_id] > q[r.extra_id]
             res = torch.clamp(p - q, min=0.0)
-            assert r.residual_top.probs == pytest.approx(torch.topk(res / res.sum(), 10).values.tolist())
+            # this full pass and the run's cached passes may round a logit one float32 ulp apart: moving every
+            # logit one ulp moved a residual entry by 7.7e-7 at most over 40 seeds (res.sum() >= 0.46 there)
+            tol = 16 * torch.finfo(torch.float32).eps / float(res.sum())
+            want = torch.topk(res / res.sum(), 10).values.tolist()
+            assert r.residual_top.probs == pytest.approx(want, rel=0, abs=tol)
             corrections += 1
             thrown_away += r.k - len(r.accepted)
         for ov, pd, qd in zip(r.overlap, r.p_drafted, r.q_drafted):
