@@ -486,6 +486,7 @@ def test_stream_yields_rounds_live_then_run(qwen_pair):
     assert stream.run.rounds == seen
 
 
+@pytest.mark.cores
 @pytest.mark.parametrize("speculative", [True, False])
 def test_time_a_caller_spends_on_a_round_is_not_decode_time(qwen_pair, speculative):
     """The app animates between rounds; that must not count as decoding (it would fake a slowdown)."""

@@ -87,6 +87,7 @@ def _medians(table, key) -> set[float]:
     return {e[0]} | {statistics.median(e[1:j]) for j in range(2, len(e) + 1)} if e else set()
 
 
+@pytest.mark.cores
 def test_sessions_share_verify_passes_with_the_tokens_of_each_run_alone(pair):
     target, draft = pair
     alone = [_decode(target, draft, i) for i in range(3)]

@@ -487,6 +487,7 @@ def test_records_are_consistent_and_round_trip_through_json():
     assert back == run and json.loads(run.to_json())["format"] == "specviz.treerun/1"
 
 
+@pytest.mark.cores
 def test_tree_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json():
     """As chain rounds are: a round whose passes lose the CPU (a sleep: wall time passes, no CPU time is used,
     as when another program takes the cores mid-pass) says so, and the flag goes through a run file."""
@@ -511,6 +512,7 @@ def test_tree_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(
         TreeRun.from_dict(d)
 
 
+@pytest.mark.cores
 def test_a_tree_runs_time_leaves_out_the_waits_for_a_core():
     """As a chain run's: rounds record the time their passes' threads waited for a core beside programs busy
     on every core, and neither the rounds' times nor the run's decoding time count it."""

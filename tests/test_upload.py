@@ -143,6 +143,7 @@ def _big_k(k: int) -> dict:
     return d
 
 
+@pytest.mark.cores
 def test_k_above_the_engine_limit_is_refused_quickly():
     data = json.dumps(_big_k(2000)).encode()
     t0 = time.perf_counter()
