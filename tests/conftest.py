@@ -4,6 +4,11 @@ tiny_pair      two tiny random Qwen2 models + a 64-word tokenizer, as a Pair
 make_tokenizer factory: words -> PreTrainedTokenizerFast (WordLevel, no hub)
 default_pair   the real embedded pair via load_pair(), once per session; skipped
                only when its chunk packages are not installed
+
+Threads: the device's model work runs on one thread in tests (pytest_runtest_setup), except in those marked
+`cores` (they measure time or CPU use, or check the cores), `real` or `browser`, which keep the worker's own
+count. A tiny model's pass is too small to share out: with all the cores, PyTorch's OpenMP threads spin
+between passes and burn many times the CPU time of one thread for no gain.
 """
 
 from __future__ import annotations
@@ -12,6 +17,26 @@ import pytest
 import torch
 
 TINY_VOCAB = 64
+OWN_THREADS = ("cores", "real", "browser")  # markers of the tests that keep the device worker's thread count
+_WORKER_THREADS: dict = {}  # "cpu": the worker's thread count before the first test; "apart": whether it has its own
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the test's fixtures: the CPU worker's model work on one thread, or on its own count for a test
+    marked with one of OWN_THREADS. Only where share_cores() gave the worker threads of its own (every other
+    thread has one already); set with devqueue.set_model_threads, as `bench --threads` sets them."""
+    from specviz.device import devqueue
+
+    if not _WORKER_THREADS:
+        _WORKER_THREADS["cpu"] = devqueue.model_threads("cpu")
+        _WORKER_THREADS["apart"] = _WORKER_THREADS["cpu"] > torch.get_num_threads()  # this thread: one
+    if not _WORKER_THREADS["apart"]:
+        return
+    own = any(item.get_closest_marker(m) for m in OWN_THREADS)
+    want = _WORKER_THREADS["cpu"] if own else 1
+    if devqueue.model_threads("cpu") != want:
+        devqueue.set_model_threads(want)
 
 
 def pytest_configure(config):

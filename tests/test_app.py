@@ -214,6 +214,7 @@ def test_presenter_mode_round_log_in_the_rooms_type():
 
 
 # --------------------------------------------------------------------------------------------
+@pytest.mark.cores
 def test_defaults_and_no_exception():
     from specviz.decoding import models
     from specviz.core import prompts

@@ -171,6 +171,7 @@ def test_a_prompt_over_the_token_limit_is_refused_and_the_run_stays(monkeypatch)
     assert at.session_state["main.job"] is job
 
 
+@pytest.mark.cores
 def test_a_model_load_outlives_the_script_run_that_started_it():
     """A click during the first-time conversion stops that script run; the load goes on, and the next
     run waits for the same load instead of starting it again."""

@@ -2,7 +2,10 @@
 
 import json
 
+import pytest
 
+
+@pytest.mark.cores
 def test_the_batch_bench_runs_on_the_tiny_pair_and_the_batch_computes_what_the_sessions_do(tmp_path, capsys):
     from specviz.tools import cli
 

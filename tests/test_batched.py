@@ -55,7 +55,7 @@ def frequent_head(model):
     return head.logits
 
 
-def check_bit_identical(model, sessions: int, keeps=(None, 5, 2), head=None):
+def check_bit_identical(model, sessions: int, keeps=(None, 5, 2), head=None, rows=ROWS):
     """Feed sessions' prompts to two caches each, then their rows separately on one and together on the other."""
     alone = [L.CachedLM(model) for _ in range(sessions)]
     together = [L.CachedLM(model) for _ in range(sessions)]
@@ -64,14 +64,14 @@ def check_bit_identical(model, sessions: int, keeps=(None, 5, 2), head=None):
         a.feed(prompt, keep=1)
         b.feed(prompt, keep=1)
     assert batched.can_batch(together)
-    want = [a.feed(rows, keep) for a, rows, keep in zip(alone, ROWS, keeps)]
+    want = [a.feed(r, keep) for a, r, keep in zip(alone, rows, keeps)]
     # on the device's worker, as the pool runs it: the separate feeds ran there too, and a pass's bits depend
     # on how many threads compute it (the worker has all the cores, other threads one)
-    got = devqueue.run("cpu", lambda: batched.feed_many(together, ROWS[:sessions], keeps[:sessions]))
+    got = devqueue.run("cpu", lambda: batched.feed_many(together, rows[:sessions], keeps[:sessions]))
     for i in range(sessions):
         assert got[i].shape == want[i].shape
         assert torch.equal(got[i], want[i]), f"session {i}: max diff {(got[i] - want[i]).abs().max()}"
-        assert together[i].n == alone[i].n == len(PROMPTS[i]) + len(ROWS[i])
+        assert together[i].n == alone[i].n == len(PROMPTS[i]) + len(rows[i])
         assert together[i].cache.get_seq_length() == alone[i].n
         for layer_a, layer_b in zip(alone[i].cache.layers, together[i].cache.layers):
             assert torch.equal(layer_a.keys, layer_b.keys) and torch.equal(layer_a.values, layer_b.values)
@@ -91,6 +91,18 @@ def test_int8_target_with_row_attention_is_bit_identical(sessions):
     model = int8_target()
     assert model.config._attn_implementation == "specviz_row_exact"
     check_bit_identical(model, sessions)
+
+
+EQUAL_ROWS = ([44, 45, 46], [50, 51, 52], [70, 71, 72])  # sessions of one shape: only their contents tell them apart
+
+
+@pytest.mark.parametrize("target", [pytest.param("packed", marks=needs_fastlinear),
+                                    pytest.param("int8", marks=needs_int8)])
+def test_sessions_of_one_shape_each_get_their_own_rows(target):
+    """Three sessions of 3 rows each, every row kept: a pass that swapped two sessions' rows, attention or
+    logits would still hand each the right shape."""
+    model = packed(tiny_model(seed=1)) if target == "packed" else int8_target()
+    check_bit_identical(model, 3, keeps=(3, 3, 3), rows=EQUAL_ROWS)
 
 
 @needs_fastlinear

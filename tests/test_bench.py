@@ -149,6 +149,7 @@ def test_markdown_says_what_the_generations_times_left_out(outputs):
     assert note is not None and " of the generations, while other work" in note and note in text
 
 
+@pytest.mark.cores
 def test_a_generation_beside_another_program_is_marked():
     """transformers' generate times no pass of its own: the whole call is judged on other programs' CPU time
     (programs busy on every core: the generation's own busy threads leave one such program less than a core)."""

@@ -105,6 +105,7 @@ def test_run_prints_coloured_text_and_stats(tiny_cli, capsys):
         assert stat in out
 
 
+@pytest.mark.cores
 def test_run_says_when_its_speed_was_taken_under_outside_load(tiny_cli, capsys):
     """The CLI prints its speed, so it says, as the pages do, when other programs took the CPU during it."""
     from busy import passes_losing_the_cpu
@@ -119,6 +120,7 @@ def test_run_says_when_its_speed_was_taken_under_outside_load(tiny_cli, capsys):
     assert out.index("tokens/s") < out.index("Taken under outside load")
 
 
+@pytest.mark.cores
 def test_run_says_what_waits_for_a_core_it_left_out(tiny_cli, capsys):
     """Beside programs busy on every core, the passes' threads wait for a core; the speed leaves that out, and
     the CLI says how much."""

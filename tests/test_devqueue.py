@@ -144,6 +144,7 @@ def test_concurrency_is_a_setting_and_holders_never_exceed_it():
     assert most[0] == 2 and q.stats()["max_holders"] == 2
 
 
+@pytest.mark.cores
 def test_a_handover_wakes_the_next_in_line_at_once_and_a_cancel_wakes_the_cancelled():
     # a poll far longer than the test: every wake-up must come from the queue's own notifications
     q = DeviceQueue(poll_s=60, env="")
@@ -177,6 +178,7 @@ def test_a_handover_wakes_the_next_in_line_at_once_and_a_cancel_wakes_the_cancel
     assert time.perf_counter() - t0 < 10  # three handovers, none waiting for a poll
 
 
+@pytest.mark.cores
 def test_a_trace_records_each_outer_hold_and_sums_the_time_the_device_was_held(tmp_path):
     trace = tmp_path / "holds.jsonl"
     q = DeviceQueue(poll_s=0.01, env="", trace=str(trace))
@@ -213,6 +215,7 @@ def test_a_trace_records_each_outer_hold_and_sums_the_time_the_device_was_held(t
     assert devqueue.trace_holds(str(tmp_path / "none"), t0, t1)["holds"] == 0  # no file: nothing held
 
 
+@pytest.mark.cores
 def test_a_trace_labels_each_hold_with_what_it_is_and_sorts_their_times_by_label(tmp_path):
     trace = tmp_path / "holds.jsonl"
     q = DeviceQueue(poll_s=0.01, env="", trace=str(trace))
@@ -473,6 +476,7 @@ def _best_of(n, fn):
     return min((fn() for _ in range(n)), key=lambda r: r[0])
 
 
+@pytest.mark.cores
 def test_a_run_waiting_behind_another_holder_reports_the_same_times_as_alone(tiny_pair):
     from specviz.decoding.engine import autoregressive_stream, speculative_stream
     from specviz.teaching.experiments import forward_cost
@@ -568,6 +572,7 @@ def test_the_share_rule():
     assert not devqueue.outside_load(cpu_s=0.0, wall_s=0.001, threads=1)  # too short to judge
 
 
+@pytest.mark.cores
 def test_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(tiny_pair):
     from specviz.decoding.engine import autoregressive_decode, speculative_decode
     from specviz.data.records import Run
@@ -671,6 +676,7 @@ def test_short_passes_are_judged_on_other_programs_time_together():
     assert w.busy_passes == 1 and w.note().text.startswith("Taken under outside load: 1 of 1 timed passes")
 
 
+@pytest.mark.cores
 def test_other_programs_cpu_time_is_read_from_the_machine(other_program):
     import os
 
@@ -687,6 +693,7 @@ def test_other_programs_cpu_time_is_read_from_the_machine(other_program):
     assert busy + idle == pytest.approx(wall * os.cpu_count(), abs=0.03 * os.cpu_count() + 0.03), (busy, idle)
 
 
+@pytest.mark.cores
 def test_passes_beside_another_program_are_flagged(tiny_pair):
     """Through the model's own timed passes: a round's passes, beside programs busy on every core, are judged
     on their CPU time, whatever share of the cores the passes got themselves. (Beside one program busy on one
@@ -722,6 +729,7 @@ def _parallel_pass() -> devqueue.PassTime:
     return devqueue.run("cpu", work)
 
 
+@pytest.mark.cores
 def test_the_model_threads_are_the_workers_openmp_team():
     import os
 
@@ -734,6 +742,7 @@ def test_the_model_threads_are_the_workers_openmp_team():
     assert devqueue.run_delay_s(team) >= 0.0 and devqueue.run_delay_s([2**31 - 1]) == 0.0  # an ended thread: 0
 
 
+@pytest.mark.cores
 def test_time_another_program_holds_the_cores_is_not_counted():
     """Beside a program busy half the time on one core, a parallel pass takes far longer on the clock; less
     the time its threads waited for a core, most of that is gone (docs/workshop.md, "Honest timings under load").
@@ -758,6 +767,7 @@ def test_time_another_program_holds_the_cores_is_not_counted():
         assert 0.0 <= t.stalled <= devqueue.MAX_STALL_SHARE * t.wall and t.held == t.wall - t.stalled
 
 
+@pytest.mark.cores
 def test_time_another_thread_of_this_server_holds_the_cores_is_not_counted_either():
     """Another session's page, drawn by a thread of the same server while this session's pass runs, holds a core
     as another program would: that wait is left out too, which is why the pages' sentence names both (the load
@@ -784,6 +794,7 @@ def test_time_another_thread_of_this_server_holds_the_cores_is_not_counted_eithe
     assert "other sessions' pages" in explain.stalled_note(1.0, 2.0)
 
 
+@pytest.mark.cores
 def test_a_runs_time_leaves_out_the_waits_for_a_core(tiny_pair):
     """Rounds record the time their passes' threads waited for a core, and neither the rounds' times nor the
     run's decoding time count it."""
@@ -806,6 +817,7 @@ def test_a_runs_time_leaves_out_the_waits_for_a_core(tiny_pair):
     assert run.decode_s + stalled <= clock + 1e-3 and run.rounds_s + stalled <= clock + 1e-3
 
 
+@pytest.mark.cores
 def test_a_short_run_finishes_long_before_a_k_sweep_started_ahead_of_it(tiny_pair):
     """The issue's case, on the engine: a short run is not held up until another session's sweep ends."""
     from specviz.teaching import lab
@@ -892,6 +904,7 @@ def _cores_shared() -> int:
     return n
 
 
+@pytest.mark.cores
 def test_the_cores_go_to_the_worker_wherever_pytorch_runs_on_gnu_openmp_with_two_cores():
     import os
 
@@ -900,6 +913,7 @@ def test_the_cores_go_to_the_worker_wherever_pytorch_runs_on_gnu_openmp_with_two
     assert devqueue._WORKERS.threads.get("cpu", 0) > 1  # share_cores() did not fall back
 
 
+@pytest.mark.cores
 def test_model_work_from_any_thread_runs_on_one_worker_with_all_the_cores_threads():
     n = _cores_shared()
 
@@ -914,6 +928,7 @@ def test_model_work_from_any_thread_runs_on_one_worker_with_all_the_cores_thread
     assert _on_new_thread(torch.get_num_threads) == 1  # a page's own work runs on one core
 
 
+@pytest.mark.cores
 def test_a_float32_product_in_mkl_runs_on_all_the_workers_cores():
     """transformers as shipped sends a float32 Linear to MKL, which keeps its own thread count: on the worker
     it must use the worker's threads, not the one a page gets."""
@@ -1031,6 +1046,7 @@ def test_freeze_heap_takes_what_is_alive_out_of_the_collectors_walk(monkeypatch)
     assert kept[-1] == [99_999] and more[0] == [0]  # frozen or not, nothing alive was lost
 
 
+@pytest.mark.cores
 def test_a_waiting_session_is_told_its_wait_from_the_last_turns_of_those_ahead():
     """Each owner ahead takes one turn before the waiting one: the estimate adds their last holds' times (one
     never timed counts as the median of those that were)."""

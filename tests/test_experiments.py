@@ -55,6 +55,7 @@ def test_pages_and_lessons_read_one_timing_of_the_target_alone(store, monkeypatc
     assert again.base.token_ids == first.base.token_ids and again.base_at == pytest.approx(first.base_at)
 
 
+@pytest.mark.cores
 def test_a_speedup_beyond_the_passes_is_timed_again(store):
     target, draft = tiny_qwen(420), tiny_qwen(421)
     first = compare(target, draft, 3)

@@ -71,6 +71,30 @@ def test_an_int8_cache_gives_the_float32_paths_int8_logits_bit_for_bit(tmp_path,
                     assert torch.equal(_chunked_logits(got, k1), _chunked_logits(ref, k1)), k1
 
 
+@pytest.mark.parametrize("arch,tie,kind", [("qwen2", False, "mixed"), ("qwen2", True, "mixed"),
+                                           ("llama", False, "mixed"), ("llama", True, "mixed"),
+                                           ("qwen2", False, "kquants"), ("llama", True, "kquants")])
+def test_the_caches_int8_rows_scales_and_row_sums_are_the_float32_paths(tmp_path, monkeypatch, arch, tie, kind):
+    """Tensor by tensor: each Linear's int8 rows, scales and row sums in the cache are, bit for bit, what
+    quant.int8_weight gives for the float32 path's weight (the GGUF dequantized by transformers). A scale one
+    float32 ulp off moves the logits too little for the logits check above to see in most of these files."""
+    from safetensors import safe_open
+
+    hidden = 256 if kind == "kquants" else 64
+    monkeypatch.setattr(int8cache, "BLOCK_BYTES", 4 * hidden * 3)  # many blocks a tensor, as above
+    gguf = write_gguf(tiny_model(arch, tie=tie, hidden=hidden, intermediate=2 * hidden), tmp_path / "m.gguf", kind)
+    int8cache.write(gguf, tmp_path / "int8")
+    _, ref = store._load_gguf(gguf, "target", store.quiet)  # float32, before any quantization
+    linears = {n + ".weight" for n, m in ref.named_modules() if isinstance(m, torch.nn.Linear)}
+    with safe_open(tmp_path / "int8" / int8cache.WEIGHTS, framework="pt") as f:
+        assert {n for n in f.keys() if f.get_slice(n).get_dtype() == "I8"} == linears
+        for name in sorted(linears):
+            want = dict(zip(("", "_scale", "_row_sums"), quant.int8_weight(ref.get_parameter(name))))
+            for suffix, w in want.items():
+                got = f.get_tensor(name + suffix)
+                assert got.dtype == w.dtype and torch.equal(got, w), name + suffix
+
+
 def test_the_float32_path_reads_qwen2_and_llama_with_gguf_py_as_the_int8_cache_does():
     """The reference the identity rests on: transformers reads these architectures with its legacy loader
     (gguf-py's dequantize, as int8cache does), not its own torch dequantizer, which may round otherwise. If a

@@ -553,6 +553,7 @@ def test_speedup_says_when_a_kept_result_came_from_other_settings():
     assert other_settings(at) == ["temperature", "temperature and k", "temperature and k"]
 
 
+@pytest.mark.cores
 @needs_tiny
 def test_every_timed_section_says_when_its_times_ran_under_outside_load():
     """A target whose passes lose the CPU for 20 ms (a sleep: wall time, no CPU time), as under another program:

@@ -5,6 +5,7 @@ Sessions are threads, each a distinct owner of the real device queue (devqueue.s
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import statistics
@@ -33,16 +34,21 @@ SETTINGS = (DecodeSettings(k=4, max_new_tokens=40), DecodeSettings(k=4, max_new_
             DecodeSettings(k=4, max_new_tokens=40, temperature=1.0, seed=7))
 
 
-@pytest.fixture(scope="module")
-def pair():
-    """A target whose Linears are packed (fastlinear), as the float32 target is: row-exact, so it may share."""
+def _packed_target(**kw):
+    """A tiny target whose Linears are packed (fastlinear), as the float32 target is: row-exact, so it may share."""
     from specviz.modeling import fastlinear
 
     if not fastlinear.available():
         pytest.skip("oneDNN's linear is not available here: no target can share its passes")
-    target = fastlinear.enable(tiny_qwen(0).float(), pack=True)  # float32: what fastlinear packs
+    target = fastlinear.enable(tiny_qwen(0, **kw).float(), pack=True)  # float32: what fastlinear packs
     assert batched.can_batch([CachedLM(target)])
-    return target, tiny_qwen(1).float()
+    return target
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """A packed target (_packed_target) and a float32 draft."""
+    return _packed_target(), tiny_qwen(1).float()
 
 
 @pytest.fixture(autouse=True)
@@ -81,6 +87,7 @@ def _medians(table, key) -> set[float]:
     return {e[0]} | {statistics.median(e[1:j]) for j in range(2, len(e) + 1)} if e else set()
 
 
+@pytest.mark.cores
 def test_sessions_share_verify_passes_with_the_tokens_of_each_run_alone(pair):
     target, draft = pair
     alone = [_decode(target, draft, i) for i in range(3)]
@@ -107,6 +114,89 @@ def test_sessions_share_verify_passes_with_the_tokens_of_each_run_alone(pair):
         assert run.decode_s <= 1.25 * run.rounds_s + 0.02, (run.decode_s, run.rounds_s)
     note = explain.shared_note(runs[0].rounds + runs[1].rounds + runs[2].rounds)
     assert note is not None and "shared with other sessions" in note
+
+
+def _rounds(run: Run) -> list[tuple]:
+    """What each round decided and recorded, its timings left out."""
+    return [(r.drafted, r.u, r.p_drafted, r.emitted, r.p_top, r.residual_top) for r in run.rounds]
+
+
+def test_shared_passes_cut_a_wider_targets_logits_to_the_runs_vocabulary():
+    """A real target scores more ids than the tokenizer has (its head is padded): a run decodes over the ids
+    both models share, and a shared pass's logits must be cut to them as a pass of its own is. Here the target
+    scores 72 ids, the draft and the runs 64."""
+    target, draft = _packed_target(vocab=72), tiny_qwen(1).float()
+
+    def decode(i):
+        return engine.speculative_decode(target, draft, PROMPTS[i], SETTINGS[i], vocab=64)
+
+    alone = [decode(i) for i in range(3)]
+    shared = 0
+    for _ in range(3):  # a few tries: sharing needs the threads to meet at verify
+        runs = _in_sessions({f"v{i}": (lambda i=i: decode(i)) for i in range(3)})
+        runs = [runs[f"v{i}"] for i in range(3)]
+        for run, ref in zip(runs, alone):
+            assert isinstance(run, Run), run
+            assert run.token_ids == ref.token_ids and _rounds(run) == _rounds(ref)
+        shared += sum(r.shared > 1 for run in runs for r in run.rounds)
+        if shared:
+            break
+    assert shared
+
+
+def _long_prompt(n: int) -> list[int]:
+    return [(7 * i + 3) % 64 for i in range(n)]
+
+
+def _crossing_run(target, draft) -> tuple[Run, collections.Counter, collections.Counter, bool]:
+    """A run whose context crosses a CONTEXT_BUCKET boundary in a round of a few rows: (the run, how many of
+    its verify passes had each key before the pass, how many of those the table must have kept (their rounds
+    not under outside load), whether the round that crossed was kept)."""
+    prompt = _long_prompt(pool_mod.CONTEXT_BUCKET - 6)
+    run = engine.speculative_decode(target, draft, prompt, DecodeSettings(k=2, max_new_tokens=16))
+    fed, kept, crossed, n = collections.Counter(), collections.Counter(), False, len(prompt)
+    for r in run.rounds:
+        rows, before = r.prefill_tokens + 1 + r.k, n - 1 - r.prefill_tokens  # the target's cache held `before`
+        key = (rows, before // pool_mod.CONTEXT_BUCKET)
+        fed[key] += 1
+        kept[key] += not r.outside_load
+        if (before + rows) // pool_mod.CONTEXT_BUCKET > key[1] and r.prefill_tokens == 0:
+            crossed = not r.outside_load
+        n += len(r.emitted)
+    return run, fed, kept, crossed
+
+
+def test_an_unshared_pass_is_kept_under_the_context_the_cache_had_before_it():
+    """A round's verify pass of its own is kept in the SoloCost table under the context the target's cache held
+    when the pass began, not after it: the round whose pass takes the context past CONTEXT_BUCKET tokens is
+    kept in the bucket below."""
+    for _ in range(5):  # a round under outside load is not kept: try until the one that crosses is
+        target, draft = _packed_target(positions=512), tiny_qwen(0, positions=512).float()
+        run, fed, kept, crossed = _crossing_run(target, draft)
+        if crossed:
+            break
+    assert crossed
+    table = pool_mod.pool_for(target).solo
+    for key in fed:
+        assert kept[key] <= len(table.entries(key, steady=False)) <= fed[key], key
+
+
+def test_a_pools_own_pass_is_kept_under_the_context_the_cache_had_before_it():
+    """The same for a request the pool runs on its own (its key had no measured pass): a cache of 254 tokens
+    fed 4 more."""
+    model, before = _packed_target(positions=512), _long_prompt(pool_mod.CONTEXT_BUCKET - 2)
+    for _ in range(5):  # a pass under outside load is not kept: try until one is not
+        lm, box = CachedLM(model), []
+        lm.feed(before)
+        gen = _member(lm, [5, 6, 7, 8], box)
+        next(gen)
+        pool = VerifyPool()
+        assert pool.verify(VerifyRequest(lm, [5, 6, 7, 8], keep=3, gen=gen)) == ("round", len(before) + 4)
+        assert pool.solo.entries((4, 1), steady=False) == []
+        if not box[0].outside_load:
+            break
+    assert not box[0].outside_load
+    assert pool.solo.entries((4, 0), steady=False) == [box[0].verify_s]
 
 
 def test_a_session_alone_verifies_inline_in_its_round_s_hold(pair):

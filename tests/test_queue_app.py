@@ -101,6 +101,7 @@ def test_eight_sessions_at_once_each_equal_a_solo_run_one_round_at_a_time(many_s
             assert "base_outside_load" in base
 
 
+@pytest.mark.cores
 def test_a_session_waiting_for_the_device_knows_its_place_and_then_runs(many_sessions):
     """Another session holds the device: the page's run waits in line, one ahead, then finishes as if alone."""
     from specviz.device import devqueue
@@ -158,6 +159,7 @@ def test_the_waiting_notice_says_how_many_sessions_are_ahead():
     assert [i.value for i in at.info if "2 sessions ahead of you" in i.value]
 
 
+@pytest.mark.cores
 def test_the_main_page_says_when_its_timings_were_taken_under_outside_load():
     """A target whose passes lose the CPU for 20 ms (a sleep: wall time, no CPU time), as under another program."""
     from busy import passes_losing_the_cpu

@@ -8,6 +8,7 @@ import pytest
 TINY = str(Path(__file__).parent / "models_tiny.yaml")
 
 
+@pytest.mark.cores
 def test_a_small_room_reports_each_kinds_waits_queue_and_compute(tmp_path, capsys):
     """Five sessions at once on the tiny pair: every one finishes, its wait holds its time in the queue and its
     time computing, some of them queued (one device, one at a time), and every figure is judged against a solo

@@ -420,6 +420,20 @@ def test_spine_siblings_taken_as_the_next_most_likely_fail_the_distribution_chec
     assert not passes(counts, want, N_RUNS)
 
 
+def test_siblings_judged_at_one_node_each_draw_their_own_u():
+    """Each child tried at a node is tested with a fresh uniform, the generator's next draw. One u for all
+    siblings biases the walk by a TV of ~0.01 (p = [.5, .3, .2], q = [.2, .29, .51]), too little for the
+    distribution checks above to see, so the mechanism is checked here."""
+    from specviz.decoding.sampling import uniform
+
+    p = torch.tensor([0.0, 0.0, 0.0, 0.5, 0.5])  # p = 0 at every child: each is rejected, whatever its u
+    q = torch.tensor([0.4, 0.3, 0.2, 0.05, 0.05])
+    chosen, _, us, _ = tree.recursive_rejection(p, q, [0, 1, 2], Sampler.create(1.0, 0, 1.0, seed=4))
+    g = torch.Generator().manual_seed(4)
+    assert chosen is None and us == [uniform(g) for _ in range(3)]
+    assert len(set(us)) == 3
+
+
 def test_not_updating_p_after_a_rejection_fails_the_distribution_check(small_vocab_pair, monkeypatch):
     target, draft = small_vocab_pair
     want = exact(target, 1.0)
@@ -447,6 +461,13 @@ def test_records_are_consistent_and_round_trip_through_json():
                       branch=3)
     assert [t for r in run.rounds for t in r.emitted] == run.token_ids
     assert run.tokens_per_pass == pytest.approx(len(run.token_ids) / len(run.rounds))
+    siblings_judged = 0
+    for r in run.rounds:
+        for node in {ROOT, *r.path}:  # the nodes the walk judged children at: each child had a u of its own
+            us = [u for u, par in zip(r.u, r.parents) if par == node and u is not None]
+            assert len(set(us)) == len(us), us
+            siblings_judged += len(us) > 1
+    assert siblings_judged  # the run rejected a child and tried its sibling
     for r in run.rounds:
         n = r.n_nodes
         assert len(r.parents) == len(r.q) == len(r.p) == len(r.verdict) == len(r.u) == n
@@ -466,6 +487,7 @@ def test_records_are_consistent_and_round_trip_through_json():
     assert back == run and json.loads(run.to_json())["format"] == "specviz.treerun/1"
 
 
+@pytest.mark.cores
 def test_tree_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json():
     """As chain rounds are: a round whose passes lose the CPU (a sleep: wall time passes, no CPU time is used,
     as when another program takes the cores mid-pass) says so, and the flag goes through a run file."""
@@ -490,6 +512,7 @@ def test_tree_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(
         TreeRun.from_dict(d)
 
 
+@pytest.mark.cores
 def test_a_tree_runs_time_leaves_out_the_waits_for_a_core():
     """As a chain run's: rounds record the time their passes' threads waited for a core beside programs busy
     on every core, and neither the rounds' times nor the run's decoding time count it."""

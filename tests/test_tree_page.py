@@ -210,6 +210,7 @@ def test_the_main_page_drafts_its_first_round_as_a_spine_when_asked(bytes_only):
     assert rnd.emitted == alone.token_ids
 
 
+@pytest.mark.cores
 def test_the_tree_runs_times_say_when_they_were_taken_under_outside_load():
     """A target whose passes lose the CPU for 20 ms (a sleep: wall time, no CPU time), as under another
     program: the round's times are then not the device's speed, and the page says so next to them."""
@@ -224,6 +225,7 @@ def test_the_tree_runs_times_say_when_they_were_taken_under_outside_load():
     assert [w for w in at.warning if w.value.startswith("Taken under outside load: 1 of the tree run's 1 rounds")]
 
 
+@pytest.mark.cores
 def test_the_tree_runs_times_leave_out_the_waits_for_a_core_and_say_so():
     """Beside programs busy on every core the model's threads wait for a core; those waits are not counted
     in the round's times, and the page says how much was left out."""

@@ -196,6 +196,7 @@ def test_a_header_k_that_no_round_drafted_is_refused():
     runfile.load_export(json.dumps(d).encode())
 
 
+@pytest.mark.cores
 def test_k_above_the_engine_limit_is_refused_quickly():
     data = json.dumps(_big_k(2000)).encode()
     t0 = time.perf_counter()
