@@ -662,10 +662,10 @@ K_DRAFTED_NOTE = ("The charts show what each round drafted: a round near the len
                   "end token, drafts fewer than its k.")
 
 
-def k_used(k_policy: str, k: int, mean_drafted: float) -> str:
+def k_used(policy: str, k: int, mean_drafted: float) -> str:
     """A k policy's k beside its result: the setting (fixed k) or where it starts (adaptive, best k), and what a
     round drafted on average, below a fixed k where rounds met the length limit or an end token."""
-    start = f"k = {k} set" if k_policy == "fixed" else f"k starts at {k}"
+    start = f"k = {k} set" if policy == "fixed" else f"k starts at {k}"
     return f"{start} · {mean_drafted:.1f} drafted a round on average"
 
 
