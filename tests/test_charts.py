@@ -230,6 +230,17 @@ def test_expected_tokens_curve_and_measured_point():
     assert trace(f2, "measured (this run)").y[0] == 2.0
 
 
+def test_expected_tokens_names_curves_that_leave_together_once_in_a_margin_that_holds_the_name():
+    """At k = 16 the y axis reaches 17.5, and the k = 1 and k = 2 curves leave the plot 1 apart: one name,
+    "k = 1, 2" (not "k = 1 (+1)", which the 60-pixel margin cut in the PNG), and a margin as wide as it
+    (tests/test_chart_export.py draws it)."""
+    f = charts.fig_expected_tokens(16)
+    names = [a.text for a in f.layout.annotations]
+    assert names == ["k = 1, 2", "k = 8"]
+    assert f.layout.margin.r >= 4 + charts.OTHER_K_CHAR_PX * len("k = 1, 2")
+    assert [a.text for a in charts.fig_expected_tokens(4).layout.annotations] == ["k = 1", "k = 2", "k = 8"]
+
+
 def test_expected_tokens_puts_a_run_of_varying_k_on_the_formula_over_its_rounds():
     ks = [11, 10, 27]
     f = charts.fig_expected_tokens(4, measured={"alpha": 0.96, "tpp": 16.0, "tpp_err": 3.0}, run_ks=ks)

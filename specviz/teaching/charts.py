@@ -269,6 +269,19 @@ def uncrowded_labels(xs: Sequence[float], ys: Sequence[float], texts: Sequence[s
     return [f"{t} (+{hidden[i]})" if i in hidden else t for i, t in enumerate(out)]
 
 
+MARKER_ROOM = 0.05  # below 0, as a fraction of the axis's span: a marker at 0 drawn whole (ticks still from 0)
+
+
+def from_zero(top: float) -> list[float]:
+    """An axis's range from 0 to `top` for a scatter whose markers may sit at 0: with room below 0 for their lower
+    half (a range that starts at 0, as rangemode "tozero" makes it, cuts them at the axis in the PNG)."""
+    top = top if math.isfinite(top) and top > 0 else 1.0
+    return [-MARKER_ROOM * top, top]
+
+
+FRACTION_RANGE = from_zero(1.05)  # a fraction's axis, 0 to 1 with room for a marker at either end
+
+
 def _round_ticks(n: int) -> dict:
     """x-axis ticks for rounds 1..n: whole rounds only (plotly puts ticks at 1.5, 2.5 on a short range)."""
     return dict(tick0=1, dtick=1) if n <= 12 else dict(tickformat="d")
@@ -461,23 +474,37 @@ def _parse_measured(m) -> tuple[float, float, float, float]:
     return float(a), float(t), f(te), f(ae)
 
 
-OTHER_K_PX = 60  # right of the tokens-per-pass plot: "k = 8" in 14 px type
+OTHER_K_PX = 60  # right of the tokens-per-pass plot: "k = 8" in 14 px type, or "k = 1, 2"
+OTHER_K_CHAR_PX = 7  # a character of such a name in 14 px type (Arial's digits, spaces and commas: under 7 px)
 OTHER_K_ROOM = 0.06  # the height of one such name, as a fraction of the y range (a plot about 280 px high)
+
+
+def _other_k_names(others: Sequence[int], ends: Sequence[float], ytop: float) -> list[tuple[str, float]]:
+    """(name, height) of the faint curves' names: curves that leave the plot closer than a name's height share one
+    name at the lowest's height, "k = 1, 2" (never "k = 1 (+1)", which reads as a sum)."""
+    groups: list[tuple[list[int], float]] = []
+    for kk, y in sorted(zip(others, ends), key=lambda e: e[1]):
+        if groups and y - groups[-1][1] < OTHER_K_ROOM * ytop:
+            groups[-1][0].append(kk)
+        else:
+            groups.append(([kk], y))
+    return [("k = " + ", ".join(map(str, sorted(ks))), y) for ks, y in groups]
 
 
 def _other_k_curves(fig: go.Figure, alphas, others: Sequence[int], ytop: float) -> None:
     """The faint curves of other k, each named in the right margin at the height it leaves the plot (its right
-    end, or the top): never over the data; two names that would print over each other keep the first."""
+    end, or the top): never over the data; the margin is as wide as the longest name."""
     ends = [min(float(expected_tokens(alphas[-1], kk)), ytop) for kk in others]
-    names = uncrowded_labels([1.0] * len(others), ends, [f"k = {kk}" for kk in others], 1.0, ytop,
-                             room=(1.0, OTHER_K_ROOM))
-    for kk, y_end, name in zip(others, ends, names):
+    for kk in others:
         fig.add_scatter(x=alphas, y=expected_tokens(alphas, kk), mode="lines", name=f"k = {kk}", showlegend=False,
                         line=dict(color=GREY, width=1.5, dash="dot"), opacity=0.8,
                         hovertemplate=f"k = {kk}<br>α = %{{x:.2f}}<br>%{{y:.2f}} tokens/pass<extra></extra>")
-        if name:
-            fig.add_annotation(x=1.0, y=y_end, xref="x", yref="y", text=name, showarrow=False, xanchor="left",
-                               xshift=4, font=dict(size=14, color="#666"))
+    names = _other_k_names(others, ends, ytop)
+    for name, y_end in names:
+        fig.add_annotation(x=1.0, y=y_end, xref="x", yref="y", text=name, showarrow=False, xanchor="left",
+                           xshift=4, font=dict(size=14, color="#666"))
+    longest = max((len(n) for n, _ in names), default=0)
+    fig.update_layout(margin_r=max(OTHER_K_PX, 4 + OTHER_K_CHAR_PX * longest + 8))  # xshift, the name, slack
 
 
 def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 8),
@@ -541,7 +568,6 @@ def fig_expected_tokens(k: int, measured=None, other_ks: Sequence[int] = (1, 2, 
                         hovertemplate="measured<br>α = %{x:.3f}<br>%{y:.3f} tokens/pass<extra></extra>")
     fig.update_xaxes(range=[0, 1.0], dtick=0.1)
     fig.update_yaxes(range=[0, ytop])
-    fig.update_layout(margin_r=OTHER_K_PX)  # the faint curves' names, right of the plot
     return fig
 
 
@@ -768,7 +794,7 @@ def fig_accept_by_position(runs) -> go.Figure:
     if kmax == 0:
         return empty_fig("Acceptance by draft position", "No drafted tokens in these runs.")
     fig.update_xaxes(dtick=1, range=[0.5, kmax + 0.5])
-    fig.update_yaxes(range=[0, 1.05])
+    fig.update_yaxes(range=FRACTION_RANGE)
     return fig
 
 
@@ -852,7 +878,7 @@ def fig_entropy_acceptance(run: Run, decode: Callable[[int], str] = str) -> go.F
                                     line=dict(width=2.5 if s == "rejected" else 0.5,
                                               color=STATE_COLORS[s] if s == "rejected" else "white")),
                         hovertemplate="%{hovertext}<br>position %{x}<br>entropy %{y:.2f} nats<extra></extra>")
-    fig.update_yaxes(rangemode="tozero")
+    fig.update_yaxes(range=from_zero(1.08 * max(line_y)))  # a token the target was sure of: a marker at 0 nats
     fig.update_layout(meta={"mean_entropy_accepted": ea, "mean_entropy_rejected": er})
     return fig
 
@@ -943,7 +969,7 @@ def fig_alpha_vs_temperature(data: Mapping[str, Mapping[float, float]],
                             marker=dict(size=11, color=color, symbol=f"{SYMBOLS[j % len(SYMBOLS)]}-open",
                                         line=dict(width=2, color=color)),
                             hovertemplate=f"{dom}, counted<br>T = %{{x}}<br>α = %{{y:.3f}}<extra></extra>")
-    fig.update_yaxes(range=[0, 1.05])
+    fig.update_yaxes(range=FRACTION_RANGE)
     return fig
 
 
@@ -1098,7 +1124,7 @@ def fig_early_exit(sweep: EarlyExitSweep) -> go.Figure:
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.update_layout(template=TEMPLATE, meta={"n_layers": sweep.n_layers, "k": sweep.k})
     set_title(fig, title, f"draft = the target's first L of {sweep.n_layers} layers (L = {sweep.n_layers}: "
-                                 f"the target itself) · k = {sweep.k}, T = {sweep.temperature:g}")
+                                 f"the target itself) · k = {sweep.k}, T\u00a0=\u00a0{sweep.temperature:g}")
     legend_rows(fig, 2)  # four long names: two rows on a 564-pixel chart
     for name, ys, col, sym in (("α (drafts accepted)", [pt.alpha for pt in sweep.points], R_COLOR, "circle"),
                                ("c (draft step / target step)", [pt.c for pt in sweep.points], Q_COLOR,
@@ -1114,9 +1140,14 @@ def fig_early_exit(sweep: EarlyExitSweep) -> go.Figure:
                     hovertemplate="L = %{x}<br>predicted %{y:.2f}×<extra></extra>")
     fig.add_hline(y=1.0, line=dict(color=GREY, width=1, dash="dot"), secondary_y=True)
     fig.update_xaxes(title_text="early-exit depth L (layers the draft runs)", dtick=1 if max(xs) <= 16 else None)
-    fig.update_yaxes(title_text="α and c", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(title_text="speedup (×, target alone = 1)", rangemode="tozero", secondary_y=True,
-                     showgrid=False)
+    # both axes over one range from 0, with room for a marker at 0 (α is 0 for a shallow draft), each ticked on its
+    # own: the same round numbers at the same heights (a right axis takes the left one's grid otherwise, and reads
+    # 0.187, 0.374, 0.562)
+    top = 1.1 * max([1.0] + [v for pt in sweep.points for v in (pt.alpha, pt.c, pt.speedup, pt.predicted)
+                             if math.isfinite(v)])
+    fig.update_yaxes(title_text="α and c", range=from_zero(top), tickmode="auto", secondary_y=False)
+    fig.update_yaxes(title_text="speedup (×, target alone = 1)", range=from_zero(top), tickmode="auto",
+                     secondary_y=True, showgrid=False)
     return fig
 
 
@@ -1168,9 +1199,11 @@ def fig_rules(lab: RuleLab) -> go.Figure:
     # room on the right for the labels, and one label where several settings land on the same spot
     x_max = 1.3 * max([r.tv_exact for r in lab.results] + [r.tv_sampled for r in lab.results]
                       + [lab.noise_tv95 if math.isfinite(lab.noise_tv95) else 0.0, 0.05])
-    labels = dict(zip(map(id, lab.results), uncrowded_labels(
-        [r.tv_exact for r in lab.results], [r.acceptance_exact for r in lab.results],
-        [r.setting for r in lab.results], x_max, 1.05)))
+    # the lossy rules' settings often land on one spot (acceptance about the same, TV too): its one label says how
+    # many more it stands for, "ε=0.01, δ=0.1 and 7 more" (each is in the hover)
+    kept = uncrowded_labels([r.tv_exact for r in lab.results], [r.acceptance_exact for r in lab.results],
+                            [r.setting for r in lab.results], x_max, 1.05)
+    labels = dict(zip(map(id, lab.results), (re.sub(r" \(\+(\d+)\)$", r" and \1 more", t) for t in kept)))
     for kind in RULE_STYLE:
         rs = [r for r in lab.results if r.kind == kind]
         if not rs:
@@ -1178,7 +1211,10 @@ def fig_rules(lab: RuleLab) -> go.Figure:
         col, sym = RULE_STYLE[kind]
         name = f"{kind} ({'lossless' if rs[0].lossless else 'lossy'})"
         fig.add_scatter(x=[r.tv_exact for r in rs], y=[r.acceptance_exact for r in rs], mode="markers+text",
-                        name=name, text=[labels[id(r)] for r in rs], textposition="top right",
+                        name=name, text=[labels[id(r)] for r in rs],
+                        # a label toward the plot's middle: right of a point on the left half, left of one on the
+                        # right (the lossy rules land near the right end, where a label to the right is cut)
+                        textposition=["top right" if r.tv_exact < x_max / 2 else "top left" for r in rs],
                         marker=dict(color=col, symbol=sym, size=14, line=dict(color="#222", width=1)),
                         customdata=[r.label for r in rs],
                         hovertemplate="%{customdata}<br>exact: kept %{y:.3f}, TV %{x:.4f}<extra></extra>")
@@ -1187,8 +1223,8 @@ def fig_rules(lab: RuleLab) -> go.Figure:
                         marker=dict(color=col, symbol=f"{sym}-open", size=14, line=dict(width=2)),
                         customdata=[r.label for r in rs],
                         hovertemplate="%{customdata}<br>sampled: kept %{y:.3f}, TV %{x:.4f}<extra></extra>")
-    fig.update_xaxes(range=[0, x_max])
-    fig.update_yaxes(range=[0, 1.05])
+    fig.update_xaxes(range=from_zero(x_max))  # the lossless rules sit at TV 0: whole markers on the axis
+    fig.update_yaxes(range=FRACTION_RANGE)
     fig.update_layout(meta={"noise_tv": lab.noise_tv, "n": lab.n})
     return fig
 
