@@ -430,3 +430,15 @@ def test_a_speedup_names_what_it_is_against():
     assert explain.target_alone({"target": "int8"}, "float32") == "the int8 target alone"
     assert explain.target_alone({}, "float32") == "the float32 target alone"
     assert explain.target_alone({}) == "the target alone"
+
+
+def test_a_runs_header_says_each_setting_once():
+    """A replayed recording's title already names its mode and k ("… · greedy · k=4 · <pair> (…)"): the header
+    leaves those out and keeps the rest; with no title, every setting is said."""
+    from specviz.teaching import explain
+
+    parts = ["drafter: int8 draft model", explain.k_words(4, "fixed"), "greedy", "seed 0"]
+    title = "The capital of France · greedy · k=4 · qwen2.5-coder-embedded (cpu, float32, int8 draft)"
+    assert explain.said_once(parts, title) == ["drafter: int8 draft model", "seed 0"]
+    assert explain.said_once(parts) == parts
+    assert explain.said_once(parts, "my-run.json") == parts  # a title that names no setting leaves them all
