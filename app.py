@@ -20,11 +20,12 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from pages.common import nav, ui  # noqa: E402
+from specviz.teaching import glossary  # noqa: E402
 
 # app.py is the entry: it names the pages and runs the chosen one, which may be app.py itself, run again inside
 # this call (pages/common/nav.py); only that inner run draws the main page
 if nav.main_page():
-    ui.page_setup("Watch speculative decoding")
+    ui.page_setup("Watch speculative decoding", words=glossary.PAGE_WORDS["app"])
     SHOWS = (3, 4, 5, 6, 8, 13, 14)  # the claims this page shows: said in its footer, after what it shows
     T_SCRIPT = time.perf_counter()  # when this rerun began (for the first-round latency)
 

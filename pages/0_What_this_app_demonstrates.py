@@ -4,8 +4,9 @@ import streamlit as st
 
 from pages.common import ui
 from specviz.core import claims
+from specviz.teaching import glossary
 
-ui.page_setup(claims.PAGE_TITLE)
+ui.page_setup(claims.PAGE_TITLE, words=glossary.PAGE_WORDS["0_What_this_app_demonstrates"])
 
 st.markdown(
     """

@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, explain, render
+from specviz.teaching import charts, explain, glossary, render
 from specviz.core import claims, limits
 from specviz.data import playback
 from specviz.decoding.drafters import PromptLookupDrafter
@@ -12,7 +12,7 @@ from specviz.core.limits import K_MAX
 from specviz.core.settings import DecodeSettings
 from specviz.decoding.engine import speculative_stream
 
-ui.page_setup("Slow motion: one round at a time", shows=(3, 4, 5, 7))
+ui.page_setup("Slow motion: one round at a time", shows=(3, 4, 5, 7), words=glossary.PAGE_WORDS["1_Slow_motion_round"])
 
 st.markdown(
     f"""

@@ -4,11 +4,11 @@ import streamlit as st
 
 from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, explain, lab, page_records
+from specviz.teaching import charts, explain, glossary, lab, page_records
 from specviz.core import limits, prompts
 from specviz.core.settings import DecodeSettings
 
-ui.page_setup("Acceptance lab: where drafts are accepted", shows=(10,))
+ui.page_setup("Acceptance lab: where drafts are accepted", shows=(10,), words=glossary.PAGE_WORDS["2_Acceptance_lab"])
 
 st.markdown(
     """

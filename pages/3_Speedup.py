@@ -7,12 +7,12 @@ import streamlit as st
 
 from pages.common import lab_ui, recorded_ui, speed_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, explain, lab, page_records, race, render
+from specviz.teaching import charts, explain, glossary, lab, page_records, race, render
 from specviz.core import limits, theory
 from specviz.decoding import models
 from specviz.core.settings import DecodeSettings
 
-ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13))
+ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13), words=glossary.PAGE_WORDS["3_Speedup"])
 
 st.markdown(
     """

@@ -4,9 +4,9 @@ import streamlit as st
 
 from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, experiments, explain, page_records
+from specviz.teaching import charts, experiments, explain, glossary, page_records
 
-ui.page_setup("Why it is fast: one pass, many tokens", shows=(1, 2, 12))
+ui.page_setup("Why it is fast: one pass, many tokens", shows=(1, 2, 12), words=glossary.PAGE_WORDS["4_Why_it_is_fast"])
 
 st.markdown(
     """

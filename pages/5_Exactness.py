@@ -7,11 +7,11 @@ import streamlit as st
 
 from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, explain, lab, page_records, rules
+from specviz.teaching import charts, explain, glossary, lab, page_records, rules
 from specviz.core import claims, limits, theory
 from specviz.core.settings import DecodeSettings
 
-ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15))
+ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15), words=glossary.PAGE_WORDS["5_Exactness"])
 
 st.markdown(
     """

@@ -3,10 +3,10 @@
 import streamlit as st
 
 from pages.common import kept, ui
-from specviz.teaching import charts, explain, lab
+from specviz.teaching import charts, explain, glossary, lab
 from specviz.core import claims, theory
 
-ui.page_setup("Theory: tokens per pass and speedup", shows=(8, 9))
+ui.page_setup("Theory: tokens per pass and speedup", shows=(8, 9), words=glossary.PAGE_WORDS["6_Theory"])
 
 st.markdown(
     """

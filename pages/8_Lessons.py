@@ -14,9 +14,10 @@ from streamlit.errors import StreamlitAPIException
 
 from pages.common import lab_ui, state, ui
 from pages.common.kept import Kept
-from specviz.teaching import explain, lessons
+from specviz.teaching import explain, glossary, lessons
 
 ui.page_setup("Lessons: predict, measure, explain")
+words_box = st.container()  # "Words on this page": filled at the end, from what this step showed (said)
 LIVE, RECORDED = "Live, on the loaded pair", "Recorded runs and theory (no model needed)"
 SOURCES = {"live": LIVE, "recorded": RECORDED}  # shared with the main page's source (state.remembered)
 
@@ -67,6 +68,8 @@ def redo() -> None:
     mine["done"].pop(step.key, None)
 
 
+said = [*titles.values(), les.intro, step.text, step.prediction.label, *(step.prediction.choices or ()),
+        step.link.label]  # the lesson's own text on the page; the measured answer's is added below
 st.markdown(f"*{les.intro}*")
 st.progress((i + 1) / n, text=f"step {i + 1} of {n}")
 st.subheader(step.text)
@@ -117,15 +120,17 @@ if done is not None:
     c2.metric(outcome.answer, outcome.shown)  # "measured", or "from theory": never a formula called measured
     for flag in outcome.flags:  # a figure that contradicts itself: said before anything is read from it
         st.warning(flag, icon=":material/warning:")
-    for note in outcome.load:  # its timings ran under outside load: a warning, or a quiet note when it moved little
-        lab_ui.load_warning(note)
-    for waited in outcome.waited:  # and what waiting for a core it left out of them
-        st.caption(waited)
-    st.info(lessons.compare(step, done["prediction"], outcome), icon=":material/compare_arrows:")
-    st.markdown(lessons.explain(step, outcome))
+    compared, explained = lessons.compare(step, done["prediction"], outcome), lessons.explain(step, outcome)
+    st.info(compared, icon=":material/compare_arrows:")
+    st.markdown(explained)
     if done.get("figure") is not None:
         ui.show_chart(done["figure"], f"lesson_{les.key}_{step.key}", key=f"lessons.fig.{les.key}.{step.key}")
+        said.append(glossary.figure_text(done["figure"].to_plotly_json()))
+    # the timings' bookkeeping (outside load, waits for a core) in its own expander, out of the lesson's flow
+    lab_ui.timing_details(outcome.load, outcome.waited)
     st.caption(f"Source: {outcome.source}")
+    said += [outcome.answer, outcome.shown, *outcome.flags, compared, explained, outcome.source,
+             *(n.text for n in outcome.load), *outcome.waited]
     st.button("Predict again", key="lessons.redo", on_click=redo)
 try:
     st.page_link(step.link.page, label=f"Go deeper: {step.link.label}", icon=":material/arrow_forward:")
@@ -144,3 +149,5 @@ if i < n - 1:
 elif done is not None:
     row.success(f"Lesson complete: {len(mine['done'])} of {n} steps measured.")
 row.button("Start the lesson again", key="lessons.restart", on_click=restart)
+ui.words_on_page(glossary.PAGE_WORDS["8_Lessons"] + tuple(t.name for t in glossary.found_in("\n".join(said))),
+                 where=words_box)

@@ -6,14 +6,14 @@ import streamlit as st
 
 from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import explain, page_records, render, tree_lab
+from specviz.teaching import explain, glossary, page_records, render, tree_lab
 from specviz.core import limits, prompts
 from specviz.core.settings import DecodeSettings
 from specviz.data import playback
 from specviz.decoding.tree import BRANCH_MAX, DOUBT, SPINE, tree_stream
 from specviz.teaching.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
 
-ui.page_setup("Token tree: many drafts, one pass")
+ui.page_setup("Token tree: many drafts, one pass", words=glossary.PAGE_WORDS["9_Token_tree"])
 
 st.markdown(
     """

@@ -481,6 +481,22 @@ def test_recorded_runs_replay_without_loading_a_model(monkeypatch):
     assert any(k.startswith("main.pq.") for k in figures(at))
 
 
+def test_a_replayed_recordings_header_says_greedy_and_k_once(monkeypatch):
+    """The line over a replayed recording: its title names the mode and k, and the settings after it do not say
+    them again ("… · greedy · k=4 · … · greedy" read as two settings)."""
+    from specviz.data import runfile
+
+    rec = next(r for r in runfile.list_recorded() if r.run.decode.greedy and " · greedy · " in r.title)
+    at = new_app()
+    at.radio(key="main.source").set_value("Recorded runs (no model needed)").run()
+    at.selectbox(key="main.recording").set_value(rec.name)
+    at.select_slider(key="main.speed").set_value("instant")
+    at.button(key="main.run_btn").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    [head] = [c.value.replace("\\", "") for c in at.caption if c.value.startswith("**replay of")]  # unescaped
+    assert head.count("greedy") == 1 and head.count("k=4") == 1 and "seed 0" in head, head
+
+
 def test_the_first_recording_is_the_first_runs_prompt_and_shows_the_effect():
     """"Recorded runs" plays first the recording of the prompt the first live run uses (a room with no models
     sees the lesson first, its exceptions one click away): recorded with the default draft, faster than the

@@ -438,3 +438,13 @@ def test_k_says_whether_it_is_the_setting_or_the_start_and_what_was_drafted():
     assert explain.k_used("fixed", 4, 3.75) == "k = 4 set · 3.8 drafted a round on average"
     assert explain.k_used("adaptive", 4, 5.0).startswith("k starts at 4 ·")
     assert explain.k_used("best", 4, 12.0).startswith("k starts at 4 ·")
+def test_a_runs_header_says_each_setting_once():
+    """A replayed recording's title already names its mode and k ("… · greedy · k=4 · <pair> (…)"): the header
+    leaves those out and keeps the rest; with no title, every setting is said."""
+    from specviz.teaching import explain
+
+    parts = ["drafter: int8 draft model", explain.k_words(4, "fixed"), "greedy", "seed 0"]
+    title = "The capital of France · greedy · k=4 · qwen2.5-coder-embedded (cpu, float32, int8 draft)"
+    assert explain.said_once(parts, title) == ["drafter: int8 draft model", "seed 0"]
+    assert explain.said_once(parts) == parts
+    assert explain.said_once(parts, "my-run.json") == parts  # a title that names no setting leaves them all

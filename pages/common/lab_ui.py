@@ -16,6 +16,7 @@
   stopped_note(kept)           the note of a result kept from a stopped measurement (nothing otherwise)
   load_warning(note)           the outside-load note next to the figures: a warning, or a caption when the
                                passes under load took too little of the time to move them (nothing if None)
+  timing_details(notes, waited)  a lesson step's load notes and waits in a collapsed "Timing details" expander
   timing_notes(rounds, what)   next to figures timed from these rounds: load_warning, and what waits for a core
                                were left out of their times
 """
@@ -295,6 +296,24 @@ def load_warning(note) -> None:
         st.warning(note.text, icon=":material/warning:")
     else:
         st.caption(f":material/info: {note.text}")
+
+
+TIMING_DETAILS = "Timing details"  # the expander that holds a lesson step's timing bookkeeping
+
+
+def timing_details(notes, waited) -> None:
+    """A lesson step's load notes (devqueue.LoadNote) and waits left out (sentences) in a collapsed "Timing
+    details" expander after its answer, never inside the lesson's sentences; its icon warns when a note is
+    serious. Nothing when there are none."""
+    notes, waited = [n for n in notes if n is not None], [w for w in waited if w]
+    if not notes and not waited:
+        return
+    icon = ":material/warning:" if any(n.serious for n in notes) else ":material/schedule:"
+    with st.expander(TIMING_DETAILS, expanded=False, icon=icon):
+        for note in notes:
+            load_warning(note)
+        for w in waited:
+            st.caption(w)
 
 
 def timing_notes(rounds, what: str) -> None:

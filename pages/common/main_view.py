@@ -63,16 +63,18 @@ class Placeholders:
 
     def head_line(self, job: playback.Playback) -> None:
         m, s = job.meta, job.decode
+        title = "" if m.get("origin") == "live" else (m.get("title") or m.get("origin"))
         if m.get("origin") == "live":
             where = f"{'live' if job.source == 'live' else 'replay'} · {m['pair']} · {job.device}, {job.dtype}"
         else:  # the title may come from an uploaded file: shown as plain text, never as markdown
-            where = f"replay of {render.md_text(m.get('title') or m.get('origin'))} · no model loaded"
+            where = f"replay of {render.md_text(title)} · no model loaded"
         mode = "greedy" if s.greedy else f"temperature {s.temperature}, top-p {s.top_p}"
         drafter = render.md_text(m.get("drafter") or job.settings.get("drafter", ""))
-        kdesc = explain.k_words(s.k, s.k_policy)
+        settings = explain.said_once([f"drafter: {drafter}", explain.k_words(s.k, s.k_policy), mode,
+                                      f"seed {s.seed}"], title)  # what a replay's title names is said once
         total = f"/{job.total}" if job.total else ""
-        self.head.caption(f"**{where}** · drafter: {drafter} · {kdesc} · {mode} · seed {s.seed} · "
-                          f"round {len(job.rounds)}{total}" + (" · ✔ finished" if job.done else ""))
+        self.head.caption(f"**{where}** · " + " · ".join(settings) + f" · round {len(job.rounds)}{total}"
+                          + (" · ✔ finished" if job.done else ""))
 
     def tokens(self, job: playback.Playback, pending=None) -> None:
         rounds = job.rounds if pending is None else job.rounds[:-1]

@@ -1,8 +1,10 @@
 """Streamlit-only helpers shared by app.py and every page.
 
 Stable API (pages import these):
-    page_setup(title, shows=())         st.set_page_config first, then the title (and links to the claims
-                                        shown); joins the device queue (join_device_queue)
+    page_setup(title, shows=(), words=())
+                                        st.set_page_config first, then the title (and links to the claims
+                                        shown, and the words it uses); joins the device queue
+    words_on_page(names, where=None)    the "Words on this page" expander: each glossary term the page shows
     presenter()                         whether presenter mode is on (large type, thick token boxes, slow animation)
     sidebar_pair_picker(prefix)         -> chosen pair name (unavailable pairs explained)
     dtype_picker(prefix)                -> "float32" | "bfloat16" (default specviz.decoding.models.DEFAULT_DTYPE)
@@ -47,7 +49,7 @@ from typing import Any, Callable
 import streamlit as st
 
 from pages.common import nav, state
-from specviz.teaching import charts, explain, render
+from specviz.teaching import charts, explain, glossary, render
 from specviz.core import claims, limits
 from specviz.core.errors import ConfigError, InvalidSetting, SpecvizError
 from specviz.core.settings import DecodeSettings
@@ -138,9 +140,10 @@ def _presenter_toggle() -> None:
         st.sidebar.caption("Keys: space plays or pauses, → steps one round (or to the next lesson step).")
 
 
-def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple[int, ...] = ()) -> None:
-    """Page config (must be the first Streamlit call of a page), the title, links to the claims it shows, and
-    the place where this session's wait for the device is shown."""
+def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple[int, ...] = (),
+               words: tuple[str, ...] = ()) -> None:
+    """Page config (must be the first Streamlit call of a page), the title, links to the claims it shows, the
+    words it uses (words_on_page), and the place where this session's wait for the device is shown."""
     nav.own_list()  # a page opened by its address before app.py named the pages: its navigation names them
     st.set_page_config(page_title=f"{title} · specviz", page_icon=icon, layout=layout,
                        initial_sidebar_state="collapsed" if presenter() else "auto")
@@ -149,6 +152,8 @@ def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple
     st.title(title)
     if shows:
         shows_caption(shows)
+    if words:
+        words_on_page(words)
     _note_new_session()
     try:
         limits.check_all()
@@ -162,6 +167,18 @@ def shows_caption(shows: tuple[int, ...]) -> None:
     """The claims a page shows, linked: under the title, or (the main page) in its footer."""
     st.caption("Shows " + ", ".join(claims.link(n) for n in shows)
                + f" of [{claims.PAGE_TITLE.lower()}]({claims.PAGE_PATH}).")
+
+
+WORDS_TITLE = "Words on this page"
+
+
+def words_on_page(names, where=None) -> None:
+    """A collapsed expander that defines the glossary terms (specviz.teaching.glossary) a page shows, by name,
+    alphabetically, and links the Glossary page. A name the glossary lacks is an error (glossary.term)."""
+    terms = glossary.alphabetical({glossary.term(n) for n in names})
+    box = (where or st).expander(WORDS_TITLE, expanded=False, icon=":material/menu_book:")
+    box.markdown("\n".join(f"- {glossary.entry_md(t)}" for t in terms))
+    box.caption("Every word the app uses: the [Glossary](./Glossary) page.")
 
 
 SESSION_SEEN = "ui.session_seen"  # set on a session's first run

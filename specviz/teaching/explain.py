@@ -25,6 +25,7 @@ streamlit, no models.
   target_verdict, TARGET_PRECISION_HELP   a float32 and an int8 target side by side: why the int8 one gains little
   drafter_words, k_words                   the draft, and how a run chose k, as headers and captions say them
   k_used, K_DRAFTED_NOTE, K_SET_ASIDE_*    k as set against k as drafted; a recording's k against the sidebar's
+  said_once                                a run's settings for its header, leaving out those its title names
   other_settings                           a kept result measured with other settings than those on screen
   gpu_advice                               a pair too small to win on a GPU, and a pair that can
   ago, baseline_note                       how long ago; where the target-alone timing came from
@@ -672,6 +673,14 @@ def k_used(policy: str, k: int, mean_drafted: float) -> str:
 def k_words(k: int, k_policy: str) -> str:
     """How a run's k is named in headers and captions: "k=4", or "k=4 (best-k chooser, starting k)"."""
     return f"k={k}" + K_POLICY_WORDS.get(k_policy, "")
+
+
+def said_once(parts: Sequence[str], title: str = "") -> list[str]:
+    """A run's settings as its header says them (["drafter: …", "k=4", "greedy", "seed 0"]), each said once: a
+    replayed run's title already names some (a recording's "Python function · greedy · k=4 · <pair> (…)"), and a
+    part that is one of the title's " · " pieces is left out."""
+    named = {piece.strip() for piece in title.split(" · ")} if title else set()
+    return [p for p in parts if p not in named]
 
 
 MEASURED_TITLE = "How these figures were measured"  # the expander with the timings' bookkeeping (main page)
