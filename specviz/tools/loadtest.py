@@ -88,7 +88,8 @@ _READ = """() => {
     for (const el of document.querySelectorAll('[data-testid="stMetric"]')) {
       const l = el.querySelector('[data-testid="stMetricLabel"]');
       const v = el.querySelector('[data-testid="stMetricValue"]');
-      if (l && v && l.textContent.trim() === label) return v.textContent.trim();
+      const text = l && l.textContent.trim();  // a label may go on after its first words: "... over the float32 ..."
+      if (v && (text === label || (text && text.startsWith(label + ' ')))) return v.textContent.trim();
     }
     return null;
   };
