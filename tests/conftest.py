@@ -4,6 +4,7 @@ tiny_pair      two tiny random Qwen2 models + a 64-word tokenizer, as a Pair
 make_tokenizer factory: words -> PreTrainedTokenizerFast (WordLevel, no hub)
 default_pair   the real embedded pair via load_pair(), once per session; skipped
                only when its chunk packages are not installed
+no_model       a test of a recorded page: loading a model fails it
 
 Threads: the device's model work runs on one thread in tests (pytest_runtest_setup), except in those marked
 `cores` (they measure time or CPU use, or check the cores), `real` or `browser`, which keep the worker's own
@@ -139,6 +140,14 @@ def default_pair(default_pair_load):
     from specviz.decoding import models
 
     return models.with_draft_precision(default_pair_load[0], None)
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """A recorded page must not load a model: loading one fails the test."""
+    from specviz.decoding import models
+
+    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("a recorded page loaded a model"))
 
 
 @pytest.fixture(scope="module")

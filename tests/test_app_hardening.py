@@ -38,6 +38,13 @@ def upload(at, name: str, data: bytes):
     return at
 
 
+def replayed(d: dict, name: str):
+    """A new main page that replays the run file d, uploaded as `name`, at instant speed."""
+    at = new_app()
+    at.select_slider(key="main.speed").set_value("instant")
+    return upload(at, name, json.dumps(d).encode())
+
+
 def test_a_rejected_upload_leaves_the_run_on_screen():
     at = start(new_app(), max_new=12, baseline=False)
     job, html = at.session_state["main.job"], text_html(at)
@@ -54,9 +61,7 @@ def test_a_rejected_upload_leaves_the_run_on_screen():
 def test_an_uploaded_title_is_plain_text():
     d = json.loads(GOOD.read_text(encoding="utf-8"))
     d["specviz_export"]["title"] = "[click me](http://evil.example) ![x](http://evil.example/x.png) :red[big]"
-    at = new_app()
-    at.select_slider(key="main.speed").set_value("instant")
-    upload(at, "titled.json", json.dumps(d).encode())
+    at = replayed(d, "titled.json")
     assert not at.error, [e.value for e in at.error]
     head = [c.value for c in at.caption if "replay of" in c.value]
     assert head, [c.value for c in at.caption]
@@ -303,9 +308,7 @@ def test_an_uploaded_dtype_is_plain_text_in_the_identity_warning():
     d["dtype"] = "![x](http://evil.example/x.png)"
     d["specviz_export"]["baseline"].update(identical=False, first_difference=3)
     d["specviz_export"]["baseline"]["base_token_ids"][3] += 1  # as the token ids say (they are checked)
-    at = new_app()
-    at.select_slider(key="main.speed").set_value("instant")
-    upload(at, "dtype.json", json.dumps(d).encode())
+    at = replayed(d, "dtype.json")
     warnings = [w.value for w in at.warning if "floating-point" in w.value]
     assert warnings and "evil" in warnings[0], [w.value for w in at.warning]
     _no_link_or_image(warnings)
@@ -356,9 +359,7 @@ def test_a_carriage_return_in_a_file_keeps_its_text_in_one_html_block():
     d["specviz_export"]["prompt_text"] = "Hello\r\rworld " + payload
     for i, t in enumerate(d["specviz_export"]["tokens"]):
         d["specviz_export"]["tokens"][t] = ("\r\r", "\r\n\r\n", "\u2028\u2028", "\u2029\u2029")[i % 4] + payload
-    at = new_app()
-    at.select_slider(key="main.speed").set_value("instant")
-    upload(at, "cr.json", json.dumps(d).encode())
+    at = replayed(d, "cr.json")
     assert not at.error and at.session_state["main.job"].done, [e.value for e in at.error]
     drawn = [m.value for m in at.markdown if 'class="sv-text"' in m.value]
     assert len(drawn) >= 2  # the text, and the chosen round's tokens
@@ -392,9 +393,7 @@ def test_a_bidi_control_in_a_file_name_is_shown_as_a_mark():
     """U+202E in a file name mirrored the head line ("replay of dehsinif ✓ · 91/91 dnuor…")."""
     d = json.loads(GOOD.read_text(encoding="utf-8"))
     d["specviz_export"]["title"] = ""
-    at = new_app()
-    at.select_slider(key="main.speed").set_value("instant")
-    upload(at, "finished\u202e.json", json.dumps(d).encode())
+    at = replayed(d, "finished\u202e.json")
     head = [c.value for c in at.caption if "replay of" in c.value]
     assert head and "\u202e" not in head[0] and "finished⟨U\\+202E⟩" in head[0], head
     d["mode"] = "x"  # an error quoting the file's name

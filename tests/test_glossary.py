@@ -24,14 +24,6 @@ def tiny_registry(tiny_app_registry):
     return tiny_app_registry(TINY)
 
 
-@pytest.fixture
-def no_model(monkeypatch):
-    """A recorded page must not load a model: loading one fails the test."""
-    from specviz.decoding import models
-
-    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("a recorded page loaded a model"))
-
-
 def names(text: str) -> list[str]:
     return [t.name for t in glossary.found_in(text)]
 

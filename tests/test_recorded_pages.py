@@ -22,14 +22,6 @@ def tiny_registry(tiny_app_registry):
     return tiny_app_registry(TINY)
 
 
-@pytest.fixture
-def no_model(monkeypatch):
-    """A recorded page must not load a model: loading one fails the test."""
-    from specviz.decoding import models
-
-    monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("a recorded page loaded a model"))
-
-
 def recorded_page(n: str, by: str = "address"):
     """Page n with the source set to recorded, by the address (?source=recorded) or the session's kept value."""
     from streamlit.testing.v1 import AppTest
