@@ -38,10 +38,14 @@ presets = prompts.lab_prompts()
 
 # --- settings -------------------------------------------------------------------------------
 c1, c2 = st.columns([3, 2])
-domains = c1.multiselect("Domains (one prompt each)", list(presets), default=list(prompts.LAB_DEFAULT_DOMAINS),
-                         key="lab.domains", disabled=off, format_func=lambda d: f"{d}: {presets[d].name}")
-temps = c1.multiselect("Temperatures", [0.0, 0.3, 0.7, 1.0, 1.2, 1.5], default=[0.0],
-                       key="lab.temps", disabled=off, help="0 is greedy. Each temperature adds one run per domain.")
+shown = ".recorded" if off else ""  # a recording's own domains and temperatures, in widgets of their own
+domains = c1.multiselect("Domains (one prompt each)", list(presets),
+                         default=list(rec.settings["domains"] if off else prompts.LAB_DEFAULT_DOMAINS),
+                         key=f"lab.domains{shown}", disabled=off, format_func=lambda d: f"{d}: {presets[d].name}")
+temps = c1.multiselect("Temperatures", sorted({0.0, 0.3, 0.7, 1.0, 1.2, 1.5, *(rec.settings["temperatures"] if off
+                                                                             else ())}),
+                       default=list(rec.settings["temperatures"]) if off else [0.0], key=f"lab.temps{shown}",
+                       disabled=off, help="0 is greedy. Each temperature adds one run per domain.")
 k = c2.slider("k: tokens drafted per round", 1, 12, 4, key="lab.k", disabled=off)
 cap = limits.max_new_tokens()
 max_new = c2.number_input("new tokens per run", 4, cap, min(48, cap), 4, key="lab.max_new", disabled=off,

@@ -7,7 +7,7 @@ import streamlit as st
 
 from pages.common import lab_ui, recorded_ui, speed_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, explain, glossary, lab, page_records, race, render
+from specviz.teaching import charts, costs, explain, glossary, lab, page_records, race, render
 from specviz.core import limits, theory
 from specviz.decoding import models
 from specviz.core.settings import DecodeSettings
@@ -52,7 +52,8 @@ seed = c3.number_input("seed", 0, 2**31 - 1, 0, 1, key="speed.seed", disabled=of
 if not off:
     settings = DecodeSettings(temperature=float(temperature), max_new_tokens=int(max_new), seed=int(seed))
 kept = {name: Kept(f"speed.{name}", ident) for name in ("cost", "sweep", "race", "adaptive")}
-recorded = {"cost": (got["cost"], None), "sweep": got["sweep"], "race": got["race"]} if off else {}
+# recorded: c and the pass costs are the recorded set's profile (the recording's own "cost" was made from it)
+recorded = {"cost": (costs.recorded_profile() or got["cost"], None), "sweep": got["sweep"], "race": got["race"]} if off else {}
 
 
 def result(what: str):
@@ -62,14 +63,21 @@ def result(what: str):
 
 # --- 1. c and the verify cost -----------------------------------------------------------------
 st.subheader("1 · Measure c and the cost of verifying k tokens")
-if st.button("Measure c and the verify cost", type="primary", key="speed.run_cost", disabled=off):
-    lab_ui.keep_measured(kept["cost"], lab_ui.with_bar(race.measure_cost, pair.target, pair.chain_draft(), text="timing…"))
+b1, b2 = st.columns(2)
+go = b1.button("Measure c and the verify cost", type="primary", key="speed.run_cost", disabled=off)
+again = b2.button("Measure again", key="speed.run_cost_again", disabled=off,
+                  help="Time c and the passes anew and keep them as this machine's profile, in place of the kept one.")
+if go or again:
+    lab_ui.keep_measured(kept["cost"], lab_ui.with_bar(race.measure_cost, pair.target, pair.chain_draft(), fresh=again,
+                                                        text="timing…", ident=costs.identity(pair)))
 cost, note = result("cost") or (None, None)
 if cost is None:
     st.info("Press **Measure c and the verify cost** (a few seconds) to fit the model to this device.")
 else:
     lab_ui.load_warning(note)
-    if cost.reused:
+    if off:
+        st.caption(explain.recorded_profile_note(cost.ident))
+    elif cost.reused:
         st.caption(explain.shared_cost_note(time.time() - cost.at))
     m1, m2, m3 = st.columns(3)
     m1.metric("c = draft step ÷ target step", f"{cost.c:.3f}",

@@ -42,9 +42,15 @@ def pytest_runtest_setup(item):
 
 def pytest_configure(config):
     """The device layer starts before any test computes, as in the app and the command line (devqueue.start)."""
+    import tempfile
+    from pathlib import Path
+
     from specviz.device import devqueue
+    from specviz.teaching import costs
 
     devqueue.start()
+    profiles = Path(tempfile.mkdtemp(prefix="specviz-profiles-"))  # the machine's profiles the tests keep: not
+    costs.profile_root = lambda: profiles  # in the user's cache
 
 
 def _tokenizer(words: list[str], specials=("<|endoftext|>", "<|im_end|>")):

@@ -84,18 +84,25 @@ def tiny_recordings(tmp_path_factory, tiny_registry):
     from specviz.tools import record
 
     out = tmp_path_factory.mktemp("pages")
-    written = record.record_pages(models.load_pair(None), out, progress=lambda m: None)
+    pair = models.load_pair(None)
+    # one sitting, as `python -m specviz record`: the profile first, which the pages' recordings quote
+    cost = record.record_profile(pair, out / "profile.json", progress=lambda m: None, refuse_load=False)
+    written = record.record_pages(pair, out, progress=lambda m: None, cost=cost)
     assert {p.stem for p in written} == {"exactness", "acceptance_lab", "speedup", "why_fast", "token_tree"}
     return out
 
 
 @pytest.fixture
 def shipped(tiny_recordings, monkeypatch):
-    """The pages read their recordings from the tiny ones."""
+    """The pages read their recordings, and the profile of their sitting, from the tiny ones."""
     from specviz.data import pagefile
+    from specviz.teaching import costs
 
     monkeypatch.setattr(pagefile, "PAGES_DIR", tiny_recordings)
-    return tiny_recordings
+    monkeypatch.setattr(costs, "RECORDED_PROFILE", tiny_recordings / "profile.json")
+    costs.recorded_profile.cache_clear()
+    yield tiny_recordings
+    costs.recorded_profile.cache_clear()
 
 
 def test_page_recordings_round_trip_every_result_exactly(tiny_recordings):

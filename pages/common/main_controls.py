@@ -11,7 +11,7 @@ from pages.common import state, ui
 from pages.common.main_sidebar import RECORDED, WATCH, MainSettings
 from pages.common.main_view import decoder
 from specviz.core import limits
-from specviz.teaching import explain, render
+from specviz.teaching import costs, explain, render
 from specviz.data import playback, runfile
 from specviz.core import prompts
 from specviz.decoding.drafters import PromptLookupDrafter
@@ -88,7 +88,7 @@ def _open_live(ms: MainSettings, t_script: float, pair, lease, load_s: float) ->
                                                                                 getattr(drafter, "head_name", "full")),
             "kw": kw,
             "lookup": ms.lookup, "draft_precision": None if ms.lookup else pair.draft_precision,
-            "target_precision": pair.target_precision,
+            "target_precision": pair.target_precision, "profile_ident": costs.identity(pair),
             "decode": ui.decoder(pair.tokenizer), "baseline_wanted": ms.baseline_on, "t_run": t_script,
             "load_s": load_s}
     pb = playback.Playback.live(stream, ids, ms.prompt_text, kw, meta, device=pair.device, dtype=ms.dtype)

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from pages.common import lab_ui, ui
-from specviz.teaching import baseline, charts, explain, render
+from specviz.teaching import baseline, charts, costs, explain, render
 from specviz.core import claims, measure
 from specviz.decoding import models
 from specviz.data import playback, runfile
@@ -344,6 +344,15 @@ def speed(job: playback.Playback) -> None:
         _speed_figures(job)
 
 
+def _profile(job: playback.Playback):
+    """The profile a run's c is held against: this machine's kept one for a live run's pair (never timed here),
+    the recorded set's for a shipped recording of its pair; else None."""
+    if job.meta.get("origin") == "live":
+        return costs.load_profile(job.meta["profile_ident"]) if job.meta.get("profile_ident") else None
+    got = costs.recorded_profile() if job.meta.get("origin") == "recording" else None
+    return got if got is not None and got.ident.get("pair") == job.meta.get("pair") else None
+
+
 def _speed_figures(job: playback.Playback) -> None:
     base = job.meta.get("baseline")
     _latency(job)
@@ -377,6 +386,8 @@ def _speed_figures(job: playback.Playback) -> None:
         if job.run is not None else None
     if why:
         st.caption(why)
+    if job.run is not None and (note := explain.profile_note(job.run, base, _profile(job), load)):
+        st.caption(note)
     _bookkeeping(job, base, None if load is None or load.serious else load)
     if job.run is not None and (tip := explain.gpu_advice(job.run.device, base.get("speedup"),
                                                           models.gpu_suggestion(job.meta.get("pair")))):

@@ -25,7 +25,7 @@ import streamlit as st
 from pages.common import lab_ui, ui
 from pages.common.kept import Kept
 from specviz.core.settings import DecodeSettings
-from specviz.teaching import charts, costs, experiments, explain, race
+from specviz.teaching import charts, costs, experiments, explain, lab, race
 from specviz.teaching import early_exit as exit_sweep
 from specviz.core import claims, measure, theory
 from specviz.modeling import quant
@@ -181,7 +181,7 @@ def c_check(pair, kept_cost) -> None:
 
 
 START_ALPHA = 0.8  # section 2's α before anything is measured
-K_MAX = 12  # the largest k of the page's sliders
+K_MAX = lab.MODEL_K_MAX  # the largest k of the page's sliders
 
 
 def measured_alpha(fixed: dict[str, list], ids, settings: DecodeSettings, sweep) -> tuple[float | None, list[str]]:
@@ -224,7 +224,7 @@ def cost_model(fixed: dict[str, list], ids, settings: DecodeSettings, cost, swee
     measured = {k: measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()} if sweep else None
     ui.show_chart(charts.fig_speedup_model(alpha, cost.c, k_max=K_MAX, verify_cost=vc, measured=measured),
                   "speedup_model", key="speed.fig_model")
-    kb, sb = theory.best_k(alpha, cost.c, vc, k_max=K_MAX)
+    kb, sb = lab.model_best_k(alpha, cost) if use_vr else theory.best_k(alpha, cost.c, None, k_max=K_MAX)
     which = "the measured " if alpha_now is not None and alpha == round(alpha_now, 2) else ""
     st.markdown(f"At {which}α = {alpha:.2f} and the measured c = {cost.c:.3f}, the model's best k is "
                 f"{explain.best_k_words((kb, sb), K_MAX)}." + (" Below 1×: speculation does not pay on this device at "

@@ -514,6 +514,9 @@ def load_export(text: str | bytes) -> Recording:
 # shipped recordings
 
 
+SELF_DRAFTER = "the target itself"  # a recording's drafter (run.settings["drafter"]) when the target drafted
+
+
 @dataclass(frozen=True)
 class RecordSpec:
     name: str  # file stem
@@ -523,6 +526,7 @@ class RecordSpec:
     k: int = 4
     top_p: float = 1.0
     k_policy: str = "fixed"  # the lessons read fixed-k rounds (lessons.K) from the other recordings
+    self_draft: bool = False  # the target drafts for itself (c = 1): the "When it loses" lesson's run
 
 
 DEFAULT_RECORDINGS = [
@@ -533,6 +537,7 @@ DEFAULT_RECORDINGS = [
     RecordSpec("creative-greedy", "Creative story"),
     RecordSpec("creative-sampling-t1", "Creative story", temperature=1.0, seed=1),
     RecordSpec("surreal-greedy", "Surreal story"),  # the creative lesson's story (the acceptance lab's prompt)
+    RecordSpec("code-greedy-self", "Python function", self_draft=True),
 ]
 # what "Recorded runs" plays first: the recording of the main page's first live run
 FIRST_RECORDING = next(s.name for s in DEFAULT_RECORDINGS if s.preset == FIRST_RUN.preset and s.temperature == 0
@@ -551,8 +556,10 @@ def same_settings(rec: Recording, prompt_text: str, chat: bool | None, decode: D
 
 def matching_recording(recordings: Iterable[Recording], prompt_text: str, chat: bool | None,
                        decode: DecodeSettings, pair: str = "") -> Recording | None:
-    """The recording of a run's prompt and settings (same_settings), one made on `pair` first; None if none is."""
-    found = [r for r in recordings if same_settings(r, prompt_text, chat, decode)]
+    """The recording of a run's prompt and settings (same_settings) with the pair's own draft, one made on `pair`
+    first; None if none is."""
+    found = [r for r in recordings if same_settings(r, prompt_text, chat, decode)
+             and r.run.settings.get("drafter") != SELF_DRAFTER]  # another drafter's run: not this run's
     return next((r for r in found if r.pair == pair), found[0] if found else None)
 
 

@@ -151,11 +151,13 @@ class BandwidthCheck:
     measured_s: float  # median 1-token forward
 
 
-def bandwidth_check(model, reps: int = 5) -> BandwidthCheck:
+def bandwidth_check(model, reps: int = 5, pass_s: float | None = None) -> BandwidthCheck:
+    """The model's weight bytes over the measured memory bandwidth, against its 1-token pass: timed here, or
+    pass_s (a profile's, so a recorded page quotes the one timing of it)."""
     dev = next(model.parameters()).device
     wb = measure.weight_bytes(model)  # the bytes one decoding step streams
     bw = memory_bandwidth(dev)
-    measured = statistics.median(forward_cost(model, n_tokens=(1,), reps=reps)[1])
+    measured = statistics.median(forward_cost(model, n_tokens=(1,), reps=reps)[1]) if pass_s is None else pass_s
     return BandwidthCheck(wb, bw, wb / bw, measured)
 
 

@@ -722,10 +722,36 @@ def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None, wa
         d_ms = 1000 * measure.median(steps)
         c = measure.c_ratio(steps, b_ms / 1000)
         out += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
-                f"(c = {c:.2f} of a target pass{f', {precision} draft' if precision else ''})")
+                f"(this run's c = {c:.2f} of a target pass{f', {precision} draft' if precision else ''})")
     out += ". Tokens per pass is not speedup: see the Speedup page for the cost model."
     waited = run_stalled_note(run, baseline) if waits else None
     return out + (f" {waited}" if waited else "")
+
+
+def profile_note(run: Run, baseline: Mapping, profile, load=None) -> str | None:
+    """Where this run's own c (its draft steps against its target-alone one-token passes) parts from the
+    profile's (teaching.costs.Cost) by more than both timings' spread allows (measure.c_disagree): the sentence
+    that says so, and the likeliest cause; None when they agree or either is missing. load: the run's
+    outside-load note (data.playback.load_note)."""
+    steps = [s for r in run.steady_rounds if (s := measure.draft_step_s(r)) is not None] if run.draft_passes else []
+    step = baseline.get("base_step_s")
+    if profile is None or not steps or not step or not profile.draft_s:
+        return None
+    if not measure.c_disagree((profile.draft_s, profile.target_s), (steps, [float(step)])):
+        return None
+    run_c = measure.c_ratio(steps, float(step))
+    context = len(run.prompt_ids) + len(run.token_ids) // 2
+    if load is not None:
+        cause = "part of this run ran under outside load"
+    elif context > 2 * profile.context:
+        cause = (f"this run read about {context} tokens of context, the profile's passes {profile.context}: "
+                 "longer contexts cost more per pass")
+    else:
+        cause = ("a run's draft steps also carry what single timed steps leave out (choosing the token, the "
+                 "queue between steps), and a short run's first steps are still warming up")
+    return (f"This run's c = {run_c:.2f} differs from the profile's c = {profile.c:.2f} (single steps timed "
+            f"apart) by more than their timings' spread: {cause}. The lessons and the Speedup page quote the "
+            "profile's.")
 
 
 STALLED_SHARE = 0.05  # waits for a core are mentioned once they were this share of the time counted
@@ -810,9 +836,19 @@ def c_disagreement(c_steps: float, c_runs: float, where_runs: str = "the runs") 
 
 
 def shared_cost_note(age_s: float) -> str:
-    """Section 1's c and pass costs given back from this server's measurement (teaching.costs.STORE)."""
-    return (f"Measured {ago(age_s)} on this server for this target and draft, and shared: the lessons and this "
-            "page quote the same timing of c, so they cannot disagree about it.")
+    """Section 1's c and pass costs given back from this machine's profile (teaching.costs: kept in this
+    server, or on disk for the same machine and models)."""
+    return (f"This machine's profile, measured {ago(age_s)} for this target and draft and kept: the lessons and "
+            "this page quote the same timing of c, so they cannot disagree about it. It is measured again after a "
+            "week, or now with **Measure again**.")
+
+
+def recorded_profile_note(ident: Mapping[str, str]) -> str:
+    """A recorded page's c and pass costs: the profile of the sitting its recordings were made in."""
+    where = ", ".join(v for v in (ident.get("cpu"), ident.get("cores") and f"{ident['cores']} cores",
+                                  ident.get("target_precision") and f"{ident['target_precision']} target") if v)
+    return ("The profile of the recorded set: c and the pass costs timed once, in the sitting that made every "
+            f"recording{f' ({where})' if where else ''}. Every recorded page and lesson quotes it.")
 
 
 def baseline_note(reused_age_s: float | None) -> str:

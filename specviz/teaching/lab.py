@@ -34,7 +34,7 @@ from specviz.teaching.experiments import Agreement, agreement_along, first_logit
 from specviz.teaching.experiments import compare_with_baseline  # noqa: F401 - pages call it as lab.compare_with_baseline
 from specviz.data.records import Run
 from specviz.core.settings import DecodeSettings, is_greedy
-from specviz.core.theory import expected_speedup, expected_tokens
+from specviz.core.theory import best_k, expected_speedup, expected_tokens
 
 Progress = Callable[[str, "float | None"], None] | None
 Decode = Callable[[int], str]
@@ -260,6 +260,15 @@ def entropy_verdict(sweep: Mapping[str, Mapping[float, Run]], temperature: float
 
 # ---------------------------------------------------------------------------
 # page 3: speedup
+
+
+MODEL_K_MAX = 12  # the largest k the cost model's best k is searched over (and the Speedup page's sliders reach)
+
+
+def model_best_k(alpha: float, cost, k_max: int = MODEL_K_MAX) -> tuple[int, float]:
+    """The cost model's best k and its predicted speedup at α, with a profile's c and measured verify cost
+    (costs.Cost): what the Speedup page's section 2 and the "Choosing k" lesson both call the model's best k."""
+    return best_k(alpha, cost.c, cost.verify, k_max=k_max)
 
 
 def k_sweep(target, draft, input_ids: Sequence[int], ks: Sequence[int], settings: DecodeSettings = DecodeSettings(),

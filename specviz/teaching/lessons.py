@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
@@ -158,6 +159,7 @@ RECORDED: dict[tuple[str, float], str] = {
     ("Creative story", 1.0): "creative-sampling-t1",
     ("Surreal story", 0.0): "surreal-greedy",
 }
+RECORDED_SELF = {"Python function": "code-greedy-self"}  # preset -> the recording of the target drafting for itself
 K = 4  # drafted tokens per round in every lesson run (the recordings' k)
 # The creative lesson's two texts are the acceptance lab's code and creative prompts: the four-line poem
 # ("Creative story") falls into repeating its first line when greedy, and then accepts almost like code.
@@ -198,9 +200,7 @@ def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool 
                     f"live: {who}, {preset}, T = {temperature:g}, seed {ctx.settings.seed}",
                     lambda t: pair.tokenizer.decode([int(t)]))
     else:
-        if self_draft:
-            raise InvalidSetting("No recording of a target drafting for itself: this step needs a model.")
-        name = RECORDED.get((preset, float(temperature)))
+        name = RECORDED_SELF.get(preset) if self_draft else RECORDED.get((preset, float(temperature)))
         if name is None:
             raise InvalidSetting(f"No recording of {preset!r} at T = {temperature:g}.")
         rec = ctx.recording(name)
@@ -229,34 +229,58 @@ def _steady(run: Run) -> list:
 
 
 def _cost(ctx: Context):
-    """This server's one measurement of c and the pass costs for the pair (costs.shared_cost, as the Speedup
-    page's section 1 reads it)."""
+    """This machine's profile for the pair: the one measurement of c and the pass costs that the Speedup page's
+    section 1 reads too (costs.shared_cost), kept on disk under the pair's identity."""
     from specviz.teaching import costs
 
-    return costs.shared_cost(ctx.pair.target, ctx.pair.chain_draft())
+    return costs.shared_cost(ctx.pair.target, ctx.pair.chain_draft(), ident=costs.identity(ctx.pair))
+
+
+def _profile(ctx: Context):
+    """The costs.Cost every c, pass time and verify cost of a step comes from: live, this machine's profile
+    (_cost); recorded, the profile of the sitting the recordings were made in (costs.recorded_profile)."""
+    if ctx.live:
+        return _cost(ctx)
+    from specviz.teaching import costs
+
+    got = costs.recorded_profile()
+    if got is None:
+        raise SpecvizError("The recordings' profile (specviz/recorded/profile.json) is missing or broken: "
+                           "reinstall specviz, or load a model to run this step live.")
+    return got
+
+
+def profile_source(ctx: Context, cost) -> str:
+    """Where a profile's figures come from, as a step's source says it."""
+    if not ctx.live:
+        when = time.strftime("%Y-%m-%d", time.gmtime(cost.at)) if cost.at else "?"
+        return f"recorded: the profile of the recorded set ({cost.ident.get('pair', '?')}, {when})"
+    return (f"live: {ctx.pair.name}, this machine's profile, {len(cost.timings[1])} repetitions"
+            + (", measured earlier" if cost.reused else ""))
 
 
 def _pass_costs(ctx: Context) -> tuple[float, float, str, Any]:
-    """(seconds of a 1-token target pass, seconds of a (K+1)-token pass, source, what they were timed in: a
-    costs.Cost or the recording's Trial)."""
-    if "costs" in ctx.memo:
-        return ctx.memo["costs"]
-    if ctx.live:
-        cost = _cost(ctx)
-        n = len(cost.timings[1])
-        out = (statistics.median(cost.timings[1]), statistics.median(cost.timings[K + 1]),
-               f"live: {ctx.pair.name}, {n} repetitions" + (", measured a moment ago on this server"
-                                                           if cost.reused else ""), cost)
-    else:
-        tr = trial(ctx, "Python function")
-        rounds = _steady(tr.run)
-        if not rounds or not tr.baseline.get("base_step_s"):
-            raise SpecvizError("The recording has no steady rounds to time.")
-        # the recording's verify passes read K+1 tokens; the baseline's steps read one
-        out = (float(tr.baseline["base_step_s"]), statistics.median(r.verify_s for r in rounds),
-               tr.source + ": its verify passes against its target-alone steps", tr)
-    ctx.memo["costs"] = out
-    return out
+    """(seconds of a 1-token target pass, seconds of a (K+1)-token pass, source, the costs.Cost they come from):
+    the profile's (_profile)."""
+    if "costs" not in ctx.memo:
+        cost = _profile(ctx)
+        ctx.memo["costs"] = (cost.pass_s(1), cost.pass_s(K + 1), profile_source(ctx, cost), cost)
+    return ctx.memo["costs"]
+
+
+def _speedup_recording(ctx: Context) -> dict[str, Any]:
+    """The Speedup page's recorded k sweep and k policies (page_records.RESULTS), for the steps that quote them."""
+    if "speedup_recording" not in ctx.memo:
+        from specviz.data import pagefile
+        from specviz.teaching import page_records
+
+        rec = pagefile.load("speedup")
+        if rec is None:
+            raise SpecvizError("The Speedup page's recording is missing from specviz/recorded/pages/: reinstall "
+                               "specviz, or load a model to run this step live.")
+        types = page_records.RESULTS["speedup"]
+        ctx.memo["speedup_recording"] = {n: rec.result(n, types[n]) for n in ("sweep", "policies")}
+    return ctx.memo["speedup_recording"]
 
 
 def _timing(*sources, speed: bool = True, flags: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -482,52 +506,44 @@ def best_k_theory(ctx: Context, alpha: float, c: float) -> Outcome:
 
 
 def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
-    t = trial(ctx, "Python function")
-    alpha = min(t.run.alpha, 0.999)
-    timed: list = [t]
-    flags: list[str] = []
+    """The pair on the code prompt: the model's best k from α (pooled over the sweep's runs) and the profile's c and
+    verify cost (lab.model_best_k, as the Speedup page's section 2), against the best k of a measured sweep: live,
+    a sweep of ks; recorded, the Speedup page's recorded sweep."""
+    from specviz.teaching import lab
+
+    cost, flags = _profile(ctx), []
     if ctx.live:
         from specviz.teaching import costs, explain as say
 
-        # the Speedup page's section 1 reads the same measurement; held against c in the lesson's own run
+        t = trial(ctx, "Python function")
+        # the profile held against c in the lesson's own run: timed again, or the disagreement said
         steps = [x for r in t.run.rounds if (x := measure.draft_step_s(r)) is not None]
-        chk = costs.check_c(ctx.pair.target, ctx.pair.chain_draft(), _cost(ctx),
+        chk = costs.check_c(ctx.pair.target, ctx.pair.chain_draft(), cost,
                             (steps, [t.baseline.get("base_step_s") or float("nan")]))
-        c = chk.cost.c
+        cost = chk.cost
         if not chk.agree:
-            flags.append(say.c_disagreement(c, chk.run_c, "this lesson's run against its target alone"))
-    else:
-        rounds = _steady(t.run)
-        step = t.baseline.get("base_step_s")
-        if not rounds or not step:
-            raise SpecvizError("The recording has no steady rounds to time.")
-        c = measure.c_ratio([measure.draft_step_s(r) for r in rounds], float(step))
-    k_pred, s_pred = theory.best_k(alpha, c, k_max=max(ks))
-    if ctx.live:
-        from specviz.teaching.lab import k_sweep
-
+            flags.append(say.c_disagreement(cost.c, chk.run_c, "this lesson's run against its target alone"))
         pair = ctx.pair
-        sweep = k_sweep(pair.target, pair.chain_draft(), _ids(ctx, "Python function"), ks,
-                        replace(ctx.settings, temperature=0.0), eos_token_id=pair.eos_token_ids,
-                        vocab=pair.shared_vocab, progress=ctx.progress)
-        speed = {int(k): measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()}
-        timed += list(sweep.values())
-        best = max(speed, key=lambda k: (speed[k], -k))
-        sweep_text = ("Measured: " + ", ".join(f"k = {k}: {v:.2f}×" for k, v in sorted(speed.items()))
-                      + f". The sweep's best is k = {best}.")
-        src = f"{t.source}; live k sweep of {', '.join(map(str, ks))}"
-        measured = speed
+        sweep = lab.k_sweep(pair.target, pair.chain_draft(), _ids(ctx, "Python function"), ks,
+                            replace(ctx.settings, temperature=0.0), eos_token_id=pair.eos_token_ids,
+                            vocab=pair.shared_vocab, progress=ctx.progress)
+        runs, timed = [t.run] + [cmp.spec for cmp in sweep.values()], [t, *sweep.values()]
+        src = f"{t.source}; live k sweep of {', '.join(map(str, ks))}; {profile_source(ctx, cost)}"
     else:
-        best = k_pred
-        model = {k: theory.expected_speedup(alpha, k, c) for k in ks}
-        sweep_text = ("No model is loaded, so the sweep is the model's: " + ", ".join(
-            f"k = {k}: {v:.2f}×" for k, v in model.items()) + f". The recording itself, at k = {K}, measured "
-            f"{float(t.baseline['speedup']):.2f}× end to end.")
-        src = f"{t.source}; the sweep from theory"
-        measured = None
-    return Outcome(float(best), str(best), {"k": best, "alpha": alpha, "c": c, "k_pred": k_pred, "s_pred": s_pred,
-                                            "sweep": sweep_text, "k_max": max(ks), "measured": measured}, src,
-                   answer=MEASURED if ctx.live else FROM_THEORY, **_timing(*timed, flags=tuple(flags)))
+        got = _speedup_recording(ctx)
+        sweep = got["sweep"]
+        runs, timed = [cmp.spec for cmp in sweep.values()] + [got["policies"]["fixed"]], list(sweep.values())
+        src = f"recorded: the Speedup page's k sweep of {', '.join(map(str, sweep))}; {profile_source(ctx, cost)}"
+    alpha = min(measure.pooled_alpha(runs), 0.999)
+    k_pred, s_pred = lab.model_best_k(alpha, cost)
+    speed = {int(k): measure.steady_speedup(cmp.spec, cmp.base) for k, cmp in sweep.items()}
+    best = max(speed, key=lambda k: (speed[k], -k))
+    sweep_text = ("Measured: " + ", ".join(f"k = {k}: {v:.2f}×" for k, v in sorted(speed.items()))
+                  + f". The sweep's best is k = {best}.")
+    return Outcome(float(best), str(best), {"k": best, "alpha": alpha, "c": cost.c, "k_pred": k_pred,
+                                            "s_pred": s_pred, "sweep": sweep_text, "k_max": lab.MODEL_K_MAX,
+                                            "measured": speed, "verify": cost.verify},
+                   src, **_timing(*timed, flags=tuple(flags)))
 
 
 def slow_draft_theory(ctx: Context, k: int, c: float) -> Outcome:
@@ -552,22 +568,14 @@ def _moral(s: float) -> str:
 
 
 def self_draft(ctx: Context) -> Outcome:
-    if ctx.live:
-        t = trial(ctx, "Python function", self_draft=True)
-        s = float(t.baseline["speedup"])
-        return Outcome(s, f"{s:.2f}×", {
-            "s": s, "alpha": t.run.alpha, "tpp": t.run.tokens_per_pass, "how": "measured",
-            "detail": f"α = {t.run.alpha:.2f} (every draft is the target's own choice) and "
-                      f"{t.run.tokens_per_pass:.2f} tokens per target pass, yet each round also paid {K} "
-                      "draft steps as costly as target steps", "moral": _moral(s)}, t.source, **_timing(t))
-    t1, t5, src, timed = _pass_costs(ctx)
-    ratio = t5 / t1
-    s = theory.expected_speedup(1.0, K, 1.0, verify_cost={1: 1.0, K + 1: ratio})
+    """The target drafting for itself on the code prompt, against the target alone: live, or the recording."""
+    t = trial(ctx, "Python function", self_draft=True)
+    s = float(t.baseline["speedup"])
     return Outcome(s, f"{s:.2f}×", {
-        "s": s, "alpha": 1.0, "tpp": K + 1.0, "how": "predicted from the recorded pass costs",
-        "detail": f"α = 1 gives {K + 1} tokens per round, but the round costs {K} draft steps of one target pass "
-                  f"each plus a {K + 1}-token check of {ratio:.2f} passes", "moral": _moral(s)},
-        src + " (no model: theory with them)", **_timing(timed, speed=False))
+        "s": s, "alpha": t.run.alpha, "tpp": t.run.tokens_per_pass, "how": "measured",
+        "detail": f"α = {t.run.alpha:.2f} (every draft is the target's own choice) and "
+                  f"{t.run.tokens_per_pass:.2f} tokens per target pass, yet each round also paid {K} "
+                  "draft steps as costly as target steps", "moral": _moral(s)}, t.source, **_timing(t))
 
 
 # --------------------------------------------------------------------------
@@ -585,7 +593,8 @@ def draw_speedup_against_k(ctx: Context, outcome: Outcome):
     from specviz.teaching.charts import fig_speedup_model
 
     v = outcome.values
-    return fig_speedup_model(v["alpha"], v["c"], k_max=v.get("k_max", 16), measured=v.get("measured"))
+    return fig_speedup_model(v["alpha"], v["c"], k_max=v.get("k_max", 16), verify_cost=v.get("verify"),
+                             measured=v.get("measured"))
 
 
 FIGURES: dict[str, Callable[[Context, Outcome], Any]] = {f.__name__: f for f in (
@@ -708,7 +717,7 @@ LESSONS: tuple[Lesson, ...] = (
            "More drafts per round can yield more tokens per pass, but each draft step costs c target steps "
            "and a long guess is rarely right to the end.", (
         Step("theory",
-             "With α = {alpha} and c = {c}, which k gives the largest speedup?",
+             "A textbook pair, not this one: with α = {alpha} and c = {c}, which k gives the largest speedup?",
              Prediction("best k", lo=1, hi=16, step=1, default=8, fmt=".0f", close=1),
              "best_k_theory",
              "The model (1 − α^(k+1)) / ((1 − α)(1 + k c)) peaks at k = {k}: {speedup:.2f}×, against {s1:.2f}× "
@@ -716,7 +725,7 @@ LESSONS: tuple[Lesson, ...] = (
              THEORY, (("alpha", 0.8), ("c", 0.1)), "draw_speedup_against_k"),
         Step("pair",
              "Now this pair on a code prompt, with its own α and c: which k is best?",
-             Prediction("best k", lo=1, hi=8, step=1, default=4, fmt=".0f", close=1),
+             Prediction("best k", lo=1, hi=12, step=1, default=4, fmt=".0f", close=1),
              "best_k_pair",
              "Here α = {alpha:.2f} and c = {c:.3f}, so the model predicts k = {k_pred} ({s_pred:.2f}×). {sweep}",
              SPEEDUP, (("ks", (1, 2, 4, 8)),), "draw_speedup_against_k"),

@@ -36,6 +36,10 @@ ACCEPTANCE_LAB = {  # the page's defaults (pages/2_Acceptance_lab.py)
     "domains": list(prompts.LAB_DEFAULT_DOMAINS), "temperatures": [0.0], "k": 4, "new tokens per run": 48, "seed": 0,
 }  # fmt: skip
 
+# the lab's recording: the page's defaults at the temperatures its caption names as well, so a class without a
+# model sees α against temperature
+ACCEPTANCE_LAB_RECORDED = {**ACCEPTANCE_LAB, "temperatures": [0.0, 0.7, 1.2]}
+
 SPEEDUP = {  # the page's defaults (pages/3_Speedup.py, pages/common/speed_ui.py); 1b needs other pairs: not recorded
     "prompt": "Python function", "temperature": 0.0, "new tokens per run": 24, "seed": 0,
     "k values": [1, 2, 4, 6, 8], "k for the race": 4, "starting k": 4, "early exit k": early_exit.DEFAULT_K,
@@ -193,7 +197,7 @@ def button(page: str, label: str) -> Button:
 # the recordings: the pages' default experiments
 
 
-def record_exactness(pair, s: dict = EXACTNESS) -> dict[str, Any]:
+def record_exactness(pair, s: dict = EXACTNESS, cost=None) -> dict[str, Any]:
     """The Exactness page's three experiments at its defaults: the greedy comparison, the seeded first-step
     trials with the p/q/residual of that position, and the acceptance-rule lab."""
     ids = _preset_ids(pair, s["prompt"])
@@ -207,7 +211,7 @@ def record_exactness(pair, s: dict = EXACTNESS) -> dict[str, Any]:
     return {"greedy": greedy, "trials": trials, "fp": fp, "rules": rlab}
 
 
-def record_acceptance_lab(pair, s: dict = ACCEPTANCE_LAB) -> dict[str, Any]:
+def record_acceptance_lab(pair, s: dict = ACCEPTANCE_LAB, cost=None) -> dict[str, Any]:
     """The Acceptance lab's default measurement: each domain's run at each temperature, and the agreement along
     each run's text."""
     sweep, agree = acceptance_lab(pair, s["domains"], s["temperatures"], _lab_settings(s))
@@ -219,14 +223,14 @@ def _early_exit_settings(s: dict) -> DecodeSettings:
     return replace(_speed_settings(s), k=s["early exit k"], max_new_tokens=s["early exit new tokens"])
 
 
-def record_speedup(pair, s: dict = SPEEDUP) -> dict[str, Any]:
-    """The Speedup page's default measurements: c and the verify cost (1), the k sweep (3), the race (4), the k
-    policies (5) and early exit at the default depths (6). Section 2 is drawn from these; 1b loads a pair per draft
-    precision, so a recording has none."""
+def record_speedup(pair, s: dict = SPEEDUP, cost=None) -> dict[str, Any]:
+    """The Speedup page's default measurements: c and the verify cost (1: the recorded set's profile, cost, when
+    given), the k sweep (3), the race (4), the k policies (5) and early exit at the default depths (6). Section 2 is
+    drawn from these; 1b loads a pair per draft precision, so a recording has none."""
     ids = _preset_ids(pair, s["prompt"])
     settings, kw = _speed_settings(s), pair.run_kw
     depths = early_exit.default_layers(selfdraft.num_layers(pair.target))
-    return {"cost": race.measure_cost(pair.target, pair.chain_draft()),
+    return {"cost": cost or race.measure_cost(pair.target, pair.chain_draft()),
             "sweep": lab.k_sweep(pair.target, pair.chain_draft(), ids, s["k values"], settings, **kw),
             "race": race.race(pair.target, pair.chain_draft(), ids, replace(settings, k=s["k for the race"]), **kw),
             "policies": race.compare_policies(pair.target, pair.chain_draft(), ids,
@@ -235,17 +239,20 @@ def record_speedup(pair, s: dict = SPEEDUP) -> dict[str, Any]:
                                                       **kw)}
 
 
-def record_why_fast(pair, s: dict = WHY_FAST) -> dict[str, Any]:
+def record_why_fast(pair, s: dict = WHY_FAST, cost=None) -> dict[str, Any]:
     """The Why it is fast page's three measurements of the target at its defaults: forward cost against tokens per
-    pass, the 1-token pass against weight bytes ÷ bandwidth, and forward cost against batch × tokens."""
-    return {"forward": experiments.forward_cost(pair.target, n_tokens=tuple(s["tokens per pass"]),
-                                                reps=s["repetitions"]),
-            "bw": experiments.bandwidth_check(pair.target),
+    pass and the 1-token pass against weight bytes ÷ bandwidth (both the recorded set's profile's passes, cost,
+    when it timed every size as often as the page), and forward cost against batch × tokens."""
+    sizes = tuple(s["tokens per pass"])
+    from_profile = cost is not None and all(len(cost.timings.get(n, ())) == s["repetitions"] for n in sizes)
+    return {"forward": ({n: list(cost.timings[n]) for n in sizes} if from_profile else
+                        experiments.forward_cost(pair.target, n_tokens=sizes, reps=s["repetitions"])),
+            "bw": experiments.bandwidth_check(pair.target, pass_s=cost.pass_s(1) if from_profile else None),
             "batch": experiments.batch_cost(pair.target, n_tokens=tuple(s["batch: tokens per sequence"]),
                                             batches=tuple(s["batch sizes"]), reps=s["batch: repetitions"])}
 
 
-def record_token_tree(pair, s: dict = TOKEN_TREE) -> dict[str, Any]:
+def record_token_tree(pair, s: dict = TOKEN_TREE, cost=None) -> dict[str, Any]:
     """The Token tree page's defaults: a whole tree run (the page steps through its rounds), and chain against tree
     at each node budget."""
     ids = _preset_ids(pair, s["prompt"])
@@ -256,7 +263,7 @@ def record_token_tree(pair, s: dict = TOKEN_TREE) -> dict[str, Any]:
 
 
 RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> (recorder, its settings)
-    "acceptance_lab": (record_acceptance_lab, ACCEPTANCE_LAB),
+    "acceptance_lab": (record_acceptance_lab, ACCEPTANCE_LAB_RECORDED),
     "exactness": (record_exactness, EXACTNESS),
     "speedup": (record_speedup, SPEEDUP),
     "why_fast": (record_why_fast, WHY_FAST),
@@ -271,9 +278,10 @@ def about(pair) -> dict[str, str]:
             "recorded_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def record_page(pair, page: str, decode: Callable[[int], str]) -> pagefile.PageRecording:
-    """Run page's default experiment on pair: its PageRecording (prompt, settings, results, token texts)."""
+def record_page(pair, page: str, decode: Callable[[int], str], cost=None) -> pagefile.PageRecording:
+    """Run page's default experiment on pair: its PageRecording (prompt, settings, results, token texts). cost: the
+    recorded set's profile (costs.Cost), which the pages that time c and passes quote instead of timing them."""
     recorder, settings = RECORDERS[page]
-    results = recorder(pair, settings)
+    results = recorder(pair, settings, cost=cost)
     text = prompts.preset(settings["prompt"]).text if "prompt" in settings else ""  # the lab: one prompt per domain
     return pagefile.make(page, about(pair), text, settings, results, decode)

@@ -469,6 +469,17 @@ def cmd_timing(args) -> int:
     return 0
 
 
+def cmd_record(args) -> int:
+    """Make the shipped recorded set again in one sitting, with one profile (specviz.tools.record.record_all)."""
+    from specviz.tools import record
+
+    args.draft = args.target = args.device = None
+    t0 = time.perf_counter()
+    pair = _load_pair(args)
+    record.record_all(pair, progress=lambda msg: print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True))
+    return 0
+
+
 def cmd_claims_data(args) -> int:
     """Rewrite one bench group of specviz/core/measured.json from a bench report (--json --out)."""
     import datetime
@@ -626,11 +637,21 @@ def add_timing_parser(sub) -> None:
     t.set_defaults(func=cmd_timing)
 
 
+def add_record_parser(sub) -> None:
+    r = sub.add_parser("record", help="make the shipped recordings again, in one sitting with one profile",
+                       description="Time this machine's profile of the pair, then run every main-page recording "
+                                   "and every page recording on it, writing specviz/recorded/ (run on a quiet "
+                                   "machine: a profile timed under outside load is refused).")
+    add_pair_options(r)
+    r.add_argument("--models", metavar="YAML", default=argparse.SUPPRESS, help="registry file")
+    r.set_defaults(func=cmd_record)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
     p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
     sub = p.add_subparsers(dest="command", required=True,
-                           metavar="{models,prepare,run,bench,timing,claims-data,loadtest,laptop}")
+                           metavar="{models,prepare,run,bench,timing,record,claims-data,loadtest,laptop}")
 
     m = sub.add_parser("models", help="list model pairs, whether each is available here, how to get it")
     m.add_argument("-v", "--verbose", action="store_true", help="say where each model comes from")
@@ -652,6 +673,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_parser(sub)
     add_bench_parser(sub)
     add_timing_parser(sub)
+    add_record_parser(sub)
 
     cd = sub.add_parser("claims-data", help="rewrite a bench group of the claims' figures (specviz/core/measured.json) "
                                             "from a bench report")

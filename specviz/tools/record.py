@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
+from specviz.core.errors import SpecvizError
 from specviz.core.prompts import encode, preset
 from specviz.core.settings import DecodeSettings, is_greedy
 from specviz.data import pagefile
-from specviz.data.runfile import DEFAULT_RECORDINGS, RECORDED_DIR, RecordSpec, export_dict
+from specviz.data.runfile import DEFAULT_RECORDINGS, RECORDED_DIR, SELF_DRAFTER, RecordSpec, export_dict
 from specviz.decoding.engine import speculative_decode, warm_up
 from specviz.teaching.baseline import target_alone
-from specviz.teaching import page_records
+from specviz.teaching import costs, page_records
 from specviz.teaching.explain import drafter_words, k_words
 
 
@@ -47,12 +49,15 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
                                   max_new_tokens=max_new_tokens, seed=s.seed)
         kw = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
         # a short warm-up so one-time costs do not land in the recorded timings
-        warm_up(pair.target, ids, pair.drafter(), settings, **kw)
-        run = speculative_decode(pair.target, pair.drafter(), ids, settings, **kw)
-        run.settings["drafter"] = drafter_words(pair.draft_precision, pair.draft_head_name)  # the replay's header
+        drafter = pair.target if s.self_draft else pair.drafter()  # self: the target drafts for itself
+        warm_up(pair.target, ids, drafter, settings, **kw)
+        run = speculative_decode(pair.target, drafter, ids, settings, **kw)
+        run.settings["drafter"] = (SELF_DRAFTER if s.self_draft else  # the replay's header
+                                   drafter_words(pair.draft_precision, pair.draft_head_name))
         base = target_alone(pair.target, run, pair.shared_vocab) if baseline else None
         temp = "greedy" if is_greedy(s.temperature) else f"temperature {s.temperature:g}, seed {s.seed}"
-        title = (f"{p.name} · {temp} · {k_words(s.k, s.k_policy)} · {pair.name} "
+        who = "the target drafting for itself" if s.self_draft else pair.name
+        title = (f"{p.name} · {temp} · {k_words(s.k, s.k_policy)} · {who} "
                  f"({run.device}, {run.dtype}, {pair.draft_precision} draft)")
         when = page_records.about(pair)["recorded_at"]
         d = round_floats(export_dict(run, decode, p.text, pair.name, title, base, chat=p.chat, recorded_at=when))
@@ -64,9 +69,10 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
 
 
 def record_pages(pair, out_dir: Path | str | None = None, pages=None,
-                 progress: Callable[[str], None] = print) -> list[Path]:
+                 progress: Callable[[str], None] = print, cost=None) -> list[Path]:
     """Run each learning page's default experiment on a loaded Pair and write <out_dir>/<page>.json (default
-    specviz/recorded/pages/; pages: names in page_records.RECORDERS, default all).
+    specviz/recorded/pages/; pages: names in page_records.RECORDERS, default all; cost: the recorded set's
+    profile, quoted by the pages that time c and passes).
 
     Regenerate the shipped files with:
       python -c "from specviz.decoding import models; from specviz.tools import record; record.record_pages(models.load_pair())"
@@ -75,9 +81,36 @@ def record_pages(pair, out_dir: Path | str | None = None, pages=None,
     decode = lambda t: tok.decode([int(t)])  # noqa: E731
     written = []
     for page in pages or list(page_records.RECORDERS):
-        rec = page_records.record_page(pair, page, decode)
+        rec = page_records.record_page(pair, page, decode, cost=cost)
         rec = pagefile.PageRecording(**{**rec.__dict__, "results": round_floats(rec.results)})
         path = pagefile.save(rec, out_dir)
         progress(f"{path}: {page}, {', '.join(rec.results)}, {path.stat().st_size // 1024} KiB")
         written.append(path)
     return written
+
+
+def record_profile(pair, path: Path | str | None = None, progress: Callable[[str], None] = print,
+                   refuse_load: bool = True):
+    """Time the recorded set's profile on a loaded Pair (costs.measure_cost at both contexts, with the pair's
+    identity, and as many repetitions as the Why it is fast page's) and write it (default
+    specviz/recorded/profile.json). A profile timed under outside load is refused (refuse_load): record on a
+    quiet machine."""
+    reps = page_records.WHY_FAST["repetitions"]
+    cost = costs.measure_cost(pair.target, pair.chain_draft(), pass_reps=reps, long_context=costs.LONG_CONTEXT)
+    if refuse_load and cost.load is not None:
+        raise SpecvizError(f"The profile ran under outside load ({cost.load.what}): record on a quiet machine.")
+    cost = replace(cost, ident=costs.identity(pair))
+    out = costs.save_profile(cost, costs.RECORDED_PROFILE if path is None else Path(path))
+    progress(f"{out}: c = {cost.c:.3f}, 1-token pass {1000 * cost.pass_s(1):.0f} ms")
+    return cost
+
+
+def record_all(pair, progress: Callable[[str], None] = print) -> list[Path]:
+    """The whole recorded set in one sitting, with one profile: the profile first, then every main-page
+    recording and every page recording, which quote the profile's c and pass costs instead of timing their own.
+
+    Regenerate the shipped files with (on a quiet machine):
+      python -c "from specviz.decoding import models; from specviz.tools import record; record.record_all(models.load_pair())"
+    """
+    cost = record_profile(pair, progress=progress)
+    return record_presets(pair, progress=progress) + record_pages(pair, progress=progress, cost=cost)
