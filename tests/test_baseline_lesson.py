@@ -70,7 +70,8 @@ def check(ctx, by: dict) -> tuple[str, str]:
     assert f"a {share} share of the int8 target's pass" in t2
     alpha = verdict(q.comparison.spec.alpha, f.comparison.spec.alpha, lessons.SAME)
     moved = (share != "about the same", alpha != "about the same")
-    assert o2.measured == {(True, False): "c", (False, True): "α", (True, True): "both", (False, False): "neither"}[moved]
+    names = {(True, False): "c", (False, True): "α", (True, True): "both", (False, False): "neither"}
+    assert o2.measured == names[moved]
     return t1, t2
 
 
