@@ -150,7 +150,7 @@ def test_exactness_draws_its_three_experiments_from_the_recording(shipped, no_mo
     m = {x.label: x.value for x in at.metric}
     assert m["identical"] == ("yes" if got["greedy"].identical else "no")
     assert m["tokens compared"] == str(len(got["greedy"].base.token_ids))
-    assert m["speedup (this run)"] == f"{got['greedy'].speedup:.2f}×"
+    assert m["speedup over the target alone (this run)"] == f"{got['greedy'].speedup:.2f}×"
     assert m["total variation distance"] == f"{theory.total_variation(got['trials'].p, got['trials'].counts):.3f}"
     titles = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
     assert any(t.startswith("Acceptance rules") for t in titles) and len(titles) == 3

@@ -337,10 +337,18 @@ def greedy_passes(ctx: Context) -> Outcome:
     speedup = float(t.baseline["speedup"])
     why = ("less than the pass count suggests, because the draft's steps and the wider checks cost time too"
            if speedup < base / spec else "as much as the pass count suggests, or more")
-    return Outcome(share, f"{share:.0f} %", {
+    return Outcome(share, f"{share:.0f} %", {"against": _against(ctx, t),
         "share": share, "spec_passes": spec, "base_passes": base, "tokens": len(t.run.token_ids),
         "tpp": t.run.tokens_per_pass, "alpha": t.run.alpha, "speedup": speedup, "fewer": base / spec, "why": why,
     }, t.source, **_timing(t))
+
+
+def _against(ctx: Context, t: Trial) -> str:
+    """What a trial's speedup is over (explain.target_alone): "the float32 target alone", "the int8 target alone"."""
+    from specviz.teaching.explain import target_alone
+
+    int8 = ctx.live and getattr(ctx.pair, "target_precision", None) == "int8"  # its runs' dtype says float32
+    return target_alone({"target": "int8"} if int8 else t.baseline, t.run.dtype)
 
 
 def sampling_follows_p(ctx: Context, n: int) -> Outcome:
@@ -771,8 +779,8 @@ LESSONS: tuple[Lesson, ...] = (
                         close=10.0, unit=" %"),
              "greedy_passes",
              "{spec_passes} target passes instead of {base_passes} for {tokens} tokens ({share:.0f} %): "
-             "{tpp:.2f} tokens per pass at α = {alpha:.2f}, {fewer:.2f}× fewer passes. The wall-clock speedup was "
-             "{speedup:.2f}×, {why}.",
+             "{tpp:.2f} tokens per pass at α = {alpha:.2f}, {fewer:.2f}× fewer passes. The wall-clock speedup over "
+             "{against} was {speedup:.2f}×, {why}.",
              EXACTNESS),
         Step("sampling",
              "At T = 1 the draft samples a token x, the target keeps it with probability min(1, p(x) / q(x)) and "
