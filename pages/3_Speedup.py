@@ -88,7 +88,7 @@ else:
                + ". If these are near 1, checking extra tokens is free; if they grow like n, it is not.")
 
 speed_ui.draft_precisions(pair, ids, settings)  # 1b
-speed_ui.target_precisions(pair, ids, settings)  # 1c
+speed_ui.target_precisions(pair, ids, settings, got["targets"] if off else None)  # 1c
 speed_ui.c_check(pair, kept["cost"])  # section 1's c against 1b's and 1c's: timed again, or flagged
 
 sw = result("sweep")
@@ -116,15 +116,16 @@ if sw is not None:
     lab_ui.timing_notes((r for cmp in sw.values() for run in (cmp.spec, cmp.base) for r in run.rounds), "the sweep")
     rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)
     ui.table(rows, hide_index=True)
-    st.caption("Measured speedup: over the rounds after the first, whose passes also read the prompt (what the "
-               "model describes); end-to-end speedup includes that first round. A short run has only a few target "
+    st.caption(f"Measured speedup over {explain.target_alone({})}: over the rounds after the first, whose passes "
+               "also read the prompt (what the model describes); end-to-end speedup includes that first round. A short run has only a few target "
                "passes, so one rejection more or less moves its point by a whole pass: read the measured curve "
                "with the passes column, and lengthen the runs to smooth it.")
     bench = [{"k": r["k"], "measured": r["measured speedup"], "predicted": r["predicted speedup"]} for r in rows]
     ui.show_chart(charts.fig_bench_speedup(bench), "k_sweep_measured_vs_predicted", key="speed.fig_bench")
     best = max(rows, key=lambda r: r["measured speedup"])
     st.markdown(explain.speedup_verdict(best["measured speedup"], best["predicted speedup"], cost.c, best["α"])
-                if cost else f"Best measured: k = {best['k']} at {best['measured speedup']:.2f}×. "
+                if cost else f"Best measured: k = {best['k']} at {best['measured speedup']:.2f}× "
+                             f"{explain.target_alone({})}. "
                              "Measure c above to compare with the model.")
     tip = explain.gpu_advice(device, best["measured speedup"], models.gpu_suggestion(pair_name))
     if tip:

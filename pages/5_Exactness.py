@@ -79,7 +79,7 @@ if (g := result("greedy")) is not None:
     m1, m2, m3 = st.columns(3)
     m1.metric("identical", "yes" if cmp.identical else "no")
     m2.metric("tokens compared", f"{len(cmp.base.token_ids)}")
-    m3.metric("speedup (this run)", f"{cmp.speedup:.2f}×")
+    m3.metric(f"speedup over {explain.target_alone({})} (this run)", f"{cmp.speedup:.2f}×")
     left, right = st.columns(2)
     with left:
         # the draft's precision, when it is not the target's: a cheaper draft, the same text

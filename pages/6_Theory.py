@@ -36,7 +36,7 @@ c = c3.slider("c: draft step cost ÷ target step cost", 0.0, 1.0, 0.1, 0.01, key
 best = theory.best_k(alpha, c, k_max=K_MAX)
 m1, m2, m3 = st.columns(3)
 m1.metric("E[tokens per target pass]", f"{theory.expected_tokens(alpha, k):.2f}")
-m2.metric("predicted speedup", f"{theory.expected_speedup(alpha, k, c):.2f}×")
+m2.metric(f"predicted speedup over {explain.target_alone({})}", f"{theory.expected_speedup(alpha, k, c):.2f}×")
 m3.metric("best k", f"{best[0]}", f"{best[1]:.2f}×", delta_color="off")
 st.markdown(explain.theory_summary(alpha, k, c, best, K_MAX))
 

@@ -14,6 +14,7 @@ from streamlit.errors import StreamlitAPIException
 
 from pages.common import lab_ui, state, ui
 from pages.common.kept import Kept
+from specviz.modeling.config import DerivedSource
 from specviz.teaching import explain, glossary, lessons
 
 ui.page_setup("Lessons: predict, measure, explain")
@@ -56,6 +57,15 @@ step = les.steps[i]
 done = mine["done"].get(step.key)
 
 
+def target_loader(pair):
+    """The baseline lesson's loader: target precision -> this pair with its target in it (ui.load_pair_cached, as
+    the Speedup page's section 1c loads it); None where an int8 target does not run here or the draft is made of
+    the target's own layers (the step then says so and reads the recording)."""
+    if pair is None or "int8" not in ui.target_choices("float32") or isinstance(pair.spec.draft.source, DerivedSource):
+        return None
+    return lambda tp: ui.load_pair_cached(pair.name, "float32", pair.draft_precision, tp)
+
+
 def go_to(lesson_key: str, to: int) -> None:
     progress[lesson_key]["step"] = max(0, min(n - 1, to))
 
@@ -93,7 +103,7 @@ if done is None:
                  help="Live on the loaded pair, or from the recorded runs and theory; the answer says which."):
         def measure_step(progress):
             ctx = lessons.Context(pair=pair, settings=replace(lessons.LESSON_SETTINGS, seed=seed), memo=memo,
-                                  progress=progress)
+                                  progress=progress, load_pair=target_loader(pair))
             got = lessons.run_step(step, ctx)
             return got, lessons.figure(step, ctx, got)
 

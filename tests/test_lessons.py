@@ -528,3 +528,27 @@ def test_an_answer_computed_from_theory_is_never_labelled_measured():
     ok(at.selectbox(key="lessons.lesson").set_value(choose.title).run())
     ok(at.button(key="lessons.run").click().run())
     assert set(metrics(at)) == {"your prediction", lessons.FROM_THEORY}
+
+
+def test_a_speedup_in_a_lesson_names_the_target_alone_it_is_over():
+    """Lesson 1's wall-clock speedup says its baseline, from the recording ("target": float32 or int8)."""
+    import dataclasses
+
+    from specviz.data import runfile
+
+    name = lessons.RECORDED[("The capital of France", 0.0)]
+    step = lessons.lesson("identity").steps[1]
+    for target in ("float32", "int8"):
+        recs = {r.name: (dataclasses.replace(r, baseline={**r.baseline, "target": target}) if r.name == name else r)
+                for r in runfile.list_recorded()}
+        o = lessons.run_step(step, lessons.Context(recordings=recs))
+        assert f"speedup over the {target} target alone was {o.values['speedup']:.2f}×" in lessons.explain(step, o)
+
+
+def test_every_speedup_axis_names_its_baseline():
+    from specviz.teaching import charts, explain
+
+    assert charts.SPEEDUP_AXIS == f"speedup over {explain.target_alone({})} (×)" == "speedup over the target alone (×)"
+    bench = [{"k": 1, "measured": 1.2, "predicted": 1.3}]
+    for fig in (charts.fig_speedup_model(0.8, 0.1), charts.fig_bench_speedup(bench)):
+        assert fig.layout.yaxis.title.text == charts.SPEEDUP_AXIS

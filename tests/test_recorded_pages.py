@@ -157,7 +157,7 @@ def test_exactness_draws_its_three_experiments_from_the_recording(shipped, no_mo
     m = {x.label: x.value for x in at.metric}
     assert m["identical"] == ("yes" if got["greedy"].identical else "no")
     assert m["tokens compared"] == str(len(got["greedy"].base.token_ids))
-    assert m["speedup (this run)"] == f"{got['greedy'].speedup:.2f}×"
+    assert m["speedup over the target alone (this run)"] == f"{got['greedy'].speedup:.2f}×"
     assert m["total variation distance"] == f"{theory.total_variation(got['trials'].p, got['trials'].counts):.3f}"
     titles = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
     assert any(t.startswith("Acceptance rules") for t in titles) and len(titles) == 3
@@ -195,7 +195,7 @@ def test_acceptance_lab_draws_the_recorded_sweep(shipped, no_model):
 # --- 3 · speedup -----------------------------------------------------------------------------------------------
 def test_speedup_draws_its_recorded_sections_and_says_which_it_does_not_cover(shipped, no_model):
     from specviz.data import pagefile
-    from specviz.teaching import early_exit, page_records, race
+    from specviz.teaching import early_exit, explain, page_records, race
 
     rec = pagefile.load("speedup")
     got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["speedup"].items()}
@@ -205,12 +205,16 @@ def test_speedup_draws_its_recorded_sections_and_says_which_it_does_not_cover(sh
     assert all(at.button(key=k).disabled for k in ("speed.run_cost", "speed.run_sweep", "speed.run_race",
                                                    "speed.run_adaptive", "speed.run_early_exit"))
     covers = [i.value for i in at.info if "Recorded mode does not cover this section" in i.value]
-    assert len(covers) == 2, covers  # 1b: a pair per precision; 1c: a pair per target precision
+    assert len(covers) == 1, covers  # 1b: a pair per precision; 1c was recorded with a float32 and an int8 target
+    targets_table = at.dataframe[0].value  # 1c: the recording's two targets, each against its own target alone
+    assert list(targets_table["target precision"]) == [r.precision for r in got["targets"]] == ["float32", "int8"]
+    assert list(targets_table["c"]) == [f"{r.c:.3f}" for r in got["targets"]]
+    assert explain.target_verdict(got["targets"]) in [x.value for x in at.markdown]
     m = {x.label: x.value for x in at.metric}
     assert m["c = draft step ÷ target step"] == f"{got['cost'].c:.3f}"
     stats = race.policy_summary(got["policies"])
     assert m["adaptive k: tokens/s"] == f"{stats['adaptive'].tokens_per_s:.1f}"
-    sweep_table, ee_table = at.dataframe[0].value, at.dataframe[1].value
+    sweep_table, ee_table = at.dataframe[1].value, at.dataframe[2].value
     assert list(sweep_table["k"]) == list(got["sweep"])
     assert len(ee_table) == len(early_exit.early_exit_rows(got["early_exit"])) == len(got["early_exit"].points)
     assert f"k = {got['race'].spec.decode.k}" in " ".join(x.value for x in at.markdown)

@@ -1,7 +1,7 @@
 """The Speedup page's self-contained sections, one call each from pages/3_Speedup.py.
 
   draft_precisions(pair, ids, settings)   1b · the same prompt with the draft in each precision: c against α
-  target_precisions(pair, ids, settings)  1c · the same draft against the float32 and the int8 target
+  target_precisions(pair, ids, settings, recorded)  1c · the same draft against the float32 and the int8 target
   cost_model(fixed, ids, settings, cost, sweep)  2 · predicted speedup against k, at the α measured on the page
   k_policies(pair, ids, settings, recorded)  5  · fixed k, adaptive k and the best-k chooser (specviz.teaching.race)
   early_exit(pair, ids, settings, recorded)  6  · the target's own first L layers as the draft (specviz.decoding.selfdraft)
@@ -12,7 +12,8 @@
 
 Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it; with pair None
 (a page recording) it draws the recorded result, its widgets off (1b, which loads a pair per precision, says that
-recorded mode does not cover it). settings: the page's DecodeSettings (temperature, new tokens, seed), built once from its widgets.
+recorded mode does not cover it; 1c shows the recording's two targets where it has them). settings: the page's
+DecodeSettings (temperature, new tokens, seed), built once from its widgets.
 """
 
 from __future__ import annotations
@@ -77,9 +78,11 @@ def note_other_settings(runs, ids, settings: DecodeSettings, k: int | None = Non
     ui.note_other_settings(name for name in now if any(t[name] != now[name] for t in then))
 
 
-def _comparison_table(res, ids, settings: DecodeSettings, *header: str) -> None:
-    """A kept precision comparison (1b, 1c): the settings it differs in, its timing notes, and its table."""
-    note_other_settings([r.comparison.spec for r in res], ids, settings, k=st.session_state.get("speed.k0", 4))
+def _comparison_table(res, ids, settings: DecodeSettings, *header: str, off: bool = False) -> None:
+    """A kept precision comparison (1b, 1c): the settings it differs in (none for a recorded one, off), its timing
+    notes, and its table."""
+    note_other_settings([r.comparison.spec for r in res], ids, settings, k=st.session_state.get("speed.k0", 4),
+                        off=off)
     lab_ui.timing_notes((x for r in res for run in (r.comparison.spec, r.comparison.base) for x in run.rounds),
                         "the comparison")
     ui.table(explain.precision_rows(res, *header), hide_index=True, width="stretch")
@@ -114,15 +117,20 @@ def draft_precisions(pair, ids, settings: DecodeSettings) -> None:
         st.markdown(explain.precision_verdict(res))
 
 
-def target_precisions(pair, ids, settings: DecodeSettings) -> None:
+def target_precisions(pair, ids, settings: DecodeSettings, recorded: list | None = None) -> None:
     """1c · the same draft against the float32 target and the int8 target, each against its own target alone
-    (experiments.target_comparison): c, α, tokens per pass and speedup, and why the int8 one gains little."""
+    (experiments.target_comparison): c, α, tokens per pass and speedup, and why the int8 one gains little.
+    With pair None, the page recording's comparison (recorded; None: a recording made without one)."""
     st.subheader("1c · A quantized target: the same draft against the float32 and the int8 target")
     st.caption("An int8 target makes every target pass faster, and is exact: speculative text equals that "
                "target's own. Each target runs next to its own run of the target alone, with the draft of the "
                "sidebar and the k of section 5 (fixed).")
     if pair is None:
-        st.info(explain.not_recorded("it loads the pair twice, with a float32 and an int8 target."))
+        if recorded is None:
+            st.info(explain.not_recorded("this recording was made without the int8 target."))
+        else:
+            _comparison_table(recorded, ids, settings, "target precision", off=True)
+            st.markdown(explain.target_verdict(recorded))
         return
     if "int8" not in ui.target_choices("float32"):
         st.caption("An int8 target runs only on a CPU with PyTorch's fbgemm: not on this device.")

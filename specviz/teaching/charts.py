@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from specviz.core import measure
 from specviz.core.errors import InvalidSetting
-from specviz.teaching.explain import ACCEPT_TEST, num
+from specviz.teaching.explain import ACCEPT_TEST, num, target_alone
 from specviz.teaching.explain import tok as _quoted
 from specviz.data.records import Round, Run, TopK
 from specviz.teaching.render import OKABE_ITO, STATE_COLORS, visible
@@ -45,6 +45,8 @@ from specviz.core.theory import (
     tokens_per_pass_ci,
     total_variation,
 )
+
+SPEEDUP_AXIS = f"speedup over {target_alone({})} (×)"  # every speedup axis: what 1× is (the target alone)
 
 __all__ = [
     "PALETTE", "PLOTLY_CONFIG", "TEMPLATE", "plotly_config", "measured_point", "total_variation",
@@ -631,7 +633,7 @@ def fig_speedup_model(alpha: float, c: float, k_max: int = 16, verify_cost=None,
     vc = "measured verify cost" if verify_cost is not None else "verify = 1 target pass"
     fig = themed_fig(f"Predicted speedup vs k (α = {alpha:.2f}, c = {c:.3f})",
                f"speedup ≈ E[tokens] / (k·c + verify cost), {vc}<br>best k = {kb} → {sb:.2f}×",
-               x="k = drafted tokens per round", y="speedup over target alone (×)")
+               x="k = drafted tokens per round", y=SPEEDUP_AXIS)
     # the legend holds the speedups only, in one row: the dotted curve is named at its end, the best k beside
     # its star (and in the subtitle); four entries took two rows and the second ran into the subtitle
     free = expected_tokens(alpha, ks)
@@ -1099,7 +1101,7 @@ def fig_bench_speedup(rows: Sequence[Mapping]) -> go.Figure:
     kb = ks[int(np.argmax(meas))]
     fig = themed_fig("Measured vs predicted speedup by k",
                f"best measured k = {kb} ({max(meas):.2f}×); the model: E[tokens] / (k·c + verify cost)",
-               x="k = drafted tokens per round", y="speedup over target alone (×)")
+               x="k = drafted tokens per round", y=SPEEDUP_AXIS)
     fig.add_scatter(x=ks, y=pred, mode="lines+markers", name="predicted",
                     line=dict(color=OKABE_ITO["vermillion"], width=2.5, dash="dash"),
                     marker=dict(size=10, symbol="circle-open", line=dict(width=2)),
@@ -1146,7 +1148,7 @@ def fig_early_exit(sweep: EarlyExitSweep) -> go.Figure:
     top = 1.1 * max([1.0] + [v for pt in sweep.points for v in (pt.alpha, pt.c, pt.speedup, pt.predicted)
                              if math.isfinite(v)])
     fig.update_yaxes(title_text="α and c", range=from_zero(top), tickmode="auto", secondary_y=False)
-    fig.update_yaxes(title_text="speedup (×, target alone = 1)", range=from_zero(top), tickmode="auto",
+    fig.update_yaxes(title_text=SPEEDUP_AXIS, range=from_zero(top), tickmode="auto",
                      secondary_y=True, showgrid=False)
     return fig
 

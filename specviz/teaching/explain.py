@@ -266,7 +266,7 @@ def zero_accept_note(r: Round, decode: Decode) -> str | None:
 
 def speedup_verdict(measured: float, predicted: float | None, c: float, alpha: float) -> str:
     """Compare a measured speedup with the model's prediction, in words."""
-    s = f"Measured {measured:.2f}× at α = {alpha:.2f} and c = {c:.3f}"
+    s = f"Measured {measured:.2f}× over {target_alone({})} at α = {alpha:.2f} and c = {c:.3f}"
     if predicted is None or not math.isfinite(predicted):
         return s + "."
     s += f"; the model predicts {predicted:.2f}×. "
@@ -512,7 +512,8 @@ def theory_summary(alpha: float, k: int, c: float, best: tuple[int, float], k_ma
     s = expected_speedup(alpha, k, c)
     kb, sb = best
     out = (f"With α = {alpha:.2f} and k = {k}, each target pass yields {e:.2f} tokens on average, but a round also "
-           f"costs k·c = {k * c:.2f} target passes of drafting, so the speedup is {e:.2f} / (1 + {k * c:.2f}) = "
+           f"costs k·c = {k * c:.2f} target passes of drafting, so the speedup over {target_alone({})} is "
+           f"{e:.2f} / (1 + {k * c:.2f}) = "
            f"**{s:.2f}×**. ")
     out += f"The best k at these α and c is {best_k_words(best, k_max)}."
     if sb < 1:
@@ -545,7 +546,8 @@ def precision_rows(results, label: str = "draft precision") -> list[dict]:
     label='target precision' (experiments.target_comparison)."""
     return [{label: r.precision, "c": num(r.c, ".3f"), "α": num(r.comparison.spec.alpha, ".3f"),
              "tokens per pass": num(r.comparison.spec.tokens_per_pass, ".2f"),
-             "measured speedup": f"{num(measure.steady_speedup(r.comparison.spec, r.comparison.base), '.2f')}×",
+             "measured speedup over its target alone":
+                 f"{num(measure.steady_speedup(r.comparison.spec, r.comparison.base), '.2f')}×",
              "same text as target alone": {True: "yes", False: "no", None: "sampling"}[r.comparison.identical]}
             for r in results]
 
@@ -796,7 +798,8 @@ def gpu_advice(device: str, speedup: float | None, suggestion=None) -> str | Non
     None off a GPU or when speculation paid."""
     if not str(device).startswith("cuda") or speedup is None or not math.isfinite(speedup) or speedup >= 1:
         return None
-    text = (f"**On a GPU this pair is too small to win** ({speedup:.2f}× here). A small model's pass on a GPU is "
+    text = (f"**On a GPU this pair is too small to win** ({speedup:.2f}× {target_alone({})} here). A small model's "
+            "pass on a GPU is "
             "bound by launching its few hundred kernels one after another, not by reading its weights, so a "
             "draft step costs nearly as much as a target pass whatever their sizes, and k of them eat the gain.")
     if suggestion is None:

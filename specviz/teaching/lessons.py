@@ -132,6 +132,9 @@ class Context:
     # varies k or temperature with replace()
     memo: dict = field(default_factory=dict)
     progress: Callable[[str, float | None], Any] | None = None  # the steps of several units report to it (core.progress)
+    load_pair: Callable[[str], Any] | None = None  # target precision -> ctx.pair's pair with its target in it (the
+    # page's loader); None: the baseline lesson reads the Speedup page's recording
+    page_recordings: dict[str, Any] | None = None  # page -> pagefile.PageRecording or None; None: the shipped ones
 
     @property
     def live(self) -> bool:
@@ -146,6 +149,16 @@ class Context:
             raise SpecvizError(f"The recorded run '{name}' is missing from specviz/recorded/; reinstall specviz "
                                "or load a model to run this step live.")
         return self.recordings[name]
+
+    def page_recording(self, page: str):
+        """The page's recording (pagefile.PageRecording), or None when none ships."""
+        if self.page_recordings is None:
+            self.page_recordings = {}
+        if page not in self.page_recordings:
+            from specviz.data import pagefile
+
+            self.page_recordings[page] = pagefile.load(page)
+        return self.page_recordings[page]
 
 
 # --------------------------------------------------------------------------
@@ -348,10 +361,18 @@ def greedy_passes(ctx: Context) -> Outcome:
     speedup = float(t.baseline["speedup"])
     why = ("less than the pass count suggests, because the draft's steps and the wider checks cost time too"
            if speedup < base / spec else "as much as the pass count suggests, or more")
-    return Outcome(share, f"{share:.0f} %", {
+    return Outcome(share, f"{share:.0f} %", {"against": _against(ctx, t),
         "share": share, "spec_passes": spec, "base_passes": base, "tokens": len(t.run.token_ids),
         "tpp": t.run.tokens_per_pass, "alpha": t.run.alpha, "speedup": speedup, "fewer": base / spec, "why": why,
     }, t.source, **_timing(t))
+
+
+def _against(ctx: Context, t: Trial) -> str:
+    """What a trial's speedup is over (explain.target_alone): "the float32 target alone", "the int8 target alone"."""
+    from specviz.teaching.explain import target_alone
+
+    int8 = ctx.live and getattr(ctx.pair, "target_precision", None) == "int8"  # its runs' dtype says float32
+    return target_alone({"target": "int8"} if int8 else t.baseline, t.run.dtype)
 
 
 def sampling_follows_p(ctx: Context, n: int) -> Outcome:
@@ -579,6 +600,136 @@ def self_draft(ctx: Context) -> Outcome:
 
 
 # --------------------------------------------------------------------------
+# the baseline: the same draft against a float32 and an int8 target, each against its own target alone
+
+TARGETS = ("speedup", "targets")  # the Speedup page's recording of its section 1c: page, result
+CODE_PROMPT = "Python function"  # the Speedup page's prompt (page_records.SPEEDUP), live and recorded
+SAME = 0.05  # speedups within this share of each other, or α within this, read as "about the same"
+C_MOVES = 0.10  # c moved when it changed by more than this share
+
+
+def _targets_live(ctx: Context) -> tuple[list, str]:
+    """experiments.target_comparison on the code prompt, the pair's draft against its float32 and its int8 target
+    (ctx.load_pair), k = K."""
+    from specviz.modeling import quant
+    from specviz.teaching.experiments import target_comparison
+
+    pairs = {tp: ctx.load_pair(tp) for tp in quant.TARGET_PRECISIONS}
+    res = target_comparison(pairs, _ids(ctx, CODE_PROMPT), replace(ctx.settings, k=K, temperature=0.0),
+                            progress=ctx.progress, **ctx.pair.run_kw)
+    return res, f"live: {ctx.pair.name}, {CODE_PROMPT}, k = {K}, a float32 and an int8 target"
+
+
+def _targets_recorded(ctx: Context) -> tuple[list | None, str]:
+    """The Speedup page's recorded section 1c (None when its recording has none), and its source."""
+    from specviz.teaching.page_records import RESULTS
+
+    page, name = TARGETS
+    rec = ctx.page_recording(page)
+    if rec is None:
+        return None, f"no recording of the {page} page"
+    a = rec.about
+    return rec.result(name, RESULTS[page][name]), (f"recorded: the Speedup page's section 1c ({a['pair']}, "
+                                                   f"{a['device']}, {a['recorded_at']})")
+
+
+NEEDS_INT8 = "This step needs the pair with an int8 target, which {why}: the answer is the Speedup page's recording."
+
+
+def _targets(ctx: Context) -> tuple[dict | None, str, str]:
+    """({"float32": PrecisionResult, "int8": ...} or None when there is none, source, a note said before the
+    explanation): live when ctx.load_pair is given, else (or when loading fails) the recording."""
+    if "targets" in ctx.memo:
+        return ctx.memo["targets"]
+    res, note = None, ""
+    if ctx.live and ctx.load_pair is not None:
+        try:
+            res, src = _targets_live(ctx)
+        except SpecvizError as e:
+            note = NEEDS_INT8.format(why=f"did not load here ({e})") + " "
+    elif ctx.live:
+        note = NEEDS_INT8.format(why="this device or pair does not offer") + " "
+    if res is None:
+        res, src = _targets_recorded(ctx)
+    by = {r.precision: r for r in res or ()}
+    out = (by if {"float32", "int8"} <= set(by) else None), src, note
+    ctx.memo["targets"] = out
+    return out
+
+
+NOT_RECORDED = "not recorded"
+
+
+def _no_targets(src: str, note: str) -> Outcome:
+    """The answer when neither a live int8 target nor the recording gives the comparison: said in one line."""
+    return Outcome(NOT_RECORDED, NOT_RECORDED, {"said": note + "The Speedup page's recording has no comparison of a "
+                                                "float32 and an int8 target yet, so this step is " + NOT_RECORDED
+                                                + ": load a model with an int8 target to run it live."},
+                   f"{src}: without the float32 and int8 targets")
+
+
+def _side(r) -> dict[str, Any]:
+    """One target's numbers: its speedup over its own target alone, c, α, and its target alone's pass and speed."""
+    from specviz.core import measure as m
+
+    spec, base = r.comparison.spec, r.comparison.base
+    return {"s": m.steady_speedup(spec, base), "c": r.c, "alpha": spec.alpha, "tpp": spec.tokens_per_pass,
+            "pass_ms": 1000 * base.steady_s_per_token, "base_tps": base.tokens_per_s, "spec_tps": spec.tokens_per_s}
+
+
+def _ms(x: float) -> str:
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def _which(new: float, old: float, tol: float) -> str:
+    """new against old: "about the same" within tol, else "larger" or "smaller"."""
+    return "about the same" if abs(new - old) <= tol else ("larger" if new > old else "smaller")
+
+
+def target_speedup(ctx: Context) -> Outcome:
+    """Lesson "baseline", step 1: the speedup over the int8 target alone against the one over the float32 target
+    alone: larger, about the same or smaller."""
+    by, src, note = _targets(ctx)
+    if by is None:
+        return _no_targets(src, note)
+    f, q = _side(by["float32"]), _side(by["int8"])
+    verdict = _which(q["s"], f["s"], SAME * f["s"])
+    why = ("a cheaper target leaves less to save" if q["pass_ms"] < f["pass_ms"] else
+           "yet here the int8 target's pass was not the cheaper one, so the usual reason does not apply")
+    said = (f"{note}Over the float32 target alone the speculative run was {f['s']:.2f}× ({f['spec_tps']:.1f} "
+            f"against {f['base_tps']:.1f} tokens/s); over the int8 target alone {q['s']:.2f}× ({q['spec_tps']:.1f} "
+            f"against {q['base_tps']:.1f} tokens/s): {verdict}. A one-token pass of the int8 target took "
+            f"{_ms(q['pass_ms'])} ms against {_ms(f['pass_ms'])} ms for float32: {why}. A speedup is always over one "
+            "baseline: llama.cpp on a laptop runs a quantized target, so what a student measures there is the "
+            "figure over the quantized target alone.")
+    return Outcome(verdict, verdict, {"said": said, **{f"{k}_f32": v for k, v in f.items()},
+                                      **{f"{k}_int8": v for k, v in q.items()}}, src,
+                   **_timing(*(r.comparison for r in by.values())))
+
+
+def target_c_alpha(ctx: Context) -> Outcome:
+    """Lesson "baseline", step 2: which of c and α moved from the float32 target to the int8 one."""
+    by, src, note = _targets(ctx)
+    if by is None:
+        return _no_targets(src, note)
+    f, q = _side(by["float32"]), _side(by["int8"])
+    share, alpha = _which(q["c"], f["c"], C_MOVES * f["c"]), _which(q["alpha"], f["alpha"], SAME)
+    moved = (share != "about the same", alpha != "about the same")
+    measured = {(True, False): "c", (False, True): "α", (True, True): "both"}.get(moved, "neither")
+    k = by["int8"].comparison.spec.decode.k
+    said = (f"{note}c = {q['c']:.3f} against the int8 target and {f['c']:.3f} against the float32 target: the same "
+            f"draft step is a {share} share of the int8 target's pass. α = {q['alpha']:.2f} against "
+            f"{f['alpha']:.2f}: {alpha}, since both targets "
+            f"choose nearly the same tokens. Speedup ≈ tokens per pass ÷ (1 + k·c): {q['tpp']:.2f} ÷ (1 + {k}·"
+            f"{q['c']:.2f}) = {q['tpp'] / (1 + k * q['c']):.2f}× for int8 against {f['tpp']:.2f} ÷ (1 + {k}·"
+            f"{f['c']:.2f}) = {f['tpp'] / (1 + k * f['c']):.2f}× for float32, which measured {q['s']:.2f}× and "
+            f"{f['s']:.2f}×.")
+    return Outcome(measured, measured, {"said": said, "c_f32": f["c"], "c_int8": q["c"], "alpha_f32": f["alpha"],
+                                        "alpha_int8": q["alpha"]}, src,
+                   **_timing(*(r.comparison for r in by.values()), speed=False))
+
+
+# --------------------------------------------------------------------------
 # charts drawn next to a measured answer, from the runs and numbers the step measured
 
 
@@ -604,7 +755,8 @@ FIGURES: dict[str, Callable[[Context, Outcome], Any]] = {f.__name__: f for f in 
 EXPERIMENTS: dict[str, Callable[..., Outcome]] = {f.__name__: f for f in (
     greedy_identity, greedy_passes, sampling_follows_p, verify_cost, tokens_per_pass, alpha_poem, alpha_code,
     entropy_poem_code,
-    temperature_alpha, temperature_speedup, best_k_theory, best_k_pair, slow_draft_theory, self_draft)}
+    temperature_alpha, temperature_speedup, best_k_theory, best_k_pair, slow_draft_theory, self_draft,
+    target_speedup, target_c_alpha)}
 
 
 # --------------------------------------------------------------------------
@@ -614,6 +766,7 @@ EXACTNESS = Link("pages/5_Exactness.py", "Exactness: greedy identity and the sam
 FAST = Link("pages/4_Why_it_is_fast.py", "Why it is fast: forward cost against tokens, on this device")
 LAB = Link("pages/2_Acceptance_lab.py", "Acceptance lab: α by domain and temperature, entropy along the text")
 SPEEDUP = Link("pages/3_Speedup.py", "Speedup: c measured here, the k sweep, the target drafting for itself")
+SPEEDUP_TARGETS = Link("pages/3_Speedup.py", "Speedup, section 1c: the same draft against a float32 and an int8 target")
 THEORY = Link("pages/6_Theory.py", "Theory: tokens per pass and speedup, with sliders")
 
 LESSONS: tuple[Lesson, ...] = (
@@ -635,8 +788,8 @@ LESSONS: tuple[Lesson, ...] = (
                         close=10.0, unit=" %"),
              "greedy_passes",
              "{spec_passes} target passes instead of {base_passes} for {tokens} tokens ({share:.0f} %): "
-             "{tpp:.2f} tokens per pass at α = {alpha:.2f}, {fewer:.2f}× fewer passes. The wall-clock speedup was "
-             "{speedup:.2f}×, {why}.",
+             "{tpp:.2f} tokens per pass at α = {alpha:.2f}, {fewer:.2f}× fewer passes. The wall-clock speedup over "
+             "{against} was {speedup:.2f}×, {why}.",
              EXACTNESS),
         Step("sampling",
              "At T = 1 the draft samples a token x, the target keeps it with probability min(1, p(x) / q(x)) and "
@@ -729,6 +882,24 @@ LESSONS: tuple[Lesson, ...] = (
              "best_k_pair",
              "Here α = {alpha:.2f} and c = {c:.3f}, so the model predicts k = {k_pred} ({s_pred:.2f}×). {sweep}",
              SPEEDUP, (("ks", (1, 2, 4, 8)),), "draw_speedup_against_k"),
+    )),
+    Lesson("baseline", "What the speedup is measured against",
+           "Every speedup is over one baseline: the target alone, in some precision. The same pair and draft, on "
+           f"the code prompt with k = {K}, once with a float32 target and once with an int8 target, each against its "
+           "own target alone.", (
+        Step("shrinks",
+             "With the int8 target, the speedup over the int8 target alone will be…",
+             choice("Against the float32 target's speedup, it is…", ("larger", "about the same", "smaller")),
+             "target_speedup",
+             "{said}",
+             SPEEDUP_TARGETS),
+        Step("moves",
+             "From the float32 target to the int8 one, which moved: c (a draft step in target passes) or α (the "
+             "share of drafts kept)?",
+             choice("What moved…", ("c", "α", "both", "neither")),
+             "target_c_alpha",
+             "{said}",
+             SPEEDUP_TARGETS),
     )),
     Lesson("loses", "When speculative decoding loses",
            "The draft must be cheap as well as good. What if it is perfect but as slow as the target?", (

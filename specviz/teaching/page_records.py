@@ -40,7 +40,7 @@ ACCEPTANCE_LAB = {  # the page's defaults (pages/2_Acceptance_lab.py)
 # model sees α against temperature
 ACCEPTANCE_LAB_RECORDED = {**ACCEPTANCE_LAB, "temperatures": [0.0, 0.7, 1.2]}
 
-SPEEDUP = {  # the page's defaults (pages/3_Speedup.py, pages/common/speed_ui.py); 1b needs other pairs: not recorded
+SPEEDUP = {  # the page's defaults (pages/3_Speedup.py, pages/common/speed_ui.py); 1b: not recorded, 1c: given a loader
     "prompt": "Python function", "temperature": 0.0, "new tokens per run": 24, "seed": 0,
     "k values": [1, 2, 4, 6, 8], "k for the race": 4, "starting k": 4, "early exit k": early_exit.DEFAULT_K,
     "early exit new tokens": early_exit.DEFAULT_TOKENS,
@@ -61,7 +61,8 @@ RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
     "exactness": {"greedy": experiments.Comparison, "trials": experiments.FirstTokenTrials,
                   "fp": lab.FirstPosition, "rules": rules.RuleLab},
     "speedup": {"cost": race.Cost, "sweep": dict[int, experiments.Comparison], "race": race.Race,
-                "policies": dict[str, Run], "early_exit": early_exit.EarlyExitSweep},
+                "policies": dict[str, Run], "early_exit": early_exit.EarlyExitSweep,
+                "targets": list[experiments.PrecisionResult]},
     "why_fast": {"forward": dict[int, list[float]], "bw": experiments.BandwidthCheck,
                  "batch": dict[tuple[int, int], list[float]]},
     "token_tree": {"run": TreeRun, "chain_vs_tree": tree_lab.ChainVsTree},
@@ -223,20 +224,34 @@ def _early_exit_settings(s: dict) -> DecodeSettings:
     return replace(_speed_settings(s), k=s["early exit k"], max_new_tokens=s["early exit new tokens"])
 
 
-def record_speedup(pair, s: dict = SPEEDUP, cost=None) -> dict[str, Any]:
+def record_targets(pair, load_pair: Callable[[str], Any], s: dict = SPEEDUP) -> list[experiments.PrecisionResult]:
+    """The Speedup page's section 1c at its defaults: the pair's draft against its target in each of
+    quant.TARGET_PRECISIONS (load_pair(target precision) -> that pair), each against its own target alone, with
+    section 5's k (fixed) on the page's prompt and settings (experiments.target_comparison)."""
+    from specviz.modeling import quant
+
+    pairs = {tp: load_pair(tp) for tp in quant.TARGET_PRECISIONS}
+    return experiments.target_comparison(pairs, _preset_ids(pair, s["prompt"]),
+                                         replace(_speed_settings(s), k=s["starting k"]), **pair.run_kw)
+
+
+def record_speedup(pair, s: dict = SPEEDUP, load_pair: Callable[[str], Any] | None = None,
+                   cost=None) -> dict[str, Any]:
     """The Speedup page's default measurements: c and the verify cost (1: the recorded set's profile, cost, when
-    given), the k sweep (3), the race (4), the k policies (5) and early exit at the default depths (6). Section 2 is
-    drawn from these; 1b loads a pair per draft precision, so a recording has none."""
+    given), the k sweep (3), the race (4), the k policies (5) and early exit at the default depths (6); with
+    load_pair (target precision -> the pair with its target in it), the float32 and the int8 target too (1c:
+    record_targets). Section 2 is drawn from these; 1b loads a pair per draft precision, so a recording has none."""
     ids = _preset_ids(pair, s["prompt"])
     settings, kw = _speed_settings(s), pair.run_kw
     depths = early_exit.default_layers(selfdraft.num_layers(pair.target))
+    targets = {"targets": record_targets(pair, load_pair, s)} if load_pair is not None else {}
     return {"cost": cost or race.measure_cost(pair.target, pair.chain_draft()),
             "sweep": lab.k_sweep(pair.target, pair.chain_draft(), ids, s["k values"], settings, **kw),
             "race": race.race(pair.target, pair.chain_draft(), ids, replace(settings, k=s["k for the race"]), **kw),
             "policies": race.compare_policies(pair.target, pair.chain_draft(), ids,
                                               replace(settings, k=s["starting k"]), **kw),
             "early_exit": early_exit.early_exit_sweep(pair.target, ids, depths, _early_exit_settings(s),
-                                                      **kw)}
+                                                      **kw), **targets}
 
 
 def record_why_fast(pair, s: dict = WHY_FAST, cost=None) -> dict[str, Any]:
@@ -271,6 +286,9 @@ RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> 
 }
 
 
+COMPARES_TARGETS = ("speedup",)  # pages whose recorder takes load_pair
+
+
 def about(pair) -> dict[str, str]:
     """Where a recording is made: the pair, device, dtype, draft precision, and now (UTC, to the minute)."""
     return {"pair": pair.name, "device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""),
@@ -278,10 +296,13 @@ def about(pair) -> dict[str, str]:
             "recorded_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def record_page(pair, page: str, decode: Callable[[int], str], cost=None) -> pagefile.PageRecording:
+def record_page(pair, page: str, decode: Callable[[int], str], cost=None,
+                load_pair: Callable[[str], Any] | None = None) -> pagefile.PageRecording:
     """Run page's default experiment on pair: its PageRecording (prompt, settings, results, token texts). cost: the
-    recorded set's profile (costs.Cost), which the pages that time c and passes quote instead of timing them."""
+    recorded set's profile (costs.Cost), which the pages that time c and passes quote instead of timing them;
+    load_pair: target precision -> the pair with its target in it, for the pages that compare targets (Speedup)."""
     recorder, settings = RECORDERS[page]
-    results = recorder(pair, settings, cost=cost)
+    more = {"load_pair": load_pair} if page in COMPARES_TARGETS else {}
+    results = recorder(pair, settings, cost=cost, **more)
     text = prompts.preset(settings["prompt"]).text if "prompt" in settings else ""  # the lab: one prompt per domain
     return pagefile.make(page, about(pair), text, settings, results, decode)

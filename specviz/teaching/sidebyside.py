@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 from specviz.modeling.config import ChunkSource, DerivedSource, PackagedSource, PairSpec, Registry, TinySource, default_registry
 from specviz.core.errors import InvalidSetting
 from specviz.core.settings import DecodeSettings
+from specviz.teaching.explain import target_alone
 
 Progress = Callable[[str, float | None], None] | None
 OFFLINE_SOURCES = (ChunkSource, PackagedSource, DerivedSource, TinySource)  # nothing to download from the hub
@@ -140,7 +141,7 @@ def rows(results: Sequence[PairResult]) -> list[dict]:
         return round(x, n) if x == x else None  # nan (nothing judged) -> empty cell
 
     return [{"pair": p.name, "draft": p.draft_desc, "α": r(p.alpha, 3), "c": r(p.c, 3),
-             "tokens / pass": r(p.tokens_per_pass, 2), "speedup (measured)": r(p.speedup, 2),
+             "tokens / pass": r(p.tokens_per_pass, 2), f"speedup over {target_alone({})} (measured)": r(p.speedup, 2),
              "speedup (end to end)": r(p.end_to_end, 2),
              "same text as target alone": {True: "yes", False: "no", None: "sampling"}[p.identical]}
             for p in results]

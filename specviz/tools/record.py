@@ -68,20 +68,40 @@ def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordS
     return written
 
 
-def record_pages(pair, out_dir: Path | str | None = None, pages=None,
-                 progress: Callable[[str], None] = print, cost=None) -> list[Path]:
+def target_loader(pair) -> Callable[[str], Any] | None:
+    """target precision -> the pair with its target in that precision and the same draft (models.load_pair, lent
+    pair's target where it is the same), for the Speedup page's section 1c; None where an int8 target does not
+    run on the pair's device or the draft is made of the target's own layers."""
+    from specviz.decoding import models
+    from specviz.modeling.config import DerivedSource
+
+    try:
+        models.check_target_precision("int8", "float32", str(pair.device))
+    except SpecvizError:
+        return None
+    if isinstance(pair.spec.draft.source, DerivedSource):
+        return None
+    return lambda tp: models.load_pair(pair.name, dtype="float32", device=str(pair.device),
+                                       draft_precision=pair.draft_precision, target_precision=tp, loaded=[pair])
+
+
+def record_pages(pair, out_dir: Path | str | None = None, pages=None, progress: Callable[[str], None] = print,
+                 load_pair: Callable[[str], Any] | None = None, cost=None) -> list[Path]:
     """Run each learning page's default experiment on a loaded Pair and write <out_dir>/<page>.json (default
-    specviz/recorded/pages/; pages: names in page_records.RECORDERS, default all; cost: the recorded set's
-    profile, quoted by the pages that time c and passes).
+    specviz/recorded/pages/; pages: names in page_records.RECORDERS, default all). load_pair: target precision ->
+    the pair with its target in it, for the Speedup page's float32-against-int8 comparison (default
+    target_loader(pair); a page recorded without one has no "targets"). cost: the recorded set's profile, quoted
+    by the pages that time c and passes.
 
     Regenerate the shipped files with:
       python -c "from specviz.decoding import models; from specviz.tools import record; record.record_pages(models.load_pair())"
     """
     tok = pair.tokenizer
     decode = lambda t: tok.decode([int(t)])  # noqa: E731
+    load_pair = load_pair or target_loader(pair)
     written = []
     for page in pages or list(page_records.RECORDERS):
-        rec = page_records.record_page(pair, page, decode, cost=cost)
+        rec = page_records.record_page(pair, page, decode, cost=cost, load_pair=load_pair)
         rec = pagefile.PageRecording(**{**rec.__dict__, "results": round_floats(rec.results)})
         path = pagefile.save(rec, out_dir)
         progress(f"{path}: {page}, {', '.join(rec.results)}, {path.stat().st_size // 1024} KiB")
