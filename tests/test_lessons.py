@@ -92,7 +92,7 @@ def test_recorded_answers_are_the_recordings_own_numbers():
     ctx = lessons.Context()  # no pair: recordings and theory
     out = {(les.key, s.key): (s, lessons.run_step(s, ctx)) for les, s in steps()}
     assert all(json.loads(json.dumps(o.to_dict())) for _, o in out.values())
-    code, poem, story = recorded_json("code-greedy"), recorded_json("creative-greedy"), recorded_json("surreal-greedy")
+    code, story = recorded_json("code-greedy"), recorded_json("creative-greedy")
     t1, france = recorded_json("creative-sampling-t1"), recorded_json("capital-of-france-greedy")
 
     def check(key, want, *numbers):
@@ -125,8 +125,8 @@ def test_recorded_answers_are_the_recordings_own_numbers():
     check(("one_pass", "tpp"), len(code["token_ids"]) / code["target_passes"], f"{code['target_passes']} target passes")
     check(("creative", "poem"), alpha_of(story), f"{alpha_of(story):.2f}")
     check(("creative", "code"), alpha_of(code), f"{alpha_of(code):.2f}", f"{alpha_of(story):.2f}")
-    check(("temperature", "alpha_t1"), alpha_of(t1), f"{alpha_of(poem):.2f} at T = 0", f"{alpha_of(t1):.2f} at T = 1")
-    s1, s0 = t1["specviz_export"]["baseline"]["speedup"], poem["specviz_export"]["baseline"]["speedup"]
+    check(("temperature", "alpha_t1"), alpha_of(t1), f"{alpha_of(story):.2f} at T = 0", f"{alpha_of(t1):.2f} at T = 1")
+    s1, s0 = t1["specviz_export"]["baseline"]["speedup"], story["specviz_export"]["baseline"]["speedup"]
     check(("temperature", "speedup_t1"), s1, f"{s0:.2f}× at T = 0")
     # choosing k: the formula by brute force, written out here
     formula = {k: (1 - 0.8 ** (k + 1)) / (1 - 0.8) / (1 + k * 0.1) for k in range(1, 17)}
@@ -141,7 +141,7 @@ def test_explanations_follow_the_data_not_a_script():
     from specviz.data.runfile import list_recorded
 
     recs = {r.name: r for r in list_recorded()}
-    swapped = {**recs, "code-greedy": recs["surreal-greedy"], "surreal-greedy": recs["code-greedy"]}
+    swapped = {**recs, "code-greedy": recs["creative-greedy"], "creative-greedy": recs["code-greedy"]}
     code_step, entropy_step = lessons.lesson("creative").steps[1:3]
     for recordings, word, less_sure in ((recs, "higher than", "the story"), (swapped, "lower than", "the code")):
         ctx = lessons.Context(recordings=recordings)
@@ -168,7 +168,7 @@ def test_the_creative_lesson_lands_its_point_from_its_recordings():
 
 
 def test_a_missing_recording_is_a_clear_error():
-    with pytest.raises(SpecvizError, match="surreal-greedy.*missing"):
+    with pytest.raises(SpecvizError, match="creative-greedy.*missing"):
         lessons.run_step(lessons.lesson("creative").steps[0], lessons.Context(recordings={}))
 
 
@@ -183,7 +183,7 @@ def test_live_answers_on_the_tiny_pair_are_the_engines():
     ctx = lessons.Context(pair=pair, settings=DecodeSettings(seed=3, max_new_tokens=12))
     run_kw = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     for step, name, t in ((lessons.lesson("creative").steps[0], lessons.STORY, 0.0),
-                          (lessons.lesson("temperature").steps[0], "Creative story", 1.0)):
+                          (lessons.lesson("temperature").steps[0], lessons.STORY, 1.0)):
         p = prompts.preset(name)
         ids = prompts.encode(pair.tokenizer, p.text, p.chat)
         o = lessons.run_step(step, ctx)
@@ -317,7 +317,7 @@ def test_page_walks_every_lesson_from_recorded_runs_only(monkeypatch):
     seen = walk(at, check)
     assert len(seen) == sum(len(le.steps) for le in lessons.LESSONS)
     assert ui.LOAD_CALLS == before
-    story = recorded_json("surreal-greedy")
+    story = recorded_json("creative-greedy")
     assert f"{alpha_of(story):.2f}" in seen[("creative", "poem")][1]  # the recording's own α, on the page
 
 

@@ -156,11 +156,10 @@ RECORDED: dict[tuple[str, float], str] = {
     ("Python function", 0.0): "code-greedy",
     ("Creative story", 0.0): "creative-greedy",
     ("Creative story", 1.0): "creative-sampling-t1",
-    ("Surreal story", 0.0): "surreal-greedy",
 }
 K = 4  # drafted tokens per round in every lesson run (the recordings' k)
-# The creative lesson's two texts are the acceptance lab's code and creative prompts: the four-line poem
-# ("Creative story") falls into repeating its first line when greedy, and then accepts almost like code.
+# The creative and temperature lessons' texts are the acceptance lab's code and creative prompts (the one
+# creative text of the app: prompts.PRESETS says why it was chosen).
 CODE, STORY = prompts.LAB_PROMPTS["code"], prompts.LAB_PROMPTS["creative"]
 
 
@@ -343,7 +342,7 @@ def sampling_follows_p(ctx: Context, n: int) -> Outcome:
         seed = ctx.settings.seed
         src = f"live: {pair.name}, The capital of France, first new token, T = 1, seeds {seed}–{seed + n - 1}"
     else:
-        name = RECORDED[("Creative story", 1.0)]
+        name = RECORDED[(STORY, 1.0)]
         first = ctx.recording(name).run.rounds[0]
         p_top, q_top = dict(zip(first.p_top[0].ids, first.p_top[0].probs)), dict(zip(first.q_top[0].ids,
                                                                                        first.q_top[0].probs))
@@ -453,7 +452,7 @@ def entropy_poem_code(ctx: Context) -> Outcome:
 
 
 def temperature_alpha(ctx: Context) -> Outcome:
-    g, s = trials_of(ctx, ("Creative story", 0.0), ("Creative story", 1.0))
+    g, s = trials_of(ctx, (STORY, 0.0), (STORY, 1.0))
     a0, a1 = g.run.alpha, s.run.alpha
     judged = [o for r in s.run.rounds for o in r.overlap[:len(r.accepted)]]
     ov = statistics.fmean(judged) if judged else float("nan")
@@ -465,7 +464,7 @@ def temperature_alpha(ctx: Context) -> Outcome:
 
 
 def temperature_speedup(ctx: Context) -> Outcome:
-    g, s = trials_of(ctx, ("Creative story", 0.0), ("Creative story", 1.0))
+    g, s = trials_of(ctx, (STORY, 0.0), (STORY, 1.0))
     s0, s1 = float(g.baseline["speedup"]), float(s.baseline["speedup"])
     pays = "faster than" if s1 > 1 else "slower than"
     return Outcome(s1, f"{s1:.2f}×", {"s0": s0, "s1": s1, "tpp0": g.run.tokens_per_pass,
@@ -689,7 +688,7 @@ LESSONS: tuple[Lesson, ...] = (
            "At T = 0 a draft is accepted when it is the target's top token. At T = 1 the draft samples, and "
            "a drafted token x is kept with probability min(1, p(x) / q(x)).", (
         Step("alpha_t1",
-             "On the poem, what α at T = 1?",
+             "On the story, what α at T = 1?",
              Prediction("α at T = 1", default=0.5),
              "temperature_alpha",
              "α {change} from {a0:.2f} at T = 0 to {a1:.2f} at T = 1 ({judged} judged drafts). The chance to keep a "
