@@ -167,6 +167,22 @@ def test_the_creative_lesson_lands_its_point_from_its_recordings():
     assert "do not overlap" in lessons.explain(lessons.lesson("creative").steps[1], code)
 
 
+def test_the_choosing_k_sweep_says_when_its_best_is_its_largest_k():
+    """The lesson's sweep (the model's, from the recording) ends at its largest k: the text says so exactly
+    when its best k is that k, so a lesson never presents the edge of a sweep as the peak."""
+    from specviz.teaching import explain
+
+    step = lessons.lesson("choose_k").steps[1]
+    seen = set()
+    for ks in ((1, 2, 4, 8), (1, 2, 4, 8, 16, 32)):
+        o = lessons.best_k_pair(lessons.Context(), ks)
+        edge = o.values["k"] == max(ks)
+        seen.add(edge)
+        note = explain.sweep_edge_note(max(ks), max(ks))
+        assert (note in lessons.explain(step, o)) == edge, (ks, o.values["k"])
+    assert seen == {True, False}  # both cases met (the recording's α and c put the model's best near 12)
+
+
 def test_a_missing_recording_is_a_clear_error():
     with pytest.raises(SpecvizError, match="creative-greedy.*missing"):
         lessons.run_step(lessons.lesson("creative").steps[0], lessons.Context(recordings={}))
@@ -323,6 +339,7 @@ def test_page_walks_every_lesson_from_recorded_runs_only(monkeypatch):
 
 @needs_tiny
 def test_page_walks_every_lesson_live_on_the_tiny_pair():
+    from specviz.teaching import explain
     from specviz.decoding import models
     from specviz.core import prompts
     from specviz import speculative_decode
@@ -337,6 +354,9 @@ def test_page_walks_every_lesson_live_on_the_tiny_pair():
                              eos_token_id=pair.eos_token_ids,
                              vocab=pair.shared_vocab)
     assert seen[("creative", "poem")][0] == f"{run.alpha:.2f}"  # the engine's α on the same pair and settings
+    # the live k sweep (1, 2, 4, 8) says that the best may lie beyond k = 8 exactly when its best is k = 8
+    best, text = seen[("choose_k", "pair")]
+    assert (explain.sweep_edge_note(8, 8) in text) == (best == "8"), (best, text)
     assert f"{run.n_accepted} of {run.n_judged} judged drafts" in seen[("creative", "poem")][1]
 
 

@@ -524,6 +524,9 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
             f"{float(t.baseline['speedup']):.2f}× end to end.")
         src = f"{t.source}; the sweep from theory"
         measured = None
+    from specviz.teaching.explain import sweep_edge_note  # a sweep whose best is its largest k says so
+
+    sweep_text = f"{sweep_text} {sweep_edge_note(best, max(ks))}".rstrip()
     return Outcome(float(best), str(best), {"k": best, "alpha": alpha, "c": c, "k_pred": k_pred, "s_pred": s_pred,
                                             "sweep": sweep_text, "k_max": max(ks), "measured": measured}, src,
                    answer=MEASURED if ctx.live else FROM_THEORY, **_timing(*timed, flags=tuple(flags)))
