@@ -432,20 +432,17 @@ def entropy_poem_code(ctx: Context) -> Outcome:
     else:
         measured = "the story" if hp > hc else "the code"
         lead = f"The target was less sure on {measured}"
-    # entropy where drafts were accepted vs rejected, both runs pooled
-    acc, rej = [], []
-    for run in (code.run, poem.run):
-        for r in run.rounds:
-            for i, ok in enumerate(r.accepted):
-                (acc if ok else rej).append(r.entropy[i])
+    # entropy where drafts were accepted vs rejected on the story alone: the run the chart below draws
+    acc, rej = measure.entropy_by_verdict(poem.run.rounds)
     if rej and acc:
         hr, ha = statistics.fmean(rej), statistics.fmean(acc)
-        rej_text = (f"Where a draft was rejected the target's entropy averaged {hr:.2f} nats, against {ha:.2f} where "
-                    f"it was accepted ({len(rej)} rejections, {len(acc)} acceptances). "
+        rej_text = (f"On the story alone (the chart below), where a draft was rejected the target's entropy averaged "
+                    f"{hr:.2f} nats, against {ha:.2f} where it was accepted ({len(rej)} rejections, {len(acc)} "
+                    "acceptances). "
                     + ("Where the target hesitates between several tokens, a smaller model rarely picks its choice."
                        if hr > ha else "Here rejections did not come where the target was less sure."))
     else:
-        rej_text = "No draft was rejected in these runs, so there is nothing to compare the entropy with."
+        rej_text = "No draft was rejected on the story, so there is nothing to compare the entropy with."
     return Outcome(measured, measured, {"lead": lead, "h_poem": hp, "h_code": hc, "alpha_poem": poem.run.alpha,
                                         "alpha_code": code.run.alpha, "rejections": rej_text},
                    f"{code.source}; {poem.source}")
@@ -579,8 +576,8 @@ def self_draft(ctx: Context) -> Outcome:
 def draw_entropy_along_poem(ctx: Context, outcome: Outcome):
     from specviz.teaching.charts import fig_entropy_acceptance
 
-    t = trial(ctx, STORY)  # the run the step measured (memoised)
-    return fig_entropy_acceptance(t.run, t.decode)
+    t = trial(ctx, STORY)  # the run the step measured (memoised), whose figures the step's text quotes
+    return fig_entropy_acceptance(t.run, t.decode, "the story alone")
 
 
 def draw_speedup_against_k(ctx: Context, outcome: Outcome):
