@@ -122,7 +122,7 @@ def speedup_disagreements(text: str, fig) -> tuple[int, list[str]]:
 
 
 READERS: dict[str, Callable] = {
-    "draw_entropy_along_poem": entropy_disagreements,
+    "draw_entropy_along_story": entropy_disagreements,
     "draw_speedup_against_k": speedup_disagreements,
 }
 

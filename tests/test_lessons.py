@@ -123,7 +123,7 @@ def test_recorded_answers_are_the_recordings_own_numbers():
     t5 = statistics.median(r["verify_s"] for r in code["rounds"] if r["prefill_tokens"] == 0 and r["k"] == 4)
     check(("one_pass", "cost5"), t5 / cb["base_step_s"], f"{t5 * 1000:.1f} ms", f"{cb['base_step_s'] * 1000:.1f} ms")
     check(("one_pass", "tpp"), len(code["token_ids"]) / code["target_passes"], f"{code['target_passes']} target passes")
-    check(("creative", "poem"), alpha_of(story), f"{alpha_of(story):.2f}")
+    check(("creative", "story"), alpha_of(story), f"{alpha_of(story):.2f}")
     check(("creative", "code"), alpha_of(code), f"{alpha_of(code):.2f}", f"{alpha_of(story):.2f}")
     check(("temperature", "alpha_t1"), alpha_of(t1), f"{alpha_of(story):.2f} at T = 0", f"{alpha_of(t1):.2f} at T = 1")
     s1, s0 = t1["specviz_export"]["baseline"]["speedup"], story["specviz_export"]["baseline"]["speedup"]
@@ -301,7 +301,7 @@ def walk(at, check=None) -> dict:
             assert any(m["measured"] in i.value and lessons.format_prediction(step, value) in i.value for i in at.info)
             charts = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
             assert len(charts) == bool(step.figure)
-            if step.figure == "draw_entropy_along_poem":
+            if step.figure == "draw_entropy_along_story":
                 assert charts[0].startswith("Target entropy along the text")
             elif step.figure:
                 assert charts[0].startswith("Predicted speedup vs k")
@@ -334,7 +334,7 @@ def test_page_walks_every_lesson_from_recorded_runs_only(monkeypatch):
     assert len(seen) == sum(len(le.steps) for le in lessons.LESSONS)
     assert ui.LOAD_CALLS == before
     story = recorded_json("creative-greedy")
-    assert f"{alpha_of(story):.2f}" in seen[("creative", "poem")][1]  # the recording's own α, on the page
+    assert f"{alpha_of(story):.2f}" in seen[("creative", "story")][1]  # the recording's own α, on the page
 
 
 @needs_tiny
@@ -353,11 +353,11 @@ def test_page_walks_every_lesson_live_on_the_tiny_pair():
                              lessons.LESSON_SETTINGS,  # the lessons page's: its seed widget at 0
                              eos_token_id=pair.eos_token_ids,
                              vocab=pair.shared_vocab)
-    assert seen[("creative", "poem")][0] == f"{run.alpha:.2f}"  # the engine's α on the same pair and settings
+    assert seen[("creative", "story")][0] == f"{run.alpha:.2f}"  # the engine's α on the same pair and settings
     # the live k sweep (1, 2, 4, 8) says that the best may lie beyond k = 8 exactly when its best is k = 8
     best, text = seen[("choose_k", "pair")]
     assert (explain.sweep_edge_note(8, 8) in text) == (best == "8"), (best, text)
-    assert f"{run.n_accepted} of {run.n_judged} judged drafts" in seen[("creative", "poem")][1]
+    assert f"{run.n_accepted} of {run.n_judged} judged drafts" in seen[("creative", "story")][1]
 
 
 def test_a_lessons_state_survives_reruns_and_lesson_switches():

@@ -399,7 +399,7 @@ def tokens_per_pass(ctx: Context) -> Outcome:
     }, t.source, **_timing(timed, speed=False))
 
 
-def alpha_poem(ctx: Context) -> Outcome:
+def alpha_story(ctx: Context) -> Outcome:
     t = trial(ctx, STORY)
     lo, hi = _alpha_interval(t.run)
     a = t.run.alpha
@@ -408,23 +408,23 @@ def alpha_poem(ctx: Context) -> Outcome:
 
 
 def alpha_code(ctx: Context) -> Outcome:
-    code, poem = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
-    a, b = code.run.alpha, poem.run.alpha
+    code, story = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
+    a, b = code.run.alpha, story.run.alpha
     lo, hi = _alpha_interval(code.run)
-    plo, phi = _alpha_interval(poem.run)
+    plo, phi = _alpha_interval(story.run)
     overlap = not (hi < plo or phi < lo)
     which = "higher than" if a > b else "lower than" if a < b else "the same as"
     caveat = (" The two 95 % intervals overlap, so with this few drafts the difference may be chance."
               if overlap else " The 95 % intervals do not overlap.")
-    return Outcome(a, f"{a:.2f}", {"alpha": a, "lo": lo, "hi": hi, "judged": code.run.n_judged, "poem": b,
-                                   "which": which, "caveat": caveat}, f"{code.source}; {poem.source}")
+    return Outcome(a, f"{a:.2f}", {"alpha": a, "lo": lo, "hi": hi, "judged": code.run.n_judged, "story": b,
+                                   "which": which, "caveat": caveat}, f"{code.source}; {story.source}")
 
 
-def entropy_poem_code(ctx: Context) -> Outcome:
+def entropy_story_code(ctx: Context) -> Outcome:
     from specviz.teaching.lab import mean_entropy
 
-    code, poem = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
-    hc, hp = mean_entropy(code.run), mean_entropy(poem.run)
+    code, story = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
+    hc, hp = mean_entropy(code.run), mean_entropy(story.run)
     if not (math.isfinite(hc) and math.isfinite(hp)):
         raise SpecvizError("A run judged no drafts, so there is no entropy to compare.")
     if abs(hp - hc) <= 0.1 * max(hp, hc, 1e-9):
@@ -433,7 +433,7 @@ def entropy_poem_code(ctx: Context) -> Outcome:
         measured = "the story" if hp > hc else "the code"
         lead = f"The target was less sure on {measured}"
     # entropy where drafts were accepted vs rejected on the story alone: the run the chart below draws
-    acc, rej = measure.entropy_by_verdict(poem.run.rounds)
+    acc, rej = measure.entropy_by_verdict(story.run.rounds)
     if rej and acc:
         hr, ha = statistics.fmean(rej), statistics.fmean(acc)
         rej_text = (f"On the story alone (the chart below), where a draft was rejected the target's entropy averaged "
@@ -443,9 +443,9 @@ def entropy_poem_code(ctx: Context) -> Outcome:
                        if hr > ha else "Here rejections did not come where the target was less sure."))
     else:
         rej_text = "No draft was rejected on the story, so there is nothing to compare the entropy with."
-    return Outcome(measured, measured, {"lead": lead, "h_poem": hp, "h_code": hc, "alpha_poem": poem.run.alpha,
+    return Outcome(measured, measured, {"lead": lead, "h_story": hp, "h_code": hc, "alpha_story": story.run.alpha,
                                         "alpha_code": code.run.alpha, "rejections": rej_text},
-                   f"{code.source}; {poem.source}")
+                   f"{code.source}; {story.source}")
 
 
 def temperature_alpha(ctx: Context) -> Outcome:
@@ -573,7 +573,7 @@ def self_draft(ctx: Context) -> Outcome:
 # charts drawn next to a measured answer, from the runs and numbers the step measured
 
 
-def draw_entropy_along_poem(ctx: Context, outcome: Outcome):
+def draw_entropy_along_story(ctx: Context, outcome: Outcome):
     from specviz.teaching.charts import fig_entropy_acceptance
 
     t = trial(ctx, STORY)  # the run the step measured (memoised), whose figures the step's text quotes
@@ -588,12 +588,12 @@ def draw_speedup_against_k(ctx: Context, outcome: Outcome):
 
 
 FIGURES: dict[str, Callable[[Context, Outcome], Any]] = {f.__name__: f for f in (
-    draw_entropy_along_poem, draw_speedup_against_k)}
+    draw_entropy_along_story, draw_speedup_against_k)}
 
 
 EXPERIMENTS: dict[str, Callable[..., Outcome]] = {f.__name__: f for f in (
-    greedy_identity, greedy_passes, sampling_follows_p, verify_cost, tokens_per_pass, alpha_poem, alpha_code,
-    entropy_poem_code,
+    greedy_identity, greedy_passes, sampling_follows_p, verify_cost, tokens_per_pass, alpha_story, alpha_code,
+    entropy_story_code,
     temperature_alpha, temperature_speedup, best_k_theory, best_k_pair, slow_draft_theory, self_draft)}
 
 
@@ -661,10 +661,10 @@ LESSONS: tuple[Lesson, ...] = (
     )),
     Lesson("creative", "Why creative text accepts poorly",
            "α is the chance that the target accepts a drafted token. Does it depend on what is being written?", (
-        Step("poem",
+        Step("story",
              "Greedy, k = 4: what α will the draft reach on a surreal story?",
              Prediction("α on the story", default=0.5),
-             "alpha_poem",
+             "alpha_story",
              "On the story the target accepted {accepted} of {judged} judged drafts: α = {alpha:.2f} "
              "(95 % interval {lo:.2f}–{hi:.2f}).",
              LAB),
@@ -673,16 +673,16 @@ LESSONS: tuple[Lesson, ...] = (
              Prediction("α on the code", default=0.5),
              "alpha_code",
              "On the code α = {alpha:.2f} ({lo:.2f}–{hi:.2f}, {judged} judged drafts), {which} the story's "
-             "{poem:.2f}.{caveat}",
+             "{story:.2f}.{caveat}",
              LAB),
         Step("entropy",
              "Which text made the target itself less sure of its next token (higher entropy)?",
              choice("Less sure on…", ("the story", "the code", "about the same")),
-             "entropy_poem_code",
-             "{lead}. Mean target entropy where drafts were judged: story {h_poem:.2f} nats "
-             "(α = {alpha_poem:.2f}), code "
+             "entropy_story_code",
+             "{lead}. Mean target entropy where drafts were judged: story {h_story:.2f} nats "
+             "(α = {alpha_story:.2f}), code "
              "{h_code:.2f} nats (α = {alpha_code:.2f}). {rejections}",
-             LAB, figure="draw_entropy_along_poem"),
+             LAB, figure="draw_entropy_along_story"),
     )),
     Lesson("temperature", "What temperature does to acceptance",
            "At T = 0 a draft is accepted when it is the target's top token. At T = 1 the draft samples, and "
