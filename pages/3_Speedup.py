@@ -127,6 +127,9 @@ if sw is not None:
                 if cost else f"Best measured: k = {best['k']} at {best['measured speedup']:.2f}× "
                              f"{explain.target_alone({})}. "
                              "Measure c above to compare with the model.")
+    edge = explain.sweep_edge_note(best["k"], max(r["k"] for r in rows))
+    if edge:
+        st.markdown(edge)
     tip = explain.gpu_advice(device, best["measured speedup"], models.gpu_suggestion(pair_name))
     if tip:
         st.info(tip, icon=":material/lightbulb:")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
+
 import pytest
 
 from specviz.teaching import charts, explain
@@ -470,6 +472,10 @@ def test_entropy_acceptance_markers():
     assert list(rej.x) == list(cor.x) == [3] and rej.y[0] == 0.95
     assert "␣city" in rej.hovertext[0] and "␣major" in cor.hovertext[0]
     assert f.layout.meta["mean_entropy_rejected"] == pytest.approx(0.95)
+    # the subtitle's means are the markers' (measure.entropy_by_verdict); a named run is named in the title
+    assert f.layout.meta["mean_entropy_accepted"] == pytest.approx(statistics.fmean([0.8, 0.5, 0.67]))
+    assert "accepted: 0.66 nats" in f.layout.title.subtitle.text and "(" not in f.layout.title.text
+    assert "(the story alone)" in charts.fig_entropy_acceptance(run, decode, "the story alone").layout.title.text
 
 
 def test_alpha_vs_temperature_lines():

@@ -376,6 +376,13 @@ def test_theory_summary_states_speedup_and_best_k():
     assert "is **16** (" in edge and "the largest k tried here: the prediction still rises at k = 16" in edge
 
 
+def test_a_sweep_whose_best_is_its_largest_k_says_the_best_may_lie_beyond():
+    assert explain.sweep_edge_note(6, 8) == "" and explain.sweep_edge_note(1, 12) == ""
+    note = explain.sweep_edge_note(8, 8)
+    assert note.startswith("k = 8 is the largest k this sweep tried") and "may lie beyond it" in note
+    assert "k = 12 is the largest" in explain.sweep_edge_note(12, 12)
+
+
 def test_gpu_advice_only_where_a_pair_lost_on_a_gpu():
     from specviz.decoding import models
 

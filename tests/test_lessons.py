@@ -92,7 +92,7 @@ def test_recorded_answers_are_the_recordings_own_numbers():
     ctx = lessons.Context()  # no pair: recordings and theory
     out = {(les.key, s.key): (s, lessons.run_step(s, ctx)) for les, s in steps()}
     assert all(json.loads(json.dumps(o.to_dict())) for _, o in out.values())
-    code, poem, story = recorded_json("code-greedy"), recorded_json("creative-greedy"), recorded_json("surreal-greedy")
+    code, story = recorded_json("code-greedy"), recorded_json("creative-greedy")
     t1, france = recorded_json("creative-sampling-t1"), recorded_json("capital-of-france-greedy")
 
     def check(key, want, *numbers):
@@ -123,10 +123,10 @@ def test_recorded_answers_are_the_recordings_own_numbers():
     t5 = statistics.median(r["verify_s"] for r in code["rounds"] if r["prefill_tokens"] == 0 and r["k"] == 4)
     check(("one_pass", "cost5"), t5 / cb["base_step_s"], f"{t5 * 1000:.1f} ms", f"{cb['base_step_s'] * 1000:.1f} ms")
     check(("one_pass", "tpp"), len(code["token_ids"]) / code["target_passes"], f"{code['target_passes']} target passes")
-    check(("creative", "poem"), alpha_of(story), f"{alpha_of(story):.2f}")
+    check(("creative", "story"), alpha_of(story), f"{alpha_of(story):.2f}")
     check(("creative", "code"), alpha_of(code), f"{alpha_of(code):.2f}", f"{alpha_of(story):.2f}")
-    check(("temperature", "alpha_t1"), alpha_of(t1), f"{alpha_of(poem):.2f} at T = 0", f"{alpha_of(t1):.2f} at T = 1")
-    s1, s0 = t1["specviz_export"]["baseline"]["speedup"], poem["specviz_export"]["baseline"]["speedup"]
+    check(("temperature", "alpha_t1"), alpha_of(t1), f"{alpha_of(story):.2f} at T = 0", f"{alpha_of(t1):.2f} at T = 1")
+    s1, s0 = t1["specviz_export"]["baseline"]["speedup"], story["specviz_export"]["baseline"]["speedup"]
     check(("temperature", "speedup_t1"), s1, f"{s0:.2f}× at T = 0")
     # choosing k: the formula by brute force, written out here
     formula = {k: (1 - 0.8 ** (k + 1)) / (1 - 0.8) / (1 + k * 0.1) for k in range(1, 17)}
@@ -141,7 +141,7 @@ def test_explanations_follow_the_data_not_a_script():
     from specviz.data.runfile import list_recorded
 
     recs = {r.name: r for r in list_recorded()}
-    swapped = {**recs, "code-greedy": recs["surreal-greedy"], "surreal-greedy": recs["code-greedy"]}
+    swapped = {**recs, "code-greedy": recs["creative-greedy"], "creative-greedy": recs["code-greedy"]}
     code_step, entropy_step = lessons.lesson("creative").steps[1:3]
     for recordings, word, less_sure in ((recs, "higher than", "the story"), (swapped, "lower than", "the code")):
         ctx = lessons.Context(recordings=recordings)
@@ -167,8 +167,24 @@ def test_the_creative_lesson_lands_its_point_from_its_recordings():
     assert "do not overlap" in lessons.explain(lessons.lesson("creative").steps[1], code)
 
 
+def test_the_choosing_k_sweep_says_when_its_best_is_its_largest_k():
+    """The lesson's sweep (the model's, from the recording) ends at its largest k: the text says so exactly
+    when its best k is that k, so a lesson never presents the edge of a sweep as the peak."""
+    from specviz.teaching import explain
+
+    step = lessons.lesson("choose_k").steps[1]
+    seen = set()
+    for ks in ((1, 2, 4, 8), (1, 2, 4, 8, 16, 32)):
+        o = lessons.best_k_pair(lessons.Context(), ks)
+        edge = o.values["k"] == max(ks)
+        seen.add(edge)
+        note = explain.sweep_edge_note(max(ks), max(ks))
+        assert (note in lessons.explain(step, o)) == edge, (ks, o.values["k"])
+    assert seen == {True, False}  # both cases met (the recording's α and c put the model's best near 12)
+
+
 def test_a_missing_recording_is_a_clear_error():
-    with pytest.raises(SpecvizError, match="surreal-greedy.*missing"):
+    with pytest.raises(SpecvizError, match="creative-greedy.*missing"):
         lessons.run_step(lessons.lesson("creative").steps[0], lessons.Context(recordings={}))
 
 
@@ -183,7 +199,7 @@ def test_live_answers_on_the_tiny_pair_are_the_engines():
     ctx = lessons.Context(pair=pair, settings=DecodeSettings(seed=3, max_new_tokens=12))
     run_kw = dict(eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
     for step, name, t in ((lessons.lesson("creative").steps[0], lessons.STORY, 0.0),
-                          (lessons.lesson("temperature").steps[0], "Creative story", 1.0)):
+                          (lessons.lesson("temperature").steps[0], lessons.STORY, 1.0)):
         p = prompts.preset(name)
         ids = prompts.encode(pair.tokenizer, p.text, p.chat)
         o = lessons.run_step(step, ctx)
@@ -285,7 +301,7 @@ def walk(at, check=None) -> dict:
             assert any(m["measured"] in i.value and lessons.format_prediction(step, value) in i.value for i in at.info)
             charts = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]
             assert len(charts) == bool(step.figure)
-            if step.figure == "draw_entropy_along_poem":
+            if step.figure == "draw_entropy_along_story":
                 assert charts[0].startswith("Target entropy along the text")
             elif step.figure:
                 assert charts[0].startswith("Predicted speedup vs k")
@@ -317,12 +333,13 @@ def test_page_walks_every_lesson_from_recorded_runs_only(monkeypatch):
     seen = walk(at, check)
     assert len(seen) == sum(len(le.steps) for le in lessons.LESSONS)
     assert ui.LOAD_CALLS == before
-    story = recorded_json("surreal-greedy")
-    assert f"{alpha_of(story):.2f}" in seen[("creative", "poem")][1]  # the recording's own α, on the page
+    story = recorded_json("creative-greedy")
+    assert f"{alpha_of(story):.2f}" in seen[("creative", "story")][1]  # the recording's own α, on the page
 
 
 @needs_tiny
 def test_page_walks_every_lesson_live_on_the_tiny_pair():
+    from specviz.teaching import explain
     from specviz.decoding import models
     from specviz.core import prompts
     from specviz import speculative_decode
@@ -336,8 +353,11 @@ def test_page_walks_every_lesson_live_on_the_tiny_pair():
                              lessons.LESSON_SETTINGS,  # the lessons page's: its seed widget at 0
                              eos_token_id=pair.eos_token_ids,
                              vocab=pair.shared_vocab)
-    assert seen[("creative", "poem")][0] == f"{run.alpha:.2f}"  # the engine's α on the same pair and settings
-    assert f"{run.n_accepted} of {run.n_judged} judged drafts" in seen[("creative", "poem")][1]
+    assert seen[("creative", "story")][0] == f"{run.alpha:.2f}"  # the engine's α on the same pair and settings
+    # the live k sweep (1, 2, 4, 8) says that the best may lie beyond k = 8 exactly when its best is k = 8
+    best, text = seen[("choose_k", "pair")]
+    assert (explain.sweep_edge_note(8, 8) in text) == (best == "8"), (best, text)
+    assert f"{run.n_accepted} of {run.n_judged} judged drafts" in seen[("creative", "story")][1]
 
 
 def test_a_lessons_state_survives_reruns_and_lesson_switches():

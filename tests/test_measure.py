@@ -199,3 +199,12 @@ def test_c_prior_reads_bytes_layers_and_the_device_from_the_models():
     assert measure.c_prior(tiny_model(0), tiny_model(1)) == pytest.approx(1.0)  # the same shape
     # as many weight bytes through twice the layers cost more: bytes alone would call the two steps equal
     assert measure.prior_c(1e9, 24, 1e9, 12) > 1.1 and measure.prior_c(1e9, 12, 1e9, 12) == 1.0
+
+
+def test_entropy_by_verdict_splits_the_judged_drafts_entropy_by_accepted_and_rejected():
+    from types import SimpleNamespace as NS
+
+    rounds = [NS(accepted=[True, True, False], entropy=[0.5, 1.0, 3.0, 9.0, 9.0]),  # positions past the judged
+              NS(accepted=[], entropy=[7.0]),  # a round with no draft judged
+              NS(accepted=[True, False], entropy=[float("nan"), 2.0])]  # no entropy recorded: left out
+    assert measure.entropy_by_verdict(rounds) == ([0.5, 1.0], [3.0, 2.0])

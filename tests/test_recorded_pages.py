@@ -216,6 +216,10 @@ def test_speedup_draws_its_recorded_sections_and_says_which_it_does_not_cover(sh
     assert m["adaptive k: tokens/s"] == f"{stats['adaptive'].tokens_per_s:.1f}"
     sweep_table, ee_table = at.dataframe[1].value, at.dataframe[2].value
     assert list(sweep_table["k"]) == list(got["sweep"])
+    # the sweep says the best may lie beyond its largest k exactly when its best measured k is that k
+    best = int(sweep_table["k"][sweep_table["measured speedup"].idxmax()])
+    edge = explain.sweep_edge_note(max(got["sweep"]), max(got["sweep"]))
+    assert any(edge in x.value for x in at.markdown) == (best == max(got["sweep"]))
     assert len(ee_table) == len(early_exit.early_exit_rows(got["early_exit"])) == len(got["early_exit"].points)
     assert f"k = {got['race'].spec.decode.k}" in " ".join(x.value for x in at.markdown)
     titles = [json.loads(el.proto.spec)["layout"]["title"]["text"] for el in at.get("plotly_chart")]

@@ -11,6 +11,7 @@ compare_with_baseline, ...) are in experiments.py and call this module.
   alpha_posterior    α's posterior mean under a Beta prior (the best-k chooser's running estimate)
   pooled_alpha       α over several runs: all accepted ÷ all judged drafts
   rounds_alpha       the same over some rounds
+  entropy_by_verdict the target's entropy at the judged drafts: where accepted, where rejected
   draft_step_s       one round's draft step (seconds), by the rule below
   c_ratio            c = median draft step ÷ median 1-token target pass
   c_from_runs        c from speculative runs' rounds and target-alone runs' passes
@@ -104,6 +105,19 @@ def rounds_alpha(rounds: Iterable) -> float:
     """pooled_alpha over some rounds (e.g. those with one k): accepted ÷ judged drafts."""
     rounds = list(rounds)
     return alpha(sum(r.n_accepted for r in rounds), sum(len(r.accepted) for r in rounds))
+
+
+def entropy_by_verdict(rounds: Iterable) -> tuple[list[float], list[float]]:
+    """The target's entropy (nats) at each judged draft of the rounds: (where the draft was accepted, where it
+    was rejected). A position with no finite entropy recorded is left out."""
+    acc: list[float] = []
+    rej: list[float] = []
+    for r in rounds:
+        for i, ok in enumerate(r.accepted):
+            e = float(r.entropy[i]) if i < len(r.entropy) else float("nan")
+            if math.isfinite(e):
+                (acc if ok else rej).append(e)
+    return acc, rej
 
 
 # --- c ---------------------------------------------------------------------

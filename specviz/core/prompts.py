@@ -28,8 +28,13 @@ PRESETS: list[Preset] = [
            "List the eight planets of the solar system in order from the Sun, one per line, numbered."),
     Preset("Factual answer", "factual",
            "In two sentences, what does the mitochondrion do in a cell?"),
+    # the one creative text of the app (main page, lessons, acceptance lab): a continuation in the model's own
+    # words does not fall into repeating a line when greedy, as a short poem does (it then accepts like a list),
+    # and the answer starts with its content, not a preamble both models share ("Sure! Here is..."), so its α
+    # is the domain's
     Preset("Creative story", "creative",
-           "Write a surreal four-line poem about a clock that eats clouds."),
+           "Continue this surreal story in your own words: The lighthouse keeper kept a jar of lost echoes, "
+           "and one night the jar began to hum."),
     Preset("Repetition", "repetition",
            "Write the same paragraph three times: 'The quick brown fox jumps over the lazy dog. "
            "It does so every morning before breakfast.'"),
@@ -37,19 +42,15 @@ PRESETS: list[Preset] = [
     Preset("The capital of France", "factual", "The capital of France is", chat=False),
     # for the acceptance lab (see LAB_PROMPTS): answers that run past 48 tokens and start with content
     Preset("Newton's laws", "factual", "State Newton's three laws of motion, one sentence each."),
-    Preset("Surreal story", "creative",
-           "Continue this surreal story in your own words: The lighthouse keeper kept a jar of lost echoes, "
-           "and one night the jar began to hum."),
 ]
 
 # The acceptance lab's prompt per domain (names of PRESETS). Each answer starts with its content, not a
-# preamble both models would share ("Sure! Here is..."), and the creative one does not fall into repeating
-# a line, as the four-line poem does when greedy, so the measured α reflects the domain.
+# preamble both models would share ("Sure! Here is..."), so the measured α reflects the domain.
 LAB_PROMPTS: dict[str, str] = {
     "code": "Python function",
     "list": "List of planets",
     "factual": "Newton's laws",
-    "creative": "Surreal story",
+    "creative": "Creative story",
     "repetition": "Repetition",
 }
 LAB_DEFAULT_DOMAINS = ("code", "list", "factual", "creative")  # about a minute at 48 tokens on a laptop CPU

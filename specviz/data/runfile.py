@@ -534,9 +534,8 @@ DEFAULT_RECORDINGS = [
     RecordSpec("first-run-greedy", FIRST_RUN.preset, k=FIRST_RUN.k, k_policy=FIRST_RUN.k_policy),
     RecordSpec("capital-of-france-greedy", "The capital of France"),
     RecordSpec("code-greedy", "Python function"),
-    RecordSpec("creative-greedy", "Creative story"),
+    RecordSpec("creative-greedy", "Creative story"),  # the creative and temperature lessons' story
     RecordSpec("creative-sampling-t1", "Creative story", temperature=1.0, seed=1),
-    RecordSpec("surreal-greedy", "Surreal story"),  # the creative lesson's story (the acceptance lab's prompt)
     RecordSpec("code-greedy-self", "Python function", self_draft=True),
 ]
 # what "Recorded runs" plays first: the recording of the main page's first live run

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import math
 import re
+import statistics
 import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -836,11 +837,13 @@ def fig_accept_lengths(run_or_runs, alpha: float | None = None) -> go.Figure:
     return fig
 
 
-def fig_entropy_acceptance(run: Run, decode: Callable[[int], str] = str) -> go.Figure:
-    """Target entropy at each generated token, with accept/reject markers.
+def fig_entropy_acceptance(run: Run, decode: Callable[[int], str] = str, run_name: str = "") -> go.Figure:
+    """Target entropy at each generated token, with accept/reject markers; run_name, where given, names the
+    run in the title (a lesson that compares several runs says which one this is).
 
     Where the target is unsure (high entropy, e.g. creative text) the draft
-    rarely matches: rejections cluster at entropy peaks.
+    rarely matches: rejections cluster at entropy peaks. The subtitle's means are
+    measure.entropy_by_verdict's, the figures a text about this run quotes.
     """
     pts = {s: ([], [], []) for s in ("accepted", "rejected", "correction", "bonus", "target")}
     line_x, line_y = [], []
@@ -860,9 +863,9 @@ def fig_entropy_acceptance(run: Run, decode: Callable[[int], str] = str) -> go.F
             pos += 1
     if not line_x:
         return empty_fig("Target entropy along the text", "No tokens yet.")
-    mean = lambda v: float(np.nanmean(v)) if len(v) else float("nan")  # noqa: E731
-    ea, er = mean(pts["accepted"][1]), mean(pts["rejected"][1])
-    fig = themed_fig("Target entropy along the text, with accepts and rejects",
+    ea, er = (statistics.fmean(v) if v else float("nan") for v in measure.entropy_by_verdict(run.rounds))
+    named = f" ({run_name})" if run_name else ""
+    fig = themed_fig(f"Target entropy along the text{named}, with accepts and rejects",
                f"mean target entropy where the draft was accepted: {ea:.2f} nats · where rejected: {er:.2f} nats",
                x="position in the generated text (tokens)", y="target entropy (nats)")
     fig.add_scatter(x=line_x, y=line_y, mode="lines", name="target entropy",

@@ -19,6 +19,7 @@ streamlit, no models.
   slowed_speedup, c_disagreement           a measurement that contradicts itself: said, never taught from
   speedup_verdict, theory_summary          the cost model's prediction against a measurement
   best_k_words                             the model's best k, said to be the bound when it is
+  sweep_edge_note                          a sweep's best k that is its largest: the best may lie beyond
   forward_cost_verdict, dtype_comparison, bandwidth_verdict, batch_verdict   why it is fast
   exactness_verdict, tv_verdict            greedy identity and the sampled distribution
   precision_rows, precision_verdict        draft precisions side by side (precision_rows: target precisions too)
@@ -504,6 +505,14 @@ def best_k_words(best: tuple[int, float], k_max: int) -> str:
     kb, sb = best
     edge = f", the largest k tried here: the prediction still rises at k = {kb}" if kb == k_max else ""
     return f"**{kb}** ({sb:.2f}×{edge})"
+
+
+def sweep_edge_note(best_k: int, k_max: int) -> str:
+    """One sentence when a sweep's best k is the largest k it tried (the best may lie beyond it); else ""."""
+    if best_k < k_max:
+        return ""
+    return (f"k = {k_max} is the largest k this sweep tried, so the best k may lie beyond it: a sweep that "
+            "peaks at its edge has not shown where the speedup turns down.")
 
 
 def theory_summary(alpha: float, k: int, c: float, best: tuple[int, float], k_max: int = 16) -> str:

@@ -170,12 +170,11 @@ RECORDED: dict[tuple[str, float], str] = {
     ("Python function", 0.0): "code-greedy",
     ("Creative story", 0.0): "creative-greedy",
     ("Creative story", 1.0): "creative-sampling-t1",
-    ("Surreal story", 0.0): "surreal-greedy",
 }
 RECORDED_SELF = {"Python function": "code-greedy-self"}  # preset -> the recording of the target drafting for itself
 K = 4  # drafted tokens per round in every lesson run (the recordings' k)
-# The creative lesson's two texts are the acceptance lab's code and creative prompts: the four-line poem
-# ("Creative story") falls into repeating its first line when greedy, and then accepts almost like code.
+# The creative and temperature lessons' texts are the acceptance lab's code and creative prompts (the one
+# creative text of the app: prompts.PRESETS says why it was chosen).
 CODE, STORY = prompts.LAB_PROMPTS["code"], prompts.LAB_PROMPTS["creative"]
 
 
@@ -388,7 +387,7 @@ def sampling_follows_p(ctx: Context, n: int) -> Outcome:
         seed = ctx.settings.seed
         src = f"live: {pair.name}, The capital of France, first new token, T = 1, seeds {seed}–{seed + n - 1}"
     else:
-        name = RECORDED[("Creative story", 1.0)]
+        name = RECORDED[(STORY, 1.0)]
         first = ctx.recording(name).run.rounds[0]
         p_top, q_top = dict(zip(first.p_top[0].ids, first.p_top[0].probs)), dict(zip(first.q_top[0].ids,
                                                                                        first.q_top[0].probs))
@@ -445,7 +444,7 @@ def tokens_per_pass(ctx: Context) -> Outcome:
     }, t.source, **_timing(timed, speed=False))
 
 
-def alpha_poem(ctx: Context) -> Outcome:
+def alpha_story(ctx: Context) -> Outcome:
     t = trial(ctx, STORY)
     lo, hi = _alpha_interval(t.run)
     a = t.run.alpha
@@ -454,23 +453,23 @@ def alpha_poem(ctx: Context) -> Outcome:
 
 
 def alpha_code(ctx: Context) -> Outcome:
-    code, poem = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
-    a, b = code.run.alpha, poem.run.alpha
+    code, story = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
+    a, b = code.run.alpha, story.run.alpha
     lo, hi = _alpha_interval(code.run)
-    plo, phi = _alpha_interval(poem.run)
+    plo, phi = _alpha_interval(story.run)
     overlap = not (hi < plo or phi < lo)
     which = "higher than" if a > b else "lower than" if a < b else "the same as"
     caveat = (" The two 95 % intervals overlap, so with this few drafts the difference may be chance."
               if overlap else " The 95 % intervals do not overlap.")
-    return Outcome(a, f"{a:.2f}", {"alpha": a, "lo": lo, "hi": hi, "judged": code.run.n_judged, "poem": b,
-                                   "which": which, "caveat": caveat}, f"{code.source}; {poem.source}")
+    return Outcome(a, f"{a:.2f}", {"alpha": a, "lo": lo, "hi": hi, "judged": code.run.n_judged, "story": b,
+                                   "which": which, "caveat": caveat}, f"{code.source}; {story.source}")
 
 
-def entropy_poem_code(ctx: Context) -> Outcome:
+def entropy_story_code(ctx: Context) -> Outcome:
     from specviz.teaching.lab import mean_entropy
 
-    code, poem = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
-    hc, hp = mean_entropy(code.run), mean_entropy(poem.run)
+    code, story = trials_of(ctx, (CODE, 0.0), (STORY, 0.0))
+    hc, hp = mean_entropy(code.run), mean_entropy(story.run)
     if not (math.isfinite(hc) and math.isfinite(hp)):
         raise SpecvizError("A run judged no drafts, so there is no entropy to compare.")
     if abs(hp - hc) <= 0.1 * max(hp, hc, 1e-9):
@@ -478,27 +477,24 @@ def entropy_poem_code(ctx: Context) -> Outcome:
     else:
         measured = "the story" if hp > hc else "the code"
         lead = f"The target was less sure on {measured}"
-    # entropy where drafts were accepted vs rejected, both runs pooled
-    acc, rej = [], []
-    for run in (code.run, poem.run):
-        for r in run.rounds:
-            for i, ok in enumerate(r.accepted):
-                (acc if ok else rej).append(r.entropy[i])
+    # entropy where drafts were accepted vs rejected on the story alone: the run the chart below draws
+    acc, rej = measure.entropy_by_verdict(story.run.rounds)
     if rej and acc:
         hr, ha = statistics.fmean(rej), statistics.fmean(acc)
-        rej_text = (f"Where a draft was rejected the target's entropy averaged {hr:.2f} nats, against {ha:.2f} where "
-                    f"it was accepted ({len(rej)} rejections, {len(acc)} acceptances). "
+        rej_text = (f"On the story alone (the chart below), where a draft was rejected the target's entropy averaged "
+                    f"{hr:.2f} nats, against {ha:.2f} where it was accepted ({len(rej)} rejections, {len(acc)} "
+                    "acceptances). "
                     + ("Where the target hesitates between several tokens, a smaller model rarely picks its choice."
                        if hr > ha else "Here rejections did not come where the target was less sure."))
     else:
-        rej_text = "No draft was rejected in these runs, so there is nothing to compare the entropy with."
-    return Outcome(measured, measured, {"lead": lead, "h_poem": hp, "h_code": hc, "alpha_poem": poem.run.alpha,
+        rej_text = "No draft was rejected on the story, so there is nothing to compare the entropy with."
+    return Outcome(measured, measured, {"lead": lead, "h_story": hp, "h_code": hc, "alpha_story": story.run.alpha,
                                         "alpha_code": code.run.alpha, "rejections": rej_text},
-                   f"{code.source}; {poem.source}")
+                   f"{code.source}; {story.source}")
 
 
 def temperature_alpha(ctx: Context) -> Outcome:
-    g, s = trials_of(ctx, ("Creative story", 0.0), ("Creative story", 1.0))
+    g, s = trials_of(ctx, (STORY, 0.0), (STORY, 1.0))
     a0, a1 = g.run.alpha, s.run.alpha
     judged = [o for r in s.run.rounds for o in r.overlap[:len(r.accepted)]]
     ov = statistics.fmean(judged) if judged else float("nan")
@@ -510,7 +506,7 @@ def temperature_alpha(ctx: Context) -> Outcome:
 
 
 def temperature_speedup(ctx: Context) -> Outcome:
-    g, s = trials_of(ctx, ("Creative story", 0.0), ("Creative story", 1.0))
+    g, s = trials_of(ctx, (STORY, 0.0), (STORY, 1.0))
     s0, s1 = float(g.baseline["speedup"]), float(s.baseline["speedup"])
     pays = "faster than" if s1 > 1 else "slower than"
     return Outcome(s1, f"{s1:.2f}×", {"s0": s0, "s1": s1, "tpp0": g.run.tokens_per_pass,
@@ -531,6 +527,7 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
     verify cost (lab.model_best_k, as the Speedup page's section 2), against the best k of a measured sweep: live,
     a sweep of ks; recorded, the Speedup page's recorded sweep."""
     from specviz.teaching import lab
+    from specviz.teaching.explain import sweep_edge_note as say_edge
 
     cost, flags = _profile(ctx), []
     if ctx.live:
@@ -561,6 +558,7 @@ def best_k_pair(ctx: Context, ks: tuple[int, ...]) -> Outcome:
     best = max(speed, key=lambda k: (speed[k], -k))
     sweep_text = ("Measured: " + ", ".join(f"k = {k}: {v:.2f}×" for k, v in sorted(speed.items()))
                   + f". The sweep's best is k = {best}.")
+    sweep_text = f"{sweep_text} {say_edge(best, max(sweep))}".rstrip()  # a best at the largest k says so
     return Outcome(float(best), str(best), {"k": best, "alpha": alpha, "c": cost.c, "k_pred": k_pred,
                                             "s_pred": s_pred, "sweep": sweep_text, "k_max": lab.MODEL_K_MAX,
                                             "measured": speed, "verify": cost.verify},
@@ -733,11 +731,11 @@ def target_c_alpha(ctx: Context) -> Outcome:
 # charts drawn next to a measured answer, from the runs and numbers the step measured
 
 
-def draw_entropy_along_poem(ctx: Context, outcome: Outcome):
+def draw_entropy_along_story(ctx: Context, outcome: Outcome):
     from specviz.teaching.charts import fig_entropy_acceptance
 
-    t = trial(ctx, STORY)  # the run the step measured (memoised)
-    return fig_entropy_acceptance(t.run, t.decode)
+    t = trial(ctx, STORY)  # the run the step measured (memoised), whose figures the step's text quotes
+    return fig_entropy_acceptance(t.run, t.decode, "the story alone")
 
 
 def draw_speedup_against_k(ctx: Context, outcome: Outcome):
@@ -749,12 +747,12 @@ def draw_speedup_against_k(ctx: Context, outcome: Outcome):
 
 
 FIGURES: dict[str, Callable[[Context, Outcome], Any]] = {f.__name__: f for f in (
-    draw_entropy_along_poem, draw_speedup_against_k)}
+    draw_entropy_along_story, draw_speedup_against_k)}
 
 
 EXPERIMENTS: dict[str, Callable[..., Outcome]] = {f.__name__: f for f in (
-    greedy_identity, greedy_passes, sampling_follows_p, verify_cost, tokens_per_pass, alpha_poem, alpha_code,
-    entropy_poem_code,
+    greedy_identity, greedy_passes, sampling_follows_p, verify_cost, tokens_per_pass, alpha_story, alpha_code,
+    entropy_story_code,
     temperature_alpha, temperature_speedup, best_k_theory, best_k_pair, slow_draft_theory, self_draft,
     target_speedup, target_c_alpha)}
 
@@ -824,10 +822,10 @@ LESSONS: tuple[Lesson, ...] = (
     )),
     Lesson("creative", "Why creative text accepts poorly",
            "α is the chance that the target accepts a drafted token. Does it depend on what is being written?", (
-        Step("poem",
+        Step("story",
              "Greedy, k = 4: what α will the draft reach on a surreal story?",
              Prediction("α on the story", default=0.5),
-             "alpha_poem",
+             "alpha_story",
              "On the story the target accepted {accepted} of {judged} judged drafts: α = {alpha:.2f} "
              "(95 % interval {lo:.2f}–{hi:.2f}).",
              LAB),
@@ -836,22 +834,22 @@ LESSONS: tuple[Lesson, ...] = (
              Prediction("α on the code", default=0.5),
              "alpha_code",
              "On the code α = {alpha:.2f} ({lo:.2f}–{hi:.2f}, {judged} judged drafts), {which} the story's "
-             "{poem:.2f}.{caveat}",
+             "{story:.2f}.{caveat}",
              LAB),
         Step("entropy",
              "Which text made the target itself less sure of its next token (higher entropy)?",
              choice("Less sure on…", ("the story", "the code", "about the same")),
-             "entropy_poem_code",
-             "{lead}. Mean target entropy where drafts were judged: story {h_poem:.2f} nats "
-             "(α = {alpha_poem:.2f}), code "
+             "entropy_story_code",
+             "{lead}. Mean target entropy where drafts were judged: story {h_story:.2f} nats "
+             "(α = {alpha_story:.2f}), code "
              "{h_code:.2f} nats (α = {alpha_code:.2f}). {rejections}",
-             LAB, figure="draw_entropy_along_poem"),
+             LAB, figure="draw_entropy_along_story"),
     )),
     Lesson("temperature", "What temperature does to acceptance",
            "At T = 0 a draft is accepted when it is the target's top token. At T = 1 the draft samples, and "
            "a drafted token x is kept with probability min(1, p(x) / q(x)).", (
         Step("alpha_t1",
-             "On the poem, what α at T = 1?",
+             "On the story, what α at T = 1?",
              Prediction("α at T = 1", default=0.5),
              "temperature_alpha",
              "α {change} from {a0:.2f} at T = 0 to {a1:.2f} at T = 1 ({judged} judged drafts). The chance to keep a "
