@@ -87,7 +87,7 @@ else:
     st.caption("cost(n)/cost(1) measured: " + ", ".join(f"{n} → {r:.2f}×" for n, r in cost.verify.items())
                + ". If these are near 1, checking extra tokens is free; if they grow like n, it is not.")
 
-speed_ui.draft_precisions(pair, ids, settings)  # 1b
+speed_ui.draft_precisions(pair, ids, settings, got["precisions"] if off else None)  # 1b
 speed_ui.target_precisions(pair, ids, settings, got["targets"] if off else None)  # 1c
 speed_ui.c_check(pair, kept["cost"])  # section 1's c against 1b's and 1c's: timed again, or flagged
 

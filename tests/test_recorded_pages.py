@@ -179,8 +179,12 @@ def test_acceptance_lab_draws_the_recorded_sweep(shipped, no_model):
 
     rec = pagefile.load("acceptance_lab")
     got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["acceptance_lab"].items()}
-    assert list(got["sweep"]) == list(page_records.ACCEPTANCE_LAB["domains"]) and list(got["agree"]["code"]) == [0.0]
+    temps = page_records.ACCEPTANCE_LAB_RECORDED["temperatures"]  # the page's default and its caption's two
+    assert list(got["sweep"]) == list(page_records.ACCEPTANCE_LAB["domains"]) and list(got["agree"]["code"]) == temps
     at = recorded_page("2", by="session")
+    # the widgets show the recording's own settings, set aside (disabled), and α against temperature is drawn
+    assert at.multiselect(key="lab.temps.recorded").value == temps and at.multiselect(key="lab.temps.recorded").disabled
+    assert not any("Add a temperature" in c.value for c in at.caption)
     [note] = notices(at)
     assert "tiny-random" in note and "new tokens per run 48" in note
     assert at.button(key="lab.run").disabled and not any("No measurements yet" in i.value for i in at.info)
@@ -188,7 +192,7 @@ def test_acceptance_lab_draws_the_recorded_sweep(shipped, no_model):
     rows = lab.sweep_rows(got["sweep"], got["agree"])
     assert list(table["domain"]) == [r["domain"] for r in rows]
     assert list(table["counted α"]) == [r["counted α"] for r in rows]
-    assert list(table["new tokens"]) == [len(got["sweep"][d][0.0].token_ids) for d in got["sweep"]]
+    assert list(table["new tokens"]) == [len(got["sweep"][d][t].token_ids) for d in got["sweep"] for t in temps]
     assert len(at.get("plotly_chart")) >= 3
 
 
@@ -205,8 +209,12 @@ def test_speedup_draws_its_recorded_sections_and_says_which_it_does_not_cover(sh
     assert all(at.button(key=k).disabled for k in ("speed.run_cost", "speed.run_sweep", "speed.run_race",
                                                    "speed.run_adaptive", "speed.run_early_exit"))
     covers = [i.value for i in at.info if "Recorded mode does not cover this section" in i.value]
-    assert len(covers) == 1, covers  # 1b: a pair per precision; 1c was recorded with a float32 and an int8 target
-    targets_table = at.dataframe[0].value  # 1c: the recording's two targets, each against its own target alone
+    assert not covers, covers  # 1b and 1c were recorded: the draft in each precision, the float32 and int8 target
+    drafts_table = at.dataframe[0].value  # 1b: the recording's two draft precisions, each against its target alone
+    assert list(drafts_table["draft precision"]) == [r.precision for r in got["precisions"]] == ["float32", "int8"]
+    assert list(drafts_table["c"]) == [f"{r.c:.3f}" for r in got["precisions"]]
+    assert explain.precision_verdict(got["precisions"]) in [x.value for x in at.markdown]
+    targets_table = at.dataframe[1].value  # 1c: the recording's two targets, each against its own target alone
     assert list(targets_table["target precision"]) == [r.precision for r in got["targets"]] == ["float32", "int8"]
     assert list(targets_table["c"]) == [f"{r.c:.3f}" for r in got["targets"]]
     assert explain.target_verdict(got["targets"]) in [x.value for x in at.markdown]
@@ -214,7 +222,7 @@ def test_speedup_draws_its_recorded_sections_and_says_which_it_does_not_cover(sh
     assert m["c = draft step ÷ target step"] == f"{got['cost'].c:.3f}"
     stats = race.policy_summary(got["policies"])
     assert m["adaptive k: tokens/s"] == f"{stats['adaptive'].tokens_per_s:.1f}"
-    sweep_table, ee_table = at.dataframe[1].value, at.dataframe[2].value
+    sweep_table, ee_table = at.dataframe[2].value, at.dataframe[3].value
     assert list(sweep_table["k"]) == list(got["sweep"])
     # the sweep says the best may lie beyond its largest k exactly when its best measured k is that k
     best = int(sweep_table["k"][sweep_table["measured speedup"].idxmax()])

@@ -88,13 +88,21 @@ def _comparison_table(res, ids, settings: DecodeSettings, *header: str, off: boo
     ui.table(explain.precision_rows(res, *header), hide_index=True, width="stretch")
 
 
-def draft_precisions(pair, ids, settings: DecodeSettings) -> None:
+def draft_precisions(pair, ids, settings: DecodeSettings, recorded: list | None = None) -> None:
+    """1b · the same target with the draft in each precision, each against its own target alone
+    (experiments.precision_comparison). With pair None, the page recording's comparison (recorded; None: a
+    recording made without one)."""
     st.subheader("1b · A cheaper draft: the same prompt with the draft in each precision")
     st.caption("The draft's precision never changes the output (the target decides every token); it changes c, "
                "what a draft step costs, and may change α a little. Each precision runs next to its own run of "
                "the target alone, with the k of section 5 (fixed).")
     if pair is None:
-        st.info(explain.not_recorded("it loads the draft once in each precision, a pair each."))
+        if recorded is None:
+            st.info(explain.not_recorded("this recording was made without the other draft precisions."))
+        else:
+            _comparison_table(recorded, ids, settings, off=True)
+            _run_c_caption()
+            st.markdown(explain.precision_verdict(recorded))
         return
     derived = isinstance(pair.spec.draft.source, DerivedSource)  # the target's own layers: one precision
     choices = [pair.draft_precision] if derived else list(quant.supported(pair.device))
@@ -111,10 +119,14 @@ def draft_precisions(pair, ids, settings: DecodeSettings) -> None:
             ui.show_error(e)
     if (res := kept.get()) is not None:
         _comparison_table(res, ids, settings)
-        st.caption("c here is each run's own: its draft steps against its target-alone run's one-token passes. "
-                   "Section 1 times single steps apart from any run, so the two can differ a little for the same "
-                   "draft.")
+        _run_c_caption()
         st.markdown(explain.precision_verdict(res))
+
+
+def _run_c_caption() -> None:
+    st.caption("c here is each run's own: its draft steps against its target-alone run's one-token passes. "
+               "Section 1 times single steps apart from any run, so the two can differ a little for the same "
+               "draft.")
 
 
 def target_precisions(pair, ids, settings: DecodeSettings, recorded: list | None = None) -> None:

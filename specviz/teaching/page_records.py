@@ -40,7 +40,7 @@ ACCEPTANCE_LAB = {  # the page's defaults (pages/2_Acceptance_lab.py)
 # model sees α against temperature
 ACCEPTANCE_LAB_RECORDED = {**ACCEPTANCE_LAB, "temperatures": [0.0, 0.7, 1.2]}
 
-SPEEDUP = {  # the page's defaults (pages/3_Speedup.py, pages/common/speed_ui.py); 1b: not recorded, 1c: given a loader
+SPEEDUP = {  # the page's defaults (pages/3_Speedup.py, pages/common/speed_ui.py); 1b and 1c: given loaders
     "prompt": "Python function", "temperature": 0.0, "new tokens per run": 24, "seed": 0,
     "k values": [1, 2, 4, 6, 8], "k for the race": 4, "starting k": 4, "early exit k": early_exit.DEFAULT_K,
     "early exit new tokens": early_exit.DEFAULT_TOKENS,
@@ -62,7 +62,7 @@ RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
                   "fp": lab.FirstPosition, "rules": rules.RuleLab},
     "speedup": {"cost": race.Cost, "sweep": dict[int, experiments.Comparison], "race": race.Race,
                 "policies": dict[str, Run], "early_exit": early_exit.EarlyExitSweep,
-                "targets": list[experiments.PrecisionResult]},
+                "targets": list[experiments.PrecisionResult], "precisions": list[experiments.PrecisionResult]},
     "why_fast": {"forward": dict[int, list[float]], "bw": experiments.BandwidthCheck,
                  "batch": dict[tuple[int, int], list[float]]},
     "token_tree": {"run": TreeRun, "chain_vs_tree": tree_lab.ChainVsTree},
@@ -235,16 +235,31 @@ def record_targets(pair, load_pair: Callable[[str], Any], s: dict = SPEEDUP) -> 
                                          replace(_speed_settings(s), k=s["starting k"]), **pair.run_kw)
 
 
+DRAFT_PRECISIONS = ("float32", "int8")  # section 1b's recorded precisions: the reference and the CPU's default
+
+
+def record_precisions(pair, load_draft: Callable[[str], Any], s: dict = SPEEDUP) -> list[experiments.PrecisionResult]:
+    """The Speedup page's section 1b at its defaults: the pair's target with its draft in each of DRAFT_PRECISIONS
+    (load_draft(draft precision) -> that pair), each against its own target alone, with section 5's k (fixed) on
+    the page's prompt and settings (experiments.precision_comparison)."""
+    pairs = {dp: load_draft(dp) for dp in DRAFT_PRECISIONS}
+    return experiments.precision_comparison(pairs, _preset_ids(pair, s["prompt"]),
+                                            replace(_speed_settings(s), k=s["starting k"]), **pair.run_kw)
+
+
 def record_speedup(pair, s: dict = SPEEDUP, load_pair: Callable[[str], Any] | None = None,
-                   cost=None) -> dict[str, Any]:
+                   cost=None, load_draft: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """The Speedup page's default measurements: c and the verify cost (1: the recorded set's profile, cost, when
     given), the k sweep (3), the race (4), the k policies (5) and early exit at the default depths (6); with
     load_pair (target precision -> the pair with its target in it), the float32 and the int8 target too (1c:
-    record_targets). Section 2 is drawn from these; 1b loads a pair per draft precision, so a recording has none."""
+    record_targets); with load_draft (draft precision -> the pair with its draft in it), the draft in each of
+    DRAFT_PRECISIONS (1b: record_precisions). Section 2 is drawn from these."""
     ids = _preset_ids(pair, s["prompt"])
     settings, kw = _speed_settings(s), pair.run_kw
     depths = early_exit.default_layers(selfdraft.num_layers(pair.target))
     targets = {"targets": record_targets(pair, load_pair, s)} if load_pair is not None else {}
+    if load_draft is not None:
+        targets["precisions"] = record_precisions(pair, load_draft, s)
     return {"cost": cost or race.measure_cost(pair.target, pair.chain_draft()),
             "sweep": lab.k_sweep(pair.target, pair.chain_draft(), ids, s["k values"], settings, **kw),
             "race": race.race(pair.target, pair.chain_draft(), ids, replace(settings, k=s["k for the race"]), **kw),
@@ -286,7 +301,7 @@ RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> 
 }
 
 
-COMPARES_TARGETS = ("speedup",)  # pages whose recorder takes load_pair
+COMPARES_TARGETS = ("speedup",)  # pages whose recorder takes load_pair and load_draft
 
 
 def about(pair) -> dict[str, str]:
@@ -297,12 +312,14 @@ def about(pair) -> dict[str, str]:
 
 
 def record_page(pair, page: str, decode: Callable[[int], str], cost=None,
-                load_pair: Callable[[str], Any] | None = None) -> pagefile.PageRecording:
+                load_pair: Callable[[str], Any] | None = None,
+                load_draft: Callable[[str], Any] | None = None) -> pagefile.PageRecording:
     """Run page's default experiment on pair: its PageRecording (prompt, settings, results, token texts). cost: the
     recorded set's profile (costs.Cost), which the pages that time c and passes quote instead of timing them;
-    load_pair: target precision -> the pair with its target in it, for the pages that compare targets (Speedup)."""
+    load_pair / load_draft: target / draft precision -> the pair with its target / draft in it, for the pages that
+    compare precisions (Speedup)."""
     recorder, settings = RECORDERS[page]
-    more = {"load_pair": load_pair} if page in COMPARES_TARGETS else {}
+    more = {"load_pair": load_pair, "load_draft": load_draft} if page in COMPARES_TARGETS else {}
     results = recorder(pair, settings, cost=cost, **more)
     text = prompts.preset(settings["prompt"]).text if "prompt" in settings else ""  # the lab: one prompt per domain
     return pagefile.make(page, about(pair), text, settings, results, decode)

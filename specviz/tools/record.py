@@ -85,8 +85,21 @@ def target_loader(pair) -> Callable[[str], Any] | None:
                                        draft_precision=pair.draft_precision, target_precision=tp, loaded=[pair])
 
 
+def draft_loader(pair) -> Callable[[str], Any] | None:
+    """draft precision -> the pair with its draft in that precision and the same target (models.load_pair, lent
+    the pair's target), for the Speedup page's section 1b; None where the draft is made of the target's layers."""
+    from specviz.decoding import models
+    from specviz.modeling.config import DerivedSource
+
+    if isinstance(pair.spec.draft.source, DerivedSource):
+        return None
+    return lambda dp: models.load_pair(pair.name, dtype=str(pair.dtype).replace("torch.", ""), device=str(pair.device),
+                                       draft_precision=dp, target_precision=pair.target_precision, loaded=[pair])
+
+
 def record_pages(pair, out_dir: Path | str | None = None, pages=None, progress: Callable[[str], None] = print,
-                 load_pair: Callable[[str], Any] | None = None, cost=None) -> list[Path]:
+                 load_pair: Callable[[str], Any] | None = None, cost=None,
+                 load_draft: Callable[[str], Any] | None = None) -> list[Path]:
     """Run each learning page's default experiment on a loaded Pair and write <out_dir>/<page>.json (default
     specviz/recorded/pages/; pages: names in page_records.RECORDERS, default all). load_pair: target precision ->
     the pair with its target in it, for the Speedup page's float32-against-int8 comparison (default
@@ -98,10 +111,10 @@ def record_pages(pair, out_dir: Path | str | None = None, pages=None, progress: 
     """
     tok = pair.tokenizer
     decode = lambda t: tok.decode([int(t)])  # noqa: E731
-    load_pair = load_pair or target_loader(pair)
+    load_pair, load_draft = load_pair or target_loader(pair), load_draft or draft_loader(pair)
     written = []
     for page in pages or list(page_records.RECORDERS):
-        rec = page_records.record_page(pair, page, decode, cost=cost, load_pair=load_pair)
+        rec = page_records.record_page(pair, page, decode, cost=cost, load_pair=load_pair, load_draft=load_draft)
         rec = pagefile.PageRecording(**{**rec.__dict__, "results": round_floats(rec.results)})
         path = pagefile.save(rec, out_dir)
         progress(f"{path}: {page}, {', '.join(rec.results)}, {path.stat().st_size // 1024} KiB")
