@@ -108,7 +108,7 @@ def handle_request(ms: MainSettings, t_script: float) -> int | None:
     req = S.pop("main.request", None)
     if req == "run" or (req == "step" and job is None):
         if ms.live:
-            job = start_live(ms, t_script)
+            job = (_while_loading(ms) if req == "run" else None) or start_live(ms, t_script)
         elif ms.recording is not None:
             job = _start_recording(ms.recording)
         set_job(job)
@@ -126,6 +126,49 @@ def handle_request(ms: MainSettings, t_script: float) -> int | None:
     if S.get("main.playing") and job is not None and not job.done:
         return None
     return 0
+
+
+LIVE_FOLLOWS = "main.live_follows"  # session key: a Run is replaying its recording while its pair loads
+
+
+def _while_loading(ms: MainSettings) -> playback.Playback | None:
+    """A Run whose pair is not loaded yet: its load starts in the background, and the shipped recording of the
+    same prompt and settings made with this pair plays at once; the live run follows when the pair is ready
+    (follow_live). None where the pair is loaded, there is no such recording, or the choice is refused (the
+    live start then says why)."""
+    if ms.lookup or not ms.pair_name or ui.pair_ready(ms.pair_name, ms.dtype, ms.draft_precision,
+                                                     ms.target_precision):
+        return None
+    rec = runfile.matching_recording(runfile.list_recorded(), ms.prompt_text, ms.chat, ms.decode, ms.pair_name)
+    if rec is None or rec.pair != ms.pair_name:
+        return None
+    if not ui.start_loading(ms.pair_name, ms.dtype, ms.draft_precision, ms.target_precision):
+        return None
+    job = _start_recording(rec)
+    job.meta["live_follows"] = True
+    S[LIVE_FOLLOWS] = True
+    return job
+
+
+def follow_live(ms: MainSettings) -> None:
+    """While a Run replays its recording (_while_loading): one line that the live run follows, and about when,
+    redrawn every second; once the pair is loaded, the live run starts (a Run request) and takes over."""
+    if not S.get(LIVE_FOLLOWS):
+        return
+    if not ms.live:  # the learner went to the recorded runs: no live run follows
+        S.pop(LIVE_FOLLOWS, None)
+        return
+
+    @st.fragment(run_every=1.0)
+    def line() -> None:
+        if ui.pair_ready(ms.pair_name, ms.dtype, ms.draft_precision, ms.target_precision):
+            S.pop(LIVE_FOLLOWS, None)
+            S["main.request"] = "run"
+            st.rerun()
+        st.info(explain.live_follows(ui.loading(ms.pair_name, ms.dtype, ms.draft_precision, ms.target_precision)),
+                icon=":material/hourglass_top:")
+
+    line()
 
 
 def offer_recording(job: playback.Playback | None) -> None:

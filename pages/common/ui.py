@@ -663,14 +663,11 @@ def lease_pair(name: str, dtype: str, draft_precision: str | None = None, target
     from specviz.decoding import models
 
     device = models.default_device()
-    spec = _spec(name)
-    precision = _precision(spec, dtype, draft_precision, device)
-    tp = models.check_target_precision(target_precision, dtype, device)
-    store = _models()
-    what = explain.config_words(name, dtype, precision, tp)
     # a draft that loads straight in its precision (an int8 draft from its int8 copy) is loaded so; any other is
     # loaded in dtype, and its precision is a copy of that draft (_variant)
-    loaded_as = precision if models.draft_loads_direct(spec, dtype, precision) else dtype
+    spec, precision, tp, loaded_as, _ = _base(name, dtype, draft_precision, target_precision)
+    store = _models()
+    what = explain.config_words(name, dtype, precision, tp)
     with devqueue.QUEUE.paused():  # a load may wait on model work: not while this page holds a turn to draw
         # refused before anything loads: the pair as loaded and the draft's copy must fit at once
         store.check(models.config_parts(spec, dtype, precision, device, tp), what,
@@ -721,14 +718,9 @@ def _variant(base, precision: str, store, what: str):
 _LOADED: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()  # a store key (_key) -> Pair
 
 
-def _load_base(name: str, dtype: str, slot: _Slot, store, key, target_precision: str = "float32",
-               draft_precision: str | None = None):
-    """The pair with its draft in draft_precision (None: in dtype), loaded in the slot's thread."""
+def _loader(name: str, dtype: str, key, target_precision: str, draft_precision: str):
+    """load(progress) -> the pair, for a slot's thread: loaded, kept for lending (_LOADED), warmed up."""
     from specviz.decoding import models
-
-    if slot.pair is not None:
-        return slot.pair
-    draft_precision = draft_precision or dtype
 
     def load(progress):
         # a pair loaded already with the same target lends it: a second pair costs only its draft; the store
@@ -739,8 +731,86 @@ def _load_base(name: str, dtype: str, slot: _Slot, store, key, target_precision:
         _warm_up(pair, progress)
         return pair
 
+    return load
+
+
+def _start(name: str, dtype: str, slot: _Slot, store, key, target_precision: str, draft_precision: str) -> None:
+    """Start the slot's load in its thread unless it is loaded or loading (_Slot.start)."""
     _, hold = store.lease(key, {}, _Slot)  # the loader's own lease: a rerun stops this page, not the load
-    slot.start(load, hold)  # another session may have started it: then this one waits for that load
+    slot.start(_loader(name, dtype, key, target_precision, draft_precision), hold)
+
+
+def _base(name: str, dtype: str, draft_precision: str | None, target_precision: str | None):
+    """What lease_pair loads for a choice: (spec, the draft's precision, the target's, the precision the draft
+    loads in, the base pair's store key)."""
+    from specviz.decoding import models
+
+    device = models.default_device()
+    spec = _spec(name)
+    precision = _precision(spec, dtype, draft_precision, device)
+    tp = models.check_target_precision(target_precision, dtype, device)
+    loaded_as = precision if models.draft_loads_direct(spec, dtype, precision) else dtype
+    return spec, precision, tp, loaded_as, _key(name, dtype, loaded_as, tp)
+
+
+def start_loading(name: str, dtype: str, draft_precision: str | None = None,
+                  target_precision: str | None = None) -> bool:
+    """Start loading the pair lease_pair gives for this choice, in the store's loader thread, and return at once:
+    True when it is loading or loaded, False when the choice is refused (lease_pair then says why)."""
+    from specviz.device import devqueue
+    from specviz.decoding import models
+
+    try:
+        spec, precision, tp, loaded_as, key = _base(name, dtype, draft_precision, target_precision)
+        store = _models()
+        with devqueue.QUEUE.paused():
+            store.check(models.config_parts(spec, dtype, precision, models.default_device(), tp),
+                        explain.config_words(name, dtype, precision, tp), models.loading_bytes(spec, dtype, precision, tp))
+            slot, lease = store.lease(key, models.pair_parts(spec, dtype, loaded_as, models.default_device(),
+                                                             target_precision=tp), _Slot,
+                                      explain.config_words(name, dtype, loaded_as, tp),
+                                      models.loading_bytes(spec, dtype, loaded_as, tp))
+    except SpecvizError:
+        return False
+    try:
+        if slot.pair is None:
+            _start(name, dtype, slot, store, key, tp, loaded_as)
+    finally:
+        lease.release()
+    return True
+
+
+def loading(name: str, dtype: str, draft_precision: str | None = None,
+            target_precision: str | None = None) -> tuple[str, float, float] | None:
+    """Where the load of this choice's pair stands: (stage, fraction done, seconds since it began), or None when
+    it is loaded or no load is under way (a failed load says why at lease_pair)."""
+    try:
+        *_, key = _base(name, dtype, draft_precision, target_precision)
+    except SpecvizError:
+        return None
+    slot = _models().peek(key)
+    if slot is None or slot.pair is not None or slot.loader is None or not slot.loader.is_alive():
+        return None
+    return slot.stage, slot.frac, time.perf_counter() - slot.t0
+
+
+def pair_ready(name: str, dtype: str, draft_precision: str | None = None,
+               target_precision: str | None = None) -> bool:
+    """Whether this choice's pair is loaded (lease_pair then gives it at once, or after a copy of the draft)."""
+    try:
+        *_, key = _base(name, dtype, draft_precision, target_precision)
+    except SpecvizError:
+        return False
+    slot = _models().peek(key)
+    return slot is not None and slot.pair is not None
+
+
+def _load_base(name: str, dtype: str, slot: _Slot, store, key, target_precision: str = "float32",
+               draft_precision: str | None = None):
+    """The pair with its draft in draft_precision (None: in dtype), loaded in the slot's thread."""
+    if slot.pair is not None:
+        return slot.pair
+    _start(name, dtype, slot, store, key, target_precision, draft_precision or dtype)  # or wait for one started
     box = st.empty()
     label = dtype + ("" if draft_precision == dtype else f", {draft_precision} draft") + (
         "" if target_precision == "float32" else f", {target_precision} target")
