@@ -63,9 +63,12 @@ if result("forward") is not None:
     m1.metric("cost(2 tokens) ÷ cost(1 token)", f"{v.value:.2f}×")
     m2.metric("this device here is", v.kind)
     (st.warning if v.kind == "compute-bound" else st.success if v.kind == "memory-bound" else st.info)(v.text)
-    other = {} if off else {d: m[0] for d in ui.DTYPE_CHOICES if (m := Kept(f"fast.forward.{d}", pair.name).get())}
+    other = (got.get("precisions") or {}) if off else {
+        d: m[0] for d in ui.DTYPE_CHOICES if (m := Kept(f"fast.forward.{d}", pair.name).get())}
     cmp = explain.dtype_comparison(other)
-    if off:
+    if off and cmp:
+        st.markdown("**The target in each precision, recorded on the same machine.** " + cmp)
+    elif off:
         st.caption(f"Recorded in {dt} only: choose **Live** to measure and compare the other dtype.")
     elif cmp:
         st.markdown("**float32 vs bfloat16 on this device.** " + cmp)

@@ -242,6 +242,9 @@ def test_why_it_is_fast_draws_its_three_recorded_measurements(shipped, no_model)
     rec = pagefile.load("why_fast")
     got = {n: rec.result(n, tp) for n, tp in page_records.RESULTS["why_fast"].items()}
     assert list(got["forward"]) == [1, 2, 4, 8, 16] and (8, 4) in got["batch"]  # int and (tokens, batch) keys back
+    # the target in its other forms, timed in the same sitting: the page compares them as its live dtypes
+    assert set(got["precisions"]) == {"float32", *page_records.WHY_FAST_OTHERS}
+    assert got["precisions"]["float32"] == got["forward"]
     at = recorded_page("4")
     [note] = notices(at)
     assert "tiny-random" in note and "tokens per pass 1, 2, 4, 8, 16" in note
@@ -253,6 +256,8 @@ def test_why_it_is_fast_draws_its_three_recorded_measurements(shipped, no_model)
     assert m["measured 1-token pass"] == f"{got['bw'].measured_s * 1000:.1f} ms"
     assert any(i.value == explain.batch_verdict(got["batch"]).text for i in at.info)
     assert len(at.get("plotly_chart")) == 2
+    compared = explain.dtype_comparison(got["precisions"]).strip()
+    assert any(compared in x.value for x in at.markdown) and not any("Recorded in" in c.value for c in at.caption)
 
 
 # --- 9 · token tree --------------------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ RESULTS: dict[str, dict[str, Any]] = {  # page -> result name -> its type
                 "policies": dict[str, Run], "early_exit": early_exit.EarlyExitSweep,
                 "targets": list[experiments.PrecisionResult], "precisions": list[experiments.PrecisionResult]},
     "why_fast": {"forward": dict[int, list[float]], "bw": experiments.BandwidthCheck,
-                 "batch": dict[tuple[int, int], list[float]]},
+                 "batch": dict[tuple[int, int], list[float]], "precisions": dict[str, dict[int, list[float]]]},
     "token_tree": {"run": TreeRun, "chain_vs_tree": tree_lab.ChainVsTree},
 }
 
@@ -247,19 +247,28 @@ def record_precisions(pair, load_draft: Callable[[str], Any], s: dict = SPEEDUP)
                                             replace(_speed_settings(s), k=s["starting k"]), **pair.run_kw)
 
 
-def record_speedup(pair, s: dict = SPEEDUP, load_pair: Callable[[str], Any] | None = None,
-                   cost=None, load_draft: Callable[[str], Any] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Loaders:
+    """What a recording that compares precisions loads beside its pair (tools.record builds them): target(tp) and
+    draft(dp), the pair with its target / draft in that precision; target_model(name), the target model in
+    another precision or dtype ("bfloat16", "int8 target"). None where the pair cannot have it."""
+
+    target: Callable[[str], Any] | None = None
+    draft: Callable[[str], Any] | None = None
+    target_model: Callable[[str], Any] | None = None
+
+
+def record_speedup(pair, s: dict = SPEEDUP, cost=None, loaders: Loaders = Loaders()) -> dict[str, Any]:
     """The Speedup page's default measurements: c and the verify cost (1: the recorded set's profile, cost, when
-    given), the k sweep (3), the race (4), the k policies (5) and early exit at the default depths (6); with
-    load_pair (target precision -> the pair with its target in it), the float32 and the int8 target too (1c:
-    record_targets); with load_draft (draft precision -> the pair with its draft in it), the draft in each of
-    DRAFT_PRECISIONS (1b: record_precisions). Section 2 is drawn from these."""
+    given), the k sweep (3), the race (4), the k policies (5) and early exit at the default depths (6); with the
+    loaders, the draft in each of DRAFT_PRECISIONS (1b: record_precisions) and the float32 and the int8 target (1c:
+    record_targets). Section 2 is drawn from these."""
     ids = _preset_ids(pair, s["prompt"])
     settings, kw = _speed_settings(s), pair.run_kw
     depths = early_exit.default_layers(selfdraft.num_layers(pair.target))
-    targets = {"targets": record_targets(pair, load_pair, s)} if load_pair is not None else {}
-    if load_draft is not None:
-        targets["precisions"] = record_precisions(pair, load_draft, s)
+    targets = {"targets": record_targets(pair, loaders.target, s)} if loaders.target is not None else {}
+    if loaders.draft is not None:
+        targets["precisions"] = record_precisions(pair, loaders.draft, s)
     return {"cost": cost or race.measure_cost(pair.target, pair.chain_draft()),
             "sweep": lab.k_sweep(pair.target, pair.chain_draft(), ids, s["k values"], settings, **kw),
             "race": race.race(pair.target, pair.chain_draft(), ids, replace(settings, k=s["k for the race"]), **kw),
@@ -269,17 +278,29 @@ def record_speedup(pair, s: dict = SPEEDUP, load_pair: Callable[[str], Any] | No
                                                       **kw), **targets}
 
 
-def record_why_fast(pair, s: dict = WHY_FAST, cost=None) -> dict[str, Any]:
+WHY_FAST_OTHERS = ("bfloat16", "int8 target")  # the target's other forms the recording times as well
+
+
+def record_why_fast(pair, s: dict = WHY_FAST, cost=None, loaders: Loaders = Loaders()) -> dict[str, Any]:
     """The Why it is fast page's three measurements of the target at its defaults: forward cost against tokens per
     pass and the 1-token pass against weight bytes ÷ bandwidth (both the recorded set's profile's passes, cost,
-    when it timed every size as often as the page), and forward cost against batch × tokens."""
+    when it timed every size as often as the page), and forward cost against batch × tokens; with
+    loaders.target_model, the forward cost of the target in each of WHY_FAST_OTHERS too ("precisions", with the
+    pair's own dtype: what the page compares)."""
     sizes = tuple(s["tokens per pass"])
     from_profile = cost is not None and all(len(cost.timings.get(n, ())) == s["repetitions"] for n in sizes)
-    return {"forward": ({n: list(cost.timings[n]) for n in sizes} if from_profile else
-                        experiments.forward_cost(pair.target, n_tokens=sizes, reps=s["repetitions"])),
+    forward = ({n: list(cost.timings[n]) for n in sizes} if from_profile else
+               experiments.forward_cost(pair.target, n_tokens=sizes, reps=s["repetitions"]))
+    others = {}
+    for name in WHY_FAST_OTHERS if loaders.target_model is not None else ():
+        if (model := loaders.target_model(name)) is not None:
+            others[name] = experiments.forward_cost(model, n_tokens=sizes, reps=s["repetitions"])
+            del model
+    more = {"precisions": {str(pair.dtype).replace("torch.", ""): forward, **others}} if others else {}
+    return {"forward": forward,
             "bw": experiments.bandwidth_check(pair.target, pass_s=cost.pass_s(1) if from_profile else None),
             "batch": experiments.batch_cost(pair.target, n_tokens=tuple(s["batch: tokens per sequence"]),
-                                            batches=tuple(s["batch sizes"]), reps=s["batch: repetitions"])}
+                                            batches=tuple(s["batch sizes"]), reps=s["batch: repetitions"]), **more}
 
 
 def record_token_tree(pair, s: dict = TOKEN_TREE, cost=None) -> dict[str, Any]:
@@ -301,7 +322,7 @@ RECORDERS: dict[str, tuple[Callable[..., dict[str, Any]], dict]] = {  # page -> 
 }
 
 
-COMPARES_TARGETS = ("speedup",)  # pages whose recorder takes load_pair and load_draft
+COMPARES = ("speedup", "why_fast")  # pages whose recorder takes loaders
 
 
 def about(pair) -> dict[str, str]:
@@ -312,14 +333,11 @@ def about(pair) -> dict[str, str]:
 
 
 def record_page(pair, page: str, decode: Callable[[int], str], cost=None,
-                load_pair: Callable[[str], Any] | None = None,
-                load_draft: Callable[[str], Any] | None = None) -> pagefile.PageRecording:
+                loaders: Loaders = Loaders()) -> pagefile.PageRecording:
     """Run page's default experiment on pair: its PageRecording (prompt, settings, results, token texts). cost: the
     recorded set's profile (costs.Cost), which the pages that time c and passes quote instead of timing them;
-    load_pair / load_draft: target / draft precision -> the pair with its target / draft in it, for the pages that
-    compare precisions (Speedup)."""
+    loaders: what the pages that compare precisions load beside the pair (COMPARES)."""
     recorder, settings = RECORDERS[page]
-    more = {"load_pair": load_pair, "load_draft": load_draft} if page in COMPARES_TARGETS else {}
-    results = recorder(pair, settings, cost=cost, **more)
+    results = recorder(pair, settings, cost=cost, **({"loaders": loaders} if page in COMPARES else {}))
     text = prompts.preset(settings["prompt"]).text if "prompt" in settings else ""  # the lab: one prompt per domain
     return pagefile.make(page, about(pair), text, settings, results, decode)

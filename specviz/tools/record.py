@@ -97,24 +97,46 @@ def draft_loader(pair) -> Callable[[str], Any] | None:
                                        draft_precision=dp, target_precision=pair.target_precision, loaded=[pair])
 
 
-def record_pages(pair, out_dir: Path | str | None = None, pages=None, progress: Callable[[str], None] = print,
-                 load_pair: Callable[[str], Any] | None = None, cost=None,
-                 load_draft: Callable[[str], Any] | None = None) -> list[Path]:
-    """Run each learning page's default experiment on a loaded Pair and write <out_dir>/<page>.json (default
-    specviz/recorded/pages/; pages: names in page_records.RECORDERS, default all). load_pair: target precision ->
-    the pair with its target in it, for the Speedup page's float32-against-int8 comparison (default
-    target_loader(pair); a page recorded without one has no "targets"). cost: the recorded set's profile, quoted
-    by the pages that time c and passes.
+def target_model_loader(pair) -> Callable[[str], Any]:
+    """name -> the pair's target in another form, for the Why it is fast page's comparison: "bfloat16" (the pair
+    as the app loads it in bfloat16) or "int8 target" (target_loader's); None where the pair cannot have it."""
+    import torch
 
-    Regenerate the shipped files with:
-      python -c "from specviz.decoding import models; from specviz.tools import record; record.record_pages(models.load_pair())"
+    from specviz.decoding import models
+
+    to_int8 = target_loader(pair)
+
+    def load(name: str):
+        if name == "bfloat16" and pair.dtype == torch.float32:
+            return models.load_pair(pair.name, dtype="bfloat16", device=str(pair.device),
+                                    draft_precision="bfloat16").target
+        if name == "int8 target" and to_int8 is not None:
+            return to_int8("int8").target
+        return None
+
+    return load
+
+
+def loaders_of(pair) -> page_records.Loaders:
+    """What the recordings that compare precisions load beside pair."""
+    return page_records.Loaders(target_loader(pair), draft_loader(pair), target_model_loader(pair))
+
+
+def record_pages(pair, out_dir: Path | str | None = None, pages=None, progress: Callable[[str], None] = print,
+                 cost=None, loaders: page_records.Loaders | None = None) -> list[Path]:
+    """Run each learning page's default experiment on a loaded Pair and write <out_dir>/<page>.json (default
+    specviz/recorded/pages/; pages: names in page_records.RECORDERS, default all). cost: the recorded set's
+    profile, quoted by the pages that time c and passes; loaders: what the pages that compare precisions load
+    beside the pair (default loaders_of(pair); page_records.Loaders() records none of those comparisons).
+
+    Regenerate the shipped files with `python -m specviz record` (record_all).
     """
     tok = pair.tokenizer
     decode = lambda t: tok.decode([int(t)])  # noqa: E731
-    load_pair, load_draft = load_pair or target_loader(pair), load_draft or draft_loader(pair)
+    loaders = loaders_of(pair) if loaders is None else loaders
     written = []
     for page in pages or list(page_records.RECORDERS):
-        rec = page_records.record_page(pair, page, decode, cost=cost, load_pair=load_pair, load_draft=load_draft)
+        rec = page_records.record_page(pair, page, decode, cost=cost, loaders=loaders)
         rec = pagefile.PageRecording(**{**rec.__dict__, "results": round_floats(rec.results)})
         path = pagefile.save(rec, out_dir)
         progress(f"{path}: {page}, {', '.join(rec.results)}, {path.stat().st_size // 1024} KiB")
