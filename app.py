@@ -56,6 +56,8 @@ if nav.main_page():
     if ms.live and ms.pair_name:  # one run of each offline pair, side by side
         pairs_ui.offline_pairs_section(ms.pair_name, ms.dtype, ms.draft_precision, ms.prompt_text, ms.chat,
                                        ms.decode)
+    elif not ms.live:  # the comparison loads every pair: said in one line, not left out unsaid
+        st.caption(explain.not_recorded("comparing the offline pairs loads each of them."))
     steps: int | None = 0
     with load_box:
         try:

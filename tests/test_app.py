@@ -470,6 +470,9 @@ def test_recorded_runs_replay_without_loading_a_model(monkeypatch):
     at.radio(key="main.source").set_value("Recorded runs (no model needed)").run()
     # the page names the button it shows: "Run" read wrong beside a button labelled "Play recording"
     assert at.button(key="main.run_btn").label == "Play recording" and "Press **Play recording**" in at.info[0].value
+    # the offline pairs' comparison loads every pair: recorded mode says so in one line, not silently gone
+    assert any("Recorded mode does not cover this section" in c.value and "offline pairs" in c.value
+               for c in at.caption), [c.value for c in at.caption]
     at.selectbox(key="main.recording").set_value(recs[0].name)
     at.select_slider(key="main.speed").set_value("instant")
     at.button(key="main.run_btn").click().run()
