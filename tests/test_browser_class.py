@@ -1,0 +1,70 @@
+"""A class on any laptop or projector, in a real browser (`streamlit run app.py`, headless Chromium), on the tiny
+random pairs (tests/models_tiny.yaml): what a newcomer and a presenter see at 1024×768. Needs Debian's chromium
+and Playwright for Python; skipped with the reason otherwise. Run with: pytest -m browser tests/test_browser_class.py
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from specviz.tools.loadtest import serve
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
+        "--disable-component-update", "--disable-sync"]
+WAIT_MS = 120_000
+LAPTOP = {"width": 1024, "height": 768}
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def app():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+    with serve(str(Path(__file__).parent / "models_tiny.yaml")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def settled(page) -> None:
+    """Wait until the app's script run has finished (a rerun keeps the old elements until it replaces them)."""
+    page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
+
+
+def open_page(browser, url: str, path: str = "", presenter: bool = False):
+    """A new page at 1024×768 on the app's page `path`, settled; in presenter mode when asked (from the address,
+    as a reload keeps it)."""
+    page = browser.new_page(viewport=LAPTOP)
+    page.set_default_timeout(WAIT_MS)
+    page.goto(f"{url}/{path}" + ("?presenter=on" if presenter else ""))
+    page.locator('[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"]').first.wait_for()
+    page.get_by_role("heading", level=1).first.wait_for()
+    settled(page)
+    return page
+
+
+def test_the_uploader_shows_one_limit_the_apps(app, browser):
+    """The main page's uploader states one size limit, the app's (its label's "at most 2 MB"), not Streamlit's
+    server.maxUploadSize ("4MB per file"), which stays above it so that the app says why it refuses a file."""
+    from specviz.core import limits
+
+    page = open_page(browser, app)
+    box = page.get_by_test_id("stFileUploader")
+    box.scroll_into_view_if_needed()
+    shown = box.inner_text()  # what is drawn: a hidden element has no inner text
+    assert set(re.findall(r"(\d+)\s*MB", shown)) == {str(limits.max_run_file_bytes() // 2**20)}, shown
+    page.close()
