@@ -93,3 +93,31 @@ def test_no_page_name_is_cut_in_the_sidebar(app, browser, presenter):
     assert len(names) == 11, names
     assert page.evaluate(CUT_NAV) == [], names
     page.close()
+
+
+def lesson_keys() -> list[str]:
+    from specviz.teaching import lessons
+
+    return [les.key for les in lessons.LESSONS]
+
+
+@pytest.mark.parametrize("source", ["recorded", "live"])
+def test_each_lessons_first_question_is_above_the_fold_in_presenter_mode(app, browser, source):
+    """At 1024×768 in presenter mode, each lesson's first question (its step's heading) is on screen as the page
+    opens, with no scrolling: from the recorded runs, and live (where a note that no model is loaded may show)."""
+    from specviz.teaching import lessons
+
+    page = browser.new_page(viewport=LAPTOP)
+    page.set_default_timeout(WAIT_MS)
+    low = {}
+    for les in lessons.LESSONS:
+        page.goto(f"{app}/Lessons?presenter=on&source={source}&lesson={les.key}")
+        question = page.get_by_role("heading", name=les.steps[0].text)
+        question.wait_for()
+        settled(page)
+        page.wait_for_timeout(300)
+        box = question.bounding_box()
+        if box["y"] + box["height"] > LAPTOP["height"] or page.evaluate("() => window.scrollY") != 0:
+            low[les.key] = box
+    assert low == {}, low
+    page.close()
