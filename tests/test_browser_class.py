@@ -121,3 +121,62 @@ def test_each_lessons_first_question_is_above_the_fold_in_presenter_mode(app, br
             low[les.key] = box
     assert low == {}, low
     page.close()
+
+
+# what presenter mode's keys do on each page (the tiny pair loaded): "text", the page's own action runs or steps
+# (its text changes); "scroll", the page scrolls down (nothing to run); "page", the next page of the list opens
+KEYS = [("", "text", "text"), ("What_this_app_demonstrates", "scroll", "page"), ("Slow_motion_round", "text", "text"),
+        ("Acceptance_lab", "text", "page"), ("Speedup", "text", "page"), ("Why_it_is_fast", "text", "page"),
+        ("Exactness", "text", "page"), ("Theory", "scroll", "page"), ("Glossary", "scroll", "page"),
+        ("Lessons", "text", "text"), ("Token_tree", "text", "text")]
+LOOK = """() => { const m = document.querySelector('[data-testid="stMain"]');
+    return {path: location.pathname.replace(/\\/$/, ''), text: m.innerText,
+            top: Math.max(m.scrollTop, document.scrollingElement.scrollTop)}; }"""
+
+
+def press_and_see(page, key: str, what: str, before: dict, seconds: float = 30.0) -> dict:
+    """Press key (the page focused, not a box) and wait until the page shows `what` happened; the last look."""
+    import time
+
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")  # keys go to the page
+    page.keyboard.press(key)
+    end = time.monotonic() + seconds
+    while True:
+        page.wait_for_timeout(300)
+        now = page.evaluate(LOOK)
+        if what == "scroll" and now["top"] > before["top"] and now["path"] == before["path"]:
+            return now
+        if what == "page" and now["path"] != before["path"]:
+            return now
+        if what == "text" and now["text"] != before["text"] and now["path"] == before["path"]:
+            return now
+        assert time.monotonic() < end, f"{key!r} on /{before['path']}: no {what} change; now {now['path']}"
+
+
+def test_presenter_keys_do_something_on_every_page(app, browser):
+    """Presenter mode at 1024×768, on the main page and each of the 10 pages: space does the page's action (or
+    scrolls a page with none), then → steps (or opens the next page of the sidebar's list)."""
+    from streamlit.source_util import page_icon_and_name, page_sort_key
+
+    order = [path for path, *_ in KEYS]
+    files = sorted((Path(__file__).parents[1] / "pages").glob("*.py"), key=page_sort_key)
+    assert order == ["", *(page_icon_and_name(f)[1] for f in files)]  # the main page, then every page, in order
+    page = browser.new_page(viewport=LAPTOP)
+    page.set_default_timeout(WAIT_MS)
+    for i, (path, space, right) in enumerate(KEYS):
+        page.goto(f"{app}/{path}?presenter=on")
+        page.get_by_text("space plays or pauses").first.wait_for()
+        settled(page)
+        page.wait_for_timeout(1500)  # the key script is in place
+        before = page.evaluate(LOOK)
+        assert before["path"].endswith(path), before["path"]
+        page.wait_for_timeout(1000)
+        assert page.evaluate(LOOK) == before, f"/{path} changes by itself"  # so a change below is the key's
+        press_and_see(page, " ", space, before)
+        settled(page)
+        page.wait_for_timeout(500)
+        after = press_and_see(page, "ArrowRight", right, page.evaluate(LOOK))
+        if right == "page":  # the next one in the list
+            assert after["path"].endswith("/" + order[(i + 1) % len(order)]), (path, after["path"])
+        assert page.locator('[data-testid="stException"]').count() == 0, path
+    page.close()
