@@ -180,3 +180,43 @@ def test_presenter_keys_do_something_on_every_page(app, browser):
             assert after["path"].endswith("/" + order[(i + 1) % len(order)]), (path, after["path"])
         assert page.locator('[data-testid="stException"]').count() == 0, path
     page.close()
+
+
+@pytest.fixture(scope="module")
+def app_no_fit(app):
+    """The app on a laptop where the default pair fits nowhere: a memory budget of 10 KiB (SPECVIZ_MEMORY_GB)."""
+    with serve(str(Path(__file__).parent / "models_tiny.yaml"), env={"SPECVIZ_MEMORY_GB": "0.00001"}) as url:
+        yield url
+
+
+# the input widgets drawn on the page (sidebar and main, scrolled to or not; none inside a collapsed expander)
+WIDGETS = ("stButton", "stDownloadButton", "stTextArea", "stTextInput", "stNumberInput", "stSelectbox",
+           "stMultiSelect", "stRadio", "stCheckbox", "stSlider", "stSelectSlider", "stFileUploader",
+           "stButtonGroup", "stDateInput", "stColorPicker")
+SHOWN_WIDGETS = """(ids) => [...document.querySelectorAll('[data-testid]')].filter(e => ids.includes(e.dataset.testid)
+    && e.getBoundingClientRect().width > 0 && e.getBoundingClientRect().height > 0
+    && !e.closest('details:not([open])'))  /* a collapsed expander keeps its content's boxes */
+    .map(e => e.dataset.testid + ': ' + e.innerText.trim().split('\\n')[0])"""
+FIRST_SCREEN_WIDGETS = 12  # presenter mode, source, prompt preset, k per round (and its slider), temperature,
+# Run/Resume/Step/Replay, the run-file uploader, and the way in to the recorded runs where the pair cannot run
+
+
+def test_a_laptop_without_room_for_the_pair_sees_the_way_in_first(app_no_fit, browser):
+    """At 1024×768, where the default pair fits nowhere: the line saying so and the button to the recorded runs
+    are on the first screen, with no scrolling, and the page shows a few controls (the rest under More
+    settings). One click on it plays nothing yet but switches the source to the recorded runs."""
+    page = open_page(browser, app_no_fit)
+    line = page.get_by_test_id("stMain").get_by_text("no configuration of this pair fits").first  # the sidebar's
+    # own note of it is in the collapsed More settings
+    button = page.get_by_role("button", name="Watch the recorded runs (no model needed)")
+    for el in (line, button):
+        el.wait_for()
+        box = el.bounding_box()
+        assert box["y"] + box["height"] <= LAPTOP["height"], box
+    assert page.evaluate("() => window.scrollY") == 0
+    shown = page.evaluate(SHOWN_WIDGETS, list(WIDGETS))
+    assert len(shown) <= FIRST_SCREEN_WIDGETS, shown
+    button.click()
+    page.get_by_role("button", name="Play recording", exact=True).wait_for()
+    assert page.get_by_label("Recorded runs (no model needed)").is_checked()
+    page.close()
