@@ -22,8 +22,12 @@ words_box = st.container()  # "Words on this page": filled at the end, from what
 LIVE, RECORDED = "Live, on the loaded pair", "Recorded runs and theory (no model needed)"
 SOURCES = {"live": LIVE, "recorded": RECORDED}  # shared with the main page's source (state.remembered)
 
-st.markdown("Pick a lesson. Each step asks a question: **predict** the answer first, then run the experiment "
-            "and compare. The explanation is written from what was measured.")
+GUIDE = ("Pick a lesson. Each step asks a question: **predict** the answer first, then run the experiment and compare. "
+         "The explanation is written from what was measured.")
+presenting = ui.presenter()  # a projected 1024×768 screen: the question comes first (under the lesson's name),
+# and the guide, the lesson's intro, its progress and any note go below it
+if not presenting:
+    st.markdown(GUIDE)
 
 # --- which lesson, and where its experiments run ------------------------------------------------
 titles = {les.key: les.title for les in lessons.LESSONS}
@@ -37,11 +41,11 @@ source = st.sidebar.radio("Run the experiments", [LIVE, RECORDED], key="lessons.
 state.keep_widget("source", source, SOURCES, "live")
 seed = int(st.sidebar.number_input("seed", 0, 2**31 - 1, 0, 1, key="lessons.seed",
                                    help="Live sampling runs use it: the same seed gives the same run."))
-pair = None
+pair, no_model = None, None
 if source == LIVE:
     pair = lab_ui.pair_for_page("lessons")
     if pair is None:
-        st.info("No model is loaded, so the steps run from the recorded runs and theory.", icon=":material/info:")
+        no_model = "No model is loaded, so the steps run from the recorded runs and theory."
 where = (f"live:{pair.name}:{lab_ui.dtype_name(pair)}:{pair.draft_precision}:{seed}" if pair is not None
          else "recorded")
 
@@ -66,6 +70,14 @@ def target_loader(pair):
     return lambda tp: ui.load_pair_cached(pair.name, "float32", pair.draft_precision, tp)
 
 
+def intro() -> None:
+    """The note that no model is loaded (if so), the lesson's intro and the step's progress."""
+    if no_model:
+        st.info(no_model, icon=":material/info:")
+    st.markdown(f"*{les.intro}*")
+    st.progress((i + 1) / n, text=f"step {i + 1} of {n}")
+
+
 def go_to(lesson_key: str, to: int) -> None:
     progress[lesson_key]["step"] = max(0, min(n - 1, to))
 
@@ -80,9 +92,11 @@ def redo() -> None:
 
 said = [*titles.values(), les.intro, step.text, step.prediction.label, *(step.prediction.choices or ()),
         step.link.label]  # the lesson's own text on the page; the measured answer's is added below
-st.markdown(f"*{les.intro}*")
-st.progress((i + 1) / n, text=f"step {i + 1} of {n}")
+if not presenting:
+    intro()
 st.subheader(step.text)
+if presenting:
+    intro()
 
 # --- the prediction ------------------------------------------------------------------------------
 pr = step.prediction
@@ -159,5 +173,7 @@ if i < n - 1:
 elif done is not None:
     row.success(f"Lesson complete: {len(mine['done'])} of {n} steps measured.")
 row.button("Start the lesson again", key="lessons.restart", on_click=restart)
+if presenting:
+    st.markdown(GUIDE)
 ui.words_on_page(glossary.PAGE_WORDS["8_Lessons"] + tuple(t.name for t in glossary.found_in("\n".join(said))),
                  where=words_box)

@@ -138,7 +138,8 @@ def test_a_hostile_token_or_step_in_the_address_is_refused_cleanly(query):
 
 def test_the_main_page_is_named_for_what_it_does_and_every_page_keeps_its_address():
     """The navigation that app.py sends: the main page titled for what it does (Streamlit would say "app"), at
-    the root address, then every pages/*.py under the title and address Streamlit gives a pages/ folder."""
+    the root address, then every pages/*.py at the address Streamlit gives a pages/ folder, under its title there
+    or its short one (nav.SHORT_TITLES, a sidebar's width)."""
     from streamlit.source_util import page_icon_and_name
 
     from pages.common import nav
@@ -152,5 +153,5 @@ def test_the_main_page_is_named_for_what_it_does_and_every_page_keeps_its_addres
     assert [Path(p["script_path"]).name for p in listed[1:]] == [f.name for f in files]
     for p, f in zip(listed[1:], files):
         name = page_icon_and_name(f)[1]
-        assert (p["url_pathname"], p["page_name"]) == (name, name.replace("_", " "))
+        assert (p["url_pathname"], p["page_name"]) == (name, nav.SHORT_TITLES.get(f.name, name.replace("_", " ")))
     assert ok(at.switch_page("pages/5_Exactness.py").run()).title[0].value.startswith("Exactness")

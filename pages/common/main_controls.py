@@ -21,6 +21,12 @@ from specviz.core.settings import DecodeSettings
 
 S = st.session_state
 RUN, PLAY = "Run", "Play recording"  # the main button's label: live models, or a recorded run
+# the uploader's own line ("4MB per file • JSON") states server.maxUploadSize, which stays above the app's limit
+# so that a file a little over it reaches the app and gets its reason; hidden, so the only limit shown is the
+# label's "at most 2 MB" (and the label says JSON too)
+UPLOAD_CSS = """<style>
+.st-key-main-upload [data-testid="stFileUploaderDropzoneInstructions"] { display: none !important; }
+</style>"""
 
 
 # --- callbacks: they run before the script, so the page draws the new state ------------------
@@ -252,6 +258,7 @@ def save_load(job: playback.Playback | None) -> None:
             st.caption("The download appears when a run has finished.")
     with c2:
         mb = limits.max_run_file_bytes() // 2**20
+        st.html(UPLOAD_CSS)  # the label states the app's limit; the widget's own line would state the browser's
         st.file_uploader(f"Load a run (JSON, at most {mb} MB) and replay it", type=["json"], key="main.upload",
                          on_change=_on_upload, help="A file saved with the download button (or a shipped "
                                                     "recording); it replays exactly, with no model loaded.")

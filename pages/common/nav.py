@@ -21,17 +21,21 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from streamlit.runtime.scriptrunner_utils.script_run_context import ThreadState
 from streamlit.source_util import page_sort_key
 
-MAIN_TITLE = "Run: draft and verify"
+# the sidebar's names, short enough to stay whole in its default width in presenter mode's larger type at
+# 1024×768 (tests/test_browser_class.py): the main page's, and those of the pages whose file name is too long
+MAIN_TITLE = "Draft and verify"
+SHORT_TITLES = {"0_What_this_app_demonstrates.py": "The claims"}  # the page's own heading keeps its full title
 ROOT = Path(__file__).resolve().parents[2]
 _inside = threading.local()  # this script run's thread is inside the entry's call: app.py now runs as the page
 
 
 def pages() -> list:
-    """The navigation: the main page (app.py, at the app's root address), then pages/N_Title.py in order."""
+    """The navigation: the main page (app.py, at the app's root address), then pages/N_Title.py in order, each
+    named for its file (Streamlit's own naming) or by SHORT_TITLES; every page keeps its file's address."""
     # url_path "app" is the name Streamlit gives app.py's page anyway: its id stays the same either way
     main = st.Page(ROOT / "app.py", title=MAIN_TITLE, url_path="app", default=True)
     found = sorted((ROOT / "pages").glob("*.py"), key=page_sort_key)  # as Streamlit lists a pages/ folder
-    return [main, *(st.Page(p) for p in found)]
+    return [main, *(st.Page(p, title=SHORT_TITLES.get(p.name)) for p in found)]
 
 
 def own_list() -> None:

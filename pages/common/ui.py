@@ -88,18 +88,44 @@ PAGE_CSS = """<style>
 </style>"""
 
 
-# presenter mode's keys, on the page around the component's frame: space plays or pauses (or runs),
-# → steps one round (or goes to the next lesson step); on the pages that step by hand (Slow motion round, Token
-# tree) both take the next round, or the first when there is none yet; never while typing in a box
+# presenter mode's keys, on the page around the component's frame, so that neither is ever dead (README):
+# space plays or pauses (or runs): Pause or Resume, else the page's run button, else its first primary button
+# (Measure, Compare, Start the race...), else (a page with nothing to run, or its runs greyed out) it scrolls
+# the page down by most of a screen; → steps one round (or goes to the next lesson step), and on a page with no
+# step button at all (greyed out counts as one: a lesson step not yet measured) it opens the next page of the
+# sidebar's list. On the pages that step by hand (Slow motion round, Token tree) both take the next round, or
+# the first when there is none yet. Never while typing in a box.
 PRESENTER_KEYS = """<script>
 const doc = window.parent.document;
 {
+  const RUNS = ['Run', 'Play recording', 'Run the experiment'];
+  const STEPS = ['Step', 'Next step →', 'Next round'];
+  const buttons = (labels) => [...doc.querySelectorAll('button')].filter((b) =>
+    labels.some((l) => b.innerText.trim().endsWith(l)));
   const click = (labels) => {
-    for (const b of doc.querySelectorAll('button')) {
-      const text = b.innerText.trim();
-      if (!b.disabled && labels.some((l) => text.endsWith(l))) { b.click(); return true; }
-    }
-    return false;
+    const b = buttons(labels).find((b) => !b.disabled);
+    if (b) b.click();
+    return Boolean(b);
+  };
+  const primary = () => {  // the first primary button of the page (not the sidebar's), not a step button
+    const b = [...doc.querySelectorAll('[data-testid="stMain"] button[data-testid="stBaseButton-primary"]')]
+      .find((b) => !b.disabled && !STEPS.some((l) => b.innerText.trim().endsWith(l)));
+    if (b) b.click();
+    return Boolean(b);
+  };
+  const scroll = () => {  // the next screenful of the page
+    const m = [doc.querySelector('[data-testid="stMain"]'), doc.scrollingElement]
+      .find((e) => e && e.scrollHeight > e.clientHeight + 1);
+    if (m) m.scrollBy({top: Math.round(m.clientHeight * 0.8), behavior: 'smooth'});
+    return Boolean(m);
+  };
+  const nextPage = () => {  // the page after this one in the sidebar's list (after the last: the first)
+    const links = [...doc.querySelectorAll('[data-testid="stSidebarNav"] a')];
+    const here = links.findIndex((a) => new URL(a.href).pathname.replace(/\\/$/, '')
+      === window.parent.location.pathname.replace(/\\/$/, ''));
+    if (here < 0 || links.length < 2) return false;
+    links[(here + 1) % links.length].click();
+    return true;
   };
   // one listener at a time, this frame's: a listener made by the frame of a page no longer shown never runs
   // again, so each page's frame replaces the last one's
@@ -110,9 +136,10 @@ const doc = window.parent.document;
     if (tag === 'input' || tag === 'textarea' || tag === 'select' || (t && t.isContentEditable)) return;
     let done = false;
     if (e.key === ' ' && e.repeat) done = true;  // a held key repeats: act on the first press only
-    else if (e.key === ' ') done = click(['Pause', 'Resume']) || click(['Run', 'Play recording', 'Run the experiment'])
-      || click(['Next round']) || click(['First round']);
-    else if (e.key === 'ArrowRight') done = click(['Step', 'Next step →', 'Next round']) || click(['First round']);
+    else if (e.key === ' ') done = click(['Pause', 'Resume']) || click(RUNS) || click(['Next round'])
+      || click(['First round']) || primary() || scroll();
+    else if (e.key === 'ArrowRight') done = click(STEPS) || click(['First round'])
+      || (buttons(STEPS).length === 0 && nextPage());
     if (done) e.preventDefault();
   };
   doc.addEventListener('keydown', doc.specvizKeys);
@@ -137,7 +164,8 @@ def _presenter_toggle() -> None:
         import streamlit.components.v1 as components
 
         components.html(PRESENTER_KEYS, height=0)
-        st.sidebar.caption("Keys: space plays or pauses, → steps one round (or to the next lesson step).")
+        st.sidebar.caption("Keys: space plays or pauses (or runs; with nothing to run, scrolls down), → steps one "
+                           "round (or to the next lesson step; with no step, opens the next page).")
 
 
 def page_setup(title: str, icon: str = "⚡", layout: str = "wide", shows: tuple[int, ...] = (),
