@@ -111,7 +111,9 @@ def test_time_breakdown_quotes_measures_c(models):
     text = explain.time_breakdown(run, base, "int8")
     steps = [measure.draft_step_s(r) for r in run.steady_rounds]
     c = measure.c_ratio(steps, base["base_step_s"])
-    assert f"(c = {c:.2f} of a target pass, int8 draft)" in text
+    assert f"(this run's c = {c:.2f} of a target pass, int8 draft)" in text
+    beside = explain.time_breakdown(run, base, "int8", profile_c=0.125)  # the profile's c, said beside the run's
+    assert f"int8 draft; the profile's c, from single steps timed apart: 0.12)" in beside
     assert f"{1000 * measure.median(r.verify_s for r in run.steady_rounds):.0f} ms (median)" in text
     assert explain.time_breakdown(run, {**base, "base_target_passes": 0}) is None
     one = speculative_decode(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=1),

@@ -388,11 +388,12 @@ def _speed_figures(job: playback.Playback) -> None:
                      + explain.BASELINE_MATTERS)
     c[3].metric("target forward passes", f"{base['spec_target_passes']} vs {base['base_target_passes']}",
                 help="Speculative (one per round) vs. the target alone (one per token).")
-    why = explain.time_breakdown(job.run, base, job.meta.get("draft_precision"), waits=False) \
-        if job.run is not None else None
+    profile = _profile(job)
+    why = explain.time_breakdown(job.run, base, job.meta.get("draft_precision"), waits=False,
+                                 profile_c=None if profile is None else profile.c) if job.run is not None else None
     if why:
         st.caption(why)
-    if job.run is not None and (note := explain.profile_note(job.run, base, _profile(job), load)):
+    if job.run is not None and (note := explain.profile_note(job.run, base, profile, load)):
         st.caption(note)
     _bookkeeping(job, base, None if load is None or load.serious else load)
     if job.run is not None and (tip := explain.gpu_advice(job.run.device, base.get("speedup"),

@@ -714,10 +714,12 @@ def target_alone(baseline: Mapping, dtype: str | None = None) -> str:
     return f"the {name} target alone" if name else "the target alone"
 
 
-def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None, waits: bool = True) -> str | None:
+def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None, waits: bool = True,
+                   profile_c: float | None = None) -> str | None:
     """Where the time went after the first round (whose passes also read the prompt), against the target
-    alone (runfile.baseline_summary): verify pass, one-token pass, draft step and c (measure's). None when
-    there is nothing to break down. waits: end with the waits left out (run_stalled_note); the main page
+    alone (runfile.baseline_summary): verify pass, one-token pass, draft step and this run's c (measure's), beside
+    the profile's c (profile_c: single steps timed apart, what the lessons and the Speedup page quote) where
+    given. None when there is nothing to break down. waits: end with the waits left out (run_stalled_note); the main page
     draws those apart, with the rest of its bookkeeping."""
     steady = run.steady_rounds
     passes = baseline.get("base_target_passes")
@@ -732,8 +734,9 @@ def time_breakdown(run: Run, baseline: Mapping, precision: str | None = None, wa
     if steps and b_ms > 0:
         d_ms = 1000 * measure.median(steps)
         c = measure.c_ratio(steps, b_ms / 1000)
+        beside = "" if profile_c is None else f"; the profile's c, from single steps timed apart: {profile_c:.2f}"
         out += (f"; each round also ran up to k draft passes of {d_ms:.0f} ms "
-                f"(this run's c = {c:.2f} of a target pass{f', {precision} draft' if precision else ''})")
+                f"(this run's c = {c:.2f} of a target pass{f', {precision} draft' if precision else ''}{beside})")
     out += ". Tokens per pass is not speedup: see the Speedup page for the cost model."
     waited = run_stalled_note(run, baseline) if waits else None
     return out + (f" {waited}" if waited else "")
