@@ -46,9 +46,10 @@ def pytest_configure(config):
     from pathlib import Path
 
     from specviz.device import devqueue
-    from specviz.teaching import costs
 
     devqueue.start()
+    from specviz.teaching import costs  # after start: it imports the model code
+
     profiles = Path(tempfile.mkdtemp(prefix="specviz-profiles-"))  # the machine's profiles the tests keep: not
     costs.profile_root = lambda: profiles  # in the user's cache
 

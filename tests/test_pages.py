@@ -831,7 +831,7 @@ def test_speedup_shares_section_1s_c_and_times_it_again_when_1b_contradicts_it(m
     cost, note = at.session_state["speed.cost"]
     press(at, "speed.run_cost")
     assert at.session_state["speed.cost"][0].at == cost.at  # the same timing, not a second one
-    assert any("shared" in c.value for c in at.caption)
+    assert any("This machine's profile" in c.value for c in at.caption)  # given back, and said to be
     far = dataclasses.replace(cost, c=50 * cost.c, draft_s=[50 * s for s in cost.draft_s], at=cost.at - 1)
     at.session_state["speed.cost"] = (far, note)  # as if section 1 had been slowed
     at.run()
