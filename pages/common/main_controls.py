@@ -158,7 +158,8 @@ def _while_loading(ms: MainSettings) -> playback.Playback | None:
 
 def follow_live(ms: MainSettings) -> None:
     """While a Run replays its recording (_while_loading): one line that the live run follows, and about when,
-    redrawn every second; once the pair is loaded, the live run starts (a Run request) and takes over."""
+    redrawn every second; once the load has ended, the live run starts (a Run request) and takes over, or, where
+    the load failed, the Run loads again and shows why."""
     if not S.get(LIVE_FOLLOWS):
         return
     if not ms.live:  # the learner went to the recorded runs: no live run follows
@@ -167,12 +168,12 @@ def follow_live(ms: MainSettings) -> None:
 
     @st.fragment(run_every=1.0)
     def line() -> None:
-        if ui.pair_ready(ms.pair_name, ms.dtype, ms.draft_precision, ms.target_precision):
+        progress = ui.loading(ms.pair_name, ms.dtype, ms.draft_precision, ms.target_precision)
+        if progress is None:  # loaded, or the load ended without a pair: the Run loads (again) and says why
             S.pop(LIVE_FOLLOWS, None)
             S["main.request"] = "run"
             st.rerun()
-        st.info(explain.live_follows(ui.loading(ms.pair_name, ms.dtype, ms.draft_precision, ms.target_precision)),
-                icon=":material/hourglass_top:")
+        st.info(explain.live_follows(progress), icon=":material/hourglass_top:")
 
     line()
 

@@ -850,13 +850,11 @@ def c_disagreement(c_steps: float, c_runs: float, where_runs: str = "the runs") 
             "when the machine is quieter.")
 
 
-def live_follows(progress: tuple[str, float, float] | None) -> str:
+def live_follows(progress: tuple[str, float, float]) -> str:
     """The line under a Run that replays its recording while its pair loads: the live run follows, and about
-    when. progress: the load's (stage, fraction of that stage done, seconds so far), None when none is under way."""
+    when. progress: the load's (stage, fraction of that stage done, seconds so far)."""
     head = ("This is the recording of these settings, made with this pair on a real machine; the live run "
             "starts here on its own as soon as the models are loaded")
-    if progress is None:
-        return head + "."
     stage, frac, elapsed = progress
     return (f"{head}: {stage} ({frac:.0%}), {elapsed:.0f} s so far. Loading from the cache takes under a minute; "
             "the first start prepares the models once, about two minutes on a 2-core CPU.")
