@@ -68,7 +68,6 @@ if nav.main_page():
     controls.offer_recording(job)  # what the waiting notice offers to watch while this run waits for the device
     with ctrl:
         controls.buttons(ms, job)
-        controls.follow_live(ms)  # a Run replaying its recording while the models load: the live run follows
 
     # --- the animation: one round at a time, then the page drawn once more -------------------------
     ph = view.Placeholders.create()

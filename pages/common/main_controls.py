@@ -114,7 +114,10 @@ def handle_request(ms: MainSettings, t_script: float) -> int | None:
     req = S.pop("main.request", None)
     if req == "run" or (req == "step" and job is None):
         if ms.live:
-            job = (_while_loading(ms) if req == "run" else None) or start_live(ms, t_script)
+            shown = _while_loading(ms) if req == "run" else None
+            job = start_live(ms, t_script)  # waits on the load, the recording on screen meanwhile
+            if shown is not None:
+                shown.empty()  # the live run draws below
         elif ms.recording is not None:
             job = _start_recording(ms.recording)
         set_job(job)
@@ -134,48 +137,31 @@ def handle_request(ms: MainSettings, t_script: float) -> int | None:
     return 0
 
 
-LIVE_FOLLOWS = "main.live_follows"  # session key: a Run is replaying its recording while its pair loads
-
-
-def _while_loading(ms: MainSettings) -> playback.Playback | None:
-    """A Run whose pair is not loaded yet: its load starts in the background, and the shipped recording of the
-    same prompt and settings made with this pair plays at once; the live run follows when the pair is ready
-    (follow_live). None where the pair is loaded, there is no such recording, or the choice is refused (the
-    live start then says why)."""
+def _while_loading(ms: MainSettings):
+    """The shipped recording of a Run's prompt and settings made with its pair, drawn at once while the pair
+    loads (start_live then waits on the load as before): its text, coloured, and its recorded speedup, under one
+    line that the live run follows. The element to clear once the live run draws, or None where the pair is
+    loaded or no recording matches."""
     if ms.lookup or not ms.pair_name or ui.pair_ready(ms.pair_name, ms.dtype, ms.draft_precision,
                                                      ms.target_precision):
         return None
     rec = runfile.matching_recording(runfile.list_recorded(), ms.prompt_text, ms.chat, ms.decode, ms.pair_name)
     if rec is None or rec.pair != ms.pair_name:
         return None
-    if not ui.start_loading(ms.pair_name, ms.dtype, ms.draft_precision, ms.target_precision):
-        return None
-    job = _start_recording(rec)
-    job.meta["live_follows"] = True
-    S[LIVE_FOLLOWS] = True
-    return job
+    box = st.empty()
+    with box.container():
+        st.info(explain.live_follows(render.md_text(rec.title or rec.name)), icon=":material/hourglass_top:")
+        html = render.tokens_html(rec.prompt_text, rec.run.rounds, runfile.table_decoder(rec.tokens),
+                                  reply=bool(rec.chat))
+        st.markdown(f'<div class="{WHILE_LOADING}">{html}</div>', unsafe_allow_html=True)
+        if rec.baseline:
+            st.caption(explain.recorded_speedup(rec.baseline, rec.run.dtype, rec.recorded_at))
+    S[SHOWN_WHILE_LOADING] = rec.name
+    return box
 
 
-def follow_live(ms: MainSettings) -> None:
-    """While a Run replays its recording (_while_loading): one line that the live run follows, and about when,
-    redrawn every second; once the load has ended, the live run starts (a Run request) and takes over, or, where
-    the load failed, the Run loads again and shows why."""
-    if not S.get(LIVE_FOLLOWS):
-        return
-    if not ms.live:  # the learner went to the recorded runs: no live run follows
-        S.pop(LIVE_FOLLOWS, None)
-        return
-
-    @st.fragment(run_every=1.0)
-    def line() -> None:
-        progress = ui.loading(ms.pair_name, ms.dtype, ms.draft_precision, ms.target_precision)
-        if progress is None:  # loaded, or the load ended without a pair: the Run loads (again) and says why
-            S.pop(LIVE_FOLLOWS, None)
-            S["main.request"] = "run"
-            st.rerun()
-        st.info(explain.live_follows(progress), icon=":material/hourglass_top:")
-
-    line()
+SHOWN_WHILE_LOADING = "main.shown_while_loading"  # session key: the recording last drawn while a Run's pair loaded
+WHILE_LOADING = "sv-while-loading"  # the class around that recording's text: not the live run's (tools.laptop)
 
 
 def offer_recording(job: playback.Playback | None) -> None:

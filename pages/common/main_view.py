@@ -78,10 +78,8 @@ class Placeholders:
 
     def tokens(self, job: playback.Playback, pending=None) -> None:
         rounds = job.rounds if pending is None else job.rounds[:-1]
-        html = render.tokens_html(job.prompt_text, rounds, decoder(job), pending=pending, reply=job.reply)
-        if job.meta.get("live_follows"):  # the recording a Run plays while its models load: marked as not live
-            html = f'<div class="{WHILE_LOADING}">{html}</div>'
-        self.text.markdown(html, unsafe_allow_html=True)
+        self.text.markdown(render.tokens_html(job.prompt_text, rounds, decoder(job), pending=pending,
+                                              reply=job.reply), unsafe_allow_html=True)
 
     def numbers(self, run) -> None:
         with self.metrics.container():
@@ -346,9 +344,6 @@ def speed(job: playback.Playback) -> None:
         _speed_figures(job)
 
 
-WHILE_LOADING = "sv-while-loading"  # the class around the text of a recording played while a Run's models load
-
-
 def _profile(job: playback.Playback):
     """The profile a run's c is held against: this machine's kept one for a live run's pair (never timed here),
     the recorded set's for a shipped recording of its pair; else None."""
@@ -381,8 +376,7 @@ def _speed_figures(job: playback.Playback) -> None:
     c = ui.metric_cells(4)
     c[0].metric("speculative tokens/s", fmt(base["spec_tokens_per_s"], ".1f"))
     c[1].metric("target alone tokens/s", fmt(base["base_tokens_per_s"], ".1f"))
-    measured = "recorded" if job.meta.get("live_follows") else "measured"  # the live run's figure follows
-    c[2].metric(f"{measured} speedup over {against}", f"{fmt(base['speedup'])}×",
+    c[2].metric(f"measured speedup over {against}", f"{fmt(base['speedup'])}×",
                 help="(time per token of the target alone) ÷ (time per token of speculative decoding). "
                      "Tokens per pass is not speedup: each round also pays for k draft passes. "
                      + explain.BASELINE_MATTERS)

@@ -781,47 +781,6 @@ def _base(name: str, dtype: str, draft_precision: str | None, target_precision: 
     return spec, precision, tp, loaded_as, _key(name, dtype, loaded_as, tp)
 
 
-def start_loading(name: str, dtype: str, draft_precision: str | None = None,
-                  target_precision: str | None = None) -> bool:
-    """Start loading the pair lease_pair gives for this choice, in the store's loader thread, and return at once:
-    True when it is loading or loaded, False when the choice is refused (lease_pair then says why)."""
-    from specviz.device import devqueue
-    from specviz.decoding import models
-
-    try:
-        spec, precision, tp, loaded_as, key = _base(name, dtype, draft_precision, target_precision)
-        store = _models()
-        with devqueue.QUEUE.paused():
-            store.check(models.config_parts(spec, dtype, precision, models.default_device(), tp),
-                        explain.config_words(name, dtype, precision, tp), models.loading_bytes(spec, dtype, precision, tp))
-            slot, lease = store.lease(key, models.pair_parts(spec, dtype, loaded_as, models.default_device(),
-                                                             target_precision=tp), _Slot,
-                                      explain.config_words(name, dtype, loaded_as, tp),
-                                      models.loading_bytes(spec, dtype, loaded_as, tp))
-    except SpecvizError:
-        return False
-    try:
-        if slot.pair is None:
-            _start(name, dtype, slot, store, key, tp, loaded_as)
-    finally:
-        lease.release()
-    return True
-
-
-def loading(name: str, dtype: str, draft_precision: str | None = None,
-            target_precision: str | None = None) -> tuple[str, float, float] | None:
-    """Where the load of this choice's pair stands: (stage, fraction done, seconds since it began), or None when
-    it is loaded or no load is under way (a failed load says why at lease_pair)."""
-    try:
-        *_, key = _base(name, dtype, draft_precision, target_precision)
-    except SpecvizError:
-        return None
-    slot = _models().peek(key)
-    if slot is None or slot.pair is not None or slot.loader is None or not slot.loader.is_alive():
-        return None
-    return slot.stage, slot.frac, time.perf_counter() - slot.t0
-
-
 def pair_ready(name: str, dtype: str, draft_precision: str | None = None,
                target_precision: str | None = None) -> bool:
     """Whether this choice's pair is loaded (lease_pair then gives it at once, or after a copy of the draft)."""

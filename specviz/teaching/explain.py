@@ -850,14 +850,17 @@ def c_disagreement(c_steps: float, c_runs: float, where_runs: str = "the runs") 
             "when the machine is quieter.")
 
 
-def live_follows(progress: tuple[str, float, float]) -> str:
-    """The line under a Run that replays its recording while its pair loads: the live run follows, and about
-    when. progress: the load's (stage, fraction of that stage done, seconds so far)."""
-    head = ("This is the recording of these settings, made with this pair on a real machine; the live run "
-            "starts here on its own as soon as the models are loaded")
-    stage, frac, elapsed = progress
-    return (f"{head}: {stage} ({frac:.0%}), {elapsed:.0f} s so far. Loading from the cache takes under a minute; "
-            "the first start prepares the models once, about two minutes on a 2-core CPU.")
+def live_follows(title: str) -> str:
+    """The line over the recording a Run shows while its models load: the live run follows, and about when."""
+    return (f"While the models load, the recording of these settings made with this pair: {title}. The live run "
+            "follows here on its own: loading from the cache takes under a minute; the first start prepares the "
+            "models once, about two minutes on a 2-core CPU.")
+
+
+def recorded_speedup(baseline: Mapping, dtype: str | None, recorded_at: str) -> str:
+    """That recording's speedup, said as recorded (the live run measures its own)."""
+    return (f"Recorded speedup over {target_alone(baseline, dtype)}: {float(baseline['speedup']):.2f}×"
+            + (f" ({recorded_at})" if recorded_at else "") + ".")
 
 
 def shared_cost_note(age_s: float) -> str:

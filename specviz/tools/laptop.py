@@ -34,9 +34,9 @@ DEFAULT_MEMORY_GB = 5.0  # an 8 GB laptop, less what its system and browser hold
 TIMEOUT_S = 1800.0  # the whole check: a first start on an empty cache assembles and converts the pair
 POLL_S = 0.5  # how often /proc is read for memory
 SETTLE_S = 10.0  # after the speedup is shown, how long the identity verdict may take to follow it
-# the live run's first round: not the recording a Run plays while its models load (main_view.WHILE_LOADING)
+# the live run's first round: not the recording a Run shows while its models load (main_controls.WHILE_LOADING)
 FIRST_ROUND = ", ".join(f':not(.sv-while-loading) > .sv-text [data-state="{s}"]' for s in ("pending", "accepted", "rejected"))
-ON_SCREEN = '.sv-text [data-state]'  # any run's tokens: the recording played while the models load, or the live run
+ON_SCREEN = '.sv-text [data-state]'  # any run's tokens: the recording shown while the models load, or the live run
 GIB = 2 ** 30
 
 # what Streamlit prints at a quiet start and stop: its address and nothing else
@@ -227,7 +227,7 @@ def check(cache: Path, memory_gb: float | None = DEFAULT_MEMORY_GB, models: str 
 
 def time_to_screen(cache: Path, models: str | None = None, timeout_s: float = 300.0) -> tuple[float, str]:
     """(seconds from pressing Run to a run's tokens on screen, the page's text then) on a server with this cache:
-    on an empty cache, the recording a Run plays while its models are prepared. The server (and the preparation
+    on an empty cache, the recording a Run shows while its models are prepared. The server (and the preparation
     it began) stops on return."""
     from playwright.sync_api import sync_playwright
 
@@ -245,7 +245,6 @@ def time_to_screen(cache: Path, models: str | None = None, timeout_s: float = 30
                 run.click(timeout=_left_ms(deadline))
                 page.locator(ON_SCREEN).first.wait_for(state="attached", timeout=_left_ms(deadline))
                 took = time.monotonic() - t1
-                page.wait_for_timeout(1500)  # the line under the buttons, redrawn every second
                 return took, page.locator("body").inner_text()
             finally:
                 browser.close()
