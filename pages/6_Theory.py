@@ -81,5 +81,6 @@ st.markdown("At k = 4 introductions quote about 1.9, 2.8, 3.4 and 4.1 tokens per
             "0.8 and 0.9. Here they are, computed by the formula:")
 ui.table(lab.seed_table(4), hide_index=True)
 st.caption("A draft about a tenth the size (c ≈ 0.1) with k = 4–5 and α ≈ 0.8 gives "
-           f"{theory.expected_speedup(0.8, 4, 0.1):.1f}–{theory.expected_speedup(0.8, 5, 0.1):.1f}× by this model; "
+           f"{theory.expected_speedup(0.8, 4, 0.1):.1f}–{theory.expected_speedup(0.8, 5, 0.1):.1f}× over the "
+           "target alone by this model; "
            "the Speedup page measures c and the real speedup on your device.")

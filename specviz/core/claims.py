@@ -204,7 +204,7 @@ _TEMPLATES: tuple[Claim, ...] = (
           "over {bench_float32.prompts} prompts; in int8 (the default draft precision on a CPU) "
           "c = {bench_int8.c:.2f}, and it gave {bench_int8.best_mixed:.2f}× over {bench_int8.prompts} prompts, "
           "{bench_int8.best_code:.2f}× on code, {bench_int8.k4_mixed:.2f}× with k = 4 (greedy; python -m "
-          "specviz bench). The output is the same either way."),
+          "specviz bench). The output is the same either way. Each speedup is over the float32 target alone."),
     Claim(10, "Acceptance depends on agreement, not quality",
           "α measures how often the small model guesses the big one's choice. Code, lists, boilerplate and "
           "well-known facts accept well; open-ended creative text accepts poorly. Higher temperatures lower "
@@ -246,7 +246,8 @@ _TEMPLATES: tuple[Claim, ...] = (
           "Adaptive k and a best-k chooser next to fixed k, with the trace of k over the rounds.",
           "Greedy, int8 draft: the best-k chooser {bench_int8.best_code:.2f}× on code against "
           "{bench_int8.k4_code:.2f}× for fixed k = 4; over the bench's prompts, the main page's default run "
-          "included, it beat k = 4 by {bench_int8_first_run.best_over_k4_mixed:.2f}× (python -m specviz bench)."),
+          "included, it beat k = 4 by {bench_int8_first_run.best_over_k4_mixed:.2f}× (python -m specviz bench; "
+          "speedups over the float32 target alone)."),
     Claim(14, "Variants need no second model",
           "Drafts can come from elsewhere: n-grams of the context (prompt lookup), extra prediction heads "
           "(Medusa), or a subset of the target's own layers (self-speculative decoding).",
@@ -255,7 +256,8 @@ _TEMPLATES: tuple[Claim, ...] = (
           "The prompt-lookup drafter running live with the same engine.",
           "Prompt lookup: {bench_prompt_lookup.prompt_lookup_code:.2f}× on code and "
           "{bench_prompt_lookup.prompt_lookup_mixed:.2f}× over {bench_prompt_lookup.prompts} prompts, greedy "
-          "(python -m specviz bench): about break-even on prompts that rarely repeat their context."),
+          "(python -m specviz bench), over the float32 target alone: about break-even on prompts that rarely "
+          "repeat their context."),
     Claim(15, "Only the speed changes",
           "Speculative decoding changes how fast the model writes, never what it knows or says: the same text "
           "when greedy, the same distribution when sampling.",
