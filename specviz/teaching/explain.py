@@ -854,7 +854,7 @@ def live_follows(title: str) -> str:
     """The line over the recording a Run shows while its models load: the live run follows, and about when."""
     return (f"While the models load, the recording of these settings made with this pair: {title}. The live run "
             "follows here on its own: loading from the cache takes under a minute; the first start prepares the "
-            "models once, about two minutes on a 2-core CPU.")
+            "models once, about three minutes to the first live round on a 2-core CPU (docs/performance.md).")
 
 
 def recorded_speedup(baseline: Mapping, dtype: str | None, recorded_at: str) -> str:
