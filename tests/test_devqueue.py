@@ -751,15 +751,19 @@ def test_time_another_program_holds_the_cores_is_not_counted():
     tests in the same process, 1.40× (the clock 1.94×): so the test asks for most of the slowdown to go,
     not all of it, and for no more than all."""
     team_or_skip()
-    quiet, loaded = [], []
-    for _ in range(5):  # interleaved, so drift hits both alike
-        quiet.append(_parallel_pass())
-        with busy_programs(1, duty=0.5):
-            loaded.append(_parallel_pass())
-    alone = statistics.median(t.held for t in quiet)
-    wall = statistics.median(t.wall for t in loaded)
-    held = statistics.median(t.held for t in loaded)
-    assert wall > 1.4 * alone, (quiet, loaded)  # the program did slow it
+    for _ in range(3):  # the program must slow the pass for the test to say anything: measured again if not
+        quiet, loaded = [], []
+        for _ in range(5):  # interleaved, so drift hits both alike
+            quiet.append(_parallel_pass())
+            with busy_programs(1, duty=0.5):
+                loaded.append(_parallel_pass())
+        alone = statistics.median(t.held for t in quiet)
+        wall = statistics.median(t.wall for t in loaded)
+        held = statistics.median(t.held for t in loaded)
+        if wall > 1.25 * alone:
+            break
+    # the program did slow it (on the 2-core AMD EPYC the clock read 1.39-1.9× alone, on the Xeon 1.7-2.0×)
+    assert wall > 1.25 * alone, (quiet, loaded)
     assert (wall - held) >= 0.4 * (wall - alone), (alone, wall, held)  # most of the slowdown is not counted
     assert held >= 0.8 * alone, (alone, wall, held)  # and no more than the slowdown
     assert statistics.median(t.stalled / t.wall for t in loaded) < devqueue.MAX_STALL_SHARE  # not the cap's doing
