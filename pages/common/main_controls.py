@@ -115,9 +115,11 @@ def handle_request(ms: MainSettings, t_script: float) -> int | None:
     if req == "run" or (req == "step" and job is None):
         if ms.live:
             shown = _while_loading(ms) if req == "run" else None
-            job = start_live(ms, t_script)  # waits on the load, the recording on screen meanwhile
-            if shown is not None:
-                shown.empty()  # the live run draws below
+            try:
+                job = start_live(ms, t_script)  # waits on the load, the recording on screen meanwhile
+            finally:
+                if shown is not None:
+                    shown.empty()  # the live run draws below, or the load's error is shown instead
         elif ms.recording is not None:
             job = _start_recording(ms.recording)
         set_job(job)
