@@ -11,10 +11,8 @@ from pathlib import Path
 import pytest
 
 from specviz.tools.loadtest import serve
+from test_browser import CHROMIUM, browser  # noqa: F401 - the headless Chromium fixture, one per module
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",
-        "--disable-component-update", "--disable-sync"]
 WAIT_MS = 60_000
 LAPTOP = {"width": 1024, "height": 768}
 
@@ -28,16 +26,6 @@ def app():
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
     with serve(str(Path(__file__).parent / "models_tiny.yaml")) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
 
 
 def settled(page) -> None:
