@@ -283,10 +283,9 @@ def _pass_costs(ctx: Context) -> tuple[float, float, str, Any]:
 def _speedup_recording(ctx: Context) -> dict[str, Any]:
     """The Speedup page's recorded k sweep and k policies (page_records.RESULTS), for the steps that quote them."""
     if "speedup_recording" not in ctx.memo:
-        from specviz.data import pagefile
         from specviz.teaching import page_records
 
-        rec = pagefile.load("speedup")
+        rec = ctx.page_recording("speedup")  # the one the baseline lesson reads too
         if rec is None:
             raise SpecvizError("The Speedup page's recording is missing from specviz/recorded/pages/: reinstall "
                                "specviz, or load a model to run this step live.")
