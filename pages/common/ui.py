@@ -746,28 +746,6 @@ def _variant(base, precision: str, store, what: str):
 _LOADED: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()  # a store key (_key) -> Pair
 
 
-def _loader(name: str, dtype: str, key, target_precision: str, draft_precision: str):
-    """load(progress) -> the pair, for a slot's thread: loaded, kept for lending (_LOADED), warmed up."""
-    from specviz.decoding import models
-
-    def load(progress):
-        # a pair loaded already with the same target lends it: a second pair costs only its draft; the store
-        # has made room for this one (check=False: no second check against what is free)
-        pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=draft_precision,
-                                target_precision=target_precision, loaded=list(_LOADED.values()), check=False)
-        _LOADED[key] = pair
-        _warm_up(pair, progress)
-        return pair
-
-    return load
-
-
-def _start(name: str, dtype: str, slot: _Slot, store, key, target_precision: str, draft_precision: str) -> None:
-    """Start the slot's load in its thread unless it is loaded or loading (_Slot.start)."""
-    _, hold = store.lease(key, {}, _Slot)  # the loader's own lease: a rerun stops this page, not the load
-    slot.start(_loader(name, dtype, key, target_precision, draft_precision), hold)
-
-
 def _base(name: str, dtype: str, draft_precision: str | None, target_precision: str | None):
     """What lease_pair loads for a choice: (spec, the draft's precision, the target's, the precision the draft
     loads in, the base pair's store key)."""
@@ -795,9 +773,23 @@ def pair_ready(name: str, dtype: str, draft_precision: str | None = None,
 def _load_base(name: str, dtype: str, slot: _Slot, store, key, target_precision: str = "float32",
                draft_precision: str | None = None):
     """The pair with its draft in draft_precision (None: in dtype), loaded in the slot's thread."""
+    from specviz.decoding import models
+
     if slot.pair is not None:
         return slot.pair
-    _start(name, dtype, slot, store, key, target_precision, draft_precision or dtype)  # or wait for one started
+    draft_precision = draft_precision or dtype
+
+    def load(progress):
+        # a pair loaded already with the same target lends it: a second pair costs only its draft; the store
+        # has made room for this one (check=False: no second check against what is free)
+        pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=draft_precision,
+                                target_precision=target_precision, loaded=list(_LOADED.values()), check=False)
+        _LOADED[key] = pair
+        _warm_up(pair, progress)
+        return pair
+
+    _, hold = store.lease(key, {}, _Slot)  # the loader's own lease: a rerun stops this page, not the load
+    slot.start(load, hold)  # another session may have started it: then this one waits for that load
     box = st.empty()
     label = dtype + ("" if draft_precision == dtype else f", {draft_precision} draft") + (
         "" if target_precision == "float32" else f", {target_precision} target")
