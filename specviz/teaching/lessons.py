@@ -714,7 +714,8 @@ def target_c_alpha(ctx: Context) -> Outcome:
     moved = (share != "about the same", alpha != "about the same")
     measured = {(True, False): "c", (False, True): "α", (True, True): "both"}.get(moved, "neither")
     k = by["int8"].comparison.spec.decode.k
-    said = (f"{note}c = {q['c']:.3f} against the int8 target and {f['c']:.3f} against the float32 target: the same "
+    lead = {"c": "c, not α", "α": "α, not c", "both": "both c and α", "neither": "neither c nor α"}[measured]
+    said = (f"{note}What moved: {lead}. c = {q['c']:.3f} against the int8 target and {f['c']:.3f} against the float32 target: the same "
             f"draft step is a {share} share of the int8 target's pass. α = {q['alpha']:.2f} against "
             f"{f['alpha']:.2f}: {alpha}, since both targets "
             f"choose nearly the same tokens. Speedup ≈ tokens per pass ÷ (1 + k·c): {q['tpp']:.2f} ÷ (1 + {k}·"
