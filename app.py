@@ -8,19 +8,13 @@ step, any widget) resumes instead of losing work. Models are the only thing cach
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-# `from pages.common import ui` must work under `streamlit run` and AppTest alike
-_ROOT = str(Path(__file__).resolve().parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+import streamlit as st
 
-import streamlit as st  # noqa: E402
-
-from pages.common import nav, ui  # noqa: E402
-from specviz.teaching import glossary  # noqa: E402
+# `streamlit run app.py` puts this folder on sys.path (as pytest.ini does for AppTest), so `pages` imports as is
+from pages.common import nav, ui
+from specviz.teaching import glossary
 
 # app.py is the entry: it names the pages and runs the chosen one, which may be app.py itself, run again inside
 # this call (pages/common/nav.py); only that inner run draws the main page
