@@ -12,6 +12,8 @@ from specviz.core.limits import K_MAX
 from specviz.core.settings import DecodeSettings
 from specviz.decoding.engine import speculative_stream
 
+DEFAULT = DecodeSettings()  # the widgets start at the decoding defaults
+
 ui.page_setup("Slow motion: one round at a time", shows=(3, 4, 5, 7), words=glossary.PAGE_WORDS["1_Slow_motion_round"])
 
 st.markdown(
@@ -53,12 +55,13 @@ else:
         st.stop()
     pair, decode, ident, ids, text, right = lab_ui.stepping_setup("slow", "The capital of France", pair=pair)
     with right:
-        k = st.slider("k: tokens drafted per round", 1, min(K_MAX, 12), 4, key="slow.k")
-        temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.1, key="slow.temperature",
+        k = st.slider("k: tokens drafted per round", 1, min(K_MAX, 12), DEFAULT.k, key="slow.k")
+        temperature = st.number_input("temperature (0 = greedy)", 0.0, 2.0, DEFAULT.temperature, 0.1,
+                                      key="slow.temperature",
                                       help="0 shows the greedy test; above 0 shows u, p/q and the residual.")
-        seed = st.number_input("seed", 0, 2**31 - 1, 0, 1, key="slow.seed")
+        seed = st.number_input("seed", 0, 2**31 - 1, DEFAULT.seed, 1, key="slow.seed")
         max_new = st.number_input("max new tokens (whole run)", 1, limits.max_new_tokens(),
-                                  min(48, limits.max_new_tokens()), 1, key="slow.max_new")
+                                  min(DEFAULT.max_new_tokens, limits.max_new_tokens()), 1, key="slow.max_new")
         drafter_name = st.radio("drafter", ["draft model", "prompt lookup (no model)"], horizontal=True,
                                 key="slow.drafter",
                                 help="Prompt lookup copies what followed an earlier match of the last tokens.")

@@ -8,6 +8,8 @@ from specviz.teaching import charts, explain, glossary, lab, page_records
 from specviz.core import limits, prompts
 from specviz.core.settings import DecodeSettings
 
+DEFAULTS = page_records.ACCEPTANCE_LAB  # the widgets start at the page's defaults (its recording's too)
+
 ui.page_setup("Acceptance lab: where drafts are accepted", shows=(10,), words=glossary.PAGE_WORDS["2_Acceptance_lab"])
 
 st.markdown(
@@ -44,13 +46,15 @@ domains = c1.multiselect("Domains (one prompt each)", list(presets),
                          key=f"lab.domains{shown}", disabled=off, format_func=lambda d: f"{d}: {presets[d].name}")
 temps = c1.multiselect("Temperatures", sorted({0.0, 0.3, 0.7, 1.0, 1.2, 1.5, *(rec.settings["temperatures"] if off
                                                                              else ())}),
-                       default=list(rec.settings["temperatures"]) if off else [0.0], key=f"lab.temps{shown}",
+                       default=list(rec.settings["temperatures"] if off else DEFAULTS["temperatures"]),
+                       key=f"lab.temps{shown}",
                        disabled=off, help="0 is greedy. Each temperature adds one run per domain.")
-k = c2.slider("k: tokens drafted per round", 1, 12, 4, key="lab.k", disabled=off)
+k = c2.slider("k: tokens drafted per round", 1, 12, DEFAULTS["k"], key="lab.k", disabled=off)
 cap = limits.max_new_tokens()
-max_new = c2.number_input("new tokens per run", 4, cap, min(48, cap), 4, key="lab.max_new", disabled=off,
+max_new = c2.number_input("new tokens per run", 4, cap, min(DEFAULTS["new tokens per run"], cap), 4, key="lab.max_new",
+                          disabled=off,
                           help="More tokens give tighter estimates and take longer.")
-seed = c2.number_input("seed", 0, 2**31 - 1, 0, 1, key="lab.seed", disabled=off)
+seed = c2.number_input("seed", 0, 2**31 - 1, DEFAULTS["seed"], 1, key="lab.seed", disabled=off)
 settings = DecodeSettings(k=int(k), max_new_tokens=int(max_new), seed=int(seed))  # each run at its temperature
 
 # results measured with other settings stay visible until the next measurement replaces them

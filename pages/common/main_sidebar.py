@@ -125,12 +125,13 @@ def _decoding(more, live: bool, k: int, k_policy: str, temperature: float) -> tu
     drafter = more.radio("Drafter", [DRAFT_MODEL, LOOKUP], key="main.drafter", disabled=not live,
                          help="The pair's small draft model, or prompt lookup: copy the tokens that followed "
                               f"the last earlier occurrence of the latest n-gram ({claims.link(14)}).")
-    top_p = more.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="main.top_p", disabled=not live or is_greedy(temperature),
+    top_p = more.slider("top-p", 0.05, 1.0, DecodeSettings.top_p, 0.05, key="main.top_p",
+                        disabled=not live or is_greedy(temperature),
                         help="Nucleus sampling: keep the smallest set of tokens whose probability adds up to top-p.")
     max_new = int(more.number_input("max new tokens", 1, limits.max_new_tokens(),
                                     min(FIRST.max_new_tokens, limits.max_new_tokens()),
                                     key="main.max_new", disabled=not live))
-    seed = int(more.number_input("seed", 0, 2**31 - 1, 0, key="main.seed", disabled=not live,
+    seed = int(more.number_input("seed", 0, 2**31 - 1, DecodeSettings.seed, key="main.seed", disabled=not live,
                                  help="Same seed and settings → same output, with every k policy."))
     return drafter == LOOKUP, DecodeSettings(k=k, k_policy=k_policy, temperature=temperature,
                                              top_p=float(top_p), max_new_tokens=max_new, seed=seed)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from specviz.core import limits
 from specviz.core.errors import InvalidSetting
+from specviz.core.settings import DecodeSettings
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,12 @@ class FirstRun:
     k: int
     k_policy: str
     max_new_tokens: int
-    temperature: float = 0.0
+    temperature: float = DecodeSettings.temperature
 
 
-FIRST_RUN = FirstRun(preset="Python function", k=4, k_policy="best", max_new_tokens=48)
+# the decoding defaults (DecodeSettings), with the best-k chooser
+FIRST_RUN = FirstRun(preset="Python function", k=DecodeSettings.k, k_policy="best",
+                     max_new_tokens=DecodeSettings.max_new_tokens)
 
 
 def bench_prompts(prompt_set: str = "bench") -> dict[str, Preset]:

@@ -521,10 +521,10 @@ SELF_DRAFTER = "the target itself"  # a recording's drafter (run.settings["draft
 class RecordSpec:
     name: str  # file stem
     preset: str  # specviz.core.prompts preset name
-    temperature: float = 0.0
-    seed: int = 0
-    k: int = 4
-    top_p: float = 1.0
+    temperature: float = DecodeSettings.temperature
+    seed: int = DecodeSettings.seed
+    k: int = DecodeSettings.k
+    top_p: float = DecodeSettings.top_p
     k_policy: str = "fixed"  # the lessons read fixed-k rounds (lessons.K) from the other recordings
     self_draft: bool = False  # the target drafts for itself (c = 1): the "When it loses" lesson's run
 

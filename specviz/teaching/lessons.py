@@ -28,6 +28,7 @@ from specviz.core import measure, prompts, theory
 from specviz.core.errors import InvalidSetting, SpecvizError
 from specviz.core.progress import Units
 from specviz.data.records import Run
+from specviz.data.runfile import RecordSpec
 from specviz.core.settings import DecodeSettings
 
 # --------------------------------------------------------------------------
@@ -112,9 +113,12 @@ class Outcome:
         return asdict(self)
 
 
-# a live lesson run: k = K drafted tokens, 24 new tokens (a step with a run and its target alone stays within a
-# class's 30 s on a 2-core CPU: `python -m specviz timing`)
-LESSON_SETTINGS = DecodeSettings(k=4, max_new_tokens=24)
+# a live lesson run: k = K drafted tokens, LESSON_MAX_NEW_TOKENS new tokens
+K = RecordSpec.k  # drafted tokens per round in every lesson run: the recordings' k
+# fewer than DecodeSettings' default, so a step with a run and its target alone stays within a class's 30 s on a
+# 2-core CPU (`python -m specviz timing`)
+LESSON_MAX_NEW_TOKENS = 24
+LESSON_SETTINGS = DecodeSettings(k=K, max_new_tokens=LESSON_MAX_NEW_TOKENS)
 
 
 @dataclass
@@ -172,7 +176,6 @@ RECORDED: dict[tuple[str, float], str] = {
     ("Creative story", 1.0): "creative-sampling-t1",
 }
 RECORDED_SELF = {"Python function": "code-greedy-self"}  # preset -> the recording of the target drafting for itself
-K = 4  # drafted tokens per round in every lesson run (the recordings' k)
 # The creative and temperature lessons' texts are the acceptance lab's code and creative prompts (the one
 # creative text of the app: prompts.PRESETS says why it was chosen).
 CODE, STORY = prompts.LAB_PROMPTS["code"], prompts.LAB_PROMPTS["creative"]
@@ -193,7 +196,7 @@ def _ids(ctx: Context, preset: str) -> list[int]:
     return prompts.encode(ctx.pair.tokenizer, p.text, p.chat)
 
 
-def trial(ctx: Context, preset: str, temperature: float = 0.0, self_draft: bool = False) -> Trial:
+def trial(ctx: Context, preset: str, temperature: float = RecordSpec.temperature, self_draft: bool = False) -> Trial:
     """Live: the pair's speculative run next to its target alone; else the shipped recording."""
     key = ("trial", preset, float(temperature), self_draft)
     if key in ctx.memo:

@@ -33,7 +33,8 @@ EXACTNESS = {  # the page's defaults (pages/5_Exactness.py)
 }  # fmt: skip
 
 ACCEPTANCE_LAB = {  # the page's defaults (pages/2_Acceptance_lab.py)
-    "domains": list(prompts.LAB_DEFAULT_DOMAINS), "temperatures": [0.0], "k": 4, "new tokens per run": 48, "seed": 0,
+    "domains": list(prompts.LAB_DEFAULT_DOMAINS), "temperatures": [DecodeSettings.temperature], "k": DecodeSettings.k,
+    "new tokens per run": DecodeSettings.max_new_tokens, "seed": DecodeSettings.seed,
 }  # fmt: skip
 
 # the lab's recording: the page's defaults at the temperatures its caption names as well, so a class without a

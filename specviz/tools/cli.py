@@ -531,12 +531,18 @@ def add_pair_options(p: argparse.ArgumentParser) -> None:
                         "full, frequent against an int8 target); never changes the output")
 
 
+# run's and bench's length: longer than a page's run (DecodeSettings.max_new_tokens), so a timing averages more
+# rounds; the two share it, as they share every common option
+CLI_MAX_NEW_TOKENS = 64
+BENCH_SAMPLE_TEMPERATURE = 0.7  # bench's sample mode samples (DecodeSettings' temperature is greedy)
+
+
 def add_decoding_options(p: argparse.ArgumentParser, temperature: float, temperature_help: str,
                          seed_help: str) -> None:
     """Temperature, length and seed (run and bench; bench's temperature is its sample mode's)."""
     p.add_argument("--temperature", type=float, default=temperature, help=temperature_help)
-    p.add_argument("--max-new-tokens", type=int, default=64, help="default 64")
-    p.add_argument("--seed", type=int, default=0, help=seed_help)
+    p.add_argument("--max-new-tokens", type=int, default=CLI_MAX_NEW_TOKENS, help=f"default {CLI_MAX_NEW_TOKENS}")
+    p.add_argument("--seed", type=int, default=DecodeSettings.seed, help=seed_help)
 
 
 def add_run_parser(sub) -> None:
@@ -560,9 +566,12 @@ def add_run_parser(sub) -> None:
                    "verified in one target pass (--tree N: at most N nodes)")
     r.add_argument("--doubt", type=float, help="with --spine: siblings where the draft's top probability is below "
                    "this (default 0.8)")
-    add_decoding_options(r, 0.0, "0 = greedy (default 0)", "default 0")
-    r.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0 = off)")
-    r.add_argument("--top-k", type=int, default=0, help="sample from the k most likely tokens only (default 0 = off)")
+    add_decoding_options(r, DecodeSettings.temperature, f"0 = greedy (default {DecodeSettings.temperature:g})",
+                         f"default {DecodeSettings.seed}")
+    r.add_argument("--top-p", type=float, default=DecodeSettings.top_p,
+                   help=f"nucleus sampling mass (default {DecodeSettings.top_p} = off)")
+    r.add_argument("--top-k", type=int, default=DecodeSettings.top_k,
+                   help=f"sample from the k most likely tokens only (default {DecodeSettings.top_k} = off)")
     r.add_argument("--k-policy", metavar="{fixed,adaptive,best}",
                    help="k per round: fixed (--k every round), adaptive (+1 after a fully accepted round, -1 after "
                         "a rejection) or best (the best-k chooser; --k is where it starts). Default "
@@ -598,7 +607,7 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--prompt-set", choices=["bench", "held-out"], default="bench",
                    help="bench: the presets; held-out: other prompts of the same domains")
     b.add_argument("--modes", default="greedy,sample", help="greedy, sample or both (default)")
-    add_decoding_options(b, 0.7, "for sample mode (default 0.7)",
+    add_decoding_options(b, BENCH_SAMPLE_TEMPERATURE, f"for sample mode (default {BENCH_SAMPLE_TEMPERATURE})",
                          "seed of repetition 1 (sample mode); +1 per repetition")
     b.add_argument("--reps", type=int, default=3, help="repetitions; medians are reported (default 3)")
     b.add_argument("--cost-reps", type=int, default=5, help="repetitions of the forward-cost measurement")
@@ -630,7 +639,8 @@ def add_timing_parser(sub) -> None:
     t.add_argument("--limit", type=float, default=30.0, help="seconds one item may take (default 30)")
     t.add_argument("--cold", action="store_true",
                    help="clear the shared target-alone store before each item (every item measures its own)")
-    t.add_argument("--seed", type=int, default=0, help="the lessons' seed (default 0, as on the page)")
+    t.add_argument("--seed", type=int, default=DecodeSettings.seed,
+                   help=f"the lessons' seed (default {DecodeSettings.seed}, as on the page)")
     t.add_argument("--out", metavar="FILE.json", help="write the JSON report here")
     t.add_argument("--md", metavar="FILE.md", help="write the markdown table here (it also goes to stdout)")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")

@@ -30,7 +30,7 @@ def round_floats(x: Any, digits: int = 6) -> Any:
 
 
 def record_presets(pair, out_dir: Path | str = RECORDED_DIR, specs: list[RecordSpec] = DEFAULT_RECORDINGS,
-                   max_new_tokens: int = 48, baseline: bool = True,
+                   max_new_tokens: int = DecodeSettings.max_new_tokens, baseline: bool = True,
                    progress: Callable[[str], None] = print) -> list[Path]:
     """Run each spec on a loaded Pair and write <out_dir>/<name>.json (probabilities to 6 digits).
 

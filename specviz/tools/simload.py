@@ -353,7 +353,8 @@ class SimReport:
         return "\n".join(lines) + "\n"
 
 
-def simulate(pair, mix: dict[str, int], spread_s: float = 10.0, max_new: int = 48, seed: int = 0,
+def simulate(pair, mix: dict[str, int], spread_s: float = 10.0, max_new: int = DecodeSettings.max_new_tokens,
+             seed: int = DecodeSettings.seed,
              pair_name: str = "") -> SimReport:
     """A room on a loaded pair: each kind warmed and run solo, then every session at once (see the module)."""
     if spread_s < 0 or not math.isfinite(spread_s):

@@ -80,7 +80,7 @@ def _time(kind: str, what: str, fn: Callable[[], object], pair, limit_s: float) 
                 calls["draft"].n, error)
 
 
-def lesson_items(pair, *, seed: int = 0, limit_s: float = LIMIT_S, cold: bool = False,
+def lesson_items(pair, *, seed: int = lessons.LESSON_SETTINGS.seed, limit_s: float = LIMIT_S, cold: bool = False,
                  say: Callable[[str], None] = lambda m: None, only: str | None = None) -> list[Item]:
     """Every live lesson step, in order, a fresh Context per lesson (its steps reuse its runs, as on the page)."""
     out = []
@@ -116,8 +116,9 @@ def button_items(pair, *, limit_s: float = LIMIT_S, cold: bool = False, say: Cal
     return out
 
 
-def timing(pair, *, lessons_too: bool = True, buttons_too: bool = True, seed: int = 0, limit_s: float = LIMIT_S,
-           cold: bool = False, only: str | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
+def timing(pair, *, lessons_too: bool = True, buttons_too: bool = True, seed: int = lessons.LESSON_SETTINGS.seed,
+           limit_s: float = LIMIT_S, cold: bool = False,
+           only: str | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
     """The report: the machine, the pair, and one Item per lesson step and button (as dicts)."""
     items: list[Item] = []
     if lessons_too:
