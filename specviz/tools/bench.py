@@ -22,6 +22,12 @@ within each repetition so that drift in machine load hits every method alike:
                   the same two on transformers as shipped: with the oneDNN linear
                   path (specviz.modeling.fastlinear) switched off for the call. Only when
                   the pair has it on (float32 on a CPU); otherwise they equal the above
+  llama-target, llama-spec
+                  llama.cpp on the pair's GGUF files as shipped (quantized): the target alone,
+                  and its speculative decoding with the same draft (specviz.tools.llamacpp).
+                  Only where llama-cpp-python is installed (an optional extra); the bench
+                  says how to install it. Their rows also give the speedup over llama.cpp's
+                  own target alone, and whether its greedy text equals llama.cpp's target's
 
 hf-assisted runs transformers' algorithm on the very kernels specviz uses, so
 it compares scheduling alone; hf-assisted-stock is what a user of transformers
@@ -74,6 +80,8 @@ from specviz.data.records import json_safe
 from specviz.decoding.tree import tree_decode
 from specviz.data.tree_records import TreeRound, TreeRun
 from specviz.core.settings import DecodeSettings
+from specviz.tools import llamacpp
+from specviz.tools.llamacpp import LLAMA_SPEC, LLAMA_TARGET
 
 FORMAT = "specviz.tools.bench/1"
 DEFAULT_DOMAINS = ("code", "list", "factual", "creative")
@@ -94,7 +102,7 @@ BEST_FULL_HEAD = "best-full-head"
 def method_names(ks: list[int], trees: list[int] = (8, 16, 32)) -> list[str]:
     return ([ENGINE_BASELINE] + [f"k={k}" for k in ks]
             + ["adaptive", "best", BEST_FULL_HEAD, "best-nostop", "prompt-lookup"] + [f"{TREE}{n}" for n in trees] + [SPINE]
-            + [HF_TARGET, HF_ASSISTED, HF_TARGET_STOCK, HF_ASSISTED_STOCK])
+            + [HF_TARGET, HF_ASSISTED, HF_TARGET_STOCK, HF_ASSISTED_STOCK] + list(llamacpp.METHODS))
 
 
 def select_methods(ks: list[int], trees: list[int], wanted: list[str] | None = None) -> list[str]:
@@ -131,9 +139,15 @@ def tiny_pair():
 SHARED_VOCAB_ONLY = (TREE, HF_ASSISTED, HF_ASSISTED_STOCK, BEST_FULL_HEAD)  # they read the draft's ids as the target's
 
 
-def runnable(pair, names: list[str]) -> list[str]:
-    """The methods this pair can run: a draft with another tokenizer drafts chains only, through text."""
-    return names if pair.shares_vocab else [n for n in names if not n.startswith(SHARED_VOCAB_ONLY)]
+def left_out(pair, names: list[str]) -> dict[str, str]:
+    """{method: why} for the methods this pair cannot run here: a draft with another tokenizer drafts chains
+    only, through text; llama.cpp needs llama-cpp-python and the pair's GGUF files."""
+    out = {}
+    if not pair.shares_vocab:
+        out.update({n: "the draft has another tokenizer" for n in names if n.startswith(SHARED_VOCAB_ONLY)})
+    if (why := llamacpp.missing_why(getattr(pair, "spec", None))) is not None:
+        out.update({n: why for n in names if n in llamacpp.METHODS})
+    return out
 
 
 def load(args):
@@ -170,7 +184,9 @@ class Sample:
 
     tokens: list[int]
     wall_s: float  # the whole call, prefill included, less the time other threads held its cores
-    run: Any = None  # the engine's Run (None for transformers)
+    run: Any = None  # the engine's Run (None for transformers and llama.cpp)
+    passes: int | None = None  # llama.cpp: the target's forward passes (the prompt's included)
+    draft_s: float | None = None  # llama.cpp: the time its draft took
     outside_load: bool = False  # other programs used the CPU meanwhile: its time is not this machine's speed
     stalled_s: float = 0.0  # wall time left out of wall_s: other threads held the cores its threads waited for
 
@@ -257,6 +273,9 @@ def _generate(pair, name: str, ids: list[int], mode: str, args, seed: int) -> Sa
         with fastlinear.stock(pair.target, pair.draft):
             return _hf_generate(pair.target, ids, n, eos, mode, temperature, seed,
                                 assistant=pair.draft if name == HF_ASSISTED_STOCK else None)
+    elif name in llamacpp.METHODS:
+        g = args.llama.generate(name, ids, n, eos, temperature, seed)
+        return Sample(g.tokens, g.wall_s, passes=g.passes, draft_s=g.draft_s)
     else:
         raise InvalidSetting(f"unknown method {name!r}")
     return Sample(list(run.token_ids), time.perf_counter() - t0, run)
@@ -327,6 +346,9 @@ def summarise(name: str, samples: list[Sample], base: dict, alpha_c_vc) -> dict:
     }
     row["tokens_per_s"] = measure.tokens_per_s(1.0, row["s_per_token"])
     row["speedup"] = measure.speedup_from(base["s_per_token"], row["s_per_token"]) if base else float("nan")
+    if all(getattr(s, "passes", None) for s in samples):  # llama.cpp: tokens per pass, the draft's share of time
+        row["tokens_per_pass"] = sum(toks) / sum(s.passes for s in samples)
+        row["draft_pct"] = 100.0 * sum(s.draft_s for s in samples) / sum(s.wall_s for s in samples)
     runs = [s.run for s in samples if s.run is not None]
     if runs:
         row["decode_s_per_token"] = measure.median([r.steady_s_per_token for r in runs])  # after the prompt is read
@@ -375,7 +397,7 @@ def aggregate(name: str, rows: list[dict], base_rows: list[dict]) -> dict:
         bdec = sum(r["decode_s_per_token"] * r["tokens"] for r in base_rows)
         out["decode_speedup"] = measure.speedup_from(bdec / btok, dec / tok) if tok and btok else float("nan")
     for key in ("alpha", "predicted", "predicted_from_tokens_per_pass", "efficiency", "bookkeeping_pct", "mean_k",
-                "tokens_per_pass"):
+                "tokens_per_pass", "draft_pct"):
         vals = [r[key] for r in rows if key in r]
         if vals:
             w = [r["tokens"] for r in rows if key in r]
@@ -464,7 +486,24 @@ def mode_statistics(mode: str, args, samples, costs: Costs) -> tuple[list[dict],
             by_method.setdefault(name, []).append(row)
     summary = [{"mode": mode, "c_runs": c_runs, **aggregate(name, by_method[name], by_method[ENGINE_BASELINE])}
                for name in names]
+    if LLAMA_TARGET in by_method:
+        _own_baseline(mode, results + summary, samples)
     return results, summary
+
+
+def _own_baseline(mode: str, rows: list[dict], samples) -> None:
+    """llama.cpp's rows (per domain, then the mixed set) also against llama.cpp's target alone: own_speedup, and
+    in greedy mode whether the text equals llama.cpp's target's (same_as_own_target)."""
+    own = {r.get("domain"): r for r in rows if r["method"] == LLAMA_TARGET}
+    for r in rows:
+        if r["method"] in llamacpp.METHODS:
+            base = own[r.get("domain")]
+            r["own_speedup"] = (measure.speedup_from(base["s_per_token"], r["s_per_token"]) if "s_per_token" in r
+                                else measure.speedup_from(base["wall_s"] / base["tokens"], r["wall_s"] / r["tokens"]))
+            if mode == "greedy" and "domain" in r:
+                d = r["domain"]
+                r["same_as_own_target"] = (samples[(mode, d, r["method"])][0].tokens
+                                           == samples[(mode, d, LLAMA_TARGET)][0].tokens)
 
 
 def _config(args, pair, t_start: float, load_start: float) -> dict:
@@ -473,7 +512,8 @@ def _config(args, pair, t_start: float, load_start: float) -> dict:
         "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
         "draft_precision": pair.draft_precision, "draft_head": getattr(pair, "draft_head", "full"),
         "fast_linear": _fast_linear_on(pair),
-        "threads": devqueue.model_threads(pair.device), "ks": args.ks, "methods": args.method_names, "domains": args.domains,
+        "threads": devqueue.model_threads(pair.device), "ks": args.ks, "methods": args.method_names,
+        "left_out": getattr(args, "left_out", {}), "domains": args.domains,
         "prompt_set": args.prompt_set, "modes": args.modes, "temperature": args.temperature, "reps": args.reps,
         "max_new_tokens": args.max_new_tokens, "seed": args.seed,
         "torch": torch.__version__, "transformers": _version("transformers"), "python": platform.python_version(),
@@ -484,6 +524,12 @@ def _config(args, pair, t_start: float, load_start: float) -> dict:
         "memory_estimate_bytes": (models.estimate_memory_bytes(pair.spec, pair.dtype, draft_precision=pair.draft_precision)
                                   if getattr(pair, "spec", None) is not None else None),
     }  # fmt: skip
+
+
+def llama_context(prompts: dict[str, list[int]], max_new_tokens: int) -> int:
+    """llama.cpp's context for these prompts: the longest, the new tokens and a full draft, in steps of 64."""
+    need = max(map(len, prompts.values())) + max_new_tokens + llamacpp.DRAFT_MAX + 1
+    return 64 * math.ceil(need / 64)
 
 
 def _load_avg() -> float:
@@ -499,14 +545,23 @@ def bench(args, pair=None, progress=None) -> dict:
     if pair is None:
         say("loading the pair")
         pair = load(args)
-    names = runnable(pair, args.method_names)
-    if names != args.method_names:
-        say(f"{pair.name}: the draft has another tokenizer; left out {sorted(set(args.method_names) - set(names))}")
-        args = SimpleNamespace(**{**vars(args), "method_names": names})
+    out = left_out(pair, args.method_names)
+    for why in dict.fromkeys(out.values()):
+        say(f"{pair.name}: left out {[n for n, w in out.items() if w == why]}: {why}")
+    args = SimpleNamespace(**{**vars(args), "method_names": [n for n in args.method_names if n not in out],
+                              "left_out": out})
     presets = bench_prompts(args.prompt_set)
     prompts = {d: encode(pair.tokenizer, presets[d].text, presets[d].chat) for d in args.domains}
+    if any(n in llamacpp.METHODS for n in args.method_names):
+        say("opening the pair's GGUF files in llama.cpp")
+        args.llama = llamacpp.LlamaPair.open(pair.spec, n_ctx=llama_context(prompts, args.max_new_tokens),
+                                             threads=devqueue.model_threads(pair.device), progress=say)
     # 1. costs, 2. a warm-up, 3. the runs, 4. statistics per mode
     costs = measure_costs(pair, args.ks, args.cost_reps, say)
+    llama_costs = None
+    if getattr(args, "llama", None) is not None:
+        say("forward cost of llama.cpp's target and draft")
+        llama_costs = args.llama.forward_costs(prompts[args.domains[0]], reps=args.cost_reps)
     if not args.no_warmup:
         warm_up(pair, args, prompts[args.domains[0]], say)
     samples = run_all(pair, args, prompts, say)
@@ -527,6 +582,7 @@ def bench(args, pair=None, progress=None) -> dict:
             "verify_ratio": costs.verify_ratio, "c_forward": costs.c_forward, "refeed": costs.refeed,
             # what the best-k chooser takes c to be before a round is timed (and through a sampling run)
             "c_prior": measure.c_prior(pair.draft, pair.target),
+            "llama": llama_costs,  # llama.cpp's target over n tokens and draft step, seconds (None: not run)
         },
         "results": results,
         "summary": summary,
@@ -552,7 +608,25 @@ def claims_figures(report: dict, mode: str = "greedy") -> dict:
             out[f"{key}_code"] = code[name]["speedup"]
     if "best_over_k4_mixed" in report["checks"].get(mode, {}):
         out["best_over_k4_mixed"] = report["checks"][mode]["best_over_k4_mixed"]
+    out.update(llama_figures(report, mode))
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def llama_figures(report: dict, mode: str = "greedy") -> dict:
+    """llama.cpp's figures over the prompt set, beside specviz's best-k chooser's: tokens per second, llama.cpp's
+    speculative decoding over its own target alone, and whether its greedy texts all equal its target's."""
+    summ = {s["method"]: s for s in report["summary"] if s["mode"] == mode}
+    if LLAMA_SPEC not in summ or LLAMA_TARGET not in summ:
+        return {}
+    out = {"llama_target_tps": summ[LLAMA_TARGET]["tokens_per_s"], "llama_spec_tps": summ[LLAMA_SPEC]["tokens_per_s"],
+           "llama_spec_own": summ[LLAMA_SPEC]["own_speedup"]}
+    if mode == "greedy":
+        out["llama_same_text"] = all(r["same_as_own_target"] for r in report["results"]
+                                     if r["mode"] == mode and r["method"] == LLAMA_SPEC)
+    if "best" in summ:
+        out["best_tps"] = summ["best"]["tokens_per_s"]
+        out["best_over_llama_spec"] = summ["best"]["tokens_per_s"] / summ[LLAMA_SPEC]["tokens_per_s"]
+    return out
 
 
 def command_of(report: dict) -> str:
@@ -632,10 +706,24 @@ def _checks(mode: str, results: list[dict], summary: list[dict], names: list[str
     if "best" in summ and SPINE in summ:
         out["spine_over_best_mixed"] = summ[SPINE]["speedup"] / summ["best"]["speedup"]
     out.update(_tree_checks(rows, summ))
+    out.update(_llama_checks(summ))
     bk = [r["bookkeeping_pct"] for r in results if r["mode"] == mode and "bookkeeping_pct" in r
           and math.isfinite(r["bookkeeping_pct"])]
     if bk:
         out["bookkeeping_pct_max"] = max(bk)
+    return out
+
+
+def _llama_checks(summ: dict) -> dict:
+    """llama.cpp's speculative decoding over its own target alone, and specviz's best-k chooser's tokens per
+    second against llama.cpp's, over the mixed prompt set."""
+    out: dict[str, Any] = {}
+    if LLAMA_SPEC in summ:
+        out["llama_spec_over_llama_target_mixed"] = summ[LLAMA_SPEC].get("own_speedup", float("nan"))
+        for m in ("best", LLAMA_TARGET):
+            if m in summ:
+                out[f"{m.replace('-', '_')}_tokens_per_s_over_llama_spec_mixed"] = (
+                    summ[m]["tokens_per_s"] / summ[LLAMA_SPEC]["tokens_per_s"])
     return out
 
 
@@ -697,6 +785,9 @@ def markdown(report: dict) -> str:
                  f"{1000 * _at(costs['draft_forward_s'], 2):.0f} ms; c = {costs['c_forward']:.3f} (the chooser's prior "
                  f"before any timing, {_f(costs.get('c_prior'), '{:.3f}')}); the draft's "
                  f"two-token step after a wholly accepted round costs {_f(costs.get('refeed'), '{:.3f}')} more")
+    if costs.get("llama"):
+        lines.append("")
+        lines.append(llama_costs_line(costs["llama"]))
     domains = cfg["domains"]
     for mode in cfg["modes"]:
         title = "greedy" if mode == "greedy" else f"sampling, temperature {cfg['temperature']}"
@@ -721,6 +812,8 @@ def markdown(report: dict) -> str:
                       _f(s.get("predicted")), _f(s.get("predicted_from_tokens_per_pass")),
                       _f(s.get("efficiency")), _f(s.get("bookkeeping_pct"), "{:.1f}")]
             lines.append("| " + " | ".join(cells) + " |")
+        if LLAMA_TARGET in summ:
+            lines += llama_table(summ, rows, domains)
         ch = report["checks"].get(mode, {})
         if ch:
             lines.append("")
@@ -739,6 +832,36 @@ def markdown(report: dict) -> str:
     if (waited := stalled_line(report["results"])) is not None:
         lines += ["", waited]
     return "\n".join(lines) + "\n"
+
+
+def llama_costs_line(lc: dict) -> str:
+    """Where llama.cpp's time goes: its target's pass over n tokens against one token, and its draft's step."""
+    t, d = lc["target"], lc["draft"]
+    one = _at(t, 1)
+    return ("llama.cpp forward: " + ", ".join(f"{n} tok {1000 * s:.0f} ms ({s / one:.1f}×)" for n, s in t.items())
+            + f"; draft 1 tok {1000 * _at(d, 1):.0f} ms; c = {_at(d, 1) / one:.3f}")
+
+
+def llama_table(summ: dict, rows: dict, domains: list[str]) -> list[str]:
+    """llama.cpp's rows against both baselines, and the fastest of specviz's methods against llama-spec."""
+    lines = ["", f"llama.cpp (llama-cpp-python {llamacpp.VERSION}) on the same GGUF files, in their shipped "
+                 "quantization: × over llama.cpp's own target alone, per prompt and over all", "",
+             "| method | " + " | ".join(f"{d} ×" for d in domains) + " | all tok/s | all × | tokens/pass | draft % |",
+             "|---|" + "---:|" * (len(domains) + 4)]
+    for name in (n for n in llamacpp.METHODS if n in summ):
+        s = summ[name]
+        cells = [_f(rows[(d, name)].get("own_speedup")) + ("" if rows[(d, name)].get("same_as_own_target", True)
+                                                           else " ≠") for d in domains]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {_f(s['tokens_per_s'])} | {_f(s.get('own_speedup'))}"
+                     f" | {_f(s.get('tokens_per_pass'))} | {_f(s.get('draft_pct'), '{:.0f}')} |")
+    ours = [n for n in summ if n not in llamacpp.METHODS and not n.startswith("hf-")]
+    if LLAMA_SPEC in summ and ours:
+        top = max(ours, key=lambda n: summ[n]["tokens_per_s"])
+        lines += ["", f"specviz's fastest method here, {top}, makes {_f(summ[top]['tokens_per_s'])} tokens/s: "
+                      f"{summ[top]['tokens_per_s'] / summ[LLAMA_SPEC]['tokens_per_s']:.2f}× llama-spec's "
+                      f"{_f(summ[LLAMA_SPEC]['tokens_per_s'])}. ≠: llama.cpp's greedy text differs from its own "
+                      "target alone's."]
+    return lines
 
 
 def stalled_line(results: list[dict]) -> str | None:
