@@ -265,6 +265,28 @@ _TEMPLATES: tuple[Claim, ...] = (
           ("Exactness",),
           "Claims 6 and 7 together: the identity check and the sampling histogram.",
           "As claims 6 and 7."),
+    Claim(16, "What laptops run gains less",
+          "Speculative decoding is usually reported against a full-precision target. Laptops run quantized "
+          "models in llama.cpp, whose target alone is already cheap, so a draft has less to save there: public "
+          "CPU figures reach about 1.7× at best, and its greedy output is not always the target's own.",
+          "llama.cpp's speculative examples and public reports (a 3B Qwen2.5-Coder target with a 0.5B draft on "
+          "an i7-8700: 1.72×).",
+          ("Speedup",),
+          "Section 1c: the same draft against a float32 and an int8 target, each speedup over its own target "
+          "alone; the lesson \"What the speedup is measured against\".",
+          "On the project's 2-core CPU, with the pair's GGUF files as shipped (python -m specviz bench, methods "
+          "llama-target and llama-spec, llama-cpp-python installed): llama.cpp made "
+          "{bench_llamacpp.llama_target_tps:.1f} tokens/s with the target alone and "
+          "{bench_llamacpp.llama_spec_tps:.1f} with its speculative decoding, {bench_llamacpp.llama_spec_own:.2f}× "
+          "its own target alone (greedy text equal to its target's on {bench_llamacpp.llama_same_texts} of "
+          "{bench_llamacpp.prompts} prompts). specviz's exact best-k chooser made {bench_llamacpp.best_tps:.1f} "
+          "tokens/s with the float32 target ({bench_llamacpp.best_over_llama_spec:.2f}× llama.cpp's speculative "
+          "tokens/s) and {bench_llamacpp_int8.best_tps:.1f} with the int8 target "
+          "({bench_llamacpp_int8.best_over_llama_spec:.2f}×; llama.cpp there: "
+          "{bench_llamacpp_int8.llama_spec_tps:.1f} tokens/s speculative, "
+          "{bench_llamacpp_int8.llama_target_tps:.1f} its target alone, "
+          "{bench_llamacpp_int8.llama_spec_own:.2f}×, {bench_llamacpp_int8.llama_same_texts} of "
+          "{bench_llamacpp_int8.prompts} texts equal)."),
 )
 
 CLAIMS: tuple[Claim, ...] = build_claims(load_measured())

@@ -701,10 +701,25 @@ def target_speedup(ctx: Context) -> Outcome:
             f"against {q['base_tps']:.1f} tokens/s): {verdict}. A one-token pass of the int8 target took "
             f"{_ms(q['pass_ms'])} ms against {_ms(f['pass_ms'])} ms for float32: {why}. A speedup is always over one "
             "baseline: llama.cpp on a laptop runs a quantized target, so what a student measures there is the "
-            "figure over the quantized target alone.")
+            "figure over the quantized target alone." + llama_line())
     return Outcome(verdict, verdict, {"said": said, **{f"{k}_f32": v for k, v in f.items()},
                                       **{f"{k}_int8": v for k, v in q.items()}}, src,
                    **_timing(*(r.comparison for r in by.values())))
+
+
+def llama_line() -> str:
+    """What llama.cpp did with this pair on the machine that measured it (specviz/core/measured.json's group
+    bench_llamacpp_int8, claim 16), in one sentence: where a laptop running llama.cpp stands. "" without it."""
+    from specviz.core import claims
+
+    g = claims.load_measured()["groups"].get("bench_llamacpp_int8")
+    if g is None or not g["date"]:
+        return ""
+    f = g["figures"]
+    return (f" Measured on {g['machine']} ({g['date']}): llama.cpp ran this pair's quantized GGUF files at "
+            f"{f['llama_target_tps']:.0f} tokens/s with the target alone and {f['llama_spec_tps']:.0f} with its "
+            f"speculative decoding ({f['llama_spec_own']:.2f}× its own target alone); specviz's exact best-k run "
+            f"with the int8 target made {f['best_tps']:.0f}.")
 
 
 def target_c_alpha(ctx: Context) -> Outcome:

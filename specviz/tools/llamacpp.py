@@ -21,6 +21,7 @@ than the min(1, p/q) rule keeps.
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,7 @@ class Generation:
     passes: int
     draft_s: float
     proposed: int = 0  # drafts the target checked (those kept: tokens less passes, but where it stopped early)
+    cpu_s: float = 0.0  # the CPU time llama.cpp's process used meanwhile (LlamaProcess)
 
 
 class LlamaPair:
@@ -215,3 +217,74 @@ class LlamaPair:
                 out.append(pick(rows[len(guess)]))  # every draft kept: the target's next token (a bonus)
             t.rewind(len(ids) + len(out) - 1)  # the cache holds what was read, less the rejected drafts
         return out, drafted
+
+
+class LlamaProcess:
+    """A LlamaPair in a process of its own, asked over a pipe: llama.cpp's threads and allocations never share
+    a process with torch's. In the bench's process they slowed specviz's int8 runs by 1.2-1.4×, and its passes
+    read as under outside load, though the two never ran at once. Between calls its threads sleep."""
+
+    def __init__(self, paths: dict[str, Path], n_ctx: int, threads: int, **drafting) -> None:
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch, no threads inherited
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, paths, n_ctx, threads, drafting), daemon=True)
+        self._proc.start()
+        child.close()
+        self._ask("ready")
+
+    @classmethod
+    def open(cls, spec, n_ctx: int, threads: int, progress=None, **drafting) -> "LlamaProcess":
+        """As LlamaPair.open, in a process of its own."""
+        from specviz.modeling import store
+
+        if (why := missing_why(spec)) is not None:
+            raise PairUnavailable(why)
+        say = progress or store.quiet
+        paths = {"target": store.gguf_file(spec.target, say), "draft": store.gguf_file(spec.draft, say)}
+        return cls(paths, n_ctx, threads, **drafting)
+
+    def _ask(self, what: str, *args):
+        self._conn.send((what, args))
+        ok, value = self._conn.recv()
+        if not ok:
+            raise PairUnavailable(f"llama.cpp: {value}")
+        return value
+
+    def generate(self, *args) -> Generation:
+        """LlamaPair.generate in the other process; cpu_s is what that process used for it."""
+        return self._ask("generate", *args)
+
+    def forward_costs(self, ids: list[int], sizes=(1, 2, 4, 8, 16), reps: int = 3) -> dict[str, dict[int, float]]:
+        """LlamaPair.forward_costs in the other process."""
+        return self._ask("forward_costs", ids, sizes, reps)
+
+    def close(self) -> None:
+        if self._proc.is_alive():
+            self._conn.send(("stop", ()))
+            self._proc.join(timeout=10)
+
+
+def _serve(conn, paths: dict[str, Path], n_ctx: int, threads: int, drafting: dict) -> None:
+    """The llama.cpp process: open the pair, then answer (what, args) until told to stop."""
+    try:
+        pair = LlamaPair(paths["target"], paths["draft"], n_ctx, threads, **drafting)
+    except Exception as e:  # a file llama.cpp cannot read: said to the bench, which says it in one line
+        conn.recv()
+        conn.send((False, f"{type(e).__name__}: {e}"))
+        return
+    while True:
+        what, args = conn.recv()
+        if what == "stop":
+            return
+        try:
+            c0 = time.process_time()
+            if what == "generate":
+                g = pair.generate(*args)
+                g.cpu_s = time.process_time() - c0
+                conn.send((True, g))
+            elif what == "forward_costs":
+                conn.send((True, pair.forward_costs(*args)))
+            else:
+                conn.send((True, None))
+        except Exception as e:
+            conn.send((False, f"{type(e).__name__}: {e}"))
