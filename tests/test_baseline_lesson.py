@@ -121,3 +121,25 @@ def test_without_the_int8_target_or_its_recording_a_step_says_so_in_one_line(tin
     o = lessons.run_step(SHRINKS, lessons.Context(pair=pair, page_recordings={"speedup": recording}))
     assert o.source.startswith("recorded:") and lessons.explain(SHRINKS, o).startswith(
         lessons.NEEDS_INT8.format(why="this device or pair does not offer"))
+
+
+def test_the_first_step_says_what_llama_cpp_did_with_this_pair_from_the_measured_figures(recording, monkeypatch):
+    """The llama.cpp line comes from specviz/core/measured.json's bench_llamacpp_int8 (claim 16), so a changed
+    measurement changes the words; without the group the step says nothing of llama.cpp's speed."""
+    from specviz.core import claims
+
+    data = claims.load_measured()
+    fig = data["groups"]["bench_llamacpp_int8"]["figures"]
+    ctx = lambda: lessons.Context(page_recordings={"speedup": recording})  # noqa: E731 (a fresh memo each time)
+    said = lessons.explain(SHRINKS, lessons.run_step(SHRINKS, ctx()))
+    assert (f"llama.cpp ran this pair's quantized GGUF files at {fig['llama_target_tps']:.0f} tokens/s with the "
+            f"target alone and {fig['llama_spec_tps']:.0f} with its speculative decoding "
+            f"({fig['llama_spec_own']:.2f}× its own target alone)") in said
+    assert f"with the int8 target made {fig['best_tps']:.0f}." in said
+    bumped = {**data, "groups": {**data["groups"], "bench_llamacpp_int8": {
+        **data["groups"]["bench_llamacpp_int8"], "figures": {**fig, "llama_spec_tps": 99.0}}}}
+    monkeypatch.setattr(claims, "load_measured", lambda path=None: bumped)
+    assert "and 99 with its speculative decoding" in lessons.explain(SHRINKS, lessons.run_step(SHRINKS, ctx()))
+    gone = {**data, "groups": {k: v for k, v in data["groups"].items() if k != "bench_llamacpp_int8"}}
+    monkeypatch.setattr(claims, "load_measured", lambda path=None: gone)
+    assert "tokens/s with the target alone" not in lessons.explain(SHRINKS, lessons.run_step(SHRINKS, ctx()))

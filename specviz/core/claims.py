@@ -268,9 +268,9 @@ _TEMPLATES: tuple[Claim, ...] = (
     Claim(16, "What laptops run gains less",
           "Speculative decoding is usually reported against a full-precision target. Laptops run quantized "
           "models in llama.cpp, whose target alone is already cheap, so a draft has less to save there: public "
-          "CPU figures reach about 1.7× at best, and its greedy output is not always the target's own.",
-          "llama.cpp's speculative examples and public reports (a 3B Qwen2.5-Coder target with a 0.5B draft on "
-          "an i7-8700: 1.72×).",
+          "CPU figures stay under 2×, and its greedy output is not always the target's own.",
+          "llama.cpp's speculative examples and public reports (the best found: a 3B Qwen2.5-Coder target with a "
+          "0.5B draft on an i7-8700).",
           ("Speedup",),
           "Section 1c: the same draft against a float32 and an int8 target, each speedup over its own target "
           "alone; the lesson \"What the speedup is measured against\".",

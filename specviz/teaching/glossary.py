@@ -265,6 +265,7 @@ PAGE_WORDS: dict[str, tuple[str, ...]] = {
             "adaptive k", "best-k chooser", "prompt lookup", "token tree", "chain", "node budget", "chat template",
             "KV cache", "outside load", "wall time", "end-to-end", "int4"),
     "0_What_this_app_demonstrates": (*_ROUND, *_SAMPLING, *_SPEED, *_MACHINE, "adaptive k", "best-k chooser",
+                                     "tokens per second",
                                      "prompt lookup", "early exit", "layer", "Medusa", "rejection sampling",
                                      "residual", "entropy", "total variation distance", "Σ", "noise",
                                      "memory bandwidth", "memory-bound", "compute-bound", "batch", "oneDNN",

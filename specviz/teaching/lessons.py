@@ -716,7 +716,8 @@ def llama_line() -> str:
     if g is None or not g["date"]:
         return ""
     f = g["figures"]
-    return (f" Measured on {g['machine']} ({g['date']}): llama.cpp ran this pair's quantized GGUF files at "
+    where = g["machine"].split(", pair ")[0]  # "cpu, 2 CPUs, 2 threads"
+    return (f" On the machine that recorded this ({where}; {g['date']}), llama.cpp ran this pair's quantized GGUF files at "
             f"{f['llama_target_tps']:.0f} tokens/s with the target alone and {f['llama_spec_tps']:.0f} with its "
             f"speculative decoding ({f['llama_spec_own']:.2f}× its own target alone); specviz's exact best-k run "
             f"with the int8 target made {f['best_tps']:.0f}.")

@@ -513,6 +513,7 @@ def _config(args, pair, t_start: float, load_start: float) -> dict:
     return {
         "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "device": str(pair.device),
         "draft_precision": pair.draft_precision, "draft_head": getattr(pair, "draft_head", "full"),
+        "target_precision": getattr(pair, "target_precision", "float32"),
         "fast_linear": _fast_linear_on(pair),
         "threads": devqueue.model_threads(pair.device), "ks": args.ks, "methods": args.method_names,
         "left_out": getattr(args, "left_out", {}), "domains": args.domains,
@@ -523,7 +524,8 @@ def _config(args, pair, t_start: float, load_start: float) -> dict:
         "elapsed_s": time.perf_counter() - t_start,
         # the process's peak resident memory (one configuration per run), and what the estimator says it needs
         "peak_rss_bytes": memory.peak_resident_bytes(),
-        "memory_estimate_bytes": (models.estimate_memory_bytes(pair.spec, pair.dtype, draft_precision=pair.draft_precision)
+        "memory_estimate_bytes": (models.estimate_memory_bytes(pair.spec, pair.dtype, draft_precision=pair.draft_precision,
+                                                               target_precision=getattr(pair, "target_precision", None))
                                   if getattr(pair, "spec", None) is not None else None),
     }  # fmt: skip
 
@@ -643,8 +645,9 @@ def command_of(report: dict) -> str:
     """The bench command that reproduces the report's runs."""
     cfg = report["config"]
     pair = "--tiny" if cfg["pair"] == "tiny" else f"--pair {cfg['pair']}"
+    target = cfg.get("target_precision", "float32")
     return (f"python -m specviz bench {pair} --dtype {cfg['dtype']} --draft-precision {cfg['draft_precision']} "
-            f"--reps {cfg['reps']} --ks {','.join(map(str, cfg['ks']))} --prompt-set {cfg['prompt_set']} "
+            + ("" if target == "float32" else f"--target-precision {target} ") + f"--reps {cfg['reps']} --ks {','.join(map(str, cfg['ks']))} --prompt-set {cfg['prompt_set']} "
             f"--domains {','.join(cfg['domains'])} --modes {','.join(cfg['modes'])} "
             f"--methods {','.join(cfg['methods'])} --max-new-tokens {cfg['max_new_tokens']}")
 
@@ -652,7 +655,8 @@ def command_of(report: dict) -> str:
 def machine_of(report: dict) -> str:
     cfg = report["config"]
     return (f"{cfg['device']}, {cfg['cpu_count']} CPUs, {cfg['threads']} threads, pair {cfg['pair']} "
-            f"({cfg['dtype']}, {cfg['draft_precision']} draft), torch {cfg['torch']}")
+            f"({cfg.get('target_precision', cfg['dtype'])} target, {cfg['draft_precision']} draft), "
+            f"torch {cfg['torch']}")
 
 
 def _fast_linear_on(pair) -> bool:
@@ -770,9 +774,12 @@ def _at(d: dict, n: int) -> float:
     return float("nan") if v is None else v
 
 
-def markdown(report: dict) -> str:
+def header(report: dict) -> list[str]:
+    """The report's title, what was measured and how, its memory, and the forward costs."""
     cfg = report["config"]
+    target = cfg.get("target_precision", "float32")
     lines = [f"# specviz bench: {cfg['pair']} ({cfg['dtype']}{', fast-linear' if cfg['fast_linear'] else ''}, "
+             + ("" if target == "float32" else f"{target} target, ") +
              f"{cfg.get('draft_precision', 'float32')} draft, {cfg.get('draft_head', 'full')} head, {cfg['device']}, "
              f"{cfg['threads']} threads)", ""]
     lines.append(f"{cfg['max_new_tokens']} new tokens, median of {cfg['reps']} repetitions, load average "
@@ -798,6 +805,12 @@ def markdown(report: dict) -> str:
     if costs.get("llama"):
         lines.append("")
         lines.append(llama_costs_line(costs["llama"]))
+    return lines
+
+
+def markdown(report: dict) -> str:
+    cfg = report["config"]
+    lines = header(report)
     domains = cfg["domains"]
     for mode in cfg["modes"]:
         title = "greedy" if mode == "greedy" else f"sampling, temperature {cfg['temperature']}"
