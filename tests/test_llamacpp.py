@@ -98,3 +98,27 @@ def test_llama_cpp_speculative_decoding_on_the_real_pair_keeps_its_target_text_w
             assert len(alone.tokens) / runs[llamacpp.DRAFT_P_MIN].passes > 4
         # always drafting, some drafts were checked and not kept: the rejection path ran
         assert runs[0.0].proposed > len(alone.tokens) - runs[0.0].passes
+
+
+@pytest.mark.real
+@pytest.mark.skipif(not llamacpp.available(), reason=f"llama-cpp-python is not installed: {llamacpp.INSTALL}")
+def test_the_bench_asks_llama_cpp_in_a_process_of_its_own_for_the_same_generation():
+    import os
+
+    from specviz.modeling.config import load_registry
+
+    reg = load_registry()
+    spec = reg.pairs[reg.default_pair]
+    ids = list(range(100, 140))
+    here = llamacpp.LlamaPair.open(spec, n_ctx=128, threads=2)
+    there = llamacpp.LlamaProcess.open(spec, n_ctx=128, threads=2)
+    try:
+        assert there._proc.pid != os.getpid()
+        for method in llamacpp.METHODS:
+            g = there.generate(method, ids, 16, [0], 0.0, 0)
+            assert g.tokens == here.generate(method, ids, 16, [0], 0.0, 0).tokens
+            assert g.cpu_s > 0  # the other process's CPU time, which the bench does not count as outside load
+        assert set(there.forward_costs(ids, (1, 2), 1)) == {"target", "draft"}
+    finally:
+        there.close()
+    assert not there._proc.is_alive()
