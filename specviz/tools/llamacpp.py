@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +61,8 @@ def missing_why(spec) -> str | None:
 
 
 class Model:
-    """One GGUF model in llama.cpp: the tokens its KV cache holds, and forward passes over new ones."""
+    """One GGUF model in llama.cpp: the tokens its KV cache holds, and forward passes over new ones. It drives
+    llama-cpp-python's context and batch objects (Llama._ctx, Llama._batch) directly, as of VERSION."""
 
     def __init__(self, path: Path, n_ctx: int, threads: int) -> None:
         from llama_cpp import Llama
@@ -110,7 +111,7 @@ def picker(temperature: float, seed: int):
     return draw
 
 
-@dataclass
+@dataclass(frozen=True)
 class Generation:
     """One llama.cpp generation: its tokens (up to and including the first EOS), its wall time, the target's
     forward passes (the prompt's included) and the time its draft took (0 for the target alone)."""
@@ -280,8 +281,7 @@ def _serve(conn, paths: dict[str, Path], n_ctx: int, threads: int, drafting: dic
             c0 = time.process_time()
             if what == "generate":
                 g = pair.generate(*args)
-                g.cpu_s = time.process_time() - c0
-                conn.send((True, g))
+                conn.send((True, replace(g, cpu_s=time.process_time() - c0)))
             elif what == "forward_costs":
                 conn.send((True, pair.forward_costs(*args)))
             else:
