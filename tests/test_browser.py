@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.tools.loadtest import more_settings, serve
+from specviz.devtools.loadtest import more_settings, serve
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic", "--no-first-run",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.tools.loadtest import serve
+from specviz.devtools.loadtest import serve
 from test_browser import CHROMIUM, browser  # noqa: F401 - the headless Chromium fixture, one per module
 
 WAIT_MS = 60_000

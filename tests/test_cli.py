@@ -62,6 +62,19 @@ def test_bench_help_prints_its_options():
     assert "Traceback" not in r.stderr + r.stdout
 
 
+@pytest.mark.parametrize("command,option", [("timing", "--limit"), ("loadtest", "--simulate"),
+                                            ("laptop", "--memory-gb")])
+def test_the_development_tools_are_commands_of_python_m_specviz(command, option):
+    """specviz/__main__.py adds specviz.devtools' commands to tools.cli's: each is listed and has its --help."""
+    listed = specviz("--help")
+    assert listed.returncode == 0, listed.stderr
+    assert re.search(rf"^    {command} ", listed.stdout, re.M), listed.stdout
+    r = specviz(command, "--help")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"usage: python -m specviz {command}") and option in r.stdout
+    assert "Traceback" not in r.stderr + r.stdout
+
+
 # -----------------------------------------------------------------------------
 # `run` on a tiny pair (in process): the engine validates, the CLI prints
 
@@ -375,7 +388,9 @@ def test_timing_refuses_a_limit_that_is_not_a_finite_number_above_0(monkeypatch,
         raise AssertionError("the pair was loaded before --limit was checked")
 
     monkeypatch.setattr(models, "load_pair", load_pair)
-    rc = cli.main(["--models", str(TINY_REGISTRY), "timing", "-q", "--limit", limit])
+    from specviz.devtools.cli import COMMANDS
+
+    rc = cli.main(["--models", str(TINY_REGISTRY), "timing", "-q", "--limit", limit], COMMANDS)
     lines = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and lines == [f"error: --limit must be a finite number of seconds above 0, got {float(limit):g}"]
 

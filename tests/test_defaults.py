@@ -14,14 +14,15 @@ from specviz.core import prompts
 from specviz.core.settings import DecodeSettings
 from specviz.data.runfile import RecordSpec
 from specviz.teaching import lessons, page_records
-from specviz.tools import cli, record, simload
+from specviz.devtools import simload
+from specviz.tools import cli, record
 
 ROOT = Path(__file__).resolve().parents[1]
 # the places that once wrote a setting's default as a literal of their own
 UNIFIED = ["specviz/core/prompts.py", "specviz/data/runfile.py", "specviz/teaching/lessons.py",
-           "specviz/teaching/page_records.py", "specviz/tools/cli.py", "specviz/tools/record.py",
-           "specviz/tools/simload.py", "specviz/tools/timing.py", "pages/1_Slow_motion_round.py",
-           "pages/2_Acceptance_lab.py", "pages/common/main_sidebar.py"]
+           "specviz/teaching/page_records.py", "specviz/tools/cli.py", "specviz/devtools/cli.py",
+           "specviz/tools/record.py", "specviz/devtools/simload.py", "specviz/devtools/timing.py",
+           "pages/1_Slow_motion_round.py", "pages/2_Acceptance_lab.py", "pages/common/main_sidebar.py"]
 NAMES = {"k", "temperature", "top_p", "top_k", "max_new_tokens", "max_new", "seed"}
 FLAGS = {"--k", "--temperature", "--top-p", "--top-k", "--max-new-tokens", "--seed"}
 WIDGETS = ("k:", "temperature", "top-p", "seed", "max new tokens", "new tokens per run")  # labels the pages start

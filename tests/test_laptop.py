@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.tools import laptop
+from specviz.devtools import laptop
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 # Imports every module of specviz/ in one fresh interpreter and names the first that pulls in
-# streamlit. specviz.__main__ runs the CLI when imported, so it is imported with --help (exit 0).
+# streamlit. specviz.__main__ runs the CLI only as `python -m specviz`; it is imported with --help all the same
+# (exit 0), should that ever change.
 _WALK = """
 import importlib, json, pkgutil, sys
 import specviz
@@ -38,14 +39,15 @@ def test_no_specviz_module_imports_streamlit():
     found = json.loads(out.stdout.strip().splitlines()[-1])
     # the walk really covers the package: the top layer and the leaves are all in it
     assert {"specviz.__main__", "specviz.decoding.engine", "specviz.decoding.models", "specviz.teaching.charts",
-            "specviz.tools.cli"} <= set(found["modules"])
+            "specviz.tools.cli", "specviz.devtools.loadtest"} <= set(found["modules"])
     assert len(found["modules"]) >= 30
     assert found["culprit"] is None, f"{found['culprit']} imports streamlit; specviz/ must stay free of it"
 
 
 # --- folders are layers -------------------------------------------------------------------------------------------
 # specviz/'s subpackages, lowest first. A module may import its own layer and the layers below it, never one above.
-LAYERS = ("core", "device", "data", "modeling", "decoding", "teaching", "tools")
+# devtools (development-only tools) is the top one; below, nothing but specviz/__main__.py imports it.
+LAYERS = ("core", "device", "data", "modeling", "decoding", "teaching", "tools", "devtools")
 PKG = Path(__file__).resolve().parents[1] / "specviz"
 
 
@@ -136,6 +138,100 @@ def test_the_layer_checks_can_fail(tmp_path):
     assert layer_violations(mods) == ["specviz.core.low:2 (core) imports specviz.decoding.engine (decoding)"]
     assert private_imports(mods) == ["specviz.teaching.high:2 imports specviz.core.measure._x",
                                      "specviz.teaching.high:3 uses charts._fig"]
+
+
+def _imported_modules(modules) -> dict[str, set[str]]:
+    """Each module's name -> the modules among `modules` it imports (lazy imports too)."""
+    modules = list(modules)  # read twice
+    names = {name for _, name in modules}
+    found = {}
+    for path, name in modules:
+        found[name] = {t for _, mod, imported in _imports(ast.parse(path.read_text()))
+                       for t in (mod, *(f"{mod}.{n}" for n in imported)) if t in names and t != name}
+    return found
+
+
+def import_cycles(modules) -> list[str]:
+    """The modules that reach themselves through their imports (lazy ones too), sorted: each is on a cycle."""
+    graph = _imported_modules(modules)
+    on_cycle = []
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo += graph.get(m, ())
+        if start in seen:
+            on_cycle.append(start)
+    return sorted(on_cycle)
+
+
+def test_no_module_imports_itself_through_others():
+    """Each module's imports form no cycle, lazy imports included (loadtest and simload once imported each other)."""
+    assert import_cycles(_modules()) == []
+
+
+def test_the_cycle_check_can_fail(tmp_path):
+    files = {"a": "from specviz.x import b\n", "b": "def f():\n    from specviz.x import c\n",
+             "c": "import specviz.x.a\n", "d": "from specviz.x.a import thing\n"}
+    for name, text in files.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    mods = [(tmp_path / f"{name}.py", f"specviz.x.{name}") for name in files]
+    assert import_cycles(mods) == ["specviz.x.a", "specviz.x.b", "specviz.x.c"]
+
+
+# --- the development tools: nothing the app or the library runs imports them -------------------------------------
+# specviz/devtools (loadtest, simload, timing, laptop) is the top layer, so no specviz layer may import it; this
+# check covers the rest: specviz/'s own modules, the pages and app.py. The one exception is the command line's entry
+# point, specviz/__main__.py, which adds the development tools' commands to specviz/tools/cli.py's.
+DEVTOOLS = "specviz.devtools"
+ENTRY = PKG / "__main__.py"
+
+
+def _names_devtools(dotted: str) -> bool:
+    return dotted == DEVTOOLS or dotted.startswith(DEVTOOLS + ".")
+
+
+def devtools_importers(files) -> list[str]:
+    """'name:line imports what' for each import of specviz.devtools (lazy ones, and import_module("...") too)."""
+    bad = []
+    for path, name in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for line, mod, names in _imports(tree):
+            if any(_names_devtools(t) for t in (mod, *(f"{mod}.{n}" for n in names))):
+                bad.append(f"{name}:{line} imports {mod}" + (f" ({', '.join(names)})" if names else ""))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str) and _names_devtools(node.args[0].value)):
+                bad.append(f"{name}:{node.lineno} imports {node.args[0].value}")
+    return bad
+
+
+def _runtime_files():
+    """Every module of specviz/ outside specviz/devtools but the entry point, every page, and app.py."""
+    root = PKG.parent
+    devtools = PKG / "devtools"
+    files = [p for p in sorted(PKG.rglob("*.py")) if not p.is_relative_to(devtools) and p != ENTRY]
+    files += [*sorted((root / "pages").rglob("*.py")), root / "app.py"]
+    return [(p, str(p.relative_to(root))) for p in files]
+
+
+def test_nothing_but_the_entry_point_imports_the_development_tools():
+    files = _runtime_files()
+    assert len(files) >= 60 and any(n == "app.py" for _, n in files) and any(n.startswith("pages/") for _, n in files)
+    assert devtools_importers(files) == []
+    assert devtools_importers([(ENTRY, "specviz/__main__.py")]) != []  # the check sees the one import there is
+
+
+def test_the_devtools_check_can_fail(tmp_path):
+    page = tmp_path / "page.py"
+    page.write_text("from specviz.tools import cli\nfrom specviz.devtools import loadtest\n"
+                    "def f():\n    import specviz.devtools.timing as t\n    from specviz import devtools, core\n"
+                    "    return importlib.import_module('specviz.devtools.laptop')\n")
+    assert devtools_importers([(page, "page")]) == [
+        "page:2 imports specviz.devtools (loadtest)", "page:4 imports specviz.devtools.timing",
+        "page:5 imports specviz (devtools, core)", "page:6 imports specviz.devtools.laptop"]
 
 
 # --- the engine takes the device as a runner ----------------------------------------------------------------------

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.browser
 def test_loadtest_runs_two_sessions_on_the_tiny_pair(monkeypatch):
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     # every run times its own target alone (no reuse across sessions), so its one-token holds are in the trace
     monkeypatch.setenv("SPECVIZ_BASELINE_TTL_S", "0")
@@ -64,7 +64,7 @@ def test_a_page_is_read_as_its_committed_text_without_refused_drafts_or_bonus_ma
 
     from specviz import autoregressive_decode, speculative_decode
     from specviz.teaching import explain
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
     from specviz.teaching.render import tokens_html
     from tiny import tiny_qwen
 
@@ -102,7 +102,7 @@ def test_only_the_processes_started_after_the_server_are_lowered():
     import os
     import subprocess
 
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -126,7 +126,7 @@ def test_every_thread_of_a_started_process_is_lowered_not_only_its_first():
     import os
     import subprocess
 
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     before = loadtest.descendants(os.getpid())
     code = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); time.sleep(30)"
@@ -151,7 +151,7 @@ def test_a_cpu_cap_holds_a_busy_process_and_what_it_starts_to_its_share():
     import os
     import subprocess
 
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     cap = loadtest.CpuCap.make(0.1)
     if cap is None:
@@ -189,7 +189,7 @@ def test_a_cpu_cap_holds_a_busy_process_and_what_it_starts_to_its_share():
                                          (["--browser-cpu", "nan"], "--browser-cpu"), (["--timeout", "0"], "--timeout"),
                                          (["--timeout", "nan"], "--timeout"), (["--fresh", "0"], "--fresh")])
 def test_the_loadtests_own_settings_are_checked_before_anything_starts(args, wrong, capsys):
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     with pytest.raises(SystemExit):
         loadtest.main(args)
@@ -198,7 +198,7 @@ def test_the_loadtests_own_settings_are_checked_before_anything_starts(args, wro
 
 def test_the_time_limit_grows_with_the_batches_unless_given(monkeypatch):
     """A four-batch test on the default pair took 29 minutes: it must not run into a limit set for one batch."""
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     seen = []
     monkeypatch.setattr(loadtest, "_loadtest", lambda *a: seen.append(a[4] - time.monotonic()))
@@ -211,7 +211,7 @@ def test_the_time_limit_grows_with_the_batches_unless_given(monkeypatch):
 
 
 def test_a_pause_waits_its_seconds_after_the_last_phase_ended_and_no_longer():
-    from specviz.tools.loadtest import Pause
+    from specviz.devtools.loadtest import Pause
 
     far = time.monotonic() + 60
     pause = Pause(0.4)
@@ -235,7 +235,7 @@ def test_a_pause_waits_its_seconds_after_the_last_phase_ended_and_no_longer():
 def test_each_batch_is_judged_against_its_own_solo_runs():
     """Solo, at once, solo, at once, solo: a machine whose speed drifts between batches must not make
     the sessions of one batch read off against the solo runs of another."""
-    from specviz.tools.loadtest import Batch, Report, SessionResult
+    from specviz.devtools.loadtest import Batch, Report, SessionResult
 
     def run(speedup, model_s=10.0):
         return SessionResult(text="t", decode_s=model_s / 2, base_s=model_s / 2, speedup=speedup, finished_s=5.0)
@@ -267,7 +267,7 @@ def test_each_batch_is_judged_against_its_own_solo_runs():
 def test_a_target_alone_token_is_read_from_the_trace_at_once_and_in_the_solo_runs_around():
     """The same work every time, so its time at once against the solo runs' tells a machine whose speed moved
     from a queue that slows the sessions."""
-    from specviz.tools.loadtest import Batch, Report, SessionResult, target_token_s
+    from specviz.devtools.loadtest import Batch, Report, SessionResult, target_token_s
     from specviz.data.records import AUTOREGRESSIVE, SPECULATIVE
 
     assert target_token_s({"what_s": {AUTOREGRESSIVE: [0.3, 0.1, 0.2], SPECULATIVE: [5.0]}}) == 0.2  # the median
@@ -296,7 +296,7 @@ def test_a_target_alone_token_is_read_from_the_trace_at_once_and_in_the_solo_run
 
 def test_the_solo_runs_are_judged_against_their_neighbours_as_the_sessions_are():
     """Four batches: five solo runs, the middle three each against the mean of the two around it."""
-    from specviz.tools.loadtest import Batch, Report, SessionResult
+    from specviz.devtools.loadtest import Batch, Report, SessionResult
 
     def run(speedup):
         return SessionResult(text="t", decode_s=5.0, base_s=5.0, speedup=speedup, finished_s=5.0)
@@ -317,7 +317,7 @@ def test_the_server_cpu_is_read_per_process_and_for_its_main_thread():
     import os
     import threading
 
-    from specviz.tools.loadtest import CpuUse
+    from specviz.devtools.loadtest import CpuUse
 
     if not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/stat").exists():
         pytest.skip("no /proc here")
@@ -347,7 +347,7 @@ def test_the_browsers_run_only_while_the_server_is_idle():
     import os
     import subprocess
 
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     if not Path(f"/proc/{os.getpid()}/stat").exists():
         pytest.skip("no /proc here")
@@ -393,7 +393,7 @@ def test_the_gates_own_thread_stops_the_browsers_as_soon_as_the_server_works():
     import os
     import subprocess
 
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     if not Path(f"/proc/{os.getpid()}/stat").exists():
         pytest.skip("no /proc here")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from specviz.core import quiet
-from specviz.tools.loadtest import free_port, wait_healthy
+from specviz.devtools.loadtest import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "models_tiny.yaml"

@@ -57,7 +57,7 @@ def test_a_token_box_is_never_cut_across_two_lines():
 
     import pytest
 
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
     if not Path(loadtest.CHROMIUM).exists():

@@ -184,8 +184,8 @@ def test_early_exit_sweep_alpha_c_and_speedup_against_l():
 
 
 def _target_calls(t, fn) -> int:
-    """Forward calls of the target's top module while fn runs (tools.timing's counter)."""
-    from specviz.tools.timing import Calls
+    """Forward calls of the target's top module while fn runs (devtools.timing's counter)."""
+    from specviz.devtools.timing import Calls
 
     calls = Calls(t)
     try:

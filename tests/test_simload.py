@@ -13,7 +13,7 @@ def test_a_small_room_reports_each_kinds_waits_queue_and_compute(tmp_path, capsy
     """Five sessions at once on the tiny pair: every one finishes, its wait holds its time in the queue and its
     time computing, some of them queued (one device, one at a time), and every figure is judged against a solo
     run of its kind."""
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     out = tmp_path / "room.json"
     assert loadtest.main(["--simulate", "5", "--mix", "main:2,lab:1,speedup:1,lesson:1", "--spread", "0",
@@ -45,7 +45,7 @@ def test_a_small_room_reports_each_kinds_waits_queue_and_compute(tmp_path, capsy
 
 
 def test_a_kinds_figures_are_the_median_p90_worst_and_honest_count():
-    from specviz.tools.simload import Session, kind_summary, percentile
+    from specviz.devtools.simload import Session, kind_summary, percentile
 
     assert percentile(range(1, 11), 50) == 5 and percentile(range(1, 11), 90) == 9
     assert percentile([3.0, None, 1.0], 100) == 3.0 and percentile([], 50) is None
@@ -60,7 +60,7 @@ def test_a_kinds_figures_are_the_median_p90_worst_and_honest_count():
 
 
 def test_each_session_is_judged_against_the_mean_of_its_kinds_solo_runs_before_and_after():
-    from specviz.tools.simload import Session, judge
+    from specviz.devtools.simload import Session, judge
 
     room = [Session("main", "m", pass_s=1.1, speedup=2.0), Session("lab", "l", pass_s=0.5)]
     judge(room, {"main": [Session("main", "a", pass_s=1.0, speedup=2.0), Session("main", "b", pass_s=1.2,
@@ -77,7 +77,7 @@ def test_each_session_is_judged_against_the_mean_of_its_kinds_solo_runs_before_a
                                          (["--simulate", "2", "--spread", "nan"], "--spread"),
                                          (["--simulate", "2", "--target-precision", "bfloat16"], "--target-precision")])
 def test_the_rooms_settings_are_checked_before_anything_loads(args, wrong, capsys):
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     with pytest.raises(SystemExit):
         loadtest.main(args)
@@ -94,7 +94,7 @@ def test_the_length_and_the_report_path_are_checked_before_the_test_runs(extra, 
                                                                           monkeypatch):
     """--json into a missing folder, or onto a folder, was a traceback after the whole room had run; --max-new
     100000 or -5 ran it and said "finished 0/1" with exit 0."""
-    from specviz.tools import loadtest, simload
+    from specviz.devtools import loadtest, simload
 
     def ran(*a, **k):
         raise AssertionError("the test ran before its options were checked")
@@ -108,7 +108,7 @@ def test_the_length_and_the_report_path_are_checked_before_the_test_runs(extra, 
 
 
 def test_a_default_mix_is_two_thirds_main():
-    from specviz.tools.simload import default_mix
+    from specviz.devtools.simload import default_mix
 
     assert default_mix(30) == {"main": 20, "lab": 4, "speedup": 3, "lesson": 3}
     assert sum(default_mix(7).values()) == 7 and sum(default_mix(1).values()) == 1
@@ -117,7 +117,7 @@ def test_a_default_mix_is_two_thirds_main():
 def test_a_room_may_run_the_int8_target(tmp_path, capsys):
     """--target-precision int8: the room runs on the int8 target (as a server under a small memory budget does),
     and its report names it."""
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     out = tmp_path / "room.json"
     assert loadtest.main(["--simulate", "1", "--mix", "main:1", "--spread", "0", "--models", TINY, "--max-new", "6",
@@ -131,7 +131,7 @@ def test_a_room_may_run_the_int8_target(tmp_path, capsys):
 def test_a_room_reports_how_many_rounds_shared_their_verify_pass(on, tmp_path, monkeypatch):
     """Four main-page Runs at once on the tiny pair (its target packed, so it may share): with sharing on, rounds
     shared their verify pass and each shared round's cost is its pass over the rounds it served; off, none did."""
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     monkeypatch.setenv("SPECVIZ_BATCH_VERIFY", "1" if on else "0")
     out = tmp_path / "room.json"

@@ -77,7 +77,7 @@ def test_bad_limit_is_an_error_without_traceback():
 def test_every_lesson_step_and_page_button_ends_within_30_s_on_the_real_pair(default_pair, capsys):
     """The target of a class's time, on this machine when it is quiet: every item within timing.LIMIT_S. Prints
     the table. Opt-in: it takes many minutes, and timings on a machine shared with other work say little."""
-    from specviz.tools import timing
+    from specviz.devtools import timing
 
     rep = timing.timing(default_pair)
     with capsys.disabled():

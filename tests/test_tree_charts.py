@@ -126,7 +126,7 @@ def test_no_node_label_is_drawn_over_another_label_or_a_neighbours_marker(rounds
     from pathlib import Path
 
     from specviz.teaching import charts
-    from specviz.tools import loadtest
+    from specviz.devtools import loadtest
 
     pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
     if not Path(loadtest.CHROMIUM).exists():

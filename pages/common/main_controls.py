@@ -163,7 +163,7 @@ def _while_loading(ms: MainSettings):
 
 
 SHOWN_WHILE_LOADING = "main.shown_while_loading"  # session key: the recording last drawn while a Run's pair loaded
-WHILE_LOADING = "sv-while-loading"  # the class around that recording's text: not the live run's (tools.laptop)
+WHILE_LOADING = "sv-while-loading"  # the class around that recording's text: not the live run's (devtools.laptop)
 
 
 def offer_recording(job: playback.Playback | None) -> None:

@@ -83,7 +83,7 @@ def _preset_ids(pair, name: str) -> list[int]:
 
 # --------------------------------------------------------------------------
 # the work behind each page's buttons: the pages call these (or the one specviz function named), the
-# recordings below run them at the page's defaults, and tools.timing times them (BUTTONS)
+# recordings below run them at the page's defaults, and devtools.timing times them (BUTTONS)
 
 
 def exactness_trials(pair, ids, *, n: int, temperature: float, seed: int, progress=None):

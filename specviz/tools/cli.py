@@ -1,10 +1,13 @@
-"""Command line: `python -m specviz models | prepare | run | bench`.
+"""Command line: `python -m specviz models | prepare | run | bench | record | claims-data`.
 
     python -m specviz models                      # pairs, available or not, how to get each
     python -m specviz prepare                     # assemble + convert + cache the default pair, as a run loads it
     python -m specviz run --prompt "def fib(n):"  # one speculative run, coloured by round
     python -m specviz run --tree 16 --prompt ...  # the same with a token tree of 16 nodes per round
     python -m specviz bench --tiny                # specviz.tools.bench: every method against the target alone
+
+The development tools' commands (timing, loadtest, laptop: specviz/devtools/cli.py) are added by
+specviz/__main__.py through Commands; this module never imports them.
 
 Every SpecvizError is printed as `error: <message>` with exit code 2, never a
 traceback. Progress of long work goes to stderr; results go to stdout.
@@ -18,8 +21,9 @@ import math
 import os
 import sys
 import time
-from dataclasses import replace
-from typing import TextIO
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TextIO
 
 from specviz.teaching import explain, render
 from specviz.core import limits, prompts
@@ -238,7 +242,8 @@ def tree_shape(args) -> dict | None:
     return dict(shape="tree", budget=args.tree, branch=args.branch, max_depth=given(args.max_depth, 8), doubt=DOUBT)
 
 
-def _load_pair(args):
+def pair_from_args(args):
+    """The pair the command's pair options name (add_pair_options), loaded with progress on stderr."""
     from specviz.decoding.models import load_pair
 
     progress = ProgressPrinter()
@@ -312,7 +317,7 @@ def cmd_run(args) -> int:
         from specviz.decoding.models import check_spec_shared_vocab
 
         check_spec_shared_vocab(TREE_WHAT, args.pair, args.models)  # before a load of the pair
-    pair = _load_pair(args)
+    pair = pair_from_args(args)
     tok = pair.tokenizer
     if not args.raw and not getattr(tok, "chat_template", None):
         print("note: this model has no chat template; the prompt is fed as-is", file=sys.stderr)
@@ -441,41 +446,13 @@ def _batch_bench(args, say) -> int:
     return 0
 
 
-def cmd_timing(args) -> int:
-    """Time every live lesson step and every page button (specviz.tools.timing)."""
-    from specviz.tools import timing
-
-    if not 0 < args.limit < math.inf:  # nan and inf too: every item would be within it
-        raise InvalidSetting(f"--limit must be a finite number of seconds above 0, got {args.limit:g}")
-    check_writable("--out", args.out)
-    check_writable("--md", args.md)
-    t0 = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if not args.quiet:
-            print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    args.draft = args.target = args.device = None
-    pair = _load_pair(args)
-    report = timing.timing(pair, lessons_too=args.what in ("all", "lessons"), buttons_too=args.what in ("all", "buttons"),
-                           seed=args.seed, limit_s=args.limit, cold=args.cold, only=args.only, say=say)
-    table = timing.markdown(report)
-    for path, text in ((args.out, timing.to_json(report)), (args.md, table)):
-        if path:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-            say(f"wrote {path}")
-    print(table)
-    return 0
-
-
 def cmd_record(args) -> int:
     """Make the shipped recorded set again in one sitting, with one profile (specviz.tools.record.record_all)."""
     from specviz.tools import record
 
     args.draft = args.target = args.device = None
     t0 = time.perf_counter()
-    pair = _load_pair(args)
+    pair = pair_from_args(args)
     record.record_all(pair, progress=lambda msg: print(f"[{time.perf_counter() - t0:7.1f}s] {msg}", flush=True))
     return 0
 
@@ -628,25 +605,6 @@ def add_bench_parser(sub) -> None:
     b.set_defaults(func=cmd_bench)
 
 
-def add_timing_parser(sub) -> None:
-    t = sub.add_parser("timing", help="seconds of every live lesson step and page button (specviz.tools.timing)",
-                       description="Time every live lesson step and the work behind every page button, at the "
-                                   "pages' defaults, on one loaded pair.")
-    add_pair_options(t)
-    t.add_argument("--models", metavar="YAML", default=argparse.SUPPRESS, help="registry file")
-    t.add_argument("--what", choices=["all", "lessons", "buttons"], default="all", help="default: all")
-    t.add_argument("--only", help="only the items whose name contains this (a lesson key, a page's name)")
-    t.add_argument("--limit", type=float, default=30.0, help="seconds one item may take (default 30)")
-    t.add_argument("--cold", action="store_true",
-                   help="clear the shared target-alone store before each item (every item measures its own)")
-    t.add_argument("--seed", type=int, default=DecodeSettings.seed,
-                   help=f"the lessons' seed (default {DecodeSettings.seed}, as on the page)")
-    t.add_argument("--out", metavar="FILE.json", help="write the JSON report here")
-    t.add_argument("--md", metavar="FILE.md", help="write the markdown table here (it also goes to stdout)")
-    t.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    t.set_defaults(func=cmd_timing)
-
-
 def add_record_parser(sub) -> None:
     r = sub.add_parser("record", help="make the shipped recordings again, in one sitting with one profile",
                        description="Time this machine's profile of the pair, then run every main-page recording "
@@ -657,11 +615,19 @@ def add_record_parser(sub) -> None:
     r.set_defaults(func=cmd_record)
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Commands:
+    """Commands a package above this one adds to the command line (specviz/__main__.py adds specviz.devtools'):
+    add(sub) adds their subparsers to build_parser's, and own maps the name of each one that parses its own
+    options (its --help too) to its main(argv), which main hands everything after that name."""
+    add: Callable[[Any], None] = lambda sub: None
+    own: Mapping[str, Callable[[list[str]], int]] = field(default_factory=dict)
+
+
+def build_parser(more: Commands = Commands()) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specviz", description="Speculative decoding on real models.")
     p.add_argument("--models", metavar="YAML", help="registry file (default: $SPECVIZ_MODELS or models.yaml)")
-    sub = p.add_subparsers(dest="command", required=True,
-                           metavar="{models,prepare,run,bench,timing,record,claims-data,loadtest,laptop}")
+    sub = p.add_subparsers(dest="command", required=True)
 
     m = sub.add_parser("models", help="list model pairs, whether each is available here, how to get it")
     m.add_argument("-v", "--verbose", action="store_true", help="say where each model comes from")
@@ -682,7 +648,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run_parser(sub)
     add_bench_parser(sub)
-    add_timing_parser(sub)
     add_record_parser(sub)
 
     cd = sub.add_parser("claims-data", help="rewrite a bench group of the claims' figures (specviz/core/measured.json) "
@@ -694,42 +659,22 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("--data", help="the data file (default: specviz/core/measured.json)")
     cd.set_defaults(func=cmd_claims_data)
 
-    lt = sub.add_parser("loadtest", help="browser sessions pressing Run at once on a real server (specviz.tools.loadtest)",
-                        add_help=False)
-    lt.add_argument("rest", nargs=argparse.REMAINDER)
-    lt.set_defaults(func=lambda a: _loadtest(a.rest))
-
-    lp = sub.add_parser("laptop", help="one main-page Run on a server with a small memory budget and an empty cache, "
-                                       "timed and weighed (specviz.tools.laptop)", add_help=False)
-    lp.add_argument("rest", nargs=argparse.REMAINDER)
-    lp.set_defaults(func=lambda a: _laptop(a.rest))
+    more.add(sub)
+    sub.metavar = "{" + ",".join(sub.choices) + "}"  # every command, in the order added, the added ones too
     return p
 
 
-def _loadtest(argv: list[str]) -> int:
-    from specviz.tools import loadtest
-
-    return loadtest.main(argv)
-
-
-def _laptop(argv: list[str]) -> int:
-    from specviz.tools import laptop
-
-    return laptop.main(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, more: Commands = Commands()) -> int:
+    """Runs one command (more: the commands a package above adds); a SpecvizError is one line and exit code 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         from specviz.device import devqueue
 
         devqueue.concurrency("cpu")  # a bad $SPECVIZ_DEVICE_CONCURRENCY: said now, once, for every command
         devqueue.start()  # the worker gets the cores before this thread computes anything (share_cores)
-        if argv and argv[0] == "loadtest":
-            return _loadtest(argv[1:])  # loadtest parses its own options
-        if argv and argv[0] == "laptop":
-            return _laptop(argv[1:])  # and so does laptop
-        args = build_parser().parse_args(argv)
+        if argv and argv[0] in more.own:
+            return more.own[argv[0]](argv[1:])  # it parses its own options
+        args = build_parser(more).parse_args(argv)
         return args.func(args)
     except SpecvizError as e:
         print(f"error: {e}", file=sys.stderr)

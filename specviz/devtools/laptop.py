@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specviz.modeling import memory
-from specviz.tools.loadtest import CHROMIUM, CHROMIUM_ARGS, descendants, server
+from specviz.devtools.loadtest import CHROMIUM, CHROMIUM_ARGS, descendants, server
 
 DEFAULT_MEMORY_GB = 5.0  # an 8 GB laptop, less what its system and browser hold
 TIMEOUT_S = 1800.0  # the whole check: a first start on an empty cache assembles and converts the pair

@@ -27,7 +27,7 @@ of their own: they run lowered, capped, and by default only while the server is 
 --browsers-always lets them run throughout).
 
 --simulate N (with --mix, --spread) runs a room without browsers instead: N sessions as threads of this process,
-each pressing one page's button through the specviz functions that page calls (specviz.tools.simload).
+each pressing one page's button through the specviz functions that page calls (specviz.devtools.simload).
 
 This module drives the app from outside and never imports streamlit.
 """
@@ -55,6 +55,7 @@ from typing import Callable, Iterator
 
 from specviz.device.devqueue import ENV_TRACE, lower_thread, trace_holds
 from specviz.data.records import AUTOREGRESSIVE
+from specviz.devtools.honesty import TOLERANCE, within
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -646,9 +647,6 @@ def _poll(pages, results, t0, deadline, keep_low, gate) -> None:
         time.sleep(POLL_S if gate is None or gate.running else gate.step_s)
 
 
-TOLERANCE = 0.15  # a session's speedup at once, within this fraction of the same run alone (the issue's target)
-
-
 @dataclass
 class Batch:
     """Every session pressing Run at one moment, between a solo run before and a solo run after: a shared
@@ -702,7 +700,7 @@ class Batch:
             "solo_model_each_s": [self.before.model_s, self.after.model_s],
             "speedups": [r.speedup for r in self.together],
             "speedup_over_solo": ratios,
-            "within_tolerance": sum(_within(v) for v in ratios),
+            "within_tolerance": sum(within(v) for v in ratios),
             # from the server's holds where they were traced (a browser lowered to idle cores shows its
             # rounds late while the server is busy), else as the pages showed them
             "longest_gap_between_rounds_s": self.device.get("longest_gap_s",
@@ -733,10 +731,6 @@ def target_token_s(device: dict) -> float | None:
 def _over_mean(v: float | None, around: list[float | None]) -> float | None:
     """v over the mean of the values around it (None if any is unknown)."""
     return None if v is None or None in around else v / (sum(around) / len(around))
-
-
-def _within(ratio: float | None) -> bool:
-    return ratio is not None and 1 - TOLERANCE <= ratio <= 1 + TOLERANCE
 
 
 @dataclass
@@ -802,7 +796,7 @@ class Report:
             "within_tolerance": total("within_tolerance"),
             # the same judgement made of the machine alone: each solo run between two others against their mean
             "solo_over_neighbours": solo_noise,
-            "solo_within_tolerance": sum(_within(v) for v in solo_noise),
+            "solo_within_tolerance": sum(within(v) for v in solo_noise),
             "longest_gap_between_rounds_s": max(p["longest_gap_between_rounds_s"] for p in per),
             "texts_identical_to_solo": all(r.text == self.solo.text for r in self.together + self.solos),
             "outside_load_flagged": [v for p in per for v in p["outside_load_flagged"]],
@@ -1039,9 +1033,9 @@ def _check_common(ap: argparse.ArgumentParser, a, outputs: tuple[str, ...]) -> N
 
 
 def _simulate(ap: argparse.ArgumentParser, a) -> int:
-    """--simulate: its settings checked before anything loads, then specviz.tools.simload."""
+    """--simulate: its settings checked before anything loads, then specviz.devtools.simload."""
     from specviz.core.errors import InvalidSetting
-    from specviz.tools import simload
+    from specviz.devtools import simload
 
     try:
         mix = simload.parse_mix(a.mix) if a.mix else None
@@ -1081,7 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="let the browsers run while the server works too (by default they are stopped then: "
                          "laptops draw on cores of their own)")
     sim = ap.add_argument_group("simulated room (no browser: sessions as threads of this process, "
-                                "specviz.tools.simload)")
+                                "specviz.devtools.simload)")
     sim.add_argument("--simulate", type=int, metavar="N", help="N sessions pressing the pages' buttons as threads")
     sim.add_argument("--mix", help="how many of each kind, e.g. main:20,lab:4,speedup:3,lesson:3 (default: two "
                                    "thirds main, the rest spread over the others; N is then their sum)")

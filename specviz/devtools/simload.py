@@ -18,7 +18,7 @@ browser test.
 Per session: the wait until its result shows (from its start to its function's return), how much of it was spent
 in the device queue (the queue's trace: asked -> granted of each of its holds) and computing (granted ->
 released), and whether its figures stayed honest: its target passes' median time (Round.verify_s, as the runs
-record them) against the solo runs', within loadtest.TOLERANCE, its speedup against the solo speedup, and
+record them) against the solo runs', within honesty.TOLERANCE, its speedup against the solo speedup, and
 the rounds its runs flagged as under outside load. Per kind: the median, 90th percentile and worst of those.
 A page also draws between rounds, which these threads do not: the waits here are the model work's alone.
 """
@@ -44,7 +44,7 @@ from specviz.data.records import Run
 from specviz.decoding.engine import speculative_stream
 from specviz.device import devqueue
 from specviz.teaching import baseline, lab, lessons
-from specviz.tools.loadtest import TOLERANCE  # a figure within it of the solo one stayed honest
+from specviz.devtools.honesty import TOLERANCE, within
 
 KINDS = ("main", "lab", "speedup", "lesson")
 SPEEDUP_KS = (1, 2, 4, 6, 8)  # the Speedup page's default k values
@@ -174,7 +174,7 @@ class Session:
     def honest(self) -> bool | None:
         """Its pass times (and speedup, where it has one) within TOLERANCE of the solo run's."""
         ratios = [r for r in (self.pass_over_solo, self.speedup_over_solo) if r is not None]
-        return None if not ratios else all(abs(r - 1) <= TOLERANCE for r in ratios)
+        return None if not ratios else all(within(r) for r in ratios)
 
     def record(self) -> dict:
         d = asdict(self)
