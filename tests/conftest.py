@@ -1,6 +1,6 @@
 """Shared fixtures: a tiny random Qwen2 pair (fast, float64) and the real default pair.
 
-tiny_pair      two tiny random Qwen2 models + a 64-word tokenizer, as a Pair
+tiny_pair      two tiny random Qwen2 models (tiny.tiny_lm) + a 64-word tokenizer, as a Pair
 make_tokenizer factory: words -> PreTrainedTokenizerFast (WordLevel, no hub)
 default_pair   the real embedded pair via load_pair(), once per session; skipped
                only when its chunk packages are not installed
@@ -18,6 +18,9 @@ import pytest
 import torch
 
 TINY_VOCAB = 64
+# tiny_pair's models: tiny.tiny_lm's Qwen2 at transformers' own initializer_range, with the pair's special ids
+# (bos 0, eos 1, pad 0: row 0 of their embeddings is zero)
+TINY_PAIR_MODEL = dict(init=0.02, bos_token_id=0, eos_token_id=1, pad_token_id=0)
 OWN_THREADS = ("cores", "real", "browser")  # markers of the tests that keep the device worker's thread count
 _WORKER_THREADS: dict = {}  # "cpu": the worker's thread count before the first test; "apart": whether it has its own
 
@@ -81,22 +84,13 @@ def make_tokenizer():
     return _tokenizer
 
 
-def tiny_qwen2(seed: int, vocab_size: int = TINY_VOCAB, dtype=torch.float64):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        eos_token_id=1, bos_token_id=0, pad_token_id=0,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(cfg).to(dtype).eval().requires_grad_(False)
-
-
 @pytest.fixture
 def tiny_models():
     """tiny_models(vocab_draft=64, vocab_target=64) -> (draft, target), float64, seeded."""
-    return lambda vd=TINY_VOCAB, vt=TINY_VOCAB, dtype=torch.float64: (tiny_qwen2(0, vd, dtype), tiny_qwen2(1, vt, dtype))
+    from tiny import tiny_lm
+
+    return lambda vd=TINY_VOCAB, vt=TINY_VOCAB, dtype=torch.float64: (
+        tiny_lm(0, vd, dtype=dtype, **TINY_PAIR_MODEL), tiny_lm(1, vt, dtype=dtype, **TINY_PAIR_MODEL))
 
 
 @pytest.fixture
@@ -104,10 +98,11 @@ def tiny_pair():
     """A Pair of two tiny random Qwen2 models (float64, CPU) sharing a 64-word tokenizer."""
     from specviz.modeling.config import ModelSpec, PairSpec, PathSource
     from specviz.decoding.models import Pair
+    from tiny import tiny_lm
 
     tok = _tokenizer([f"w{i}" for i in range(TINY_VOCAB - 2)])
     assert len(tok) == TINY_VOCAB
-    draft, target = tiny_qwen2(0), tiny_qwen2(1)
+    draft, target = tiny_lm(0, **TINY_PAIR_MODEL), tiny_lm(1, **TINY_PAIR_MODEL)
     spec_of = lambda n: ModelSpec(name=n, label=n, family="tiny", tokenizer="tiny", params=0,  # noqa: E731
                                   source=PathSource(path=__import__("pathlib").Path("/nonexistent") / n))
     spec = PairSpec(name="tiny", draft=spec_of("tiny-draft"), target=spec_of("tiny-target"), description="tiny")

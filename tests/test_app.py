@@ -55,7 +55,8 @@ def start(at, **settings):
     return at
 
 
-def tiny_pair():
+def registry_pair():
+    """The pair the page loads: the registry's default (the module's tiny registry), as models.load_pair(None)."""
     from specviz.decoding import models
 
     return models.load_pair(None)
@@ -82,7 +83,7 @@ def direct_run(prompt: str, chat: bool, **kw):
     from specviz.core import prompts
     from specviz import speculative_decode
 
-    pair = tiny_pair()
+    pair = registry_pair()
     ids = prompts.encode(pair.tokenizer, prompt, chat)
     return speculative_decode(pair.target, pair.draft, ids, DecodeSettings(**kw), eos_token_id=pair.eos_token_ids,
                               vocab=pair.shared_vocab)
@@ -634,7 +635,7 @@ def test_prompt_lookup_with_adaptive_k_shows_k_trace():
     assert not at.error, [e.value for e in at.error]
     run = at.session_state["main.job"].run
     assert run.settings["k_policy"] == "adaptive" and run.settings["drafter"] == "prompt-lookup"
-    pair = tiny_pair()
+    pair = registry_pair()
     ref = speculative_decode(pair.target, PromptLookupDrafter(), prompts.encode(pair.tokenizer, text, False),
                              DecodeSettings(k=4, max_new_tokens=24, k_policy="adaptive"),
                              eos_token_id=pair.eos_token_ids, vocab=pair.shared_vocab)
@@ -873,7 +874,7 @@ def test_a_run_whose_models_are_not_loaded_shows_their_recording_while_they_load
     from specviz.data import runfile
     from specviz.tools import record
 
-    pair, f = tiny_pair(), prompts.FIRST_RUN
+    pair, f = registry_pair(), prompts.FIRST_RUN
     spec = runfile.RecordSpec("first", f.preset, k=f.k, k_policy=f.k_policy)
     record.record_presets(pair, tmp_path, specs=[spec], max_new_tokens=f.max_new_tokens, progress=lambda m: None)
     tiny = runfile.list_recorded(tmp_path)

@@ -10,7 +10,7 @@ import threading
 from contextlib import contextmanager
 
 import pytest
-from tiny import tiny_qwen, split_settings
+from tiny import split_settings, tiny_lm
 
 from specviz.decoding import engine
 from specviz.device import devqueue
@@ -22,7 +22,7 @@ IDS, N = [2, 7, 1, 8], 8
 
 @pytest.fixture(scope="module")
 def models():
-    return tiny_qwen(410), tiny_qwen(411)
+    return tiny_lm(410), tiny_lm(411)
 
 
 class Machine:
@@ -81,7 +81,7 @@ def test_a_second_run_with_the_same_target_prompt_and_settings_reuses_the_baseli
     first_run = spec(models)
     n1, first = passes(models, store, first_run)
     assert n1 >= N and not first.reused and len(first.run.token_ids) == N
-    n2, again = passes(models, store, spec(models, k=3, k_policy="adaptive", draft=tiny_qwen(412)))
+    n2, again = passes(models, store, spec(models, k=3, k_policy="adaptive", draft=tiny_lm(412)))
     assert n2 == 0  # no warm-up, no timed token
     assert again.reused and again.run is first.run and again.at == first.at
     # greedy: the reused tokens are the target's own, so the identity check still holds
@@ -114,7 +114,7 @@ def test_a_different_prompt_or_setting_is_measured_again(models, change):
 def test_another_target_object_is_measured_again(models):
     store = baseline.BaselineStore(ttl_s=600, clock=Clock())
     passes(models, store, spec(models))
-    other = (tiny_qwen(410), models[1])  # the same weights, another model object
+    other = (tiny_lm(410), models[1])  # the same weights, another model object
     assert passes(other, store, spec(other))[0] > 0
 
 

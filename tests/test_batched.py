@@ -7,8 +7,7 @@ both gives equal logits).
 
 import pytest
 import torch
-from tiny import tiny_gpt2
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from tiny import tiny_lm
 
 from specviz.device import devqueue
 from specviz.modeling import batched, fastlinear, quant, vocabhead
@@ -29,19 +28,11 @@ def packed(model):
 
 
 def qwen(tied: bool = False, **extra):
-    torch.manual_seed(4)
-    cfg = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      initializer_range=0.3, tie_word_embeddings=tied, **extra)
-    return Qwen2ForCausalLM(cfg).eval().requires_grad_(False)
+    return tiny_lm(4, 128, hidden=64, init=0.3, positions=512, dtype=torch.float32, tie_word_embeddings=tied, **extra)
 
 
 def llama():
-    torch.manual_seed(5)
-    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      initializer_range=0.3, tie_word_embeddings=False)
-    return LlamaForCausalLM(cfg).eval().requires_grad_(False)
+    return tiny_lm(5, 128, arch="llama", hidden=64, init=0.3, positions=512, dtype=torch.float32)
 
 
 def int8_target():
@@ -148,7 +139,7 @@ def test_can_batch_refuses_what_the_pass_cannot_replicate():
     assert batched.can_batch([L.CachedLM(model), L.CachedLM(model)])
     assert not batched.can_batch([])
     assert not batched.can_batch([L.CachedLM(model), L.CachedLM(packed(tiny_model(seed=1)))])  # two models
-    gpt2 = fastlinear.enable(tiny_gpt2(0).float(), pack=True)
+    gpt2 = fastlinear.enable(tiny_lm(0, arch="gpt2").float(), pack=True)
     assert not batched.can_batch([L.CachedLM(gpt2)])  # another architecture
     sliding = packed(qwen(use_sliding_window=True, sliding_window=4, max_window_layers=0))
     assert "sliding_attention" in sliding.config.layer_types

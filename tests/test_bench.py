@@ -248,9 +248,9 @@ def test_steady_figures_leave_out_the_round_that_read_the_prompt():
     from types import SimpleNamespace
 
     from specviz import autoregressive_decode, speculative_decode
-    from tiny import tiny_qwen
+    from tiny import tiny_lm
 
-    target, draft = tiny_qwen(1), tiny_qwen(2)
+    target, draft = tiny_lm(1), tiny_lm(2)
     prompt = list(range(1, 41))  # a long prompt: the first passes are clearly the slowest
     base = [autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=8)) for _ in range(2)]
     spec = [speculative_decode(target, draft, prompt, DecodeSettings(k=3, max_new_tokens=12)) for _ in range(2)]

@@ -21,13 +21,13 @@ from specviz import InvalidSetting, PromptLookupDrafter, Run, autoregressive_dec
 from specviz.decoding.drafters import Drafter, Proposal
 from specviz.decoding.sampling import logits_to_probs
 from stats import chi2_critical, chi2_stat, passes, total_variation
-from tiny import hf_greedy, tiny_gpt2, tiny_qwen
+from tiny import hf_greedy, tiny_lm
 from specviz.core.settings import DecodeSettings
 
 
 @pytest.fixture(scope="module")
 def qwen_pair():
-    return tiny_qwen(0), tiny_qwen(1)
+    return tiny_lm(0), tiny_lm(1)
 
 
 class NeverAgrees(Drafter):
@@ -52,7 +52,7 @@ class NeverAgrees(Drafter):
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 8])
 def test_greedy_matches_hf_generate(seed, k):
-    target, drafter = tiny_qwen(100 + seed), tiny_qwen(200 + seed)
+    target, drafter = tiny_lm(100 + seed), tiny_lm(200 + seed)
     prompt = [(seed * 7 + i) % 64 for i in range(3 + seed)]
     ref = hf_greedy(target, prompt, 24)
     run = speculative_decode(target, drafter, prompt, DecodeSettings(k=k, temperature=0, max_new_tokens=24, seed=seed))
@@ -60,7 +60,7 @@ def test_greedy_matches_hf_generate(seed, k):
 
 
 def test_greedy_matches_on_gpt2_too():
-    target, drafter = tiny_gpt2(0), tiny_gpt2(1)
+    target, drafter = tiny_lm(0, arch="gpt2"), tiny_lm(1, arch="gpt2")
     prompt = [5, 9, 2]
     assert speculative_decode(target, drafter, prompt,
                               DecodeSettings(k=4, max_new_tokens=30)).token_ids == hf_greedy(target, prompt, 30)
@@ -140,7 +140,7 @@ def test_adaptive_k_changes_k_and_keeps_output(qwen_pair):
 
 
 def test_prompt_lookup_drafter_is_exact_and_accepts_repetition():
-    target = tiny_qwen(3)
+    target = tiny_lm(3)
     prompt = [5, 6, 7, 8, 9, 10]
     ref = hf_greedy(target, prompt, 40)
     # a context that repeats the target's own continuation: lookup should find it
@@ -205,7 +205,7 @@ def hotter_copy(target, factor=0.5):
 def small_vocab_pair():
     """A target and a draft that overlaps it (the target at twice the temperature): both outcomes of the
     acceptance test, and bonus tokens, are common."""
-    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
+    target = tiny_lm(11, vocab=VOCAB, init=1.0)
     return target, hotter_copy(target)
 
 
@@ -445,7 +445,7 @@ def _count_forwards(model, monkeypatch) -> list[int]:
 def test_the_first_round_reads_the_prompt_no_separate_prefill_pass(monkeypatch):
     """As in transformers' assisted generation: the first draft step and the first target pass read
     the whole prompt, so a run costs one target pass per round and one draft pass per drafted token."""
-    target, draft = tiny_qwen(1), tiny_qwen(2)
+    target, draft = tiny_lm(1), tiny_lm(2)
     prompt = [3, 1, 4, 1, 5, 9]
     expected = hf_greedy(target, prompt, 20)
     t_calls, d_calls = _count_forwards(target, monkeypatch), _count_forwards(draft, monkeypatch)
@@ -509,7 +509,7 @@ def test_time_a_caller_spends_on_a_round_is_not_decode_time(qwen_pair, speculati
 
 def test_padded_vocab_draft_is_handled():
     # a target whose embedding is padded to more rows than the draft's
-    target, drafter = tiny_qwen(5, vocab=72), tiny_qwen(6, vocab=64)
+    target, drafter = tiny_lm(5, vocab=72), tiny_lm(6, vocab=64)
     prompt = [1, 2, 3]
     run = speculative_decode(target, drafter, prompt, DecodeSettings(k=3, max_new_tokens=15), vocab=64)
     assert all(t < 64 for t in run.token_ids)
@@ -520,18 +520,18 @@ def test_padded_vocab_draft_is_handled():
 
 def test_both_entry_points_share_one_vocabulary_default():
     """A baseline and a speculative run of the same target pick from the same ids, whatever the pair."""
-    target = tiny_qwen(5, vocab=72)
+    target = tiny_lm(5, vocab=72)
     with torch.no_grad():
         target.lm_head.weight[64:] = target.lm_head.weight[:64].abs().max() * 50  # the padded rows would win
     prompt = [1, 2, 3]
     # a draft with more rows than the target: the default is the target's ids, for both
     base = autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=10))
-    spec = speculative_decode(target, tiny_qwen(6, vocab=80), prompt, DecodeSettings(k=3, max_new_tokens=10))
+    spec = speculative_decode(target, tiny_lm(6, vocab=80), prompt, DecodeSettings(k=3, max_new_tokens=10))
     assert spec.token_ids == base.token_ids == hf_greedy(target, prompt, 10)
     assert max(base.token_ids) >= 64  # the padded rows are in the default vocabulary
     assert engine.default_vocab(target) == 72
     # a draft with fewer rows cannot read every id the target may pick: say which ids both share
-    small = tiny_qwen(6, vocab=64)
+    small = tiny_lm(6, vocab=64)
     with pytest.raises(InvalidSetting, match="vocab=64"):
         speculative_decode(target, small, prompt, DecodeSettings(k=3, max_new_tokens=10))
     shared_base = autoregressive_decode(target, prompt, DecodeSettings(max_new_tokens=10), vocab=64)
@@ -624,7 +624,7 @@ def test_one_eos_resolver_for_the_engine_and_the_loader():
     the end-of-turn tokens, each once, in that order, below the shared vocabulary."""
     from specviz.modeling.lm import eos_ids
 
-    a, b = tiny_qwen(0), tiny_qwen(1)
+    a, b = tiny_lm(0), tiny_lm(1)
     a.generation_config.eos_token_id, a.config.eos_token_id = None, 7
     b.generation_config.eos_token_id = [9, 7]
 
@@ -645,7 +645,7 @@ def test_the_pair_labs_default_to_the_engines_vocabulary():
     from specviz.teaching import experiments, lab, rules
     from specviz.decoding import tree
 
-    target, big, small = tiny_qwen(5, vocab=72), tiny_qwen(6, vocab=80), tiny_qwen(6, vocab=64)
+    target, big, small = tiny_lm(5, vocab=72), tiny_lm(6, vocab=80), tiny_lm(6, vocab=64)
     prompt = [1, 2, 3]
     p, q = experiments.first_logits(target, big, prompt)
     assert p.shape == q.shape == (72,)

@@ -9,7 +9,7 @@ import pytest
 
 from specviz.core import measure
 from specviz.teaching import baseline, experiments
-from tiny import tiny_qwen
+from tiny import tiny_lm
 from specviz.core.settings import DecodeSettings
 
 IDS, N = [2, 7, 1, 8], 8
@@ -43,7 +43,7 @@ def quiet(run):
 
 
 def test_pages_and_lessons_read_one_timing_of_the_target_alone(store, monkeypatch):
-    target, draft = tiny_qwen(410), tiny_qwen(411)
+    target, draft = tiny_lm(410), tiny_lm(411)
     first = compare(target, draft, 2)
     assert not first.base_reused and first.identical
     if first.base.outside_load_rounds:  # timed under outside load here: kept as a quiet run for the test
@@ -57,7 +57,7 @@ def test_pages_and_lessons_read_one_timing_of_the_target_alone(store, monkeypatc
 
 @pytest.mark.cores
 def test_a_speedup_beyond_the_passes_is_timed_again(store):
-    target, draft = tiny_qwen(420), tiny_qwen(421)
+    target, draft = tiny_lm(420), tiny_lm(421)
     first = compare(target, draft, 3)
     key = baseline.BaselineKey.of(target, first.spec, None)
     # the kept target alone, slowed (another program took the cores while it ran): twice past the bound
@@ -71,7 +71,7 @@ def test_a_speedup_beyond_the_passes_is_timed_again(store):
 
 
 def test_the_pass_bound():
-    target, draft = tiny_qwen(430), tiny_qwen(431)
+    target, draft = tiny_lm(430), tiny_lm(431)
     cmp = experiments.compare_with_baseline(target, draft, IDS, DecodeSettings(k=3, max_new_tokens=N), eos_token_id=[],
                                             warm=False)
     spec, base = cmp.spec, cmp.base

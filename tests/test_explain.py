@@ -23,7 +23,7 @@ from specviz.teaching.experiments import BandwidthCheck
 from specviz.decoding.sampling import accept_token
 from specviz.core.theory import expected_speedup
 from test_lab import PROMPT, VOCAB, decode, spec
-from tiny import tiny_qwen
+from tiny import tiny_lm
 from specviz.core.settings import DecodeSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def models():
-    return tiny_qwen(0, vocab=VOCAB), tiny_qwen(1, vocab=VOCAB)  # target, draft (test_lab's pair)
+    return tiny_lm(0, vocab=VOCAB), tiny_lm(1, vocab=VOCAB)  # target, draft (test_lab's pair)
 
 
 # --- the acceptance rule, said one way ---------------------------------------------------

@@ -268,12 +268,12 @@ def test_a_packed_weight_mapped_from_a_file_leaves_the_resident_set(tmp_path):
     import subprocess
     import sys
 
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tiny import tiny_lm
 
-    cfg = LlamaConfig(vocab_size=512, hidden_size=512, intermediate_size=2048, num_hidden_layers=4,
-                      num_attention_heads=8, num_key_value_heads=8, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "m")  # safetensors
+    model = tiny_lm(0, 512, arch="llama", hidden=512, layers=4, init=0.02, positions=2048, dtype=torch.float32,
+                    intermediate_size=2048, num_attention_heads=8, num_key_value_heads=8, tie_word_embeddings=True,
+                    bos_token_id=1, eos_token_id=2)  # LlamaConfig's own defaults but for the shape
+    model.save_pretrained(tmp_path / "m")  # safetensors
     linear_mb = 4 * (4 * 512 * 512 + 3 * 512 * 2048) * 4 / 2**20  # 4 layers' float32 linears: 64 MB
     out = subprocess.run([sys.executable, "-c", _MAPPED_PACK, str(tmp_path / "m")], capture_output=True, text=True,
                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}, timeout=300)

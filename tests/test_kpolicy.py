@@ -15,7 +15,7 @@ from specviz.decoding.kpolicy import make_k_policy
 from specviz.core.errors import InvalidSetting
 from specviz.decoding.kpolicy import CALIB_EDGES, BestK
 from specviz.data.records import Round, TopK
-from tiny import hf_greedy, tiny_qwen
+from tiny import hf_greedy, tiny_lm
 from specviz.core.settings import DecodeSettings
 
 
@@ -140,7 +140,7 @@ def test_bad_settings_are_clear_errors(kw):
 
 
 def test_engine_best_policy_is_exact_and_recorded():
-    target, draft = tiny_qwen(100), tiny_qwen(200)
+    target, draft = tiny_lm(100), tiny_lm(200)
     prompt = [3, 1, 4, 1, 5]
     run = speculative_decode(target, draft, prompt, DecodeSettings(k=3, max_new_tokens=30, k_policy="best"))
     assert run.token_ids == hf_greedy(target, prompt, 30)
@@ -155,7 +155,7 @@ def test_engine_best_policy_is_exact_and_recorded():
 
 
 def test_engine_takes_a_policy_object_and_sampling_still_runs():
-    target, draft = tiny_qwen(100), tiny_qwen(200)
+    target, draft = tiny_lm(100), tiny_lm(200)
     pol = BestK(2, k_max=6)
     assert make_k_policy(2, pol) is pol
     run = speculative_decode(target, draft, [1, 2, 3],
@@ -255,7 +255,7 @@ def test_the_engine_primes_the_policy_with_the_weight_ratio():
     """Before anything is timed (the first round reads the prompt), c is the draft/target weight ratio."""
     from specviz.core.measure import c_prior
 
-    target, draft = tiny_qwen(100, vocab=64), tiny_qwen(200, vocab=80)  # the draft has a larger head
+    target, draft = tiny_lm(100, vocab=64), tiny_lm(200, vocab=80)  # the draft has a larger head
     ratio = c_prior(draft, target)
     assert ratio > 1
     for prompt in ([5, 6, 7, 8, 9, 10], [5]):
@@ -304,7 +304,7 @@ def _cheap_close_draft(target):
 def test_engine_best_stops_model_drafts_early_and_stays_exact(bytes_only):
     from specviz.decoding.drafters import ModelDrafter
 
-    target = tiny_qwen(100)
+    target = tiny_lm(100)
     draft = _cheap_close_draft(target)
     prompt = [2, 7, 1, 8, 2, 8]
     pol = make_k_policy(4, "best")
@@ -348,7 +348,7 @@ def test_same_seed_and_settings_give_the_same_text_under_every_k_policy(tiny_pai
 
 
 def test_seeded_sampling_with_best_k_repeats_while_its_rounds_vary(bytes_only):
-    target = tiny_qwen(100)
+    target = tiny_lm(100)
     draft = _cheap_close_draft(target)
     runs = [speculative_decode(target, draft, [2, 7, 1, 8],
                                DecodeSettings(k=4, temperature=0.7, max_new_tokens=40, seed=3, k_policy="best")) for _ in range(3)]
@@ -364,7 +364,7 @@ def test_sampling_with_early_stops_keeps_the_target_distribution(bytes_only):
     from test_engine import N_NEW, N_RUNS, PROMPT, VOCAB, exact_distribution, hotter_copy
 
     # a float32 draft of a float64 target: c = 0.5 (the weight bytes) decides when sampling
-    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
+    target = tiny_lm(11, vocab=VOCAB, init=1.0)
     draft = hotter_copy(target).float()
     exact = exact_distribution(target, 1.0)
     seeded = _seeded(alpha_rounds=((2, 1),) * 6)
@@ -413,7 +413,7 @@ def test_the_engine_passes_the_prompt_extra_in_the_first_round_only(monkeypatch)
 
     seen = []
     monkeypatch.setattr(kp, "prompt_extra", lambda step_s: seen.append(list(step_s)) or 7.0)
-    target, draft = tiny_qwen(100), tiny_qwen(200)
+    target, draft = tiny_lm(100), tiny_lm(200)
     pol = Spy(3, k_max=8, stop=True)
     pol.extras, pol.round = [], 0
     prompt = list(range(1, 30))
@@ -495,7 +495,7 @@ def test_a_policy_without_the_stop_rule_drafts_every_k_it_chooses():
 
         return Recording
 
-    target, draft = tiny_qwen(100), tiny_qwen(200)
+    target, draft = tiny_lm(100), tiny_lm(200)
     prompt = [3, 1, 4, 1, 5]
     for pol in (recording(FixedK)(3), recording(AdaptiveK)(3), recording(BestK)(3, k_max=8)):
         pol.chosen = []

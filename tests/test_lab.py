@@ -18,7 +18,7 @@ from specviz.teaching.experiments import agreement_along, first_token_trials
 from specviz.data.records import Run
 from specviz.decoding.sampling import logits_to_probs
 from specviz.core.theory import expected_speedup, expected_tokens
-from tiny import tiny_qwen, split_settings
+from tiny import split_settings, tiny_lm
 from specviz.core.settings import DecodeSettings
 
 VOCAB = 64
@@ -31,7 +31,7 @@ def decode(i: int) -> str:
 
 @pytest.fixture(scope="module")
 def models():
-    return tiny_qwen(0, vocab=VOCAB), tiny_qwen(1, vocab=VOCAB)  # target, draft
+    return tiny_lm(0, vocab=VOCAB), tiny_lm(1, vocab=VOCAB)  # target, draft
 
 
 def spec(models, **kw) -> Run:
@@ -192,7 +192,7 @@ def test_k_sweep_rows_and_race_points(models):
 
 def test_compare_with_baseline_restricts_both_runs_to_the_shared_vocabulary():
     # a target with more embedding rows than the shared vocabulary: its extra ids must never be emitted
-    target, draft = tiny_qwen(0, vocab=VOCAB + 16), tiny_qwen(1, vocab=VOCAB)
+    target, draft = tiny_lm(0, vocab=VOCAB + 16), tiny_lm(1, vocab=VOCAB)
     with torch.no_grad():
         target.lm_head.weight[VOCAB:] = target.lm_head.weight[:VOCAB].abs().max() * 50  # padded rows would win
     cmp = lab.compare_with_baseline(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=8), eos_token_id=[],

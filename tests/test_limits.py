@@ -9,13 +9,13 @@ from specviz.tools import cli
 from specviz.decoding import models
 from specviz.core import prompts
 from specviz.decoding.engine import SEED_MAX, TEMPERATURE_MIN
-from tiny import tiny_gpt2, tiny_qwen, split_settings
+from tiny import split_settings, tiny_lm
 from specviz.core.settings import DecodeSettings
 
 
 @pytest.fixture(scope="module")
 def qwen():
-    return tiny_qwen(0), tiny_qwen(1)
+    return tiny_lm(0), tiny_lm(1)
 
 
 def decode(pair, ids=(1, 2, 3), **kw):
@@ -51,7 +51,7 @@ def test_the_largest_seed_works_and_is_reproducible(qwen):
 
 def test_a_run_may_fill_the_context_exactly_drafts_included():
     """GPT-2 has learned positions: a draft or verify pass past n_positions would fail with an IndexError."""
-    target, draft = tiny_gpt2(1), tiny_gpt2(0)  # 128 positions each
+    target, draft = tiny_lm(1, arch="gpt2"), tiny_lm(0, arch="gpt2")  # 128 positions each
     prompt = list(range(1, 9))
     run = speculative_decode(target, draft, prompt, DecodeSettings(k=8, max_new_tokens=120), eos_token_id=[])
     assert len(prompt) + len(run.token_ids) == 128
@@ -61,7 +61,7 @@ def test_a_run_may_fill_the_context_exactly_drafts_included():
 
 @pytest.mark.parametrize("n", [128, 200])
 def test_a_prompt_that_alone_fills_the_context_says_shorten_it(n):
-    target, draft = tiny_gpt2(1), tiny_gpt2(0)
+    target, draft = tiny_lm(1, arch="gpt2"), tiny_lm(0, arch="gpt2")
     with pytest.raises(InvalidSetting) as err:
         speculative_decode(target, draft, [1] * n, DecodeSettings(k=2, max_new_tokens=1))
     msg = str(err.value)

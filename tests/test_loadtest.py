@@ -66,14 +66,14 @@ def test_a_page_is_read_as_its_committed_text_without_refused_drafts_or_bonus_ma
     from specviz.teaching import explain
     from specviz.devtools import loadtest
     from specviz.teaching.render import tokens_html
-    from tiny import tiny_qwen
+    from tiny import tiny_lm
 
     if not Path(loadtest.CHROMIUM).exists():
         pytest.skip(f"{loadtest.CHROMIUM} is missing")
-    target = tiny_qwen(1)
+    target = tiny_lm(1)
     agrees = speculative_decode(target, target, [1, 2, 3],
                                 DecodeSettings(k=3, max_new_tokens=8))  # every round: a bonus
-    differs = speculative_decode(target, tiny_qwen(2), [1, 2, 3], DecodeSettings(k=3, max_new_tokens=16))
+    differs = speculative_decode(target, tiny_lm(2), [1, 2, 3], DecodeSettings(k=3, max_new_tokens=16))
     assert differs.token_ids == autoregressive_decode(target, [1, 2, 3], DecodeSettings(max_new_tokens=16)).token_ids
     rounds = agrees.rounds + differs.rounds  # drawn one after the other: both kinds of mark
     assert {"correction", "bonus"} <= {r.extra_kind for r in rounds}

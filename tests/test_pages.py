@@ -78,7 +78,8 @@ def num(s: str) -> float:
     return float(re.search(r"-?\d+(\.\d+)?", s).group())
 
 
-def tiny_pair():
+def registry_pair():
+    """The pair the page loads: the registry's default (the module's tiny registry), as models.load_pair(None)."""
     from specviz.decoding import models
 
     return models.load_pair(None)
@@ -267,7 +268,7 @@ def test_slow_motion_finds_a_zero_accept_round_like_the_engine():
     press(at, "slow.start")
     press(at, "slow.until_zero")
     # the same run straight from the engine: where is the first round after round 1 that accepts nothing?
-    pair = tiny_pair()
+    pair = registry_pair()
     ids = prompts.encode(pair.tokenizer, "The capital of France is", False)
     run = speculative_decode(pair.target, pair.draft, ids,
                              DecodeSettings(k=4, temperature=0.0, max_new_tokens=48, seed=0),
@@ -327,7 +328,7 @@ def test_acceptance_lab_defaults_measure_both_alphas_and_say_what_they_show():
     assert list(table["domain"]) == ["code", "list", "factual", "creative"] and (table["temperature"] == 0.0).all()
     assert table["expected α (every position)"].between(0, 1).all() and table["counted α"].between(0, 1).all()
     # each row is the engine's run and agreement_along over its text, on the same tiny models
-    pair = tiny_pair()
+    pair = registry_pair()
     for dom in ("code", "creative"):
         p = prompts.lab_prompts()[dom]
         ids = prompts.encode(pair.tokenizer, p.text, p.chat)
@@ -593,7 +594,7 @@ def test_speedup_early_exit_alpha_c_against_l():
     assert names(fig)[:3] == ["α (drafts accepted)", "c (draft step / target step)", "speedup, measured"]
     rows = at.dataframe[0].value
     assert list(rows["L"]) == [1, 2] and rows["α"].iloc[-1] == 1.0  # L = 2: the target drafts for itself
-    pair = tiny_pair()
+    pair = registry_pair()
     ids = prompts.encode(pair.tokenizer, prompts.preset("Python function").text, prompts.preset("Python function").chat)
     direct = engine.speculative_decode(pair.target, selfdraft.early_exit(pair.target, 1), ids,
                                        DecodeSettings(k=early_exit.DEFAULT_K, max_new_tokens=8, temperature=0.0),
@@ -627,7 +628,7 @@ def test_why_it_is_fast_forward_bandwidth_batch():
     from specviz.teaching import explain
     from specviz.core.measure import weight_bytes
 
-    assert m["weights"] == explain.format_bytes(weight_bytes(tiny_pair().target))
+    assert m["weights"] == explain.format_bytes(weight_bytes(registry_pair().target))
     at.multiselect(key="fast.b_tokens").set_value([1, 4])
     at.multiselect(key="fast.b_batches").set_value([1, 2])
     at.number_input(key="fast.b_reps").set_value(1).run()
@@ -653,7 +654,7 @@ def test_exactness_greedy_matches_the_engine_and_trials_match_p(monkeypatch):
     assert at.slider(key="exact.k").value == 4 and at.number_input(key="exact.n").value == 2000
     at.number_input(key="exact.max_new").set_value(12).run()
     press(at, "exact.run_greedy")
-    pair = tiny_pair()
+    pair = registry_pair()
     ids = prompts.encode(pair.tokenizer, "The capital of France is", False)
     cmp = lab.compare_with_baseline(pair.target, pair.draft, ids,
                                     DecodeSettings(k=4, temperature=0.0, max_new_tokens=12),
@@ -730,7 +731,7 @@ def test_exactness_rule_lab_lossless_on_the_left_lossy_away_from_p():
     assert [t["name"] for t in shown] == ["rejection (lossless)", "exact-match (lossless)", "typical (lossy)",
                                          "threshold (lossy)"]
     # the defaults plus the page's own typical (ε 0.05, δ 0.2) and threshold (τ 0.1) settings
-    pair = tiny_pair()
+    pair = registry_pair()
     ids = prompts.encode(pair.tokenizer, "The capital of France is", False)
     own = [rules.Rule("typical", epsilon=0.05, delta=0.2), rules.Rule("threshold", tau=0.1)]
     want = rules.rule_lab(pair.target, pair.draft, ids, list(rules.DEFAULT_RULES) + own, n=4000, seed=0,

@@ -8,7 +8,7 @@ from specviz.device import devqueue
 from specviz.decoding import engine
 from specviz.data import playback, records
 from specviz.decoding.tree import tree_stream
-from tiny import tiny_qwen
+from tiny import tiny_lm
 from specviz.core.settings import DecodeSettings
 
 PROMPT = [2, 7, 1, 8, 2, 8]
@@ -32,7 +32,7 @@ def _streams(target, draft, n: int, eos: list[int]):
 @pytest.mark.parametrize("ends_on", ["max_new_tokens", "eos"])
 def test_the_last_round_brings_the_run_with_it_and_holds_the_device_no_longer(kind, ends_on, tmp_path, monkeypatch):
     # the playback is given no settings: the stream alone says which round was the last
-    target, draft = tiny_qwen(100), tiny_qwen(200)
+    target, draft = tiny_lm(100), tiny_lm(200)
     n = 10
     eos: list[int] = []
     if ends_on == "eos":  # a token the target writes third ends the next run there
@@ -66,7 +66,7 @@ def test_the_last_round_brings_the_run_with_it_and_holds_the_device_no_longer(ki
 def test_each_stream_queues_for_its_models_device(kind):
     # models on another device than the CPU: "meta" holds shapes only, and the stream is never iterated,
     # so nothing is computed (the spine is left out: making its chooser times passes)
-    target, draft = tiny_qwen(100).to("meta"), tiny_qwen(200).to("meta")
+    target, draft = tiny_lm(100).to("meta"), tiny_lm(200).to("meta")
     stream = _streams(target, draft, 4, [])[kind]()
     assert stream.device == "meta", f"the {kind} stream would queue for {stream.device!r}, not its models' device"
     stream.close()
@@ -86,7 +86,7 @@ def test_the_load_note_weighs_the_time_under_outside_load():
     warning that the figures are not the device's speed; a large share, or an unknown one, gets the warning."""
     from specviz.data import runfile
 
-    run = engine.speculative_decode(tiny_qwen(100), tiny_qwen(200), PROMPT, DecodeSettings(k=2, max_new_tokens=24),
+    run = engine.speculative_decode(tiny_lm(100), tiny_lm(200), PROMPT, DecodeSettings(k=2, max_new_tokens=24),
                                     eos_token_id=[])
     n = len(run.rounds)
     assert n >= 8

@@ -14,7 +14,7 @@ import time
 
 import pytest
 import torch
-from tiny import tiny_qwen
+from tiny import tiny_lm
 
 from specviz.core.errors import SpecvizError
 from specviz.core.settings import DecodeSettings
@@ -40,7 +40,7 @@ def _packed_target(**kw):
 
     if not fastlinear.available():
         pytest.skip("oneDNN's linear is not available here: no target can share its passes")
-    target = fastlinear.enable(tiny_qwen(0, **kw).float(), pack=True)  # float32: what fastlinear packs
+    target = fastlinear.enable(tiny_lm(0, **kw).float(), pack=True)  # float32: what fastlinear packs
     assert batched.can_batch([CachedLM(target)])
     return target
 
@@ -48,7 +48,7 @@ def _packed_target(**kw):
 @pytest.fixture(scope="module")
 def pair():
     """A packed target (_packed_target) and a float32 draft."""
-    return _packed_target(), tiny_qwen(1).float()
+    return _packed_target(), tiny_lm(1).float()
 
 
 @pytest.fixture(autouse=True)
@@ -125,7 +125,7 @@ def test_shared_passes_cut_a_wider_targets_logits_to_the_runs_vocabulary():
     """A real target scores more ids than the tokenizer has (its head is padded): a run decodes over the ids
     both models share, and a shared pass's logits must be cut to them as a pass of its own is. Here the target
     scores 72 ids, the draft and the runs 64."""
-    target, draft = _packed_target(vocab=72), tiny_qwen(1).float()
+    target, draft = _packed_target(vocab=72), tiny_lm(1).float()
 
     def decode(i):
         return engine.speculative_decode(target, draft, PROMPTS[i], SETTINGS[i], vocab=64)
@@ -171,7 +171,7 @@ def test_an_unshared_pass_is_kept_under_the_context_the_cache_had_before_it():
     when the pass began, not after it: the round whose pass takes the context past CONTEXT_BUCKET tokens is
     kept in the bucket below."""
     for _ in range(5):  # a round under outside load is not kept: try until the one that crosses is
-        target, draft = _packed_target(positions=512), tiny_qwen(0, positions=512).float()
+        target, draft = _packed_target(positions=512), tiny_lm(0, positions=512).float()
         run, fed, kept, crossed = _crossing_run(target, draft)
         if crossed:
             break

@@ -17,7 +17,7 @@ from specviz.core.errors import Stopped
 from specviz.core.settings import DecodeSettings
 from specviz.core.progress import Tick, Units, eta_words
 from specviz.teaching import experiments, lab
-from tiny import tiny_qwen
+from tiny import tiny_lm
 
 VOCAB = 64
 PROMPT = [3, 17, 5, 42, 8, 11]
@@ -25,7 +25,7 @@ PROMPT = [3, 17, 5, 42, 8, 11]
 
 @pytest.fixture(scope="module")
 def models():
-    return tiny_qwen(0, vocab=VOCAB), tiny_qwen(1, vocab=VOCAB)  # target, draft
+    return tiny_lm(0, vocab=VOCAB), tiny_lm(1, vocab=VOCAB)  # target, draft
 
 
 class Recorder:

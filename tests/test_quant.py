@@ -20,7 +20,7 @@ from specviz.modeling import quant
 from specviz.decoding.models import with_draft_precision
 from specviz.decoding.sampling import logits_to_probs
 from stats import passes, total_variation
-from tiny import hf_greedy, tiny_qwen
+from tiny import hf_greedy, tiny_lm
 from specviz.core.settings import DecodeSettings
 
 CPU_PRECISIONS = quant.supported("cpu")
@@ -28,7 +28,7 @@ CPU_PRECISIONS = quant.supported("cpu")
 
 def draft_of(target_seed: int, precision: str, vocab: int = 64):
     """The target's own weights (a draft that agrees often), in `precision`."""
-    return quant.apply(tiny_qwen(target_seed, vocab=vocab).float(), precision)
+    return quant.apply(tiny_lm(target_seed, vocab=vocab).float(), precision)
 
 
 def test_every_cpu_precision_is_offered_and_int8_is_the_cpu_default():
@@ -77,7 +77,7 @@ def test_int8_linear_quantizes_each_row_as_if_it_came_alone():
 
 def planted_outlier_qwen(seed: int, token: int, vocab: int = 64):
     """A tiny float32 Qwen whose first MLP makes `token`'s down_proj inputs ~100x everyone else's."""
-    model = tiny_qwen(seed, vocab=vocab).float()
+    model = tiny_lm(seed, vocab=vocab).float()
     with torch.no_grad():
         emb, mlp = model.model.embed_tokens.weight, model.model.layers[0].mlp
         emb[:, 3] = 0.0
@@ -125,7 +125,7 @@ def test_a_quantized_draft_streams_fewer_weight_bytes(precision):
 @pytest.mark.parametrize("precision", CPU_PRECISIONS)
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_greedy_output_is_the_target_alone_with_every_draft_precision(precision, k):
-    target = tiny_qwen(5)
+    target = tiny_lm(5)
     draft = draft_of(5, precision)  # agrees often: long accepted runs and bonuses
     for prompt in ([3, 4, 5], [9, 1, 7, 7, 2]):
         run = speculative_decode(target, draft, prompt, DecodeSettings(k=k, max_new_tokens=24))
@@ -165,8 +165,8 @@ def two_token_counts(target, draft, k, n=N_RUNS):
 def sampling_pair():
     # the draft is a perturbed, int8-rounded copy of the target: it overlaps the target
     # (many acceptances, bonus tokens at k=1) without being it
-    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
-    draft = tiny_qwen(11, vocab=VOCAB, init=1.0).float()
+    target = tiny_lm(11, vocab=VOCAB, init=1.0)
+    draft = tiny_lm(11, vocab=VOCAB, init=1.0).float()
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for p in draft.parameters():
@@ -211,7 +211,7 @@ def test_sampling_with_an_int4_draft_matches_the_target_distribution():
     divide by the q the int4 draft drew from, not by a float copy's (which would accept nearly everything)."""
     if "int4" not in CPU_PRECISIONS:
         pytest.skip("int4 is not available here")
-    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
+    target = tiny_lm(11, vocab=VOCAB, init=1.0)
     draft = int4_copy(target)
     assert "Int4" in type(draft.lm_head).__name__  # really packed, not left in float
     exact = exact_two_token_distribution(target)
@@ -226,7 +226,7 @@ def test_sampling_with_an_int4_draft_matches_the_target_distribution():
 def test_int4_on_a_head_it_cannot_pack_is_a_clear_error_and_changes_nothing():
     if "int4" not in CPU_PRECISIONS:
         pytest.skip("int4 is not available here")
-    draft = tiny_qwen(11, vocab=VOCAB).float()  # a head of 6 rows: int4 packs 16 at a time
+    draft = tiny_lm(11, vocab=VOCAB).float()  # a head of 6 rows: int4 packs 16 at a time
     before = {k: v.clone() for k, v in draft.state_dict().items()}
     with pytest.raises(InvalidSetting, match=r"int4 .* lm_head has 6 rows"):
         quant.apply(draft, "int4")
@@ -299,7 +299,7 @@ def test_the_int8_engine_is_the_one_in_force_else_the_best_one_the_build_has(qnn
     with pytest.raises(InvalidSetting, match="int8"):
         quant.check("int8", "cpu")
     with pytest.raises(InvalidSetting, match="quantized engine"):
-        quant.apply(tiny_qwen(5).float(), "int8")
+        quant.apply(tiny_lm(5).float(), "int8")
 
 
 def test_an_int8_layer_runs_its_own_engines_kernel_whatever_engine_is_in_force(qnnpack):

@@ -281,10 +281,10 @@ def test_the_target_alone_is_warmed_up_unless_other_sessions_wait_for_the_device
     the timed tokens take turns with that session's rounds anyway. Passes are counted by a forward hook."""
     from specviz.decoding import engine
     from specviz.teaching import baseline
-    from tiny import tiny_qwen
+    from tiny import tiny_lm
 
     ids, n = [2, 7, 1, 8], 6
-    target, draft = tiny_qwen(300), tiny_qwen(301)
+    target, draft = tiny_lm(300), tiny_lm(301)
     spec = engine.speculative_decode(target, draft, ids, DecodeSettings(k=2, max_new_tokens=n), eos_token_id=[])
 
     def passes(model, others_waiting: bool) -> int:
@@ -295,7 +295,7 @@ def test_the_target_alone_is_warmed_up_unless_other_sessions_wait_for_the_device
     assert passes(target, others_waiting=True) == n + 2  # the first time: warmed up, whoever waits
     assert passes(target, others_waiting=True) == n  # others in line: straight to the timed tokens
     assert passes(target, others_waiting=False) == n + 2  # the device otherwise idle: warmed up
-    assert passes(tiny_qwen(300), others_waiting=True) == n + 2  # another model object: its first time
+    assert passes(tiny_lm(300), others_waiting=True) == n + 2  # another model object: its first time
 
 
 def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
@@ -305,10 +305,10 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     another session in line it goes straight to the timed runs. Target passes are counted by a forward hook."""
     from specviz.teaching import baseline, experiments
     from specviz.decoding.drafters import ModelDrafter
-    from tiny import tiny_qwen
+    from tiny import tiny_lm
 
     ids, n = [2, 7, 1, 8], 6
-    target, draft = tiny_qwen(310), tiny_qwen(311)
+    target, draft = tiny_lm(310), tiny_lm(311)
 
     def passes(others_waiting: bool, d=draft, warm: bool = True) -> int:
         baseline.STORE.clear()  # each call times the target alone (reusing it is test_experiments')
@@ -323,7 +323,7 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
     assert passes(others_waiting=True) == timed  # others in line: straight to the timed runs
     assert passes(others_waiting=False) == both  # the device otherwise idle: both warmed
     # another draft's first time: its speculative path is warmed, the target alone (already warmed) is not
-    assert passes(others_waiting=True, d=tiny_qwen(311)) == both - 2
+    assert passes(others_waiting=True, d=tiny_lm(311)) == both - 2
     # a new drafter around the warmed draft, as the frequent head's and another tokenizer's are made for each
     # run: the same path on the same model, so it is not warmed again while others wait
     assert passes(others_waiting=True, d=ModelDrafter(draft)) == timed
@@ -386,10 +386,10 @@ def test_a_target_alone_run_that_failed_in_an_earlier_script_run_is_a_message_no
     from pages.common import main_view
     from specviz.decoding import engine, models
     from specviz.data import playback
-    from tiny import tiny_qwen
+    from tiny import tiny_lm
 
     name = models.list_pairs()[0].name
-    target, draft = tiny_qwen(100), tiny_qwen(200)
+    target, draft = tiny_lm(100), tiny_lm(200)
     ids, n = [2, 7, 1, 8], 6
     job = playback.Playback.live(engine.speculative_stream(target, draft, ids, DecodeSettings(k=2, max_new_tokens=n),
                                                            eos_token_id=[]),

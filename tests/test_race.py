@@ -9,7 +9,7 @@ import pytest
 from specviz import autoregressive_decode, speculative_decode
 from specviz.core import measure
 from specviz.teaching import race
-from tiny import tiny_qwen
+from tiny import tiny_lm
 from specviz.core.settings import DecodeSettings
 
 PROMPT = [3, 17, 5, 42, 8, 11]
@@ -19,7 +19,7 @@ RUN_KW = dict(eos_token_id=[])
 
 @pytest.fixture(scope="module")
 def models():
-    return tiny_qwen(0), tiny_qwen(1)  # target, draft
+    return tiny_lm(0), tiny_lm(1)  # target, draft
 
 
 def test_measure_cost_times_every_pass_size_and_reports_progress(models):

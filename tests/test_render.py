@@ -220,12 +220,12 @@ def test_ansi_tokens_takes_the_new_tokens_text_in_order_and_refused_drafts_by_id
 
 
 def test_ansi_tokens_draws_a_tree_run_with_its_path_and_extra_token():
-    from tiny import tiny_qwen
+    from tiny import tiny_lm
 
     from specviz.decoding.tree import tree_decode
 
     # the target drafting for itself: paths are accepted, a bonus follows, the last round is cut
-    run = tree_decode(tiny_qwen(100), tiny_qwen(100), [2, 7, 1, 8], DecodeSettings(max_new_tokens=10), budget=4,
+    run = tree_decode(tiny_lm(100), tiny_lm(100), [2, 7, 1, 8], DecodeSettings(max_new_tokens=10), budget=4,
                       eos_token_id=[])
     texts = [f"<{t}>" for t in run.token_ids]
     s = render.ansi_tokens(run, str, texts=texts)

@@ -10,7 +10,7 @@ from specviz.decoding import engine, tree
 from specviz.device import devqueue
 from specviz.device.runner import InlineRunner, Runner
 from specviz.modeling import lm as L
-from tiny import tiny_qwen
+from tiny import tiny_lm
 
 PROMPT = [2, 7, 1, 8, 2, 8]
 
@@ -62,7 +62,7 @@ def test_both_runners_are_runners():
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_every_pass_of_a_speculative_run_goes_through_its_runner(cache, temperature):
-    target, draft = tiny_qwen(11), tiny_qwen(12)
+    target, draft = tiny_lm(11), tiny_lm(12)
     if cache == "static":  # StaticLM's own pass (eager here; CUDA graphs on a GPU)
         for m in (target, draft):
             assert L.static_cache(m, 64, graphs=False) is not None
@@ -81,7 +81,7 @@ def test_every_pass_of_a_speculative_run_goes_through_its_runner(cache, temperat
 
 
 def test_every_pass_of_the_target_alone_and_of_a_tree_goes_through_its_runner():
-    target, draft = tiny_qwen(11), tiny_qwen(12)
+    target, draft = tiny_lm(11), tiny_lm(12)
     rec = RecordingRunner()
     t_seen, d_seen = forwards(target, rec), forwards(draft, rec)
     base = engine.autoregressive_decode(target, PROMPT, DecodeSettings(max_new_tokens=6), eos_token_id=[], runner=rec)
@@ -100,7 +100,7 @@ def test_every_pass_of_the_target_alone_and_of_a_tree_goes_through_its_runner():
 def test_a_drafter_made_before_the_run_passes_through_the_runs_runner():
     from specviz.decoding.drafters import ModelDrafter
 
-    target, draft = tiny_qwen(11), tiny_qwen(12)
+    target, draft = tiny_lm(11), tiny_lm(12)
     drafter = ModelDrafter(draft)  # its cache opened with the queue's runner, before any run
     rec = RecordingRunner()
     d_seen = forwards(draft, rec)
@@ -110,7 +110,7 @@ def test_a_drafter_made_before_the_run_passes_through_the_runs_runner():
 
 @pytest.mark.parametrize("mode", ["chain greedy", "chain sampled", "target alone", "tree sampled"])
 def test_inline_gives_the_tokens_the_queue_gives(mode):
-    target, draft = tiny_qwen(21), tiny_qwen(22)
+    target, draft = tiny_lm(21), tiny_lm(22)
 
     def decode(runner):
         if mode == "target alone":
@@ -129,7 +129,7 @@ def test_inline_gives_the_tokens_the_queue_gives(mode):
 
 
 def test_a_stream_queues_through_its_runner_and_a_bare_one_runs_inline():
-    target, draft = tiny_qwen(11), tiny_qwen(12)
+    target, draft = tiny_lm(11), tiny_lm(12)
     assert engine.speculative_stream(target, draft, PROMPT, DecodeSettings(max_new_tokens=2)).runner == devqueue.queue_runner("cpu")
     rec = RecordingRunner()
     stream = engine.speculative_stream(target, draft, PROMPT, DecodeSettings(max_new_tokens=2), runner=rec)

@@ -149,11 +149,11 @@ def test_the_sampler_the_settings_and_the_records_share_one_greedy():
     """settings.is_greedy is the definition: the Sampler, DecodeSettings and every recorded Round follow it."""
     from specviz import speculative_decode
     from specviz.core.settings import DecodeSettings, is_greedy
-    from tiny import tiny_qwen
+    from tiny import tiny_lm
 
     for t in (0, 0.0, -0.0, 1e-3, 0.7, 1.0):
         assert Sampler.create(t, 0, 1.0, 0).greedy == is_greedy(t) == DecodeSettings(temperature=t).greedy
-    target, draft = tiny_qwen(0), tiny_qwen(1)
+    target, draft = tiny_lm(0), tiny_lm(1)
     for t in (0.0, 1e-3):
         run = speculative_decode(target, draft, [1, 2, 3], DecodeSettings(k=2, temperature=t, max_new_tokens=4))
         assert all(r.greedy == is_greedy(t) for r in run.rounds)

@@ -4,7 +4,7 @@ from specviz.decoding.engine import autoregressive_decode, speculative_decode
 from specviz.data.playback import Playback
 from specviz.data.records import Run
 from specviz.core.settings import DecodeSettings, is_greedy
-from tiny import tiny_qwen
+from tiny import tiny_lm
 
 
 def test_greedy_is_temperature_zero():
@@ -13,7 +13,7 @@ def test_greedy_is_temperature_zero():
 
 
 def test_the_engine_takes_the_settings_and_a_run_gives_them_back():
-    target, draft = tiny_qwen(100), tiny_qwen(200)
+    target, draft = tiny_lm(100), tiny_lm(200)
     s = DecodeSettings(k=3, k_policy="adaptive", temperature=0.8, top_p=0.9, top_k=20, max_new_tokens=12, seed=5)
     run = speculative_decode(target, draft, [2, 7, 1, 8], s)
     assert DecodeSettings.from_record(run.settings) == s
@@ -27,7 +27,7 @@ def test_missing_recorded_settings_take_the_defaults():
 
 
 def test_a_run_reads_its_decoding_settings_typed_and_keeps_the_other_keys():
-    target, draft = tiny_qwen(100), tiny_qwen(200)
+    target, draft = tiny_lm(100), tiny_lm(200)
     s = DecodeSettings(k=2, k_policy="adaptive", temperature=0.5, top_k=7, max_new_tokens=6, seed=3)
     run = speculative_decode(target, draft, [2, 7, 1, 8], s, eos_token_id=[5])
     assert run.decode == s and run.eos_token_ids == [5] and run.settings["drafter"] == "model"
@@ -58,7 +58,7 @@ def test_the_shipped_recordings_read_their_settings():
 
 
 def test_the_target_alone_baseline_of_a_run_without_max_new_tokens_uses_the_one_default():
-    target, draft = tiny_qwen(100), tiny_qwen(200)
+    target, draft = tiny_lm(100), tiny_lm(200)
     n = DecodeSettings().max_new_tokens
     spec = speculative_decode(target, draft, [2, 7, 1, 8], DecodeSettings(k=3, max_new_tokens=n + 5), eos_token_id=[])
     del spec.settings["max_new_tokens"]  # as in a hand-written file

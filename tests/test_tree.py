@@ -24,7 +24,7 @@ from specviz.decoding.tree import ROOT, DraftTree, draft_mask, draft_tree, tree_
 from specviz.data.tree_records import TreeRun
 from busy import busy_programs, team_or_skip
 from stats import passes, total_variation
-from tiny import hf_greedy, tiny_gpt2, tiny_qwen, split_settings
+from tiny import hf_greedy, split_settings, tiny_lm
 from specviz.core.settings import DecodeSettings
 
 
@@ -99,7 +99,7 @@ def test_each_node_attends_to_exactly_its_ancestors(seed):
 
 def test_tree_logits_equal_each_paths_own_logits():
     """One target pass over the whole tree gives, at every node, the logits of feeding its path alone."""
-    model = tiny_qwen(3)
+    model = tiny_lm(3)
     ids = [5, 9, 2, 7, 1]
     parents = [ROOT, ROOT, ROOT, 0, 0, 1, 3, 3, 6, 5]
     t = DraftTree()
@@ -120,7 +120,7 @@ def test_tree_logits_equal_each_paths_own_logits():
 @pytest.mark.parametrize("greedy", [True, False])
 def test_draft_passes_see_each_nodes_path_alone(greedy):
     """Every distribution the drafter drew children from is the draft's distribution after that node's path."""
-    model = tiny_qwen(4)
+    model = tiny_lm(4)
     ids = [3, 1, 4, 1, 5]
     lm = CachedLM(model)
     lm.feed(ids[:2])
@@ -144,7 +144,7 @@ def test_draft_passes_see_each_nodes_path_alone(greedy):
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("budget,branch,max_depth", [(1, 1, 1), (4, 1, 4), (16, 2, 8), (12, 3, 4), (32, 4, 6)])
 def test_greedy_matches_hf_generate(seed, budget, branch, max_depth):
-    target, draft = tiny_qwen(100 + seed), tiny_qwen(200 + seed)
+    target, draft = tiny_lm(100 + seed), tiny_lm(200 + seed)
     prompt = [(seed * 7 + i) % 64 for i in range(3 + seed)]
     run = tree_decode(target, draft, prompt, DecodeSettings(max_new_tokens=20, seed=seed), budget=budget, branch=branch,
                       max_depth=max_depth)
@@ -164,7 +164,7 @@ def test_greedy_with_a_draft_that_often_agrees(noise, budget, branch):
 
 
 def test_greedy_matches_on_gpt2_too():
-    target, draft = tiny_gpt2(0), tiny_gpt2(1)
+    target, draft = tiny_lm(0, arch="gpt2"), tiny_lm(1, arch="gpt2")
     prompt = [5, 9, 2]
     assert tree_decode(target, draft, prompt,
                        DecodeSettings(max_new_tokens=20)).token_ids == hf_greedy(target, prompt, 20)
@@ -177,7 +177,7 @@ def test_greedy_matches_on_gpt2_too():
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("doubt,branch", [(0.0, 2), (0.8, 2), (1.0, 3)])
 def test_spine_greedy_matches_hf_generate(seed, doubt, branch):
-    target, draft = tiny_qwen(100 + seed), tiny_qwen(200 + seed)
+    target, draft = tiny_lm(100 + seed), tiny_lm(200 + seed)
     prompt = [(seed * 7 + i) % 64 for i in range(3 + seed)]
     run = tree_decode(target, draft, prompt, DecodeSettings(k_policy="best", max_new_tokens=20, seed=seed), shape="spine",
                       doubt=doubt,
@@ -336,7 +336,7 @@ N_RUNS = 1000  # the broken variants below miss by a chi-square of ~500 against 
 @pytest.fixture(scope="module")
 def small_vocab_pair():
     # the draft differs from the target a lot (different weights, flatter init)
-    return tiny_qwen(11, vocab=VOCAB, init=1.0), tiny_qwen(12, vocab=VOCAB, init=0.3)
+    return tiny_lm(11, vocab=VOCAB, init=1.0), tiny_lm(12, vocab=VOCAB, init=0.3)
 
 
 def sampled_counts(target, draft, temperature, top_k=0, top_p=1.0, shape="tree"):
@@ -374,7 +374,7 @@ N_DEEP = 400  # a node judged against another node's p misses by a TV of ~0.5: f
 def close_small_vocab_pair():
     """A target and a draft close to it (its weights plus a little noise): drafts are accepted often, so the
     walk reaches depth 2 and 3 in most rounds, where a node is judged against p after its own parent."""
-    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
+    target = tiny_lm(11, vocab=VOCAB, init=1.0)
     draft = copy.deepcopy(target)
     g = torch.Generator().manual_seed(5)
     with torch.no_grad():

@@ -353,11 +353,11 @@ def test_token_texts_from_a_file_cannot_plant_markdown_in_the_round_summary():
 def test_every_kind_of_live_run_passes_its_own_file_checks(how):
     """The consistency checks (decisions, extras, ks and settings.k, greedy, the baseline's figures) hold for what
     the engine makes, exported as is."""
-    from tiny import tiny_gpt2
+    from tiny import tiny_lm
 
     from specviz import PromptLookupDrafter, autoregressive_decode, speculative_decode
 
-    target, draft = tiny_gpt2(0), tiny_gpt2(1)
+    target, draft = tiny_lm(0, arch="gpt2"), tiny_lm(1, arch="gpt2")
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
     kw = {"greedy": {}, "sampled": {"temperature": 1.0, "seed": 3}, "top-p": {"temperature": 0.8, "top_p": 0.7},
           "adaptive": {"k_policy": "adaptive", "temperature": 1.0}, "adaptive greedy": {"k_policy": "adaptive"},

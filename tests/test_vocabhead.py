@@ -19,7 +19,7 @@ from specviz.modeling import quant, vocabhead
 from specviz.decoding.drafters import ModelDrafter
 from specviz.decoding.sampling import logits_to_probs
 from stats import passes, total_variation
-from tiny import hf_greedy, tiny_qwen
+from tiny import hf_greedy, tiny_lm
 from specviz.core.settings import DecodeSettings
 
 
@@ -47,7 +47,7 @@ def test_int8_rows_give_the_full_heads_logits_bit_for_bit():
 
 @pytest.mark.parametrize("precision", ["float32", "int8"])
 def test_the_head_keeps_its_rows_exact_and_bars_the_rest(ranked, precision):
-    model = quant.apply(tiny_qwen(3).float(), precision)
+    model = quant.apply(tiny_lm(3).float(), precision)
     ranked("fam", [5, 9, 2, 60, 33])
     rows = vocabhead.frequent_rows(model, "fam", rows=3, always=[1])
     assert rows.ids.tolist() == [1, 2, 5, 9]  # the first 3 ranked, and the end-of-reply id
@@ -70,19 +70,19 @@ def test_the_head_keeps_its_rows_exact_and_bars_the_rest(ranked, precision):
 
 
 def test_a_model_without_a_list_or_a_plain_head_gets_none(ranked):
-    model = tiny_qwen(3).float()
+    model = tiny_lm(3).float()
     assert vocabhead.frequent_rows(model, "no-such-family") is None
     ranked("fam", [1, 2, 3])
     if "int4" in quant.supported("cpu"):  # torchao's int4 head is neither a Linear nor an Int8Linear
-        assert vocabhead.frequent_rows(quant.apply(tiny_qwen(3).float(), "int4"), "fam") is None
+        assert vocabhead.frequent_rows(quant.apply(tiny_lm(3).float(), "int4"), "fam") is None
     assert vocabhead.frequent_rows(model, "fam", rows=2) is vocabhead.frequent_rows(model, "fam", rows=2)  # shared
 
 
 @pytest.mark.parametrize("precision", ["float32", "int8"])
 @pytest.mark.parametrize("k", [2, 5])
 def test_greedy_output_is_the_target_alone_with_a_frequent_head(ranked, precision, k):
-    target = tiny_qwen(5)
-    draft = quant.apply(tiny_qwen(5).float(), precision)  # the target's own weights: it agrees often
+    target = tiny_lm(5)
+    draft = quant.apply(tiny_lm(5).float(), precision)  # the target's own weights: it agrees often
     ranked("fam", list(range(0, 64, 2)))  # the even ids
     rows = vocabhead.frequent_rows(draft, "fam", rows=32)
     for prompt in ([3, 4, 5], [9, 1, 7, 7, 2]):
@@ -129,8 +129,8 @@ def two_token_counts(target, draft, rows, k):
 
 @pytest.fixture
 def sampling_setup(ranked):
-    target = tiny_qwen(11, vocab=VOCAB, init=1.0)
-    draft = quant.apply(tiny_qwen(11, vocab=VOCAB, init=1.0).float(), "int8")
+    target = tiny_lm(11, vocab=VOCAB, init=1.0)
+    draft = quant.apply(tiny_lm(11, vocab=VOCAB, init=1.0).float(), "int8")
     ranked("fam", KEPT)
     return target, draft, vocabhead.frequent_rows(draft, "fam", rows=len(KEPT))
 

@@ -18,24 +18,16 @@ TOKENS = ["<eos>"] + _BYTES + ["Ġ", "Ċ", "Ġt"]  # Ġ: a space, Ċ: a newline 
 MERGES = ["Ġ t"]  # one merge: the reader needs a merge list
 
 
-def tiny_config(arch: str = "qwen2", hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                intermediate: int = 128, vocab: int = 128, tie: bool = False):
-    from transformers import LlamaConfig, Qwen2Config
+def tiny_model(arch: str = "qwen2", seed: int = 0, noise: float = 0.0, hidden: int = 64, layers: int = 2,
+               heads: int = 4, kv_heads: int = 2, intermediate: int = 128, vocab: int = 128, tie: bool = False):
+    """tiny.tiny_lm's model of `arch` (float32) as llama.cpp's converter expects it (eos id 0, rms_norm_eps
+    1e-6), its biases and norms random too (a zero bias would hide a bug); noise > 0 perturbs every weight
+    (a draft of seed's model)."""
+    from tiny import tiny_lm
 
-    cls = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch]
-    return cls(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-               num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
-               initializer_range=0.3, tie_word_embeddings=tie, rms_norm_eps=1e-6, bos_token_id=None,
-               eos_token_id=0, pad_token_id=None)
-
-
-def tiny_model(arch: str = "qwen2", seed: int = 0, noise: float = 0.0, **kw):
-    """A random model of `arch` (float32), its biases and norms random too (a zero bias would hide a bug);
-    noise > 0 perturbs every weight (a draft of seed's model)."""
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(arch, **kw), dtype=torch.float32)
+    model = tiny_lm(seed, vocab, arch=arch, init=0.3, positions=512, hidden=hidden, layers=layers,
+                    dtype=torch.float32, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                    intermediate_size=intermediate, tie_word_embeddings=tie, rms_norm_eps=1e-6, eos_token_id=0)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("bias") or "norm" in name:
