@@ -135,7 +135,7 @@ def test_the_first_step_says_what_llama_cpp_did_with_this_pair_from_the_measured
     assert (f"llama.cpp ran this pair's quantized GGUF files at {fig['llama_target_tps']:.0f} tokens/s with the "
             f"target alone and {fig['llama_spec_tps']:.0f} with its speculative decoding "
             f"({fig['llama_spec_own']:.2f}× its own target alone)") in said
-    assert f"with the int8 target made {fig['best_tps']:.0f}." in said
+    assert f"with the int8 target made {fig['best_tps']:.0f} tokens/s." in said
     bumped = {**data, "groups": {**data["groups"], "bench_llamacpp_int8": {
         **data["groups"]["bench_llamacpp_int8"], "figures": {**fig, "llama_spec_tps": 99.0}}}}
     monkeypatch.setattr(claims, "load_measured", lambda path=None: bumped)

@@ -122,3 +122,9 @@ def test_the_bench_asks_llama_cpp_in_a_process_of_its_own_for_the_same_generatio
     finally:
         there.close()
     assert not there._proc.is_alive()
+
+
+def test_asking_for_llamas_speculative_decoding_also_runs_its_own_target_alone():
+    assert bench.select_methods([4], [], ["best", LLAMA_SPEC]) == ["target", "best", LLAMA_TARGET, LLAMA_SPEC]
+    assert bench.select_methods([4], [], [LLAMA_TARGET]) == ["target", LLAMA_TARGET]
+    assert LLAMA_TARGET not in bench.select_methods([4], [], ["best"])

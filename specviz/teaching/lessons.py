@@ -717,10 +717,10 @@ def llama_line() -> str:
         return ""
     f = g["figures"]
     where = g["machine"].split(", pair ")[0]  # "cpu, 2 CPUs, 2 threads"
-    return (f" On the machine that recorded this ({where}; {g['date']}), llama.cpp ran this pair's quantized GGUF files at "
-            f"{f['llama_target_tps']:.0f} tokens/s with the target alone and {f['llama_spec_tps']:.0f} with its "
-            f"speculative decoding ({f['llama_spec_own']:.2f}× its own target alone); specviz's exact best-k run "
-            f"with the int8 target made {f['best_tps']:.0f}.")
+    return (f" On the machine that recorded this ({where}; {g['date']}), llama.cpp ran this pair's quantized GGUF "
+            f"files at {f['llama_target_tps']:.0f} tokens/s with the target alone and {f['llama_spec_tps']:.0f} with "
+            f"its speculative decoding ({f['llama_spec_own']:.2f}× its own target alone); specviz's exact best-k run "
+            f"with the int8 target made {f['best_tps']:.0f} tokens/s.")
 
 
 def target_c_alpha(ctx: Context) -> Outcome:
@@ -734,9 +734,9 @@ def target_c_alpha(ctx: Context) -> Outcome:
     measured = {(True, False): "c", (False, True): "α", (True, True): "both"}.get(moved, "neither")
     k = by["int8"].comparison.spec.decode.k
     lead = {"c": "c, not α", "α": "α, not c", "both": "both c and α", "neither": "neither c nor α"}[measured]
-    said = (f"{note}What moved: {lead}. c = {q['c']:.3f} against the int8 target and {f['c']:.3f} against the float32 target: the same "
-            f"draft step is a {share} share of the int8 target's pass. α = {q['alpha']:.2f} against "
-            f"{f['alpha']:.2f}: {alpha}, since both targets "
+    said = (f"{note}What moved: {lead}. c = {q['c']:.3f} against the int8 target and {f['c']:.3f} against the "
+            f"float32 target: the same draft step is a {share} share of the int8 target's pass. "
+            f"α = {q['alpha']:.2f} against {f['alpha']:.2f}: {alpha}, since both targets "
             f"choose nearly the same tokens. Speedup ≈ tokens per pass ÷ (1 + k·c): {q['tpp']:.2f} ÷ (1 + {k}·"
             f"{q['c']:.2f}) = {q['tpp'] / (1 + k * q['c']):.2f}× for int8 against {f['tpp']:.2f} ÷ (1 + {k}·"
             f"{f['c']:.2f}) = {f['tpp'] / (1 + k * f['c']):.2f}× for float32, which measured {q['s']:.2f}× and "

@@ -113,7 +113,8 @@ def select_methods(ks: list[int], trees: list[int], wanted: list[str] | None = N
     unknown = [m for m in wanted if m not in names]
     if unknown:
         raise InvalidSetting(f"unknown method(s) {unknown}; choose from {', '.join(names)}")
-    return [m for m in names if m in wanted or m == ENGINE_BASELINE]  # every speedup is relative to the baseline
+    # every speedup is relative to the baseline, and llama.cpp's speculative decoding also to its own target alone
+    return [m for m in names if m in wanted or m == ENGINE_BASELINE or (m == LLAMA_TARGET and LLAMA_SPEC in wanted)]
 
 
 # -----------------------------------------------------------------------------
