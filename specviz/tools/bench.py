@@ -631,14 +631,15 @@ def llama_figures(report: dict, mode: str = "greedy") -> dict:
     summ = {s["method"]: s for s in report["summary"] if s["mode"] == mode}
     if LLAMA_SPEC not in summ or LLAMA_TARGET not in summ:
         return {}
+    checks = report["checks"][mode]  # _llama_checks's ratios
     out = {"llama_target_tps": summ[LLAMA_TARGET]["tokens_per_s"], "llama_spec_tps": summ[LLAMA_SPEC]["tokens_per_s"],
-           "llama_spec_own": summ[LLAMA_SPEC]["own_speedup"]}
+           "llama_spec_own": checks["llama_spec_over_llama_target_mixed"]}
     if mode == "greedy":  # on how many prompts llama.cpp's speculative text equals its own target alone's
         out["llama_same_texts"] = sum(r["same_as_own_target"] for r in report["results"]
                                       if r["mode"] == mode and r["method"] == LLAMA_SPEC)
     if "best" in summ:
         out["best_tps"] = summ["best"]["tokens_per_s"]
-        out["best_over_llama_spec"] = summ["best"]["tokens_per_s"] / summ[LLAMA_SPEC]["tokens_per_s"]
+        out["best_over_llama_spec"] = checks["best_tokens_per_s_over_llama_spec_mixed"]
     return out
 
 

@@ -39,6 +39,18 @@ LLAMA_SPEC = "llama-spec"
 METHODS = (LLAMA_TARGET, LLAMA_SPEC)
 DRAFT_MAX = 16  # llama.cpp's speculative-simple example: --draft-max
 DRAFT_P_MIN = 0.75  # ... and --draft-p-min: stop drafting below this top probability
+COST_SIZES = (1, 2, 4, 8, 16)  # the target passes forward_costs times, in tokens
+
+
+def gguf_paths(spec, progress=None) -> dict[str, Path]:
+    """{"target", "draft"}: a registry pair's GGUF files (joined once from their chunk packages);
+    PairUnavailable where the llama methods cannot run (missing_why)."""
+    from specviz.modeling import store
+
+    if (why := missing_why(spec)) is not None:
+        raise PairUnavailable(why)
+    say = progress or store.quiet
+    return {"target": store.gguf_file(spec.target, say), "draft": store.gguf_file(spec.draft, say)}
 
 
 def available() -> bool:
@@ -135,14 +147,10 @@ class LlamaPair:
 
     @classmethod
     def open(cls, spec, n_ctx: int, threads: int, progress=None, **drafting) -> "LlamaPair":
-        """Open a registry pair's GGUF files (joined once from their chunk packages); PairUnavailable.
-        drafting: draft_max, p_min (llama.cpp's defaults when left out)."""
-        from specviz.modeling import store
-
-        if (why := missing_why(spec)) is not None:
-            raise PairUnavailable(why)
-        say = progress or store.quiet
-        return cls(store.gguf_file(spec.target, say), store.gguf_file(spec.draft, say), n_ctx, threads, **drafting)
+        """Open a registry pair's GGUF files (gguf_paths); drafting: draft_max, p_min (llama.cpp's defaults when
+        left out)."""
+        paths = gguf_paths(spec, progress)
+        return cls(paths["target"], paths["draft"], n_ctx, threads, **drafting)
 
     def drafts(self, ids: list[int], most: int) -> list[int]:
         """Up to `most` greedy drafts after ids, stopping below p_min; the draft's cache keeps what it shares
@@ -163,7 +171,7 @@ class LlamaPair:
                 logits = d.forward([tok])[-1]
         return out
 
-    def forward_costs(self, ids: list[int], sizes=(1, 2, 4, 8, 16), reps: int = 3) -> dict[str, dict[int, float]]:
+    def forward_costs(self, ids: list[int], sizes=COST_SIZES, reps: int = 3) -> dict[str, dict[int, float]]:
         """Median seconds of a target pass over n tokens after the prompt, for n in sizes, and of a one-token
         draft step: where llama.cpp's time goes (c and the verify cost, as specviz's bench measures its own)."""
         out: dict[str, dict[int, float]] = {"target": {}, "draft": {}}
@@ -188,26 +196,27 @@ class LlamaPair:
             m.rewind(0)
             m.passes = 0
         t0 = time.perf_counter()
-        self.proposed = 0
-        out, drafted = (self._alone if method == LLAMA_TARGET else self._speculative)(
+        out, drafted, proposed = (self._alone if method == LLAMA_TARGET else self._speculative)(
             ids, max_new_tokens, set(eos), pick)
-        return Generation(out, time.perf_counter() - t0, t.passes, drafted, self.proposed)
+        return Generation(out, time.perf_counter() - t0, t.passes, drafted, proposed)
 
-    def _alone(self, ids, n, eos, pick) -> tuple[list[int], float]:
+    def _alone(self, ids, n, eos, pick) -> tuple[list[int], float, int]:
+        """(tokens, seconds drafting, drafts checked): one pass per token, no draft."""
         t = self.target
         out = [pick(t.forward(ids)[-1])]
         while out[-1] not in eos and len(out) < n:
             out.append(pick(t.forward(out[-1:])[-1]))
-        return out, 0.0
+        return out, 0.0, 0
 
-    def _speculative(self, ids, n, eos, pick) -> tuple[list[int], float]:
-        t, drafted = self.target, 0.0
+    def _speculative(self, ids, n, eos, pick) -> tuple[list[int], float, int]:
+        """(tokens, seconds drafting, drafts checked)."""
+        t, drafted, proposed = self.target, 0.0, 0
         out = [pick(t.forward(ids)[-1])]
         while out[-1] not in eos and len(out) < n:
             t0 = time.perf_counter()
             guess = self.drafts(ids + out, min(self.draft_max, n - len(out)))
             drafted += time.perf_counter() - t0
-            self.proposed += len(guess)
+            proposed += len(guess)
             rows = t.forward(out[-1:] + guess, every=True)  # (1 + len(guess), V)
             for i, g in enumerate(guess):
                 tok = pick(rows[i])
@@ -217,13 +226,13 @@ class LlamaPair:
             else:
                 out.append(pick(rows[len(guess)]))  # every draft kept: the target's next token (a bonus)
             t.rewind(len(ids) + len(out) - 1)  # the cache holds what was read, less the rejected drafts
-        return out, drafted
+        return out, drafted, proposed
 
 
 class LlamaProcess:
     """A LlamaPair in a process of its own, asked over a pipe: llama.cpp's threads and allocations never share
-    a process with torch's. In the bench's process they slowed specviz's int8 runs by 1.2-1.4×, and its passes
-    read as under outside load, though the two never ran at once. Between calls its threads sleep."""
+    a process with torch's. In the bench's process the two slowed each other, and specviz's passes read as under
+    outside load, though they never ran at once (docs/performance.md, "Against llama.cpp")."""
 
     def __init__(self, paths: dict[str, Path], n_ctx: int, threads: int, **drafting) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch, no threads inherited
@@ -236,13 +245,7 @@ class LlamaProcess:
     @classmethod
     def open(cls, spec, n_ctx: int, threads: int, progress=None, **drafting) -> "LlamaProcess":
         """As LlamaPair.open, in a process of its own."""
-        from specviz.modeling import store
-
-        if (why := missing_why(spec)) is not None:
-            raise PairUnavailable(why)
-        say = progress or store.quiet
-        paths = {"target": store.gguf_file(spec.target, say), "draft": store.gguf_file(spec.draft, say)}
-        return cls(paths, n_ctx, threads, **drafting)
+        return cls(gguf_paths(spec, progress), n_ctx, threads, **drafting)
 
     def _ask(self, what: str, *args):
         self._conn.send((what, args))
@@ -255,7 +258,7 @@ class LlamaProcess:
         """LlamaPair.generate in the other process; cpu_s is what that process used for it."""
         return self._ask("generate", *args)
 
-    def forward_costs(self, ids: list[int], sizes=(1, 2, 4, 8, 16), reps: int = 3) -> dict[str, dict[int, float]]:
+    def forward_costs(self, ids: list[int], sizes=COST_SIZES, reps: int = 3) -> dict[str, dict[int, float]]:
         """LlamaPair.forward_costs in the other process."""
         return self._ask("forward_costs", ids, sizes, reps)
 
