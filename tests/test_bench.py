@@ -7,8 +7,10 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from specviz.tools import bench, cli, llamacpp
 from specviz.teaching import explain
@@ -358,3 +360,44 @@ def test_the_spine_runs_as_a_method_and_is_compared_with_the_chain_and_transform
     assert ch["spine_over_hf_own_baseline_mixed"] == pytest.approx(summ["spine"]["speedup"] / hf_own)
     assert ch["spine_over_hf_own_baseline_code"] == pytest.approx(
         rows[("code", "spine")]["speedup"] / ch["hf_assisted_speedup_over_hf_target_code"])
+
+
+def _self_pair(layers: int = 4):
+    """A tiny pair whose draft is its target: the full draft is always accepted, a shallower one is not."""
+    from tiny import tiny_lm
+
+    model = tiny_lm(seed=3, layers=layers, dtype=torch.float32)
+    return SimpleNamespace(target=model, draft=model, eos_token_ids=[], shared_vocab=64, drafter=lambda: model)
+
+
+def test_a_draft_exit_drafts_with_the_drafts_first_layers_and_stays_exact():
+    from specviz.decoding.engine import autoregressive_decode, speculative_decode
+    from specviz.decoding.selfdraft import early_exit
+
+    pair, ids = _self_pair(), [1, 5, 9, 2, 7]
+    args = SimpleNamespace(max_new_tokens=24, temperature=0.7)
+    best = bench._generate(pair, "best", ids, "greedy", args, 0).run
+    shallow = bench._generate(pair, f"{bench.DRAFT_EXIT}1", ids, "greedy", args, 0).run
+    settings = DecodeSettings(temperature=0.0, max_new_tokens=24, seed=0, k=4, k_policy="best")
+    direct = speculative_decode(pair.target, early_exit(pair.draft, 1), ids, settings, eos_token_id=[], vocab=64)
+    alone = autoregressive_decode(pair.target, ids, DecodeSettings(temperature=0.0, max_new_tokens=24),
+                                  eos_token_id=[], vocab=64)
+    assert best.alpha == 1.0 and shallow.alpha < 1.0  # the exit is the draft's first layer, not the whole draft
+    assert [r.accepted for r in shallow.rounds][:3] == [r.accepted for r in direct.rounds][:3]
+    assert list(shallow.token_ids) == list(alone.token_ids) == list(best.token_ids)
+
+
+def test_draft_exits_are_methods_with_their_own_c(capsys):
+    rc = cli.main(["bench", "--tiny", "--json", "--reps", "1", "--max-new-tokens", "8", "--ks", "4", "--draft-exits",
+                   "1", "--methods", "best,draft-exit-1", "--domains", "code", "--modes", "greedy",
+                   "--cost-reps", "1", "--no-warmup", "-q"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    summ = {s["method"]: s for s in report["summary"]}
+    assert set(summ) == {"target", "best", "draft-exit-1"}
+    assert math.isfinite(summ["draft-exit-1"]["c"]) and summ["draft-exit-1"]["c"] != summ["best"]["c"]
+    assert "c of each shallower draft, from its own runs: draft-exit-1 " in bench.markdown(report)
+    with pytest.raises(InvalidSetting, match="--draft-exits must list layer counts of at least 1"):
+        cli.parse_bench_args(["--tiny", "--draft-exits", "0"])
+    with pytest.raises(InvalidSetting, match="unknown method"):
+        cli.parse_bench_args(["--tiny", "--methods", "draft-exit-1"])  # not asked for with --draft-exits

@@ -92,7 +92,7 @@ def test_early_exit_is_the_first_layers_then_norm_and_head():
 def test_early_exit_layers_out_of_range_are_clear_errors():
     t = tiny.tiny_model(0, layers=4)
     for bad in (0, 4, 7, 1.5, True):
-        with pytest.raises(InvalidSetting, match="from 1 to 3 \\(the target has 4\\)"):
+        with pytest.raises(InvalidSetting, match="from 1 to 3 \\(the model has 4\\)"):
             selfdraft.early_exit(t, bad)
     # a depth the registry cannot check is checked at load, naming the pair and the draft
     with pytest.raises(InvalidSetting, match="pair 'custom': draft: early exit: layers must be"):

@@ -51,7 +51,7 @@ def early_exit(target, layers: int):
     """
     n = num_layers(target)
     if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers < n:
-        raise InvalidSetting(f"early exit: layers must be a whole number from 1 to {n - 1} (the target has {n}), "
+        raise InvalidSetting(f"early exit: layers must be a whole number from 1 to {n - 1} (the model has {n}), "
                              f"got {layers!r}")
     cfg = copy.deepcopy(target.config)
     cfg.num_hidden_layers = layers

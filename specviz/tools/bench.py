@@ -11,6 +11,9 @@ within each repetition so that drift in machine load hits every method alike:
                   verify cost, and a stop after a doubtful draft)
   best-nostop     the same chooser with k fixed for the whole round (theory.best_k)
   prompt-lookup   no draft model: copy what followed an earlier n-gram (k by BestK)
+  draft-exit-L    the best-k chooser with a shallower draft: the draft's first L layers, its
+                  final norm and head (selfdraft.early_exit of the draft; --draft-exits, none
+                  by default). Each has its own alpha and its own c from its runs
   tree-8, tree-16, tree-32
                   a token tree of that many nodes per round (branch 2, depth <= 8; --trees),
                   all verified in one target pass (specviz.decoding.tree)
@@ -77,6 +80,7 @@ from specviz.decoding.kpolicy import BestK
 from specviz.modeling.lm import vocab_size
 from specviz.core.prompts import bench_prompts, encode
 from specviz.data.records import json_safe
+from specviz.decoding.selfdraft import early_exit
 from specviz.decoding.tree import tree_decode
 from specviz.data.tree_records import TreeRound, TreeRun
 from specviz.core.settings import DecodeSettings
@@ -93,21 +97,24 @@ HF_TARGET_STOCK = "hf-target-stock"
 TREE = "tree-"  # + the node budget
 SPINE = "spine"
 BEST_FULL_HEAD = "best-full-head"
+DRAFT_EXIT = "draft-exit-"
 
 
 # -----------------------------------------------------------------------------
 # methods (the flags are parsed by cli.py)
 
 
-def method_names(ks: list[int], trees: list[int] = (8, 16, 32)) -> list[str]:
+def method_names(ks: list[int], trees: list[int] = (8, 16, 32), exits: list[int] = ()) -> list[str]:
     return ([ENGINE_BASELINE] + [f"k={k}" for k in ks]
-            + ["adaptive", "best", BEST_FULL_HEAD, "best-nostop", "prompt-lookup"] + [f"{TREE}{n}" for n in trees] + [SPINE]
+            + ["adaptive", "best", BEST_FULL_HEAD, "best-nostop", "prompt-lookup"] + [f"{DRAFT_EXIT}{n}" for n in exits]
+            + [f"{TREE}{n}" for n in trees] + [SPINE]
             + [HF_TARGET, HF_ASSISTED, HF_TARGET_STOCK, HF_ASSISTED_STOCK] + list(llamacpp.METHODS))
 
 
-def select_methods(ks: list[int], trees: list[int], wanted: list[str] | None = None) -> list[str]:
+def select_methods(ks: list[int], trees: list[int], wanted: list[str] | None = None,
+                   exits: list[int] = ()) -> list[str]:
     """The methods to run, in table order: all of them, or those `wanted` plus the baseline; InvalidSetting."""
-    names = method_names(ks, trees)
+    names = method_names(ks, trees, exits)
     if not wanted:
         return names
     unknown = [m for m in wanted if m not in names]
@@ -137,7 +144,7 @@ def tiny_pair():
     return pair
 
 
-SHARED_VOCAB_ONLY = (TREE, HF_ASSISTED, HF_ASSISTED_STOCK, BEST_FULL_HEAD)  # they read the draft's ids as the target's
+SHARED_VOCAB_ONLY = (TREE, HF_ASSISTED, HF_ASSISTED_STOCK, BEST_FULL_HEAD, DRAFT_EXIT)  # they read the draft's ids as the target's
 
 
 def left_out(pair, names: list[str]) -> dict[str, str]:
@@ -261,6 +268,9 @@ def _generate(pair, name: str, ids: list[int], mode: str, args, seed: int) -> Sa
         run = speculative_decode(pair.target, PromptLookupDrafter(), ids,
                                  replace(base, k=4, k_policy=BestK(4, k_max=16)),
                                  **common)
+    elif name.startswith(DRAFT_EXIT):
+        run = speculative_decode(pair.target, exit_drafter(pair, int(name[len(DRAFT_EXIT):])), ids,
+                                 replace(base, k=4, k_policy="best"), **common)
     elif name.startswith(TREE):
         run = tree_decode(pair.target, pair.draft, ids, base, budget=int(name[len(TREE):]), **common)
     elif name == SPINE:
@@ -282,6 +292,14 @@ def _generate(pair, name: str, ids: list[int], mode: str, args, seed: int) -> Sa
     else:
         raise InvalidSetting(f"unknown method {name!r}")
     return Sample(list(run.token_ids), time.perf_counter() - t0, run)
+
+
+def exit_drafter(pair, layers: int):
+    """What drafts for draft-exit-L: the draft's first `layers` layers with its final norm and head
+    (selfdraft.early_exit, sharing the draft's modules), through the frequent head where the pair drafts with one."""
+    model = early_exit(pair.draft, layers)
+    rows = pair.frequent_rows() if hasattr(pair, "frequent_rows") else None
+    return model if rows is None else ModelDrafter(model, rows=rows)
 
 
 # -----------------------------------------------------------------------------
@@ -399,7 +417,7 @@ def aggregate(name: str, rows: list[dict], base_rows: list[dict]) -> dict:
         dec = sum(r["decode_s_per_token"] * r["tokens"] for r in rows)
         bdec = sum(r["decode_s_per_token"] * r["tokens"] for r in base_rows)
         out["decode_speedup"] = measure.speedup_from(bdec / btok, dec / tok) if tok and btok else float("nan")
-    for key in ("alpha", "predicted", "predicted_from_tokens_per_pass", "efficiency", "bookkeeping_pct", "mean_k",
+    for key in ("alpha", "c", "predicted", "predicted_from_tokens_per_pass", "efficiency", "bookkeeping_pct", "mean_k",
                 "tokens_per_pass", "draft_pct"):
         vals = [r[key] for r in rows if key in r]
         if vals:
@@ -474,13 +492,17 @@ def mode_statistics(mode: str, args, samples, costs: Costs) -> tuple[list[dict],
     # c from the runs already carries the re-read after a bonus (measure's rule); c_forward does not
     c_use, refeed_use = (c_runs, 0.0) if math.isfinite(c_runs) else (costs.c_forward, costs.refeed)
     model = (c_use, costs.verify_ratio, refeed_use)
+    own = {n: (measure.c_from_runs([s.run for d in domains for s in samples[(mode, d, n)]],
+                                   [s.run for s in pooled[ENGINE_BASELINE]]), costs.verify_ratio, 0.0)
+           for n in names if n.startswith(DRAFT_EXIT)}  # a shallower draft: its own c
     results, by_method = [], {}
     for dom in domains:
         base = summarise(ENGINE_BASELINE, samples[(mode, dom, ENGINE_BASELINE)], {}, model)
         base["speedup"] = 1.0
         base["decode_speedup"] = 1.0
         for name in names:
-            row = base if name == ENGINE_BASELINE else summarise(name, samples[(mode, dom, name)], base, model)
+            row = base if name == ENGINE_BASELINE else summarise(name, samples[(mode, dom, name)], base,
+                                                                 own.get(name, model))
             row = {"mode": mode, "domain": dom, **row}
             if mode == "greedy":
                 row["same_as_baseline"] = (samples[(mode, dom, name)][0].tokens
@@ -837,6 +859,9 @@ def markdown(report: dict) -> str:
                       _f(s.get("predicted")), _f(s.get("predicted_from_tokens_per_pass")),
                       _f(s.get("efficiency")), _f(s.get("bookkeeping_pct"), "{:.1f}")]
             lines.append("| " + " | ".join(cells) + " |")
+        if exits := [n for n in cfg["methods"] if n.startswith(DRAFT_EXIT)]:
+            lines += ["", "c of each shallower draft, from its own runs: "
+                      + ", ".join(f"{n} {_f(summ[n].get('c'), '{:.3f}')}" for n in exits)]
         if LLAMA_TARGET in summ:
             lines += llama_table(summ, rows, domains)
         ch = report["checks"].get(mode, {})

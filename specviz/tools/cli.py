@@ -348,6 +348,9 @@ def check_bench_args(a: argparse.Namespace) -> argparse.Namespace:
         raise InvalidSetting(f"--ks must list integers from 1 to {limits.K_MAX} (the engine's largest k), "
                              f"got {a.ks!r}")
     a.trees = _int_list(a.trees, "--trees")
+    a.draft_exits = _int_list(a.draft_exits, "--draft-exits")
+    if any(n < 1 for n in a.draft_exits):
+        raise InvalidSetting(f"--draft-exits must list layer counts of at least 1, got {a.draft_exits!r}")
     a.modes = _names(a.modes)
     if not a.modes or any(m not in ("greedy", "sample") for m in a.modes):
         raise InvalidSetting(f"--modes must be greedy, sample or both, got {a.modes!r}")
@@ -368,7 +371,7 @@ def check_bench_args(a: argparse.Namespace) -> argparse.Namespace:
         check_writable(flag, path)  # before the benchmark runs, not after
     if not (a.temperature > 0 and math.isfinite(a.temperature)):
         raise InvalidSetting("--temperature must be > 0 (sample mode); greedy is its own mode")
-    a.method_names = select_methods(a.ks, a.trees, _names(a.methods) if a.methods else None)
+    a.method_names = select_methods(a.ks, a.trees, _names(a.methods) if a.methods else None, a.draft_exits)
     return a
 
 
@@ -577,6 +580,8 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
     b.add_argument("--ks", default="1,2,3,4,5,6,8", help="fixed k values (default 1,2,3,4,5,6,8)")
     b.add_argument("--trees", default="8,16,32", help="token-tree node budgets (default 8,16,32; '' for none)")
+    b.add_argument("--draft-exits", default="", help="draft depths L for the draft-exit-L methods: the draft's "
+                                                      "first L layers (default: none)")
     b.add_argument("--methods", help="comma list to run (default: all); names as in the table, "
                                      "e.g. target,k=4,best,hf-assisted")
     b.add_argument("--domains", help="default code,list,factual,creative; 'first-run' is the main page's default "
