@@ -1158,6 +1158,28 @@ def note_pass(device, wall_s: float, cpu_s: float, threads: int, others_s: float
 # the queue as the engine's runner (specviz/device/runner.py)
 
 
+def synchronize(device) -> None:
+    """Wait for the device's queued work (a GPU's), so a wall clock read after it is the work's; the CPU: nothing."""
+    key = device_key(device)
+    if key.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(key)
+
+
+def timed_pass(runner, fn: Callable[[], object]) -> tuple[object, PassTime]:
+    """(fn(), its PassTime) through `runner` (either runner's timed()): on the device's thread, holding the device,
+    with the device's work synchronized before and after, so the clock (runner.clock()) times fn alone, no wait.
+    The pass is not judged: a caller that times a model pass passes the PassTime to runner.note_pass."""
+    def job():
+        synchronize(runner.device)
+        clock = runner.clock()
+        out = fn()
+        synchronize(runner.device)
+        return out, clock.stop()
+    return runner.run(job)
+
+
 @dataclass(frozen=True)
 class QueueRunner:
     """The device as the app runs it (runner.Runner): the fair queue, the device's worker thread, the pass
@@ -1182,6 +1204,14 @@ class QueueRunner:
 
     def others(self) -> int:
         return QUEUE.others(self.device)
+
+    def timed(self, fn: Callable[[], object]) -> tuple[object, PassTime]:
+        return timed_pass(self, fn)
+
+    def paused(self) -> ContextManager[None]:
+        return QUEUE.paused()
+
+    shares_passes = True  # other sessions' passes queue on the same device: a verify pass may be shared (pool.py)
 
 
 def queue_runner(device) -> QueueRunner:
