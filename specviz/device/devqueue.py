@@ -293,6 +293,7 @@ class DeviceQueue:
         self.trace = trace  # a path: every hold is appended to it as one JSON line (see trace_holds)
         self._env = env  # None: read $SPECVIZ_DEVICE_CONCURRENCY when a device is first used
         self._lock = threading.RLock()  # guards the lines
+        self._trace_lock = threading.Lock()  # one trace line written at a time, never under _lock (a slow disk)
         self._cond = threading.Condition(self._lock)  # each ticket waits on its own condition over the same lock
         self._lines: dict[str, _Line] = {}
         self._depth = threading.local()  # per thread: {device: nesting depth}
@@ -426,13 +427,14 @@ class DeviceQueue:
 
     def _write_trace(self, slot: Slot, asked: float) -> None:
         """One line per hold, times in seconds since the epoch (so another process can line them up).
-        A trace that cannot be written is dropped: it must never cost the work it describes."""
+        A trace that cannot be written is dropped: it must never cost the work it describes. Written under a lock
+        of its own, not the queue's: a slow write holds up the next trace line, never another hold or query."""
         released = time.time()
         row = {"owner": slot.owner, "device": slot.device, "asked": asked,
                "granted": released - slot.held_s, "released": released}
         if slot.what is not None:
             row["what"] = slot.what
-        with self._lock:
+        with self._trace_lock:
             try:
                 with open(self.trace, "a") as f:
                     f.write(json.dumps(row) + "\n")
