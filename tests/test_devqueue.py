@@ -1086,3 +1086,40 @@ def test_a_waiting_session_is_told_its_wait_from_the_last_turns_of_those_ahead()
         release.set()
         for t in (holder, *waiters):
             t.join(10)
+
+
+def test_a_slow_trace_write_holds_up_no_other_hold(tmp_path):
+    """The trace line is written outside the queue's lock: while one hold's line cannot be written yet (a FIFO no
+    one reads), another thread asks the queue and holds the device at once; the lines arrive once read."""
+    import os
+
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    q = devqueue.DeviceQueue(trace=str(fifo))
+
+    def hold_once(owner, what=None):
+        with q.hold("cpu", owner=owner, what=what):
+            done.append(owner)
+
+    done: list = []
+    writer = threading.Thread(target=hold_once, args=("a", "first"), daemon=True)
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive() and done == ["a"]  # blocked opening the FIFO for its line, the device let go
+    asker = threading.Thread(target=lambda: (done.append(q.stats("cpu")["holders"]), hold_once("b")), daemon=True)
+    asker.start()
+    for _ in range(200):
+        if len(done) == 3:
+            break
+        time.sleep(0.01)
+    assert done == ["a", [], "b"], "the queue waited for a trace line to be written"
+    fd, text, deadline = os.open(fifo, os.O_RDONLY), b"", time.monotonic() + 5
+    try:  # a reader: the first line goes through, then the second hold's
+        while text.count(b"\n") < 2 and time.monotonic() < deadline:
+            text += os.read(fd, 4096) or (time.sleep(0.01) or b"")
+    finally:
+        os.close(fd)
+    lines = [json.loads(r) for r in text.decode().splitlines()]
+    assert [r["owner"] for r in lines] == ["a", "b"] and lines[0]["what"] == "first"
+    writer.join(2.0), asker.join(2.0)
+    assert not writer.is_alive() and not asker.is_alive()

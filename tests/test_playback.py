@@ -112,3 +112,30 @@ def test_the_load_note_weighs_the_time_under_outside_load():
     sweep = playback.rounds_load_note([*many.rounds, *_flagged(run, set(), 0.1, 0.5).rounds], "the sweep")
     assert f"1 of the sweep's {2 * n} rounds" in sweep.text and not sweep.serious
     assert playback.rounds_load_note(_flagged(run, set(), 0.1, 0.5).rounds, "the sweep") is None
+
+
+def test_reading_a_playback_never_waits_for_the_round_in_flight():
+    """advance() holds the state lock only to hand a round over: while its round waits for the device (another
+    owner holds it), a second thread reads the playback at once, and the round still arrives after."""
+    import threading
+
+    target, draft = tiny_lm(100), tiny_lm(200)
+    stream = engine.speculative_stream(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=6), eos_token_id=[])
+    pb = playback.Playback.live(stream, PROMPT, "", {})
+    got: dict = {}
+    with devqueue.QUEUE.hold("cpu", owner="another session"):
+        advancing = threading.Thread(target=lambda: got.update(round=pb.advance()), daemon=True)
+        advancing.start()
+        for _ in range(200):  # until the round waits in line for the device
+            if devqueue.QUEUE.stats("cpu")["waiting"]:
+                break
+            advancing.join(0.01)
+        assert devqueue.QUEUE.stats("cpu")["waiting"], "the round never queued for the device"
+        reader = threading.Thread(target=lambda: got.update(read=pb.current_run()), daemon=True)
+        reader.start()
+        reader.join(2.0)
+        assert not reader.is_alive(), "reading the playback waited for the round in flight"
+        assert got["read"].rounds == [] and "round" not in got  # the round is still waiting for the device
+    advancing.join(10.0)
+    assert got["round"] is not None and pb.rounds == [got["round"]]
+    assert len(pb.current_run().rounds) == 1

@@ -136,3 +136,24 @@ def test_a_stream_queues_through_its_runner_and_a_bare_one_runs_inline():
     assert stream.runner is rec and stream.device == "cpu"
     stream.close()
     assert isinstance(engine.DecodeStream(iter(())).runner, InlineRunner)
+
+
+def test_a_measurement_times_its_passes_through_the_runner_it_is_given():
+    """batch_cost and memory_bandwidth run, time and (batch_cost) judge every pass through their runner's timed()
+    and note_pass(), never through the queue."""
+    from specviz.teaching import experiments
+
+    model = tiny_lm(13)
+    rec = RecordingRunner()
+    seen = forwards(model, rec)
+    with rec.watch() as w:
+        out = experiments.batch_cost(model, n_tokens=(1, 2), batches=(1, 2), reps=1, context=4, runner=rec)
+    assert set(out) == {(1, 1), (2, 1), (1, 2), (2, 2)} and all(len(v) == 1 and v[0] > 0 for v in out.values())
+    passes = 2 * 2 * 2  # batches × sizes × (reps + the warm-up)
+    assert rec.noted == w.passes == passes and rec.runs == 2 + passes  # each batch's context, then its passes
+    assert len(seen) == 2 + passes and all(d == 1 for d in seen)  # every forward inside the runner's run()
+    before = rec.runs
+    assert experiments.memory_bandwidth("cpu", megabytes=1, reps=2, runner=rec) > 0
+    assert rec.runs == before + 3
+    value, t = InlineRunner().timed(lambda: 7)
+    assert value == 7 and t.wall >= 0 and t.held == t.wall

@@ -7,13 +7,15 @@ Run (replay: no model needed). The run files it replays are specviz/data/runfile
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from specviz.device.devqueue import QUEUE, LoadNote
+from specviz.device import devqueue
+from specviz.device.devqueue import LoadNote
 from specviz.core.errors import SpecvizError
 from specviz.data.records import Round, Run
 from specviz.core.settings import DecodeSettings
@@ -55,7 +57,9 @@ class Playback:
     (computing it, when live) and returns it, or None once finished.
     Keep the Playback object between page reruns to pause and resume.
     Two page reruns may call advance() at once (a click while a round is computed):
-    a lock makes the second wait for the round in flight, then take the next one.
+    a turn lock makes the second wait for the round in flight, then take the next one. The state
+    (rounds, run, done, error) has its own lock, held only to hand a round over, never while a round
+    runs or waits for the device: current_run() reads it at any time.
     """
 
     prompt_ids: list[int]
@@ -71,7 +75,10 @@ class Playback:
     _done: bool = False
     device: str = "cpu"
     dtype: str = "float32"
-    _lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
+    _lock: Any = field(default_factory=threading.RLock, repr=False, compare=False)  # the state's hand-off
+    _turn: Any = field(default_factory=threading.Lock, repr=False, compare=False)  # one advance/close at a time
+    runner: Any = field(default=None, repr=False, compare=False)  # how a live run's rounds reach the device
+    # (its stream's runner): advance lets this thread's turn to draw go through it; None (replay): no model work
     hold: Any = field(default=None, repr=False, compare=False)  # what a live run holds while it runs (a lease
     # on its models, with release()): let go when the stream ends, is closed, or fails
 
@@ -82,13 +89,15 @@ class Playback:
 
     @classmethod
     def live(cls, stream, prompt_ids: list[int], prompt_text: str, settings: dict, meta: dict | None = None,
-             device: str = "cpu", dtype: str = "float32") -> "Playback":
+             device: str = "cpu", dtype: str = "float32", runner=None) -> "Playback":
         """Wrap a DecodeStream (specviz.decoding.engine.speculative_stream); nothing is computed yet.
 
-        The stream's `model_work_left` tells the last round, so the Run is collected with it.
+        The stream's `model_work_left` tells the last round, so the Run is collected with it. runner: the
+        stream's (device/runner.py); None: the stream's own `runner`, else the shared queue's for `device`.
         """
+        runner = runner or getattr(stream, "runner", None)
         pb = cls(prompt_ids=list(prompt_ids), prompt_text=prompt_text, settings=dict(settings), source="live",
-                 meta=dict(meta or {}), device=device, dtype=dtype)
+                 meta=dict(meta or {}), device=device, dtype=dtype, runner=runner or devqueue.queue_runner(device))
         pb._stream, pb._it = stream, iter(stream)
         return pb
 
@@ -128,47 +137,67 @@ class Playback:
         """Reveal the next round (live: compute it). None when there is none left.
 
         Safe to call from two threads: the second waits for the first's round (not in a turn to draw:
-        that round's model work may be waiting for the turn to end).
+        that round's model work may be waiting for the turn to end). The state lock is held only to hand
+        the round over (_take, _keep), not while the round runs.
         """
-        with QUEUE.paused(), self._lock:
-            return self._advance()
+        with self._paused(), self._turn:
+            it = self._take()
+            if it is None or self.source == "replay":
+                return it
+            rnd = self._next(it)
+            if rnd is None:
+                return None
+            last = not getattr(self._stream, "model_work_left", True)
+            self._keep(rnd)
+            if last:  # the stream says that was its last round: collect the Run now
+                extra = self._next(it)
+                if extra is not None:  # not expected; keep the round rather than lose it
+                    self._keep(extra)
+            return rnd
 
     def close(self, reason: str = "the run was stopped") -> None:
         """Stop a live run now and let its KV caches go (after the round in flight, if any)."""
-        with QUEUE.paused(), self._lock:
+        with self._paused(), self._turn, self._lock:
             if self._it is not None and not self._done:
                 self._it.close()
                 self._done, self.error = True, self.error or reason
             self._it = self._stream = None
             self._let_go()
 
-    def _advance(self) -> Round | None:
-        if self.done:
-            return None
-        if self.source == "replay":
-            rnd = self.run.rounds[len(self.rounds)]
+    def _paused(self):
+        """The runner's paused() (this thread's turn to draw let go while it waits for a round); replay: nothing."""
+        return self.runner.paused() if self.runner is not None else contextlib.nullcontext()
+
+    def _take(self):
+        """Under the state lock: None when done; replay: the next recorded round, revealed; live: the generator."""
+        with self._lock:
+            if self.done:
+                return None
+            if self.source == "replay":
+                rnd = self.run.rounds[len(self.rounds)]
+                self.rounds.append(rnd)
+                return rnd
+            return self._it
+
+    def _keep(self, rnd: Round) -> None:
+        with self._lock:
             self.rounds.append(rnd)
-            return rnd
+
+    def _next(self, it) -> Round | None:
+        """The generator's next round, computed without the state lock; None (and the Run collected) at its end. A
+        failure mid-run ends the stream, keeping what was computed, and is raised."""
         try:
-            rnd = next(self._it)
+            return next(it)
         except StopIteration:
-            self._finish()
-            return None
-        except Exception as e:  # a failure mid-run ends the stream; keep what was computed
-            self._done, self.error = True, (str(e) if isinstance(e, SpecvizError) else f"{type(e).__name__}: {e}")
-            self._it = None
-            self._let_go()
-            raise
-        self.rounds.append(rnd)
-        if not getattr(self._stream, "model_work_left", True):
-            # the stream says that was its last round: collect the Run now
-            try:
-                extra = next(self._it)
-            except StopIteration:
+            with self._lock:
                 self._finish()
-            else:  # not expected; keep the round rather than lose it
-                self.rounds.append(extra)
-        return rnd
+            return None
+        except Exception as e:
+            with self._lock:
+                self._done, self.error = True, (str(e) if isinstance(e, SpecvizError) else f"{type(e).__name__}: {e}")
+                self._it = None
+                self._let_go()
+            raise
 
     def _finish(self) -> None:
         self._done = True
@@ -184,7 +213,12 @@ class Playback:
         return Playback.replay(self.run, self.prompt_text, self.meta)
 
     def current_run(self) -> Run:
-        """The finished Run (replay: all rounds up to the revealed ones), or a partial one."""
+        """The finished Run (replay: all rounds up to the revealed ones), or a partial one. Takes the state lock
+        only: never waits for a round in flight."""
+        with self._lock:
+            return self._current_run()
+
+    def _current_run(self) -> Run:
         if self.run is not None and self.done:
             return self.run
         if self.run is not None:  # replaying: only the revealed rounds

@@ -732,7 +732,7 @@ def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pai
     in_int8 = set()  # the roles loaded from an int8 copy: already in their precision
     for role, m in roles:
         if int8_cached(m, t_precision if role == "target" else precision, dtype):
-            got[role], sources[role] = _load_int8(m, role, device, progress, target=role == "target")
+            got[role], sources[role] = _load_int8(m, role, progress, runner, target=role == "target")
             in_int8.add(role)
             continue
         where, kw, sources[role] = _locate(m, role, progress)
@@ -776,9 +776,9 @@ def cached_precisions(name: str | None = None, *, dtype: torch.dtype | str | Non
             for role, m, p in (("draft", spec.draft, precision), ("target", spec.target, t_precision))}
 
 
-def _load_int8(m: ModelSpec, role: str, device: str, progress: Progress, target: bool):
+def _load_int8(m: ModelSpec, role: str, progress: Progress, runner: Runner, target: bool):
     """((tokenizer, model), where it came from) for a chunked model from its int8 copy (converted on the first
-    load); a copy that does not load is rebuilt, once."""
+    load), loaded through `runner`; a copy that does not load is rebuilt, once."""
     from safetensors import SafetensorError
     from transformers import AutoTokenizer
 
@@ -791,7 +791,7 @@ def _load_int8(m: ModelSpec, role: str, device: str, progress: Progress, target:
         try:
             with hf_quiet():
                 tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-                model = devqueue.run(device, lambda: int8cache.load(folder, target=target), turn=False)
+                model = runner.run(lambda: int8cache.load(folder, target=target), turn=False)
             break
         except (OSError, ValueError, KeyError, SafetensorError, PairUnavailable) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -832,7 +832,8 @@ def with_draft_precision(pair: Pair, precision: str | None, runner: Runner | Non
             fastlinear.enable(draft)
         return draft
 
-    draft = (runner or devqueue.queue_runner(pair.device)).run(make, turn=False)
+    runner = runner or devqueue.queue_runner(pair.device)
+    draft = runner.run(make, turn=False)
     memory.give_back()  # the copy's float32 weights, replaced by the quantized ones, go back to the system
     return dataclasses.replace(pair, draft=draft, draft_precision=precision,
                                load_s=time.perf_counter() - t0)

@@ -20,8 +20,9 @@ measured, never its share: every unshared verify pass not under outside load is 
 key has no entry runs its own pass first, in the same hold, and fills it. So a run's speedup and c stay what
 one laptop alone sees; sharing only makes the room wait less. Round.shared and shared_pass_s record how.
 
-Off with $SPECVIZ_BATCH_VERIFY=0 (core/limits.batch_verify), for a runner that is not the queue's, and for a
-cache feed_many cannot serve (batched.can_batch); a session alone always verifies inline.
+Off with $SPECVIZ_BATCH_VERIFY=0 (core/limits.batch_verify), for a runner whose passes no other owner shares
+(runner.shares_passes False: InlineRunner), and for a cache feed_many cannot serve (batched.can_batch); a session
+alone always verifies inline.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import torch
 
 from specviz.core import limits
 from specviz.device import devqueue
-from specviz.device.devqueue import QueueRunner
 from specviz.modeling import batched
 from specviz.modeling.lm import CachedLM
 
@@ -127,8 +127,10 @@ class VerifyPool:
 
     @staticmethod
     def eligible(lm: CachedLM) -> bool:
-        """Whether lm's verify passes may ever be pooled: pooling on, the queue's runner, a cache feed_many serves."""
-        return limits.batch_verify() and isinstance(lm.runner, QueueRunner) and batched.can_batch([lm])
+        """Whether lm's verify passes may ever be pooled: pooling on, a runner whose passes are shared with other
+        owners (shares_passes: the queue's), a cache feed_many serves."""
+        return (limits.batch_verify() and lm.runner.shares_passes
+                and batched.can_batch([lm]))
 
     def wanted(self, lm: CachedLM) -> bool:
         """Pool this verify pass now: eligible, and another session holds or waits for the device."""

@@ -293,6 +293,7 @@ class DeviceQueue:
         self.trace = trace  # a path: every hold is appended to it as one JSON line (see trace_holds)
         self._env = env  # None: read $SPECVIZ_DEVICE_CONCURRENCY when a device is first used
         self._lock = threading.RLock()  # guards the lines
+        self._trace_lock = threading.Lock()  # one trace line written at a time, never under _lock (a slow disk)
         self._cond = threading.Condition(self._lock)  # each ticket waits on its own condition over the same lock
         self._lines: dict[str, _Line] = {}
         self._depth = threading.local()  # per thread: {device: nesting depth}
@@ -426,13 +427,14 @@ class DeviceQueue:
 
     def _write_trace(self, slot: Slot, asked: float) -> None:
         """One line per hold, times in seconds since the epoch (so another process can line them up).
-        A trace that cannot be written is dropped: it must never cost the work it describes."""
+        A trace that cannot be written is dropped: it must never cost the work it describes. Written under a lock
+        of its own, not the queue's: a slow write holds up the next trace line, never another hold or query."""
         released = time.time()
         row = {"owner": slot.owner, "device": slot.device, "asked": asked,
                "granted": released - slot.held_s, "released": released}
         if slot.what is not None:
             row["what"] = slot.what
-        with self._lock:
+        with self._trace_lock:
             try:
                 with open(self.trace, "a") as f:
                     f.write(json.dumps(row) + "\n")
@@ -1158,6 +1160,28 @@ def note_pass(device, wall_s: float, cpu_s: float, threads: int, others_s: float
 # the queue as the engine's runner (specviz/device/runner.py)
 
 
+def synchronize(device) -> None:
+    """Wait for the device's queued work (a GPU's), so a wall clock read after it is the work's; the CPU: nothing."""
+    key = device_key(device)
+    if key.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(key)
+
+
+def timed_pass(runner, fn: Callable[[], object]) -> tuple[object, PassTime]:
+    """(fn(), its PassTime) through `runner` (either runner's timed()): on the device's thread, holding the device,
+    with the device's work synchronized before and after, so the clock (runner.clock()) times fn alone, no wait.
+    The pass is not judged: a caller that times a model pass passes the PassTime to runner.note_pass."""
+    def job():
+        synchronize(runner.device)
+        clock = runner.clock()
+        out = fn()
+        synchronize(runner.device)
+        return out, clock.stop()
+    return runner.run(job)
+
+
 @dataclass(frozen=True)
 class QueueRunner:
     """The device as the app runs it (runner.Runner): the fair queue, the device's worker thread, the pass
@@ -1182,6 +1206,14 @@ class QueueRunner:
 
     def others(self) -> int:
         return QUEUE.others(self.device)
+
+    def timed(self, fn: Callable[[], object]) -> tuple[object, PassTime]:
+        return timed_pass(self, fn)
+
+    def paused(self) -> ContextManager[None]:
+        return QUEUE.paused()
+
+    shares_passes = True  # other sessions' passes queue on the same device: a verify pass may be shared (pool.py)
 
 
 def queue_runner(device) -> QueueRunner:

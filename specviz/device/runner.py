@@ -9,6 +9,9 @@ the queue themselves; each is handed a Runner and does its model work through it
         clock = runner.clock()           # times one pass: clock.stop(less_s) -> PassTime
         runner.note_pass(clock.stop())   # judge the pass for outside load, tell the open watches
     runner.others()                      # how many other owners hold or wait for the device
+    out, t = runner.timed(fn)            # fn() on the device's thread, held and timed (a measurement's pass)
+    with runner.paused():                # this thread's turn to draw let go while it waits for model work
+    runner.shares_passes                 # whether other owners' passes queue here (a verify pass may be shared)
 
 Two runners implement it. `devqueue.QueueRunner` is the app's: one fair queue per device, the device's
 worker thread, the load checks (devqueue.queue_runner(device) gives the one for a device; an entry point
@@ -22,10 +25,10 @@ from __future__ import annotations
 import math
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Callable, ContextManager, Iterator, Protocol, TypeVar, runtime_checkable
 
-from specviz.device.devqueue import LoadWatch, PassTime, Slot, device_key, watching
+from specviz.device.devqueue import LoadWatch, PassTime, Slot, device_key, timed_pass, watching
 
 T = TypeVar("T")
 
@@ -63,6 +66,17 @@ class Runner(Protocol):
     def others(self) -> int:
         """How many other owners hold or wait for the device now."""
         ...
+
+    def timed(self, fn: Callable[[], T]) -> tuple[T, PassTime]:
+        """(fn(), its PassTime): fn on the device's thread, holding it, timed by clock() with the device's work
+        synchronized (devqueue.timed_pass); not judged (note_pass that)."""
+        ...
+
+    def paused(self) -> ContextManager[None]:
+        """This thread lets its turn to draw go for the block (it is about to wait for model work)."""
+        ...
+
+    shares_passes: bool  # other owners' passes wait on the same device, so one pass may serve several (pool.py)
 
 
 class WallClock:
@@ -105,3 +119,11 @@ class InlineRunner:
 
     def others(self) -> int:
         return 0
+
+    def timed(self, fn: Callable[[], T]) -> tuple[T, PassTime]:
+        return timed_pass(self, fn)
+
+    def paused(self) -> ContextManager[None]:
+        return nullcontext()  # no turns: nothing to let go
+
+    shares_passes = False  # one caller at a time: no other owner's pass to share

@@ -49,6 +49,7 @@ from specviz.data import pagefile
 from specviz.data.records import Run
 from specviz.data.runfile import RECORDED_DIR
 from specviz.device import devqueue
+from specviz.device.runner import Runner
 from specviz.decoding.drafters import ModelDrafter
 from specviz.teaching import experiments
 
@@ -90,19 +91,21 @@ class Cost:
 
 
 def measure_cost(target, draft, reps: int = 5, pass_reps: int = 3, sizes=SIZES, progress: Progress = None,
-                 long_context: int | None = None) -> Cost:
+                 long_context: int | None = None, runner: Runner | None = None) -> Cost:
     """Time a draft step against a target step, then target passes over each number of tokens in sizes (and,
-    with long_context, the same passes on that many cached tokens)."""
-    with devqueue.watch() as w:
+    with long_context, the same passes on that many cached tokens). runner: how the passes reach the device
+    (None: the shared queue's for the target's device); its watch() judges them for outside load."""
+    runner = runner or devqueue.queue_runner(next(target.parameters()).device)
+    with runner.watch() as w:
         _say(progress, "timing one draft step and one target step…", 0.0)
-        t1 = experiments.forward_cost(target, n_tokens=(1,), reps=reps, context=CONTEXT)[1]
-        d1 = experiments.forward_cost(draft, n_tokens=(1,), reps=reps, context=CONTEXT)[1]
+        t1 = experiments.forward_cost(target, n_tokens=(1,), reps=reps, context=CONTEXT, runner=runner)[1]
+        d1 = experiments.forward_cost(draft, n_tokens=(1,), reps=reps, context=CONTEXT, runner=runner)[1]
         _say(progress, f"timing target passes of {min(sizes)}–{max(sizes)} tokens…", 0.3)
         share = 0.7 if long_context is None else 0.4
-        t = experiments.forward_cost(target, n_tokens=tuple(sizes), reps=pass_reps, context=CONTEXT,
+        t = experiments.forward_cost(target, n_tokens=tuple(sizes), reps=pass_reps, context=CONTEXT, runner=runner,
                                      progress=lambda m, f: _say(progress, m, 0.3 + share * (f or 0)))
         long = {} if long_context is None else experiments.forward_cost(
-            target, n_tokens=tuple(sizes), reps=pass_reps, context=long_context,
+            target, n_tokens=tuple(sizes), reps=pass_reps, context=long_context, runner=runner,
             progress=lambda m, f: _say(progress, f"{m} after {long_context} tokens", 0.7 + 0.3 * (f or 0)))
     return Cost(c=measure.c_ratio(d1, t1), timings={int(n): list(v) for n, v in t.items()},
                 verify=measure.verify_ratios(t), draft_s=list(d1), target_s=list(t1), at=time.time(),

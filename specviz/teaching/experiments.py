@@ -17,7 +17,7 @@ measured on the models and device at hand; nothing is canned.
 
 What is computed from these timings and runs (α, c, speedup, tokens/s) is
 measure.py's; this module only measures. Each measured pass holds the device
-on its own (devqueue.QUEUE), so other sessions get their turn between the
+on its own (through a runner, the shared queue's by default), so other sessions get their turn between the
 steps of a long measurement and no wait is ever timed.
 """
 
@@ -30,13 +30,14 @@ from typing import Callable
 import torch
 
 from specviz.device import devqueue
+from specviz.device.runner import Runner
 from specviz.core import measure
 from specviz.decoding.drafters import ModelDrafter, Proposal
 from specviz.decoding.engine import decide, pair_vocab, speculative_decode, warm_up
 from specviz.teaching import baseline
 from specviz.core.errors import InvalidSetting
 from specviz.core.progress import Units
-from specviz.modeling.lm import CachedLM, sync, vocab_size
+from specviz.modeling.lm import CachedLM, vocab_size
 from specviz.data.records import Run
 from specviz.decoding.sampling import Sampler, logits_to_probs
 from specviz.core.settings import DecodeSettings, is_greedy
@@ -55,22 +56,25 @@ def _context(model, n: int, seed: int = 0) -> list[int]:
     return torch.randint(0, min(vocab_size(model), 1000), (n,), generator=g).tolist()
 
 
-def _open(model) -> CachedLM:
-    """A cache on `model`; given a ModelDrafter with a frequent head, the drafter's own cache through it, as
-    its steps run."""
+def _open(model, runner: Runner | None = None) -> CachedLM:
+    """A cache on `model` through `runner` (None: CachedLM's default); given a ModelDrafter with a frequent head,
+    the drafter's own cache through it, as its steps run."""
     if isinstance(model, ModelDrafter):
         if model.head is None:
-            return CachedLM(model.lm.model)
+            return CachedLM(model.lm.model, runner=runner)
+        if runner is not None:
+            model.use_runner(runner)
         model.start([])  # an empty cache, and the head over its shared frequent rows only
         return model.lm
-    return CachedLM(model)
+    return CachedLM(model, runner=runner)
 
 
 def forward_cost(model, n_tokens=(1, 2, 4, 8, 16), reps: int = 5, context: int = 64,
-                 progress: Progress = None) -> dict[int, list[float]]:
+                 progress: Progress = None, runner: Runner | None = None) -> dict[int, list[float]]:
     """Seconds per forward of n new tokens on top of `context` cached tokens, of a model or of a ModelDrafter's
-    step (through its head). A stop (core.errors.Stopped) keeps the repetitions finished in its partial."""
-    lm = _open(model)
+    step (through its head). A stop (core.errors.Stopped) keeps the repetitions finished in its partial.
+    runner: how the passes reach the device (None: the shared queue's for the model's device)."""
+    lm = _open(model, runner)
     ctx = _context(lm.model, context + max(n_tokens))
     lm.feed(ctx[:context], keep=1)
     lm.timed_feed(ctx[context:context + 1], keep=1)  # warm-up
@@ -90,27 +94,28 @@ def forward_cost(model, n_tokens=(1, 2, 4, 8, 16), reps: int = 5, context: int =
 
 @torch.inference_mode()
 def batch_cost(model, n_tokens=(1, 4, 8), batches=(1, 2, 4, 8, 16), reps: int = 3, context: int = 32,
-               progress: Progress = None) -> dict[tuple[int, int], list[float]]:
+               progress: Progress = None, runner: Runner | None = None) -> dict[tuple[int, int], list[float]]:
     """Seconds per forward of `b` sequences × `n` new tokens, each on a cached context. A stop
-    (core.errors.Stopped) keeps the batch sizes finished in its partial."""
+    (core.errors.Stopped) keeps the batch sizes finished in its partial. runner: how the passes reach the
+    device (None: the shared queue's for the model's device)."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
+    runner = runner or devqueue.queue_runner(device)
     out: dict[tuple[int, int], list[float]] = {}
     units = Units(progress, len(batches), partial=lambda: dict(out))  # a stop keeps the batch sizes finished
     for b in batches:
         ids = torch.randint(0, min(vocab_size(model), 1000), (b, context + max(n_tokens)),
                             generator=torch.Generator().manual_seed(b)).to(device)
         cache = DynamicCache(config=model.config)
-        devqueue.run(device, lambda: model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True,
-                                           logits_to_keep=1))
+        runner.run(lambda: model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True, logits_to_keep=1))
         for j, n in enumerate(n_tokens):
             times = []
             for r in range(reps + 1):
                 # one pass per turn, on the device's own thread: the clock starts once the device is ours
-                t = devqueue.run(device, lambda: _timed(device, lambda: model(
-                    input_ids=ids[:, context:context + n], past_key_values=cache, use_cache=True, logits_to_keep=n)))
-                devqueue.note_pass(device, t.wall, t.cpu, devqueue.model_threads(device), t.others, t.stalled)
+                _, t = runner.timed(lambda: model(input_ids=ids[:, context:context + n], past_key_values=cache,
+                                                  use_cache=True, logits_to_keep=n))
+                runner.note_pass(t)
                 if r > 0:  # the first is a warm-up
                     times.append(t.held)
                 cache.crop(-n)
@@ -120,25 +125,17 @@ def batch_cost(model, n_tokens=(1, 4, 8), batches=(1, 2, 4, 8, 16), reps: int = 
     return out
 
 
-def memory_bandwidth(device="cpu", megabytes: int = 256, reps: int = 5) -> float:
-    """Bytes/s of a large copy (read + write counted), the best of `reps`."""
+def memory_bandwidth(device="cpu", megabytes: int = 256, reps: int = 5, runner: Runner | None = None) -> float:
+    """Bytes/s of a large copy (read + write counted), the best of `reps`; runner: as batch_cost's."""
     device = torch.device(device)
+    runner = runner or devqueue.queue_runner(device)
     n = megabytes * 2**20 // 4
     src = torch.ones(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     best = float("inf")
     for _ in range(reps + 1):
-        best = min(best, devqueue.run(device, lambda: _timed(device, lambda: dst.copy_(src))).held)
+        best = min(best, runner.timed(lambda: dst.copy_(src))[1].held)
     return 2 * n * 4 / best
-
-
-def _timed(device, fn) -> devqueue.PassTime:
-    """fn()'s PassTime, with the device's work synchronized."""
-    sync(device)
-    clock = devqueue.PassClock(device)
-    fn()
-    sync(device)
-    return clock.stop()
 
 
 @dataclass(frozen=True)
