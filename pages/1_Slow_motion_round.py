@@ -2,10 +2,10 @@
 
 import streamlit as st
 
-from pages.common import lab_ui, recorded_ui, ui
+from pages.common import lab_ui, recorded_ui, round_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, explain, glossary, render
-from specviz.core import claims, limits
+from specviz.teaching import explain, glossary
+from specviz.core import limits
 from specviz.data import playback
 from specviz.decoding.drafters import PromptLookupDrafter
 from specviz.core.limits import K_MAX
@@ -127,41 +127,6 @@ if state is None or not state["pb"].rounds:
     st.info("No round yet: press **First round**.")
     st.stop()
 
-# --- the text so far ---------------------------------------------------------------------
-rounds = state["pb"].rounds
-s = state["settings"]
-st.subheader("The text so far")
-st.caption(f"{explain.rounds_are_passes(len(rounds))} · "
-           f"{sum(len(r.emitted) for r in rounds)} new tokens · k = {s['k']}, T = {s['temperature']:g}, "
-           f"seed {s['seed']}, {s['drafter']}" + (" · run finished" if state["pb"].done else ""))
-ui.note_other_settings(kept.changed(run_now), button="First round")
-st.markdown(render.legend_html(), unsafe_allow_html=True)
-st.markdown(render.tokens_html(state["prompt_text"], rounds, decode, reply=state["pb"].reply),
-            unsafe_allow_html=True)
-zeros = [r.index + 1 for r in rounds if r.k > 0 and r.n_accepted == 0]
-if zeros:
-    st.caption(f"Rounds that accepted no draft but still emitted a token ({claims.link(5)}): "
-               f"{', '.join(map(str, zeros))}.")
-
-# --- one round in detail --------------------------------------------------------------------
-st.subheader("One round, decision by decision")
-n = len(rounds)
-pick = st.selectbox("Round to inspect", list(range(1, n + 1)), index=n - 1,
-                    help="The newest round is shown after each step.")
-r = rounds[pick - 1]
-for line in explain.round_story(r, decode):
-    st.markdown(line)
-lab_ui.timing_notes(rounds, "the run")  # the times above: under outside load? waits left out?
-note = explain.zero_accept_note(r, decode)
-if note:
-    st.success(note, icon=":material/check_circle:")
-ui.table(explain.round_rows(r, decode), hide_index=True)
-
-if r.k > 0:
-    pos = st.selectbox("Drafted position to draw", list(range(1, r.k + 1)), index=min(r.n_accepted, r.k - 1),
-                       format_func=lambda i: f"#{i} {explain.tok(r.drafted[i - 1], decode)}")
-    ui.show_chart(charts.fig_pq(r, pos - 1, decode), f"round{r.index + 1}_pq{pos}", key="slow.fig_pq")
-    ui.show_chart(charts.fig_residual(r, decode), f"round{r.index + 1}_residual", key="slow.fig_residual")
-else:
-    st.info("The drafter proposed nothing this round (prompt lookup found no earlier match), so the target "
-            "produced one token on its own.")
+# --- the text so far, then one round in detail -------------------------------------------------
+round_ui.text_so_far(state, decode, kept.changed(run_now))
+round_ui.round_detail(state["pb"].rounds, decode)

@@ -8,8 +8,7 @@ import streamlit as st
 from pages.common import lab_ui, recorded_ui, speed_ui, ui
 from pages.common.kept import Kept
 from specviz.teaching import charts, costs, explain, glossary, lab, page_records, race, render
-from specviz.core import limits, theory
-from specviz.decoding import models
+from specviz.core import limits
 from specviz.core.settings import DecodeSettings
 
 ui.page_setup("Speedup: tokens per pass is not speedup", shows=(9, 13), words=glossary.PAGE_WORDS["3_Speedup"])
@@ -71,21 +70,7 @@ if go or again:
     lab_ui.keep_measured(kept["cost"], lab_ui.with_bar(race.measure_cost, pair.target, pair.chain_draft(), fresh=again,
                                                         text="timing…", ident=costs.identity(pair)))
 cost, note = result("cost") or (None, None)
-if cost is None:
-    st.info("Press **Measure c and the verify cost** (a few seconds) to fit the model to this device.")
-else:
-    lab_ui.load_warning(note)
-    if off:
-        st.caption(explain.recorded_profile_note(cost.ident))
-    elif cost.reused:
-        st.caption(explain.shared_cost_note(time.time() - cost.at))
-    m1, m2, m3 = st.columns(3)
-    m1.metric("c = draft step ÷ target step", f"{cost.c:.3f}",
-              help="with the " + explain.drafter_words(precision, head))
-    m2.metric("verify 5 tokens ÷ 1 token", f"{theory.verify_ratio(5, cost.verify):.2f}×")
-    m3.metric("verify 9 tokens ÷ 1 token", f"{theory.verify_ratio(9, cost.verify):.2f}×")
-    st.caption("cost(n)/cost(1) measured: " + ", ".join(f"{n} → {r:.2f}×" for n, r in cost.verify.items())
-               + ". If these are near 1, checking extra tokens is free; if they grow like n, it is not.")
+speed_ui.cost_result(cost, note, explain.drafter_words(precision, head), off)
 
 speed_ui.draft_precisions(pair, ids, settings, got["precisions"] if off else None)  # 1b
 speed_ui.target_precisions(pair, ids, settings, got["targets"] if off else None)  # 1c
@@ -113,26 +98,7 @@ if sw is not None:
     if not off:
         lab_ui.stopped_note(kept["sweep"])
     speed_ui.note_other_settings([cmp.spec for cmp in sw.values()], ids, settings, off=off)
-    lab_ui.timing_notes((r for cmp in sw.values() for run in (cmp.spec, cmp.base) for r in run.rounds), "the sweep")
-    rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)
-    ui.table(rows, hide_index=True)
-    st.caption(f"Measured speedup over {explain.target_alone({})}: over the rounds after the first, whose passes "
-               "also read the prompt (what the model describes); end-to-end speedup includes that first round. A short run has only a few target "
-               "passes, so one rejection more or less moves its point by a whole pass: read the measured curve "
-               "with the passes column, and lengthen the runs to smooth it.")
-    bench = [{"k": r["k"], "measured": r["measured speedup"], "predicted": r["predicted speedup"]} for r in rows]
-    ui.show_chart(charts.fig_bench_speedup(bench), "k_sweep_measured_vs_predicted", key="speed.fig_bench")
-    best = max(rows, key=lambda r: r["measured speedup"])
-    st.markdown(explain.speedup_verdict(best["measured speedup"], best["predicted speedup"], cost.c, best["α"])
-                if cost else f"Best measured: k = {best['k']} at {best['measured speedup']:.2f}× "
-                             f"{explain.target_alone({})}. "
-                             "Measure c above to compare with the model.")
-    edge = explain.sweep_edge_note(best["k"], max(r["k"] for r in rows))
-    if edge:
-        st.markdown(edge)
-    tip = explain.gpu_advice(device, best["measured speedup"], models.gpu_suggestion(pair_name))
-    if tip:
-        st.info(tip, icon=":material/lightbulb:")
+    speed_ui.sweep_result(sw, cost, device, pair_name)
 
 # --- 4. the race -----------------------------------------------------------------------------
 st.subheader("4 · A race: target alone against speculative")

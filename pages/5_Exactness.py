@@ -5,10 +5,10 @@ And the acceptance-rule lab: which ways of keeping a draft keep that distributio
 
 import streamlit as st
 
-from pages.common import lab_ui, recorded_ui, ui
+from pages.common import exactness_ui, lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import charts, explain, glossary, lab, page_records, rules
-from specviz.core import claims, limits, theory
+from specviz.teaching import glossary, lab, page_records, rules
+from specviz.core import claims, limits
 from specviz.core.settings import DecodeSettings
 
 ui.page_setup("Exactness: faster, not different", shows=(6, 7, 15), words=glossary.PAGE_WORDS["5_Exactness"])
@@ -72,23 +72,8 @@ if st.button("Compare with the target alone", type="primary", key="exact.run_gre
     kept["greedy"].put({"cmp": cmp, "dtype": dt, "draft": pair.draft_precision} if cmp is not None else None,
                        settings=greedy_now)
 if (g := result("greedy")) is not None:
-    cmp = g["cmp"]
     ui.note_other_settings(changed("greedy", greedy_now))
-    v = explain.exactness_verdict(cmp.spec.token_ids, cmp.base, g["dtype"], decode)
-    (st.success if v.kind == "identical" else st.warning)(v.text)
-    m1, m2, m3 = st.columns(3)
-    m1.metric("identical", "yes" if cmp.identical else "no")
-    m2.metric("tokens compared", f"{len(cmp.base.token_ids)}")
-    m3.metric(f"speedup over {explain.target_alone({})} (this run)", f"{cmp.speedup:.2f}×")
-    left, right = st.columns(2)
-    with left:
-        # the draft's precision, when it is not the target's: a cheaper draft, the same text
-        draft = f", {g['draft']} draft" if g["draft"] != g["dtype"] else ""
-        st.markdown(f"**Speculative** (k = {cmp.spec.decode.k}, {g['dtype']}{draft})")
-        st.markdown(lab.diff_html(cmp.spec.token_ids, cmp.base.token_ids, decode), unsafe_allow_html=True)
-    with right:
-        st.markdown(f"**Target alone** ({g['dtype']})")
-        st.markdown(lab.diff_html(cmp.base.token_ids, cmp.spec.token_ids, decode), unsafe_allow_html=True)
+    exactness_ui.greedy_result(g, decode)
 
 # --- sampling: the same distribution ------------------------------------------------------------
 st.subheader(f"Sampling: the same distribution as the target ({claims.link(7)})")
@@ -108,52 +93,13 @@ if st.button(f"Run {int(n)} trials", type="primary", key="exact.run_trials", dis
     run.keep(kept["trials"], {"trials": run.value[0], "fp": run.value[1]} if run.value else None, settings=trials_now)
     run.go_on()
 if (res := result("trials")) is not None:
-    trials, fp = res["trials"], res["fp"]
     if not off:
         lab_ui.stopped_note(kept["trials"])
     ui.note_other_settings(changed("trials", trials_now))
-    tv, noise = theory.total_variation(trials.p, trials.counts), trials.noise
-    m1, m2, m3, m4 = st.columns(4)
-    m1.metric("total variation distance", f"{tv:.3f}")
-    m2.metric("expected from noise alone", f"{noise.expected:.3f}",
-              help=f"The expected TV of {trials.n} tokens drawn straight from p, over the whole vocabulary "
-                   "(theory.expected_tv_noise); a simulation of it gives the give-or-take.")
-    m3.metric("more than noise beyond", f"{noise.limit:.3f}",
-              help=f"TV of {trials.n} tokens drawn straight from p, {len(noise.tvs)} times: the average plus "
-                   f"{theory.NOISE_SPREADS:g} times its spread, which noise alone almost never reaches. 95% of those "
-                   f"samplings were below {noise.p95:.3f}.")
-    m4.metric("draft token kept", f"{trials.accepted / trials.n:.3f}", f"theory {fp.overlap:.3f}", delta_color="off")
-    v = explain.tv_verdict(tv, noise, trials.accepted, fp.overlap)
-    (st.success if v.kind == "within noise" else st.warning)(v.text)
-    ui.show_chart(charts.fig_exactness(trials.counts, trials.p, decode, noise=noise.expected), "exactness_histogram",
-                  key="exact.fig_hist")
-    st.caption("How often each token came out of the speculative step, next to the target's p.")
-    ui.show_chart(charts.fig_first_position(fp, decode), "first_token_p_q_residual", key="exact.fig_pq")
-    st.caption("Where that comes from: the draft's q, the target's p, and the residual the corrections are drawn "
-               "from. Tokens where q > p are partly refused; the residual fills exactly what is missing.")
+    exactness_ui.trials_result(res["trials"], res["fp"], decode)
 
 # --- acceptance rules: which keep p ---------------------------------------------------------------
-st.subheader("Which acceptance rules keep the distribution?")
-st.markdown(
-    """
-The rule above is not the only way to decide whether to keep a drafted token. Four rules, one position:
-
-* **Rejection sampling** (the engine's rule): keep d with probability min(1, p(d)/q(d)), else draw from
-  norm(max(0, p − q)). A token x comes out as a kept draft with probability q(x)·min(1, p(x)/q(x)) = min(p(x), q(x)),
-  and the residual adds exactly the missing max(0, p(x) − q(x)): together **p(x)**. Lossless, and it keeps the draft
-  Σ min(p, q) of the time, the most any lossless rule can.
-* **Exact match at T > 0**: sample the target's own token t ~ p and keep d only if d = t. The output is always t,
-  so it is **lossless** too, but it keeps the draft only Σ p·q of the time: two independent draws must collide.
-  This is why llama.cpp and mlx-lm moved to rejection sampling.
-* **Typical acceptance** (Medusa): keep d if p(d) > min(ε, δ·exp(−H(p))). **Lossy**: the test looks at p(d) alone,
-  so a token the draft likes and the target merely tolerates comes out with the draft's frequency q, not p.
-* **Naive threshold**: keep d if p(d) ≥ τ. **Lossy** for the same reason.
-
-For the two lossy rules a refused draft is replaced by the target's own token **sampled from p** (not its argmax),
-so the only thing that bends the distribution is the acceptance test. Each rule is computed exactly (its output
-distribution in closed form) and run on the same seeded trials.
-"""
-)
+exactness_ui.rules_intro()
 r1, r2, r3, r4 = st.columns(4)
 r_temp = r1.number_input("temperature", 0.05, 2.0, 1.0, 0.05, key="exact.rules.temperature", disabled=off)
 r_n = r2.number_input("trials per rule", 100, 200_000, 20_000, 1000, key="exact.rules.n", disabled=off)
@@ -173,9 +119,4 @@ if st.button("Compare the rules", type="primary", key="exact.run_rules", disable
     kept["rules"].put(rlab, settings=rules_now)
 if (rlab := result("rules")) is not None:
     ui.note_other_settings(changed("rules", rules_now))
-    st.info(rules.rules_verdict(rlab))
-    ui.show_chart(charts.fig_rules(rlab), "acceptance_rules", key="exact.fig_rules")
-    st.caption("Up is faster (more drafts kept), left is more faithful. The lossless rules sit on the left edge, "
-               "inside the grey noise band; the lossy ones buy acceptance with distance from p. A lossy point "
-               "inside the band is wrong too, only by less than this many trials can show.")
-    ui.table(rules.rule_rows(rlab), hide_index=True)
+    exactness_ui.rules_result(rlab)

@@ -10,9 +10,8 @@ results are the session's own, kept across a change of page, never in the addres
 from dataclasses import replace
 
 import streamlit as st
-from streamlit.errors import StreamlitAPIException
 
-from pages.common import lab_ui, state, ui
+from pages.common import lab_ui, lesson_ui, state, ui
 from pages.common.kept import Kept
 from specviz.modeling.config import DerivedSource
 from specviz.teaching import explain, glossary, lessons
@@ -99,17 +98,8 @@ if presenting:
     intro()
 
 # --- the prediction ------------------------------------------------------------------------------
-pr = step.prediction
 pkey = f"lessons.{les.key}.{step.key}.prediction"
-prediction = None
-if done is None:  # once measured, the prediction is shown next to the measurement instead
-    if pr.kind == "choice":
-        prediction = st.radio(pr.label, list(pr.choices), index=None, key=pkey, horizontal=True,
-                              help="Pick your answer before the experiment: the measurement is shown next to it.")
-    elif isinstance(pr.step, int) and isinstance(pr.lo, int):
-        prediction = st.slider(pr.label, pr.lo, pr.hi, int(pr.default), pr.step, key=pkey)
-    else:
-        prediction = st.slider(pr.label, float(pr.lo), float(pr.hi), float(pr.default), float(pr.step), key=pkey)
+prediction = lesson_ui.prediction(step, pkey) if done is None else None  # once measured, shown next to the answer
 
 # --- the experiment ------------------------------------------------------------------------------
 if done is None:
@@ -138,41 +128,12 @@ if done is None:
 
 # --- the measured answer next to the prediction ------------------------------------------------
 if done is not None:
-    outcome = done["outcome"]
-    c1, c2 = st.columns(2)
-    c1.metric("your prediction", lessons.format_prediction(step, done["prediction"]))
-    c2.metric(outcome.answer, outcome.shown)  # "measured", or "from theory": never a formula called measured
-    for flag in outcome.flags:  # a figure that contradicts itself: said before anything is read from it
-        st.warning(flag, icon=":material/warning:")
-    compared, explained = lessons.compare(step, done["prediction"], outcome), lessons.explain(step, outcome)
-    st.info(compared, icon=":material/compare_arrows:")
-    st.markdown(explained)
-    if done.get("figure") is not None:
-        ui.show_chart(done["figure"], f"lesson_{les.key}_{step.key}", key=f"lessons.fig.{les.key}.{step.key}")
-        said.append(glossary.figure_text(done["figure"].to_plotly_json()))
-    # the timings' bookkeeping (outside load, waits for a core) in its own expander, out of the lesson's flow
-    lab_ui.timing_details(outcome.load, outcome.waited)
-    st.caption(f"Source: {outcome.source}")
-    said += [outcome.answer, outcome.shown, *outcome.flags, compared, explained, outcome.source,
-             *(n.text for n in outcome.load), *outcome.waited]
+    said += lesson_ui.answer(les.key, step, done)
     st.button("Predict again", key="lessons.redo", on_click=redo)
-try:
-    st.page_link(step.link.page, label=f"Go deeper: {step.link.label}", icon=":material/arrow_forward:")
-except StreamlitAPIException:  # the page was started on its own, without app.py's page list
-    st.caption(f"Go deeper: {step.link.label}")
+lesson_ui.go_deeper(step.link)
 
 # --- moving between steps ------------------------------------------------------------------------
-row = ui.button_row()  # each button as wide as its label: thirds would cut "Start the lesson again" in presenter type
-# each button goes to the step it named when it was drawn, and its key names that step, so a second press
-# that lands before the browser redraws the buttons (a double click, a busy server) moves no further
-row.button("← Previous step", key=f"lessons.prev.{les.key}.{i}", on_click=go_to, args=(les.key, i - 1),
-           disabled=i == 0)
-if i < n - 1:
-    row.button("Next step →", key=f"lessons.next.{les.key}.{i}", on_click=go_to, args=(les.key, i + 1),
-               disabled=done is None, type="primary")
-elif done is not None:
-    row.success(f"Lesson complete: {len(mine['done'])} of {n} steps measured.")
-row.button("Start the lesson again", key="lessons.restart", on_click=restart)
+lesson_ui.step_buttons(les.key, i, n, done, len(mine["done"]), go_to, restart)
 if presenting:
     st.markdown(GUIDE)
 ui.words_on_page(glossary.PAGE_WORDS["8_Lessons"] + tuple(t.name for t in glossary.found_in("\n".join(said))),

@@ -4,14 +4,14 @@ from dataclasses import replace
 
 import streamlit as st
 
-from pages.common import lab_ui, recorded_ui, ui
+from pages.common import lab_ui, recorded_ui, tree_round_ui, ui
 from pages.common.kept import Kept
-from specviz.teaching import explain, glossary, page_records, render, tree_lab
+from specviz.teaching import glossary, page_records, tree_lab
 from specviz.core import limits, prompts
 from specviz.core.settings import DecodeSettings
 from specviz.data import playback
 from specviz.decoding.tree import BRANCH_MAX, DOUBT, SPINE, tree_stream
-from specviz.teaching.tree_charts import fig_chain_vs_tree, fig_node_pq, fig_tree, fig_tree_acceptance
+from specviz.teaching.tree_charts import fig_chain_vs_tree
 
 ui.page_setup("Token tree: many drafts, one pass", words=glossary.PAGE_WORDS["9_Token_tree"])
 
@@ -100,58 +100,10 @@ if row.button("Reset", key="tree.reset"):
     kept.clear()
     pb = None
 
-
-def show_rounds(pb, fresh) -> None:
-    """The chosen round's tree (animated when just computed), the text so far, one node, acceptance."""
-    # --- the round: drafted depth by depth, then coloured by the one verify pass -----------------------------
-    rounds = pb.rounds
-    st.subheader("The tree")
-    ui.note_other_settings(kept.changed(run_now), button="First round")
-    n = len(rounds)
-    r = rounds[st.selectbox("Round", list(range(n)), index=n - 1, format_func=lambda i: f"round {i + 1}",
-                            key=f"tree.round.{n}")]
-    box = st.empty()
-    pend_s = playback.SPEEDS[speed][0]  # the pause between depths
-    if fresh is not None and pend_s > 0:
-        for d in range(1, max(r.depths, default=0) + 1):
-            box.plotly_chart(ui.presented(fig_tree(r, decode, depth=d)), key=f"tree.draft.{d}")
-            playback.sleep(pend_s)
-    with box.container():  # clicking a node picks it below
-        event = ui.show_chart(fig_tree(r, decode), f"tree_round{r.index + 1}", key=f"tree.fig.{r.index}",
-                              on_select="rerun", selection_mode="points")
-    clicked = [p.get("customdata") for p in (event.selection.points if event else [])]
-    if clicked and isinstance(clicked[0], int) and 0 <= clicked[0] < r.n_nodes:
-        st.session_state[f"tree.node.{r.index}"] = clicked[0]
-    st.markdown(explain.tree_round_summary(r, decode))
-    lab_ui.timing_notes(rounds, "the tree run")  # the times above: under outside load? waits left out?
-    st.markdown(render.legend_html(("accepted", "correction", "bonus")), unsafe_allow_html=True)
-    st.caption("In a tree, the bonus comes when the accepted path reaches a leaf: the whole branch was accepted.")
-    st.markdown(tree_lab.text_html(pb.prompt_text, rounds, decode, reply=pb.reply),
-                unsafe_allow_html=True)
-    st.caption(f"{explain.rounds_are_passes(n)}, {sum(len(x.emitted) for x in rounds)} new tokens, "
-               f"{sum(x.n_nodes for x in rounds)} nodes drafted" + (" · run finished" if pb.done else ""))
-
-    # --- one node --------------------------------------------------------------------------------------------
-    st.subheader("One node: p against q, and the decision")
-    if r.n_nodes:
-        st.session_state.setdefault(f"tree.node.{r.index}", r.path[-1] if r.path else 0)  # the path's end
-        node = st.selectbox("Node (or click one in the tree)", list(range(r.n_nodes)), key=f"tree.node.{r.index}",
-                            format_func=lambda i: tree_lab.node_label(r, i, decode))
-        for line in tree_lab.node_story(r, node, decode):
-            st.markdown(line)
-        ui.show_chart(fig_node_pq(r, node, decode), f"tree_round{r.index + 1}_node{node}", key="tree.fig_pq")
-
-    # --- acceptance by depth and rank ------------------------------------------------------------------------
-    st.subheader("Acceptance by depth and by branch rank")
-    ranks = tree_lab.by_rank(rounds)
-    ui.show_chart(fig_tree_acceptance(tree_lab.by_depth(rounds), ranks), "tree_acceptance", key="tree.fig_acc")
-    st.info(tree_lab.rank_summary(ranks))
-
-
 if pb is None or not pb.rounds:
     st.info("No round yet: press **First round**.")
 else:
-    show_rounds(pb, fresh)
+    tree_round_ui.show_rounds(pb, fresh, decode, speed, kept.changed(run_now))
 
 # --- chain against tree -----------------------------------------------------------------------
 st.subheader("Chain against tree, measured here")

@@ -1,8 +1,10 @@
 """The Speedup page's self-contained sections, one call each from pages/3_Speedup.py.
 
+  cost_result(cost, note, drafter, off)  1  · c and the verify cost measured in section 1 (or recorded)
   draft_precisions(pair, ids, settings)   1b · the same prompt with the draft in each precision: c against α
   target_precisions(pair, ids, settings, recorded)  1c · the same draft against the float32 and the int8 target
   cost_model(fixed, ids, settings, cost, sweep)  2 · predicted speedup against k, at the α measured on the page
+  sweep_result(sw, cost, device, pair_name)  3 · the k sweep against the target alone: table, chart, best k
   k_policies(pair, ids, settings, recorded)  5  · fixed k, adaptive k and the best-k chooser (specviz.teaching.race)
   early_exit(pair, ids, settings, recorded)  6  · the target's own first L layers as the draft (specviz.decoding.selfdraft)
   c_check(pair, kept_cost)              section 1's c against 1b's and 1c's for the same draft: timed again, or flagged
@@ -10,15 +12,17 @@
   measured_here(run, ids, settings)       whether a kept run came from the prompt and settings above
   note_other_settings(runs, ids, settings, k)  a kept result measured with another prompt or settings says which
 
-Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it; with pair None
-(a page recording) it draws the recorded result, its widgets off (1b, which loads a pair per precision, says that
-recorded mode does not cover it; 1c shows the recording's two targets where it has them). settings: the page's
-DecodeSettings (temperature, new tokens, seed), built once from its widgets.
+Each reads its widgets, calls specviz, keeps its result with pages.common.kept.Kept, and draws it (cost_result and
+sweep_result only draw what the page measured); with pair None (a page recording) it draws the recorded result, its
+widgets off (1b, which loads a pair per precision, says that recorded mode does not cover it; 1c shows the
+recording's two targets where it has them). settings: the page's DecodeSettings (temperature, new tokens, seed), built
+once from its widgets.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
 import streamlit as st
@@ -30,7 +34,7 @@ from specviz.teaching import charts, costs, experiments, explain, lab, race
 from specviz.teaching import early_exit as exit_sweep
 from specviz.core import claims, measure, theory
 from specviz.modeling import quant
-from specviz.decoding import selfdraft
+from specviz.decoding import models, selfdraft
 from specviz.modeling.config import DerivedSource
 from specviz.core.errors import SpecvizError
 
@@ -249,6 +253,52 @@ def cost_model(fixed: dict[str, list], ids, settings: DecodeSettings, cost, swee
     st.markdown(f"At {which}α = {alpha:.2f} and the measured c = {cost.c:.3f}, the model's best k is "
                 f"{explain.best_k_words((kb, sb), K_MAX)}." + (" Below 1×: speculation does not pay on this device at "
                                                              "these settings." if sb < 1 else ""))
+
+
+def cost_result(cost, note, drafter: str, off: bool) -> None:
+    """1 · c and the verify cost, measured here or recorded (off): where they came from, c (with the drafter's
+    words, explain.drafter_words), and the cost of verifying n tokens against one."""
+    if cost is None:
+        st.info("Press **Measure c and the verify cost** (a few seconds) to fit the model to this device.")
+        return
+    lab_ui.load_warning(note)
+    if off:
+        st.caption(explain.recorded_profile_note(cost.ident))
+    elif cost.reused:
+        st.caption(explain.shared_cost_note(time.time() - cost.at))
+    m1, m2, m3 = st.columns(3)
+    m1.metric("c = draft step ÷ target step", f"{cost.c:.3f}",
+              help="with the " + drafter)
+    m2.metric("verify 5 tokens ÷ 1 token", f"{theory.verify_ratio(5, cost.verify):.2f}×")
+    m3.metric("verify 9 tokens ÷ 1 token", f"{theory.verify_ratio(9, cost.verify):.2f}×")
+    st.caption("cost(n)/cost(1) measured: " + ", ".join(f"{n} → {r:.2f}×" for n, r in cost.verify.items())
+               + ". If these are near 1, checking extra tokens is free; if they grow like n, it is not.")
+
+
+def sweep_result(sw: dict, cost, device: str, pair_name: str) -> None:
+    """3 · the k sweep's result (k -> comparison with the target alone): its table, measured against predicted
+    speedup (with section 1's cost, where measured), the verdict on the best k, and a GPU tip for this device."""
+    lab_ui.timing_notes((r for cmp in sw.values() for run in (cmp.spec, cmp.base) for r in run.rounds), "the sweep")
+    rows = lab.k_sweep_rows(sw, cost.c if cost else None, cost.verify if cost else None)
+    ui.table(rows, hide_index=True)
+    st.caption(f"Measured speedup over {explain.target_alone({})}: over the rounds after the first, whose passes "
+               "also read the prompt (what the model describes); end-to-end speedup includes that first round. "
+               "A short run has only a few target "
+               "passes, so one rejection more or less moves its point by a whole pass: read the measured curve "
+               "with the passes column, and lengthen the runs to smooth it.")
+    bench = [{"k": r["k"], "measured": r["measured speedup"], "predicted": r["predicted speedup"]} for r in rows]
+    ui.show_chart(charts.fig_bench_speedup(bench), "k_sweep_measured_vs_predicted", key="speed.fig_bench")
+    best = max(rows, key=lambda r: r["measured speedup"])
+    st.markdown(explain.speedup_verdict(best["measured speedup"], best["predicted speedup"], cost.c, best["α"])
+                if cost else f"Best measured: k = {best['k']} at {best['measured speedup']:.2f}× "
+                             f"{explain.target_alone({})}. "
+                             "Measure c above to compare with the model.")
+    edge = explain.sweep_edge_note(best["k"], max(r["k"] for r in rows))
+    if edge:
+        st.markdown(edge)
+    tip = explain.gpu_advice(device, best["measured speedup"], models.gpu_suggestion(pair_name))
+    if tip:
+        st.info(tip, icon=":material/lightbulb:")
 
 
 def k_policies(pair, ids, settings: DecodeSettings, recorded: dict | None = None) -> None:
