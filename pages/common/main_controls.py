@@ -146,7 +146,7 @@ def _while_loading(ms: MainSettings):
     line that the live run follows. The element to clear once the live run draws, or None where the pair is
     loaded or no recording matches."""
     if ms.lookup or not ms.pair_name or pairs.pair_ready(ms.pair_name, ms.dtype, ms.draft_precision,
-                                                     ms.target_precision):
+                                                        ms.target_precision):
         return None
     rec = runfile.matching_recording(runfile.list_recorded(), ms.prompt_text, ms.chat, ms.decode, ms.pair_name)
     if rec is None or rec.pair != ms.pair_name:

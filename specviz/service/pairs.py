@@ -35,7 +35,7 @@ from specviz.teaching import explain
 
 DTYPE_CHOICES = ["float32", "bfloat16"]
 
-# how many times a model loader body actually ran (tests assert on this)
+# how many times a pair's loader body actually ran (a draft's copy is no load; tests assert on this)
 LOAD_CALLS = 0
 _load_lock = threading.Lock()
 
@@ -116,14 +116,11 @@ class Slot:
     def start(self, load: Callable[[Callable], Any], hold=None) -> None:
         """Start `load(progress)` in a thread unless one is running or the pair is there; the thread releases
         `hold` (leases on what the load needs) when it ends, so the load is never unloaded half done."""
-        global LOAD_CALLS
         with self.lock:
             if self.pair is not None or self.busy():
                 if hold is not None:
                     hold.release()
                 return
-            with _load_lock:
-                LOAD_CALLS += 1
             self.error, self.t0 = None, time.perf_counter()
             self.stage, self.frac = "waiting for the models", 0.0
 
@@ -361,6 +358,9 @@ def _load_base(name: str, dtype: str, slot_: Slot, key, target_precision: str = 
     draft_precision = draft_precision or dtype
 
     def load(progress):
+        global LOAD_CALLS
+        with _load_lock:
+            LOAD_CALLS += 1
         # a pair loaded already with the same target lends it: a second pair costs only its draft; the store
         # has made room for this one (check=False: no second check against what is free)
         pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=draft_precision,
