@@ -2,8 +2,8 @@
 
 Widgets in (pages/common/main_sidebar), specviz out, drawn by pages/common/main_view. The live stream and
 the rounds so far are kept in st.session_state["main.job"] (a specviz.data.playback.Playback), so a rerun (pause,
-step, any widget) resumes instead of losing work. Models are the only thing cached across sessions
-(pages/common/ui.load_pair_cached).
+step, any widget) resumes instead of losing work. Models are the only thing kept across sessions
+(specviz/service/pairs.py, loaded through pages/common/ui.load_pair_cached).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ import streamlit as st
 
 from pages.common import lab_ui, recorded_ui, ui
 from pages.common.kept import Kept
+from specviz.service.pairs import DTYPE_CHOICES
 from specviz.teaching import charts, experiments, explain, glossary, page_records
 
 ui.page_setup("Why it is fast: one pass, many tokens", shows=(1, 2, 12), words=glossary.PAGE_WORDS["4_Why_it_is_fast"])
@@ -64,7 +65,7 @@ if result("forward") is not None:
     m2.metric("this device here is", v.kind)
     (st.warning if v.kind == "compute-bound" else st.success if v.kind == "memory-bound" else st.info)(v.text)
     other = (got.get("precisions") or {}) if off else {
-        d: m[0] for d in ui.DTYPE_CHOICES if (m := Kept(f"fast.forward.{d}", pair.name).get())}
+        d: m[0] for d in DTYPE_CHOICES if (m := Kept(f"fast.forward.{d}", pair.name).get())}
     cmp = explain.dtype_comparison(other)
     if off and cmp:
         st.markdown("**The target in each precision, recorded on the same machine.** " + cmp)

@@ -14,6 +14,7 @@ import streamlit as st
 from pages.common import lab_ui, lesson_ui, state, ui
 from pages.common.kept import Kept
 from specviz.modeling.config import DerivedSource
+from specviz.service.pairs import target_choices
 from specviz.teaching import explain, glossary, lessons
 
 ui.page_setup("Lessons: predict, measure, explain")
@@ -64,7 +65,7 @@ def target_loader(pair):
     """The baseline lesson's loader: target precision -> this pair with its target in it (ui.load_pair_cached, as
     the Speedup page's section 1c loads it); None where an int8 target does not run here or the draft is made of
     the target's own layers (the step then says so and reads the recording)."""
-    if pair is None or "int8" not in ui.target_choices("float32") or isinstance(pair.spec.draft.source, DerivedSource):
+    if pair is None or "int8" not in target_choices("float32") or isinstance(pair.spec.draft.source, DerivedSource):
         return None
     return lambda tp: ui.load_pair_cached(pair.name, "float32", pair.draft_precision, tp)
 

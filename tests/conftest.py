@@ -154,27 +154,27 @@ def no_model(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_app_registry():
-    """use(path): point specviz (and the app's model slot) at a test registry for one module.
+    """use(path): point specviz (and the server's store of loaded pairs) at a test registry for one module.
 
-    The app's pages read $SPECVIZ_MODELS; the loaded-model slot is emptied before
+    The app's pages read $SPECVIZ_MODELS; the store (specviz.service.pairs) is emptied before
     and after, so each module starts with no model loaded. The old value returns.
     """
     import os
+
+    from specviz.service import pairs
 
     old = os.environ.get("SPECVIZ_MODELS")
     used = []
 
     def use(path):
-        from pages.common import ui
-
         os.environ["SPECVIZ_MODELS"] = str(path)
-        ui._slot.clear()
-        used.append(ui)
+        pairs.clear()
+        used.append(path)
         return path
 
     yield use
-    for ui in used:
-        ui._slot.clear()
+    if used:
+        pairs.clear()
     if old is None:
         os.environ.pop("SPECVIZ_MODELS", None)
     else:

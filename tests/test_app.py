@@ -67,9 +67,9 @@ def test_the_server_freezes_the_heap_once_a_pair_is_loaded():
     (devqueue.freeze_heap)."""
     import gc
 
-    from pages.common import ui
+    from specviz.service import pairs
 
-    ui._slot.clear()  # this test's page loads the pair
+    pairs.clear()  # this test's page loads the pair
     gc.unfreeze()
     try:
         start(new_app(), max_new=4)  # Run loads the pair
@@ -220,7 +220,7 @@ def test_defaults_and_no_exception():
     from specviz.decoding import models
     from specviz.core import prompts
     from specviz.modeling import quant
-    from pages.common import ui
+    from specviz.service import pairs
 
     at = new_app()
     assert at.slider(key="main.k").value == 4
@@ -228,7 +228,7 @@ def test_defaults_and_no_exception():
     assert at.slider(key="main.top_p").value == 1.0
     assert at.number_input(key="main.max_new").value == 48
     assert at.number_input(key="main.seed").value == 0
-    assert at.radio(key="main.dtype").value == ui.default_dtype_name()
+    assert at.radio(key="main.dtype").value == pairs.default_dtype_name()
     assert at.radio(key="main.drafter").value == "draft model"
     assert at.radio(key="main.k_policy").value == prompts.FIRST_RUN.k_policy  # the engine's name
     assert at.radio(key="main.k_policy").options == ["fixed", "adaptive", "best k"]  # labels of the engine's policies
@@ -456,7 +456,7 @@ def test_inconsistent_run_file_is_refused():
 def test_recorded_runs_replay_without_loading_a_model(monkeypatch):
     from specviz.decoding import models
     from specviz.data import runfile
-    from pages.common import ui
+    from specviz.service import pairs
 
     recs = runfile.list_recorded()
     assert len(recs) >= 3, "shipped recordings missing from specviz/recorded/"
@@ -465,7 +465,7 @@ def test_recorded_runs_replay_without_loading_a_model(monkeypatch):
         raise AssertionError("a model was loaded to replay a recording")
 
     monkeypatch.setattr(models, "load_pair", no_load)
-    calls = ui.LOAD_CALLS
+    calls = pairs.LOAD_CALLS
     at = new_app()
     assert "Press **Run** to watch" in at.info[0].value
     at.radio(key="main.source").set_value("Recorded runs (no model needed)").run()
@@ -480,7 +480,7 @@ def test_recorded_runs_replay_without_loading_a_model(monkeypatch):
     assert not at.exception and not at.error, [e.value for e in at.error]
     job = at.session_state["main.job"]
     assert job.done and job.run.token_ids == recs[0].run.token_ids
-    assert ui.LOAD_CALLS == calls
+    assert pairs.LOAD_CALLS == calls
     assert any(s in text_html(at) for s in STATES)
     assert any(k.startswith("main.pq.") for k in figures(at))
 
@@ -569,10 +569,10 @@ def shared_runtime(monkeypatch):
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_two_sessions_at_once_are_both_correct_and_share_one_load(shared_runtime):
-    from pages.common import ui
+    from specviz.service import pairs
 
-    ui._slot.clear()
-    calls = ui.LOAD_CALLS
+    pairs.clear()
+    calls = pairs.LOAD_CALLS
     jobs = [dict(prompt="one fish", seed=1, temperature=0.8), dict(prompt="two fish", seed=2, temperature=0.0)]
     results: dict[int, object] = {}
     errors: list[BaseException] = []
@@ -595,7 +595,7 @@ def test_two_sessions_at_once_are_both_correct_and_share_one_load(shared_runtime
     for t in threads:
         t.join(timeout=300)
     assert not errors, errors
-    assert ui.LOAD_CALLS == calls + 1  # one load for both sessions
+    assert pairs.LOAD_CALLS == calls + 1  # one load for both sessions
     for i, s in enumerate(jobs):
         ref = direct_run(s["prompt"], False, k=4, temperature=s["temperature"], max_new_tokens=32, seed=s["seed"])
         assert results[i].token_ids == ref.token_ids
@@ -869,7 +869,8 @@ def test_a_run_whose_models_are_not_loaded_shows_their_recording_while_they_load
     once, with the line that the live run follows, while the load goes on; the live run then replaces it. With the
     pair loaded, Run draws no recording. (Seen failing with main_controls._while_loading returning None: nothing
     was drawn while the pair loaded.)"""
-    from pages.common import main_controls, ui
+    from pages.common import main_controls
+    from specviz.service import pairs
     from specviz.core import prompts
     from specviz.data import runfile
     from specviz.tools import record
@@ -888,7 +889,7 @@ def test_a_run_whose_models_are_not_loaded_shows_their_recording_while_they_load
         return real(ms, t)
 
     monkeypatch.setattr(main_controls, "start_live", seen_while_loading)
-    ui._slot.clear()  # nothing loaded
+    pairs.clear()  # nothing loaded
     at = new_app()
     at.select_slider(key="main.speed").set_value("instant")
     at.button(key="main.run_btn").click().run()

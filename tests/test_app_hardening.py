@@ -183,9 +183,9 @@ def test_a_model_load_outlives_the_script_run_that_started_it():
     import threading
     import time
 
-    from pages.common import ui
+    from specviz.service import pairs
 
-    slot, gate, calls = ui._Slot(), threading.Event(), []
+    slot, gate, calls = pairs.Slot(), threading.Event(), []
 
     def load(progress):
         calls.append(1)
@@ -204,9 +204,9 @@ def test_a_model_load_outlives_the_script_run_that_started_it():
 
 
 def test_a_failed_model_load_is_reported_once_then_retried():
-    from pages.common import ui
+    from specviz.service import pairs
 
-    slot, calls = ui._Slot(), []
+    slot, calls = pairs.Slot(), []
 
     def load(progress):
         calls.append(1)

@@ -382,7 +382,7 @@ def gguf_app(gguf_data, tmp_path, monkeypatch):
     """The app's store pointed at registry 'p' (gguf_data), empty before and after; -> the parsed registry."""
     import yaml
 
-    from pages.common import ui
+    from specviz.service import pairs
 
     data, _ = gguf_data
     for name in ("d", "t"):  # sizes for the store to charge (the GGUF files are tiny)
@@ -390,20 +390,20 @@ def gguf_app(gguf_data, tmp_path, monkeypatch):
     path = tmp_path / "models.yaml"
     path.write_text(yaml.safe_dump(data))
     monkeypatch.setenv("SPECVIZ_MODELS", str(path))
-    ui._slot.clear()
+    pairs.clear()
     yield parse_registry(data)
-    ui._slot.clear()
+    pairs.clear()
 
 
 def test_the_app_loads_an_int8_draft_from_its_int8_copy_and_lends_its_target(tmp_path, gguf_app):
     """The app's pair with an int8 draft (the CPU's default) holds and caches no float32 draft, and runs the
     tokens the old path ran (the float32 draft copied into int8: with_draft_precision). A float32 draft then
     loads beside it, lent its target; a bfloat16 draft is a copy of that one, no load."""
-    from pages.common import ui
+    from specviz.service import pairs
 
     reg = gguf_app
-    store_ = ui._models()
-    pair, lease = ui.lease_pair("p", "float32", "int8")
+    store_ = pairs.store()
+    pair, lease = pairs.lease_pair("p", "float32", "int8")
     lease.release()
     assert _cached(tmp_path) == ["d-int8", "t"]  # the float32 target's copy; no float32 copy of the draft
     assert pair.draft_precision == "int8" and pair.sources["draft"].endswith("(int8)")
@@ -421,13 +421,13 @@ def test_the_app_loads_an_int8_draft_from_its_int8_copy_and_lends_its_target(tmp
             ref = speculative_decode(old.target, old.drafter(), prompt, DecodeSettings(k=k, max_new_tokens=30), **old.run_kw)
             assert run.token_ids == ref.token_ids and [r.drafted for r in run.rounds] == [r.drafted for r in ref.rounds]
 
-    f32, lease = ui.lease_pair("p", "float32", "float32")
+    f32, lease = pairs.lease_pair("p", "float32", "float32")
     lease.release()
     assert f32.target is pair.target and "(shared with the pair p)" in f32.sources["target"]
-    calls = ui.LOAD_CALLS
-    bf16, lease = ui.lease_pair("p", "float32", "bfloat16")
+    calls = pairs.LOAD_CALLS
+    bf16, lease = pairs.lease_pair("p", "float32", "bfloat16")
     lease.release()
-    assert ui.LOAD_CALLS == calls and bf16.target is pair.target and bf16.draft_precision == "bfloat16"
+    assert pairs.LOAD_CALLS == calls and bf16.target is pair.target and bf16.draft_precision == "bfloat16"
     assert store_.peek(("p", "float32", "bfloat16")).pair is bf16  # a variant of the float32 pair
 
 
@@ -436,7 +436,7 @@ def test_the_main_page_runs_the_default_int8_draft_from_its_int8_copy(tmp_path, 
     float32 copy of the draft, and the text is identical to the target alone."""
     from streamlit.testing.v1 import AppTest
 
-    from pages.common import ui
+    from specviz.service import pairs
 
     at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=180)
     at.run()
@@ -448,7 +448,7 @@ def test_the_main_page_runs_the_default_int8_draft_from_its_int8_copy(tmp_path, 
     at.button(key="main.run_btn").click().run()
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     assert _cached(tmp_path) == ["d-int8", "t"]
-    assert ui._models().keys() == [("p", "float32", "int8")]
+    assert pairs.store().keys() == [("p", "float32", "int8")]
     assert at.session_state["main.job"].meta["baseline"]["identical"] is True
 
 
@@ -583,7 +583,7 @@ def test_under_a_budget_only_an_int8_target_fits_the_app_starts_with_it_and_runs
     import yaml
     from streamlit.testing.v1 import AppTest
 
-    from pages.common import ui
+    from specviz.service import pairs
 
     data, _ = gguf_data
     for m in data["models"].values():
@@ -597,9 +597,9 @@ def test_under_a_budget_only_an_int8_target_fits_the_app_starts_with_it_and_runs
     int8 = models.estimate_memory_bytes(spec, "float32", True, "int8", "int8")
     assert int8 < min(f32)
     monkeypatch.setenv("SPECVIZ_MEMORY_GB", str((int8 + min(f32)) / 2 / 2**30))
-    ui._slot.clear()
+    pairs.clear()
     try:
-        assert ui.fitting_default("p")[:3] == ("float32", "int8", "int8")
+        assert pairs.fitting_default("p")[:3] == ("float32", "int8", "int8")
         at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"), default_timeout=120)
         at.run()
         assert not at.exception, at.exception
@@ -610,10 +610,10 @@ def test_under_a_budget_only_an_int8_target_fits_the_app_starts_with_it_and_runs
         assert not at.exception and not at.error, [e.value for e in at.error]
         job = at.session_state["main.job"]
         assert job.done and job.meta["baseline"]["identical"] is True, job.meta.get("baseline")
-        held = ui._models().keys()
+        held = pairs.store().keys()
         assert held and all("int8 target" in key for key in held), held
     finally:
-        ui._slot.clear()
+        pairs.clear()
 
 
 _LOAD_PEAK = r"""

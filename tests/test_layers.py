@@ -47,7 +47,7 @@ def test_no_specviz_module_imports_streamlit():
 # --- folders are layers -------------------------------------------------------------------------------------------
 # specviz/'s subpackages, lowest first. A module may import its own layer and the layers below it, never one above.
 # devtools (development-only tools) is the top one; below, nothing but specviz/__main__.py imports it.
-LAYERS = ("core", "device", "data", "modeling", "decoding", "teaching", "tools", "devtools")
+LAYERS = ("core", "device", "data", "modeling", "decoding", "teaching", "service", "tools", "devtools")
 PKG = Path(__file__).resolve().parents[1] / "specviz"
 
 

@@ -326,11 +326,11 @@ def walk(at, check=None) -> dict:
 
 
 def test_page_walks_every_lesson_from_recorded_runs_only(monkeypatch):
-    from pages.common import ui
+    from specviz.service import pairs
     from specviz.decoding import models
 
     monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("a recorded lesson loaded a model"))
-    before = ui.LOAD_CALLS
+    before = pairs.LOAD_CALLS
     at = lessons_page(RECORDED)
     want = {(les.key, s.key): lessons.run_step(s, lessons.Context()) for les, s in steps()}  # recordings only
 
@@ -340,7 +340,7 @@ def test_page_walks_every_lesson_from_recorded_runs_only(monkeypatch):
 
     seen = walk(at, check)
     assert len(seen) == sum(len(le.steps) for le in lessons.LESSONS)
-    assert ui.LOAD_CALLS == before
+    assert pairs.LOAD_CALLS == before
     story = recorded_json("creative-greedy")
     assert f"{alpha_of(story):.2f}" in seen[("creative", "story")][1]  # the recording's own α, on the page
 

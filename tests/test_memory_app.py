@@ -25,11 +25,11 @@ def big_registry(tiny_app_registry, tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def empty_store():
-    from pages.common import ui
+    from specviz.service import pairs
 
-    ui._slot.clear()
+    pairs.clear()
     yield
-    ui._slot.clear()
+    pairs.clear()
 
 
 def need(pair: str, dtype: str, precision: str) -> int:
@@ -77,21 +77,21 @@ def test_the_page_starts_with_a_choice_that_fits_and_says_why(monkeypatch):
 
 
 def test_a_choice_that_cannot_fit_is_refused_before_it_loads(monkeypatch):
-    from pages.common import ui
+    from specviz.service import pairs
 
     set_budget(monkeypatch, need("tiny-random", "bfloat16", "bfloat16") - 1)  # nothing of this pair fits
-    calls = ui.LOAD_CALLS
+    calls = pairs.LOAD_CALLS
     at = new_app()
     assert any("no configuration of this pair fits" in i.value for i in at.sidebar.info)
     assert any(w.value.startswith("Not loaded: tiny-random") for w in at.sidebar.warning)  # said before Run
     at.button(key="main.run_btn").click().run()
     assert not at.exception
     assert any("Not loaded: tiny-random" in e.value and "memory budget" in e.value for e in at.error)
-    assert ui.LOAD_CALLS == calls and not ui._models().keys()
+    assert pairs.LOAD_CALLS == calls and not pairs.store().keys()
 
 
 def test_a_live_run_holds_its_pair_until_it_ends():
-    from pages.common import ui
+    from specviz.service import pairs
 
     at = new_app()
     at.select_slider(key="main.speed").set_value("instant")
@@ -99,37 +99,37 @@ def test_a_live_run_holds_its_pair_until_it_ends():
     assert not at.exception, at.exception
     job = at.session_state["main.job"]
     assert not job.done and job.hold is not None and job.hold.held
-    assert ui._models().in_use(job.hold.key)
+    assert pairs.store().in_use(job.hold.key)
     job.close("test")
-    assert job.hold is None and not any(ui._models().in_use(k) for k in ui._models().keys())
+    assert job.hold is None and not any(pairs.store().in_use(k) for k in pairs.store().keys())
 
 
 def test_over_the_servers_life_a_pair_in_use_stays_and_the_least_recent_goes(monkeypatch):
     """Session A's live run holds tiny-random; session B's pair does not fit beside it: refused, naming A's pair,
     nothing unloaded. Once A's run ends, B's pair loads and tiny-random is unloaded. Then B holds its pair, and a
     third pair is refused naming it; once B lets go, the third loads in its place."""
-    from pages.common import ui
+    from specviz.service import pairs
     from specviz.core.errors import NotEnoughMemory
     from specviz.decoding import models
     from specviz.modeling.config import as_registry
 
     held_a = sum(models.pair_parts(as_registry(None).pair("tiny-random"), "bfloat16").values())
     set_budget(monkeypatch, held_a + need("tiny-early-exit", "bfloat16", "bfloat16") - 2**20)
-    store = ui._models()
-    _, a = ui.lease_pair("tiny-random", "bfloat16", "bfloat16")  # as start_live does
+    store = pairs.store()
+    _, a = pairs.lease_pair("tiny-random", "bfloat16", "bfloat16")  # as start_live does
     with pytest.raises(NotEnoughMemory) as e:
-        ui.load_pair_cached("tiny-early-exit", "bfloat16", "bfloat16")
+        pairs.load_pair_cached("tiny-early-exit", "bfloat16", "bfloat16")
     said = str(e.value)
     assert said.startswith("Not loaded: tiny-early-exit (bfloat16, bfloat16 draft) needs about")
     assert "tiny-random (bfloat16, bfloat16 draft) is in use by a running session" in said
     assert store.keys() == [("tiny-random", "bfloat16", "bfloat16")] and not store.unloaded
     a.release()  # A's run ended: its pair may go now
-    _, b = ui.lease_pair("tiny-early-exit", "bfloat16", "bfloat16")
+    _, b = pairs.lease_pair("tiny-early-exit", "bfloat16", "bfloat16")
     assert store.unloaded == [("tiny-random", "bfloat16", "bfloat16")]
     with pytest.raises(NotEnoughMemory, match=r"tiny-early-exit \(bfloat16, bfloat16 draft\) is in use"):
-        ui.load_pair_cached("tiny-other-tokenizer", "bfloat16", "bfloat16")
+        pairs.load_pair_cached("tiny-other-tokenizer", "bfloat16", "bfloat16")
     b.release()
-    ui.load_pair_cached("tiny-other-tokenizer", "bfloat16", "bfloat16")
+    pairs.load_pair_cached("tiny-other-tokenizer", "bfloat16", "bfloat16")
     assert store.unloaded[-1] == ("tiny-early-exit", "bfloat16", "bfloat16")
     assert store.keys() == [("tiny-other-tokenizer", "bfloat16", "bfloat16")]
 

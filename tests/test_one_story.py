@@ -88,11 +88,11 @@ def shown(profile, no_model_module):
 @pytest.fixture(scope="module")
 def no_model_module():
     """No model is loaded by these pages in recorded mode (the app's model slot stays empty)."""
-    from pages.common import ui
+    from specviz.service import pairs
 
-    ui._slot.clear()
+    pairs.clear()
     yield
-    ui._slot.clear()
+    pairs.clear()
 
 
 def test_every_recording_was_made_in_the_profiles_sitting(profile):

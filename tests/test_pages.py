@@ -103,12 +103,12 @@ def drawn_ok(at) -> None:
 
 # --- 6 · theory: no model ------------------------------------------------------------------------
 def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
-    from pages.common import ui
+    from specviz.service import pairs
     from specviz.decoding import models
 
     calls = []
     monkeypatch.setattr(models, "load_pair", lambda *a, **k: calls.append(a) or pytest.fail("theory loaded a model"))
-    before = ui.LOAD_CALLS
+    before = pairs.LOAD_CALLS
     at = page("6")
     assert (at.slider(key="theory.alpha").value, at.slider(key="theory.k").value,
             at.slider(key="theory.c").value) == (0.8, 4, 0.1)
@@ -128,17 +128,17 @@ def test_theory_defaults_charts_table_and_no_model_load(monkeypatch):
     assert m["E[tokens per target pass]"] == "1.94" and m["predicted speedup over the target alone"] == "1.94×"
     # free drafting: the best k is the largest the page tries, and the words say it is only that
     assert "is **16** (2.00×, the largest k tried here" in " ".join(m.value for m in at.markdown)
-    assert not calls and ui.LOAD_CALLS == before and not at.exception
+    assert not calls and pairs.LOAD_CALLS == before and not at.exception
 
 
 # --- 0 · what this app demonstrates: no model ------------------------------------------------------
 def test_claims_page_shows_every_claim_with_its_anchor_source_and_measurement(monkeypatch):
-    from pages.common import ui
+    from specviz.service import pairs
     from specviz.core import claims
     from specviz.decoding import models
 
     monkeypatch.setattr(models, "load_pair", lambda *a, **k: pytest.fail("the claims page loaded a model"))
-    before = ui.LOAD_CALLS
+    before = pairs.LOAD_CALLS
     at = page("0")
     assert at.title[0].value == "What this app demonstrates"
     heads = at.subheader
@@ -149,7 +149,7 @@ def test_claims_page_shows_every_claim_with_its_anchor_source_and_measurement(mo
         assert c.source in text and c.measured in text and f"](#claim-{c.number})" in text
         for p in c.pages:
             assert f"[{p}](./{claims.PAGES[p]})" in text
-    assert ui.LOAD_CALLS == before
+    assert pairs.LOAD_CALLS == before
 
 
 def test_presenter_mode_carries_to_every_page():
@@ -562,13 +562,13 @@ def test_every_timed_section_says_when_its_times_ran_under_outside_load():
     each section that shows figures timed from its runs says so next to them: the Speedup page's precisions,
     race, k policies and early exit, and the Slow motion page's round."""
     from busy import passes_losing_the_cpu
-    from pages.common import ui
+    from specviz.service import pairs
     from specviz.decoding import models
 
     speed, slow = page("3"), page("1")
     speed.number_input(key="speed.max_new").set_value(8)
     speed.multiselect(key="speed.ee_layers").set_value([1]).run()
-    pair = ui.load_pair_cached(models.list_pairs()[0].name, "float32")  # the pages' target, shared by sessions
+    pair = pairs.load_pair_cached(models.list_pairs()[0].name, "float32")  # the pages' target, shared by sessions
     with passes_losing_the_cpu(pair.target):
         for key in ("speed.run_precisions", "speed.run_race", "speed.run_adaptive", "speed.run_early_exit"):
             press(speed, key)

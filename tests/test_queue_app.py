@@ -70,11 +70,11 @@ def _sessions(jobs: list[dict], results: dict, errors: list, step: bool = False)
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_eight_sessions_at_once_each_equal_a_solo_run_one_round_at_a_time(many_sessions):
-    from pages.common import ui
+    from specviz.service import pairs
     from specviz.device import devqueue
 
-    ui._slot.clear()
-    calls = ui.LOAD_CALLS
+    pairs.clear()
+    calls = pairs.LOAD_CALLS
     jobs = [dict(prompt=f"fish {i} " * (1 + i % 3), seed=i, temperature=(0.0, 0.9)[i % 2], k=2 + i % 3, max_new=20,
                  baseline=i < 2) for i in range(8)]
     before = devqueue.QUEUE.stats("cpu")
@@ -87,7 +87,7 @@ def test_eight_sessions_at_once_each_equal_a_solo_run_one_round_at_a_time(many_s
         t.join(timeout=600)
     assert not errors, errors
     after = devqueue.QUEUE.stats("cpu")
-    assert ui.LOAD_CALLS == calls + 1  # one load for all eight
+    assert pairs.LOAD_CALLS == calls + 1  # one load for all eight
     assert after["max_holders"] == 1  # never two pieces of model work at once
     runs = {i: at.session_state["main.job"].run for i, at in results.items()}
     # every round went through the queue in its own turn (plus the warm-up and the baselines)
@@ -163,11 +163,11 @@ def test_the_waiting_notice_says_how_many_sessions_are_ahead():
 def test_the_main_page_says_when_its_timings_were_taken_under_outside_load():
     """A target whose passes lose the CPU for 20 ms (a sleep: wall time, no CPU time), as under another program."""
     from busy import passes_losing_the_cpu
-    from pages.common import ui
+    from specviz.service import pairs
 
     at = start(new_app(), prompt="one fish", chat=False, max_new=6, baseline=True)
     job = at.session_state["main.job"]
-    pair = ui._slot(job.meta["pair"], job.meta["dtype"]).pair
+    pair = pairs.slot(job.meta["pair"], job.meta["dtype"]).pair
     with passes_losing_the_cpu(pair.target):
         at.button(key="main.run_btn").click().run()
     assert not at.exception, at.exception
@@ -203,14 +203,15 @@ def test_a_target_alone_run_cut_by_a_rerun_goes_on_from_the_token_it_reached(tmp
 
     A rerun (a widget touched, a turn lost in the queue) stops the script between two tokens; here the
     first script run is played by hand up to that point: its stream made and 5 tokens taken."""
-    from pages.common import main_view, ui
+    from pages.common import main_view
+    from specviz.service import pairs
     from specviz.device import devqueue
     from specviz.decoding import engine, models
     from specviz.data import playback
     from specviz.teaching import baseline
 
     name = models.list_pairs()[0].name  # the tiny registry's default pair
-    pair = ui.load_pair_cached(name, "float32")
+    pair = pairs.load_pair_cached(name, "float32")
     ids, n = [2, 7, 1, 8, 2, 8], 12
     stream = engine.speculative_stream(pair.target, pair.draft, ids, DecodeSettings(k=3, max_new_tokens=n),
                                        eos_token_id=[])
@@ -331,14 +332,14 @@ def test_a_labs_warm_ups_follow_the_same_rule_for_each_path():
 
 
 def test_loading_a_pair_counts_as_its_speculative_warm_up():
-    """Loading a pair ends with a speculative warm-up run (ui._warm_up, through engine.warm_up), so a lab's
+    """Loading a pair ends with a speculative warm-up run (pairs._warm_up, through engine.warm_up), so a lab's
     first timed speculative run, with another session in line, needs no second one. Draft passes are counted
     by a forward hook."""
-    from pages.common import ui
+    from specviz.service import pairs
     from specviz.teaching import experiments
     from specviz.decoding import models
 
-    pair = ui.load_pair_cached(models.list_pairs()[0].name, "float32")  # the tiny registry's default pair
+    pair = pairs.load_pair_cached(models.list_pairs()[0].name, "float32")  # the tiny registry's default pair
     ids, n = [2, 7, 1, 8], 6
 
     def draft_passes(warm: bool) -> int:

@@ -35,9 +35,9 @@ def _app(path: str):
 def test_the_sidebar_target_precision_reaches_the_run_and_its_baseline():
     """Choose int8, Run: the run's target is int8, the target alone it is compared with is the same int8 target
     (no float32 pair is loaded for it), and greedy text is identical to it."""
-    from pages.common import ui
+    from specviz.service import pairs
 
-    ui._slot.clear()
+    pairs.clear()
     at = _app("app.py")
     assert at.radio(key="main.target_precision").options == ["float32", "int8"]
     assert at.radio(key="main.target_precision").value == "float32"  # the reference, unless chosen
@@ -49,9 +49,9 @@ def test_the_sidebar_target_precision_reaches_the_run_and_its_baseline():
     assert not at.exception, at.exception
     job = at.session_state["main.job"]
     assert job.meta["target_precision"] == "int8" and job.meta["dtype"] == "float32"
-    pair = ui._slot(job.meta["pair"], "float32", "int8").pair  # the run's pair, in the store under its target
+    pair = pairs.slot(job.meta["pair"], "float32", "int8").pair  # the run's pair, in the store under its target
     assert pair.target_precision == "int8" and pair.target.config.specviz_precision == "int8"
-    assert ui._slot(job.meta["pair"], "float32") is None  # the baseline did not load the float32 target
+    assert pairs.slot(job.meta["pair"], "float32") is None  # the baseline did not load the float32 target
     assert job.meta["baseline"]["identical"] is True
     assert any("identical text" in s.value for s in at.success)
 

@@ -215,11 +215,11 @@ def test_the_tree_runs_times_say_when_they_were_taken_under_outside_load():
     """A target whose passes lose the CPU for 20 ms (a sleep: wall time, no CPU time), as under another
     program: the round's times are then not the device's speed, and the page says so next to them."""
     from busy import passes_losing_the_cpu
-    from pages.common import ui
+    from specviz.service import pairs
     from specviz.decoding import models
 
     at = opened()
-    pair = ui.load_pair_cached(models.list_pairs()[0].name, "float32")  # the page's pair, shared by sessions
+    pair = pairs.load_pair_cached(models.list_pairs()[0].name, "float32")  # the page's pair, shared by sessions
     with passes_losing_the_cpu(pair.target):
         press(at, "tree.start")
     assert [w for w in at.warning if w.value.startswith("Taken under outside load: 1 of the tree run's 1 rounds")]

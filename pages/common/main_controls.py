@@ -18,6 +18,7 @@ from specviz.decoding.drafters import PromptLookupDrafter
 from specviz.decoding.engine import speculative_stream
 from specviz.core.errors import SpecvizError
 from specviz.core.settings import DecodeSettings
+from specviz.service import pairs
 
 S = st.session_state
 RUN, PLAY = "Run", "Play recording"  # the main button's label: live models, or a recorded run
@@ -144,8 +145,8 @@ def _while_loading(ms: MainSettings):
     loads (start_live then waits on the load as before): its text, coloured, and its recorded speedup, under one
     line that the live run follows. The element to clear once the live run draws, or None where the pair is
     loaded or no recording matches."""
-    if ms.lookup or not ms.pair_name or ui.pair_ready(ms.pair_name, ms.dtype, ms.draft_precision,
-                                                     ms.target_precision):
+    if ms.lookup or not ms.pair_name or pairs.pair_ready(ms.pair_name, ms.dtype, ms.draft_precision,
+                                                        ms.target_precision):
         return None
     rec = runfile.matching_recording(runfile.list_recorded(), ms.prompt_text, ms.chat, ms.decode, ms.pair_name)
     if rec is None or rec.pair != ms.pair_name:
@@ -218,7 +219,7 @@ def pair_missing(ms: MainSettings) -> None:
     if not status.available:
         st.warning(f"The pair **{ms.pair_name}** is not installed here: {status.reason}\n\n**How to get it:** "
                    f"{status.how_to_get}\n\nMeanwhile, watch the recorded runs.")
-    elif (why := ui.fits_nowhere(ms.pair_name)) is not None:
+    elif (why := pairs.fits_nowhere(ms.pair_name)) is not None:
         st.warning(f"{why} Meanwhile, watch the recorded runs: real runs of this pair, replayed with no model "
                    "loaded.", icon=":material/memory:")
     else:

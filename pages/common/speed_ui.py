@@ -35,6 +35,7 @@ from specviz.teaching import early_exit as exit_sweep
 from specviz.core import claims, measure, theory
 from specviz.modeling import quant
 from specviz.decoding import models, selfdraft
+from specviz.service.pairs import target_choices
 from specviz.modeling.config import DerivedSource
 from specviz.core.errors import SpecvizError
 
@@ -148,7 +149,7 @@ def target_precisions(pair, ids, settings: DecodeSettings, recorded: list | None
             _comparison_table(recorded, ids, settings, "target precision", off=True)
             st.markdown(explain.target_verdict(recorded))
         return
-    if "int8" not in ui.target_choices("float32"):
+    if "int8" not in target_choices("float32"):
         st.caption("An int8 target runs only on a CPU with PyTorch's fbgemm: not on this device.")
         return
     if isinstance(pair.spec.draft.source, DerivedSource):  # the draft would change with the target

@@ -12,12 +12,11 @@ Stable API (pages import these):
     target_picker(prefix, dtype)        -> the target's precision: float32 (the reference) or int8
     choice_pickers(prefix, ...)         -> (pair, dtype, draft precision, target precision), with memory_note
     load_pair_cached(name, dtype, draft_precision=None, target_precision=None)
-                                        -> Pair, shared by every session (one budgeted store of models,
-                                           specviz.modeling.memory), with a progress indicator on the first load
+                                        -> Pair from specviz.service.pairs (the server's one budgeted store of
+                                           models), a status box with a progress bar drawn while it loads
     lease_pair(name, dtype, draft_precision=None, target_precision=None)
-                                        -> (Pair, lease): the store never unloads it while the lease is held
-    fitting_default(name)               -> (dtype, draft precision, target precision, why): the defaults, or
-                                           the first that fits
+                                        -> (Pair, lease), drawn the same: the store never unloads it while the
+                                           lease is held
     memory_note(name, dtype, precision, target_precision=None)
                                         what the choice needs of the memory budget, and what each choice needs
     show_device(pair_or_none, dtype)    device + dtype line in the sidebar
@@ -29,21 +28,17 @@ Stable API (pages import these):
     drawing()                           a turn to draw, apart from the server's model work
     show_error(e)                       a clear message, never a traceback (details in an expander)
     decoder(tokenizer)                  id -> text, memoised per tokenizer
-    pair_status(name), list_pairs_safe(), default_dtype_name()
-    LOAD_CALLS, _slot.clear()           for tests: loads so far; forget the loaded pairs
+    pair_status(name), list_pairs_safe()
 
-Models are the only thing cached with st.cache_resource: one budgeted store per server (however many
-laptops connect), which unloads the least recently used pair to make room; per-user results live in
+The models live in specviz.service.pairs: one budgeted store per server (however many laptops connect), which
+unloads the least recently used pair to make room; this module only draws its loads. Per-user results live in
 st.session_state.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-import time
 import traceback
-import weakref
 from typing import Any, Callable
 
 import streamlit as st
@@ -52,13 +47,7 @@ from pages.common import nav, state
 from specviz.teaching import charts, explain, glossary, render
 from specviz.core import claims, limits
 from specviz.core.errors import ConfigError, InvalidSetting, SpecvizError
-from specviz.core.settings import DecodeSettings
-
-DTYPE_CHOICES = ["float32", "bfloat16"]
-
-# how many times the model loader body actually ran (tests assert on this)
-LOAD_CALLS = 0
-_load_lock = threading.Lock()
+from specviz.service import pairs
 
 
 # presenter mode: for projecting to a room. Type and token boxes grow; the sidebar starts collapsed.
@@ -439,29 +428,14 @@ def pair_status(name: str):
     return models.pair_status(name)
 
 
-def default_dtype_name() -> str:
-    from specviz.decoding import models
-
-    name = str(models.DEFAULT_DTYPE).replace("torch.", "")
-    return name if name in DTYPE_CHOICES else "float32"
-
-
-def dtype_choices(device: str) -> list[str]:
-    """The model dtypes offered on `device`: float32 / bfloat16; on mps (Apple's GPU) those it runs
-    (quant.dtypes: float32, float16, and bfloat16 from macOS 14)."""
-    from specviz.modeling import quant
-
-    return list(quant.dtypes(device)) if device.startswith("mps") else DTYPE_CHOICES
-
-
 def dtype_picker(prefix: str, where=None, default: str | None = None) -> str:
     """The dtype radio (dtype_choices for this device); default from specviz.decoding.models.DEFAULT_DTYPE
     (or `default`, where this device offers it)."""
     from specviz.decoding import models
 
     where = where or st.sidebar
-    choices = dtype_choices(models.default_device())
-    default = default if default in choices else default_dtype_name()
+    choices = pairs.dtype_choices(models.default_device())
+    default = default if default in choices else pairs.default_dtype_name()
     return where.radio("dtype", choices, index=choices.index(default) if default in choices else 0,
                        key=f"{prefix}.dtype", horizontal=True,
                        help="float32 is fastest on a CPU; bfloat16 halves the memory (default on a GPU) "
@@ -482,27 +456,11 @@ def precision_picker(prefix: str, where=None, default: str | None = None) -> str
                        help=explain.DRAFT_PRECISION_HELP)
 
 
-def target_choices(dtype: str) -> list[str]:
-    """The target precisions a load in `dtype` offers here: float32, and int8 where it runs (a CPU with fbgemm)
-    and the target loads in float32 (models.check_target_precision)."""
-    from specviz.decoding import models
-    from specviz.modeling import quant
-
-    device = models.default_device()
-    out = []
-    for p in quant.TARGET_PRECISIONS:
-        try:
-            out.append(models.check_target_precision(p, dtype, device))
-        except SpecvizError:
-            pass
-    return out
-
-
 def target_picker(prefix: str, dtype: str, where=None, default: str = "float32") -> str:
     """The target's precision: float32 (the reference) or int8 (target_choices: where it loads), starting at
     `default` (fitting_default's); a choice the dtype no longer offers goes back to the first offered."""
     where = where or st.sidebar
-    choices = target_choices(dtype)
+    choices = pairs.target_choices(dtype)
     key = f"{prefix}.target_precision"
     if st.session_state.get(key) not in (None, *choices):
         st.session_state.pop(key)
@@ -518,8 +476,8 @@ def choice_pickers(prefix: str, dtype: bool = True, draft: bool = True, target: 
     (memory_note). target=False: no target picker, and the target is float32."""
     where = where or st.sidebar
     name = sidebar_pair_picker(prefix, where)
-    dt0, p0, t0, why = fitting_default(name) if dtype else (default_dtype_name(), None, "float32", None)
-    dt = dtype_picker(prefix, where, default=dt0) if dtype else default_dtype_name()
+    dt0, p0, t0, why = pairs.fitting_default(name) if dtype else (pairs.default_dtype_name(), None, "float32", None)
+    dt = dtype_picker(prefix, where, default=dt0) if dtype else pairs.default_dtype_name()
     precision = precision_picker(prefix, where, default=p0) if draft else dt  # else: the loaded draft as it is
     # no picker: the target precision that fits (float32 unless only an int8 target fits the budget)
     t_precision = target_picker(prefix, dt, where, default=t0) if target else (t0 if dt == dt0 else "float32")
@@ -535,7 +493,7 @@ def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -
 
     where = where or st.sidebar
     device = getattr(pair, "device", None) or models.default_device()
-    dt = str(getattr(pair, "dtype", None) or dtype or default_dtype_name()).replace("torch.", "")
+    dt = str(getattr(pair, "dtype", None) or dtype or pairs.default_dtype_name()).replace("torch.", "")
     extra = ""
     if device.startswith("cuda"):
         import torch
@@ -549,350 +507,62 @@ def show_device(pair: Any | None = None, dtype: str | None = None, where=None) -
     where.caption(f"device **{device}**{extra} · dtype **{dt}**")
 
 
-# --- loading: the server's one budgeted store of models -----------------------------------------------------------
-class _Slot:
-    """Holds one pair and the thread loading it, so a load outlives the script run that started it.
-
-    A rerun (any click) stops a script run; the first-time conversion (minutes) goes on in
-    the loader thread, and the next run shows its progress again instead of starting over.
-    """
+# --- loading: drawn while specviz.service.pairs loads ------------------------------------------------------------
+class _LoadView:
+    """Draws the waits of one lease: a status box with a progress bar (stage and seconds) for each load or
+    draft copy waited for, emptied when the next begins or the lease is given (close)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.pair = None  # the pair as loaded (in dtype: the source of the draft precisions copied from it)
-        self.loader: threading.Thread | None = None
-        self.error: BaseException | None = None
-        self.stage, self.frac, self.t0 = "waiting for the models", 0.0, 0.0
+        self.title, self.box, self.bar = None, None, None
 
-    def unload(self) -> None:
-        """The store let this pair go to make room: drop it (the store collects the garbage)."""
-        self.pair = None
+    def __call__(self, step: pairs.Loading) -> None:
+        if step.title != self.title:
+            self.close()
+            self.title, self.box = step.title, st.empty()
+            status = self.box.status(f"{step.title}…", expanded=True)
+            self.bar = status.progress(0.0, text="waiting for the models")
+        self.bar.progress(step.frac, text=f"{step.stage} ({step.seconds:.0f} s)")
 
-    def progress(self, stage: str, frac: float | None) -> None:
-        self.stage, self.frac = stage, 0.0 if frac is None else max(0.0, min(1.0, float(frac)))
-
-    def start(self, load: Callable[[Callable], Any], hold=None) -> None:
-        """Start `load(progress)` in a thread unless one is running or the pair is there; the thread releases
-        `hold` (a lease on this slot) when it ends, so the load is never unloaded half done."""
-        global LOAD_CALLS
-        with self.lock:
-            if self.pair is not None or (self.loader is not None and self.loader.is_alive()):
-                if hold is not None:
-                    hold.release()
-                return
-            with _load_lock:
-                LOAD_CALLS += 1
-            self.error, self.t0 = None, time.perf_counter()
-
-            def run() -> None:
-                try:
-                    self.pair = load(self.progress)
-                except BaseException as e:  # noqa: BLE001 — handed to the session that waits for it
-                    self.error = e
-                finally:
-                    if hold is not None:
-                        hold.release()
-
-            self.loader = threading.Thread(target=run, name="specviz-load", daemon=True)
-            self.loader.start()
-
-    def wait(self, show: Callable[[str, float], None], poll_s: float = 0.2):
-        """Show progress until the pair is loaded; the load's error is raised here, once."""
-        while self.loader is not None and self.loader.is_alive():
-            show(self.stage, self.frac)
-            self.loader.join(poll_s)
-        if self.pair is None:
-            err, self.error = self.error, None  # the next request starts a new load
-            raise err if err is not None else RuntimeError("the model load ended without a pair")
-        return self.pair
+    def close(self) -> None:
+        if self.box is not None:
+            self.box.empty()
+        self.title, self.box, self.bar = None, None, None
 
 
-@st.cache_resource(show_spinner=False)
-def _models():
-    """The server's one store of loaded models (specviz.modeling.memory.ModelStore), within the memory budget:
-    every session, page, pair and precision loads through it, so the budget holds for the server's life."""
-    from specviz.decoding import models
-    from specviz.modeling import memory
-
-    device = models.default_device()
-    return memory.ModelStore(lambda held: memory.read_budget(held, device=device), explain.over_budget)
-
-
-class _Slots:
-    """For tests: _slot(name, dtype) is the slot of the pair loaded in dtype (None if none); _slot.clear()
-    forgets every loaded pair."""
-
-    def __call__(self, name: str, dtype: str, target_precision: str = "float32"):
-        return _models().peek(_key(name, dtype, dtype, target_precision))
-
-    def clear(self) -> None:
-        _LOADED.clear()
-        _models().clear()
-
-
-_slot = _Slots()
-
-
-def _key(name: str, dtype: str, precision: str, target_precision: str) -> tuple:
-    """A pair's key in the store: (name, dtype, draft precision), and 'int8 target' after it for an int8 target."""
-    return (name, dtype, precision) + (() if target_precision == "float32" else (f"{target_precision} target",))
-
-
-def _spec(name: str):
-    from specviz.modeling.config import as_registry
-
-    return as_registry(None).pair(name)
-
-
-def _precision(spec, dtype: str, draft_precision: str | None, device: str) -> str:
-    """The draft precision a configuration really has: a draft made of the target's layers keeps its dtype."""
-    from specviz.modeling import quant
-    from specviz.modeling.config import DerivedSource
-
-    precision = quant.check(draft_precision, device)
-    return dtype if isinstance(spec.draft.source, DerivedSource) else precision
-
-
-def _warm_up(pair, progress) -> None:
-    """A speculative warm-up run (engine.warm_up, which then counts the pair's draft as warmed), so one-time
-    costs (allocations, kernel choice) land in no measured run; then what is alive is frozen
-    (devqueue.freeze_heap), so no garbage collection walks the new models again."""
-    from specviz.device import devqueue
-    from specviz.decoding.engine import warm_up
-
-    progress("warming up", 1.0)
-    warm_up(pair.target, list(range(1, 9)), pair.drafter(), DecodeSettings(k=2), eos_token_id=[],
-            vocab=pair.shared_vocab)
-    devqueue.freeze_heap()
+def lease_pair(name: str, dtype: str, draft_precision: str | None = None, target_precision: str | None = None):
+    """pairs.lease_pair, its load (or draft copy) drawn while this page waits for it: (pair, lease)."""
+    view = _LoadView()
+    try:
+        return pairs.lease_pair(name, dtype, draft_precision, target_precision, show=view)
+    finally:
+        view.close()
 
 
 def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None,
                      target_precision: str | None = None):
-    """The pair, loaded once per server and shared by every session, within the memory budget.
-
-    The first load shows a status box with a progress bar (stage and seconds);
-    sessions asking at the same time wait for that one load. A draft that loads straight in its precision
-    (an int8 draft from its int8 copy: models.draft_loads_direct) is loaded so, lent the target of a pair
-    loaded already; any other draft precision is a copy of the draft loaded in dtype, made once, sharing the
-    target. Each target precision (float32, int8) is a
-    pair of its own (models.load_pair(target_precision=...)). What was used least recently
-    is unloaded to make room; a choice that does not fit is refused before anything loads.
-    Raises SpecvizError (PairUnavailable, NotEnoughMemory, ...) for the caller to show.
-    """
+    """pairs.load_pair_cached, its load (or draft copy) drawn while this page waits for it: the pair."""
     pair, lease = lease_pair(name, dtype, draft_precision, target_precision)
     lease.release()
     return pair
 
 
-def lease_pair(name: str, dtype: str, draft_precision: str | None = None, target_precision: str | None = None):
-    """(pair, lease) as load_pair_cached gives the pair; while the lease is held (a live run holds it until it
-    ends: Playback.hold), the store never unloads that pair."""
-    from specviz.device import devqueue
-    from specviz.decoding import models
-
-    device = models.default_device()
-    # a draft that loads straight in its precision (an int8 draft from its int8 copy) is loaded so; any other is
-    # loaded in dtype, and its precision is a copy of that draft (_variant)
-    spec, precision, tp, loaded_as, _ = _base(name, dtype, draft_precision, target_precision)
-    store = _models()
-    what = explain.config_words(name, dtype, precision, tp)
-    with devqueue.QUEUE.paused():  # a load may wait on model work: not while this page holds a turn to draw
-        # refused before anything loads: the pair as loaded and the draft's copy must fit at once
-        store.check(models.config_parts(spec, dtype, precision, device, tp), what,
-                    models.loading_bytes(spec, dtype, precision, tp))
-        base_key = _key(name, dtype, loaded_as, tp)
-        slot, base = store.lease(base_key, models.pair_parts(spec, dtype, loaded_as, device, target_precision=tp),
-                                 _Slot, explain.config_words(name, dtype, loaded_as, tp),
-                                 models.loading_bytes(spec, dtype, loaded_as, tp))
-        try:
-            pair = _load_base(name, dtype, slot, store, base_key, tp, loaded_as)
-            if precision == loaded_as:
-                return pair, base
-            return _variant(pair, precision, store, what)
-        except BaseException:
-            if slot.pair is None and not (slot.loader is not None and slot.loader.is_alive()):
-                store.discard(base_key)  # nothing loaded: nothing to charge
-            base.release()
-            raise
-        finally:
-            if precision != loaded_as:
-                base.release()  # the variant is made: the dtype pair may go when room is needed
-
-
-def _variant(base, precision: str, store, what: str):
-    """(the pair with its draft in `precision`, a lease on it): a copy of base's draft, made once."""
-    from specviz.decoding import models
-
-    tp = base.target_precision
-    key = _key(base.name, str(base.dtype).removeprefix("torch."), precision, tp)
-    parts = models.pair_parts(base.spec, base.dtype, precision, base.device, target_precision=tp)
-    slot, lease = store.lease(key, parts, _Slot, what, models.loading_bytes(base.spec, base.dtype, precision))
-    try:
-        with slot.lock:
-            if slot.pair is None:
-                with st.spinner(f"Preparing a {precision} copy of the draft…"):
-                    pair = models.with_draft_precision(base, precision)
-                    if pair is not base:
-                        _warm_up(pair, lambda *_: None)
-                    slot.pair = pair
-                    _LOADED[key] = pair  # it holds the target too: a pair with the same target may borrow it
-            return slot.pair, lease
-    except BaseException:
-        lease.release()
-        store.discard(key)
-        raise
-
-
-_LOADED: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()  # a store key (_key) -> Pair
-
-
-def _base(name: str, dtype: str, draft_precision: str | None, target_precision: str | None):
-    """What lease_pair loads for a choice: (spec, the draft's precision, the target's, the precision the draft
-    loads in, the base pair's store key)."""
-    from specviz.decoding import models
-
-    device = models.default_device()
-    spec = _spec(name)
-    precision = _precision(spec, dtype, draft_precision, device)
-    tp = models.check_target_precision(target_precision, dtype, device)
-    loaded_as = precision if models.draft_loads_direct(spec, dtype, precision) else dtype
-    return spec, precision, tp, loaded_as, _key(name, dtype, loaded_as, tp)
-
-
-def pair_ready(name: str, dtype: str, draft_precision: str | None = None,
-               target_precision: str | None = None) -> bool:
-    """Whether this choice's pair is loaded (lease_pair then gives it at once, or after a copy of the draft)."""
-    try:
-        *_, key = _base(name, dtype, draft_precision, target_precision)
-    except SpecvizError:
-        return False
-    slot = _models().peek(key)
-    return slot is not None and slot.pair is not None
-
-
-def _load_base(name: str, dtype: str, slot: _Slot, store, key, target_precision: str = "float32",
-               draft_precision: str | None = None):
-    """The pair with its draft in draft_precision (None: in dtype), loaded in the slot's thread."""
-    from specviz.decoding import models
-
-    if slot.pair is not None:
-        return slot.pair
-    draft_precision = draft_precision or dtype
-
-    def load(progress):
-        # a pair loaded already with the same target lends it: a second pair costs only its draft; the store
-        # has made room for this one (check=False: no second check against what is free)
-        pair = models.load_pair(name, dtype=dtype, progress=progress, draft_precision=draft_precision,
-                                target_precision=target_precision, loaded=list(_LOADED.values()), check=False)
-        _LOADED[key] = pair
-        _warm_up(pair, progress)
-        return pair
-
-    _, hold = store.lease(key, {}, _Slot)  # the loader's own lease: a rerun stops this page, not the load
-    slot.start(load, hold)  # another session may have started it: then this one waits for that load
-    box = st.empty()
-    label = dtype + ("" if draft_precision == dtype else f", {draft_precision} draft") + (
-        "" if target_precision == "float32" else f", {target_precision} target")
-    with box.status(f"Loading {name} ({label})…", expanded=True) as status:
-        bar = st.progress(0.0, text="waiting for the models")
-        pair = slot.wait(lambda stage, f: bar.progress(f, text=f"{stage} ({time.perf_counter() - slot.t0:.0f} s)"))
-        status.update(label=f"Loaded {name} in {time.perf_counter() - slot.t0:.1f} s", state="complete")
-    box.empty()
-    return pair
-
-
-# --- memory: what each choice needs, and the one that fits ------------------------------------------------------
-def fitting_default(name: str | None) -> tuple[str, str, str, str | None]:
-    """(dtype, draft precision, target precision, why) this session starts with: the defaults, or, when they do
-    not fit the memory budget, the first choice of the pair that does (why says which and why; None when the
-    defaults fit). Exact choices come first: every target precision of the wanted dtype (float32, then int8)
-    before another dtype."""
-    return _fitting(name)[:4]
-
-
-def fits_nowhere(name: str | None) -> str | None:
-    """Why no configuration of the pair fits the memory budget (explain.fitting_choice), or None when one does."""
-    *_, why, nowhere = _fitting(name)
-    return why if nowhere else None
-
-
-def _fitting(name: str | None) -> tuple[str, str, str, str | None, bool]:
-    """fitting_default's answer, and whether no configuration of the pair fits."""
-    from specviz.decoding import models
-    from specviz.modeling import quant
-
-    device = models.default_device()
-    dtype, precision = default_dtype_name(), quant.default_precision(device)
-    if not name:
-        return dtype, precision, "float32", None, False
-    try:
-        spec = _spec(name)
-        precision = _precision(spec, dtype, precision, device)
-        store = _models()
-        options = [(d, p, t) for d, ps in _by_dtype(models.choices(DTYPE_CHOICES, quant.supported(device), dtype,
-                                                                   precision))
-                   for t in target_choices(d) for p in ps]
-        chosen = next((o for o in options if store.fits(models.config_parts(spec, o[0], o[1], device, o[2]),
-                                                        models.loading_bytes(spec, *o))), None)
-    except SpecvizError:  # a broken registry or budget setting is said where the pair is loaded
-        return dtype, precision, "float32", None, False
-    if chosen == (dtype, precision, "float32"):
-        return dtype, precision, "float32", None, False
-    need = lambda d, p, t: store.need(models.config_parts(spec, d, p, device, t),
-                                      models.loading_bytes(spec, d, p, t))
-    why = explain.fitting_choice(explain.config_words(name, dtype, precision), need(dtype, precision, "float32"),
-                                 None if chosen is None else explain.config_words(name, *chosen),
-                                 0 if chosen is None else need(*chosen), store.budget())
-    return (*(chosen or (dtype, precision, "float32")), why, chosen is None)
-
-
-def _by_dtype(options: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
-    """models.choices' (dtype, precision) list as (dtype, its precisions in order), dtypes in order."""
-    out: dict[str, list[str]] = {}
-    for d, p in options:
-        out.setdefault(d, []).append(p)
-    return list(out.items())
-
-
+# --- memory: what each choice needs -------------------------------------------------------------------------------
 def memory_note(name: str | None, dtype: str, precision: str, where=None, target_precision: str | None = None) -> None:
     """Under the pickers: what this choice needs of the memory budget, a warning before Run when it does not
-    fit, and what every choice of the pair needs (with the chosen target precision where its dtype offers it)."""
-    from specviz.decoding import models
-    from specviz.modeling import memory, quant
-
+    fit, and what every choice of the pair needs (pairs.memory_note)."""
     where = where or st.sidebar
     if not name:
         return
-    device = models.default_device()
     try:
-        spec = _spec(name)
-        store = _models()
-        budget = store.budget()
-        precision = _precision(spec, dtype, precision, device)
-        tp = target_precision or "float32"
-        parts = models.config_parts(spec, dtype, precision, device, tp)
-        loading = models.loading_bytes(spec, dtype, precision, tp)
-        where.caption(f"Memory: this choice needs about {explain.format_bytes(store.need(parts, loading))} "
-                      f"more; the budget is {explain.budget_words(budget)}, and the models loaded hold "
-                      f"{explain.format_bytes(store.held())}.")
-        try:
-            store.check(parts, explain.config_words(name, dtype, precision, tp), loading)
-        except memory.OverBudget as e:
-            where.warning(str(e), icon=":material/memory:")
-        with where.expander("What each choice needs"):
-            lines = []
-            for d, p0 in models.choices(DTYPE_CHOICES, quant.supported(device), DTYPE_CHOICES[0],
-                                       quant.default_precision(device)):
-                p = _precision(spec, d, p0, device)
-                t = tp if tp in target_choices(d) else "float32"
-                each = models.config_parts(spec, d, p, device, t)
-                mark = "fits" if store.fits(each, models.loading_bytes(spec, d, p, t)) else "does not fit now"
-                need = explain.format_bytes(models.estimate_memory_bytes(spec, d, True, p, t))
-                target = "" if t == "float32" else f", {t} target"
-                lines.append(f"- {d}, {p} draft{target}: {need} ({mark})")
-            st.markdown("\n".join(dict.fromkeys(lines)))  # a draft of the target's layers: one line per dtype
+        note = pairs.memory_note(name, dtype, precision, target_precision)
     except SpecvizError as e:  # a bad SPECVIZ_MEMORY_GB, a broken registry: said, and the page goes on
         where.error(render.md_text(str(e)), icon=":material/memory:")  # it quotes the value: plain text
+        return
+    where.caption(note.need)
+    if note.refused:
+        where.warning(note.refused, icon=":material/memory:")
+    with where.expander("What each choice needs"):
+        st.markdown("\n".join(note.choices))
 
 
 # --- text -----------------------------------------------------------------------------------
