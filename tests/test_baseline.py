@@ -2,7 +2,7 @@
 
 The target's forward passes are counted by a forward hook: a reused baseline makes none, its warm-up included.
 Whether a pass ran under outside load is set by each test (`machine`): this machine is shared, and the
-store's decisions, not the load check (tests/test_devqueue.py), are under test here."""
+store's decisions, not the load check (tests/test_clock.py), are under test here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from tiny import split_settings, tiny_lm
 
 from specviz.decoding import engine
-from specviz.device import devqueue
+from specviz.device import clock
 from specviz.teaching import baseline
 from specviz.core.settings import DecodeSettings
 
@@ -34,8 +34,8 @@ class Machine:
 @pytest.fixture(autouse=True)
 def machine(monkeypatch):
     m = Machine()
-    monkeypatch.setattr(devqueue, "outside_load", lambda *a, **kw: m.busy)
-    monkeypatch.setattr(devqueue, "crowded", lambda *a, **kw: m.busy)
+    monkeypatch.setattr(clock, "outside_load", lambda *a, **kw: m.busy)
+    monkeypatch.setattr(clock, "crowded", lambda *a, **kw: m.busy)
     return m
 
 
@@ -119,15 +119,15 @@ def test_another_target_object_is_measured_again(models):
 
 
 def test_a_baseline_older_than_the_ttl_is_measured_again(models):
-    clock = Clock()
-    store = baseline.BaselineStore(ttl_s=600, clock=clock)
+    fake = Clock()
+    store = baseline.BaselineStore(ttl_s=600, clock=fake)
     passes(models, store, spec(models))
-    clock.t += 600
+    fake.t += 600
     n, at_ttl = passes(models, store, spec(models))
-    assert n == 0 and at_ttl.reused and at_ttl.age_s(clock.t) == 600
-    clock.t += 1
+    assert n == 0 and at_ttl.reused and at_ttl.age_s(fake.t) == 600
+    fake.t += 1
     n, again = passes(models, store, spec(models))
-    assert n > 0 and not again.reused and again.at == clock.t
+    assert n > 0 and not again.reused and again.at == fake.t
     assert passes(models, store, spec(models))[0] == 0  # the new one is kept in its place
 
 

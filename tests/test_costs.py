@@ -26,11 +26,11 @@ class Machine:
 
 @pytest.fixture(autouse=True)
 def machine(monkeypatch):
-    from specviz.device import devqueue
+    from specviz.device import clock
 
     m = Machine()
-    monkeypatch.setattr(devqueue, "outside_load", lambda *a, **kw: m.busy)
-    monkeypatch.setattr(devqueue, "OTHERS_SHARE", float("inf"))  # busy passes only, never a crowded machine
+    monkeypatch.setattr(clock, "outside_load", lambda *a, **kw: m.busy)
+    monkeypatch.setattr(clock, "OTHERS_SHARE", float("inf"))  # busy passes only, never a crowded machine
     return m
 
 

@@ -1,4 +1,5 @@
-"""The device queue (specviz/device/devqueue.py): order, fairness, cancellation, honest timings, outside load.
+"""The device queue (specviz/device/devqueue.py): order, fairness, cancellation, honest timings, outside load
+seen through the worker (the load rules themselves: tests/test_clock.py).
 
 Holders here are threads that sleep while they hold the device: they take the
 device's turn without taking the CPU, so a timing that counts their turn is
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from busy import busy_programs, passes_losing_the_cpu, team_or_skip
-from specviz.device import devqueue
+from specviz.device import clock, devqueue
 from specviz.teaching import explain
 from specviz.device.devqueue import Cancelled, DeviceQueue
 from specviz.core.settings import DecodeSettings
@@ -566,12 +567,6 @@ def test_no_model_work_holds_the_device_at_once_from_many_threads(tiny_pair, mon
 # load from outside: a pass that got little CPU for its wall time
 
 
-def test_the_share_rule():
-    assert devqueue.outside_load(cpu_s=0.05, wall_s=0.2, threads=2)  # 12 % of two cores
-    assert not devqueue.outside_load(cpu_s=0.38, wall_s=0.2, threads=2)  # 95 %
-    assert not devqueue.outside_load(cpu_s=0.0, wall_s=0.001, threads=1)  # too short to judge
-
-
 @pytest.mark.cores
 def test_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(tiny_pair):
     from specviz.decoding.engine import autoregressive_decode, speculative_decode
@@ -598,99 +593,16 @@ def test_rounds_timed_while_the_cpu_was_taken_are_flagged_and_survive_json(tiny_
 def test_a_watch_sees_the_passes_of_a_measurement(tiny_pair):
     from specviz.teaching.experiments import batch_cost, forward_cost
 
-    with devqueue.watch() as w:
+    with clock.watch() as w:
         forward_cost(tiny_pair.target, n_tokens=(1, 2), reps=2, context=8)
         batch_cost(tiny_pair.target, n_tokens=(1,), batches=(1, 2), reps=1, context=8)
     assert w.passes == 2 * 2 + 1 + 2 * 2  # busy or not depends on this machine's other work
-    if not devqueue.machine_cpu_s() != devqueue.machine_cpu_s():  # /proc/stat read: every pass saw other programs
+    if not clock.machine_cpu_s() != clock.machine_cpu_s():  # /proc/stat read: every pass saw other programs
         assert w.others_wall_s == pytest.approx(w.wall_s)
-    with torch.inference_mode(), devqueue.watch() as w:
-        devqueue.note_pass("cpu", 0.1, 0.01, 1)
-        devqueue.note_pass("cuda:0", 0.1, 0.01, 1)  # a GPU pass leaves the CPU idle by design
+    with torch.inference_mode(), clock.watch() as w:
+        clock.note_pass("cpu", 0.1, 0.01, 1)
+        clock.note_pass("cuda:0", 0.1, 0.01, 1)  # a GPU pass leaves the CPU idle by design
     assert w.passes == 2 and w.busy_passes == 1
-
-
-def test_a_watch_note_weighs_the_time_of_its_passes_under_outside_load():
-    """One pass under load among many quiet ones is a note, not the warning; its share of the time decides."""
-    with devqueue.watch() as w:
-        devqueue.note_pass("cpu", 0.1, 0.01, 1)  # under load: 10 % of its core
-        for _ in range(39):
-            devqueue.note_pass("cpu", 0.1, 0.1, 1)
-    note = w.note()
-    assert note.what == "1 of 40 timed passes" and note.share == pytest.approx(0.1 / 4.0)
-    assert not note.serious and "2.5%" in note.text and "Taken under outside load" not in note.text
-    with devqueue.watch() as w:
-        devqueue.note_pass("cpu", 0.1, 0.01, 1)
-        for _ in range(9):
-            devqueue.note_pass("cpu", 0.1, 0.1, 1)
-    assert w.note().serious and w.note().text.startswith("Taken under outside load: 1 of 10 timed passes")
-    assert devqueue.LoadNote.of("x", 1.0, 0.0).serious  # nothing timed to weigh it against: unknown, serious
-    with devqueue.watch() as w:
-        devqueue.note_pass("cpu", 0.1, 0.1, 1)
-    assert w.note() is None
-
-
-def test_nested_watches_with_equal_counts_leave_in_order():
-    """A measurement around an engine run: both watches start at zero and see the same passes."""
-    with devqueue.watch() as outer:
-        with devqueue.watch() as inner:
-            devqueue.note_pass("cpu", 0.1, 0.1, 1)
-        devqueue.note_pass("cpu", 0.1, 0.1, 1)
-    assert (outer.passes, inner.passes) == (2, 1)
-
-
-def test_the_crowding_rule():
-    """Other programs' CPU time, against the cores the passes' threads run on, over enough time to count it."""
-    share = devqueue.OTHERS_SHARE
-    assert devqueue.crowded(others_s=0.5 * 2 * share * 1.1, wall_s=0.5, threads=2)  # a little more than the share
-    assert not devqueue.crowded(others_s=0.5 * 2 * share * 0.6, wall_s=0.5, threads=2)
-    assert devqueue.crowded(others_s=0.5 * 2 * share * 0.6, wall_s=0.5, threads=1)  # the same, beside one thread
-    assert not devqueue.crowded(others_s=0.2, wall_s=0.2, threads=2)  # too short: the kernel counts 10 ms ticks
-
-
-def test_short_passes_are_judged_on_other_programs_time_together():
-    """Draft steps are too short to judge one by one; a round's passes, taken together, are not. A pass whose
-    process got its whole share of the cores still ran under outside load when other programs ran beside it
-    (PyTorch's threads spin while they wait for each other, so the share alone misses it)."""
-    with devqueue.watch() as w:
-        verdicts = [devqueue.note_pass("cpu", 0.03, 0.06, 2, others_s=0.03 * 2 * devqueue.OTHERS_SHARE * 1.2)
-                    for _ in range(10)]
-    assert not any(verdicts) and w.busy_passes == 0  # each too short alone
-    assert w.crowded and w.busy and w.others_wall_s == pytest.approx(0.3)
-    note = w.note()
-    assert note.serious and note.text.startswith("Taken under outside load: the 10 timed passes")
-    with devqueue.watch() as w:  # as many passes, other programs using less than OTHERS_SHARE
-        for _ in range(10):
-            devqueue.note_pass("cpu", 0.03, 0.06, 2, others_s=0.03 * 2 * devqueue.OTHERS_SHARE * 0.5)
-    assert not w.busy and w.note() is None
-    with devqueue.watch() as w:  # too little time to judge
-        for _ in range(5):
-            devqueue.note_pass("cpu", 0.03, 0.06, 2, others_s=0.03 * 2 * 0.9)
-    assert not w.busy
-    with devqueue.watch() as w:  # unknown (no /proc/stat) or a GPU pass: not judged on it
-        devqueue.note_pass("cpu", 0.5, 1.0, 2)
-        devqueue.note_pass("cuda:0", 0.5, 0.01, 2, others_s=1.0)
-    assert not w.busy and w.others_wall_s == 0
-    with devqueue.watch() as w:  # a long pass is judged on its own
-        assert devqueue.note_pass("cpu", 0.3, 0.6, 2, others_s=0.3)
-    assert w.busy_passes == 1 and w.note().text.startswith("Taken under outside load: 1 of 1 timed passes")
-
-
-@pytest.mark.cores
-def test_other_programs_cpu_time_is_read_from_the_machine(other_program):
-    import os
-
-    def idle_s():  # every CPU's idle time, from another file than the one machine_cpu_s reads
-        with open("/proc/uptime") as f:
-            return float(f.read().split()[1])
-
-    t0, m0, i0, c0 = time.perf_counter(), devqueue.machine_cpu_s(), idle_s(), time.process_time()
-    time.sleep(0.5)
-    wall, busy, idle = time.perf_counter() - t0, devqueue.machine_cpu_s() - m0, idle_s() - i0
-    others = busy - (time.process_time() - c0)
-    assert others >= 0.3, others  # the other program's half second of a core, give or take ticks
-    # busy time and idle time share the CPUs' time: the busy time leaves the idle time out, whatever else runs
-    assert busy + idle == pytest.approx(wall * os.cpu_count(), abs=0.03 * os.cpu_count() + 0.03), (busy, idle)
 
 
 @pytest.mark.cores
@@ -705,27 +617,27 @@ def test_passes_beside_another_program_are_flagged(tiny_pair):
     lm = open_lm(tiny_pair.target)
     try:
         lm.feed(list(range(2, 10)), keep=1)
-        with busy_programs(os.cpu_count() or 2), devqueue.watch() as w:
+        with busy_programs(os.cpu_count() or 2), clock.watch() as w:
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < 0.6:
                 lm.timed_feed([3], keep=1)
                 lm.rollback(8)
     finally:
         lm.close()
-    assert w.others_wall_s == pytest.approx(w.wall_s) and w.others_wall_s >= devqueue.OTHERS_MIN_S
+    assert w.others_wall_s == pytest.approx(w.wall_s) and w.others_wall_s >= clock.OTHERS_MIN_S
     assert w.crowded and w.busy, (w.others_s, w.others_cores_s)
 
 
-def _parallel_pass() -> devqueue.PassTime:
+def _parallel_pass() -> clock.PassTime:
     """A pass of parallel work on the CPU's model worker (its whole OpenMP team), timed as passes are."""
     x = torch.rand(1 << 23, generator=torch.Generator().manual_seed(0))  # (8M,)
     y = torch.empty_like(x)
 
     def work():
-        clock = devqueue.PassClock("cpu")
+        timer = devqueue.queue_runner("cpu").clock()
         for _ in range(40):
             torch.exp(x, out=y)  # (8M,): split across the team's threads (at::parallel_for)
-        return clock.stop()
+        return timer.stop()
     return devqueue.run("cpu", work)
 
 
@@ -739,7 +651,7 @@ def test_the_model_threads_are_the_workers_openmp_team():
     assert worker in team and not (team - {worker}) & python_threads  # the worker and threads Python did not start
     assert len(team) >= devqueue.model_threads("cpu") >= 2
     assert {str(t) for t in team} <= set(os.listdir("/proc/self/task"))
-    assert devqueue.run_delay_s(team) >= 0.0 and devqueue.run_delay_s([2**31 - 1]) == 0.0  # an ended thread: 0
+    assert clock.run_delay_s(team) >= 0.0 and clock.run_delay_s([2**31 - 1]) == 0.0  # an ended thread: 0
 
 
 @pytest.mark.cores
@@ -766,9 +678,9 @@ def test_time_another_program_holds_the_cores_is_not_counted():
     assert wall > 1.25 * alone, (quiet, loaded)
     assert (wall - held) >= 0.4 * (wall - alone), (alone, wall, held)  # most of the slowdown is not counted
     assert held >= 0.8 * alone, (alone, wall, held)  # and no more than the slowdown
-    assert statistics.median(t.stalled / t.wall for t in loaded) < devqueue.MAX_STALL_SHARE  # not the cap's doing
+    assert statistics.median(t.stalled / t.wall for t in loaded) < clock.MAX_STALL_SHARE  # not the cap's doing
     for t in quiet + loaded:
-        assert 0.0 <= t.stalled <= devqueue.MAX_STALL_SHARE * t.wall and t.held == t.wall - t.stalled
+        assert 0.0 <= t.stalled <= clock.MAX_STALL_SHARE * t.wall and t.held == t.wall - t.stalled
 
 
 @pytest.mark.cores
@@ -813,12 +725,12 @@ def test_a_runs_time_leaves_out_the_waits_for_a_core(tiny_pair):
     with busy_programs(os.cpu_count() or 2):
         t0 = time.perf_counter()
         run = speculative_decode(tiny_pair.target, tiny_pair.draft, ids, DecodeSettings(k=2, max_new_tokens=24), **kw)
-        clock = time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
     assert run.token_ids == quiet.token_ids
     stalled = run.stalled_s
-    assert stalled >= 0.05 * clock, (stalled, clock)  # each pass's thread waited its turn beside them
+    assert stalled >= 0.05 * elapsed, (stalled, elapsed)  # each pass's thread waited its turn beside them
     assert all(r.round_s >= 0 and r.stalled_s >= 0 for r in run.rounds)
-    assert run.decode_s + stalled <= clock + 1e-3 and run.rounds_s + stalled <= clock + 1e-3
+    assert run.decode_s + stalled <= elapsed + 1e-3 and run.rounds_s + stalled <= elapsed + 1e-3
 
 
 @pytest.mark.cores

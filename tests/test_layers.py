@@ -236,22 +236,25 @@ def test_the_devtools_check_can_fail(tmp_path):
 
 # --- the device is reached through a runner ----------------------------------------------------------------------
 # Every module outside the device layer (specviz/device) does its model work through a runner passed in
-# (specviz/device/runner.py), never through the queue itself. The uses of devqueue allowed there:
+# (specviz/device/runner.py), never through the queue itself, and times and judges its passes through that runner,
+# never through the pass clock itself (specviz/device/clock.py). The uses of devqueue and clock allowed there:
 #  - the default for a runner the caller did not pass, written `runner or devqueue.queue_runner(...)` in a function
 #    that takes a `runner` parameter (an entry point: CachedLM, open_lm, the engine's streams, load_pair, ...);
 #  - devqueue.start(), which starts the layer (a program's entry point);
-#  - type names (TYPES): a LoadNote built or annotated, a PassTime, an OnWait callback;
+#  - type names (TYPES): a LoadNote built or annotated, a PassTime, an OnWait callback (of either module);
 #  - ALLOWED, named: POLL_S, the pace a queued hold reports at, which a pooled verify request keeps
 #    (decoding/pool.py); session_on_wait, the callback of the page session the current thread runs for (a context
 #    value the queue keeps, not the device), which a pooled request reports its wait to as a queued hold does.
-# Imported as `from specviz.device import devqueue`, or the type names `from specviz.device.devqueue import ...`.
+# Imported as `from specviz.device import devqueue` (or clock), or the type names
+# `from specviz.device.devqueue import ...` (or specviz.device.clock).
 # Left out: specviz/devtools (development tools that drive the queue itself: load tests, timing studies) and
 # specviz/tools, the command line's programs, which own their process as the app's pages do: they start the layer
 # (cli), set its model threads (bench --threads), and time the device themselves (bench's transformers baseline,
-# judged by devqueue.crowded; batchbench's raw batched passes).
+# judged by clock.crowded; batchbench's raw batched passes).
 TYPES = frozenset({"LoadNote", "LoadWatch", "OnWait", "PassTime", "Slot"})
 ALLOWED = frozenset({"start", "POLL_S", "session_on_wait"}) | TYPES
 OUTSIDE = ("device", "devtools", "tools")  # the layers the check leaves out (above)
+CHECKED = ("devqueue", "clock")  # the modules of specviz/device the check covers the uses of
 
 
 def _runner_users():
@@ -279,25 +282,30 @@ def _default_runner_calls(tree: ast.AST) -> set[int]:
 
 
 def devqueue_uses(modules, allowed=frozenset()) -> list[str]:
-    """'module:line what' for each use of devqueue other than the default runner and the `allowed` names (the rule
-    above), in line order."""
+    """'module:line what' for each use of devqueue or clock (CHECKED) other than the default runner and the
+    `allowed` names (the rule above), in line order."""
     bad = []
+    full = {f"specviz.device.{m}" for m in CHECKED}
     for path, name in modules:
         tree = ast.parse(path.read_text())
         ok = _default_runner_calls(tree)
         attrs = {id(n.value): n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        # devqueue by name; clock only where the module imports it (elsewhere `clock` is a runner's clock)
+        named = {"devqueue"} | {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                                and n.module == "specviz.device" for a in n.names if a.name in CHECKED}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and node.id == "devqueue" and id(node) not in ok:
+            if isinstance(node, ast.Name) and node.id in named and id(node) not in ok:
                 if attrs.get(id(node)) not in allowed:
-                    bad.append(f"{name}:{node.lineno} devqueue.{attrs.get(id(node), '')}".rstrip("."))
-            elif isinstance(node, ast.ImportFrom) and node.module == "specviz.device.devqueue":
-                bad += [f"{name}:{node.lineno} imports {a.name} from specviz.device.devqueue" for a in node.names
+                    bad.append(f"{name}:{node.lineno} {node.id}.{attrs.get(id(node), '')}".rstrip("."))
+            elif isinstance(node, ast.ImportFrom) and node.module in full:
+                bad += [f"{name}:{node.lineno} imports {a.name} from {node.module}" for a in node.names
                         if not (a.name in TYPES and a.name in allowed)]
             elif isinstance(node, ast.ImportFrom) and node.module == "specviz.device":
-                bad += [f"{name}:{node.lineno} imports devqueue as {a.asname}" for a in node.names
-                        if a.name == "devqueue" and a.asname]
+                bad += [f"{name}:{node.lineno} imports {a.name} as {a.asname}" for a in node.names
+                        if a.name in CHECKED and a.asname]
             elif isinstance(node, ast.Import):
-                bad += [f"{name}:{node.lineno} imports {a.name}" for a in node.names if "devqueue" in a.name]
+                bad += [f"{name}:{node.lineno} imports {a.name}" for a in node.names
+                        if any(m in a.name for m in CHECKED)]
     return sorted(bad, key=lambda s: (s.split(":")[0], int(s.split(":")[1].split()[0])))
 
 
@@ -326,15 +334,23 @@ def test_the_runner_check_can_fail(tmp_path):
         "def feed(lm, runner=None) -> devqueue.PassTime:\n"  # a type name: allowed
         "    devqueue.start()\n"  # allowed
         "    return devqueue.run(lm.device, lm.model), devqueue.QUEUE.paused()\n"
+        "from specviz.device import clock\n"
+        "from specviz.device.clock import note_pass, PassTime\n"
+        "def time_it(lm) -> clock.LoadNote:\n"  # a type name: allowed
+        "    with clock.watch():\n"  # timing outside the runner
+        "        return clock.PassClock(lm.device)\n"
     )
     assert devqueue_uses([(src, "eng")], ALLOWED) == [
         "eng:2 imports run from specviz.device.devqueue", "eng:5 devqueue.watch", "eng:8 devqueue.queue_runner",
-        "eng:11 devqueue.run", "eng:11 devqueue.QUEUE"]
+        "eng:11 devqueue.run", "eng:11 devqueue.QUEUE", "eng:13 imports note_pass from specviz.device.clock",
+        "eng:15 clock.watch", "eng:16 clock.PassClock"]
     # the allowed names are the only ones let through: with none allowed, the type names and start() are reported
     assert devqueue_uses([(src, "eng")]) == [
         "eng:2 imports run from specviz.device.devqueue", "eng:2 imports LoadNote from specviz.device.devqueue",
         "eng:5 devqueue.watch", "eng:8 devqueue.queue_runner", "eng:9 devqueue.PassTime", "eng:10 devqueue.start",
-        "eng:11 devqueue.run", "eng:11 devqueue.QUEUE"]
+        "eng:11 devqueue.run", "eng:11 devqueue.QUEUE", "eng:13 imports note_pass from specviz.device.clock",
+        "eng:13 imports PassTime from specviz.device.clock", "eng:14 clock.LoadNote", "eng:15 clock.watch",
+        "eng:16 clock.PassClock"]
 
 
 # Imports every module of specviz/ (but __main__, which runs the CLI) in a fresh interpreter, after torch, and

@@ -479,14 +479,14 @@ def test_every_timed_figure_of_a_lesson_carries_the_main_pages_load_and_wait_not
 
     import dataclasses
 
-    from specviz.device import devqueue
+    from specviz.device import clock
     from specviz.teaching import costs
 
     recs = {r.name: r for r in loaded_recordings()}
     ctx = lessons.Context(recordings=recs)
     # the recorded set's profile and the Speedup page's recorded sweep, marked as timed under load the same way
     prof = costs.recorded_profile()
-    loaded_profile = dataclasses.replace(prof, load=devqueue.LoadNote.of("the 74 timed passes", 1.0, 1.0),
+    loaded_profile = dataclasses.replace(prof, load=clock.LoadNote.of("the 74 timed passes", 1.0, 1.0),
                                          stalled_s=prof.timed_s or 1.0, timed_s=prof.timed_s or 1.0)
     ctx.memo["costs"] = (loaded_profile.pass_s(1), loaded_profile.pass_s(lessons.K + 1), "recorded", loaded_profile)
     whole = lessons._speedup_recording(lessons.Context())
@@ -517,12 +517,12 @@ def test_every_timed_figure_of_a_lesson_carries_the_main_pages_load_and_wait_not
 def test_a_live_cost_timed_under_outside_load_carries_its_note(tiny_pair, monkeypatch, tmp_path):
     """The verify-cost step live, its passes judged as run under outside load: the Cost's own note comes with
     the answer (no profile kept yet on this machine: a folder of its own)."""
-    from specviz.device import devqueue
+    from specviz.device import clock
     from specviz.teaching import costs
 
     costs.STORE.clear()
     monkeypatch.setattr(costs, "profile_root", lambda: tmp_path)
-    monkeypatch.setattr(devqueue, "outside_load", lambda *a, **kw: True)
+    monkeypatch.setattr(clock, "outside_load", lambda *a, **kw: True)
     out = lessons.verify_cost(lessons.Context(pair=tiny_pair))
     assert len(out.load) == 1 and out.load[0].serious and "timed passes" in out.load[0].what
     costs.STORE.clear()
@@ -534,7 +534,7 @@ def test_the_page_draws_a_steps_load_and_wait_notes(monkeypatch):
     leaving outcome.load and outcome.waited out, and with them drawn in the lesson's flow.)"""
     from pages.common import lab_ui
     from specviz.data import playback, runfile
-    from specviz.device import devqueue
+    from specviz.device import clock
 
     recs = loaded_recordings()
     monkeypatch.setattr(runfile, "list_recorded", lambda *a, **k: recs)
@@ -548,7 +548,7 @@ def test_the_page_draws_a_steps_load_and_wait_notes(monkeypatch):
     rec = next(r for r in recs if r.name == lessons.RECORDED[("The capital of France", 0.0)])
     [details] = [e for e in at.expander if e.label == lab_ui.TIMING_DETAILS]
     assert [w.value for w in details.warning if "outside load" in w.value.lower()] == \
-        [devqueue.load_text(playback.load_note(rec.run, rec.baseline).what)]
+        [clock.load_text(playback.load_note(rec.run, rec.baseline).what)]
     assert any(c.value.startswith("Not counted: ") for c in details.caption)
     assert not details.proto.expanded and details.icon == ":material/warning:"  # collapsed, and says it matters
     # the bookkeeping is in that expander only, never in the lesson's flow (its answer, comparison, explanation)

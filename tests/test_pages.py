@@ -819,12 +819,12 @@ def test_speedup_shares_section_1s_c_and_times_it_again_when_1b_contradicts_it(m
     not called: the contradicted c stayed on the page.)"""
     import dataclasses
 
-    from specviz.device import devqueue
+    from specviz.device import clock
     from specviz.teaching import costs
 
     # a quiet machine: this shared one may judge passes loaded, and a loaded timing is not kept
-    monkeypatch.setattr(devqueue, "outside_load", lambda *a, **kw: False)
-    monkeypatch.setattr(devqueue, "OTHERS_SHARE", float("inf"))  # other programs never crowd the passes
+    monkeypatch.setattr(clock, "outside_load", lambda *a, **kw: False)
+    monkeypatch.setattr(clock, "OTHERS_SHARE", float("inf"))  # other programs never crowd the passes
     costs.STORE.clear()
     at = page("3")
     at.number_input(key="speed.max_new").set_value(8).run()

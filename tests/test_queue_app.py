@@ -184,7 +184,7 @@ def test_a_load_note_is_a_warning_only_when_it_can_move_the_figures():
         import streamlit as st
 
         from pages.common import lab_ui
-        from specviz.device.devqueue import LoadNote
+        from specviz.device.clock import LoadNote
 
         lab_ui.load_warning(LoadNote.of(st.session_state["what"], st.session_state["busy_s"], 10.0))
 
@@ -245,12 +245,12 @@ def test_a_second_session_with_the_same_settings_reuses_the_target_alone_and_say
     verdict is set (no outside load): this machine is shared, and a baseline under outside load is not kept."""
     import json
 
-    from specviz.device import devqueue
+    from specviz.device import clock, devqueue
     from specviz.decoding.engine import AUTOREGRESSIVE
     from specviz.teaching import baseline
 
-    monkeypatch.setattr(devqueue, "outside_load", lambda *a, **kw: False)
-    monkeypatch.setattr(devqueue, "crowded", lambda *a, **kw: False)
+    monkeypatch.setattr(clock, "outside_load", lambda *a, **kw: False)
+    monkeypatch.setattr(clock, "crowded", lambda *a, **kw: False)
     baseline.STORE.clear()
     trace = tmp_path / "holds.jsonl"
     monkeypatch.setattr(devqueue.QUEUE, "trace", str(trace))

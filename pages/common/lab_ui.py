@@ -5,7 +5,7 @@
   stepping_setup(prefix, prompt) a stepping page's pair, decoder, ident, prompt (left) and settings column (right)
   ProgressBar(text)            a progress bar usable as a specviz progress callback
   decoder(pair)                id -> text
-  measure(fn, *a, **kw)        run_guarded inside devqueue.watch(): (result, outside-load note or None)
+  measure(fn, *a, **kw)        run_guarded inside clock.watch(): (result, outside-load note or None)
   with_bar(fn, *a, text=, **kw) measure(fn, ..., progress=a progress bar), the bar gone after
   keep_measured(kept, measured, settings) keep measure's (result, note) in a kept.Kept unless the result is None
   run_settings(ids, settings, **more)  a run's settings by the names the pages say
@@ -219,7 +219,7 @@ def stoppable(fn, *args, key: str, unit: str, plural: str | None = None, text: s
     Stop (or any widget) stops fn between its units: the Stoppable holds the units done and says so. The page
     keeps what it needs (Stoppable.keep), then calls Stoppable.go_on(). on_round: what fn draws with as it goes
     (given to fn as on_round), stopped by a click as the bar is (StopBar.guard)."""
-    from specviz.device import devqueue
+    from specviz.device import clock
 
     slot = st.empty()
     slot.button(explain.STOP_LABEL, key=key, icon=":material/stop:", help=explain.STOP_HELP)
@@ -227,7 +227,7 @@ def stoppable(fn, *args, key: str, unit: str, plural: str | None = None, text: s
     stopped, done = None, 0
     if on_round is not None:
         kw = {**kw, "on_round": bar.guard(on_round)}
-    with devqueue.watch() as w:
+    with clock.watch() as w:
         try:
             value = fn(*args, progress=bar, **kw)
         except Stopped as e:
@@ -257,9 +257,9 @@ def stopped_note(kept) -> None:
 
 def measure(fn, *args, **kw):
     """run_guarded(fn, ...) while watching its timed passes: (result or None, outside-load note or None)."""
-    from specviz.device import devqueue
+    from specviz.device import clock
 
-    with devqueue.watch() as w:
+    with clock.watch() as w:
         out = run_guarded(fn, *args, **kw)
     return out, w.note()
 
@@ -288,7 +288,7 @@ def run_settings(ids, settings: DecodeSettings, **more) -> dict:
 
 
 def load_warning(note) -> None:
-    """A devqueue.LoadNote next to the figures: a warning when the passes under outside load took enough of
+    """A clock.LoadNote next to the figures: a warning when the passes under outside load took enough of
     the timed time to move them, else a caption that says how little; nothing for None."""
     if note is None:
         return
@@ -302,7 +302,7 @@ TIMING_DETAILS = "Timing details"  # the expander that holds a lesson step's tim
 
 
 def timing_details(notes, waited) -> None:
-    """A lesson step's load notes (devqueue.LoadNote) and waits left out (sentences) in a collapsed "Timing
+    """A lesson step's load notes (clock.LoadNote) and waits left out (sentences) in a collapsed "Timing
     details" expander after its answer, never inside the lesson's sentences; its icon warns when a note is
     serious. Nothing when there are none."""
     notes, waited = [n for n in notes if n is not None], [w for w in waited if w]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from specviz.device import devqueue
-from specviz.device.devqueue import LoadNote
+from specviz.device.clock import LoadNote
 from specviz.core.errors import SpecvizError
 from specviz.data.records import Round, Run
 from specviz.core.settings import DecodeSettings

@@ -72,7 +72,7 @@ class Round:
     verify_s: float  # time of the one target forward pass
     round_s: float  # time of the whole round, bookkeeping included
     prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read (the first round: prompt length - 1)
-    outside_load: bool = False  # other programs used the CPU during this round's passes (devqueue.note_pass)
+    outside_load: bool = False  # other programs used the CPU during this round's passes (clock.note_pass)
     stalled_s: float = 0.0  # wall time not counted in the times above: other threads held the passes' cores
     shared: int = 1  # how many sessions the verify pass served (decoding/pool.py); verify_s is a pass of its own
     shared_pass_s: float = 0.0  # the whole shared pass's held seconds; 0 when not shared
@@ -111,7 +111,7 @@ class RunRates:
     @property
     def stalled_s(self) -> float:
         """Wall time not counted in the rounds' times, because other threads held the cores their passes ran
-        on (devqueue.PassTime.stalled)."""
+        on (clock.PassTime.stalled)."""
         return sum(r.stalled_s for r in self.rounds)
 
     @property

@@ -50,7 +50,7 @@ class TreeRound:
     verify_s: float  # wall time of the one target pass
     round_s: float
     prefill_tokens: int = 0  # earlier prompt tokens this round's passes also read
-    outside_load: bool = False  # other programs used the CPU during this round's passes (devqueue.note_pass)
+    outside_load: bool = False  # other programs used the CPU during this round's passes (clock.note_pass)
     stalled_s: float = 0.0  # wall time not counted in the times above: other threads held the passes' cores
 
     @property

@@ -54,7 +54,7 @@ class VerifyResult:
 
     logits: torch.Tensor  # (keep, V): what lm.feed(ids, keep) returns
     verify_s: float  # the seconds the round is charged: its own pass's, or the SoloCost median
-    outside_load: bool  # the pass ran under outside load (devqueue.note_pass)
+    outside_load: bool  # the pass ran under outside load (clock.note_pass)
     shared: int = 1  # how many rounds the pass served
     shared_pass_s: float = 0.0  # the shared pass's held seconds (0: not shared)
 

@@ -1,4 +1,4 @@
-"""One fair queue per device, and a check for load from outside the app.
+"""One fair queue per device, and the worker threads that run its model work.
 
 All model work goes through `QUEUE.hold(device)`: at most `limit(device)`
 holders at a time (1 by default; $SPECVIZ_DEVICE_CONCURRENCY), granted in the
@@ -67,23 +67,9 @@ start one: a page's, in its turn to draw, or the worker's, mid-pass, which then 
 `freeze_heap()` after each load, which moves what is alive then out of the collector's reach (gc.freeze);
 $SPECVIZ_GC_FREEZE=0 turns it off.
 
-Outside load: the queue orders this app's work but cannot stop other programs.
-`note_pass` judges a CPU pass two ways: its process CPU time against wall time × threads (a pass that got well
-under its share of the cores ran while something else was using them), and the CPU time the machine's other
-programs used meanwhile (`machine_cpu_s`). The first alone misses most of it: PyTorch's threads spin while they
-wait for each other, so a pass slowed by another program still uses most of its share. The kernel
-counts the machine's CPU time in ticks of 10 ms, so other programs' time is judged over at least OTHERS_MIN_S of
-passes: a long pass on its own, short ones (draft steps) summed in each `watch()`, which collects the verdicts of
-the passes made inside it.
-
-Time other work held the cores is not counted (other programs', or this server's other threads', such as other
-sessions' pages being drawn): a CPU pass's time is its wall less the time the model's
-threads (the worker and its OpenMP team, `team()`) were ready to run but waited for a core (the kernel's run
-delay, /proc/self/task/<tid>/schedstat). The team works in lockstep, so while another thread holds one of its
-threads off a core the others spin at the next barrier, and the pass is late by that wait. At most
-MAX_STALL_SHARE of a pass's wall is taken off: past that, several programs may have held several threads off
-at once (their waits overlap, and their sum overstates the delay), and the pass is marked as under outside
-load anyway.
+Timing: a pass is timed and judged for outside load by clock.py. The queue's runner (`QueueRunner`) hands each
+pass clock the threads the model's work runs on (`team()`, found when the worker's thread count is set), and
+`run()` carries the caller's open load watches to the worker.
 """
 
 from __future__ import annotations
@@ -102,9 +88,10 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Iterator, NamedTuple
+from typing import Callable, ContextManager, Iterator
 
 from specviz.core.errors import InvalidSetting, SpecvizError
+from specviz.device import clock
 
 ENV_CONCURRENCY = "SPECVIZ_DEVICE_CONCURRENCY"
 MAX_CONCURRENCY = 64  # holders one device may admit: each is a worker thread, made when the device is first used
@@ -117,12 +104,6 @@ ENV_SWITCH = "SPECVIZ_SWITCH_INTERVAL_MS"
 SWITCH_MS = 0.5  # Python's switch interval in a server (ms; Python's own default is 5): see handover()
 POLL_S = 0.05  # how often a waiting hold checks for cancellation and reports its place
 MAX_OWNERS_KEPT = 256  # owners whose last hold time a line keeps (wait_estimate), the least recent go first
-BUSY_SHARE = 0.6  # a CPU pass that got less than this share of wall × threads ran under outside load
-MINOR_SHARE = 0.05  # passes under outside load that took less of the timed time than this: a note, not a warning
-MIN_PASS_S = 0.005  # passes shorter than this are too short to judge
-OTHERS_SHARE = 0.25  # other programs that used this share of the model threads' cores during passes: outside load
-OTHERS_MIN_S = 0.25  # the least pass time other programs' CPU time is judged over (it is counted in 10 ms ticks)
-MAX_STALL_SHARE = 0.75  # at most this share of a pass's wall is taken off as time its threads waited for a core
 
 OnWait = Callable[[int | None], None]
 
@@ -677,19 +658,21 @@ def _on_worker(key: str, fn: Callable[[], object]):
     if ctx.get(_owner) is None:  # outside a session(): fn's holds and others() are still the caller's thread's
         ctx.run(_owner.set, (_current_owner(), None))
     depth = getattr(QUEUE._depth, "d", None)  # the caller holds the device: its nested holds pass through
-    stack = getattr(_watches, "stack", None)
+    stack = clock.open_watches()
     grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
     done, box = threading.Event(), {}
 
     def job() -> None:
-        QUEUE._depth.d, _watches.stack = depth, stack
+        QUEUE._depth.d = depth
+        clock.use_watches(stack)
         try:
             with torch.inference_mode(inference), torch.set_grad_enabled(grad):
                 box["value"] = ctx.run(fn)
         except BaseException as e:  # noqa: BLE001 - handed back to the caller, raised there
             box["error"] = e
         finally:
-            QUEUE._depth.d, _watches.stack = None, None
+            QUEUE._depth.d = None
+            clock.use_watches(None)
             done.set()
 
     _WORKERS.submit(key, QUEUE.limit(key), job)
@@ -811,7 +794,7 @@ def _find_team(key: str, on_worker: Callable = run) -> frozenset[int]:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    readable = not math.isnan(run_delay_s(found))
+    readable = not math.isnan(clock.run_delay_s(found))
     with _WORKERS._lock:
         team = _WORKERS.team.get(key, frozenset()) | found
         _WORKERS.team[key] = team if readable and model_threads(key) <= cores else frozenset()
@@ -821,21 +804,6 @@ def _find_team(key: str, on_worker: Callable = run) -> frozenset[int]:
 def team(device="cpu") -> frozenset[int]:
     """The thread ids whose waits for a core are taken off the device's pass times (empty: none are)."""
     return _WORKERS.team.get(device_key(device), frozenset())
-
-
-def run_delay_s(tids) -> float:
-    """The seconds the threads `tids` have spent ready to run but waiting for a core since they started
-    (the kernel's run delay, summed); a thread that has ended counts 0; NaN where it cannot be read."""
-    total = 0
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[1])  # on-cpu ns, run-delay ns, time slices
-        except FileNotFoundError:
-            continue  # the thread has ended
-        except (OSError, ValueError, IndexError):
-            return math.nan
-    return total / 1e9
 
 
 def model_threads(device="cpu") -> int:
@@ -953,239 +921,13 @@ def freeze_heap() -> int:
 
 
 # --------------------------------------------------------------------------
-# load from outside the app
-
-
-def cpu_share(cpu_s: float, wall_s: float, threads: int) -> float:
-    """The share of `threads` cores a pass got: process CPU time / (wall time × threads)."""
-    return cpu_s / (wall_s * max(1, threads)) if wall_s > 0 else math.nan
-
-
-def outside_load(cpu_s: float, wall_s: float, threads: int) -> bool:
-    """True when a CPU pass long enough to judge got well under its share of the cores."""
-    return wall_s >= MIN_PASS_S and cpu_share(cpu_s, wall_s, threads) < BUSY_SHARE
-
-
-def crowded(others_s: float, wall_s: float, threads: int) -> bool:
-    """True when, over wall_s seconds of passes (at least OTHERS_MIN_S), the machine's other programs used at
-    least OTHERS_SHARE of the cores the passes' threads run on. The share is set above what a browser drawing
-    this app on the same machine uses, so the learner's own browser is not taken for outside load (it used up to
-    0.46 of a core on the 2-core machine)."""
-    return wall_s >= OTHERS_MIN_S and others_s >= OTHERS_SHARE * wall_s * max(1, threads)
-
-
-_TICK_S = 1 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
-
-
-def machine_cpu_s() -> float:
-    """The CPU seconds every program on this machine has used since it started, time taken by the host of a
-    virtual machine ('steal') included (/proc/stat); NaN where that cannot be read."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(v) for v in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
-    except (OSError, ValueError):
-        return math.nan
-    if len(ticks) < 5:
-        return math.nan
-    return (sum(ticks) - ticks[3] - ticks[4]) * _TICK_S  # all but idle and waiting for disks
-
-
-class PassTime(NamedTuple):
-    """One timed pass (PassClock.stop): seconds of wall, of this process's CPU, of other programs' CPU meanwhile
-    (NaN off the CPU), and of the wall during which the model's threads waited for a core (0 off the CPU)."""
-
-    wall: float
-    cpu: float
-    others: float
-    stalled: float = 0.0
-
-    @property
-    def held(self) -> float:
-        """The pass's time: its wall, less the time other threads held its cores."""
-        return self.wall - self.stalled
-
-
-class PassClock:
-    """Times one pass on `device` from its creation: a PassTime. On the CPU it also reads the CPU time the
-    machine's other programs use meanwhile (what note_pass judges) and how long the model's threads wait for a
-    core (what is taken off). Off the CPU a pass leaves the cores idle by design, and neither is read."""
-
-    def __init__(self, device="cpu") -> None:
-        self.cpu = device_key(device) == "cpu"
-        self.team = team("cpu") if self.cpu else frozenset()
-        self.t0, self.c0 = time.perf_counter(), time.process_time()
-        self.m0 = machine_cpu_s() if self.cpu else math.nan
-        self.d0 = run_delay_s(self.team) if self.team else 0.0
-
-    def stop(self, less_s: float = 0.0) -> PassTime:
-        """The pass until now; less_s: wall time not to count (a CUDA graph being recorded)."""
-        d1 = run_delay_s(self.team) if self.team else 0.0
-        wall, cpu = time.perf_counter() - self.t0 - less_s, time.process_time() - self.c0
-        others = (machine_cpu_s() - self.m0 - cpu) if self.cpu else math.nan
-        waited = d1 - self.d0
-        stalled = min(MAX_STALL_SHARE * wall, waited) if waited > 0 else 0.0  # NaN (unreadable): 0
-        return PassTime(wall, cpu, others, max(0.0, stalled))
-
-
-def load_text(what: str) -> str:
-    """The warning shown next to figures taken under outside load; `what` says which timings."""
-    return (f"Taken under outside load: {what} ran while other programs on this machine were using the CPU "
-            "(they used a good part of the cores meanwhile, or a pass got well under its share of them). "
-            "These timings, and the figures made from them, are not this device's speed: measure again when "
-            "the machine is quiet.")
-
-
-@dataclass(frozen=True)
-class LoadNote:
-    """What a page says next to figures some of whose passes ran under outside load.
-
-    A pass under load is slower, so it can only add to the timed time: passes that took a small share of it
-    (under MINOR_SHARE) move totals and rates by at most that share, and medians hardly at all. Those figures
-    are still the device's speed, and the page says so in a quiet note; above it, the warning (load_text)."""
-
-    what: str  # which timings, e.g. "1 of 351 timed passes"
-    share: float  # the share of the timed wall time those passes took; NaN when unknown
-
-    @classmethod
-    def of(cls, what: str, busy_s: float, timed_s: float) -> LoadNote:
-        """The note for timings of which busy_s seconds, of timed_s, ran under outside load."""
-        return cls(what, min(1.0, busy_s / timed_s) if timed_s > 0 and busy_s >= 0 else math.nan)
-
-    @property
-    def serious(self) -> bool:
-        return not self.share < MINOR_SHARE  # an unknown share (NaN) is taken as serious
-
-    @property
-    def text(self) -> str:
-        if self.serious:
-            return load_text(self.what)
-        return (f"Outside load on {self.what}: other programs on this machine used the CPU during them, but "
-                f"they took only {self.share:.1%} of the timed time, so they move these figures by at most "
-                "about that.")
-
-
-@dataclass(eq=False)  # watches nest: leaving one must remove that one, not an outer one with equal counts
-class LoadWatch:
-    """The passes timed inside one watch(): how many, and how many ran under outside load."""
-
-    passes: int = 0
-    busy_passes: int = 0
-    wall_s: float = 0.0
-    cpu_s: float = 0.0
-    busy_wall_s: float = 0.0  # the wall time of the passes under outside load
-    others_s: float = 0.0  # the CPU time other programs used during the passes where it could be read
-    others_wall_s: float = 0.0  # the wall time of those passes
-    others_cores_s: float = 0.0  # and their wall time × threads
-    stalled_s: float = 0.0  # wall time taken off the passes: their threads waited for a core (PassTime.stalled)
-
-    @property
-    def crowded(self) -> bool:
-        """Other programs used a good part of the cores over these passes taken together (short passes,
-        such as draft steps, can only be judged together)."""
-        return self.others_wall_s >= OTHERS_MIN_S and self.others_s >= OTHERS_SHARE * self.others_cores_s
-
-    @property
-    def busy(self) -> bool:
-        return self.busy_passes > 0 or self.crowded
-
-    def __add__(self, other: LoadWatch) -> LoadWatch:
-        """The passes of both watches as if one watch had seen them all (a round watched in two parts)."""
-        return LoadWatch(**{f: getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__})
-
-    def held_since(self, t0: float) -> float:
-        """Seconds since perf_counter() read t0, less the waits for a core of the passes watched: a round's
-        round_s."""
-        return time.perf_counter() - t0 - self.stalled_s
-
-    def record(self) -> dict:
-        """A round's load record (records.LOAD_FIELDS): whether it ran under outside load, and the wait left out."""
-        return {"outside_load": self.busy, "stalled_s": self.stalled_s}
-
-    def note(self) -> LoadNote | None:
-        """The LoadNote of these passes, or None when none was under outside load."""
-        if not self.busy:
-            return None
-        if self.crowded and self.busy_wall_s < self.others_wall_s:  # then the load was spread over them all
-            return LoadNote.of(f"the {self.passes} timed passes", self.others_wall_s, self.wall_s)
-        return LoadNote.of(f"{self.busy_passes} of {self.passes} timed passes", self.busy_wall_s, self.wall_s)
-
-
-_watches = threading.local()
-
-
-def watch() -> ContextManager[LoadWatch]:
-    """Collect note_pass() verdicts of this thread's passes inside the block (watches nest)."""
-    return watching(_watches)
-
-
-@contextmanager
-def watching(local: threading.local) -> Iterator[LoadWatch]:
-    """A LoadWatch open on this thread's stack of watches in `local` (innermost last) for the block."""
-    stack = getattr(local, "stack", None)
-    if stack is None:
-        stack = local.stack = []
-    w = LoadWatch()
-    stack.append(w)
-    try:
-        yield w
-    finally:
-        stack.remove(w)
-
-
-def note_pass(device, wall_s: float, cpu_s: float, threads: int, others_s: float = math.nan,
-              stalled_s: float = 0.0) -> bool:
-    """Judge one timed pass (CPU passes only) and tell every open watch(); return the verdict.
-
-    others_s: the CPU time the machine's other programs used during the pass (machine_cpu_s() after, less
-    before, less cpu_s); NaN when unknown. stalled_s: the part of wall_s taken off its time (PassTime.stalled).
-    The verdict is on the whole wall."""
-    cpu = device_key(device) == "cpu"
-    known = cpu and not math.isnan(others_s)
-    busy = cpu and (outside_load(cpu_s, wall_s, threads) or (known and crowded(others_s, wall_s, threads)))
-    for w in getattr(_watches, "stack", None) or []:
-        w.passes += 1
-        w.busy_passes += busy
-        w.wall_s += wall_s
-        w.cpu_s += cpu_s
-        w.busy_wall_s += wall_s if busy else 0.0
-        w.stalled_s += stalled_s
-        if known:
-            w.others_s += others_s
-            w.others_wall_s += wall_s
-            w.others_cores_s += wall_s * max(1, threads)
-    return busy
-
-
-# --------------------------------------------------------------------------
 # the queue as the engine's runner (specviz/device/runner.py)
-
-
-def synchronize(device) -> None:
-    """Wait for the device's queued work (a GPU's), so a wall clock read after it is the work's; the CPU: nothing."""
-    key = device_key(device)
-    if key.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize(key)
-
-
-def timed_pass(runner, fn: Callable[[], object]) -> tuple[object, PassTime]:
-    """(fn(), its PassTime) through `runner` (either runner's timed()): on the device's thread, holding the device,
-    with the device's work synchronized before and after, so the clock (runner.clock()) times fn alone, no wait.
-    The pass is not judged: a caller that times a model pass passes the PassTime to runner.note_pass."""
-    def job():
-        synchronize(runner.device)
-        clock = runner.clock()
-        out = fn()
-        synchronize(runner.device)
-        return out, clock.stop()
-    return runner.run(job)
 
 
 @dataclass(frozen=True)
 class QueueRunner:
-    """The device as the app runs it (runner.Runner): the fair queue, the device's worker thread, the pass
-    clock and the load checks of this module, for one device."""
+    """The device as the app runs it (runner.Runner): the fair queue and the device's worker thread of this module,
+    the pass clock and the load checks of clock.py, for one device."""
 
     device: str  # its key (device_key)
 
@@ -1196,19 +938,19 @@ class QueueRunner:
         return run(self.device, fn, turn=turn)
 
     def watch(self):
-        return watch()
+        return clock.watch()
 
-    def clock(self) -> PassClock:
-        return PassClock(self.device)
+    def clock(self) -> clock.PassClock:
+        return clock.PassClock(self.device, team(self.device))
 
-    def note_pass(self, t: PassTime) -> bool:
-        return note_pass(self.device, t.wall, t.cpu, model_threads(self.device), t.others, t.stalled)
+    def note_pass(self, t: clock.PassTime) -> bool:
+        return clock.note_pass(self.device, t.wall, t.cpu, model_threads(self.device), t.others, t.stalled)
 
     def others(self) -> int:
         return QUEUE.others(self.device)
 
-    def timed(self, fn: Callable[[], object]) -> tuple[object, PassTime]:
-        return timed_pass(self, fn)
+    def timed(self, fn: Callable[[], object]) -> tuple[object, clock.PassTime]:
+        return clock.timed_pass(self, fn)
 
     def paused(self) -> ContextManager[None]:
         return QUEUE.paused()

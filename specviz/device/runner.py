@@ -28,7 +28,8 @@ import time
 from contextlib import contextmanager, nullcontext
 from typing import Callable, ContextManager, Iterator, Protocol, TypeVar, runtime_checkable
 
-from specviz.device.devqueue import LoadWatch, PassTime, Slot, device_key, timed_pass, watching
+from specviz.device.clock import LoadWatch, PassTime, timed_pass, watching
+from specviz.device.devqueue import Slot, device_key
 
 T = TypeVar("T")
 
@@ -69,7 +70,7 @@ class Runner(Protocol):
 
     def timed(self, fn: Callable[[], T]) -> tuple[T, PassTime]:
         """(fn(), its PassTime): fn on the device's thread, holding it, timed by clock() with the device's work
-        synchronized (devqueue.timed_pass); not judged (note_pass that)."""
+        synchronized (clock.timed_pass); not judged (note_pass that)."""
         ...
 
     def paused(self) -> ContextManager[None]:

@@ -49,6 +49,7 @@ from specviz.data import pagefile
 from specviz.data.records import Run
 from specviz.data.runfile import RECORDED_DIR
 from specviz.device import devqueue
+from specviz.device.clock import LoadNote
 from specviz.device.runner import Runner
 from specviz.decoding.drafters import ModelDrafter
 from specviz.teaching import experiments
@@ -80,7 +81,7 @@ class Cost:
     reused: bool = False  # given back from the store: this server's earlier timing
     stalled_s: float = 0.0  # wall time left out of the passes: their threads waited for a core
     timed_s: float = 0.0  # the passes' wall time
-    load: devqueue.LoadNote | None = None  # when some passes ran under outside load (then it is never kept)
+    load: LoadNote | None = None  # when some passes ran under outside load (then it is never kept)
     ident: dict[str, str] = field(default_factory=dict)  # a profile's machine and models (identity); {}: none
     context: int = CONTEXT  # cached tokens under `timings`
     long: dict[int, list[float]] = field(default_factory=dict)  # tokens per pass -> seconds at LONG_CONTEXT

@@ -774,7 +774,7 @@ STALLED_SHARE = 0.05  # waits for a core are mentioned once they were this share
 def stalled_note(run_s: float, run_timed_s: float, base_s=None, base_timed_s=None, *,
                  what: str = "the run") -> str | None:
     """The sentence that says how much wall time was left out of a run's times (and its target-alone run's)
-    because other threads held the cores (devqueue.PassTime.stalled); None when it was under STALLED_SHARE of
+    because other threads held the cores (clock.PassTime.stalled); None when it was under STALLED_SHARE of
     the time counted. `what` names the timed work (the bench: "the generations")."""
     def num(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

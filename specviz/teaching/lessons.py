@@ -106,7 +106,7 @@ class Outcome:
     source: str  # "live: <pair>", "recorded: <file>" or "theory"
     answer: str = MEASURED  # MEASURED, or FROM_THEORY: computed from α and c by the formulas, never timed
     flags: tuple[str, ...] = ()  # a measured figure that contradicts itself, said instead of taught (_timing)
-    load: tuple = ()  # devqueue.LoadNote of each timing behind a figure that ran under outside load (_timing)
+    load: tuple = ()  # clock.LoadNote of each timing behind a figure that ran under outside load (_timing)
     waited: tuple[str, ...] = ()  # what wall time its timings left out: waits for a core (explain.stalled_note)
 
     def to_dict(self) -> dict:

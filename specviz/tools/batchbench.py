@@ -81,7 +81,7 @@ def _timed_pass(device, fn) -> tuple[float, torch.Tensor]:
     """fn() on the device's worker, timed there once the device is held: (held seconds, fn's result)."""
     def job():
         sync(device)
-        clock = devqueue.PassClock(device)
+        clock = devqueue.queue_runner(device).clock()
         out = fn()
         sync(device)
         return clock.stop().held, out

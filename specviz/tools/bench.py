@@ -66,7 +66,7 @@ from typing import Any
 
 import torch
 
-from specviz.device import devqueue
+from specviz.device import clock, devqueue
 from specviz.teaching import explain
 from specviz.core import measure, theory
 from specviz.decoding import models
@@ -228,16 +228,17 @@ def _hf_generate(target, ids, max_new_tokens, eos, mode, temperature, seed, assi
 
 def run_method(pair, name: str, ids: list[int], mode: str, args, seed: int) -> Sample:
     """One generation, judged for outside load as the pages judge theirs: the engine's timed passes
-    (devqueue.watch), and the whole call against the CPU time other programs used meanwhile (transformers'
+    (clock.watch), and the whole call against the CPU time other programs used meanwhile (transformers'
     generate times no pass of its own)."""
     device = pair.target.device
-    clock = devqueue.PassClock(device)
-    with devqueue.watch() as load:
+    runner = devqueue.queue_runner(device)
+    whole = runner.clock()
+    with runner.watch() as load:
         s = _generate(pair, name, ids, mode, args, seed)
-    t = clock.stop()
+    t = whole.stop()
     others = t.others - s.child_cpu_s  # llama.cpp's own process is this bench's work, not outside load
     s.outside_load = devqueue.device_key(device) == "cpu" and (
-        load.busy or devqueue.crowded(others, t.wall, devqueue.model_threads(device)))
+        load.busy or clock.crowded(others, t.wall, devqueue.model_threads(device)))
     s.stalled_s = min(t.stalled, s.wall_s)
     s.wall_s -= s.stalled_s  # as the pages count it: the engine's and transformers' calls alike
     return s
