@@ -182,15 +182,15 @@ def test_the_memory_check_counts_a_tiny_models_layers_not_its_declared_params(tm
     hidden 4096 went on to fill the memory."""
     import torch
 
-    from specviz.decoding import models
+    from specviz.modeling import sizing
 
     data = yaml.safe_load(TINY.read_text())
     TINY_SOURCE(data).update(layers=64, hidden=4096)
     data["models"]["tiny-target"]["source"]["tiny"].update(layers=64, hidden=4096)
     reg = load_registry(_write(tmp_path, data))
-    need = models.estimate_memory_bytes(reg.pair("tiny-random"), torch.float32)
+    need = sizing.estimate_memory_bytes(reg.pair("tiny-random"), torch.float32)
     assert need > 2 * 64 * 9 * 4096**2 * 4  # both models' layers, in float32
-    small = models.estimate_memory_bytes(load_registry(TINY).pair("tiny-random"), torch.float32)
+    small = sizing.estimate_memory_bytes(load_registry(TINY).pair("tiny-random"), torch.float32)
     assert small < 2**30
 
 

@@ -23,7 +23,7 @@ from tiny_gguf import tiny_model, write_gguf
 from specviz import autoregressive_decode, speculative_decode
 from specviz.core.settings import DecodeSettings
 from specviz.decoding import models
-from specviz.modeling import int8cache, quant, store
+from specviz.modeling import int8cache, quant, sizing, store
 from specviz.modeling.config import PathSource, parse_registry
 from specviz.modeling.lm import CachedLM
 
@@ -333,7 +333,7 @@ def test_an_int8_model_from_its_copy_is_counted_with_its_embedding_at_the_ggufs_
     params = {"draft": 630_167_424, "target": 1_777_088_000}  # the default pair's
     spec = dataclasses.replace(spec, draft=dataclasses.replace(spec.draft, params=params["draft"]),
                                target=dataclasses.replace(spec.target, params=params["target"]))
-    parts = models.pair_parts(spec, "float32", "int8", target_precision="int8")
+    parts = sizing.pair_parts(spec, "float32", "int8", target_precision="int8")
     for role, m in (("draft", spec.draft), ("target", spec.target)):
         (got,) = [v for k, v in parts.items() if k[0] == role]
         per_param = memory.int8_bytes_per_param(m.source.size / params[role])
@@ -345,7 +345,7 @@ def test_an_int8_model_from_its_copy_is_counted_with_its_embedding_at_the_ggufs_
     old = sum(memory.held_bytes(params[r], "int8") for r in params)
     assert new < 0.55 * old and new + memory.LOADING < 5 * memory.GiB
     folder = dataclasses.replace(spec, draft=dataclasses.replace(spec.draft, source=PathSource(path=Path("/x"))))
-    (draft,) = [v for k, v in models.pair_parts(folder, "float32", "int8").items() if k[0] == "draft"]
+    (draft,) = [v for k, v in sizing.pair_parts(folder, "float32", "int8").items() if k[0] == "draft"]
     assert draft == memory.held_bytes(params["draft"], "int8")
 
 
@@ -353,10 +353,10 @@ def test_an_int8_target_from_its_copy_needs_no_float32_stage_in_the_memory_estim
     reg, _ = gguf_pair
     spec = reg.pairs["p"]
     spec = dataclasses.replace(spec, target=dataclasses.replace(spec.target, params=10**9))  # as a real one declares
-    assert models.loading_bytes(spec, "float32", target_precision="int8") == models.loading_bytes(spec, "float32")
+    assert sizing.loading_bytes(spec, "float32", target_precision="int8") == sizing.loading_bytes(spec, "float32")
     # a target from a folder still passes through float32 on its way to int8
     folder = dataclasses.replace(spec, target=dataclasses.replace(spec.target, source=PathSource(path=Path("/x"))))
-    assert models.loading_bytes(folder, "float32", target_precision="int8") > models.loading_bytes(spec, "float32")
+    assert sizing.loading_bytes(folder, "float32", target_precision="int8") > sizing.loading_bytes(spec, "float32")
 
 
 def test_a_chunked_int8_draft_needs_no_float32_draft_in_the_memory_estimate(gguf_pair):
@@ -367,14 +367,14 @@ def test_a_chunked_int8_draft_needs_no_float32_draft_in_the_memory_estimate(gguf
     reg, _ = gguf_pair
     spec = reg.pairs["p"]
     spec = dataclasses.replace(spec, draft=dataclasses.replace(spec.draft, params=10**8))
-    direct = models.pair_parts(spec, "float32", "int8")
-    assert models.config_parts(spec, "float32", "int8") == direct
-    assert models.loading_bytes(spec, "float32", "int8") == memory.LOADING
-    assert models.estimate_memory_bytes(spec, "float32", True, "int8") == sum(direct.values()) + memory.LOADING
+    direct = sizing.pair_parts(spec, "float32", "int8")
+    assert sizing.config_parts(spec, "float32", "int8") == direct
+    assert sizing.loading_bytes(spec, "float32", "int8") == memory.LOADING
+    assert sizing.estimate_memory_bytes(spec, "float32", True, "int8") == sum(direct.values()) + memory.LOADING
     # an int4 draft still loads in float32 and is copied into int4; a bfloat16 run has no int8 copy to load
-    assert models.loading_bytes(spec, "float32", "int4") > memory.LOADING
-    assert len(models.config_parts(spec, "float32", "int4")) == 3
-    assert not models.draft_loads_direct(spec, "bfloat16", "int8")
+    assert sizing.loading_bytes(spec, "float32", "int4") > memory.LOADING
+    assert len(sizing.config_parts(spec, "float32", "int4")) == 3
+    assert not sizing.draft_loads_direct(spec, "bfloat16", "int8")
 
 
 @pytest.fixture
@@ -408,7 +408,7 @@ def test_the_app_loads_an_int8_draft_from_its_int8_copy_and_lends_its_target(tmp
     assert _cached(tmp_path) == ["d-int8", "t"]  # the float32 target's copy; no float32 copy of the draft
     assert pair.draft_precision == "int8" and pair.sources["draft"].endswith("(int8)")
     assert store_.keys() == [("p", "float32", "int8")]
-    assert store_.held() == sum(models.pair_parts(reg.pairs["p"], "float32", "int8").values())
+    assert store_.held() == sum(sizing.pair_parts(reg.pairs["p"], "float32", "int8").values())
 
     old = models.with_draft_precision(models.load_pair("p", registry=reg, device="cpu", draft_precision="float32"),
                                       "int8")
@@ -592,9 +592,9 @@ def test_under_a_budget_only_an_int8_target_fits_the_app_starts_with_it_and_runs
     path.write_text(yaml.safe_dump(data))
     monkeypatch.setenv("SPECVIZ_MODELS", str(path))
     spec = parse_registry(data).pairs["p"]
-    f32 = [models.estimate_memory_bytes(spec, d, True, p, "float32") for d in ("float32", "bfloat16")
+    f32 = [sizing.estimate_memory_bytes(spec, d, True, p, "float32") for d in ("float32", "bfloat16")
            for p in quant.supported("cpu")]
-    int8 = models.estimate_memory_bytes(spec, "float32", True, "int8", "int8")
+    int8 = sizing.estimate_memory_bytes(spec, "float32", True, "int8", "int8")
     assert int8 < min(f32)
     monkeypatch.setenv("SPECVIZ_MEMORY_GB", str((int8 + min(f32)) / 2 / 2**30))
     pairs.clear()

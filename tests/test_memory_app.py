@@ -34,10 +34,10 @@ def empty_store():
 
 def need(pair: str, dtype: str, precision: str) -> int:
     """What the sidebar says a choice needs: its parts and the room a load takes."""
-    from specviz.decoding import models
+    from specviz.modeling import sizing
     from specviz.modeling.config import as_registry
 
-    return models.estimate_memory_bytes(as_registry(None).pair(pair), dtype, True, precision)
+    return sizing.estimate_memory_bytes(as_registry(None).pair(pair), dtype, True, precision)
 
 
 def set_budget(monkeypatch, nbytes: int) -> None:
@@ -110,10 +110,10 @@ def test_over_the_servers_life_a_pair_in_use_stays_and_the_least_recent_goes(mon
     third pair is refused naming it; once B lets go, the third loads in its place."""
     from specviz.service import pairs
     from specviz.core.errors import NotEnoughMemory
-    from specviz.decoding import models
+    from specviz.modeling import sizing
     from specviz.modeling.config import as_registry
 
-    held_a = sum(models.pair_parts(as_registry(None).pair("tiny-random"), "bfloat16").values())
+    held_a = sum(sizing.pair_parts(as_registry(None).pair("tiny-random"), "bfloat16").values())
     set_budget(monkeypatch, held_a + need("tiny-early-exit", "bfloat16", "bfloat16") - 2**20)
     store = pairs.store()
     _, a = pairs.lease_pair("tiny-random", "bfloat16", "bfloat16")  # as start_live does

@@ -33,7 +33,7 @@ CHILD = textwrap.dedent("""
     import sys
     from specviz.core.errors import NotEnoughMemory
     from specviz.decoding import models
-    from specviz.modeling import memory
+    from specviz.modeling import memory, sizing
     from specviz.modeling.config import as_registry
     from specviz.teaching import explain
 
@@ -46,7 +46,7 @@ CHILD = textwrap.dedent("""
     try:
         if how == "store":
             store = memory.ModelStore(lambda held: memory.read_budget(held), explain.over_budget)
-            parts = models.config_parts(reg.pair("big"), "float32", "float32")
+            parts = sizing.config_parts(reg.pair("big"), "float32", "float32")
             store.lease("big", parts, lambda: load(False), what="the pair big", loading=memory.LOADING)
         else:
             load(how == "load_pair")
@@ -120,7 +120,7 @@ def test_a_pair_over_the_cgroup_limit_is_refused_not_killed(tmp_path, limited_cg
 REAL_CHILD = textwrap.dedent("""
     import json, sys
     from specviz.decoding import models
-    from specviz.modeling import memory
+    from specviz.modeling import memory, sizing
     from specviz.modeling.config import default_registry
 
     dtype, precision = sys.argv[1], sys.argv[2]
@@ -130,8 +130,8 @@ REAL_CHILD = textwrap.dedent("""
     pair = models.load_pair(None, dtype=dtype, draft_precision=precision, device="cpu")
     spec = default_registry().pair()
     print(json.dumps({"resident": rss() - before, "peak": memory.peak_resident_bytes(),
-                      "parts": sum(models.pair_parts(spec, dtype, precision).values()),
-                      "estimate": models.estimate_memory_bytes(spec, dtype, True, precision)}))
+                      "parts": sum(sizing.pair_parts(spec, dtype, precision).values()),
+                      "estimate": sizing.estimate_memory_bytes(spec, dtype, True, precision)}))
 """)
 
 

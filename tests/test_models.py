@@ -19,7 +19,7 @@ import re
 import pytest
 import torch
 
-from specviz.modeling import config, fastlinear, memory, store
+from specviz.modeling import config, fastlinear, store
 from specviz.decoding import models
 from specviz.modeling.config import ChunkSource, parse_registry
 from specviz.core.errors import ChecksumMismatch, NotEnoughMemory, PairUnavailable, TokenizerMismatch
@@ -390,36 +390,6 @@ def test_not_enough_memory_before_loading(tmp_path, monkeypatch, make_tokenizer,
         models.load_pair("p", registry=reg)
 
 
-def test_memory_estimate_scales_with_dtype():
-    spec = config.default_registry().pair()
-    fp32 = models.estimate_memory_bytes(spec, torch.float32)
-    bf16 = models.estimate_memory_bytes(spec, torch.bfloat16)
-    n = spec.draft.params + spec.target.params
-    assert fp32 > n * 4 > bf16 > n * 2
-
-
-def test_memory_estimate_counts_the_draft_copy_in_its_precision():
-    """An int4 draft is made from the dtype one: the configuration holds both, the int4 copy less than the
-    float32 one. The default (chunked) draft in int8 loads from its int8 copy: no float32 draft at all."""
-    reg = config.default_registry()
-    spec = reg.pair()
-    parts = models.config_parts(spec, "float32", "int4")
-    draft_fp32 = spec.draft.params * 4
-    assert draft_fp32 / 8 < sum(parts.values()) - sum(models.config_parts(spec, "float32").values()) < draft_fp32
-    # at the peak the copy passes through float32 (it is quantized layer by layer from a float32 copy)
-    peak = models.estimate_memory_bytes(spec, torch.float32, draft_precision="int4")
-    assert peak - models.estimate_memory_bytes(spec, torch.float32) == memory.held_bytes(spec.draft.params, "float32")
-    assert len(parts) == 3 and sum(1 for k in parts if k[0] == "target") == 1
-    int8 = models.config_parts(spec, "float32", "int8")
-    assert len(int8) == 2 and not any(k[0] == "draft" and k[3] == "float32" for k in int8)
-    assert (models.estimate_memory_bytes(spec, torch.float32, draft_precision="int8")
-            - models.estimate_memory_bytes(spec, torch.float32)
-            == memory.held_bytes(spec.draft.params, "int8", spec.draft.source.size / spec.draft.params)
-            - memory.held_bytes(spec.draft.params, "float32"))  # its embedding at the GGUF's bits
-    assert models.pair_parts(reg.pair("qwen2.5-coder-1.5b-self"), "float32") == {
-        k: v for k, v in parts.items() if k[0] == "target"}
-
-
 def test_available_memory_reads_meminfo():
     assert 0 < store.available_memory_bytes("cpu") < 2**50
 
@@ -499,13 +469,6 @@ def test_list_pairs_puts_the_default_first():
     assert pairs[0].is_default and pairs[0].name == config.default_registry().default_pair
     custom = next(p for p in pairs if p.name == "custom")
     assert not custom.available and "save_pretrained" in custom.how_to_get
-
-
-def test_parse_dtype():
-    assert models.parse_dtype("bf16") is torch.bfloat16
-    assert models.parse_dtype(torch.float16) is torch.float16
-    with pytest.raises(models.InvalidSetting, match="int8"):
-        models.parse_dtype("int8")
 
 
 # -----------------------------------------------------------------------------

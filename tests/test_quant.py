@@ -342,3 +342,10 @@ def test_an_int8_draft_on_qnnpack_keeps_greedy_text_the_target_alone(qnnpack, k)
     assert len(sampled.token_ids) == 16 and sampled.rounds  # the sampling path runs on qnnpack too
     assert sampled.token_ids == speculative_decode(pair.target, pair.drafter(), prompt,
                                                    DecodeSettings(k=k, temperature=1.0, max_new_tokens=16, seed=3)).token_ids
+
+
+def test_parse_dtype():
+    assert quant.parse_dtype("bf16") is torch.bfloat16
+    assert quant.parse_dtype(torch.float16) is torch.float16
+    with pytest.raises(InvalidSetting, match="int8"):
+        quant.parse_dtype("int8")

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
 from specviz.modeling import quant
 from specviz.core.settings import DecodeSettings
@@ -54,35 +53,6 @@ def test_the_sidebar_target_precision_reaches_the_run_and_its_baseline():
     assert pairs.slot(job.meta["pair"], "float32") is None  # the baseline did not load the float32 target
     assert job.meta["baseline"]["identical"] is True
     assert any("identical text" in s.value for s in at.success)
-
-
-def test_the_estimator_counts_an_int8_target_as_an_int8_draft_is_counted():
-    from specviz.decoding import models
-    from specviz.modeling import config, memory
-
-    for spec in (config.load_registry(ROOT / "models.yaml").pair(), config.load_registry(TINY).pair("tiny-random")):
-        held = {tp: sum(models.config_parts(spec, "float32", target_precision=tp).values())
-                for tp in ("float32", "int8")}
-        assert held["int8"] < held["float32"]  # what the store charges once it is loaded
-        # the load's peak: the target passes through float32 before it is int8, so no more than float32's
-        peak = {tp: models.estimate_memory_bytes(spec, torch.float32, target_precision=tp) for tp in held}
-        assert peak["int8"] <= peak["float32"]
-        parts = models.pair_parts(spec, "float32", target_precision="int8")
-        target = next(v for k, v in parts.items() if k[0] == "target")
-        params = models._guess_params(spec.target)
-        # the draft's rule; a chunked target from its int8 copy holds its embedding at the GGUF's bits
-        gguf = spec.target.source.size / params if isinstance(spec.target.source, config.ChunkSource) else None
-        assert target == memory.held_bytes(params, "int8", gguf)
-        # an int8-target pair holds a target and a draft of its own: no key shared with the float32 pair
-        assert not set(parts) & set(models.pair_parts(spec, "float32"))
-    # a target made from float32 weights passes through float32 while it is put into int8: the peak says so
-    spec = config.load_registry(TINY).pair("tiny-random")
-    params = models._guess_params(spec.target)
-    assert (models.loading_bytes(spec, "float32", None, "int8") - memory.LOADING
-            == memory.held_bytes(params, "float32") - memory.held_bytes(params, "int8"))
-    # the default (chunked) target loads from its int8 copy: no float32 stage (models.int8_cached)
-    spec = config.load_registry(ROOT / "models.yaml").pair()
-    assert models.loading_bytes(spec, "float32", None, "int8") == memory.LOADING
 
 
 @pytest.fixture(scope="module")

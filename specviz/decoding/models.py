@@ -2,17 +2,17 @@
 
 Where the weights come from (chunk packages, the converted cache, prepare) is
 specviz/modeling/store.py; this module turns them into a Pair: dtype, device, draft
-precision, tokenizer check, end-of-reply ids, and the memory check before any load.
+precision, tokenizer check, end-of-reply ids, and the memory check before any load (what a pair needs in
+memory is specviz/modeling/sizing.py).
 
 Public API: Pair, PairStatus, load_pair, pair_status, list_pairs, with_draft_precision, check_target_precision,
-check_tokenizers, estimate_memory_bytes, DEFAULT_DTYPE.
+check_tokenizers, DEFAULT_DTYPE.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
 import re
 import time
@@ -25,7 +25,7 @@ import torch
 from specviz.device import devqueue
 from specviz.device.runner import Runner
 from specviz.core import limits
-from specviz.modeling import memory, quant, vocabhead
+from specviz.modeling import memory, quant, sizing, vocabhead
 from specviz.decoding.drafters import ModelDrafter
 from specviz.modeling.lm import eos_ids, max_positions, static_cache
 from specviz.modeling.config import (
@@ -41,45 +41,26 @@ from specviz.modeling.config import (
     TinySource,
     as_registry,
     derived_draft,
-    tiny_params,
 )
 from specviz.core.errors import (
     ConfigError,
     InvalidSetting,
-    NotEnoughMemory,
     PairUnavailable,
     TokenizerMismatch,
 )
 from specviz.modeling.store import (
-    GiB,
     Progress,
     ensure_cached,
     hf_hub_cache,
     hf_quiet,
     hub_how,
     hub_snapshot,
+    int8_cached,
     model_status,
     packaged_file,
     quiet,
     rebuild,
 )
-
-DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16,
-}  # fmt: skip
-
-
-def parse_dtype(value: Any, what: str = "dtype") -> torch.dtype:
-    """'float32' | 'bfloat16' | 'float16' (or a torch.dtype) -> torch.dtype."""
-    if isinstance(value, torch.dtype):
-        if value in DTYPES.values():
-            return value
-    elif isinstance(value, str) and value.strip().lower() in DTYPES:
-        return DTYPES[value.strip().lower()]
-    raise InvalidSetting(f"{what}: {value!r} is not one of float32, bfloat16, float16")
-
 
 DEVICES = ("cpu", "cuda", "mps")
 
@@ -141,7 +122,7 @@ def limit_cpu_threads(n: int = CUDA_CPU_THREADS) -> int:
 # differ from the target alone; float32 through oneDNN (fastlinear) keeps greedy identity and a
 # nearly flat verify cost (docs/precision.md has the timings).
 DEFAULT_DTYPE: torch.dtype = (
-    parse_dtype(os.environ["SPECVIZ_DTYPE"], "SPECVIZ_DTYPE")
+    quant.parse_dtype(os.environ["SPECVIZ_DTYPE"], "SPECVIZ_DTYPE")
     if os.environ.get("SPECVIZ_DTYPE")
     else (torch.bfloat16 if torch.cuda.is_available() else torch.float32)
 )
@@ -272,147 +253,6 @@ def list_pairs(registry: Registry | str | os.PathLike | None = None) -> list[Pai
     reg = as_registry(registry)
     names = [reg.default_pair] + [n for n in reg.pairs if n != reg.default_pair]
     return [pair_status(n, reg) for n in names]
-
-
-# -----------------------------------------------------------------------------
-# memory
-
-
-def _guess_params(m: ModelSpec) -> int:
-    """Parameter count from the yaml, else from weight file sizes (0 if unknown); a tiny model's from its shape
-    (its declared count may say less than the layers it asks for)."""
-    src = m.source
-    if isinstance(src, TinySource):
-        return max(m.params, tiny_params(src))
-    if m.params:
-        return m.params
-    folder = src.path if isinstance(src, PathSource) else hub_snapshot(src.hub) if isinstance(src, HubSource) else None
-    if folder is None or not folder.is_dir():
-        return 0
-    files = list(folder.glob("*.safetensors")) or list(folder.glob("pytorch_model*.bin"))
-    nbytes = sum(f.stat().st_size for f in files)
-    try:
-        cfg = json.loads((folder / "config.json").read_text())
-        stored = str(cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
-    except (OSError, ValueError):
-        stored = "float32"
-    return nbytes // (2 if ("16" in stored) else 4)
-
-
-def _dtype_name(dtype) -> str:
-    return str(parse_dtype(dtype)).removeprefix("torch.")
-
-
-def pair_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,
-               device: str = "cpu", with_target: bool = True, target_precision: str | None = None) -> dict[tuple, int]:
-    """The bytes each loaded part of a pair holds (memory.held_bytes), keyed by what the part is, so a part
-    two loaded pairs share (one target under two draft precisions, or two pairs) is counted once:
-    ('target', model, dtype, device) and ('draft', pair, dtype, draft precision, device). A draft made of the
-    target's own layers has no part of its own. draft_precision None: the draft in `dtype`.
-
-    target_precision int8 (None: float32): the target is counted as an int8 draft is (memory.BYTES_PER_PARAM),
-    and both keys end with 'int8 target': a pair loaded with it holds a target and a draft of its own. A model
-    loaded from its int8 copy (int8_cached) holds its embedding at its GGUF's bits (_embedding_bytes)."""
-    dt = _dtype_name(dtype)
-    precision = draft_precision or dt
-    t_precision = target_precision or "float32"
-    tail = () if t_precision == "float32" else (f"{t_precision} target",)
-    parts = {}
-    if with_target:
-        t = dt if t_precision == "float32" else t_precision
-        parts[("target", spec.target.name, dt, device, *tail)] = memory.held_bytes(
-            _guess_params(spec.target), t, _embedding_bytes(spec.target, t, dt))
-    if not isinstance(spec.draft.source, DerivedSource) and spec.draft.name != spec.target.name:
-        parts[("draft", spec.name, dt, precision, device, *tail)] = memory.held_bytes(
-            _guess_params(spec.draft), precision, _embedding_bytes(spec.draft, precision, dt))
-    return parts
-
-
-def _embedding_bytes(m: ModelSpec, precision: str, dtype: torch.dtype | str) -> float | None:
-    """Bytes a weight of m's embedding holds when m loads from its int8 copy (int8_cached), which keeps it in the
-    GGUF's own blocks: the GGUF's bytes a weight on average (its size over its parameters; its embedding's
-    own type is read only at conversion). None: it loads otherwise, its embedding in float32."""
-    if not int8_cached(m, precision, dtype):
-        return None
-    return m.source.size / max(_guess_params(m), 1)
-
-
-def config_parts(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,
-                 device: str = "cpu", target_precision: str | None = None) -> dict[tuple, int]:
-    """The parts a configuration holds while it is made: the pair in `dtype` (its target in target_precision),
-    and, for another draft precision, the draft's copy in it as well (made from the dtype draft, which can be
-    unloaded later). A draft that loads straight in its precision (draft_loads_direct) has no dtype copy."""
-    if draft_loads_direct(spec, dtype, draft_precision):
-        return pair_parts(spec, dtype, draft_precision, device, target_precision=target_precision)
-    return {**pair_parts(spec, dtype, None, device, target_precision=target_precision),
-            **pair_parts(spec, dtype, draft_precision, device, target_precision=target_precision)}
-
-
-def draft_loads_direct(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None) -> bool:
-    """Does the pair's draft load straight in draft_precision (from its int8 copy: int8_cached), with no copy in
-    `dtype` to make it from? Then a configuration holds no dtype draft, and no dtype pair is loaded first."""
-    return (draft_precision is not None and not isinstance(spec.draft.source, DerivedSource)
-            and int8_cached(spec.draft, draft_precision, dtype))
-
-
-def _quantizing_bytes(params: int, precision: str) -> int:
-    """What a model's float32 stage holds beyond its finished copy in `precision` while it is quantized."""
-    return max(memory.held_bytes(params, "float32") - memory.held_bytes(params, precision), 0)
-
-
-def loading_bytes(spec: PairSpec, dtype: torch.dtype | str, draft_precision: str | None = None,
-                  target_precision: str | None = None) -> int:
-    """Room a load needs for a moment beyond what stays: buffers (memory.LOADING), and, while the draft's copy in
-    another precision is made or the target is put into int8, what its float32 stage holds beyond the finished
-    copy (each is put into float32, then quantized layer by layer; the two never happen at once). A chunked
-    target or draft in int8 loads from its int8 copy, with no float32 stage (int8_cached)."""
-    dt = _dtype_name(dtype)
-    precision = draft_precision or dt
-    draft = 0
-    if precision != dt and not isinstance(spec.draft.source, DerivedSource) \
-            and not draft_loads_direct(spec, dt, precision):
-        draft = _quantizing_bytes(_guess_params(spec.draft), precision)
-    t_precision = target_precision or "float32"
-    target = 0 if t_precision == "float32" or int8_cached(spec.target, t_precision) \
-        else _quantizing_bytes(_guess_params(spec.target), t_precision)
-    return memory.LOADING + max(draft, target)
-
-
-def estimate_memory_bytes(spec: PairSpec, dtype: torch.dtype, with_target: bool = True,
-                          draft_precision: str | None = None, target_precision: str | None = None) -> int:
-    """Bytes a load of the pair needs at its peak: the target in `dtype` or target_precision (not with
-    with_target=False: it is loaded already), the draft in `dtype` (it loads in dtype before it is put into
-    draft_precision; not a draft that loads straight in it: draft_loads_direct), the draft's copy in
-    draft_precision when that differs, and the room a load needs for a moment (loading_bytes)."""
-    parts = config_parts(spec, dtype, draft_precision, target_precision=target_precision)
-    if not with_target:
-        parts = {k: v for k, v in parts.items() if k[0] != "target"}
-    return sum(parts.values()) + loading_bytes(spec, dtype, draft_precision,
-                                               target_precision if with_target else None)
-
-
-def check_memory(spec: PairSpec, dtype: torch.dtype, device: str, with_target: bool = True,
-                 draft_precision: str | None = None, env=None, target_precision: str | None = None) -> None:
-    """Raise NotEnoughMemory if the pair will not fit in the memory budget (memory.read_budget: SPECVIZ_MEMORY_GB,
-    or the available memory and the cgroup limit) on `device`."""
-    need = estimate_memory_bytes(spec, dtype, with_target, draft_precision, target_precision)
-    budget = memory.read_budget(device=device, env=env)
-    if need > budget.bytes:
-        name = str(dtype).removeprefix("torch.")
-        tip = " or a 16-bit dtype (--dtype bfloat16)" if dtype == torch.float32 else ""
-        why = {memory.ENV: " (set by SPECVIZ_MEMORY_GB)", "cgroup limit": " under the container's memory limit"}
-        raise NotEnoughMemory(
-            f"pair '{spec.name}' needs about {need / GiB:.1f} GiB in {name} on {device}, but only "
-            f"{budget.bytes / GiB:.1f} GiB is available{why.get(budget.source, '')}. Close other programs, "
-            f"or pick a smaller pair{tip}."
-        )
-
-
-def choices(dtypes: Iterable[str], precisions: Iterable[str], dtype: str, precision: str) -> list[tuple[str, str]]:
-    """Every (dtype, draft precision), the wanted one first, then the rest of its dtype, then the other dtypes."""
-    dts = [dtype, *[d for d in dtypes if d != dtype]]
-    ps = [precision, *[p for p in precisions if p != precision]]
-    return [(d, p) for d in dts for p in ps]
 
 
 # -----------------------------------------------------------------------------
@@ -583,7 +423,7 @@ def gpu_suggestion(pair_name: str | None, registry: Registry | str | os.PathLike
         cur = reg.pair(pair_name)
     except ConfigError:  # a broken models.yaml is reported where the pair is chosen
         return None
-    floor = 4 * _guess_params(cur.target)
+    floor = 4 * sizing.guess_params(cur.target)
     fits = [p for p in reg.pairs.values()
             if not isinstance(p.draft.source, DerivedSource) and p.draft.params and p.target.params >= floor
             and p.target.params >= GPU_TARGET_OVER_DRAFT * p.draft.params]
@@ -617,7 +457,7 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     """Load a draft/target pair by name (None = default), or with draft=/target= overrides.
 
     check: refuse (NotEnoughMemory) a pair that will not fit the memory budget, before anything loads
-    (check_memory); a caller that made room for it in a memory.ModelStore passes False.
+    (sizing.check_memory); a caller that made room for it in a memory.ModelStore passes False.
 
     loaded: pairs loaded already. One whose target is this pair's target (the same model, dtype and device)
     lends its target model and tokenizer, so a second pair costs only its draft.
@@ -650,15 +490,15 @@ def load_pair(name: str | None = None, *, draft: str | None = None, target: str 
     t0 = time.perf_counter()
     spec = _resolve_spec(name, draft, target, registry)
     device = check_device(device) or default_device()
-    dtype = check_dtype(DEFAULT_DTYPE if dtype is None else parse_dtype(dtype), device)
+    dtype = check_dtype(DEFAULT_DTYPE if dtype is None else quant.parse_dtype(dtype), device)
     precision = quant.check(draft_precision, device)
     t_precision = check_target_precision(target_precision, dtype, device)
     head = vocabhead.check(draft_head, device, t_precision)
     runner = runner or devqueue.queue_runner(device)
     lender = next((p for p in loaded if _shares_target(p, spec, dtype, device, t_precision)), None)
     if check:  # its peak: the draft loads in dtype, unless it loads straight in its precision
-        check_memory(spec, dtype, device, with_target=lender is None, target_precision=t_precision,
-                     draft_precision=precision if draft_loads_direct(spec, dtype, precision) else None)
+        sizing.check_memory(spec, dtype, device, with_target=lender is None, target_precision=t_precision,
+                            draft_precision=precision if sizing.draft_loads_direct(spec, dtype, precision) else None)
     (d_tok, d_model), (t_tok, t_model), sources, precision = _load_models(spec, dtype, device, precision,
                                                                           lender, progress, t_precision, runner)
     fast_linear = _fast_linear(t_model, d_model, device, fast_linear, runner)
@@ -713,9 +553,9 @@ def check_target_precision(target_precision: str | None, dtype: torch.dtype | st
     """A target precision that loads with `dtype` on `device` (None: float32); InvalidSetting, saying why,
     otherwise (int8 is made from float32 weights on a CPU: quant.check_target)."""
     t_precision = quant.check_target(target_precision, device)
-    if t_precision != "float32" and parse_dtype(dtype) != torch.float32:
+    if t_precision != "float32" and quant.parse_dtype(dtype) != torch.float32:
         raise InvalidSetting(f"target precision {t_precision} is made from float32 weights; "
-                             f"load with dtype float32, not {_dtype_name(dtype)}.")
+                             f"load with dtype float32, not {quant.dtype_name(dtype)}.")
     return t_precision
 
 
@@ -751,14 +591,6 @@ def _load_models(spec: PairSpec, dtype, device: str, precision: str, lender: Pai
     return got["draft"], got["target"], sources, precision
 
 
-def int8_cached(m: ModelSpec, precision: str, dtype: torch.dtype | str = torch.float32) -> bool:
-    """Does `m` load in `precision` straight from an int8 copy (store.ensure_cached(precision='int8')), with no
-    float32 stage? A chunked GGUF model in int8 with dtype float32 does: its copy is quantized from the float32
-    weights, as quant.apply_target and quant.apply quantize a float32 model. Anything else loads in its dtype
-    and is quantized after."""
-    return precision == "int8" and isinstance(m.source, ChunkSource) and parse_dtype(dtype) == torch.float32
-
-
 def cached_precisions(name: str | None = None, *, dtype: torch.dtype | str | None = None,
                       draft_precision: str | None = None, target_precision: str | None = None,
                       registry: Registry | str | os.PathLike | None = None) -> dict[str, str]:
@@ -768,7 +600,7 @@ def cached_precisions(name: str | None = None, *, dtype: torch.dtype | str | Non
     default load takes (DEFAULT_DTYPE, quant.default_precision, a float32 target). InvalidSetting, naming the
     setting, for a precision that does not load here."""
     device = default_device()
-    dtype = check_dtype(DEFAULT_DTYPE if dtype is None else parse_dtype(dtype), device)
+    dtype = check_dtype(DEFAULT_DTYPE if dtype is None else quant.parse_dtype(dtype), device)
     precision = quant.check(draft_precision, device)
     t_precision = check_target_precision(target_precision, dtype, device)
     spec = as_registry(registry).pair(name)
@@ -842,6 +674,6 @@ def with_draft_precision(pair: Pair, precision: str | None, runner: Runner | Non
 __all__ = [
     "DEFAULT_DTYPE", "DEVICES", "Pair", "PairStatus", "check_device", "check_dtype", "check_target_precision",
     "check_tokenizers",
-    "cached_precisions", "config_parts", "default_device", "draft_loads_direct", "estimate_memory_bytes", "loading_bytes", "pair_parts",
+    "cached_precisions", "default_device",
     "list_pairs", "load_pair", "pair_status", "with_draft_precision",
 ]  # fmt: skip

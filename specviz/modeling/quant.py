@@ -25,6 +25,9 @@ each row's result must not depend on the others in its call. ExactInt8Linear
 gives that: each row is quantized on its own range onto fixed qparams, the
 int8 x int8 products are summed exactly in int32, and the rescale is per element.
 bfloat16 is refused as an exact target (its k+1-row pass rounds differently).
+
+The float dtypes a model runs in are named here too: dtypes(device) lists those that run on a device,
+parse_dtype reads a dtype setting ('bf16', torch.bfloat16) and dtype_name names it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import contextlib
 import functools
 import logging
 import warnings
+from typing import Any
 
 import torch
 from torch import nn
@@ -102,6 +106,28 @@ def dtypes(device: str) -> tuple[str, ...]:
     if device.startswith("mps"):
         return ("float32", "float16") + (("bfloat16",) if mps_has_bfloat16() else ())
     return ("float32", "bfloat16", "float16")
+
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16,
+}  # fmt: skip
+
+
+def parse_dtype(value: Any, what: str = "dtype") -> torch.dtype:
+    """'float32' | 'bfloat16' | 'float16' (or a torch.dtype) -> torch.dtype."""
+    if isinstance(value, torch.dtype):
+        if value in DTYPES.values():
+            return value
+    elif isinstance(value, str) and value.strip().lower() in DTYPES:
+        return DTYPES[value.strip().lower()]
+    raise InvalidSetting(f"{what}: {value!r} is not one of float32, bfloat16, float16")
+
+
+def dtype_name(dtype: Any) -> str:
+    """'float32' | 'bfloat16' | 'float16' for a torch.dtype or any name parse_dtype takes ('bf16')."""
+    return str(parse_dtype(dtype)).removeprefix("torch.")
 
 
 def default_precision(device: str) -> str:

@@ -11,8 +11,8 @@ sizes, prepare(verify=True) the hashes, and a damaged copy is rebuilt.
 Hub models are found only in the local Hugging Face cache: nothing here touches
 the network.
 
-Public API: prepare, ensure_cached, model_status, cache_root, cached_dir, chunk_paths, assemble, gguf_file,
-PRECISIONS.
+Public API: prepare, ensure_cached, int8_cached, model_status, cache_root, cached_dir, chunk_paths, assemble,
+gguf_file, PRECISIONS.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from specviz.modeling.config import (ChunkSource, DerivedSource, HubSource, Mode
                      as_registry)
 from specviz.core.errors import ChecksumMismatch, ConfigError, NotEnoughMemory, PairUnavailable
 from specviz.modeling import memory
+from specviz.modeling.quant import parse_dtype
 
 Progress = Callable[[str, "float | None"], None]
 
@@ -607,6 +608,14 @@ def rebuild(m: ModelSpec, role: str, progress: Progress, why: str, precision: st
     progress(f"the cached copy of {m.label} is damaged ({why}): rebuilding", None)
     _discard(cached_dir(m.source, m.name, precision))
     return _convert(m, role, progress, precision)
+
+
+def int8_cached(m: ModelSpec, precision: str, dtype: torch.dtype | str = torch.float32) -> bool:
+    """Does `m` load in `precision` straight from an int8 copy (ensure_cached(precision='int8')), with no
+    float32 stage? A chunked GGUF model in int8 with dtype float32 does: its copy is quantized from the float32
+    weights, as quant.apply_target and quant.apply quantize a float32 model. Anything else loads in its dtype
+    and is quantized after."""
+    return precision == "int8" and isinstance(m.source, ChunkSource) and parse_dtype(dtype) == torch.float32
 
 
 def ensure_cached(m: ModelSpec, role: str, progress: Progress, verify: bool = False,

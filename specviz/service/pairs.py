@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from specviz.core.errors import SpecvizError
 from specviz.core.settings import DecodeSettings
@@ -245,7 +245,7 @@ def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None,
     """The pair, loaded once per server and shared by every session, within the memory budget.
 
     Sessions asking at the same time wait for that one load (show(Loading) meanwhile). A draft that loads
-    straight in its precision (an int8 draft from its int8 copy: models.draft_loads_direct) is loaded so, lent
+    straight in its precision (an int8 draft from its int8 copy: sizing.draft_loads_direct) is loaded so, lent
     the target of a pair loaded already; any other draft precision is a copy of the draft loaded in dtype, made
     once, sharing the target. Each target precision (float32, int8) is a pair of its own
     (models.load_pair(target_precision=...)). What was used least recently is unloaded to make room; a choice
@@ -263,6 +263,7 @@ def lease_pair(name: str, dtype: str, draft_precision: str | None = None, target
     ends: Playback.hold), the store never unloads that pair."""
     from specviz.device import devqueue
     from specviz.decoding import models
+    from specviz.modeling import sizing
 
     device = models.default_device()
     # a draft that loads straight in its precision (an int8 draft from its int8 copy) is loaded so; any other is
@@ -272,11 +273,11 @@ def lease_pair(name: str, dtype: str, draft_precision: str | None = None, target
     what = explain.config_words(name, dtype, precision, tp)
     with devqueue.QUEUE.paused():  # a load may wait on model work: not while this page holds a turn to draw
         # refused before anything loads: the pair as loaded and the draft's copy must fit at once
-        store_.check(models.config_parts(spec, dtype, precision, device, tp), what,
-                     models.loading_bytes(spec, dtype, precision, tp))
-        slot_, base = store_.lease(base_key, models.pair_parts(spec, dtype, loaded_as, device, target_precision=tp),
+        store_.check(sizing.config_parts(spec, dtype, precision, device, tp), what,
+                     sizing.loading_bytes(spec, dtype, precision, tp))
+        slot_, base = store_.lease(base_key, sizing.pair_parts(spec, dtype, loaded_as, device, target_precision=tp),
                                    Slot, explain.config_words(name, dtype, loaded_as, tp),
-                                   models.loading_bytes(spec, dtype, loaded_as, tp))
+                                   sizing.loading_bytes(spec, dtype, loaded_as, tp))
         try:
             pair = _load_base(name, dtype, slot_, base_key, tp, loaded_as, show)
             if precision == loaded_as:
@@ -296,12 +297,13 @@ def _variant(base, base_key: tuple, precision: str, what: str, show: Show | None
     """(the pair with its draft in `precision`, a lease on it): a copy of base's draft, made once, in the slot's
     thread (as a load); whoever asks meanwhile polls it, and no lock is held across the copy."""
     from specviz.decoding import models
+    from specviz.modeling import sizing
 
     tp = base.target_precision
     store_ = store()
     key = _key(base.name, str(base.dtype).removeprefix("torch."), precision, tp)
-    parts = models.pair_parts(base.spec, base.dtype, precision, base.device, target_precision=tp)
-    slot_, lease = store_.lease(key, parts, Slot, what, models.loading_bytes(base.spec, base.dtype, precision))
+    parts = sizing.pair_parts(base.spec, base.dtype, precision, base.device, target_precision=tp)
+    slot_, lease = store_.lease(key, parts, Slot, what, sizing.loading_bytes(base.spec, base.dtype, precision))
     if slot_.pair is not None:
         return slot_.pair, lease
 
@@ -328,12 +330,13 @@ def _base(name: str, dtype: str, draft_precision: str | None, target_precision: 
     """What lease_pair loads for a choice: (spec, the draft's precision, the target's, the precision the draft
     loads in, the base pair's store key)."""
     from specviz.decoding import models
+    from specviz.modeling import sizing
 
     device = models.default_device()
     spec = _spec(name)
     precision = _precision(spec, dtype, draft_precision, device)
     tp = models.check_target_precision(target_precision, dtype, device)
-    loaded_as = precision if models.draft_loads_direct(spec, dtype, precision) else dtype
+    loaded_as = precision if sizing.draft_loads_direct(spec, dtype, precision) else dtype
     return spec, precision, tp, loaded_as, _key(name, dtype, loaded_as, tp)
 
 
@@ -394,7 +397,7 @@ def fits_nowhere(name: str | None) -> str | None:
 def _fitting(name: str | None) -> tuple[str, str, str, str | None, bool]:
     """fitting_default's answer, and whether no configuration of the pair fits."""
     from specviz.decoding import models
-    from specviz.modeling import quant
+    from specviz.modeling import quant, sizing
 
     device = models.default_device()
     dtype, precision = default_dtype_name(), quant.default_precision(device)
@@ -404,25 +407,32 @@ def _fitting(name: str | None) -> tuple[str, str, str, str | None, bool]:
         spec = _spec(name)
         precision = _precision(spec, dtype, precision, device)
         store_ = store()
-        options = [(d, p, t) for d, ps in _by_dtype(models.choices(DTYPE_CHOICES, quant.supported(device), dtype,
-                                                                   precision))
+        options = [(d, p, t) for d, ps in _by_dtype(_choices(DTYPE_CHOICES, quant.supported(device), dtype,
+                                                             precision))
                    for t in target_choices(d) for p in ps]
-        chosen = next((o for o in options if store_.fits(models.config_parts(spec, o[0], o[1], device, o[2]),
-                                                         models.loading_bytes(spec, *o))), None)
+        chosen = next((o for o in options if store_.fits(sizing.config_parts(spec, o[0], o[1], device, o[2]),
+                                                         sizing.loading_bytes(spec, *o))), None)
     except SpecvizError:  # a broken registry or budget setting is said where the pair is loaded
         return dtype, precision, "float32", None, False
     if chosen == (dtype, precision, "float32"):
         return dtype, precision, "float32", None, False
-    need = lambda d, p, t: store_.need(models.config_parts(spec, d, p, device, t),
-                                       models.loading_bytes(spec, d, p, t))
+    need = lambda d, p, t: store_.need(sizing.config_parts(spec, d, p, device, t),
+                                       sizing.loading_bytes(spec, d, p, t))
     why = explain.fitting_choice(explain.config_words(name, dtype, precision), need(dtype, precision, "float32"),
                                  None if chosen is None else explain.config_words(name, *chosen),
                                  0 if chosen is None else need(*chosen), store_.budget())
     return (*(chosen or (dtype, precision, "float32")), why, chosen is None)
 
 
+def _choices(dtypes: Iterable[str], precisions: Iterable[str], dtype: str, precision: str) -> list[tuple[str, str]]:
+    """Every (dtype, draft precision), the wanted one first, then the rest of its dtype, then the other dtypes."""
+    dts = [dtype, *[d for d in dtypes if d != dtype]]
+    ps = [precision, *[p for p in precisions if p != precision]]
+    return [(d, p) for d in dts for p in ps]
+
+
 def _by_dtype(options: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
-    """models.choices' (dtype, precision) list as (dtype, its precisions in order), dtypes in order."""
+    """_choices' (dtype, precision) list as (dtype, its precisions in order), dtypes in order."""
     out: dict[str, list[str]] = {}
     for d, p in options:
         out.setdefault(d, []).append(p)
@@ -443,7 +453,7 @@ def memory_note(name: str, dtype: str, precision: str, target_precision: str | N
     """The memory note under the pickers (with the chosen target precision where each dtype offers it).
     Raises SpecvizError for a bad budget setting or a broken registry."""
     from specviz.decoding import models
-    from specviz.modeling import memory, quant
+    from specviz.modeling import memory, quant, sizing
 
     device = models.default_device()
     spec = _spec(name)
@@ -451,8 +461,8 @@ def memory_note(name: str, dtype: str, precision: str, target_precision: str | N
     budget = store_.budget()
     precision = _precision(spec, dtype, precision, device)
     tp = target_precision or "float32"
-    parts = models.config_parts(spec, dtype, precision, device, tp)
-    loading = models.loading_bytes(spec, dtype, precision, tp)
+    parts = sizing.config_parts(spec, dtype, precision, device, tp)
+    loading = sizing.loading_bytes(spec, dtype, precision, tp)
     need = (f"Memory: this choice needs about {explain.format_bytes(store_.need(parts, loading))} "
             f"more; the budget is {explain.budget_words(budget)}, and the models loaded hold "
             f"{explain.format_bytes(store_.held())}.")
@@ -462,13 +472,13 @@ def memory_note(name: str, dtype: str, precision: str, target_precision: str | N
     except memory.OverBudget as e:
         refused = str(e)
     lines = []
-    for d, p0 in models.choices(DTYPE_CHOICES, quant.supported(device), DTYPE_CHOICES[0],
-                               quant.default_precision(device)):
+    for d, p0 in _choices(DTYPE_CHOICES, quant.supported(device), DTYPE_CHOICES[0],
+                          quant.default_precision(device)):
         p = _precision(spec, d, p0, device)
         t = tp if tp in target_choices(d) else "float32"
-        each = models.config_parts(spec, d, p, device, t)
-        mark = "fits" if store_.fits(each, models.loading_bytes(spec, d, p, t)) else "does not fit now"
+        each = sizing.config_parts(spec, d, p, device, t)
+        mark = "fits" if store_.fits(each, sizing.loading_bytes(spec, d, p, t)) else "does not fit now"
         target = "" if t == "float32" else f", {t} target"
         lines.append(f"- {d}, {p} draft{target}: "
-                     f"{explain.format_bytes(models.estimate_memory_bytes(spec, d, True, p, t))} ({mark})")
+                     f"{explain.format_bytes(sizing.estimate_memory_bytes(spec, d, True, p, t))} ({mark})")
     return MemoryNote(need, refused, tuple(dict.fromkeys(lines)))  # a draft of the target's layers: one per dtype

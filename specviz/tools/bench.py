@@ -69,8 +69,7 @@ import torch
 from specviz.device import clock, devqueue
 from specviz.teaching import explain
 from specviz.core import measure, theory
-from specviz.decoding import models
-from specviz.modeling import memory, quant
+from specviz.modeling import memory, quant, sizing
 from specviz.decoding import tree
 from specviz.decoding.drafters import ModelDrafter, PromptLookupDrafter
 from specviz.decoding.engine import autoregressive_decode, speculative_decode
@@ -162,9 +161,7 @@ def load(args):
     if args.tiny:
         pair = tiny_pair()
         if args.dtype:
-            from specviz.decoding.models import parse_dtype
-
-            dt = parse_dtype(args.dtype)
+            dt = quant.parse_dtype(args.dtype)
             pair.target, pair.draft, pair.dtype = pair.target.to(dt), pair.draft.to(dt), dt
         pair.draft_precision = quant.check(args.draft_precision, "cpu")
         quant.apply(pair.draft, pair.draft_precision)
@@ -548,7 +545,7 @@ def _config(args, pair, t_start: float, load_start: float) -> dict:
         "elapsed_s": time.perf_counter() - t_start,
         # the process's peak resident memory (one configuration per run), and what the estimator says it needs
         "peak_rss_bytes": memory.peak_resident_bytes(),
-        "memory_estimate_bytes": (models.estimate_memory_bytes(pair.spec, pair.dtype, draft_precision=pair.draft_precision,
+        "memory_estimate_bytes": (sizing.estimate_memory_bytes(pair.spec, pair.dtype, draft_precision=pair.draft_precision,
                                                                target_precision=getattr(pair, "target_precision", None))
                                   if getattr(pair, "spec", None) is not None else None),
     }  # fmt: skip
