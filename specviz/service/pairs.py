@@ -258,20 +258,22 @@ def load_pair_cached(name: str, dtype: str, draft_precision: str | None = None,
 
 
 def lease_pair(name: str, dtype: str, draft_precision: str | None = None, target_precision: str | None = None,
-               show: Show | None = None):
+               show: Show | None = None, runner=None):
     """(pair, lease) as load_pair_cached gives the pair; while the lease is held (a live run holds it until it
-    ends: Playback.hold), the store never unloads that pair."""
+    ends: Playback.hold), the store never unloads that pair. runner: the device as this caller reaches it, whose
+    paused() lets the caller's turn to draw go while it waits (None: the device queue's)."""
     from specviz.device import devqueue
     from specviz.decoding import models
     from specviz.modeling import sizing
 
     device = models.default_device()
+    runner = runner or devqueue.queue_runner(device)
     # a draft that loads straight in its precision (an int8 draft from its int8 copy) is loaded so; any other is
     # loaded in dtype, and its precision is a copy of that draft (_variant)
     spec, precision, tp, loaded_as, base_key = _base(name, dtype, draft_precision, target_precision)
     store_ = store()
     what = explain.config_words(name, dtype, precision, tp)
-    with devqueue.QUEUE.paused():  # a load may wait on model work: not while this page holds a turn to draw
+    with runner.paused():  # a load may wait on model work: not while this page holds a turn to draw
         # refused before anything loads: the pair as loaded and the draft's copy must fit at once
         store_.check(sizing.config_parts(spec, dtype, precision, device, tp), what,
                      sizing.loading_bytes(spec, dtype, precision, tp))
