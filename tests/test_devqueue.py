@@ -18,6 +18,7 @@ import torch
 
 from busy import busy_programs, passes_losing_the_cpu, team_or_skip
 from specviz.device import clock, devqueue
+from specviz.devtools.loadtest import trace_holds
 from specviz.teaching import explain
 from specviz.device.devqueue import Cancelled, DeviceQueue
 from specviz.core.settings import DecodeSettings
@@ -198,22 +199,22 @@ def test_a_trace_records_each_outer_hold_and_sums_the_time_the_device_was_held(t
     t1 = time.time()
     rows = [json.loads(r) for r in trace.read_text().splitlines()]
     assert len(rows) == 3  # outer holds only
-    got = devqueue.trace_holds(str(trace), t0, t1)
+    got = trace_holds(str(trace), t0, t1)
     assert got["holds"] == 3 and set(got["owners_held_s"]) == {"a", "b"}
     # one at a time: held time is the sum of the holds, and the wall is at least that
     assert 0.15 <= got["held_s"] <= t1 - t0 + 1e-6
     assert got["owners_held_s"]["a"] == pytest.approx(2 * got["owners_held_s"]["b"], rel=0.5)
     assert got["longest_gap_s"] >= 0.045  # a's second round ended at least one hold after its first
     # a window clips the holds to it; one before every hold sees none
-    assert devqueue.trace_holds(str(trace), t0 - 10, t0 - 5)["holds"] == 0
+    assert trace_holds(str(trace), t0 - 10, t0 - 5)["holds"] == 0
     first, last = min(r["granted"] for r in rows), max(r["released"] for r in rows)
     mid = (first + last) / 2  # inside the second hold
-    half = devqueue.trace_holds(str(trace), t0, mid)
+    half = trace_holds(str(trace), t0, mid)
     assert half["held_s"] == pytest.approx(sum(max(0.0, min(r["released"], mid) - r["granted"]) for r in rows))
     # the last hold's end: the moment the device's work for the window was done, clipped to the window
     assert got["last_released"] == last and half["last_released"] == mid
-    assert devqueue.trace_holds(str(tmp_path / "none"), t0, t1)["last_released"] is None
-    assert devqueue.trace_holds(str(tmp_path / "none"), t0, t1)["holds"] == 0  # no file: nothing held
+    assert trace_holds(str(tmp_path / "none"), t0, t1)["last_released"] is None
+    assert trace_holds(str(tmp_path / "none"), t0, t1)["holds"] == 0  # no file: nothing held
 
 
 @pytest.mark.cores
@@ -227,13 +228,13 @@ def test_a_trace_labels_each_hold_with_what_it_is_and_sorts_their_times_by_label
     t1 = time.time()
     rows = [json.loads(r) for r in trace.read_text().splitlines()]
     assert [r.get("what") for r in rows] == ["token", None, "round", "token"]  # no label: no field
-    got = devqueue.trace_holds(str(trace), t0, t1)["what_s"]
+    got = trace_holds(str(trace), t0, t1)["what_s"]
     assert set(got) == {"token", "round"} and len(got["token"]) == 2 and len(got["round"]) == 1
     assert got["token"] == pytest.approx([r["released"] - r["granted"] for r in rows if r.get("what") == "token"])
     assert 0.02 <= got["token"][0] < got["token"][1] and got["round"][0] >= 0.05
     # only holds wholly inside the window: one cut by its edge would read short
     mid = (rows[2]["granted"] + rows[2]["released"]) / 2
-    assert devqueue.trace_holds(str(trace), t0, mid)["what_s"] == {"token": got["token"][:1]}
+    assert trace_holds(str(trace), t0, mid)["what_s"] == {"token": got["token"][:1]}
 
 
 def test_a_trace_that_cannot_be_written_never_costs_the_work(tmp_path):

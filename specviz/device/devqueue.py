@@ -16,8 +16,8 @@ A hold inside a hold of the same thread and device passes straight through
 
 Trace: with $SPECVIZ_QUEUE_TRACE set to a file, every hold is appended to it
 as one JSON line (owner, device, asked, granted, released; seconds since the
-epoch), and `trace_holds` sums a window of it: how long the device was held
-and by whom. The load test reads it from the server it starts.
+epoch). The load test reads it from the server it starts (its `trace_holds`
+sums a window of it: how long the device was held and by whom).
 
 Owners: each hold belongs to an owner (a session id). `session(owner, on_wait)`
 names the owner of every hold made in this context; `on_wait(ahead)` is called
@@ -271,7 +271,7 @@ class DeviceQueue:
 
     def __init__(self, poll_s: float = POLL_S, env: str | None = None, trace: str | None = None):
         self.poll_s = poll_s
-        self.trace = trace  # a path: every hold is appended to it as one JSON line (see trace_holds)
+        self.trace = trace  # a path: every hold is appended to it as one JSON line (the load test reads it)
         self._env = env  # None: read $SPECVIZ_DEVICE_CONCURRENCY when a device is first used
         self._lock = threading.RLock()  # guards the lines
         self._trace_lock = threading.Lock()  # one trace line written at a time, never under _lock (a slow disk)
@@ -312,7 +312,7 @@ class DeviceQueue:
         """Wait for this owner's turn on the device, hold it for the block, then pass it on.
 
         turn=False: pages may draw meanwhile (a model load, which shows no timing and may take minutes).
-        what: a label the trace writes with the hold (trace_holds sorts the holds' times by it)."""
+        what: a label the trace writes with the hold (the load test's trace_holds sorts the holds' times by it)."""
         key = device_key(device)
         ctx = _owner.get()
         owner = _current_owner() if owner is None else owner
@@ -524,37 +524,6 @@ class DeviceQueue:
 
 QUEUE = DeviceQueue(trace=os.environ.get(ENV_TRACE) or None)  # the one queue of this process: every
 # session of a server shares it
-
-
-def trace_holds(path: str, since: float = 0.0, until: float = math.inf) -> dict:
-    """What a trace file (ENV_TRACE) says of [since, until]: the holds, the time the device was held (the union
-    of the holds, clipped to the window), each owner's held time, the longest time between the ends of
-    two consecutive holds of one owner (between two of its rounds appearing), when the last hold ended
-    (None when there was none), and the durations of the holds wholly inside the window by their label
-    (`what_s`: {what: [seconds, ...]} in order; holds without one are left out)."""
-    holds = []
-    try:
-        with open(path) as f:
-            for line in f:
-                row = json.loads(line)
-                if row["released"] > since and row["granted"] < until:
-                    holds.append(row)
-    except FileNotFoundError:
-        pass
-    held, end, owners, last, gap, what = 0.0, since, {}, {}, 0.0, {}
-    for h in sorted(holds, key=lambda h: h["granted"]):
-        if "what" in h and h["granted"] >= since and h["released"] <= until:
-            what.setdefault(h["what"], []).append(h["released"] - h["granted"])
-        a, b = max(h["granted"], end), min(h["released"], until)
-        held += max(0.0, b - a)
-        end = max(end, b)
-        o = h["owner"]
-        owners[o] = owners.get(o, 0.0) + min(h["released"], until) - max(h["granted"], since)
-        if o in last:
-            gap = max(gap, h["released"] - last[o])
-        last[o] = h["released"]
-    return {"holds": len(holds), "held_s": held, "owners_held_s": owners, "longest_gap_s": gap,
-            "last_released": max((min(h["released"], until) for h in holds), default=None), "what_s": what}
 
 
 def hold(device="cpu", what: str | None = None):

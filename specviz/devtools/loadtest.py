@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from specviz.device.devqueue import ENV_TRACE, lower_thread, trace_holds
+from specviz.device.devqueue import ENV_TRACE, lower_thread
 from specviz.data.records import AUTOREGRESSIVE
 from specviz.devtools.honesty import TOLERANCE, within
 
@@ -114,6 +114,37 @@ _READ = """() => {
           error: body.includes('The run stopped early') || !!document.querySelector('[data-testid="stException"]'),
           text: text && finished ? committed(text) : ''};
 }"""
+
+
+def trace_holds(path: str, since: float = 0.0, until: float = math.inf) -> dict:
+    """What a trace file (ENV_TRACE) says of [since, until]: the holds, the time the device was held (the union
+    of the holds, clipped to the window), each owner's held time, the longest time between the ends of
+    two consecutive holds of one owner (between two of its rounds appearing), when the last hold ended
+    (None when there was none), and the durations of the holds wholly inside the window by their label
+    (`what_s`: {what: [seconds, ...]} in order; holds without one are left out)."""
+    holds = []
+    try:
+        with open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                if row["released"] > since and row["granted"] < until:
+                    holds.append(row)
+    except FileNotFoundError:
+        pass
+    held, end, owners, last, gap, what = 0.0, since, {}, {}, 0.0, {}
+    for h in sorted(holds, key=lambda h: h["granted"]):
+        if "what" in h and h["granted"] >= since and h["released"] <= until:
+            what.setdefault(h["what"], []).append(h["released"] - h["granted"])
+        a, b = max(h["granted"], end), min(h["released"], until)
+        held += max(0.0, b - a)
+        end = max(end, b)
+        o = h["owner"]
+        owners[o] = owners.get(o, 0.0) + min(h["released"], until) - max(h["granted"], since)
+        if o in last:
+            gap = max(gap, h["released"] - last[o])
+        last[o] = h["released"]
+    return {"holds": len(holds), "held_s": held, "owners_held_s": owners, "longest_gap_s": gap,
+            "last_released": max((min(h["released"], until) for h in holds), default=None), "what_s": what}
 
 
 @dataclass
