@@ -17,7 +17,7 @@ import argparse
 import statistics
 import time
 
-from specviz.device import devqueue
+from specviz.device import tuning
 from specviz.decoding import engine, models
 from specviz.core import prompts
 from specviz.core.settings import DecodeSettings
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--target-only", action="store_true", help="only the target-alone runs")
     a = ap.parse_args()
     pair = models.load_pair()
-    devqueue.freeze_heap()  # as the server does after a load
+    tuning.freeze_heap()  # as the server does after a load
     ids = prompts.encode(pair.tokenizer, prompts.preset(prompts.FIRST_RUN.preset).text)
     run_sessions(pair, ids, 1, False, a.target_only)  # warm-up
     for rep in range(a.reps):

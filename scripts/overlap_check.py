@@ -26,7 +26,7 @@ import time
 import torch
 from transformers import DynamicCache
 
-from specviz.device import devqueue
+from specviz.device import devqueue, tuning
 from specviz.decoding import models
 from specviz.core import prompts
 
@@ -35,7 +35,7 @@ class Model:
     """One model with a prompt read into its cache; each pass is undone after (the cache stays the prompt).
 
     Not specviz.modeling.lm.CachedLM: its passes run on the device's one worker thread (devqueue.run), so two of them
-    could never overlap, which is what this measures. Threads per pass are set with devqueue._own_threads,
+    could never overlap, which is what this measures. Threads per pass are set with tuning.own_threads,
     the per-thread count the worker itself is given."""
 
     def __init__(self, model, ids: list[int]):
@@ -59,7 +59,7 @@ def overlapped(target: Model, draft: Model, n: int) -> tuple[float, int, float]:
     done, out = threading.Event(), []
 
     def verify():
-        devqueue._own_threads(1)
+        tuning.own_threads(1)
         out.append(target.pass_s(n))
         done.set()
 
@@ -87,20 +87,20 @@ def main() -> None:
         rows: dict[str, list[float]] = {}
         for _ in range(args.reps):  # interleaved: every figure of a repetition taken within seconds
             for threads in (cores, 1):
-                devqueue._own_threads(threads)
+                tuning.own_threads(threads)
                 rows.setdefault(f"target 1 token, {threads} thread(s)", []).append(target.pass_s(1))
                 rows.setdefault(f"target {n} tokens, {threads} thread(s)", []).append(target.pass_s(n))
                 rows.setdefault(f"draft step, {threads} thread(s)", []).append(
                     statistics.median(draft.pass_s(1) for _ in range(5)))
-            devqueue._own_threads(cores)
+            tuning.own_threads(cores)
             for m in (3, 5):
                 rows.setdefault(f"draft pass of {m} tokens, {cores} thread(s)", []).append(draft.pass_s(m))
-            devqueue._own_threads(1)
+            tuning.own_threads(1)
             pass_s, steps, step_s = overlapped(target, draft, n)
             rows.setdefault(f"at once: target {n} tokens, 1 thread", []).append(pass_s)
             rows.setdefault("at once: draft step, 1 thread", []).append(step_s)
             rows.setdefault("at once: draft steps made during the pass", []).append(steps)
-        devqueue._own_threads(cores)
+        tuning.own_threads(cores)
         return {name: statistics.median(v) for name, v in rows.items()}
 
     med = devqueue.run("cpu", measure)

@@ -64,7 +64,7 @@ def registry_pair():
 
 def test_the_server_freezes_the_heap_once_a_pair_is_loaded():
     """A full garbage collection must not walk the models: the page's load freezes what is alive
-    (devqueue.freeze_heap)."""
+    (tuning.freeze_heap)."""
     import gc
 
     from specviz.service import pairs

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from busy import busy_programs, passes_losing_the_cpu, team_or_skip
-from specviz.device import clock, devqueue
+from specviz.device import clock, devqueue, tuning
 from specviz.devtools.loadtest import trace_holds
 from specviz.teaching import explain
 from specviz.device.devqueue import Cancelled, DeviceQueue
@@ -826,7 +826,7 @@ def _cores_shared() -> int:
 def test_the_cores_go_to_the_worker_wherever_pytorch_runs_on_gnu_openmp_with_two_cores():
     import os
 
-    if os.environ.get(devqueue.ENV_SHARE_CORES) == "0" or devqueue._libgomp() is None or (os.cpu_count() or 1) < 2:
+    if os.environ.get(devqueue.ENV_SHARE_CORES) == "0" or tuning.libgomp() is None or (os.cpu_count() or 1) < 2:
         pytest.skip("turned off, or not GNU OpenMP, or one core")
     assert devqueue._WORKERS.threads.get("cpu", 0) > 1  # share_cores() did not fall back
 
@@ -851,7 +851,7 @@ def test_a_float32_product_in_mkl_runs_on_all_the_workers_cores():
     """transformers as shipped sends a float32 Linear to MKL, which keeps its own thread count: on the worker
     it must use the worker's threads, not the one a page gets."""
     n = _cores_shared()
-    if devqueue._mkl_threads(1) is None:
+    if tuning.mkl_threads(1) is None:
         pytest.skip("no MKL in this PyTorch build")
     x, w = torch.randn(8, 1024), torch.randn(4096, 1024)  # (8, 1024) @ (1024, 4096): MKL's sgemm
 
@@ -886,82 +886,18 @@ def test_run_carries_the_callers_context_and_modes_and_raises_its_errors():
 
 def test_model_work_asked_for_by_a_niced_page_runs_at_the_workers_priority():
     def nice_here() -> int:
-        return devqueue.thread_nice(threading.get_native_id())
+        return tuning.thread_nice(threading.get_native_id())
 
     worker_nice = devqueue.run("cpu", nice_here)
     if worker_nice >= 19:
         pytest.skip("the worker is at the lowest priority already")
 
     def page():  # a page thread (which may start niced: an app test lowers the thread that starts them)
-        assert devqueue.lower_thread(threading.get_native_id(), min(19, max(nice_here(), worker_nice) + 3))
+        assert tuning.lower_thread(threading.get_native_id(), min(19, max(nice_here(), worker_nice) + 3))
         return nice_here(), devqueue.run("cpu", nice_here)
 
     page_nice, work_nice = _on_new_thread(page)
     assert page_nice > worker_nice and work_nice == worker_nice
-
-
-def test_lowering_a_thread_never_raises_its_priority():
-    def go():
-        me = threading.get_native_id()
-        start = devqueue.thread_nice(me)
-        if start > 16:
-            pytest.skip("this thread is near the lowest priority already")
-        assert devqueue.lower_thread(me, start + 3) and devqueue.thread_nice(me) == start + 3
-        assert devqueue.lower_thread(me, start) and devqueue.thread_nice(me) == start + 3  # left as it is
-        return True
-
-    assert _on_new_thread(go)
-
-
-@pytest.mark.parametrize("raw, want", [("", devqueue.PAGE_NICE), ("0", 0), (" 19 ", 19), ("7", 7)])
-def test_the_page_niceness_setting(raw, want):
-    assert devqueue.page_nice(raw) == want
-
-
-@pytest.mark.parametrize("raw", ["-1", "20", "ten", "1.5"])
-def test_a_bad_page_niceness_is_named(raw):
-    with pytest.raises(devqueue.InvalidSetting, match=devqueue.ENV_PAGE_NICE):
-        devqueue.page_nice(raw)
-
-
-@pytest.mark.parametrize("raw, want", [("", devqueue.SWITCH_MS), ("5", 5.0), (" 0.25 ", 0.25)])
-def test_the_switch_interval_setting(raw, want):
-    assert devqueue.switch_ms(raw) == want
-
-
-@pytest.mark.parametrize("raw", ["fast", "0", "-1", "1000", "nan"])
-def test_a_bad_switch_interval_is_named(raw):
-    with pytest.raises(devqueue.InvalidSetting, match=devqueue.ENV_SWITCH):
-        devqueue.switch_ms(raw)
-
-
-def test_handover_sets_pythons_switch_interval():
-    import sys
-
-    was = sys.getswitchinterval()
-    try:
-        assert devqueue.handover(2.0) == pytest.approx(0.002)
-        assert sys.getswitchinterval() == pytest.approx(0.002)
-    finally:
-        sys.setswitchinterval(was)
-
-
-def test_freeze_heap_takes_what_is_alive_out_of_the_collectors_walk(monkeypatch):
-    import gc
-
-    kept = [[i] for i in range(100_000)]  # like a loaded pair: many objects the collector tracks, all kept
-    gc.unfreeze()
-    try:
-        before = len(gc.get_objects())
-        assert devqueue.freeze_heap() >= len(kept)
-        assert len(gc.get_objects()) < before - len(kept)  # a full collection no longer walks them
-        frozen = gc.get_freeze_count()
-        monkeypatch.setenv(devqueue.ENV_GC_FREEZE, "0")
-        more = [[i] for i in range(1000)]
-        assert devqueue.freeze_heap() == 0 and gc.get_freeze_count() == frozen  # turned off: nothing new
-    finally:
-        gc.unfreeze()
-    assert kept[-1] == [99_999] and more[0] == [0]  # frozen or not, nothing alive was lost
 
 
 @pytest.mark.cores

@@ -414,17 +414,17 @@ def test_a_target_alone_run_that_failed_in_an_earlier_script_run_is_a_message_no
 def test_a_page_hands_the_gil_over_quickly_and_names_a_bad_setting(monkeypatch):
     import sys
 
-    from specviz.device import devqueue
+    from specviz.device import tuning
 
     was = sys.getswitchinterval()
     try:
         sys.setswitchinterval(0.005)  # Python's default
         new_app()
-        assert sys.getswitchinterval() == pytest.approx(devqueue.SWITCH_MS / 1000)
+        assert sys.getswitchinterval() == pytest.approx(tuning.SWITCH_MS / 1000)
         sys.setswitchinterval(0.005)
-        monkeypatch.setenv(devqueue.ENV_SWITCH, "soon")
+        monkeypatch.setenv(tuning.ENV_SWITCH, "soon")
         at = new_app()  # no exception
-        assert any(devqueue.ENV_SWITCH in e.value for e in at.error)  # said in the page, not a traceback
+        assert any(tuning.ENV_SWITCH in e.value for e in at.error)  # said in the page, not a traceback
         assert sys.getswitchinterval() == 0.005  # and left as it was
     finally:
         sys.setswitchinterval(was)

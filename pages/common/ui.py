@@ -228,7 +228,7 @@ def join_device_queue() -> None:
     """
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-    from specviz.device import devqueue
+    from specviz.device import devqueue, tuning
 
     ctx = get_script_run_ctx()
     notice = st.empty()
@@ -250,7 +250,7 @@ def join_device_queue() -> None:
     owner = ctx.session_id if ctx is not None else "no-session"
     devqueue.set_session(owner, on_wait)
     devqueue.start()  # once per server, before lower_page_threads: the device's workers keep the server's priority
-    for server_setting in (devqueue.lower_page_threads, devqueue.handover):
+    for server_setting in (tuning.lower_page_threads, tuning.handover):
         try:
             server_setting()
         except InvalidSetting as e:  # a bad environment variable of the server: said, and the page goes on

@@ -53,7 +53,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from specviz.device.devqueue import ENV_TRACE, lower_thread
+from specviz.device.devqueue import ENV_TRACE
+from specviz.device.tuning import lower_thread
 from specviz.data.records import AUTOREGRESSIVE
 from specviz.devtools.honesty import TOLERANCE, within
 

@@ -222,14 +222,14 @@ def _precision(spec, dtype: str, draft_precision: str | None, device: str) -> st
 def _warm_up(pair, progress) -> None:
     """A speculative warm-up run (engine.warm_up, which then counts the pair's draft as warmed), so one-time
     costs (allocations, kernel choice) land in no measured run; then what is alive is frozen
-    (devqueue.freeze_heap), so no garbage collection walks the new models again."""
-    from specviz.device import devqueue
+    (tuning.freeze_heap), so no garbage collection walks the new models again."""
     from specviz.decoding.engine import warm_up
+    from specviz.device import tuning
 
     progress("warming up", 1.0)
     warm_up(pair.target, list(range(1, 9)), pair.drafter(), DecodeSettings(k=2), eos_token_id=[],
             vocab=pair.shared_vocab)
-    devqueue.freeze_heap()
+    tuning.freeze_heap()
 
 
 def _waited(slot_: Slot, title: str, show: Show | None):
