@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from busy import busy_programs, passes_losing_the_cpu, team_or_skip
+from on_thread import on_new_thread
 from specviz.device import clock, devqueue, tuning
 from specviz.devtools.loadtest import trace_holds
 from specviz.teaching import explain
@@ -797,24 +798,6 @@ def test_run_files_without_the_flag_load_and_a_bad_flag_is_named():
 # model work on the device's worker: one thread, one team of OpenMP threads, not niced with the pages
 
 
-def _on_new_thread(fn):
-    """fn() on a thread of its own; what it returned, or what it raised."""
-    box: dict = {}
-
-    def go():
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread
-            box["error"] = e
-
-    t = threading.Thread(target=go)
-    t.start()
-    t.join(60)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
 def _cores_shared() -> int:
     n = devqueue._WORKERS.threads.get("cpu")
     if not n:
@@ -838,12 +821,12 @@ def test_model_work_from_any_thread_runs_on_one_worker_with_all_the_cores_thread
     def where():
         return threading.get_ident(), torch.get_num_threads()
 
-    seen = {devqueue.run("cpu", where), _on_new_thread(lambda: devqueue.run("cpu", where)),
-            _on_new_thread(lambda: devqueue.run("cpu", where))}
+    seen = {devqueue.run("cpu", where), on_new_thread(lambda: devqueue.run("cpu", where)),
+            on_new_thread(lambda: devqueue.run("cpu", where))}
     assert len(seen) == 1, seen  # the same thread, whoever asked
     worker, threads = seen.pop()
     assert worker != threading.get_ident() and threads == n == devqueue.model_threads("cpu") > 1
-    assert _on_new_thread(torch.get_num_threads) == 1  # a page's own work runs on one core
+    assert on_new_thread(torch.get_num_threads) == 1  # a page's own work runs on one core
 
 
 @pytest.mark.cores
@@ -896,7 +879,7 @@ def test_model_work_asked_for_by_a_niced_page_runs_at_the_workers_priority():
         assert tuning.lower_thread(threading.get_native_id(), min(19, max(nice_here(), worker_nice) + 3))
         return nice_here(), devqueue.run("cpu", nice_here)
 
-    page_nice, work_nice = _on_new_thread(page)
+    page_nice, work_nice = on_new_thread(page)
     assert page_nice > worker_nice and work_nice == worker_nice
 
 

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from on_thread import on_new_thread
 from specviz.core.errors import InvalidSetting
 from specviz.device import tuning
 
@@ -21,20 +22,7 @@ def test_lowering_a_thread_never_raises_its_priority():
         assert tuning.lower_thread(me, start) and tuning.thread_nice(me) == start + 3  # left as it is
         return True
 
-    box: dict = {}
-
-    def on_its_own_thread():  # niceness is per thread: the test's own thread keeps its priority
-        try:
-            box["value"] = go()
-        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread (a skip too)
-            box["error"] = e
-
-    t = threading.Thread(target=on_its_own_thread)
-    t.start()
-    t.join(60)
-    if "error" in box:
-        raise box["error"]
-    assert box["value"]
+    assert on_new_thread(go)  # niceness is per thread: the test's own thread keeps its priority
 
 
 @pytest.mark.parametrize("raw, want", [("", tuning.PAGE_NICE), ("0", 0), (" 19 ", 19), ("7", 7)])
