@@ -799,7 +799,7 @@ def test_run_files_without_the_flag_load_and_a_bad_flag_is_named():
 
 
 def _cores_shared() -> int:
-    n = devqueue._WORKERS.threads.get("cpu")
+    n = devqueue.QUEUE.threads.get("cpu")
     if not n:
         pytest.skip("one core, or an OpenMP runtime that keeps no per-thread count: share_cores() left it")
     return n
@@ -811,7 +811,7 @@ def test_the_cores_go_to_the_worker_wherever_pytorch_runs_on_gnu_openmp_with_two
 
     if os.environ.get(devqueue.ENV_SHARE_CORES) == "0" or tuning.libgomp() is None or (os.cpu_count() or 1) < 2:
         pytest.skip("turned off, or not GNU OpenMP, or one core")
-    assert devqueue._WORKERS.threads.get("cpu", 0) > 1  # share_cores() did not fall back
+    assert devqueue.QUEUE.threads.get("cpu", 0) > 1  # share_cores() did not fall back
 
 
 @pytest.mark.cores

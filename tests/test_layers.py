@@ -242,9 +242,6 @@ def test_the_devtools_check_can_fail(tmp_path):
 #    that takes a `runner` parameter (an entry point: CachedLM, open_lm, the engine's streams, load_pair, ...);
 #  - devqueue.start(), which starts the layer (a program's entry point);
 #  - type names (TYPES): a LoadNote built or annotated, a PassTime, an OnWait callback (of either module);
-#  - ALLOWED, named: POLL_S, the pace a queued hold reports at, which a pooled verify request keeps
-#    (decoding/pool.py); session_on_wait, the callback of the page session the current thread runs for (a context
-#    value the queue keeps, not the device), which a pooled request reports its wait to as a queued hold does.
 # The process's own settings (specviz/device/tuning.py: thread priority, the GIL, the heap) are not the device,
 # and the check leaves them alone.
 # Imported as `from specviz.device import devqueue` (or clock), or the type names
@@ -254,7 +251,7 @@ def test_the_devtools_check_can_fail(tmp_path):
 # (cli), set its model threads (bench --threads), and time the device themselves (bench's transformers baseline,
 # judged by clock.crowded; batchbench's raw batched passes).
 TYPES = frozenset({"LoadNote", "LoadWatch", "OnWait", "PassTime", "Slot"})
-ALLOWED = frozenset({"start", "POLL_S", "session_on_wait"}) | TYPES
+ALLOWED = frozenset({"start"}) | TYPES
 OUTSIDE = ("device", "devtools", "tools")  # the layers the check leaves out (above)
 CHECKED = ("devqueue", "clock")  # the modules of specviz/device the check covers the uses of
 

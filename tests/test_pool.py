@@ -298,11 +298,12 @@ def test_one_shared_pass_gives_each_its_own_logits_and_charges_its_measured_solo
     pool, reqs, boxes, refs = _priced(pair[0], 3, 0.123)
     holder = _Holder()
     out, threads = _start(pool, reqs, ["a", "b", "c"])
-    _wait_for(lambda: "a" in devqueue.QUEUE.stats("cpu")["waiting"])  # the leader alone queues
-    assert "b" not in devqueue.QUEUE.stats("cpu")["waiting"]
+    _wait_for(lambda: devqueue.QUEUE.stats("cpu")["waiting"] == ["a", "b", "c"])  # each request a job in line
+    grants = devqueue.QUEUE.stats("cpu")["grants"]
     holder.release.set()
     for t in threads:
         t.join(30)
+    assert devqueue.QUEUE.stats("cpu")["grants"] == grants + 1  # one grant, one pass, for the three
     for owner, req, box, ref in zip("abc", reqs, boxes, refs):
         assert out[owner] == ("round", req.lm.n)
         got = box[0]
@@ -513,3 +514,28 @@ class _Asking(_Holder):
         self.held, self.release = threading.Event(), threading.Event()
         self.thread = threading.Thread(target=self._hold, daemon=True)
         self.thread.start()
+
+
+def test_a_round_granted_just_as_its_page_stops_is_kept_for_the_next_call(pair, monkeypatch):
+    """A page that stops while its round waits for the device cancels the round's job; one granted at that very
+    moment has run: the next next() takes that round, and the run writes what it writes alone."""
+    monkeypatch.setenv("SPECVIZ_BATCH_VERIFY", "0")  # each round one job of its own
+    target, draft = pair
+    alone = _decode(target, draft, 0)
+    holder = _Holder()
+
+    def on_wait(ahead):
+        if ahead is None or holder.release.is_set():
+            return
+        grants = devqueue.QUEUE.stats("cpu")["grants"]
+        holder.release.set()  # the device frees, and this round is granted while its page stops
+        _wait_for(lambda: devqueue.QUEUE.stats("cpu")["grants"] > grants)
+        raise _Stop
+
+    with devqueue.session("page", on_wait):
+        stream = engine.speculative_stream(target, draft, PROMPTS[0], SETTINGS[0])
+        with pytest.raises(_Stop):
+            next(stream)
+        rounds = list(stream)
+    assert stream.run.token_ids == alone.token_ids
+    assert len(rounds) == len(alone.rounds)

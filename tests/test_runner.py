@@ -16,16 +16,20 @@ PROMPT = [2, 7, 1, 8, 2, 8]
 
 
 class RecordingRunner(InlineRunner):
-    """An inline runner that counts what goes through it: holds, calls run, and the passes noted."""
+    """An inline runner that counts what goes through it: jobs submitted, calls run, and the passes noted."""
 
     def __init__(self):
         super().__init__()
-        self.inside = 0  # how deep in run() the caller is now
-        self.holds = self.runs = self.noted = 0
+        self.in_job = self.inside = 0  # how deep in submitted jobs and in run() the caller is now
+        self.submits = self.runs = self.noted = 0
 
-    def hold(self, what=None):
-        self.holds += 1
-        return super().hold(what)
+    def submit(self, fn, what=None, together=None, item=None, most=1):
+        self.submits += 1
+        self.in_job += 1
+        try:
+            return super().submit(fn, what, together, item, most)
+        finally:
+            self.in_job -= 1
 
     def run(self, fn, turn=True):
         self.runs += 1
@@ -41,16 +45,17 @@ class RecordingRunner(InlineRunner):
 
 
 def forwards(model, runner: RecordingRunner) -> list[int]:
-    """One entry per forward pass of `model` from now on: how deep in runner.run it ran. A pass in a round runs
-    at depth 2: the round's run (DecodeStream) and the pass's own (the cache's)."""
-    seen: list[int] = []
-    model.register_forward_pre_hook(lambda m, a: seen.append(runner.inside))
+    """One entry per forward pass of `model` from now on: how deep in submitted jobs and in runner.run it ran
+    (jobs, runs). A pass in a round runs in the round's job (DecodeStream) and in a run() of its own (the
+    cache's)."""
+    seen: list[tuple[int, int]] = []
+    model.register_forward_pre_hook(lambda m, a: seen.append((runner.in_job, runner.inside)))
     return seen
 
 
 def through(seen: list[int]) -> bool:
-    """Every pass ran in its own run(), inside its round's."""
-    return all(d == 2 for d in seen)
+    """Every pass ran in a run() of its own, inside its round's job."""
+    return all(jobs == 1 and runs >= 1 for jobs, runs in seen)
 
 
 def test_both_runners_are_runners():
@@ -74,10 +79,10 @@ def test_every_pass_of_a_speculative_run_goes_through_its_runner(cache, temperat
     # each model's forwards are its Run's passes, and every one ran in the runner's run()
     assert (len(t_seen), len(d_seen)) == (run.target_passes, run.draft_passes)
     assert through(t_seen) and through(d_seen), (t_seen, d_seen)
-    # every pass was run, timed and judged through the runner, and every round held the device through it
+    # every pass was run, timed and judged through the runner, and every round was one job of it
     passes = run.target_passes + run.draft_passes
-    assert rec.noted == passes and rec.runs == len(run.rounds) + passes
-    assert rec.holds == len(run.rounds) + passes
+    assert rec.noted == passes and rec.runs >= passes
+    assert rec.submits == len(run.rounds)
 
 
 def test_every_pass_of_the_target_alone_and_of_a_tree_goes_through_its_runner():
@@ -151,7 +156,7 @@ def test_a_measurement_times_its_passes_through_the_runner_it_is_given():
     assert set(out) == {(1, 1), (2, 1), (1, 2), (2, 2)} and all(len(v) == 1 and v[0] > 0 for v in out.values())
     passes = 2 * 2 * 2  # batches × sizes × (reps + the warm-up)
     assert rec.noted == w.passes == passes and rec.runs == 2 + passes  # each batch's context, then its passes
-    assert len(seen) == 2 + passes and all(d == 1 for d in seen)  # every forward inside the runner's run()
+    assert len(seen) == 2 + passes and all(s == (0, 1) for s in seen)  # every forward inside the runner's run()
     before = rec.runs
     assert experiments.memory_bandwidth("cpu", megabytes=1, reps=2, runner=rec) > 0
     assert rec.runs == before + 3

@@ -70,7 +70,8 @@ def test_freeze_heap_takes_what_is_alive_out_of_the_collectors_walk(monkeypatch)
         frozen = gc.get_freeze_count()
         monkeypatch.setenv(tuning.ENV_GC_FREEZE, "0")
         more = [[i] for i in range(1000)]
-        assert tuning.freeze_heap() == 0 and gc.get_freeze_count() == frozen  # turned off: nothing new
+        # turned off: nothing new frozen (a frozen object another thread lets go of leaves the count)
+        assert tuning.freeze_heap() == 0 and gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
     assert kept[-1] == [99_999] and more[0] == [0]  # frozen or not, nothing alive was lost

@@ -20,7 +20,6 @@ timings compare like with like.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 import time
@@ -350,13 +349,14 @@ def finish(prop: Proposal, logits: torch.Tensor, sampler: Sampler, target: Cache
 class DecodeStream:
     """Iterate to get each Round as it happens; afterwards `.run` holds the Run.
 
-    Each next() holds the device for one round through the stream's runner (the queue's: in turn
-    with every other session), so a long job lets others in between its rounds. The wait happens
+    Each next() submits one round as a job to the stream's runner (the queue's: in turn with every
+    other session) and waits for it, so a long job lets others in between its rounds. The wait happens
     before the round's generator resumes, while the engine counts the time as not decoding:
     decode_s is only time spent holding the device. `waited_s` sums the waits.
 
-    A round waiting for a shared verify pass (decoding/pool.py) that is stopped (its page must stop) stays at its
-    request: the next next() asks again, or takes what the pass gave it if it was served meanwhile.
+    A round stopped while it waits (its page must stop) is never lost: one still in line is cancelled and asked
+    again by the next next(), one granted meanwhile is kept for it; so is a round waiting for a shared verify
+    pass (decoding/pool.py), which the next next() asks again or takes from the pass that served it.
     """
 
     def __init__(self, gen: Iterator[Round] | Callable[["DecodeStream"], Iterator[Round]],
@@ -373,6 +373,7 @@ class DecodeStream:
         self.model_work_left = True
         self._gen = gen(self) if callable(gen) else gen
         self._asked: VerifyRequest | None = None  # a round's verify request whose wait was stopped
+        self._job = None  # a round's job whose wait was stopped after it was granted: its round, for the next call
 
     @property
     def device(self) -> str:
@@ -411,18 +412,24 @@ class DecodeStream:
         return req.value
 
     def _round(self):
-        """The next round, holding the device (or its VerifyRequest: decoding/pool.py)."""
-        # after the last round only the Run is assembled: no need to queue for the device
-        queue = self.runner.hold(self.what) if self.model_work_left else contextlib.nullcontext()
-        with queue as slot:
-            if slot is None:
-                return next(self._gen)
-            self.waited_s += slot.waited_s
-            return self.runner.run(lambda: next(self._gen))  # the round on the device's own thread
+        """The next round, as one job on the device (or its VerifyRequest: decoding/pool.py)."""
+        if not self.model_work_left:  # after the last round only the Run is assembled: no need to queue
+            return next(self._gen)
+        job = self._job or self.runner.submit(lambda: next(self._gen), what=self.what)
+        self._job = job
+        try:
+            self.runner.wait(job)  # a stop (the page's on_wait) raises here
+        except BaseException:
+            if job.cancelled():  # dropped from the line: the next call asks again
+                self._job = None
+            raise  # else it ran: the next call takes its round
+        self._job = None
+        self.waited_s += job.waited_s
+        return job.result()
 
     def close(self) -> None:
         """End the run now: the generator stops and lets its KV caches go; no round is computed."""
-        gen, self._gen, self._asked = self._gen, None, None
+        gen, self._gen, self._asked, self._job = self._gen, None, None, None
         if gen is not None and hasattr(gen, "close"):
             gen.close()
 

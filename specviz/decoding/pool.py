@@ -1,18 +1,18 @@
 """Verify passes of several sessions on the same target, as one forward pass.
 
 In a workshop many sessions decode on one target, taking turns on the device a round at a time. A round that
-reaches its verify pass while others hold or wait for the device (runner.others() > 0) need not run its pass
-alone: it hands a VerifyRequest to the target's VerifyPool and lets go of the device. The first waiting request
-leads: it queues for the device (`runner.hold("verify")`, at the back of the line) while later ones just join.
-When the leader's turn comes it takes every waiting request (up to MAX_BATCH), runs their passes as one
-(modeling/batched.feed_many) on the device's worker, and there resumes each round with its own logits, so the
-rest of each round runs as it does inline. Requests that arrive meanwhile wait for the next leader. A leader
-whose hold is dropped (Cancelled) hands over to the first request still waiting.
+reaches its verify pass while others run or wait for the device (runner.others() > 0) need not run its pass
+alone: it hands a VerifyRequest to the target's VerifyPool and lets go of the device. The pool queues it as a job
+on the device's line (`runner.submit(..., together=pool)`); when the first of the pool's jobs is granted, the
+worker takes every other one in line (up to MAX_BATCH) with it, runs their passes as one
+(modeling/batched.feed_many), and resumes each round there with its own logits, so the rest of each round runs as
+it does inline. Requests that arrive meanwhile go to the next pass.
 
-A waiting request reports to its session's on_wait (devqueue.session) every POLL_S, as a queued hold does: a page
-that must stop (a rerun, a closed tab, Stop) raises there, and the request leaves the line at once. One taken into
-a pass already waits for that pass. A failure fails one round alone: a pass of its own that raises fails its round;
-a shared pass that raises leaves every cache as it was (batched.feed_many), and each round then runs its own pass.
+A waiting request hears its place through its session's on_wait (devqueue.session) at every poll, as any job
+does: a page that must stop (a rerun, a closed tab, Stop) raises there, and its job is cancelled at once. One
+taken into a pass already waits for that pass. A failure fails one round alone: a pass of its own that raises
+fails its round; a shared pass that raises leaves every cache as it was (batched.feed_many), and each round then
+runs its own pass.
 
 What a shared pass charges each round (Round.verify_s) is what a pass of its own costs on this device,
 measured, never its share: every unshared verify pass not under outside load is kept in a SoloCost table by
@@ -38,14 +38,12 @@ from typing import Any
 import torch
 
 from specviz.core import limits
-from specviz.device import devqueue
 from specviz.modeling import batched
 from specviz.modeling.lm import CachedLM
 
 MAX_BATCH = 8  # the most requests one shared pass serves
 CONTEXT_BUCKET = 256  # SoloCost keys passes by their cached context in steps of this many tokens
 SOLO_KEPT = 32  # the most recent solo timings a key keeps
-POLL_S = devqueue.POLL_S  # how often a waiting request reports its place (and may be told to stop)
 
 
 @dataclass(frozen=True)
@@ -121,9 +119,8 @@ class VerifyPool:
 
     def __init__(self) -> None:
         self.solo = SoloCost()
-        self._cond = threading.Condition()
-        self._pending: list[VerifyRequest] = []
-        self._leader: VerifyRequest | None = None
+        self._cond = threading.Lock()
+        self._jobs: set = set()  # this pool's jobs in line or in a pass
 
     @staticmethod
     def eligible(lm: CachedLM) -> bool:
@@ -137,9 +134,9 @@ class VerifyPool:
         return self.eligible(lm) and lm.runner.others() > 0
 
     def waiting(self) -> int:
-        """How many requests wait for a pass now (the leader's included)."""
+        """How many requests wait for a pass now."""
         with self._cond:
-            return len(self._pending)
+            return sum(not (j.running() or j.done()) for j in self._jobs)
 
     def note_solo(self, key: tuple[int, int], seconds: float, busy: bool) -> None:
         """An unshared verify pass's held seconds, kept unless it ran under outside load."""
@@ -147,85 +144,31 @@ class VerifyPool:
             self.solo.add(key, seconds)
 
     def verify(self, req: VerifyRequest):
-        """Wait for req's pass, run by whichever request leads; what resuming its round gave (or raise it).
+        """Queue req's pass as a job on the device; what resuming its round gave (or raise it).
 
-        What the session's on_wait raises while req waits (a page that must stop), or a leader's dropped hold
-        (Cancelled), takes req out of the line and is raised with req.done still False: its round was not resumed,
-        and req may be asked again."""
-        on_wait = devqueue.session_on_wait()
+        The jobs of this pool in line when one is granted run as one call (_serve): continuous batching. What the
+        session's on_wait raises while req waits (a page that must stop), or a cancel (Cancelled), takes req out
+        of the line and is raised with req.done still False: its round was not resumed, and req may be asked
+        again. One taken into a pass already is waited for (its round is being resumed on the worker)."""
+        runner = req.lm.runner
+        job = runner.submit(self._serve, what="verify", together=self, item=req, most=MAX_BATCH)
         with self._cond:
-            self._pending.append(req)
-        try:
-            lead = self._wait(req, on_wait)
-        except BaseException:
-            self._withdraw(req)
-            raise
-        if lead:
-            self._lead(req)
+            self._jobs.add(job)
+        job.add_done_callback(self._gone)
+        runner.wait(job)
+        error = job.exception()
+        if error is not None and not req.done:  # the pass broke under it
+            req.error, req.done = error, True
         if req.error is not None:
             raise req.error
         return req.value
 
-    def _next_leader(self, req: VerifyRequest) -> bool:
-        return self._leader is None and bool(self._pending) and self._pending[0] is req
-
-    def _wait(self, req: VerifyRequest, on_wait: devqueue.OnWait | None) -> bool:
-        """Until req is served (False) or is to lead (True); on_wait hears the sessions ahead on the device at
-        once, then every POLL_S, and None after a wait."""
-        waited = False
-        while True:
-            with self._cond:
-                if req.done or self._next_leader(req):
-                    break
-                if waited:
-                    self._cond.wait(POLL_S)
-                    if req.done or self._next_leader(req):
-                        continue
-            waited = True
-            if on_wait is not None:
-                on_wait(req.lm.runner.others())  # may raise: the page must stop
-        if waited and on_wait is not None:
-            on_wait(None)
-        return not req.done
-
-    def _withdraw(self, req: VerifyRequest) -> None:
-        """req leaves the line: at once where no leader has taken it yet, else once the pass it is in is done (its
-        round is being resumed on the worker, and must not be closed meanwhile)."""
+    def _gone(self, job) -> None:
         with self._cond:
-            if req in self._pending:
-                self._pending.remove(req)
-                self._cond.notify_all()  # the request behind it may lead now
-                return
-            while not req.done:
-                self._cond.wait()
-
-    def _lead(self, req: VerifyRequest) -> None:
-        """Hold the device for every request waiting when it is granted; serve them on the device's worker."""
-        runner, batch = req.lm.runner, []
-        with self._cond:
-            self._leader = req
-        try:
-            with runner.hold("verify"):
-                with self._cond:
-                    batch = self._pending[:MAX_BATCH]
-                    del self._pending[:len(batch)]
-                runner.run(lambda: self._serve(batch))
-        except BaseException as e:
-            with self._cond:
-                if req in self._pending:  # its hold was dropped while it waited: it leaves the line, unserved
-                    self._pending.remove(req)
-            for m in batch:  # taken into the pass and not served: the pass broke under them
-                if not m.done:
-                    m.error, m.done = e, True
-            if not req.done:
-                raise
-        finally:
-            with self._cond:
-                self._leader = None
-                self._cond.notify_all()
+            self._jobs.discard(job)
 
     def _serve(self, batch: list[VerifyRequest]) -> None:
-        """On the worker, holding the device: passes of their own first (keys with no measured cost), then
+        """The pool's job on the worker, holding the device: passes of their own first (keys with no measured cost), then
         one shared pass for the rest; each round resumed with its logits."""
         start = time.perf_counter()
         for m in batch:

@@ -1,63 +1,50 @@
-"""One fair queue per device, and the worker threads that run its model work.
+"""One line of model work per device, and the worker threads that run it: the model service's core.
 
-All model work goes through `QUEUE.hold(device)`: at most `limit(device)`
-holders at a time (1 by default; $SPECVIZ_DEVICE_CONCURRENCY), granted in the
-order they asked (a ticket lock, first come first served). Work is held in
-small pieces, one decoding round or one measured pass, so a long job (a sweep,
-a trial, a batch measurement) lines up again after every piece and a short
-run waiting behind it gets the device after at most one piece of each job
-ahead of it.
+All model work is a `Job` (a concurrent.futures.Future) in its device's line, and each of the device's worker
+threads (`limit(device)` of them: 1 by default, $SPECVIZ_DEVICE_CONCURRENCY) takes the first job in line,
+runs it, and sets its result: first come, first served. The caller waits for its job with a timeout
+(its session's on_wait hears its place at every poll) and cancels it when it must stop. Work goes in small
+pieces, one decoding round or one measured pass, so a long job (a sweep, a trial, a batch measurement) lines
+up again after every piece and a short run waiting behind it gets the device after at most one piece of each
+job ahead of it.
 
-    with QUEUE.hold(device) as slot:   # waits its turn; slot.waited_s, slot.held_s
-        ...one round of model work...
+    job = QUEUE.submit(device, fn)     # fn() on the device's worker when its turn comes: a Future
+    run(device, fn)                    # submit, wait (on_wait hears the place; a stop cancels), the result
+    with QUEUE.hold(device) as slot:   # the device for a block of the caller's (one round); slot.waited_s
+        run(device, step)              # inside the block: on the worker the hold keeps, at once
 
-A hold inside a hold of the same thread and device passes straight through
-(a round holds the device; its passes, which also ask, do not queue again).
+A hold is a job that keeps its worker for the caller's block and runs the block's run() calls there; a hold
+or a run() inside a hold, or on the worker, passes straight through. Jobs submitted with the same
+`together` key that are in line when one of them is granted run as one call (the shared verify pass of
+decoding/pool.py: continuous batching, one forward pass for every waiting session).
 
-Trace: with $SPECVIZ_QUEUE_TRACE set to a file, every hold is appended to it
-as one JSON line (owner, device, asked, granted, released; seconds since the
-epoch). The load test reads it from the server it starts (its `trace_holds`
-sums a window of it: how long the device was held and by whom).
+Owners: each job belongs to an owner (a session id). `session(owner, on_wait)` names the owner of the work
+asked in this context; `on_wait(ahead)` is called while it waits (ahead = how many other owners are before it,
+at once and every poll) and once with None when the device is granted after a wait. What on_wait raises (a
+page that must stop) cancels the job; `cancel(owner)` cancels an owner's queued jobs from another thread, each
+raising Cancelled. A job that runs already finishes its piece.
 
-Owners: each hold belongs to an owner (a session id). `session(owner, on_wait)`
-names the owner of every hold made in this context; `on_wait(ahead)` is called
-while the hold waits (ahead = how many other owners are before it, every
-poll) and once with None when the device is granted after a wait. An
-exception raised by on_wait (a page that must stop) drops the queued ticket.
-`cancel(owner)` drops an owner's queued tickets from another thread: each
-raises Cancelled, and nothing of it ever holds the device.
+Trace: with $SPECVIZ_QUEUE_TRACE set to a file, every job is appended to it as one JSON line (owner, device,
+asked, granted, released; seconds since the epoch); the load test sums it (devtools/loadtest.trace_holds).
 
-Model work before pages: `run(device, fn)` holds the device and runs fn on one of
-the device's own worker threads, made at normal priority, while the caller
-waits. Loading a model, a round, a pass, a measurement and transformers'
-generate in the bench all go through it. Two things follow:
-- the cores: only the CPU worker runs PyTorch with all its threads; every other
-  thread gets one (`share_cores()`, when the layer starts; $SPECVIZ_SHARE_CORES=0
-  turns it off). Each thread that runs parallel work keeps its own team of OpenMP
-  threads, and once a process has more of them than cores GNU OpenMP puts them
-  to sleep between regions, which slowed every pass after a second thread had
-  run model work.
-- priority and the GIL: pages draw at the server's priority and hand the GIL back
-  quickly (tuning.py).
+The cores: only a device's worker runs PyTorch with all its threads; every other thread gets one
+(`share_cores()`; $SPECVIZ_SHARE_CORES=0 turns it off). Each thread that runs parallel work keeps its own team
+of OpenMP threads, and once a process has more of them than cores GNU OpenMP puts them to sleep between
+regions, which slowed every pass after a second thread had run model work.
 
-Starting: importing this module starts no thread and changes no PyTorch setting. `start()` does both, once
-per process: `run()` calls it on first use, a page calls it before it lowers its own priority (a worker
-inherits the niceness of the thread that makes it), and the command line calls it first.
+Drawing apart from model work: a page draws in Python, and Python runs one thread at a time (the GIL). A page
+drawing next to a draft step slows the step several times over (docs/workshop.md), so model work and drawing
+take turns (`Turns`): a page draws inside `QUEUE.drawing()`, which waits while model work runs, and a job waits
+for the drawing that asked before it. A page that asks for model work while it draws stops drawing until the
+work is done (`paused()`); inside model work (a load's progress bar) drawing passes straight through.
 
-Drawing apart from model work: a page draws in Python, and Python runs one thread at a time (the GIL).
-The model worker lets go of the GIL in every PyTorch operation and must take it back after, so while
-another thread draws, each operation may wait for it, and a draft step makes hundreds: a page drawing
-next to a draft step slows the step several times over (docs/workshop.md). So model work and drawing
-take turns (`Turns`): a page draws inside `QUEUE.drawing()`, which waits while model work holds a device,
-and a hold waits for the drawing that asked before it. Each waits only for the other kind that asked
-earlier, so neither starves, and pages draw at the same time as each other. A page that asks for model
-work while it draws stops drawing until the work is done (`paused()`, also for whatever else waits on
-model work, such as a model being loaded by another session); inside model work (a load's progress
-bar) drawing passes straight through.
+Starting: importing this module starts no thread and changes no PyTorch setting. `start()` does both, once per
+process: the first job calls it, a page calls it before it lowers its own priority (a worker inherits the
+niceness of the thread that makes it), and the command line calls it first.
 
-Timing: a pass is timed and judged for outside load by clock.py. The queue's runner (`QueueRunner`) hands each
-pass clock the threads the model's work runs on (`team()`, found when the worker's thread count is set), and
-`run()` carries the caller's open load watches to the worker.
+Timing: a pass is timed and judged for outside load by clock.py; the queue's runner (`QueueRunner`) hands each
+pass clock the threads the model's work runs on (`team()`), and a job carries its caller's open load watches,
+context variables and grad mode to the worker.
 """
 
 from __future__ import annotations
@@ -71,18 +58,19 @@ import statistics
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Iterator
+from typing import Callable, ContextManager, Hashable, Iterator
 
 from specviz.core.errors import InvalidSetting, SpecvizError
 from specviz.device import clock, tuning
 
 ENV_CONCURRENCY = "SPECVIZ_DEVICE_CONCURRENCY"
-MAX_CONCURRENCY = 64  # holders one device may admit: each is a worker thread, made when the device is first used
+MAX_CONCURRENCY = 64  # workers one device may have, each running one job at a time
 ENV_SHARE_CORES = "SPECVIZ_SHARE_CORES"  # 0: every thread keeps PyTorch's thread count (share_cores)
-ENV_TRACE = "SPECVIZ_QUEUE_TRACE"  # a file: one JSON line per hold (owner, device, asked, granted, released)
-POLL_S = 0.05  # how often a waiting hold checks for cancellation and reports its place
+ENV_TRACE = "SPECVIZ_QUEUE_TRACE"  # a file: one JSON line per job (owner, device, asked, granted, released)
+POLL_S = 0.05  # how often a waiting caller reports its place (and may be told to stop)
 MAX_OWNERS_KEPT = 256  # owners whose last hold time a line keeps (wait_estimate), the least recent go first
 
 OnWait = Callable[[int | None], None]
@@ -135,7 +123,8 @@ def concurrency(device, env: str | None = None) -> int:
 
 
 # --------------------------------------------------------------------------
-# the queue
+# --------------------------------------------------------------------------
+# the line
 
 
 @dataclass
@@ -151,29 +140,71 @@ class Slot:
     what: str | None = None  # what the work is, for the trace (engine.DecodeStream: its Run's mode)
 
 
-@dataclass(eq=False)
-class _Ticket:
-    owner: str
-    cancelled: bool = False
-    wake: threading.Condition | None = None  # notified when this ticket may enter (or is cancelled)
+class Job(Future):
+    """One piece of model work in a device's line (DeviceQueue.submit). cancel() takes it out of the line while
+    it waits (True), never once it runs (False); `granted` is set when it holds the device or is cancelled."""
+
+    def __init__(self, line: "_Line", owner: str, fn: Callable, what: str | None, turn: bool,
+                 together: Hashable | None, item: object, most: int):
+        super().__init__()
+        self.line, self.owner, self.fn, self.what, self.turn = line, owner, fn, what, turn
+        self.together, self.item, self.most = together, item, most
+        self.asked, self.t0 = time.time(), time.perf_counter()
+        self.ahead, self.waited_s, self.held_s = 0, 0.0, 0.0
+        self.granted = threading.Event()
+        self.row: dict | None = None  # its trace line, made by the worker, written by its caller (DeviceQueue.done)
+
+    def cancel(self) -> bool:
+        with self.line.cond:
+            if self in self.line.waiting:
+                self.line.waiting.remove(self)
+            ok = super().cancel()
+        if ok:
+            self.granted.set()
+        return ok
 
 
 @dataclass
 class _Line:
-    """The queue of one device."""
+    """The jobs of one device: those running (holders) and those waiting, first come first."""
 
+    key: str
     limit: int
-    holders: list[_Ticket] = field(default_factory=list)
-    waiting: deque = field(default_factory=deque)  # of _Ticket, first come first
+    cond: threading.Condition
+    holders: list[Job] = field(default_factory=list)
+    waiting: deque = field(default_factory=deque)
+    workers: int = 0
     grants: int = 0
     max_holders: int = 0
     longest_wait_s: float = 0.0
-    last_hold_s: dict = field(default_factory=dict)  # owner -> how long its last hold lasted (wait_estimate)
+    last_hold_s: dict = field(default_factory=dict)  # owner -> how long its last job lasted (wait_estimate)
+
+    def ahead(self, job: Job) -> int:
+        """Other owners running or queued before job."""
+        before = [*self.holders, *(w for w, _ in zip(self.waiting, range(self._index(job))))]
+        return len({w.owner for w in before if w.owner != job.owner})
+
+    def _index(self, job: Job) -> int:
+        return next((i for i, w in enumerate(self.waiting) if w is job), len(self.waiting))
+
+    def take(self) -> list[Job]:
+        """Under cond: the first job in line and, if it goes together, the others of its key (up to its most)."""
+        job = self.waiting.popleft()
+        batch = [job]
+        if job.together is not None:
+            batch += [w for w in self.waiting if w.together == job.together][:job.most - 1]
+            for w in batch[1:]:
+                self.waiting.remove(w)
+        for j in batch:
+            j.set_running_or_notify_cancel()
+        self.holders.append(job)
+        self.grants += 1
+        self.max_holders = max(self.max_holders, len(self.holders))
+        return batch
 
 
 _owner: contextvars.ContextVar[tuple[str, OnWait | None] | None] = contextvars.ContextVar("specviz_owner",
                                                                                       default=None)
-
 
 @contextmanager
 def session(owner: str, on_wait: OnWait | None = None) -> Iterator[None]:
@@ -246,114 +277,210 @@ class Turns:
             return {k: len(v) for k, v in self._open.items()}
 
 
+
+
 class DeviceQueue:
-    """A fair FIFO queue per device; see the module docstring."""
+    """A line of jobs per device and the workers that run them; see the module docstring."""
 
     def __init__(self, poll_s: float = POLL_S, env: str | None = None, trace: str | None = None):
         self.poll_s = poll_s
-        self.trace = trace  # a path: every hold is appended to it as one JSON line (the load test reads it)
+        self.trace = trace  # a path: every job is appended to it as one JSON line (the load test reads it)
         self._env = env  # None: read $SPECVIZ_DEVICE_CONCURRENCY when a device is first used
         self._lock = threading.RLock()  # guards the lines
         self._trace_lock = threading.Lock()  # one trace line written at a time, never under _lock (a slow disk)
-        self._cond = threading.Condition(self._lock)  # each ticket waits on its own condition over the same lock
+        self._staff_lock = threading.Lock()  # held while a device's workers are made
         self._lines: dict[str, _Line] = {}
-        self._depth = threading.local()  # per thread: {device: nesting depth}
+        self._here = threading.local()  # per thread: .depth {device: nesting}, .inbox {device: its hold's inbox},
+        # .worker (the key of the device whose worker this is), .drawer (the draw ticket it holds)
         self.turns = Turns()  # model work and drawing, apart (see drawing())
-        self._drawer = threading.local()  # per thread: .t, the draw ticket it holds (None when not drawing)
+        self.threads: dict[str, int] = {}  # a device's workers' OpenMP threads, where they were set apart
+        self.team: dict[str, frozenset[int]] = {}  # the thread ids of a device's worker and its OpenMP team
 
     def _line(self, key: str) -> _Line:
-        line = self._lines.get(key)
-        if line is None:
-            line = self._lines[key] = _Line(concurrency(key, self._env))
-        return line
+        with self._lock:
+            line = self._lines.get(key)
+            if line is None:
+                line = self._lines[key] = _Line(key, concurrency(key, self._env), threading.Condition(self._lock))
+            return line
 
     def limit(self, device) -> int:
-        with self._cond:
-            return self._line(device_key(device)).limit
+        return self._line(device_key(device)).limit
 
-    @staticmethod
-    def _ahead(line: _Line, t: _Ticket) -> int:
-        """Other owners holding the device or queued before ticket t."""
-        before = list(line.holders)
-        for w in line.waiting:
-            if w is t:
-                break
-            before.append(w)
-        return len({w.owner for w in before if w.owner != t.owner})
+    def _mine(self, name: str) -> dict:
+        got = getattr(self._here, name, None)
+        if got is None:
+            got = {}
+            setattr(self._here, name, got)
+        return got
 
-    @staticmethod
-    def _may_enter(line: _Line, t: _Ticket) -> bool:
-        free = line.limit - len(line.holders)
-        return free > 0 and any(w is t for w, _ in zip(line.waiting, range(free)))
+    def on_worker(self, key: str) -> bool:
+        return getattr(self._here, "worker", None) == key
+
+    # -- jobs and their workers
+
+    def submit(self, device, fn: Callable, *, owner: str | None = None, what: str | None = None,
+               turn: bool = True, together: Hashable | None = None, item: object = None, most: int = 1) -> Job:
+        """Put fn in the device's line: a worker runs fn() when its turn comes, with this thread's context (see
+        _carried), and the Job gives its result.
+
+        turn=False: pages may draw meanwhile (a model load, which shows no timing and may take minutes).
+        together: the jobs of this key in line when one is granted (up to `most`) run as one call of the first's
+        fn, given their `item`s in line order; each Job then gives what that call returned.
+        what: a label the trace writes with the job (the load test's trace_holds sorts times by it)."""
+        start()
+        line = self._line(device_key(device))
+        self._staff(line)
+        with line.cond:
+            job = Job(line, _current_owner() if owner is None else owner, _carried(fn), what, turn, together, item,
+                      most)
+            line.waiting.append(job)
+            job.ahead = line.ahead(job)
+            line.cond.notify_all()
+        return job
+
+    def _staff(self, line: _Line) -> None:
+        """Make the device's workers (one per job it may run at once) through the maker thread (start())."""
+        with self._staff_lock:
+            while line.workers < line.limit:
+                made: queue.SimpleQueue = queue.SimpleQueue()
+                _ORDERS.put((self._work, line, made))
+                made.get()
+                line.workers += 1
+
+    def _work(self, line: _Line) -> None:
+        """A worker: the first job in line, run, then the next."""
+        self._here.worker = line.key
+        threads = self.threads.get(line.key)
+        if threads:  # before any model work: see share_cores()
+            tuning.own_threads(threads)
+        while True:
+            with line.cond:
+                while not line.waiting:
+                    line.cond.wait()
+                batch = line.take()
+            self._serve(line, batch)
+
+    def _serve(self, line: _Line, batch: list[Job]) -> None:
+        """Run a granted job (with those that go with it) and let go of the device before its result is set."""
+        job = batch[0]
+        ticket = self.turns.acquire("model") if job.turn else None  # after the drawing that asked before it
+        t1 = time.perf_counter()
+        for j in batch:
+            j.waited_s = t1 - j.t0
+        with line.cond:
+            line.longest_wait_s = max(line.longest_wait_s, job.waited_s)
+        self._here.depth = {line.key: 1}  # holds and drawing inside pass straight through
+        for j in batch:
+            j.granted.set()
+        try:
+            out, error = (job.fn([j.item for j in batch]) if job.together is not None else job.fn()), None
+        except BaseException as e:  # noqa: BLE001 - the job's, raised in its caller
+            out, error = None, e
+        self._here.depth = None
+        job.held_s = time.perf_counter() - t1
+        if ticket is not None:
+            self.turns.release("model", ticket)
+        with line.cond:  # the measured cost of this owner's turn, for those who wait behind it
+            line.holders.remove(job)
+            line.last_hold_s.pop(job.owner, None)
+            line.last_hold_s[job.owner] = job.held_s
+            if len(line.last_hold_s) > MAX_OWNERS_KEPT:
+                del line.last_hold_s[next(iter(line.last_hold_s))]
+        released = time.time()
+        job.row = {"owner": job.owner, "device": line.key, "asked": job.asked, "granted": released - job.held_s,
+                   "released": released, **({"what": job.what} if job.what is not None else {})}
+        for j in batch:
+            j.set_result(out) if error is None else j.set_exception(error)
+
+    def granted(self, job: Job, on_wait: OnWait | None, let_go: Callable[[], None] = lambda: None) -> None:
+        """Until job holds the device. on_wait hears its place after each poll while it waits, and None once it is
+        granted after a wait; what on_wait raises, or a cancel (Cancelled), takes the job out of the line. A job
+        granted just as its caller stops is let go (`let_go()`) and finished first."""
+        waited = False
+        try:
+            while not job.granted.wait(self.poll_s):
+                waited = True
+                if on_wait is not None:
+                    with job.line.cond:
+                        ahead = job.line.ahead(job)
+                    on_wait(ahead)
+            if job.cancelled():
+                raise Cancelled("This session's queued model work was dropped (the session ended or a new run "
+                                "replaced it).")
+        except BaseException:
+            if not job.cancel():
+                let_go()
+                self.done(job)
+            raise
+        if waited and on_wait is not None:
+            on_wait(None)  # granted after a wait: the page clears its notice
+
+    def wait(self, job: Job, on_wait: OnWait | None) -> None:
+        """Until job is done (granted() while it waits for the device, then done())."""
+        self.granted(job, on_wait)
+        self.done(job)
+
+    def done(self, job: Job) -> None:
+        """Until job is done; then its trace line is written, by its caller: a slow disk never holds the worker."""
+        job.exception()
+        row, job.row = job.row, None
+        if self.trace and row is not None:
+            with self._trace_lock:
+                try:
+                    with open(self.trace, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                except (OSError, TypeError):
+                    self.trace = None
+
+    def call(self, device, fn: Callable[[], object], turn: bool = True):
+        """fn() on the device's worker: at once on the worker or inside this thread's hold, else as a job of its
+        own that waits its turn (see wait()); fn sees this thread's context, load watches and grad modes."""
+        key = device_key(device)
+        if self.on_worker(key):
+            return fn()
+        inbox = self._mine("inbox").get(key)
+        if inbox is not None:
+            done: Future = Future()
+            inbox.put((done, _carried(fn)))
+            return done.result()
+        with self.paused():
+            job = self.submit(key, fn, turn=turn)
+            self.wait(job, session_on_wait())
+            return job.result()
 
     @contextmanager
     def hold(self, device="cpu", owner: str | None = None, on_wait: OnWait | None = None,
              turn: bool = True, what: str | None = None) -> Iterator[Slot]:
-        """Wait for this owner's turn on the device, hold it for the block, then pass it on.
+        """Hold the device for the caller's block: a job that keeps its worker and runs the block's call()s.
 
-        turn=False: pages may draw meanwhile (a model load, which shows no timing and may take minutes).
-        what: a label the trace writes with the hold (the load test's trace_holds sorts the holds' times by it)."""
-        key = device_key(device)
-        ctx = _owner.get()
+        Waits its turn as wait() does; turn and what as submit()."""
+        key, ctx = device_key(device), _owner.get()
         owner = _current_owner() if owner is None else owner
-        if on_wait is None and ctx is not None:
-            on_wait = ctx[1]
-        depth = getattr(self._depth, "d", None)
-        if depth is None:
-            depth = self._depth.d = {}
-        if depth.get(key):  # this thread already holds the device: a pass inside a round
-            depth[key] += 1
+        on_wait = ctx[1] if on_wait is None and ctx is not None else on_wait
+        depth = self._mine("depth")
+        if depth.get(key) or self.on_worker(key):  # inside a hold of this thread, or inside a job
+            depth[key] = depth.get(key, 0) + 1
             try:
                 yield Slot(owner, key, nested=True)
             finally:
                 depth[key] -= 1
             return
         with self.paused():  # a page asking while it draws stops drawing until the work is done
-            slot = Slot(owner, key, what=what)
-            t = _Ticket(owner, wake=threading.Condition(self._lock))
-            asked = time.time()
-            t0 = time.perf_counter()
-            with self._cond:
-                line = self._line(key)
-                line.waiting.append(t)
-                slot.ahead = self._ahead(line, t)
-            waited = self._wait_turn(line, t, on_wait)
-            try:  # then the drawing that asked before it ends
-                ticket = self.turns.acquire("model") if turn else None
-            except BaseException:
-                self._let_go(line, t)
-                raise
-            slot.waited_s = time.perf_counter() - t0
-            depth[key] = 1
-            t1 = time.perf_counter()
+            inbox: queue.SimpleQueue = queue.SimpleQueue()
+            job = self.submit(key, lambda: _serve_inbox(inbox), owner=owner, turn=turn, what=what)
+            slot = Slot(owner, key, ahead=job.ahead, what=what)
+            self.granted(job, on_wait, lambda: inbox.put(None))
+            slot.waited_s, depth[key], self._mine("inbox")[key] = job.waited_s, 1, inbox
             try:
-                with self._cond:
-                    line.longest_wait_s = max(line.longest_wait_s, slot.waited_s)
-                if waited and on_wait is not None:
-                    on_wait(None)  # granted after a wait: the page clears its notice
                 yield slot
             finally:
-                slot.held_s = time.perf_counter() - t1
                 depth[key] = 0
-                with self._cond:  # the measured cost of this owner's turn, for those who wait behind it
-                    line.last_hold_s.pop(owner, None)
-                    line.last_hold_s[owner] = slot.held_s
-                    if len(line.last_hold_s) > MAX_OWNERS_KEPT:
-                        del line.last_hold_s[next(iter(line.last_hold_s))]
-                if ticket is not None:
-                    self.turns.release("model", ticket)
-                self._let_go(line, t)
-                if self.trace:
-                    self._write_trace(slot, asked)
+                self._mine("inbox").pop(key, None)
+                inbox.put(None)
+                self.done(job)
+                slot.held_s = job.held_s
 
-    def _let_go(self, line: _Line, t: _Ticket) -> None:
-        """Holder t leaves the device: the next in line may enter."""
-        with self._cond:
-            line.holders.remove(t)
-            self._wake_next(line)
-
-    def _holds_a_device(self) -> bool:
-        return any((getattr(self._depth, "d", None) or {}).values())
+    # -- drawing
 
     @contextmanager
     def drawing(self) -> Iterator[None]:
@@ -361,145 +488,110 @@ class DeviceQueue:
 
         Passes straight through inside drawing() of the same thread, and inside model work (a hold, or a
         device worker running one)."""
-        if getattr(self._drawer, "t", None) is not None or self._holds_a_device():
+        if getattr(self._here, "drawer", None) is not None or any((getattr(self._here, "depth", None) or {}).values()):
             yield
             return
-        self._drawer.t = self.turns.acquire("draw")
+        self._here.drawer = self.turns.acquire("draw")
         try:
             yield
         finally:
-            t, self._drawer.t = self._drawer.t, None
+            t, self._here.drawer = self._here.drawer, None
             if t is not None:
                 self.turns.release("draw", t)
 
     @contextmanager
     def paused(self) -> Iterator[None]:
         """Stop this thread's drawing() for the block (which waits on model work), and take a turn again after."""
-        t = getattr(self._drawer, "t", None)
+        t = getattr(self._here, "drawer", None)
         if t is None:
             yield
             return
-        self._drawer.t = None
+        self._here.drawer = None
         self.turns.release("draw", t)
         try:
             yield
         finally:
-            self._drawer.t = self.turns.acquire("draw")
+            self._here.drawer = self.turns.acquire("draw")
 
-    def _write_trace(self, slot: Slot, asked: float) -> None:
-        """One line per hold, times in seconds since the epoch (so another process can line them up).
-        A trace that cannot be written is dropped: it must never cost the work it describes. Written under a lock
-        of its own, not the queue's: a slow write holds up the next trace line, never another hold or query."""
-        released = time.time()
-        row = {"owner": slot.owner, "device": slot.device, "asked": asked,
-               "granted": released - slot.held_s, "released": released}
-        if slot.what is not None:
-            row["what"] = slot.what
-        with self._trace_lock:
-            try:
-                with open(self.trace, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-            except (OSError, TypeError):
-                self.trace = None
-
-    def _wait_turn(self, line: _Line, t: _Ticket, on_wait: OnWait | None) -> bool:
-        """Wait until queued ticket t may hold the device, then make it a holder; return whether it waited.
-
-        Cancelled (or whatever on_wait raises) drops the ticket from the line."""
-        waited = False
-        try:
-            while True:
-                with self._cond:
-                    if t.cancelled:
-                        raise Cancelled("This session's queued model work was dropped (the session ended or a "
-                                        "new run replaced it).")
-                    if self._may_enter(line, t):
-                        line.waiting.remove(t)
-                        line.holders.append(t)
-                        line.grants += 1
-                        line.max_holders = max(line.max_holders, len(line.holders))
-                        return waited
-                    if waited:  # first report at once, then after each poll
-                        t.wake.wait(self.poll_s)
-                        if self._may_enter(line, t) or t.cancelled:
-                            continue
-                    ahead = self._ahead(line, t)
-                waited = True
-                if on_wait is not None:
-                    on_wait(ahead)  # may raise: a page that must stop drops its ticket
-        except BaseException:
-            with self._cond:
-                if t in line.waiting:
-                    line.waiting.remove(t)
-                self._wake_next(line)
-            raise
-
-    @staticmethod
-    def _wake_next(line: _Line) -> None:
-        """Wake only the tickets that may enter now: one handover wakes one waiter, not the whole room."""
-        free = line.limit - len(line.holders)
-        for w, _ in zip(line.waiting, range(max(0, free))):
-            w.wake.notify()
+    # -- who waits
 
     def ahead(self, owner: str, device="cpu") -> int | None:
-        """Other owners before this owner's first queued ticket; 0 if it holds the device, None if absent."""
-        with self._cond:
-            line = self._line(device_key(device))
+        """Other owners before this owner's first queued job; 0 if one of its jobs runs, None if absent."""
+        line = self._line(device_key(device))
+        with line.cond:
             if any(h.owner == owner for h in line.holders):
                 return 0
-            for w in line.waiting:
-                if w.owner == owner:
-                    return self._ahead(line, w)
-            return None
+            mine = next((w for w in line.waiting if w.owner == owner), None)
+            return None if mine is None else line.ahead(mine)
 
     def wait_estimate(self, owner: str, device="cpu") -> float | None:
-        """Seconds this owner's first queued ticket may still wait: one turn of each other owner before it, each
-        as long as that owner's last hold (one never timed: the median of those that were). None when it is not
-        in line or no hold has been timed yet."""
-        with self._cond:
-            line = self._line(device_key(device))
+        """Seconds this owner's first queued job may still wait: one turn of each other owner before it, each
+        as long as that owner's last job (one never timed: the median of those that were). None when it is not
+        in line or no job has been timed yet."""
+        line = self._line(device_key(device))
+        with line.cond:
             mine = next((w for w in line.waiting if w.owner == owner), None)
             if mine is None or not line.last_hold_s:
                 return None
-            before = [h.owner for h in line.holders]
-            for w in line.waiting:
-                if w is mine:
-                    break
-                before.append(w.owner)
+            before = [h.owner for h in line.holders] + [w.owner for w in list(line.waiting)[:line._index(mine)]]
             typical = statistics.median(line.last_hold_s.values())
             return sum(line.last_hold_s.get(o, typical) for o in dict.fromkeys(before) if o != owner)
 
     def others(self, device="cpu", owner: str | None = None) -> int:
-        """How many other owners hold the device or wait for it now; owner: the current session()'s (or, outside
-        one, this thread's, as hold() names it)."""
+        """How many other owners run or wait for the device now; owner: the current session()'s (or, outside
+        one, this thread's)."""
         owner = _current_owner() if owner is None else owner
-        with self._cond:
-            line = self._line(device_key(device))
-            return len({t.owner for t in (*line.holders, *line.waiting) if t.owner != owner})
+        line = self._line(device_key(device))
+        with line.cond:
+            return len({j.owner for j in (*line.holders, *line.waiting) if j.owner != owner})
 
     def cancel(self, owner: str) -> int:
-        """Drop every queued ticket of `owner` (each hold raises Cancelled); return how many.
-
-        A hold already granted finishes its piece (one round or pass) and lets go.
-        """
-        n = 0
-        with self._cond:
-            for line in self._lines.values():
-                for w in line.waiting:
-                    if w.owner == owner and not w.cancelled:
-                        w.cancelled = True
-                        w.wake.notify()
-                        n += 1
-                self._wake_next(line)
-        return n
+        """Cancel every queued job of `owner` (each caller raises Cancelled); return how many. A job that runs
+        finishes its piece (one round or pass) and lets go."""
+        with self._lock:
+            jobs = [w for line in self._lines.values() for w in line.waiting if w.owner == owner]
+        return sum(j.cancel() for j in jobs)
 
     def stats(self, device="cpu") -> dict:
         """Grants so far, the most holders at once, the longest wait, and who holds / waits now."""
-        with self._cond:
-            line = self._line(device_key(device))
+        line = self._line(device_key(device))
+        with line.cond:
             return {"limit": line.limit, "grants": line.grants, "max_holders": line.max_holders,
                     "longest_wait_s": line.longest_wait_s, "holders": [h.owner for h in line.holders],
                     "waiting": [w.owner for w in line.waiting]}
+
+
+def _serve_inbox(inbox: queue.SimpleQueue) -> None:
+    """A hold's job on the worker: run the (future, fn) pairs its caller sends until None."""
+    while (item := inbox.get()) is not None:
+        done, fn = item
+        done.set_running_or_notify_cancel()
+        try:
+            done.set_result(fn())
+        except BaseException as e:  # noqa: BLE001 - raised in the caller
+            done.set_exception(e)
+
+
+def _carried(fn: Callable) -> Callable:
+    """fn, to run on a worker with the caller's context variables (its owner too, outside a session()), open
+    load watches and PyTorch grad/inference mode."""
+    import torch
+
+    ctx = contextvars.copy_context()
+    if ctx.get(_owner) is None:  # outside a session(): fn's holds and others() are still the caller's thread's
+        ctx.run(_owner.set, (_current_owner(), None))
+    stack = clock.open_watches()
+    grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+
+    def carried(*args):
+        clock.use_watches(stack)
+        try:
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                return ctx.run(fn, *args)
+        finally:
+            clock.use_watches(None)
+
+    return carried
 
 
 QUEUE = DeviceQueue(trace=os.environ.get(ENV_TRACE) or None)  # the one queue of this process: every
@@ -517,118 +609,39 @@ def drawing():
 
 
 # --------------------------------------------------------------------------
-# model work on the device's own threads, pages below it
+# starting the layer
 
 
-class _Workers:
-    """Threads that run model work handed over by the threads holding a device (see run())."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._pools: dict[str, list[threading.Thread]] = {}
-        self._jobs: dict[str, queue.SimpleQueue] = {}
-        self._mine = threading.local()  # set on a worker: the key of its device
-        self._orders: queue.SimpleQueue = queue.SimpleQueue()
-        self.threads: dict[str, int] = {}  # a device's workers' OpenMP threads, where they were set apart
-        self.team: dict[str, frozenset[int]] = {}  # the thread ids of a device's worker and its OpenMP team
-
-    def start(self) -> None:
-        """Start the thread that makes the workers (see start()): before any page lowers its own priority, since
-        a thread inherits its maker's niceness."""
-        threading.Thread(target=self._maker, name="specviz-device-maker", daemon=True).start()
-
-    def _maker(self) -> None:
-        while True:
-            key, made = self._orders.get()
-            t = threading.Thread(target=self._loop, args=(key, self.threads.get(key)), name=f"specviz-device-{key}",
-                                 daemon=True)
-            t.start()
-            made.put(t)
-
-    def _loop(self, key: str, threads: int | None) -> None:
-        self._mine.key = key
-        if threads:  # before any model work: see share_cores()
-            tuning.own_threads(threads)
-        jobs = self._jobs[key]
-        while True:
-            jobs.get()()
-
-    def on_worker(self, key: str) -> bool:
-        return getattr(self._mine, "key", None) == key
-
-    def submit(self, key: str, size: int, job: Callable[[], None]) -> None:
-        with self._lock:
-            jobs = self._jobs.setdefault(key, queue.SimpleQueue())
-            pool = self._pools.setdefault(key, [])
-            while len(pool) < size:  # one per holder the device admits
-                made: queue.SimpleQueue = queue.SimpleQueue()
-                self._orders.put((key, made))
-                pool.append(made.get())
-        jobs.put(job)
-
-
-_WORKERS = _Workers()
-_START = threading.RLock()  # held while the layer starts: a second thread's first run() waits for it
+_ORDERS: queue.SimpleQueue = queue.SimpleQueue()  # (worker loop, line, where to put the thread) for the maker
+_START = threading.RLock()  # held while the layer starts: a second thread's first job waits for it
 _started = False
 
 
+def _maker() -> None:
+    """Make the devices' workers, at the niceness this thread had when start() made it."""
+    while True:
+        loop, line, made = _ORDERS.get()
+        t = threading.Thread(target=loop, args=(line,), name=f"specviz-device-{line.key}", daemon=True)
+        t.start()
+        made.put(t)
+
+
 def start() -> None:
-    """Start the device layer, once per process: the thread that makes the devices' workers, then the CPU's
-    cores given to its worker (share_cores). Its model work goes to the worker directly, not through the queue,
-    so a thread that already holds the device and starts the layer waits for nothing but this."""
+    """Start the device layer, once per process: the thread that makes the devices' workers (before any page
+    lowers its own priority), then the CPU's cores given to its worker (share_cores)."""
     global _started
     with _START:
         if _started:
             return
         _started = True
-        _WORKERS.start()
+        threading.Thread(target=_maker, name="specviz-device-maker", daemon=True).start()
         share_cores()
 
 
 def run(device, fn: Callable[[], object], turn: bool = True):
-    """Hold the device (QUEUE.hold) and run fn() on one of its worker threads; return what fn returns.
-
-    The caller waits; fn sees the caller's context variables (its owner too, outside a session()), holds,
-    load watches and PyTorch grad/inference mode, and its exception is raised here. Inside a hold of a worker, fn runs directly.
-    turn=False: pages may draw meanwhile (loading a model; see QUEUE.hold).
-    """
-    start()
-    key = device_key(device)
-    with QUEUE.hold(key, turn=turn):
-        if _WORKERS.on_worker(key):
-            return fn()
-        return _on_worker(key, fn)
-
-
-def _on_worker(key: str, fn: Callable[[], object]):
-    import torch
-
-    ctx = contextvars.copy_context()
-    if ctx.get(_owner) is None:  # outside a session(): fn's holds and others() are still the caller's thread's
-        ctx.run(_owner.set, (_current_owner(), None))
-    depth = getattr(QUEUE._depth, "d", None)  # the caller holds the device: its nested holds pass through
-    stack = clock.open_watches()
-    grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-    done, box = threading.Event(), {}
-
-    def job() -> None:
-        QUEUE._depth.d = depth
-        clock.use_watches(stack)
-        try:
-            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-                box["value"] = ctx.run(fn)
-        except BaseException as e:  # noqa: BLE001 - handed back to the caller, raised there
-            box["error"] = e
-        finally:
-            QUEUE._depth.d = None
-            clock.use_watches(None)
-            done.set()
-
-    _WORKERS.submit(key, QUEUE.limit(key), job)
-    done.wait()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    """fn() on one of the device's workers (QUEUE.call); return what fn returns, or raise its exception.
+    turn=False: pages may draw meanwhile (loading a model)."""
+    return QUEUE.call(device, fn, turn=turn)
 
 
 # --------------------------------------------------------------------------
@@ -650,23 +663,20 @@ def share_cores() -> int | None:
     import torch
 
     try:
-        limit = QUEUE.limit("cpu")
-    except InvalidSetting:  # a bad $SPECVIZ_DEVICE_CONCURRENCY: said by the first hold (the CLI: at its start)
+        QUEUE.limit("cpu")
+    except InvalidSetting:  # a bad $SPECVIZ_DEVICE_CONCURRENCY: said by the first job (the CLI: at its start)
         return None
     n = torch.get_num_threads()
     if n <= 1 or os.environ.get(ENV_SHARE_CORES, "1") == "0" or tuning.libgomp() is None:
         return None
-    with _WORKERS._lock:
-        _WORKERS.threads["cpu"] = n
+    QUEUE.threads["cpu"] = n  # before the worker is made: it sets its own count first
     torch.set_num_threads(1)  # this thread and every thread that starts from now
-    _WORKERS.submit("cpu", limit, lambda: None)  # make the worker now, with its n threads
-    got = _on_worker("cpu", torch.get_num_threads)
+    got = QUEUE.submit("cpu", torch.get_num_threads).result()
     if got != n:  # the runtime did not keep a per-thread count: back to PyTorch's own setting
         torch.set_num_threads(n)
-        with _WORKERS._lock:
-            _WORKERS.threads.pop("cpu", None)
+        QUEUE.threads.pop("cpu", None)
         return None
-    _find_team("cpu", _on_worker)
+    _find_team("cpu")
     return n
 
 
@@ -680,7 +690,7 @@ def _native_ids() -> set[int]:
     return tids - {t.native_id for t in threading.enumerate()}
 
 
-def _find_team(key: str, on_worker: Callable = run) -> frozenset[int]:
+def _find_team(key: str) -> frozenset[int]:
     """Record the thread ids of the device's worker and of the OpenMP team it runs model work with.
 
     The team is made by the worker's first parallel region: the threads that appear across one are its own.
@@ -694,26 +704,25 @@ def _find_team(key: str, on_worker: Callable = run) -> frozenset[int]:
         torch.ones(1 << 20).add_(1)  # (2^20,): big enough for every thread of the team to take a share
         return frozenset({threading.get_native_id()} | (_native_ids() - before))
 
-    found = on_worker(key, find)
+    found = QUEUE.submit(key, find).result()
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     readable = not math.isnan(clock.run_delay_s(found))
-    with _WORKERS._lock:
-        team = _WORKERS.team.get(key, frozenset()) | found
-        _WORKERS.team[key] = team if readable and model_threads(key) <= cores else frozenset()
-        return _WORKERS.team[key]
+    team = QUEUE.team.get(key, frozenset()) | found
+    QUEUE.team[key] = team if readable and model_threads(key) <= cores else frozenset()
+    return QUEUE.team[key]
 
 
 def team(device="cpu") -> frozenset[int]:
     """The thread ids whose waits for a core are taken off the device's pass times (empty: none are)."""
-    return _WORKERS.team.get(device_key(device), frozenset())
+    return QUEUE.team.get(device_key(device), frozenset())
 
 
 def model_threads(device="cpu") -> int:
     """The OpenMP threads the device's model work runs with (the worker's; PyTorch's own count otherwise)."""
-    got = _WORKERS.threads.get(device_key(device))
+    got = QUEUE.threads.get(device_key(device))
     if got:
         return got
     import torch
@@ -725,14 +734,13 @@ def set_model_threads(n: int, device="cpu") -> int:
     """Run the device's model work with n OpenMP threads from now on; the count it has then."""
     start()
     key = device_key(device)
-    if not _WORKERS.threads.get(key):
+    if not QUEUE.threads.get(key):
         import torch
 
         torch.set_num_threads(n)
         return torch.get_num_threads()
     got = run(key, lambda: tuning.own_threads(n))
-    with _WORKERS._lock:
-        _WORKERS.threads[key] = got
+    QUEUE.threads[key] = got
     _find_team(key)
     return got
 
@@ -748,11 +756,15 @@ class QueueRunner:
 
     device: str  # its key (device_key)
 
-    def hold(self, what: str | None = None):
-        return QUEUE.hold(self.device, what=what)
-
     def run(self, fn: Callable[[], object], turn: bool = True):
         return run(self.device, fn, turn=turn)
+
+    def submit(self, fn: Callable, what: str | None = None, together: Hashable | None = None, item: object = None,
+               most: int = 1) -> Job:
+        return QUEUE.submit(self.device, fn, what=what, together=together, item=item, most=most)
+
+    def wait(self, job: Job) -> None:
+        QUEUE.wait(job, session_on_wait())
 
     def watch(self):
         return clock.watch()

@@ -3,8 +3,10 @@
 The decoding engine (decoding/engine.py, decoding/tree.py) and the KV caches (modeling/lm.py) never call
 the queue themselves; each is handed a Runner and does its model work through it:
 
-    with runner.hold(what) as slot:      # the device for one round or one pass; slot.waited_s
-        runner.run(fn)                   # fn() on the device's own thread, the caller waiting
+    job = runner.submit(fn, what)        # fn() on the device's thread when its turn comes (a round): a Future
+    runner.wait(job)                     # until it is done (on_wait hears its place; a stop cancels it)
+    job.result(), job.waited_s           # what fn returned (or raised), and how long it waited for the device
+    runner.run(fn)                       # submit, wait and result in one (a pass: at once inside a job)
     with runner.watch() as load:         # the load verdicts of the passes inside (a round's)
         clock = runner.clock()           # times one pass: clock.stop(less_s) -> PassTime
         runner.note_pass(clock.stop())   # judge the pass for outside load, tell the open watches
@@ -25,11 +27,12 @@ from __future__ import annotations
 import math
 import threading
 import time
-from contextlib import contextmanager, nullcontext
-from typing import Callable, ContextManager, Iterator, Protocol, TypeVar, runtime_checkable
+from concurrent.futures import Future
+from contextlib import nullcontext
+from typing import Callable, ContextManager, Hashable, Protocol, TypeVar, runtime_checkable
 
 from specviz.device.clock import LoadWatch, PassTime, timed_pass, watching
-from specviz.device.devqueue import Slot, device_key
+from specviz.device.devqueue import device_key
 
 T = TypeVar("T")
 
@@ -44,12 +47,20 @@ class Runner(Protocol):
 
     device: str  # the device's key: 'cpu', 'cuda:0', ...
 
-    def hold(self, what: str | None = None) -> ContextManager[Slot]:
-        """Hold the device for the block (a round, or a pass outside one); yields the Slot (waited_s)."""
-        ...
-
     def run(self, fn: Callable[[], T], turn: bool = True) -> T:
         """fn() on the device's thread, holding the device; turn=False: pages may draw meanwhile (a load)."""
+        ...
+
+    def submit(self, fn: Callable, what: str | None = None, together: Hashable | None = None, item: object = None,
+               most: int = 1) -> Future:
+        """fn() on the device's thread when its turn comes, with the caller's context: a Future with `waited_s`.
+        Jobs of one `together` key in line when one is granted (up to `most`) run as one call fn(items)
+        (devqueue.DeviceQueue.submit)."""
+        ...
+
+    def wait(self, job: Future) -> None:
+        """Until job is done, the session's on_wait hearing its place while it waits; what that raises (a page
+        that must stop) cancels it, or, once it runs, is raised after it."""
         ...
 
     def watch(self) -> ContextManager[LoadWatch]:
@@ -98,12 +109,22 @@ class InlineRunner:
         self.device = device_key(device)
         self._watches = threading.local()  # per thread: the open watches, innermost last
 
-    @contextmanager
-    def hold(self, what: str | None = None) -> Iterator[Slot]:
-        yield Slot(owner="inline", device=self.device, what=what)
-
     def run(self, fn: Callable[[], T], turn: bool = True) -> T:
         return fn()
+
+    def submit(self, fn: Callable, what: str | None = None, together: Hashable | None = None, item: object = None,
+               most: int = 1) -> Future:
+        job: Future = Future()
+        job.waited_s = 0.0
+        job.set_running_or_notify_cancel()
+        try:
+            job.set_result(fn([item]) if together is not None else fn())
+        except Exception as e:  # noqa: BLE001 - raised by job.result()
+            job.set_exception(e)
+        return job
+
+    def wait(self, job: Future) -> None:
+        pass  # run by submit already
 
     def watch(self) -> ContextManager[LoadWatch]:
         return watching(self._watches)
