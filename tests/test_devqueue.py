@@ -42,12 +42,10 @@ def test_the_device_is_granted_in_the_order_it_was_asked_for():
     gate = threading.Event()
 
     def first():
-        with q.hold("cpu", owner="first"):
-            gate.wait(10)
+        q.call("cpu", lambda: gate.wait(10), owner="first")
 
     def job(name):
-        with q.hold("cpu", owner=name):
-            order.append(name)
+        q.call("cpu", lambda: order.append(name), owner=name)
 
     threads = [threading.Thread(target=first)]
     threads[0].start()
@@ -71,8 +69,7 @@ def test_others_counts_the_other_owners_holding_or_waiting_never_the_asker():
     gate = threading.Event()
 
     def job(name):
-        with q.hold("cpu", owner=name):
-            gate.wait(10)
+        q.call("cpu", lambda: gate.wait(10), owner=name)
 
     threads = [threading.Thread(target=job, args=(name,)) for name in ("me", "a", "a", "b")]
     threads[0].start()
@@ -97,14 +94,11 @@ def test_a_short_job_is_not_starved_behind_a_long_sweep_that_yields_per_step():
 
     def sweep():  # 60 steps of 10 ms, lining up again after each
         for i in range(60):
-            with q.hold("cpu", owner="sweep"):
-                time.sleep(0.01)
-                steps_done.append(i)
+            q.call("cpu", lambda: (time.sleep(0.01), steps_done.append(i)), owner="sweep")
 
     def short():
         for _ in range(3):
-            with q.hold("cpu", owner="short"):
-                time.sleep(0.01)
+            q.call("cpu", lambda: time.sleep(0.01), owner="short")
         short_done_at.append(len(steps_done))
 
     a = threading.Thread(target=sweep)
@@ -130,14 +124,16 @@ def test_concurrency_is_a_setting_and_holders_never_exceed_it():
     inside, most = [0], [0]
     lock = threading.Lock()
 
+    def step():
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.02)
+        with lock:
+            inside[0] -= 1
+
     def job():
-        with q.hold("cpu", owner=threading.current_thread().name):
-            with lock:
-                inside[0] += 1
-                most[0] = max(most[0], inside[0])
-            time.sleep(0.02)
-            with lock:
-                inside[0] -= 1
+        q.call("cpu", step, owner=threading.current_thread().name)
 
     threads = [threading.Thread(target=job, name=f"t{i}") for i in range(6)]
     for t in threads:
@@ -157,10 +153,7 @@ def test_a_handover_wakes_the_next_in_line_at_once_and_a_cancel_wakes_the_cancel
 
     def job(owner, wait_gate=False):
         try:
-            with q.hold("cpu", owner=owner):
-                order.append(owner)
-                if wait_gate:
-                    gate.wait(10)
+            q.call("cpu", lambda: (order.append(owner), wait_gate and gate.wait(10)), owner=owner)
         except Cancelled:
             errors.append(owner)
 
@@ -186,10 +179,8 @@ def test_a_trace_records_each_outer_hold_and_sums_the_time_the_device_was_held(t
     trace = tmp_path / "holds.jsonl"
     q = DeviceQueue(poll_s=0.01, env="", trace=str(trace))
 
-    def job(owner):
-        with q.hold("cpu", owner=owner):
-            with q.hold("cpu", owner=owner):  # a pass inside the round: not a hold of its own
-                time.sleep(0.05)
+    def job(owner):  # a pass inside the round: not a job of its own
+        q.call("cpu", lambda: q.call("cpu", lambda: time.sleep(0.05), owner=owner), owner=owner)
 
     t0 = time.time()
     threads = [threading.Thread(target=job, args=(o,)) for o in ("a", "b", "a")]
@@ -224,8 +215,7 @@ def test_a_trace_labels_each_hold_with_what_it_is_and_sorts_their_times_by_label
     q = DeviceQueue(poll_s=0.01, env="", trace=str(trace))
     t0 = time.time()
     for what, s in (("token", 0.02), (None, 0.01), ("round", 0.05), ("token", 0.03)):
-        with q.hold("cpu", owner="a", what=what):
-            time.sleep(s)
+        q.call("cpu", lambda: time.sleep(s), owner="a", what=what)
     t1 = time.time()
     rows = [json.loads(r) for r in trace.read_text().splitlines()]
     assert [r.get("what") for r in rows] == ["token", None, "round", "token"]  # no label: no field
@@ -240,8 +230,7 @@ def test_a_trace_labels_each_hold_with_what_it_is_and_sorts_their_times_by_label
 
 def test_a_trace_that_cannot_be_written_never_costs_the_work(tmp_path):
     q = DeviceQueue(poll_s=0.01, env="", trace=str(tmp_path / "no-such-folder" / "holds.jsonl"))
-    with q.hold("cpu", owner="a"):
-        done = True
+    done = q.call("cpu", lambda: True, owner="a")
     assert done and q.trace is None and q.stats()["holders"] == []
 
 
@@ -252,13 +241,11 @@ def test_a_cancelled_owner_drops_its_queued_work_and_never_holds_the_device():
     errors: dict[str, BaseException] = {}
 
     def holder():
-        with q.hold("cpu", owner="h"):
-            gate.wait(10)
+        q.call("cpu", lambda: gate.wait(10), owner="h")
 
     def job(owner, tag):
         try:
-            with q.hold("cpu", owner=owner):
-                got.append(tag)
+            q.call("cpu", lambda: got.append(tag), owner=owner)
         except Cancelled as e:
             errors[tag] = e
 
@@ -292,13 +279,12 @@ def test_a_waiting_page_hears_its_place_and_stopping_drops_its_ticket():
             raise Stop
 
     def holder():
-        with q.hold("cpu", owner="h"):
-            gate.wait(10)
+        q.call("cpu", lambda: gate.wait(10), owner="h")
 
     def waiter(out):
         try:
-            with q.hold("cpu", owner="w", on_wait=on_wait):
-                out.append("held")
+            with devqueue.session("w", on_wait):
+                q.call("cpu", lambda: out.append("held"))
         except Stop:
             out.append("stopped")
 
@@ -321,18 +307,20 @@ def test_a_waiting_page_hears_its_place_and_stopping_drops_its_ticket():
     _wait_until(lambda: q.stats()["holders"] == ["h"])
     out.clear()
     with devqueue.session("w", on_wait=lambda a: (heard.append(a), a == 1 and gate.set())):
-        with q.hold("cpu"):
-            out.append("held")
+        q.call("cpu", lambda: out.append("held"))
     h.join(10)
     assert out == ["held"] and heard[0] == 1 and heard[-1] is None
 
 
-def test_a_hold_inside_a_hold_of_the_same_thread_passes_through():
+def test_model_work_asked_on_the_worker_runs_there_at_once():
     q = DeviceQueue(poll_s=0.01, env="")
-    with q.hold("cpu", owner="a") as outer:
-        with q.hold("cpu", owner="a") as inner:
-            assert inner.nested and not outer.nested
-            assert q.stats()["holders"] == ["a"]
+    outer = threading.get_ident
+
+    def round_():  # a round's pass asks for the device it runs on: no job of its own
+        return outer(), q.call("cpu", lambda: (outer(), q.stats()["holders"]), owner="a")
+
+    worker, (inner, holders) = q.call("cpu", round_, owner="a")
+    assert worker == inner != threading.get_ident() and holders == ["a"]
     assert q.stats()["holders"] == [] and q.stats()["grants"] == 1
 
 
@@ -352,10 +340,7 @@ def test_drawing_waits_for_model_work_and_model_work_for_the_drawing_asked_befor
     go = {name: threading.Event() for name in ("m1", "d1", "m2")}
 
     def model(name):
-        with q.hold("cpu", owner=name):
-            log.append(f"{name} in")
-            go[name].wait(10)
-            log.append(f"{name} out")
+        q.call("cpu", lambda: (log.append(f"{name} in"), go[name].wait(10), log.append(f"{name} out")), owner=name)
 
     def draw(name):
         with q.drawing():
@@ -394,20 +379,21 @@ def test_a_page_that_asks_for_model_work_while_it_draws_steps_out_until_it_is_do
     q = DeviceQueue(poll_s=0.01, env="")
     seen, lock = {}, threading.Lock()
 
+    def round_():  # its own round: it stops drawing, or another page's drawing could never end while this waits
+        seen["inside"] = q.turns.open()
+        with q.drawing():  # drawing inside model work passes through
+            seen["nested"] = True
+
     def page():
         with q.drawing():
-            with q.hold("cpu", owner="page"):  # its own round: it stops drawing, or another page's
-                seen["inside"] = q.turns.open()  # drawing could never end while this waits
-                with q.drawing():  # drawing inside model work passes through
-                    seen["nested"] = True
+            q.call("cpu", round_, owner="page")
             seen["after"] = q.turns.open()
             with q.paused(), lock:  # waiting on a lock that model work holds: not in a turn
                 seen["locked"] = True
 
     def other():  # holds the lock, then asks for a round
         with lock:
-            with q.hold("cpu", owner="other"):
-                time.sleep(0.1)
+            q.call("cpu", lambda: time.sleep(0.1), owner="other")
 
     t_other = _in_thread(other)
     t_page = _in_thread(page)
@@ -423,10 +409,8 @@ def test_pages_go_on_drawing_while_a_model_loads():
     q = DeviceQueue(poll_s=0.01, env="")
     loading, drawn = threading.Event(), threading.Event()
 
-    def load():  # a hold without a turn, as models.py loads: it may take minutes
-        with q.hold("cpu", owner="loader", turn=False):
-            loading.set()
-            drawn.wait(10)
+    def load():  # a job without a turn, as models.py loads: it may take minutes
+        q.call("cpu", lambda: (loading.set(), drawn.wait(10)), owner="loader", turn=False)
 
     t = _in_thread(load)
     assert loading.wait(10)
@@ -461,9 +445,11 @@ class SlowHolder:
 
     def _loop(self):
         while not self.stop.is_set():
-            with devqueue.QUEUE.hold("cpu", owner="slow-holder"):
-                time.sleep(self.turn_s)
-                self.turns += 1
+            devqueue.QUEUE.call("cpu", self._turn, owner="slow-holder")
+
+    def _turn(self):
+        time.sleep(self.turn_s)
+        self.turns += 1
 
     def __enter__(self):
         self.thread.start()
@@ -889,14 +875,11 @@ def test_a_waiting_session_is_told_its_wait_from_the_last_turns_of_those_ahead()
     never timed counts as the median of those that were)."""
     q = devqueue.DeviceQueue(poll_s=0.01)
     for owner, s in (("a", 0.2), ("b", 0.05)):
-        with q.hold("cpu", owner=owner):
-            time.sleep(s)
+        q.call("cpu", lambda: time.sleep(s), owner=owner)
     release = threading.Event()
 
     def take(owner: str, wait: bool) -> None:
-        with q.hold("cpu", owner=owner):
-            if wait:
-                release.wait(10)
+        q.call("cpu", lambda: wait and release.wait(10), owner=owner)
 
     holder = threading.Thread(target=take, args=("a", True))
     holder.start()
@@ -920,9 +903,10 @@ def test_a_waiting_session_is_told_its_wait_from_the_last_turns_of_those_ahead()
             t.join(10)
 
 
-def test_a_slow_trace_write_holds_up_no_other_hold(tmp_path):
-    """The trace line is written outside the queue's lock: while one hold's line cannot be written yet (a FIFO no
-    one reads), another thread asks the queue and holds the device at once; the lines arrive once read."""
+def test_a_slow_trace_write_holds_up_no_other_job(tmp_path):
+    """A job's trace line is written by its caller, outside the queue's lock: while one job's line cannot be written
+    yet (a FIFO no one reads), another thread asks the queue and gets the device at once; the lines arrive once
+    read."""
     import os
 
     fifo = tmp_path / "trace.fifo"
@@ -930,8 +914,7 @@ def test_a_slow_trace_write_holds_up_no_other_hold(tmp_path):
     q = devqueue.DeviceQueue(trace=str(fifo))
 
     def hold_once(owner, what=None):
-        with q.hold("cpu", owner=owner, what=what):
-            done.append(owner)
+        q.call("cpu", lambda: done.append(owner), owner=owner, what=what)
 
     done: list = []
     writer = threading.Thread(target=hold_once, args=("a", "first"), daemon=True)

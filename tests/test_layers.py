@@ -250,7 +250,7 @@ def test_the_devtools_check_can_fail(tmp_path):
 # specviz/tools, the command line's programs, which own their process as the app's pages do: they start the layer
 # (cli), set its model threads (bench --threads), and time the device themselves (bench's transformers baseline,
 # judged by clock.crowded; batchbench's raw batched passes).
-TYPES = frozenset({"LoadNote", "LoadWatch", "OnWait", "PassTime", "Slot"})
+TYPES = frozenset({"LoadNote", "LoadWatch", "OnWait", "PassTime"})
 ALLOWED = frozenset({"start"}) | TYPES
 OUTSIDE = ("device", "devtools", "tools")  # the layers the check leaves out (above)
 CHECKED = ("devqueue", "clock")  # the modules of specviz/device the check covers the uses of

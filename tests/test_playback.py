@@ -123,7 +123,13 @@ def test_reading_a_playback_never_waits_for_the_round_in_flight():
     stream = engine.speculative_stream(target, draft, PROMPT, DecodeSettings(k=3, max_new_tokens=6), eos_token_id=[])
     pb = playback.Playback.live(stream, PROMPT, "", {})
     got: dict = {}
-    with devqueue.QUEUE.hold("cpu", owner="another session"):
+    release = threading.Event()
+    holder = threading.Thread(target=lambda: devqueue.QUEUE.call("cpu", lambda: release.wait(10),
+                                                                 owner="another session"), daemon=True)
+    holder.start()
+    while devqueue.QUEUE.stats("cpu")["holders"] != ["another session"]:
+        holder.join(0.005)
+    try:
         advancing = threading.Thread(target=lambda: got.update(round=pb.advance()), daemon=True)
         advancing.start()
         for _ in range(200):  # until the round waits in line for the device
@@ -136,6 +142,8 @@ def test_reading_a_playback_never_waits_for_the_round_in_flight():
         reader.join(2.0)
         assert not reader.is_alive(), "reading the playback waited for the round in flight"
         assert got["read"].rounds == [] and "round" not in got  # the round is still waiting for the device
+    finally:
+        release.set()
     advancing.join(10.0)
     assert got["round"] is not None and pb.rounds == [got["round"]]
     assert len(pb.current_run().rounds) == 1

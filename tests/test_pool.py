@@ -199,8 +199,8 @@ def test_a_pools_own_pass_is_kept_under_the_context_the_cache_had_before_it():
     assert pool.solo.entries((4, 0), steady=False) == [box[0].verify_s]
 
 
-def test_a_session_alone_verifies_inline_in_its_round_s_hold(pair):
-    """Alone, a round's verify pass runs in the round's own hold: one grant of the device per round, as
+def test_a_session_alone_verifies_inline_in_its_round_s_job(pair):
+    """Alone, a round's verify pass runs in the round's own job: one grant of the device per round, as
     without pooling (a pooled pass would take a second one)."""
     target, draft = pair
     before = devqueue.QUEUE.stats("cpu")["grants"]
@@ -266,9 +266,8 @@ class _Holder:
         assert self.held.wait(10)
 
     def _hold(self):
-        with devqueue.session("holder"), devqueue.hold("cpu"):
-            self.held.set()
-            self.release.wait(30)
+        with devqueue.session("holder"):
+            devqueue.run("cpu", lambda: (self.held.set(), self.release.wait(30)))
 
 
 def _wait_for(cond, timeout=10.0):

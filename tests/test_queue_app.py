@@ -111,8 +111,7 @@ def test_a_session_waiting_for_the_device_knows_its_place_and_then_runs(many_ses
     release = threading.Event()
 
     def other_session():
-        with devqueue.QUEUE.hold("cpu", owner="another session"):
-            release.wait(60)
+        devqueue.QUEUE.call("cpu", lambda: release.wait(60), owner="another session")
 
     holder = threading.Thread(target=other_session)
     holder.start()
@@ -354,8 +353,8 @@ def test_loading_a_pair_counts_as_its_speculative_warm_up():
 
 
 def _forward_passes(model, fn, others_waiting: bool):
-    """(model's forward passes during fn(), what fn returned); others_waiting: fn runs while this thread holds
-    the device and another session waits in line behind it."""
+    """(model's forward passes during fn(), what fn returned); others_waiting: fn runs as a job on the device's
+    worker while another session waits in line behind it."""
     from specviz.device import devqueue
 
     calls = []
@@ -364,12 +363,15 @@ def _forward_passes(model, fn, others_waiting: bool):
         if not others_waiting:
             out = fn()
         else:
-            with devqueue.QUEUE.hold("cpu"):
-                other = threading.Thread(target=lambda: _hold_as("another session"), daemon=True)
+            other = threading.Thread(target=lambda: _hold_as("another session"), daemon=True)
+
+            def behind():  # on the worker: the other session asks now, and waits
                 other.start()
                 while "another session" not in devqueue.QUEUE.stats("cpu")["waiting"]:
                     time.sleep(0.001)
-                out = fn()
+                return fn()
+
+            out = devqueue.run("cpu", behind)
             other.join(10)
     finally:
         hook.remove()
@@ -379,8 +381,8 @@ def _forward_passes(model, fn, others_waiting: bool):
 def _hold_as(owner: str) -> None:
     from specviz.device import devqueue
 
-    with devqueue.session(owner), devqueue.QUEUE.hold("cpu"):
-        pass
+    with devqueue.session(owner):
+        devqueue.run("cpu", lambda: None)
 
 
 def test_a_target_alone_run_that_failed_in_an_earlier_script_run_is_a_message_not_a_traceback():

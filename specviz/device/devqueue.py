@@ -2,25 +2,22 @@
 
 All model work is a `Job` (a concurrent.futures.Future) in its device's line, and each of the device's worker
 threads (`limit(device)` of them: 1 by default, $SPECVIZ_DEVICE_CONCURRENCY) takes the first job in line,
-runs it, and sets its result: first come, first served. The caller waits for its job with a timeout
-(its session's on_wait hears its place at every poll) and cancels it when it must stop. Work goes in small
+runs it, and sets its result: first come, first served. The caller waits for its job, polling (its
+session's on_wait hears its place at every poll), and cancels it when it must stop. Work goes in small
 pieces, one decoding round or one measured pass, so a long job (a sweep, a trial, a batch measurement) lines
 up again after every piece and a short run waiting behind it gets the device after at most one piece of each
 job ahead of it.
 
     job = QUEUE.submit(device, fn)     # fn() on the device's worker when its turn comes: a Future
-    run(device, fn)                    # submit, wait (on_wait hears the place; a stop cancels), the result
-    with QUEUE.hold(device) as slot:   # the device for a block of the caller's (one round); slot.waited_s
-        run(device, step)              # inside the block: on the worker the hold keeps, at once
+    QUEUE.wait(job, on_wait)           # until it is done, on_wait hearing its place; a stop cancels it
+    run(device, fn)                    # submit, wait, result; on the worker (a pass inside a round): at once
 
-A hold is a job that keeps its worker for the caller's block and runs the block's run() calls there; a hold
-or a run() inside a hold, or on the worker, passes straight through. Jobs submitted with the same
-`together` key that are in line when one of them is granted run as one call (the shared verify pass of
-decoding/pool.py: continuous batching, one forward pass for every waiting session).
+Jobs submitted with the same `together` key that are in line when one of them is granted run as one call (the
+shared verify pass of decoding/pool.py: continuous batching, one forward pass for every waiting session).
 
 Owners: each job belongs to an owner (a session id). `session(owner, on_wait)` names the owner of the work
 asked in this context; `on_wait(ahead)` is called while it waits (ahead = how many other owners are before it,
-at once and every poll) and once with None when the device is granted after a wait. What on_wait raises (a
+after each poll) and once with None when the device is granted after a wait. What on_wait raises (a
 page that must stop) cancels the job; `cancel(owner)` cancels an owner's queued jobs from another thread, each
 raising Cancelled. A job that runs already finishes its piece.
 
@@ -36,7 +33,7 @@ Drawing apart from model work: a page draws in Python, and Python runs one threa
 drawing next to a draft step slows the step several times over (docs/workshop.md), so model work and drawing
 take turns (`Turns`): a page draws inside `QUEUE.drawing()`, which waits while model work runs, and a job waits
 for the drawing that asked before it. A page that asks for model work while it draws stops drawing until the
-work is done (`paused()`); inside model work (a load's progress bar) drawing passes straight through.
+work is done (`paused()`); on a worker (a load's progress bar) drawing passes straight through.
 
 Starting: importing this module starts no thread and changes no PyTorch setting. `start()` does both, once per
 process: the first job calls it, a page calls it before it lowers its own priority (a worker inherits the
@@ -127,19 +124,6 @@ def concurrency(device, env: str | None = None) -> int:
 # the line
 
 
-@dataclass
-class Slot:
-    """One hold: who, where, how long it waited for its turn and how long it held the device."""
-
-    owner: str
-    device: str
-    ahead: int = 0  # other owners before it when it asked
-    waited_s: float = 0.0
-    held_s: float = 0.0
-    nested: bool = False  # inside another hold of the same thread: passed straight through
-    what: str | None = None  # what the work is, for the trace (engine.DecodeStream: its Run's mode)
-
-
 class Job(Future):
     """One piece of model work in a device's line (DeviceQueue.submit). cancel() takes it out of the line while
     it waits (True), never once it runs (False); `granted` is set when it holds the device or is cancelled."""
@@ -208,7 +192,7 @@ _owner: contextvars.ContextVar[tuple[str, OnWait | None] | None] = contextvars.C
 
 @contextmanager
 def session(owner: str, on_wait: OnWait | None = None) -> Iterator[None]:
-    """Holds made in this context belong to `owner`; on_wait hears where they wait."""
+    """Jobs asked in this context belong to `owner`; on_wait hears where they wait."""
     token = _owner.set((str(owner), on_wait))
     try:
         yield
@@ -217,7 +201,7 @@ def session(owner: str, on_wait: OnWait | None = None) -> Iterator[None]:
 
 
 def _current_owner() -> str:
-    """Who a hold made here belongs to: the current session(), or else this thread."""
+    """Who a job asked here belongs to: the current session(), or else this thread."""
     ctx = _owner.get()
     return ctx[0] if ctx else f"thread-{threading.get_ident()}"
 
@@ -290,8 +274,8 @@ class DeviceQueue:
         self._trace_lock = threading.Lock()  # one trace line written at a time, never under _lock (a slow disk)
         self._staff_lock = threading.Lock()  # held while a device's workers are made
         self._lines: dict[str, _Line] = {}
-        self._here = threading.local()  # per thread: .depth {device: nesting}, .inbox {device: its hold's inbox},
-        # .worker (the key of the device whose worker this is), .drawer (the draw ticket it holds)
+        self._here = threading.local()  # per thread: .worker (the key of the device whose worker this is),
+        # .drawer (the draw ticket it holds)
         self.turns = Turns()  # model work and drawing, apart (see drawing())
         self.threads: dict[str, int] = {}  # a device's workers' OpenMP threads, where they were set apart
         self.team: dict[str, frozenset[int]] = {}  # the thread ids of a device's worker and its OpenMP team
@@ -305,13 +289,6 @@ class DeviceQueue:
 
     def limit(self, device) -> int:
         return self._line(device_key(device)).limit
-
-    def _mine(self, name: str) -> dict:
-        got = getattr(self._here, name, None)
-        if got is None:
-            got = {}
-            setattr(self._here, name, got)
-        return got
 
     def on_worker(self, key: str) -> bool:
         return getattr(self._here, "worker", None) == key
@@ -329,10 +306,17 @@ class DeviceQueue:
         what: a label the trace writes with the job (the load test's trace_holds sorts times by it)."""
         start()
         line = self._line(device_key(device))
+        job = Job(line, _current_owner() if owner is None else owner, _carried(fn), what, turn, together, item, most)
+        if self.on_worker(line.key):  # model work asked inside model work (a run inside a measurement): at once
+            job.set_running_or_notify_cancel()
+            job.granted.set()
+            try:
+                job.set_result(job.fn([item]) if together is not None else job.fn())
+            except BaseException as e:  # noqa: BLE001 - raised in the caller
+                job.set_exception(e)
+            return job
         self._staff(line)
         with line.cond:
-            job = Job(line, _current_owner() if owner is None else owner, _carried(fn), what, turn, together, item,
-                      most)
             line.waiting.append(job)
             job.ahead = line.ahead(job)
             line.cond.notify_all()
@@ -369,14 +353,12 @@ class DeviceQueue:
             j.waited_s = t1 - j.t0
         with line.cond:
             line.longest_wait_s = max(line.longest_wait_s, job.waited_s)
-        self._here.depth = {line.key: 1}  # holds and drawing inside pass straight through
         for j in batch:
             j.granted.set()
         try:
             out, error = (job.fn([j.item for j in batch]) if job.together is not None else job.fn()), None
         except BaseException as e:  # noqa: BLE001 - the job's, raised in its caller
             out, error = None, e
-        self._here.depth = None
         job.held_s = time.perf_counter() - t1
         if ticket is not None:
             self.turns.release("model", ticket)
@@ -392,10 +374,10 @@ class DeviceQueue:
         for j in batch:
             j.set_result(out) if error is None else j.set_exception(error)
 
-    def granted(self, job: Job, on_wait: OnWait | None, let_go: Callable[[], None] = lambda: None) -> None:
-        """Until job holds the device. on_wait hears its place after each poll while it waits, and None once it is
-        granted after a wait; what on_wait raises, or a cancel (Cancelled), takes the job out of the line. A job
-        granted just as its caller stops is let go (`let_go()`) and finished first."""
+    def wait(self, job: Job, on_wait: OnWait | None) -> None:
+        """Until job is done. While it waits for the device, on_wait hears its place after each poll (and None
+        once it is granted after a wait); what on_wait raises, or a cancel (Cancelled), takes the job out of the
+        line. A job granted just as its caller stops is finished first, and the stop raised after it."""
         waited = False
         try:
             while not job.granted.wait(self.poll_s):
@@ -409,15 +391,10 @@ class DeviceQueue:
                                 "replaced it).")
         except BaseException:
             if not job.cancel():
-                let_go()
                 self.done(job)
             raise
         if waited and on_wait is not None:
             on_wait(None)  # granted after a wait: the page clears its notice
-
-    def wait(self, job: Job, on_wait: OnWait | None) -> None:
-        """Until job is done (granted() while it waits for the device, then done())."""
-        self.granted(job, on_wait)
         self.done(job)
 
     def done(self, job: Job) -> None:
@@ -432,53 +409,17 @@ class DeviceQueue:
                 except (OSError, TypeError):
                     self.trace = None
 
-    def call(self, device, fn: Callable[[], object], turn: bool = True):
-        """fn() on the device's worker: at once on the worker or inside this thread's hold, else as a job of its
-        own that waits its turn (see wait()); fn sees this thread's context, load watches and grad modes."""
+    def call(self, device, fn: Callable[[], object], turn: bool = True, owner: str | None = None,
+             what: str | None = None):
+        """fn() on the device's worker: at once on the worker (a pass inside a round), else as a job of its own
+        that waits its turn (wait(), with the current session's on_wait); what fn returns, or raises."""
         key = device_key(device)
         if self.on_worker(key):
             return fn()
-        inbox = self._mine("inbox").get(key)
-        if inbox is not None:
-            done: Future = Future()
-            inbox.put((done, _carried(fn)))
-            return done.result()
-        with self.paused():
-            job = self.submit(key, fn, turn=turn)
+        with self.paused():  # a page asking while it draws stops drawing until the work is done
+            job = self.submit(key, fn, owner=owner, turn=turn, what=what)
             self.wait(job, session_on_wait())
             return job.result()
-
-    @contextmanager
-    def hold(self, device="cpu", owner: str | None = None, on_wait: OnWait | None = None,
-             turn: bool = True, what: str | None = None) -> Iterator[Slot]:
-        """Hold the device for the caller's block: a job that keeps its worker and runs the block's call()s.
-
-        Waits its turn as wait() does; turn and what as submit()."""
-        key, ctx = device_key(device), _owner.get()
-        owner = _current_owner() if owner is None else owner
-        on_wait = ctx[1] if on_wait is None and ctx is not None else on_wait
-        depth = self._mine("depth")
-        if depth.get(key) or self.on_worker(key):  # inside a hold of this thread, or inside a job
-            depth[key] = depth.get(key, 0) + 1
-            try:
-                yield Slot(owner, key, nested=True)
-            finally:
-                depth[key] -= 1
-            return
-        with self.paused():  # a page asking while it draws stops drawing until the work is done
-            inbox: queue.SimpleQueue = queue.SimpleQueue()
-            job = self.submit(key, lambda: _serve_inbox(inbox), owner=owner, turn=turn, what=what)
-            slot = Slot(owner, key, ahead=job.ahead, what=what)
-            self.granted(job, on_wait, lambda: inbox.put(None))
-            slot.waited_s, depth[key], self._mine("inbox")[key] = job.waited_s, 1, inbox
-            try:
-                yield slot
-            finally:
-                depth[key] = 0
-                self._mine("inbox").pop(key, None)
-                inbox.put(None)
-                self.done(job)
-                slot.held_s = job.held_s
 
     # -- drawing
 
@@ -486,9 +427,8 @@ class DeviceQueue:
     def drawing(self) -> Iterator[None]:
         """Draw in the block while no model work of this process runs (see Turns, and the module docstring).
 
-        Passes straight through inside drawing() of the same thread, and inside model work (a hold, or a
-        device worker running one)."""
-        if getattr(self._here, "drawer", None) is not None or any((getattr(self._here, "depth", None) or {}).values()):
+        Passes straight through inside drawing() of the same thread, and on a device's worker (model work)."""
+        if getattr(self._here, "drawer", None) is not None or getattr(self._here, "worker", None) is not None:
             yield
             return
         self._here.drawer = self.turns.acquire("draw")
@@ -561,17 +501,6 @@ class DeviceQueue:
                     "waiting": [w.owner for w in line.waiting]}
 
 
-def _serve_inbox(inbox: queue.SimpleQueue) -> None:
-    """A hold's job on the worker: run the (future, fn) pairs its caller sends until None."""
-    while (item := inbox.get()) is not None:
-        done, fn = item
-        done.set_running_or_notify_cancel()
-        try:
-            done.set_result(fn())
-        except BaseException as e:  # noqa: BLE001 - raised in the caller
-            done.set_exception(e)
-
-
 def _carried(fn: Callable) -> Callable:
     """fn, to run on a worker with the caller's context variables (its owner too, outside a session()), open
     load watches and PyTorch grad/inference mode."""
@@ -596,11 +525,6 @@ def _carried(fn: Callable) -> Callable:
 
 QUEUE = DeviceQueue(trace=os.environ.get(ENV_TRACE) or None)  # the one queue of this process: every
 # session of a server shares it
-
-
-def hold(device="cpu", what: str | None = None):
-    """QUEUE.hold(device) for the owner of the current session(); `what` labels the hold in the trace."""
-    return QUEUE.hold(device, what=what)
 
 
 def drawing():
