@@ -63,7 +63,7 @@ def test_bench_help_prints_its_options():
 
 
 @pytest.mark.parametrize("command,option", [("timing", "--limit"), ("loadtest", "--simulate"),
-                                            ("laptop", "--memory-gb")])
+                                            ("laptop", "--memory-gb"), ("servicecost", "--spawns")])
 def test_the_development_tools_are_commands_of_python_m_specviz(command, option):
     """specviz/__main__.py adds specviz.devtools' commands to tools.cli's: each is listed and has its --help."""
     listed = specviz("--help")

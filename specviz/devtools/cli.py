@@ -3,6 +3,7 @@
     python -m specviz timing                  # every live lesson step and page button, timed (timing)
     python -m specviz loadtest --sessions 4   # browser sessions pressing Run at once on a real server (loadtest)
     python -m specviz laptop --memory-gb 5    # one Run under a memory budget from an empty cache (laptop)
+    python -m specviz servicecost             # the model service as a thread or a process: GIL, memory, start-up
 
 timing takes the shared pair options of tools.cli; loadtest and laptop parse their own options (their --help too).
 Each tool is imported only when its command runs.
@@ -11,6 +12,7 @@ Each tool is imported only when its command runs.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -68,6 +70,36 @@ def add_timing_parser(sub) -> None:
     t.set_defaults(func=cmd_timing)
 
 
+def cmd_servicecost(args) -> int:
+    """A draft step beside a drawing page, in-process and in a service process; that process's memory and
+    start-up (specviz.devtools.servicecost)."""
+    from specviz.devtools import servicecost
+
+    if min(args.steps, args.reps, args.spawns) < 1:
+        raise InvalidSetting("--steps, --reps and --spawns must be at least 1")
+    check_writable("--out", args.out)
+    report = servicecost.servicecost(args.draft, steps=args.steps, reps=args.reps, spawns=args.spawns)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+    print(servicecost.markdown(report))
+    return 0
+
+
+def add_servicecost_parser(sub) -> None:
+    s = sub.add_parser("servicecost", help="the model service as a thread or a process: GIL contention, memory, "
+                                           "start-up (specviz.devtools.servicecost)",
+                       description="Time a draft step alone, next to a drawing page thread, and in a service "
+                                   "process (arms interleaved); weigh and time that process's start.")
+    s.add_argument("--draft", choices=["real", "tiny"], default="real",
+                   help="real: the default pair's int8 draft (default); tiny: random weights")
+    s.add_argument("--steps", type=int, default=15, help="steps per arm and repetition (default 15)")
+    s.add_argument("--reps", type=int, default=5, help="repetitions of the interleaved arms (default 5)")
+    s.add_argument("--spawns", type=int, default=3, help="service processes started, for start-up (default 3)")
+    s.add_argument("--out", metavar="FILE.json", help="write the JSON report here")
+    s.set_defaults(func=cmd_servicecost)
+
+
 def loadtest_main(argv: list[str]) -> int:
     from specviz.devtools import loadtest
 
@@ -81,8 +113,10 @@ def laptop_main(argv: list[str]) -> int:
 
 
 def add_parsers(sub) -> None:
-    """timing's parser, and loadtest's and laptop's names for the command list (they parse their own options)."""
+    """timing's and servicecost's parsers, and loadtest's and laptop's names for the command list (they parse
+    their own options)."""
     add_timing_parser(sub)
+    add_servicecost_parser(sub)
     lt = sub.add_parser("loadtest", help="browser sessions pressing Run at once on a real server "
                                          "(specviz.devtools.loadtest)", add_help=False)
     lt.add_argument("rest", nargs=argparse.REMAINDER)
