@@ -606,8 +606,8 @@ def test_passes_beside_another_program_are_flagged(tiny_pair):
     try:
         lm.feed(list(range(2, 10)), keep=1)
         with busy_programs(os.cpu_count() or 2), clock.watch() as w:
-            t0 = time.perf_counter()
-            while time.perf_counter() - t0 < 0.6:
+            t0 = time.perf_counter()  # each pass is its own job here: its hand-over to the worker is not timed
+            while time.perf_counter() - t0 < 10 and (time.perf_counter() - t0 < 0.6 or w.wall_s < 0.4):
                 lm.timed_feed([3], keep=1)
                 lm.rollback(8)
     finally:
