@@ -343,7 +343,7 @@ def test_a_keys_first_pass_is_left_out_of_what_rounds_are_charged_once_it_has_ot
     assert table.entries((5, 0), steady=False) == [0.5, 0.1, 0.2]
 
 
-def test_a_cancelled_leader_hands_over_and_the_others_finish(pair):
+def test_a_cancelled_request_leaves_the_line_and_the_others_share_their_pass(pair):
     pool, reqs, boxes, refs = _priced(pair[0], 3, 0.05)
     n_before = reqs[0].lm.n
     holder = _Holder()

@@ -119,7 +119,7 @@ class VerifyPool:
 
     def __init__(self) -> None:
         self.solo = SoloCost()
-        self._cond = threading.Lock()
+        self._lock = threading.Lock()
         self._jobs: set = set()  # this pool's jobs in line or in a pass
 
     @staticmethod
@@ -135,7 +135,7 @@ class VerifyPool:
 
     def waiting(self) -> int:
         """How many requests wait for a pass now."""
-        with self._cond:
+        with self._lock:
             return sum(not (j.running() or j.done()) for j in self._jobs)
 
     def note_solo(self, key: tuple[int, int], seconds: float, busy: bool) -> None:
@@ -152,7 +152,7 @@ class VerifyPool:
         again. One taken into a pass already is waited for (its round is being resumed on the worker)."""
         runner = req.lm.runner
         job = runner.submit(self._serve, what="verify", together=self, item=req, most=MAX_BATCH)
-        with self._cond:
+        with self._lock:
             self._jobs.add(job)
         job.add_done_callback(self._gone)
         runner.wait(job)
@@ -164,7 +164,7 @@ class VerifyPool:
         return req.value
 
     def _gone(self, job) -> None:
-        with self._cond:
+        with self._lock:
             self._jobs.discard(job)
 
     def _serve(self, batch: list[VerifyRequest]) -> None:
