@@ -3,6 +3,8 @@ the runner it was given, and running inline (no queue, no worker thread) gives t
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from specviz.core.settings import DecodeSettings
@@ -162,3 +164,18 @@ def test_a_measurement_times_its_passes_through_the_runner_it_is_given():
     assert rec.runs == before + 3
     value, t = InlineRunner().timed(lambda: 7)
     assert value == 7 and t.wall >= 0 and t.held == t.wall
+
+
+@pytest.mark.parametrize("runner", [InlineRunner(), devqueue.queue_runner("cpu")], ids=["inline", "queue"])
+def test_a_timed_pass_leaves_out_what_its_spent_counter_grew_by(runner):
+    """timed(fn, spent=): seconds fn spent on something that is not the pass (a CUDA graph's recording, counted in
+    the cache's recorded_s) are taken off the pass's time."""
+    spent = [0.0]
+
+    def fn():
+        time.sleep(0.05)
+        spent[0] += 0.045  # all but about 5 ms of it was not the pass
+
+    _, t = runner.timed(fn, spent=lambda: spent[0])
+    _, whole = runner.timed(lambda: time.sleep(0.05))
+    assert whole.wall >= 0.05 and t.wall < 0.03

@@ -292,14 +292,17 @@ def synchronize(device) -> None:
         torch.cuda.synchronize(key)
 
 
-def timed_pass(runner, fn: Callable[[], object]) -> tuple[object, PassTime]:
+def timed_pass(runner, fn: Callable[[], object],
+               spent: Callable[[], float] | None = None) -> tuple[object, PassTime]:
     """(fn(), its PassTime) through `runner` (either runner's timed()): on the device's thread, holding the device,
     with the device's work synchronized before and after, so the clock (runner.clock()) times fn alone, no wait.
-    The pass is not judged: a caller that times a model pass passes the PassTime to runner.note_pass."""
+    spent: a running total of seconds that are not the pass's (a CUDA graph's recording), read before and after
+    fn; what it grew by is taken off. The pass is not judged: a caller that times a model pass passes the
+    PassTime to runner.note_pass."""
     def job():
         synchronize(runner.device)
-        clock = runner.clock()
+        clock, s0 = runner.clock(), spent() if spent else 0.0
         out = fn()
         synchronize(runner.device)
-        return out, clock.stop()
+        return out, clock.stop(less_s=spent() - s0 if spent else 0.0)
     return runner.run(job)

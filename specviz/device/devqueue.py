@@ -120,7 +120,6 @@ def concurrency(device, env: str | None = None) -> int:
 
 
 # --------------------------------------------------------------------------
-# --------------------------------------------------------------------------
 # the line
 
 
@@ -189,6 +188,7 @@ class _Line:
 
 _owner: contextvars.ContextVar[tuple[str, OnWait | None] | None] = contextvars.ContextVar("specviz_owner",
                                                                                       default=None)
+
 
 @contextmanager
 def session(owner: str, on_wait: OnWait | None = None) -> Iterator[None]:
@@ -261,8 +261,6 @@ class Turns:
             return {k: len(v) for k, v in self._open.items()}
 
 
-
-
 class DeviceQueue:
     """A line of jobs per device and the workers that run them; see the module docstring."""
 
@@ -306,14 +304,13 @@ class DeviceQueue:
         what: a label the trace writes with the job (the load test's trace_holds sorts times by it)."""
         start()
         line = self._line(device_key(device))
-        job = Job(line, _current_owner() if owner is None else owner, _carried(fn), what, turn, together, item, most)
-        if self.on_worker(line.key):  # model work asked inside model work (a run inside a measurement): at once
+        here = self.on_worker(line.key)  # model work asked inside model work (a run inside a measurement): at once
+        job = Job(line, _current_owner() if owner is None else owner, fn if here else _carried(fn), what, turn,
+                  together, item, most)
+        if here:
             job.set_running_or_notify_cancel()
             job.granted.set()
-            try:
-                job.set_result(job.fn([item]) if together is not None else job.fn())
-            except BaseException as e:  # noqa: BLE001 - raised in the caller
-                job.set_exception(e)
+            _settle([job], *_outcome([job]))
             return job
         self._staff(line)
         with line.cond:
@@ -355,10 +352,7 @@ class DeviceQueue:
             line.longest_wait_s = max(line.longest_wait_s, job.waited_s)
         for j in batch:
             j.granted.set()
-        try:
-            out, error = (job.fn([j.item for j in batch]) if job.together is not None else job.fn()), None
-        except BaseException as e:  # noqa: BLE001 - the job's, raised in its caller
-            out, error = None, e
+        out, error = _outcome(batch)
         job.held_s = time.perf_counter() - t1
         if ticket is not None:
             self.turns.release("model", ticket)
@@ -371,8 +365,7 @@ class DeviceQueue:
         released = time.time()
         job.row = {"owner": job.owner, "device": line.key, "asked": job.asked, "granted": released - job.held_s,
                    "released": released, **({"what": job.what} if job.what is not None else {})}
-        for j in batch:
-            j.set_result(out) if error is None else j.set_exception(error)
+        _settle(batch, out, error)
 
     def wait(self, job: Job, on_wait: OnWait | None) -> None:
         """Until job is done. While it waits for the device, on_wait hears its place after each poll (and None
@@ -499,6 +492,22 @@ class DeviceQueue:
             return {"limit": line.limit, "grants": line.grants, "max_holders": line.max_holders,
                     "longest_wait_s": line.longest_wait_s, "holders": [h.owner for h in line.holders],
                     "waiting": [w.owner for w in line.waiting]}
+
+
+def _outcome(batch: list[Job]) -> tuple[object, BaseException | None]:
+    """(what the first job's fn returned, None) or (None, what it raised): given the batch's items when it goes
+    together, else no arguments."""
+    job = batch[0]
+    try:
+        return (job.fn([j.item for j in batch]) if job.together is not None else job.fn()), None
+    except BaseException as e:  # noqa: BLE001 - the job's, raised in its caller
+        return None, e
+
+
+def _settle(batch: list[Job], out: object, error: BaseException | None) -> None:
+    """Every job of the batch gives the one call's outcome."""
+    for j in batch:
+        j.set_result(out) if error is None else j.set_exception(error)
 
 
 def _carried(fn: Callable) -> Callable:
@@ -702,8 +711,9 @@ class QueueRunner:
     def others(self) -> int:
         return QUEUE.others(self.device)
 
-    def timed(self, fn: Callable[[], object]) -> tuple[object, clock.PassTime]:
-        return clock.timed_pass(self, fn)
+    def timed(self, fn: Callable[[], object],
+              spent: Callable[[], float] | None = None) -> tuple[object, clock.PassTime]:
+        return clock.timed_pass(self, fn, spent)
 
     def paused(self) -> ContextManager[None]:
         return QUEUE.paused()

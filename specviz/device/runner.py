@@ -79,9 +79,9 @@ class Runner(Protocol):
         """How many other owners hold or wait for the device now."""
         ...
 
-    def timed(self, fn: Callable[[], T]) -> tuple[T, PassTime]:
+    def timed(self, fn: Callable[[], T], spent: Callable[[], float] | None = None) -> tuple[T, PassTime]:
         """(fn(), its PassTime): fn on the device's thread, holding it, timed by clock() with the device's work
-        synchronized (clock.timed_pass); not judged (note_pass that)."""
+        synchronized, less what `spent` grew by (clock.timed_pass); not judged (note_pass that)."""
         ...
 
     def paused(self) -> ContextManager[None]:
@@ -142,8 +142,8 @@ class InlineRunner:
     def others(self) -> int:
         return 0
 
-    def timed(self, fn: Callable[[], T]) -> tuple[T, PassTime]:
-        return timed_pass(self, fn)
+    def timed(self, fn: Callable[[], T], spent: Callable[[], float] | None = None) -> tuple[T, PassTime]:
+        return timed_pass(self, fn, spent)
 
     def paused(self) -> ContextManager[None]:
         return nullcontext()  # no turns: nothing to let go

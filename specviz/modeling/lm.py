@@ -157,14 +157,7 @@ class CachedLM:
         The clock starts once the device is held, so waiting for a turn is never timed, nor is recording
         a CUDA graph (a one-off, like loading), nor the time other threads held the cores (PassTime.held).
         """
-        def job():
-            sync(self.device)
-            clock, r0 = self.runner.clock(), self.recorded_s
-            out = fn(*args, **kw)
-            sync(self.device)
-            return out, clock.stop(less_s=self.recorded_s - r0)
-
-        out, t = self.runner.run(job)
+        out, t = self.runner.timed(lambda: fn(*args, **kw), spent=lambda: self.recorded_s)
         self.runner.note_pass(t)
         return out, t.held
 
