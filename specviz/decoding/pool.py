@@ -1,28 +1,15 @@
-"""Verify passes of several sessions on the same target, as one forward pass.
+"""Verify passes of several sessions on the same target, as one forward pass (continuous batching).
 
-In a workshop many sessions decode on one target, taking turns on the device a round at a time. A round that
-reaches its verify pass while others run or wait for the device (runner.others() > 0) need not run its pass
-alone: it hands a VerifyRequest to the target's VerifyPool and lets go of the device. The pool queues it as a job
-on the device's line (`runner.submit(..., together=pool)`); when the first of the pool's jobs is granted, the
-worker takes every other one in line (up to MAX_BATCH) with it, runs their passes as one
-(modeling/batched.feed_many), and resumes each round there with its own logits, so the rest of each round runs as
-it does inline. Requests that arrive meanwhile go to the next pass.
+A round that reaches its verify pass while another session runs or waits for the device (runner.others() > 0)
+hands a VerifyRequest to the target's VerifyPool, which submits it as a job `together` with the pool's others.
+When the first is granted, the worker takes every other one in line (up to MAX_BATCH), runs their passes as one
+(modeling/batched.feed_many: each row bit for bit its own pass's) and resumes each round with its logits. A
+waiting request is cancelled like any job; one pass's failure fails its own round alone.
 
-A waiting request hears its place through its session's on_wait (devqueue.session) at every poll, as any job
-does: a page that must stop (a rerun, a closed tab, Stop) raises there, and its job is cancelled at once. One
-taken into a pass already waits for that pass. A failure fails one round alone: a pass of its own that raises
-fails its round; a shared pass that raises leaves every cache as it was (batched.feed_many), and each round then
-runs its own pass.
-
-What a shared pass charges each round (Round.verify_s) is what a pass of its own costs on this device,
-measured, never its share: every unshared verify pass not under outside load is kept in a SoloCost table by
-(rows, context / CONTEXT_BUCKET), and a round in a shared pass is charged the median of its key. A request whose
-key has no entry runs its own pass first, in the same hold, and fills it. So a run's speedup and c stay what
-one laptop alone sees; sharing only makes the room wait less. Round.shared and shared_pass_s record how.
-
-Off with $SPECVIZ_BATCH_VERIFY=0 (core/limits.batch_verify), for a runner whose passes no other owner shares
-(runner.shares_passes False: InlineRunner), and for a cache feed_many cannot serve (batched.can_batch); a session
-alone always verifies inline.
+A shared round is charged what a pass of its own costs here, measured (SoloCost: the median of the unshared
+passes by rows and context bucket; a key with none runs its own pass first), never its share: a run's speedup
+and c stay what one laptop alone sees. Off with $SPECVIZ_BATCH_VERIFY=0, for a runner whose passes no other
+owner shares (InlineRunner), and for a cache feed_many cannot serve (batched.can_batch).
 """
 
 from __future__ import annotations

@@ -1,47 +1,18 @@
-"""One line of model work per device, and the worker threads that run it: the model service's core.
+"""The model service's core: one line of model work per device, and the worker threads that run it.
 
-All model work is a `Job` (a concurrent.futures.Future) in its device's line, and each of the device's worker
-threads (`limit(device)` of them: 1 by default, $SPECVIZ_DEVICE_CONCURRENCY) takes the first job in line,
-runs it, and sets its result: first come, first served. The caller waits for its job, polling (its
-session's on_wait hears its place at every poll), and cancels it when it must stop. Work goes in small
-pieces, one decoding round or one measured pass, so a long job (a sweep, a trial, a batch measurement) lines
-up again after every piece and a short run waiting behind it gets the device after at most one piece of each
-job ahead of it.
+All model work is a `Job` (a concurrent.futures.Future) in its device's line. Each of the device's
+`limit(device)` workers (1 by default, $SPECVIZ_DEVICE_CONCURRENCY) takes the first job, runs it with its
+caller's context (_carried) and sets its result: first come, first served. Work comes in pieces (a round, a
+pass), so a stop waits at most for the piece in flight, and a long job lines up again after every piece.
 
     job = QUEUE.submit(device, fn)     # fn() on the device's worker when its turn comes: a Future
     QUEUE.wait(job, on_wait)           # until it is done, on_wait hearing its place; a stop cancels it
     run(device, fn)                    # submit, wait, result; on the worker (a pass inside a round): at once
 
-Jobs submitted with the same `together` key that are in line when one of them is granted run as one call (the
-shared verify pass of decoding/pool.py: continuous batching, one forward pass for every waiting session).
-
-Owners: each job belongs to an owner (a session id). `session(owner, on_wait)` names the owner of the work
-asked in this context; `on_wait(ahead)` is called while it waits (ahead = how many other owners are before it,
-after each poll) and once with None when the device is granted after a wait. What on_wait raises (a
-page that must stop) cancels the job; `cancel(owner)` cancels an owner's queued jobs from another thread, each
-raising Cancelled. A job that runs already finishes its piece.
-
-Trace: with $SPECVIZ_QUEUE_TRACE set to a file, every job is appended to it as one JSON line (owner, device,
-asked, granted, released; seconds since the epoch); the load test sums it (devtools/loadtest.trace_holds).
-
-The cores: only a device's worker runs PyTorch with all its threads; every other thread gets one
-(`share_cores()`; $SPECVIZ_SHARE_CORES=0 turns it off). Each thread that runs parallel work keeps its own team
-of OpenMP threads, and once a process has more of them than cores GNU OpenMP puts them to sleep between
-regions, which slowed every pass after a second thread had run model work.
-
-Drawing apart from model work: a page draws in Python, and Python runs one thread at a time (the GIL). A page
-drawing next to a draft step slows the step several times over (docs/workshop.md), so model work and drawing
-take turns (`Turns`): a page draws inside `QUEUE.drawing()`, which waits while model work runs, and a job waits
-for the drawing that asked before it. A page that asks for model work while it draws stops drawing until the
-work is done (`paused()`); on a worker (a load's progress bar) drawing passes straight through.
-
-Starting: importing this module starts no thread and changes no PyTorch setting. `start()` does both, once per
-process: the first job calls it, a page calls it before it lowers its own priority (a worker inherits the
-niceness of the thread that makes it), and the command line calls it first.
-
-Timing: a pass is timed and judged for outside load by clock.py; the queue's runner (`QueueRunner`) hands each
-pass clock the threads the model's work runs on (`team()`), and a job carries its caller's open load watches,
-context variables and grad mode to the worker.
+Jobs of one `together` key in line when one is granted run as one call (decoding/pool.py's shared verify
+pass). A job belongs to the owner of `session(owner, on_wait)`; `cancel(owner)` drops its queued jobs. What
+the rest is for (Turns, share_cores, the maker thread, the trace) and why: docs/architecture.md, "The device
+as a runner". Importing this module starts no thread and changes no PyTorch setting: `start()` does, once.
 """
 
 from __future__ import annotations
@@ -133,7 +104,7 @@ class Job(Future):
         self.line, self.owner, self.fn, self.what, self.turn = line, owner, fn, what, turn
         self.together, self.item, self.most = together, item, most
         self.asked, self.t0 = time.time(), time.perf_counter()
-        self.ahead, self.waited_s, self.held_s = 0, 0.0, 0.0
+        self.waited_s, self.held_s = 0.0, 0.0
         self.granted = threading.Event()
         self.row: dict | None = None  # its trace line, made by the worker, written by its caller (DeviceQueue.done)
 
@@ -315,7 +286,6 @@ class DeviceQueue:
         self._staff(line)
         with line.cond:
             line.waiting.append(job)
-            job.ahead = line.ahead(job)
             line.cond.notify_all()
         return job
 

@@ -1,25 +1,10 @@
-"""What the engine and a model's cache need from the device: a runner.
+"""What the engine and a model's cache need from the device: a Runner (its methods say what each does).
 
-The decoding engine (decoding/engine.py, decoding/tree.py) and the KV caches (modeling/lm.py) never call
-the queue themselves; each is handed a Runner and does its model work through it:
-
-    job = runner.submit(fn, what)        # fn() on the device's thread when its turn comes (a round): a Future
-    runner.wait(job)                     # until it is done (on_wait hears its place; a stop cancels it)
-    job.result(), job.waited_s           # what fn returned (or raised), and how long it waited for the device
-    runner.run(fn)                       # submit, wait and result in one (a pass: at once inside a job)
-    with runner.watch() as load:         # the load verdicts of the passes inside (a round's)
-        clock = runner.clock()           # times one pass: clock.stop(less_s) -> PassTime
-        runner.note_pass(clock.stop())   # judge the pass for outside load, tell the open watches
-    runner.others()                      # how many other owners hold or wait for the device
-    out, t = runner.timed(fn)            # fn() on the device's thread, held and timed (a measurement's pass)
-    with runner.paused():                # this thread's turn to draw let go while it waits for model work
-    runner.shares_passes                 # whether other owners' passes queue here (a verify pass may be shared)
-
-Two runners implement it. `devqueue.QueueRunner` is the app's: one fair queue per device, the device's
-worker thread, the load checks (devqueue.queue_runner(device) gives the one for a device; an entry point
-picks it when its caller passes none). `InlineRunner` runs everything in the caller, with no queue, no
-threads and no load checks (each pass is timed by its wall clock and never judged under load): for tests
-and scripts that want the engine and nothing else.
+The decoding engine (decoding/engine.py, decoding/tree.py) and the KV caches (modeling/lm.py) never call the
+queue themselves; each is handed a Runner and does its model work through it. `devqueue.QueueRunner` is the
+app's (one fair line per device, its worker thread, the load checks; `devqueue.queue_runner(device)`, which an
+entry point picks when its caller passes none). `InlineRunner` runs everything in the caller, with no queue, no
+threads and no load checks (each pass timed by its wall clock, never judged under load): for tests and scripts.
 """
 
 from __future__ import annotations
