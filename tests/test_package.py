@@ -1,15 +1,21 @@
 """pyproject.toml makes specviz an installable package: its package data covers every data file specviz reads from
-its own folders, its console script names a real function, and app.py leaves sys.path to Streamlit (and pytest.ini)."""
+its own folders, a wheel built from it carries models.yaml and an install of it reads that copy, its console script
+names a real function, and app.py leaves sys.path to Streamlit (and pytest.ini)."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import os
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 from specviz.core import claims
 from specviz.data import pagefile, runfile
+from specviz.modeling.config import load_registry
 from specviz.modeling import vocabhead
 from specviz.teaching import costs
 
@@ -78,3 +84,26 @@ def test_the_sys_path_check_sees_an_edit():
     assert _edits_sys_path("import sys\nsys.path.insert(0, 'x')\n") == [2]
     assert _edits_sys_path("from sys import path\n") == [1]
     assert _edits_sys_path("import sys\nprint(sys.argv)\n") == []
+
+
+def test_an_installed_wheel_reads_its_own_models_yaml(tmp_path):
+    """Built and installed elsewhere, specviz still finds the registry of models: the wheel carries models.yaml."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", ".cache", "build", "*.egg-info",
+                                                             "__pycache__", "tests", "docs", ".pytest_cache"))
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
+                   check=True, cwd=tmp_path, capture_output=True)
+    wheel, = (tmp_path / "dist").glob("specviz-*.whl")
+    prefix = tmp_path / "prefix"
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--prefix", str(prefix), str(wheel)],
+                   check=True, cwd=tmp_path, capture_output=True)
+    site, = prefix.glob("lib/python*/site-packages")
+    code = ("from specviz.modeling import config; r = config.load_registry(); "
+            "print(config.DEFAULT_PATH); print(r.default_pair)")
+    env = {k: v for k, v in os.environ.items() if k != "SPECVIZ_MODELS"} | {"PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    path, default = out.stdout.split()
+    assert Path(path).is_relative_to(prefix) and Path(path).read_bytes() == (ROOT / "models.yaml").read_bytes()
+    assert default == load_registry(ROOT / "models.yaml").default_pair

@@ -19,8 +19,25 @@ import yaml
 
 from specviz.core.errors import ConfigError
 
-# the shipped registry sits at the repository root, next to requirements.txt
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "models.yaml"
+
+def shipped_registry(root: Path = Path(__file__).resolve().parents[2]) -> Path:
+    """The models.yaml specviz ships: the one at the top of its repository (root), else, in an installed specviz,
+    the copy its wheel put under the install's prefix (pyproject.toml: data-files, share/specviz/models.yaml)."""
+    here = root / "models.yaml"
+    if here.is_file():
+        return here
+    from importlib import metadata
+
+    try:
+        files = metadata.distribution("specviz").files or []
+    except metadata.PackageNotFoundError:
+        return here
+    found = [Path(f.locate()) for f in files if f.name == "models.yaml" and "share" in f.parts]
+    return found[0] if found else here
+
+
+DEFAULT_PATH = shipped_registry()  # where load_registry reads when neither a path nor $SPECVIZ_MODELS is given
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _GGUF_RE = re.compile(r"^[^/\\]+\.gguf$")
