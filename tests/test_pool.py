@@ -289,7 +289,7 @@ def _start(pool, reqs, owners):
         threads.append(threading.Thread(target=go, daemon=True))
         threads[-1].start()
         n = len(threads)
-        _wait_for(lambda n=n: pool.waiting() == n)  # in this order: the first leads
+        _wait_for(lambda n=n: len(devqueue.QUEUE.stats("cpu")["waiting"]) == n)  # in line in this order
     return out, threads
 
 
@@ -462,13 +462,13 @@ def test_a_waiting_round_leaves_the_pool_within_a_second_of_its_page_stopping(pa
     _wait_for(lambda: "a" in devqueue.QUEUE.stats("cpu")["waiting"])  # the leader queues for the device
     follower = threading.Thread(target=go, args=("b", reqs[1], on_wait), daemon=True)
     follower.start()
-    _wait_for(lambda: pool.waiting() == 2 and heard)
+    _wait_for(lambda: devqueue.QUEUE.stats("cpu")["waiting"] == ["a", "b"] and heard)
     assert heard[0] >= 1  # its page is told that others hold or wait for the device
     t0 = time.monotonic()
     stop.set()
     follower.join(5)
     assert not follower.is_alive() and time.monotonic() - t0 < 1.0
-    assert isinstance(out["b"], _Stop) and pool.waiting() == 1  # its place is free
+    assert isinstance(out["b"], _Stop) and devqueue.QUEUE.stats("cpu")["waiting"] == ["a"]  # its place is free
     holder.release.set()
     lead.join(30)
     assert out["a"][0] == "round"

@@ -106,8 +106,6 @@ class VerifyPool:
 
     def __init__(self) -> None:
         self.solo = SoloCost()
-        self._lock = threading.Lock()
-        self._jobs: set = set()  # this pool's jobs in line or in a pass
 
     @staticmethod
     def eligible(lm: CachedLM) -> bool:
@@ -119,11 +117,6 @@ class VerifyPool:
     def wanted(self, lm: CachedLM) -> bool:
         """Pool this verify pass now: eligible, and another session holds or waits for the device."""
         return self.eligible(lm) and lm.runner.others() > 0
-
-    def waiting(self) -> int:
-        """How many requests wait for a pass now."""
-        with self._lock:
-            return sum(not (j.running() or j.done()) for j in self._jobs)
 
     def note_solo(self, key: tuple[int, int], seconds: float, busy: bool) -> None:
         """An unshared verify pass's held seconds, kept unless it ran under outside load."""
@@ -139,9 +132,6 @@ class VerifyPool:
         again. One taken into a pass already is waited for (its round is being resumed on the worker)."""
         runner = req.lm.runner
         job = runner.submit(self._serve, what="verify", together=self, item=req, most=MAX_BATCH)
-        with self._lock:
-            self._jobs.add(job)
-        job.add_done_callback(self._gone)
         runner.wait(job)
         error = job.exception()
         if error is not None and not req.done:  # the pass broke under it
@@ -149,10 +139,6 @@ class VerifyPool:
         if req.error is not None:
             raise req.error
         return req.value
-
-    def _gone(self, job) -> None:
-        with self._lock:
-            self._jobs.discard(job)
 
     def _serve(self, batch: list[VerifyRequest]) -> None:
         """The pool's job on the worker, holding the device: passes of their own first (keys with no measured cost), then
