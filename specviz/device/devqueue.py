@@ -104,7 +104,7 @@ class Job(Future):
         self.line, self.owner, self.fn, self.what, self.turn = line, owner, fn, what, turn
         self.together, self.item, self.most = together, item, most
         self.asked, self.t0 = time.time(), time.perf_counter()
-        self.waited_s, self.held_s = 0.0, 0.0
+        self.waited_s = 0.0
         self.granted = threading.Event()
         self.row: dict | None = None  # its trace line, made by the worker, written by its caller (DeviceQueue.done)
 
@@ -323,17 +323,17 @@ class DeviceQueue:
         for j in batch:
             j.granted.set()
         out, error = _outcome(batch)
-        job.held_s = time.perf_counter() - t1
+        held = time.perf_counter() - t1
         if ticket is not None:
             self.turns.release("model", ticket)
         with line.cond:  # the measured cost of this owner's turn, for those who wait behind it
             line.holders.remove(job)
             line.last_hold_s.pop(job.owner, None)
-            line.last_hold_s[job.owner] = job.held_s
+            line.last_hold_s[job.owner] = held
             if len(line.last_hold_s) > MAX_OWNERS_KEPT:
                 del line.last_hold_s[next(iter(line.last_hold_s))]
         released = time.time()
-        job.row = {"owner": job.owner, "device": line.key, "asked": job.asked, "granted": released - job.held_s,
+        job.row = {"owner": job.owner, "device": line.key, "asked": job.asked, "granted": released - held,
                    "released": released, **({"what": job.what} if job.what is not None else {})}
         _settle(batch, out, error)
 
